@@ -1,0 +1,227 @@
+/*
+ * kiln — an inference engine for ONNX models.
+ *
+ * Usage (error checks shortened to CHECK):
+ *
+ *     kiln_builder *b;            CHECK(kiln_builder_create(&b));
+ *     kiln_network *net;          CHECK(kiln_network_from_onnx_file(b, "model.onnx", &net));
+ *     kiln_build_config *cfg;     CHECK(kiln_build_config_create(&cfg));
+ *     int64_t mn[] = {1, 3, 224, 224}, op[] = {8, 3, 224, 224}, mx[] = {32, 3, 224, 224};
+ *     CHECK(kiln_build_config_add_profile(cfg, "input", 4, mn, op, mx));
+ *     CHECK(kiln_build_to_file(b, net, cfg, "model.plan"));
+ *
+ *     kiln_engine *e;             CHECK(kiln_engine_load_file("model.plan", &e));
+ *     kiln_context *ctx;          CHECK(kiln_context_create(e, &ctx));    // one per thread
+ *     int64_t dims[] = {4, 3, 224, 224};
+ *     CHECK(kiln_context_set_input_shape(ctx, "input", 4, dims));
+ *     CHECK(kiln_context_set_input(ctx, "input", pixels, nbytes));        // caller's buffer
+ *     CHECK(kiln_context_execute(ctx));
+ *     kiln_tensor_view out;       CHECK(kiln_context_get_output(ctx, "logits", &out));
+ *     ... read out.data; it stays valid until the next execute or destroy of ctx ...
+ *     kiln_context_destroy(ctx); kiln_engine_destroy(e);
+ *     kiln_build_config_destroy(cfg); kiln_network_destroy(net); kiln_builder_destroy(b);
+ *
+ * Errors: every fallible call returns a kiln_status; on failure kiln_last_error() gives a
+ * one-line message naming the file, node, op, input and the condition that failed.
+ *
+ * Threads: an engine is immutable after load and may be shared by any number of threads. A
+ * context belongs to one thread at a time. Builders, networks and configs are not thread-safe;
+ * use one per thread. kiln_last_error() is per thread.
+ */
+#ifndef KILN_H
+#define KILN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(KILN_BUILDING) && defined(__GNUC__)
+#define KILN_API __attribute__((visibility("default")))
+#else
+#define KILN_API
+#endif
+
+#define KILN_VERSION_MAJOR 0
+#define KILN_VERSION_MINOR 1
+#define KILN_VERSION_PATCH 0
+#define KILN_MAX_RANK 8
+
+typedef enum kiln_status {
+    KILN_OK = 0,
+    KILN_ERR_INVALID_ARGUMENT = 1, /* a caller passed something wrong: NULL, bad name, bad size */
+    KILN_ERR_IO = 2,               /* a file could not be opened, read or written */
+    KILN_ERR_MODEL = 3,            /* the ONNX model is malformed or inconsistent */
+    KILN_ERR_UNSUPPORTED = 4,      /* a valid construct kiln does not implement */
+    KILN_ERR_SHAPE = 5,            /* a shape violates an op's rules or a profile */
+    KILN_ERR_DTYPE = 6,            /* a data type is wrong or unsupported */
+    KILN_ERR_OUT_OF_MEMORY = 7,
+    KILN_ERR_PLAN = 8, /* a plan is truncated, corrupted or from another version */
+    KILN_ERR_PLUGIN = 9,
+    KILN_ERR_NOT_FOUND = 10,
+    KILN_ERR_INTERNAL = 11,
+} kiln_status;
+
+/* Data types use ONNX's TensorProto numbering. */
+typedef enum kiln_dtype {
+    KILN_DTYPE_UNDEFINED = 0,
+    KILN_DTYPE_FLOAT32 = 1,
+    KILN_DTYPE_UINT8 = 2,
+    KILN_DTYPE_INT8 = 3,
+    KILN_DTYPE_UINT16 = 4,
+    KILN_DTYPE_INT16 = 5,
+    KILN_DTYPE_INT32 = 6,
+    KILN_DTYPE_INT64 = 7,
+    KILN_DTYPE_STRING = 8,
+    KILN_DTYPE_BOOL = 9,
+    KILN_DTYPE_FLOAT16 = 10,
+    KILN_DTYPE_FLOAT64 = 11,
+    KILN_DTYPE_UINT32 = 12,
+    KILN_DTYPE_UINT64 = 13,
+    KILN_DTYPE_BFLOAT16 = 16,
+} kiln_dtype;
+
+typedef enum kiln_log_level {
+    KILN_LOG_ERROR = 0,
+    KILN_LOG_WARNING = 1,
+    KILN_LOG_INFO = 2,
+    KILN_LOG_VERBOSE = 3,
+} kiln_log_level;
+
+typedef struct kiln_builder kiln_builder;
+typedef struct kiln_network kiln_network;
+typedef struct kiln_build_config kiln_build_config;
+typedef struct kiln_engine kiln_engine;
+typedef struct kiln_context kiln_context;
+
+/* ---- errors, version, hooks ------------------------------------------------------------ */
+
+/* The message of the last failed call on this thread; never NULL; valid until the next
+ * failing call on this thread. */
+KILN_API const char *kiln_last_error(void);
+KILN_API const char *kiln_status_name(kiln_status status);
+KILN_API const char *kiln_version_string(void);
+KILN_API const char *kiln_dtype_name(kiln_dtype dtype);
+KILN_API size_t kiln_dtype_size(kiln_dtype dtype); /* 0 for undefined and string */
+
+/* Allocator hook. alloc returns memory aligned to `align` (a power of two, at most 4096) or
+ * NULL; free accepts what alloc returned or NULL. Set it once, before any other kiln call,
+ * from one thread; the hook itself must be thread-safe. NULL restores the default. */
+typedef struct kiln_allocator {
+    void *(*alloc)(void *user, size_t size, size_t align);
+    void (*free)(void *user, void *ptr);
+    void *user;
+} kiln_allocator;
+KILN_API void kiln_set_allocator(const kiln_allocator *allocator);
+/* Bytes currently allocated through the hook by kiln (weights mapped from a plan excluded). */
+KILN_API size_t kiln_allocated_bytes(void);
+
+/* Logger hook: receives warnings and progress (never stdout). Same rules as the allocator. */
+typedef void (*kiln_log_fn)(void *user, kiln_log_level level, const char *message);
+KILN_API void kiln_set_logger(kiln_log_fn fn, void *user, kiln_log_level max_level);
+
+/* ---- builder ----------------------------------------------------------------------------- */
+
+KILN_API kiln_status kiln_builder_create(kiln_builder **out);
+KILN_API void kiln_builder_destroy(kiln_builder *builder); /* NULL is a no-op */
+
+/* Import an ONNX model. The network owns copies of everything it needs (external data files
+ * are mapped and stay mapped until the network is destroyed). */
+KILN_API kiln_status kiln_network_from_onnx_file(kiln_builder *builder, const char *path,
+                                                 kiln_network **out);
+KILN_API kiln_status kiln_network_from_onnx_memory(kiln_builder *builder, const void *data,
+                                                   size_t size, kiln_network **out);
+KILN_API void kiln_network_destroy(kiln_network *network);
+
+KILN_API kiln_status kiln_build_config_create(kiln_build_config **out);
+KILN_API void kiln_build_config_destroy(kiln_build_config *config);
+/* Threads each context of the built engine uses by default (0: one per core, at least 1). */
+KILN_API kiln_status kiln_build_config_set_threads(kiln_build_config *config, int threads);
+/* min/opt/max shapes for one input with dynamic dims. Inputs with only fixed dims need none.
+ * A dynamic input without a profile is refused at build time, naming it. */
+KILN_API kiln_status kiln_build_config_add_profile(kiln_build_config *config, const char *input,
+                                                   int rank, const int64_t *min,
+                                                   const int64_t *opt, const int64_t *max);
+/* Progress callback for long builds: stage name and fraction done in [0, 1]. */
+typedef void (*kiln_progress_fn)(void *user, const char *stage, double fraction);
+KILN_API kiln_status kiln_build_config_set_progress(kiln_build_config *config,
+                                                    kiln_progress_fn fn, void *user);
+
+/* Build a plan into memory. On success *data is owned by the caller: free it with
+ * kiln_free(). The network is not modified and may be built again. */
+KILN_API kiln_status kiln_build(kiln_builder *builder, const kiln_network *network,
+                                const kiln_build_config *config, void **data, size_t *size);
+/* Build a plan into a file: written to a temporary file beside it, then renamed, so a failed
+ * build never damages an existing plan. */
+KILN_API kiln_status kiln_build_to_file(kiln_builder *builder, const kiln_network *network,
+                                        const kiln_build_config *config, const char *path);
+KILN_API void kiln_free(void *ptr);
+
+/* ---- runtime ----------------------------------------------------------------------------- */
+
+/* Load a plan. A file is mapped and its weights used in place; memory is copied. */
+KILN_API kiln_status kiln_engine_load_file(const char *path, kiln_engine **out);
+KILN_API kiln_status kiln_engine_load_memory(const void *data, size_t size, kiln_engine **out);
+/* Destroy after every context of it is destroyed. */
+KILN_API void kiln_engine_destroy(kiln_engine *engine);
+
+typedef struct kiln_io_info {
+    const char *name; /* owned by the engine */
+    kiln_dtype dtype;
+    int rank;
+    int64_t dims[KILN_MAX_RANK];   /* fixed dims; for dynamic dims the profile max */
+    const char *symbols[KILN_MAX_RANK]; /* NULL for fixed dims, else the dim's symbol */
+    int64_t min[KILN_MAX_RANK];   /* profile bounds (equal to dims when fixed) */
+    int64_t opt[KILN_MAX_RANK];
+    int64_t max[KILN_MAX_RANK];
+} kiln_io_info;
+
+KILN_API int kiln_engine_num_inputs(const kiln_engine *engine);
+KILN_API int kiln_engine_num_outputs(const kiln_engine *engine);
+KILN_API kiln_status kiln_engine_input_info(const kiln_engine *engine, int index,
+                                            kiln_io_info *info);
+KILN_API kiln_status kiln_engine_output_info(const kiln_engine *engine, int index,
+                                             kiln_io_info *info);
+
+/* A context holds everything mutable for one thread: activation arena, shapes, scratch. */
+KILN_API kiln_status kiln_context_create(kiln_engine *engine, kiln_context **out);
+KILN_API void kiln_context_destroy(kiln_context *ctx);
+KILN_API kiln_status kiln_context_set_threads(kiln_context *ctx, int threads);
+
+/* Set an input's shape. Checked against the profile: the error names input, axis and range.
+ * Inputs with fixed shapes need no call. */
+KILN_API kiln_status kiln_context_set_input_shape(kiln_context *ctx, const char *name, int rank,
+                                                  const int64_t *dims);
+/* Output shapes are known once every input shape is set, before execute. An output whose
+ * shape depends on data (e.g. after NonZero) reports KILN_ERR_SHAPE before the first execute. */
+KILN_API kiln_status kiln_context_get_output_shape(kiln_context *ctx, const char *name, int *rank,
+                                                   int64_t *dims);
+
+/* Bind an input's data. The buffer is borrowed: it must stay valid and unchanged until
+ * execute returns. size must equal the input's byte size for the current shape. */
+KILN_API kiln_status kiln_context_set_input(kiln_context *ctx, const char *name, const void *data,
+                                            size_t size);
+/* Optionally bind an output buffer (borrowed) of at least the output's byte size. Outputs not
+ * bound are allocated by the context. */
+KILN_API kiln_status kiln_context_set_output(kiln_context *ctx, const char *name, void *data,
+                                             size_t size);
+
+KILN_API kiln_status kiln_context_execute(kiln_context *ctx);
+
+typedef struct kiln_tensor_view {
+    kiln_dtype dtype;
+    int rank;
+    int64_t dims[KILN_MAX_RANK];
+    const void *data; /* owned by the context (or the caller's bound buffer) */
+    size_t size;      /* bytes */
+} kiln_tensor_view;
+/* An output after execute; valid until the next execute or destroy of ctx. */
+KILN_API kiln_status kiln_context_get_output(kiln_context *ctx, const char *name,
+                                             kiln_tensor_view *view);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KILN_H */

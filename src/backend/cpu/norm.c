@@ -1,0 +1,3 @@
+#include "backend/cpu/cpu.h"
+
+const kn_kernel kn_cpu_norm[] = {{0}};

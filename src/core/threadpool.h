@@ -1,0 +1,20 @@
+/* A fixed pool of worker threads owned by one execution context (never global). */
+#ifndef KN_THREADPOOL_H
+#define KN_THREADPOOL_H
+
+#include <stdint.h>
+
+typedef struct kn_threadpool kn_threadpool;
+
+/* threads counts the calling thread: 1 means no workers. NULL on failure. */
+kn_threadpool *kn_threadpool_create(int threads);
+void kn_threadpool_destroy(kn_threadpool *pool);
+int kn_threadpool_size(const kn_threadpool *pool); /* 1 for NULL */
+
+/* Run fn(arg, begin, end) over [0, n) split into chunks of at least `grain` items across the
+ * pool (the caller's thread takes part); returns when all chunks are done. pool may be NULL
+ * (runs inline). Not re-entrant: fn must not call kn_parallel_for on the same pool. */
+typedef void (*kn_range_fn)(void *arg, int64_t begin, int64_t end);
+void kn_parallel_for(kn_threadpool *pool, int64_t n, int64_t grain, kn_range_fn fn, void *arg);
+
+#endif

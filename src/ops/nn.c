@@ -1,0 +1,3 @@
+#include "ops/op.h"
+
+const kn_op_schema kn_ops_nn[] = {{0}};

@@ -1,0 +1,74 @@
+/* The operator table: for each (domain, op_type), type and shape inference and flags.
+ * Kernels live in the backends (src/backend/cpu/...), found by the same (domain, op_type). */
+#ifndef KN_OP_H
+#define KN_OP_H
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "ir/graph.h"
+
+/* Returned by an infer function when an output shape needs the *data* of an input that is not
+ * known yet (e.g. Reshape's shape computed at run time, NonZero's count). Not an error: the
+ * runtime infers that node again right before executing it, with every input's data. */
+#define KN_NEED_DATA ((kiln_status)100)
+
+/* Domain used for kiln's own fused ops. */
+#define KN_DOMAIN "kiln"
+
+typedef struct kn_infer_ctx {
+    const kn_node *node;
+    int n_in;
+    const kn_tensor *in; /* in[i].dtype == 0 when input i is omitted (optional);
+                            in[i].data != NULL when its values are known on the host */
+    int n_out;
+    kn_tensor *out; /* fill dtype and shape of each present output; data stays NULL */
+} kn_infer_ctx;
+
+/* Fill out[].dtype and out[].shape from inputs and attributes. Validate everything: a bad
+ * attribute, rank, dtype or shape returns an error whose message names the condition (the
+ * caller prefixes node name and op). Return KN_NEED_DATA as described above. */
+typedef kiln_status (*kn_infer_fn)(kn_infer_ctx *c);
+
+enum {
+    /* Output data depends only on input shapes (Shape, Size): evaluated on the host at
+     * shape-resolution time even when input data is unknown. */
+    KN_OP_SHAPE_ONLY = 1 << 0,
+    /* Element-wise (output[i] depends on input[i] after broadcasting): fusible. */
+    KN_OP_ELEMENTWISE = 1 << 1,
+    /* Output aliases input 0 unchanged in memory (Reshape, Flatten, Squeeze, Unsqueeze,
+     * Identity, Dropout in inference): the runtime may skip the copy. */
+    KN_OP_VIEW = 1 << 2,
+};
+
+typedef struct kn_op_schema {
+    const char *domain; /* "" for ONNX's default domain */
+    const char *name;
+    int since; /* lowest opset version kiln accepts for this op */
+    int flags;
+    kn_infer_fn infer;
+} kn_op_schema;
+
+/* NULL if no built-in op has this (domain, name). "ai.onnx" is treated as "". */
+const kn_op_schema *kn_op_find(const char *domain, const char *name);
+/* Every schema, for listing (terminated by a zeroed entry per family; use the iterator). */
+const kn_op_schema *kn_op_next(const kn_op_schema *prev); /* NULL starts; NULL ends */
+
+/* Helpers shared by infer functions. */
+/* Normalise axis into [0, rank) (negative counts from the end); error if out of range. */
+kiln_status kn_norm_axis(int64_t axis, int32_t rank, int64_t *out);
+/* Number of inputs present (not omitted) — convenience for optional inputs. */
+static inline int kn_has_input(const kn_infer_ctx *c, int i) {
+    return i < c->n_in && c->in[i].dtype != 0;
+}
+
+/* Op families: each file in src/ops/ defines one array, terminated by a zeroed entry. */
+extern const kn_op_schema kn_ops_elementwise[];
+extern const kn_op_schema kn_ops_tensor[];  /* shape, movement, indexing */
+extern const kn_op_schema kn_ops_reduce[];  /* reductions, softmax, argmax, topk */
+extern const kn_op_schema kn_ops_nn[];      /* conv, conv-transpose, gemm, matmul */
+extern const kn_op_schema kn_ops_pool[];    /* max/average/global/lp pooling */
+extern const kn_op_schema kn_ops_norm[];    /* batch/instance/layer/group norm, LRN */
+extern const kn_op_schema kn_ops_rnn[];     /* RNN, GRU, LSTM */
+extern const kn_op_schema kn_ops_misc[];    /* Resize, Einsum, and the rest */
+
+#endif
