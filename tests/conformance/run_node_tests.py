@@ -1,0 +1,446 @@
+#!/usr/bin/env python3
+"""Run onnx's backend node tests through the kiln CLI.
+
+Each case (onnx/backend/test/data/node/<case>/model.onnx with test_data_set_*/input_*.pb and
+output_*.pb) is run in its own `kiln run` process with a timeout, and its outputs are compared
+with onnx's reference outputs using onnx's tolerances (rtol 1e-3, atol 1e-7 unless the case ships
+a data.json). Every case ends in exactly one status:
+
+  passed       all outputs match
+  failed       kiln ran but an output differs (shape, dtype or values)
+  error        kiln exited non-zero with a message (first stderr line kept)
+  crash        killed by a signal, exit code >= 128, or a sanitizer report on stderr
+  timeout      still running after --timeout seconds
+  unsupported  a graph input or output is a sequence or optional, which the CLI cannot carry;
+               not run, reported as "skipped"
+
+--check compares the result with tests/conformance/expected_failures.txt and exits non-zero when
+a case not listed there does not pass, or when any case crashes or times out (those are never
+expected). --update rewrites the list from this run (only the cases selected by --filter).
+"""
+
+import argparse
+import concurrent.futures
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+DEFAULT_EXPECTED = os.path.join(HERE, "expected_failures.txt")
+CATEGORIES = ("unsupported-op", "unsupported-type", "sequence/optional", "training", "mismatch",
+              "other")
+SANITIZER_MARKS = ("Sanitizer", "runtime error:", "core dumped")
+# Types a .npy file cannot carry without pickling or that kiln does not compute in.
+EXOTIC_TYPES = {onnx.TensorProto.STRING, onnx.TensorProto.BFLOAT16, onnx.TensorProto.COMPLEX64,
+                onnx.TensorProto.COMPLEX128, onnx.TensorProto.FLOAT8E4M3FN,
+                onnx.TensorProto.FLOAT8E4M3FNUZ, onnx.TensorProto.FLOAT8E5M2,
+                onnx.TensorProto.FLOAT8E5M2FNUZ, onnx.TensorProto.UINT4, onnx.TensorProto.INT4,
+                onnx.TensorProto.FLOAT4E2M1}
+DEFAULT_RTOL = 1e-3
+DEFAULT_ATOL = 1e-7
+
+
+def node_test_root():
+    return os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "node")
+
+
+def default_kiln():
+    for rel in ("build/bin/kiln",):
+        path = os.path.join(REPO, rel)
+        if os.path.exists(path):
+            return path
+    return os.path.join(REPO, "build", "bin", "kiln")
+
+
+def list_cases(root, pattern):
+    rx = re.compile(pattern) if pattern else None
+    names = sorted(d for d in os.listdir(root) if os.path.isfile(os.path.join(root, d, "model.onnx")))
+    return [n for n in names if rx is None or rx.search(n)]
+
+
+def value_kind(vi):
+    return vi.type.WhichOneof("value")
+
+
+def graph_io(model):
+    """Names of the graph inputs that are fed (not initializers) and of the outputs."""
+    inits = {t.name for t in model.graph.initializer}
+    inputs = [vi for vi in model.graph.input if vi.name not in inits]
+    return inputs, list(model.graph.output)
+
+
+def model_traits(model):
+    """What kind of model this is, used to guess a category when --update lists a new failure."""
+    ops = set()
+    domains = set()
+
+    def walk(graph):
+        for node in graph.node:
+            ops.add(node.op_type)
+            domains.add(node.domain)
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    walk(attr.g)
+                for g in attr.graphs:
+                    walk(g)
+
+    walk(model.graph)
+    return ops, domains
+
+
+def data_sets(case_dir):
+    sets = sorted(d for d in os.listdir(case_dir) if d.startswith("test_data_set_"))
+    return [os.path.join(case_dir, s) for s in sets]
+
+
+def numbered(dirpath, prefix):
+    files = [f for f in os.listdir(dirpath) if f.startswith(prefix) and f.endswith(".pb")]
+    return [os.path.join(dirpath, f) for f in sorted(files, key=lambda f: int(f[len(prefix):-3]))]
+
+
+def tolerances(case_dir):
+    rtol, atol = DEFAULT_RTOL, DEFAULT_ATOL
+    path = os.path.join(case_dir, "data.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            data = json.load(f)
+        rtol = data.get("rtol", rtol)
+        atol = data.get("atol", atol)
+    return rtol, atol
+
+
+def compare(expected, actual, rtol, atol):
+    """Return None when actual matches expected, else a one-line reason."""
+    if actual.shape != expected.shape:
+        return f"shape {list(actual.shape)} != expected {list(expected.shape)}"
+    if expected.dtype == object or expected.dtype.kind in "SU":
+        if actual.dtype.kind not in "OSU":
+            return f"dtype {actual.dtype} != expected string"
+        exp = np.vectorize(lambda s: s.decode() if isinstance(s, bytes) else str(s), otypes=[object])
+        if expected.size and not np.array_equal(exp(expected), exp(actual)):
+            return "string values differ"
+        return None
+    if actual.dtype != expected.dtype:
+        return f"dtype {actual.dtype} != expected {expected.dtype}"
+    if expected.dtype.kind in "biu" or expected.dtype == np.bool_:
+        if not np.array_equal(actual, expected):
+            bad = int(np.count_nonzero(actual != expected))
+            return f"{bad} of {expected.size} exact values differ"
+        return None
+    try:
+        e = expected.astype(np.float64)
+        a = actual.astype(np.float64)
+    except (TypeError, ValueError):
+        if expected.tobytes() != actual.tobytes():
+            return f"values of dtype {expected.dtype} differ bitwise"
+        return None
+    nan_e, nan_a = np.isnan(e), np.isnan(a)
+    if not np.array_equal(nan_e, nan_a):
+        return f"NaN positions differ ({int(nan_e.sum())} expected, {int(nan_a.sum())} got)"
+    ok = ~nan_e
+    e, a = e[ok], a[ok]
+    inf = np.isinf(e) | np.isinf(a)
+    if not np.array_equal(e[inf], a[inf]):
+        return "infinities differ"
+    e, a = e[~inf], a[~inf]
+    diff = np.abs(a - e)
+    bad = diff > atol + rtol * np.abs(e)
+    if bad.any():
+        i = int(np.argmax(np.where(bad, diff, -1)))
+        return (f"{int(bad.sum())} of {expected.size} values outside rtol={rtol:g} atol={atol:g}; "
+                f"max abs err {float(diff.max()):.3g} (got {a[i]:.6g}, expected {e[i]:.6g})")
+    return None
+
+
+def first_line(text):
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()[:300]
+    return ""
+
+
+def is_crash(rc, stderr):
+    if rc < 0 or rc >= 128:
+        return True
+    return any(mark in stderr for mark in SANITIZER_MARKS)
+
+
+def describe_rc(rc):
+    if rc < 0:
+        try:
+            return f"killed by {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"killed by signal {-rc}"
+    return f"exit code {rc}"
+
+
+def run_case(kiln, root, name, timeout, input_format, workdir):
+    case_dir = os.path.join(root, name)
+    result = {"name": name, "status": "passed", "message": "", "seconds": 0.0}
+    model = onnx.load(os.path.join(case_dir, "model.onnx"), load_external_data=False)
+    inputs, outputs = graph_io(model)
+    odd = [vi.name for vi in inputs + outputs if value_kind(vi) != "tensor_type"]
+    if odd:
+        result["status"] = "unsupported"
+        result["message"] = "sequence/optional graph input or output: " + ", ".join(odd)
+        return result
+    rtol, atol = tolerances(case_dir)
+    start = time.monotonic()
+    for set_dir in data_sets(case_dir):
+        status, message = run_data_set(kiln, set_dir, inputs, outputs, timeout, input_format,
+                                       workdir, rtol, atol)
+        if status != "passed":
+            result["status"], result["message"] = status, message
+            break
+    result["seconds"] = round(time.monotonic() - start, 3)
+    return result
+
+
+def input_args(set_dir, inputs, input_format, workdir):
+    """Build the --input NAME=FILE arguments for one data set."""
+    args = []
+    files = numbered(set_dir, "input_")
+    names = [vi.name for vi in inputs]
+    for i, path in enumerate(files):
+        tensor = onnx.TensorProto()
+        with open(path, "rb") as f:
+            tensor.ParseFromString(f.read())
+        name = tensor.name if tensor.name in names else (names[i] if i < len(names) else None)
+        if name is None:
+            raise ValueError(f"input file {os.path.basename(path)} matches no graph input")
+        if input_format == "npy" and tensor.data_type != onnx.TensorProto.STRING:
+            arr = numpy_helper.to_array(tensor)
+            if arr.dtype.kind in "biufc" or arr.dtype == np.bool_:
+                npy = os.path.join(workdir, f"input_{i}.npy")
+                np.save(npy, arr)
+                path = npy
+        args += ["--input", f"{name}={path}"]
+    return args
+
+
+def run_data_set(kiln, set_dir, inputs, outputs, timeout, input_format, workdir, rtol, atol):
+    for entry in os.listdir(workdir):
+        p = os.path.join(workdir, entry)
+        shutil.rmtree(p) if os.path.isdir(p) else os.remove(p)
+    out_dir = os.path.join(workdir, "out")
+    os.mkdir(out_dir)
+    model_path = os.path.join(os.path.dirname(set_dir), "model.onnx")
+    cmd = [kiln, "run", model_path] + input_args(set_dir, inputs, input_format, workdir)
+    cmd += ["--output-dir", out_dir]
+    try:
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return "timeout", f"no result after {timeout:g} s"
+    stderr = proc.stderr.decode("utf-8", "replace")
+    if is_crash(proc.returncode, stderr):
+        mark = next((m for m in SANITIZER_MARKS if m in stderr), None)
+        line = next((ln for ln in stderr.splitlines() if mark and mark in ln), "") if mark else ""
+        return "crash", f"{describe_rc(proc.returncode)}: {line.strip() or first_line(stderr)}"[:300]
+    if proc.returncode != 0:
+        return "error", first_line(stderr) or describe_rc(proc.returncode)
+    index_path = os.path.join(out_dir, "outputs.json")
+    if not os.path.exists(index_path):
+        return "failed", "kiln exited 0 but wrote no outputs.json"
+    with open(index_path) as f:
+        index = json.load(f)
+    expected_files = numbered(set_dir, "output_")
+    for i, path in enumerate(expected_files):
+        tensor = onnx.TensorProto()
+        with open(path, "rb") as f:
+            tensor.ParseFromString(f.read())
+        name = tensor.name if tensor.name in index else outputs[i].name
+        if name not in index:
+            return "failed", f"output {name!r} missing from outputs.json"
+        try:
+            actual = np.load(os.path.join(out_dir, index[name]), allow_pickle=False)
+        except Exception as exc:  # a malformed .npy from kiln is a failure of this case
+            return "failed", f"output {name!r}: unreadable .npy ({exc})"
+        reason = compare(numpy_helper.to_array(tensor), actual, rtol, atol)
+        if reason:
+            return "failed", f"output {name!r}: {reason}"
+    return "passed", ""
+
+
+def load_expected(path):
+    expected = {}
+    if not os.path.exists(path):
+        return expected
+    with open(path) as f:
+        for lineno, line in enumerate(f, 1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            parts = line.split(None, 2)
+            if len(parts) < 2 or parts[1] not in CATEGORIES:
+                sys.exit(f"{path}:{lineno}: expected 'name  category  reason' with a category "
+                         f"from {', '.join(CATEGORIES)}")
+            expected[parts[0]] = (parts[1], parts[2] if len(parts) > 2 else "")
+    return expected
+
+
+def guess_category(root, result):
+    model = onnx.load(os.path.join(root, result["name"], "model.onnx"), load_external_data=False)
+    ops, domains = model_traits(model)
+    msg = result["message"].lower()
+    name = result["name"]
+    if result["status"] == "unsupported" or any(
+            op.startswith(("Sequence", "Optional")) or op in ("SplitToSequence",
+                                                             "ConcatFromSequence")
+            for op in ops):
+        return "sequence/optional"
+    if "ai.onnx.preview.training" in domains or "training" in name:
+        return "training"
+    io_types = {vi.type.tensor_type.elem_type for vi in list(model.graph.input) +
+                list(model.graph.output) if value_kind(vi) == "tensor_type"}
+    if io_types & EXOTIC_TYPES:
+        return "unsupported-type"
+    if result["status"] == "failed":
+        return "mismatch"
+    if "dtype" in msg or "data type" in msg:
+        return "unsupported-type"
+    if "unsupported" in msg or "not supported" in msg or "unknown op" in msg or "no kernel" in msg:
+        return "unsupported-op"
+    return "other"
+
+
+def write_expected(path, root, results, old, selected):
+    entries = {k: v for k, v in old.items() if k not in selected}
+    for r in results:
+        if r["status"] in ("passed", "crash", "timeout"):
+            continue
+        if r["name"] in old:
+            entries[r["name"]] = old[r["name"]]
+        else:
+            entries[r["name"]] = (guess_category(root, r), r["message"] or r["status"])
+    with open(path, "w") as f:
+        f.write("# ONNX node test cases kiln is known not to pass: name  category  reason.\n")
+        f.write("# Categories: " + ", ".join(CATEGORIES) + ". A crash or timeout is never listed.\n")
+        f.write("# Regenerate with: tests/conformance/run_node_tests.py --update\n")
+        width = max([len(n) for n in entries] + [10])
+        for name in sorted(entries):
+            cat, reason = entries[name]
+            reason = " ".join(reason.split())[:160]
+            f.write(f"{name:<{width}}  {cat:<17}  {reason}\n".rstrip() + "\n")
+    return len(entries)
+
+
+def summarize(results):
+    counts = {s: 0 for s in ("passed", "failed", "error", "crash", "timeout", "unsupported")}
+    for r in results:
+        counts[r["status"]] += 1
+    return counts
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--kiln", default=os.environ.get("KILN") or default_kiln(),
+                    help="path of the kiln binary (default: $KILN or build/bin/kiln)")
+    ap.add_argument("--filter", default="", help="regular expression selecting case names")
+    ap.add_argument("--jobs", "-j", type=int, default=2, help="parallel cases (default 2)")
+    ap.add_argument("--timeout", type=float, default=60.0, help="seconds per case (default 60)")
+    ap.add_argument("--json-out", help="write the per-case report here")
+    ap.add_argument("--expected", default=DEFAULT_EXPECTED, help="expected-failure list")
+    ap.add_argument("--check", action="store_true",
+                    help="exit non-zero on an unexpected failure, any crash or any timeout")
+    ap.add_argument("--strict", action="store_true",
+                    help="with --check, also fail when a listed case now passes")
+    ap.add_argument("--update", action="store_true", help="rewrite the expected-failure list")
+    ap.add_argument("--input-format", choices=("pb", "npy"), default="pb",
+                    help="feed inputs as the TensorProto files (default) or converted to .npy")
+    ap.add_argument("--verbose", "-v", action="store_true", help="print every non-passing case")
+    args = ap.parse_args()
+
+    if not os.access(args.kiln, os.X_OK):
+        sys.exit(f"kiln binary not found or not executable: {args.kiln}")
+    kiln = os.path.abspath(args.kiln)
+    root = node_test_root()
+    names = list_cases(root, args.filter)
+    if not names:
+        sys.exit(f"no node test case matches {args.filter!r}")
+
+    results = []
+    tmp_root = tempfile.mkdtemp(prefix="kiln-node-tests-")
+    started = time.monotonic()
+    try:
+        def job(i_name):
+            i, name = i_name
+            workdir = os.path.join(tmp_root, str(i))
+            os.makedirs(workdir, exist_ok=True)
+            try:
+                return run_case(kiln, root, name, args.timeout, args.input_format, workdir)
+            finally:
+                shutil.rmtree(workdir, ignore_errors=True)
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            for r in pool.map(job, enumerate(names)):
+                results.append(r)
+                if args.verbose and r["status"] != "passed":
+                    print(f"{r['status']:<11} {r['name']}: {r['message']}", flush=True)
+    finally:
+        shutil.rmtree(tmp_root, ignore_errors=True)
+    elapsed = time.monotonic() - started
+
+    expected = load_expected(args.expected)
+    counts = summarize(results)
+    failing = [r for r in results if r["status"] not in ("passed", "unsupported")]
+    unexpected = [r for r in results
+                  if r["status"] not in ("passed",) and r["name"] not in expected]
+    never_ok = [r for r in results if r["status"] in ("crash", "timeout")]
+    now_passing = [r for r in results if r["status"] == "passed" and r["name"] in expected]
+    for r in results:
+        r["expected"] = r["name"] in expected
+        if r["expected"]:
+            r["expected_category"] = expected[r["name"]][0]
+
+    if args.json_out:
+        report = {"kiln": kiln, "onnx": onnx.__version__, "filter": args.filter,
+                  "seconds": round(elapsed, 1), "counts": counts, "total": len(results),
+                  "cases": results}
+        with open(args.json_out, "w") as f:
+            json.dump(report, f, indent=1)
+
+    if args.update:
+        n = write_expected(args.expected, root, results, expected, set(names))
+        print(f"wrote {n} entries to {os.path.relpath(args.expected)}")
+
+    for r in never_ok:
+        print(f"{r['status'].upper()}: {r['name']}: {r['message']}")
+    if args.check:
+        for r in unexpected:
+            if r["status"] not in ("crash", "timeout"):
+                print(f"UNEXPECTED {r['status']}: {r['name']}: {r['message']}")
+        for r in now_passing:
+            print(f"now passes (remove from the list): {r['name']}")
+
+    total = len(results)
+    pct = 100.0 * counts["passed"] / total if total else 0.0
+    runnable = total - counts["unsupported"]
+    pct_run = 100.0 * counts["passed"] / runnable if runnable else 0.0
+    print(f"breakdown: {counts['failed']} mismatch, {counts['error']} error, {counts['crash']} crash, "
+          f"{counts['timeout']} timeout, {counts['unsupported']} not runnable (sequence/optional I/O); "
+          f"{len(failing) + counts['unsupported'] - len(unexpected)} of the non-passing are listed "
+          f"as expected; {elapsed:.0f} s")
+    print(f"pass rate: {pct:.1f}% of {total} cases ({pct_run:.1f}% of the {runnable} runnable)")
+    print(f"node tests: {counts['passed']} passed, {len(failing)} failed, "
+          f"{counts['unsupported']} skipped")
+
+    if args.check:
+        bad = bool(unexpected) or bool(never_ok) or (args.strict and bool(now_passing))
+        return 1 if bad else 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
