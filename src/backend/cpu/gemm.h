@@ -1,0 +1,86 @@
+/* Single-precision GEMM for the CPU backend: C = act(alpha*op(A)*op(B) + beta*C + bias + R).
+ * Row-major with arbitrary leading dimensions, cache-blocked over packed panels, micro-kernels
+ * chosen at run time (AVX-512, AVX2+FMA, portable C), parallel over a thread pool. Operands can
+ * be packed once ahead of time (constant weights) or packed on the fly by a caller-supplied
+ * routine (convolution packs straight from the image: im2col without a column buffer). */
+#ifndef KN_CPU_GEMM_H
+#define KN_CPU_GEMM_H
+
+#include "core/status.h"
+#include "core/threadpool.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef enum kn_act {
+    KN_ACT_NONE = 0,
+    KN_ACT_RELU,
+    KN_ACT_CLIP, /* min(max(x, alpha), beta) */
+    KN_ACT_SIGMOID,
+    KN_ACT_SWISH,      /* x * sigmoid(x) */
+    KN_ACT_LEAKY_RELU, /* x < 0 ? alpha * x : x */
+} kn_act;
+
+/* Applied to each output element after the product is complete, while the tile is in cache:
+ * y = act(y + bias + residual). */
+typedef struct kn_epilogue {
+    const float *bias; /* NULL, or one value per row (bias_per_row) or per column */
+    bool bias_per_row;
+    const float *residual; /* NULL, or a matrix of C's shape with leading dimension ldr */
+    int64_t ldr;
+    int act; /* kn_act */
+    float alpha, beta;
+} kn_epilogue;
+
+/* Apply the epilogue to an m x n block at row i0, column j0 of the full output (bias and
+ * residual are indexed by full-output coordinates; c points at the block). */
+void kn_epilogue_apply(const kn_epilogue *ep, float *c, int64_t ldc, int64_t i0, int64_t j0,
+                       int64_t m, int64_t n);
+/* Activation alone on a contiguous array. */
+void kn_act_apply(int act, float alpha, float beta, float *x, int64_t n);
+
+/* An operand packed once (e.g. constant weights). Immutable afterwards; shareable by threads. */
+typedef struct kn_gemm_packed kn_gemm_packed;
+
+/* Pack op(A) (m x k) or op(B) (k x n). trans means the stored matrix is the transpose. */
+kiln_status kn_gemm_pack_a(const float *a, int64_t lda, bool trans, int64_t m, int64_t k,
+                           kn_gemm_packed **out);
+kiln_status kn_gemm_pack_b(const float *b, int64_t ldb, bool trans, int64_t k, int64_t n,
+                           kn_gemm_packed **out);
+void kn_gemm_packed_free(kn_gemm_packed *p);
+
+/* Writes rows [k0, k0+kc) x columns [n0, n0+nc) of op(B) into dst as kn_gemm_nr()-wide
+ * column panels: panel p holds kc rows of nr floats at dst + p*kc*nr, columns past nc zero. */
+typedef void (*kn_gemm_pack_fn)(void *arg, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
+                                float *dst);
+
+/* One of: a plain matrix (p, ld, trans), a pre-packed one, or (B only) a packing routine. */
+typedef struct kn_gemm_operand {
+    const float *p;
+    int64_t ld;
+    bool trans;
+    const kn_gemm_packed *packed;
+    kn_gemm_pack_fn pack;
+    void *pack_arg;
+} kn_gemm_operand;
+
+/* C (m x n, leading dimension ldc) = epilogue(alpha*op(A)*op(B) + beta*C). beta == 0 never
+ * reads C. ep may be NULL. pool may be NULL (single thread). Fails only on out-of-memory. */
+kiln_status kn_gemm(kn_threadpool *pool, int64_t m, int64_t n, int64_t k, float alpha,
+                    const kn_gemm_operand *a, const kn_gemm_operand *b, float beta, float *c,
+                    int64_t ldc, const kn_epilogue *ep);
+
+/* Plain BLAS-like entry. */
+kiln_status kn_sgemm(kn_threadpool *pool, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                     int64_t k, float alpha, const float *a, int64_t lda, const float *b,
+                     int64_t ldb, float beta, float *c, int64_t ldc, const kn_epilogue *ep);
+
+/* Panel width of B in the active micro-kernel (for kn_gemm_pack_fn implementations). */
+int kn_gemm_nr(void);
+/* Name of the micro-kernel in use: "avx512", "avx2" or "scalar". */
+const char *kn_gemm_isa(void);
+/* Force a micro-kernel ("avx512", "avx2", "scalar") for tests; false if unsupported here.
+ * Not thread-safe; packed operands made before a switch must not be used after it. */
+bool kn_gemm_force_isa(const char *name);
+
+#endif

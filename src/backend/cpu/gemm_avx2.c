@@ -1,0 +1,67 @@
+/* AVX2+FMA micro-kernel: 6 x 16 tile in 12 ymm accumulators. Edge tiles go through a small
+ * buffer since AVX2 has no cheap per-lane masking for stores of partial rows. */
+#include "backend/cpu/gemm_kernel.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#define MR 6
+#define NR 16
+#define ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
+
+#define DECL(i) __m256 c##i##0 = _mm256_setzero_ps(), c##i##1 = _mm256_setzero_ps();
+#define FMA(i)                                                                                     \
+    {                                                                                              \
+        __m256 ai = _mm256_broadcast_ss(a + i);                                                    \
+        c##i##0 = _mm256_fmadd_ps(ai, b0, c##i##0);                                                \
+        c##i##1 = _mm256_fmadd_ps(ai, b1, c##i##1);                                                \
+    }
+#define STORE(i)                                                                                   \
+    {                                                                                              \
+        float *ci = dst + (int64_t)i * ldd;                                                        \
+        __m256 v0 = _mm256_mul_ps(va, c##i##0), v1 = _mm256_mul_ps(va, c##i##1);                   \
+        if (beta != 0.0f) {                                                                        \
+            v0 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(ci), v0);                                     \
+            v1 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(ci + 8), v1);                                 \
+        }                                                                                          \
+        _mm256_storeu_ps(ci, v0);                                                                  \
+        _mm256_storeu_ps(ci + 8, v1);                                                              \
+    }
+
+__attribute__((target("avx2,fma"))) static void ukr(int64_t kc, const float *a, const float *b,
+                                                    float *c, int64_t ldc, float alpha, float beta,
+                                                    int mr, int nr) {
+    ROWS(DECL)
+    for (int64_t k = 0; k < kc; k++) {
+        __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+        ROWS(FMA)
+        a += MR;
+        b += NR;
+    }
+    __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
+    if (mr == MR && nr == NR) {
+        float *dst = c;
+        int64_t ldd = ldc;
+        ROWS(STORE)
+        return;
+    }
+    float tile[MR * NR] = {0};
+    if (beta != 0.0f)
+        for (int i = 0; i < mr; i++)
+            for (int j = 0; j < nr; j++)
+                tile[i * NR + j] = c[i * ldc + j];
+    float *dst = tile;
+    int64_t ldd = NR;
+    ROWS(STORE)
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++)
+            c[i * ldc + j] = tile[i * NR + j];
+}
+
+const kn_gemm_ukr kn_gemm_ukr_avx2 = {"avx2", MR, NR, ukr};
+
+#else
+
+const kn_gemm_ukr kn_gemm_ukr_avx2 = {"avx2", 0, 0, 0};
+
+#endif

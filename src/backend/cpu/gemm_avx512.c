@@ -1,0 +1,54 @@
+/* AVX-512 micro-kernel: 12 x 32 tile held in 24 zmm accumulators; B rows are two vector loads,
+ * A elements are broadcast (folded into the FMA's memory operand by the compiler). Edge tiles
+ * use masked loads and stores, so no temporary tile is needed. */
+#include "backend/cpu/gemm_kernel.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#define MR 12
+#define NR 32
+#define ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+
+#define DECL(i) __m512 c##i##0 = _mm512_setzero_ps(), c##i##1 = _mm512_setzero_ps();
+#define FMA(i)                                                                                     \
+    {                                                                                              \
+        __m512 ai = _mm512_set1_ps(a[i]);                                                          \
+        c##i##0 = _mm512_fmadd_ps(ai, b0, c##i##0);                                                \
+        c##i##1 = _mm512_fmadd_ps(ai, b1, c##i##1);                                                \
+    }
+#define STORE(i)                                                                                   \
+    if (i < mr) {                                                                                  \
+        float *ci = c + (int64_t)i * ldc;                                                          \
+        __m512 v0 = _mm512_mul_ps(va, c##i##0), v1 = _mm512_mul_ps(va, c##i##1);                   \
+        if (beta != 0.0f) {                                                                        \
+            v0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, ci), v0);                           \
+            v1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, ci + 16), v1);                      \
+        }                                                                                          \
+        _mm512_mask_storeu_ps(ci, m0, v0);                                                         \
+        _mm512_mask_storeu_ps(ci + 16, m1, v1);                                                    \
+    }
+
+__attribute__((target("avx512f"))) static void ukr(int64_t kc, const float *a, const float *b,
+                                                   float *c, int64_t ldc, float alpha, float beta,
+                                                   int mr, int nr) {
+    ROWS(DECL)
+    for (int64_t k = 0; k < kc; k++) {
+        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+        ROWS(FMA)
+        a += MR;
+        b += NR;
+    }
+    __mmask16 m0 = nr >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nr) - 1);
+    __mmask16 m1 = nr <= 16 ? (__mmask16)0 : (__mmask16)((1u << (nr - 16)) - 1);
+    __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    ROWS(STORE)
+}
+
+const kn_gemm_ukr kn_gemm_ukr_avx512 = {"avx512", MR, NR, ukr};
+
+#else
+
+const kn_gemm_ukr kn_gemm_ukr_avx512 = {"avx512", 0, 0, 0};
+
+#endif
