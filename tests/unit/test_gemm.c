@@ -1,0 +1,282 @@
+/* GEMM, epilogue and thread pool against naive reference loops. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "backend/cpu/gemm.h"
+#include "core/alloc.h"
+#include "core/threadpool.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <string.h>
+
+static uint32_t rng_state = 12345;
+
+static float frand(void) {
+    rng_state = rng_state * 1664525u + 1013904223u;
+    return (float)((rng_state >> 8) & 0xFFFF) / 32768.0f - 1.0f;
+}
+
+static float *rand_buf(int64_t n) {
+    float *p = kn_malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    assert_non_null(p);
+    for (int64_t i = 0; i < n; i++)
+        p[i] = frand();
+    return p;
+}
+
+static float ref_act(int act, float a, float b, float x) {
+    switch (act) {
+    case KN_ACT_RELU:
+        return x > 0 ? x : 0;
+    case KN_ACT_CLIP:
+        return x < a ? a : (x > b ? b : x);
+    case KN_ACT_SIGMOID:
+        return 1.0f / (1.0f + expf(-x));
+    case KN_ACT_SWISH:
+        return x / (1.0f + expf(-x));
+    case KN_ACT_LEAKY_RELU:
+        return x < 0 ? a * x : x;
+    default:
+        return x;
+    }
+}
+
+/* Reference: c = act(alpha*op(A)op(B) + beta*c + bias + residual), accumulated in double. */
+static void ref_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                     int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc,
+                     const kn_epilogue *ep) {
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double s = 0;
+            for (int64_t p = 0; p < k; p++) {
+                float av = ta ? a[p * lda + i] : a[i * lda + p];
+                float bv = tb ? b[j * ldb + p] : b[p * ldb + j];
+                s += (double)av * bv;
+            }
+            double v = alpha * s + (beta != 0.0f ? beta * (double)c[i * ldc + j] : 0.0);
+            if (ep != NULL) {
+                if (ep->bias != NULL)
+                    v += ep->bias_per_row ? ep->bias[i] : ep->bias[j];
+                if (ep->residual != NULL)
+                    v += ep->residual[i * ep->ldr + j];
+                v = ref_act(ep->act, ep->alpha, ep->beta, (float)v);
+            }
+            c[i * ldc + j] = (float)v;
+        }
+}
+
+static void check_close(const float *got, const float *want, int64_t m, int64_t n, int64_t ld,
+                        int64_t k) {
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            float g = got[i * ld + j], w = want[i * ld + j];
+            float tol = 1e-5f * (float)(k + 4) * (1.0f + fabsf(w));
+            if (!(fabsf(g - w) <= tol)) {
+                print_error("mismatch at (%lld,%lld): got %g want %g\n", (long long)i, (long long)j,
+                            g, w);
+                fail();
+            }
+        }
+}
+
+typedef struct gemm_case {
+    bool ta, tb;
+    int64_t m, n, k;
+    float alpha, beta;
+    int pack; /* 0 none, 1 pack A, 2 pack B */
+    bool use_ep;
+    int act;
+    float act_a, act_b;
+    int bias_mode; /* 0 none, 1 per column, 2 per row */
+    bool residual;
+} gemm_case;
+
+static void run_case(kn_threadpool *pool, const gemm_case *t) {
+    int64_t lda = (t->ta ? t->m : t->k) + 3, ldb = (t->tb ? t->k : t->n) + 1, ldc = t->n + 5;
+    int64_t arows = t->ta ? t->k : t->m, brows = t->tb ? t->n : t->k;
+    float *a = rand_buf(arows * lda), *b = rand_buf(brows * ldb);
+    float *c = rand_buf(t->m * ldc), *want = kn_malloc((size_t)(t->m * ldc + 1) * sizeof(float));
+    memcpy(want, c, (size_t)(t->m * ldc) * sizeof(float));
+    kn_epilogue ep = {.act = t->act, .alpha = t->act_a, .beta = t->act_b};
+    float *bias = NULL, *res = NULL;
+    if (t->bias_mode != 0) {
+        bias = rand_buf(t->m > t->n ? t->m : t->n);
+        ep.bias = bias;
+        ep.bias_per_row = t->bias_mode == 2;
+    }
+    if (t->residual) {
+        res = rand_buf(t->m * (t->n + 2));
+        ep.residual = res;
+        ep.ldr = t->n + 2;
+    }
+    kn_gemm_packed *pk = NULL;
+    kn_gemm_operand oa = {.p = a, .ld = lda, .trans = t->ta};
+    kn_gemm_operand ob = {.p = b, .ld = ldb, .trans = t->tb};
+    if (t->pack == 1) {
+        assert_int_equal(kn_gemm_pack_a(a, lda, t->ta, t->m, t->k, &pk), KILN_OK);
+        oa = (kn_gemm_operand){.packed = pk};
+    } else if (t->pack == 2) {
+        assert_int_equal(kn_gemm_pack_b(b, ldb, t->tb, t->k, t->n, &pk), KILN_OK);
+        ob = (kn_gemm_operand){.packed = pk};
+    }
+    assert_int_equal(kn_gemm(pool, t->m, t->n, t->k, t->alpha, &oa, &ob, t->beta, c, ldc,
+                             t->use_ep ? &ep : NULL),
+                     KILN_OK);
+    ref_gemm(t->ta, t->tb, t->m, t->n, t->k, t->alpha, a, lda, b, ldb, t->beta, want, ldc,
+             t->use_ep ? &ep : NULL);
+    check_close(c, want, t->m, t->n, ldc, t->k);
+    kn_gemm_packed_free(pk);
+    kn_free(a);
+    kn_free(b);
+    kn_free(c);
+    kn_free(want);
+    kn_free(bias);
+    kn_free(res);
+}
+
+static const int64_t sizes[][3] = {
+    {1, 1, 1},    {1, 7, 3},      {5, 1, 9},     {13, 33, 17},   {12, 32, 256}, {25, 65, 257},
+    {64, 49, 64}, {121, 70, 300}, {3, 100, 513}, {130, 2100, 5}, {37, 31, 600},
+};
+
+static void sweep(kn_threadpool *pool) {
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+        for (int tr = 0; tr < 4; tr++)
+            for (int pack = 0; pack < 3; pack++) {
+                gemm_case t = {.ta = tr & 1,
+                               .tb = (tr >> 1) & 1,
+                               .m = sizes[s][0],
+                               .n = sizes[s][1],
+                               .k = sizes[s][2],
+                               .alpha = 1.0f,
+                               .beta = 0.0f,
+                               .pack = pack};
+                if ((s + tr) % 3 == 1) {
+                    t.alpha = 0.5f;
+                    t.beta = -1.25f;
+                } else if ((s + tr) % 3 == 2) {
+                    t.beta = 1.0f;
+                }
+                run_case(pool, &t);
+            }
+}
+
+static void test_gemm_all_isas(void **state) {
+    (void)state;
+    const char *isas[] = {"avx512", "avx2", "scalar"};
+    const char *orig = kn_gemm_isa();
+    kn_threadpool *pool = kn_threadpool_create(3);
+    assert_non_null(pool);
+    for (size_t i = 0; i < 3; i++) {
+        if (!kn_gemm_force_isa(isas[i]))
+            continue;
+        assert_string_equal(kn_gemm_isa(), isas[i]);
+        sweep(NULL);
+        sweep(pool);
+    }
+    kn_threadpool_destroy(pool);
+    assert_true(kn_gemm_force_isa(orig));
+}
+
+static void test_gemm_epilogue(void **state) {
+    (void)state;
+    kn_threadpool *pool = kn_threadpool_create(2);
+    int acts[] = {KN_ACT_NONE,    KN_ACT_RELU,  KN_ACT_CLIP,
+                  KN_ACT_SIGMOID, KN_ACT_SWISH, KN_ACT_LEAKY_RELU};
+    for (size_t ai = 0; ai < sizeof acts / sizeof acts[0]; ai++)
+        for (int variant = 0; variant < 4; variant++) {
+            gemm_case t = {.m = 29,
+                           .n = 75,
+                           .k = 40,
+                           .alpha = 1.0f,
+                           .beta = 0.0f,
+                           .pack = variant % 3,
+                           .use_ep = true};
+            t.act = acts[ai];
+            t.act_a = acts[ai] == KN_ACT_CLIP ? -0.5f : 0.1f;
+            t.act_b = 0.75f;
+            t.bias_mode = variant == 3 ? 0 : (variant == 1 ? 2 : 1);
+            t.residual = variant >= 2;
+            run_case(pool, &t);
+            run_case(NULL, &t);
+        }
+    kn_threadpool_destroy(pool);
+}
+
+static void test_gemm_k_zero(void **state) {
+    (void)state;
+    float c[6] = {1, 2, 3, 4, 5, 6}, bias[3] = {1, 1, 1};
+    kn_epilogue ep = {.bias = bias, .act = KN_ACT_RELU};
+    assert_int_equal(
+        kn_sgemm(NULL, false, false, 2, 3, 0, 1.0f, NULL, 1, NULL, 3, -2.0f, c, 3, &ep), KILN_OK);
+    const float want[6] = {0, 0, 0, 0, 0, 0};
+    for (int i = 0; i < 6; i++)
+        assert_float_equal(c[i], want[i], 0);
+    float d[2] = {1, 1};
+    assert_int_equal(
+        kn_sgemm(NULL, false, false, 1, 2, 0, 1.0f, NULL, 1, NULL, 2, 0.5f, d, 2, NULL), KILN_OK);
+    assert_float_equal(d[0], 0.5f, 0);
+}
+
+static void test_act_values(void **state) {
+    (void)state;
+    float x[5] = {-100.0f, -2.0f, 0.0f, 3.0f, 100.0f};
+    kn_act_apply(KN_ACT_SIGMOID, 0, 0, x, 5);
+    float want[5] = {0.0f, 0.11920292f, 0.5f, 0.95257413f, 1.0f};
+    for (int i = 0; i < 5; i++)
+        assert_float_equal(x[i], want[i], 1e-6);
+    float y[4] = {-3.0f, -1.0f, 2.0f, 8.0f};
+    kn_act_apply(KN_ACT_CLIP, 0.0f, 6.0f, y, 4);
+    assert_float_equal(y[0], 0.0f, 0);
+    assert_float_equal(y[2], 2.0f, 0);
+    assert_float_equal(y[3], 6.0f, 0);
+}
+
+typedef struct count_arg {
+    atomic_int *hits;
+} count_arg;
+
+static void count_range(void *arg, int64_t begin, int64_t end) {
+    count_arg *c = arg;
+    for (int64_t i = begin; i < end; i++)
+        atomic_fetch_add(&c->hits[i], 1);
+}
+
+static void test_threadpool_covers_once(void **state) {
+    (void)state;
+    int sizes_t[] = {1, 2, 4};
+    for (int s = 0; s < 3; s++) {
+        kn_threadpool *pool = kn_threadpool_create(sizes_t[s]);
+        assert_non_null(pool);
+        assert_int_equal(kn_threadpool_size(pool), sizes_t[s]);
+        for (int64_t n = 0; n < 300; n += 37) {
+            for (int64_t grain = 1; grain < 64; grain *= 7) {
+                atomic_int hits[300];
+                for (int i = 0; i < 300; i++)
+                    atomic_init(&hits[i], 0);
+                count_arg c = {hits};
+                for (int rep = 0; rep < 3; rep++)
+                    kn_parallel_for(pool, n, grain, count_range, &c);
+                for (int64_t i = 0; i < 300; i++)
+                    assert_int_equal(atomic_load(&hits[i]), i < n ? 3 : 0);
+            }
+        }
+        kn_threadpool_destroy(pool);
+    }
+    assert_int_equal(kn_threadpool_size(NULL), 1);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gemm_all_isas),
+        cmocka_unit_test(test_gemm_epilogue),
+        cmocka_unit_test(test_gemm_k_zero),
+        cmocka_unit_test(test_act_values),
+        cmocka_unit_test(test_threadpool_covers_once),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
