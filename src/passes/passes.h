@@ -6,8 +6,13 @@
 #include "core/status.h"
 #include "ir/graph.h"
 
-/* Evaluate every node whose inputs are all constant; its outputs become constants. */
-kiln_status kn_pass_fold_constants(kn_graph *g);
+struct kn_resolved;
+
+/* Turn into constants the outputs of every node that shape resolution evaluated on the host
+ * with identical results at the smallest and the largest profile shapes (lo, hi: one entry
+ * per value, from kn_resolve): constant subgraphs, and shape subgraphs of static inputs. */
+kiln_status kn_pass_fold_constants(kn_graph *g, const struct kn_resolved *lo,
+                                   const struct kn_resolved *hi);
 /* Remove nodes whose outputs reach no graph output. */
 kiln_status kn_pass_eliminate_dead(kn_graph *g);
 /* Fold BatchNormalization (inference) into a preceding Conv / Gemm with constant weights. */

@@ -1,0 +1,272 @@
+/* The build: check profiles, resolve shapes at the profile extremes, fold what is constant,
+ * drop what is dead, fuse, annotate every value with its dtype and (symbolic) shape, check
+ * that every node has a kernel, and serialise. */
+#include "builder/builder.h"
+
+#include "core/alloc.h"
+#include "core/fileio.h"
+#include "passes/passes.h"
+#include "runtime/resolve.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Constant folding evaluates at most this many elements per node at build time. */
+#define KN_BUILD_EVAL_ELEMS ((int64_t)1 << 24)
+
+static void progress(const kiln_build_config *cfg, const char *stage, double f) {
+    if (cfg->progress)
+        cfg->progress(cfg->progress_user, stage, f);
+}
+
+static const kn_profile *find_profile(const kiln_build_config *cfg, const char *name) {
+    for (int i = 0; i < cfg->n_profiles; i++)
+        if (strcmp(cfg->profiles[i].input, name) == 0)
+            return &cfg->profiles[i];
+    return NULL;
+}
+
+/* Every dynamic input needs a profile that agrees with its fixed dims; every profile must
+ * name an input. */
+static kiln_status check_profiles(const kn_graph *g, const kiln_build_config *cfg) {
+    for (int p = 0; p < cfg->n_profiles; p++) {
+        int v = kn_graph_find_value(g, cfg->profiles[p].input);
+        if (v < 0 || !g->values[v].is_input)
+            return kn_error(KILN_ERR_INVALID_ARGUMENT,
+                            "profile names '%s', which is not an "
+                            "input of the model",
+                            cfg->profiles[p].input);
+    }
+    for (int i = 0; i < g->n_inputs; i++) {
+        const kn_value *v = &g->values[g->inputs[i]];
+        const kn_profile *p = find_profile(cfg, v->name);
+        if (v->rank < 0)
+            return kn_error(KILN_ERR_MODEL, "input '%s' has no declared rank", v->name);
+        if (v->dtype == 0 || kn_dtype_size(v->dtype) == 0)
+            return kn_error(KILN_ERR_UNSUPPORTED, "input '%s' has unsupported dtype %s", v->name,
+                            kn_dtype_name(v->dtype));
+        bool dynamic = false;
+        for (int d = 0; d < v->rank; d++)
+            dynamic |= v->dims[d].sym != NULL;
+        if (p == NULL) {
+            if (dynamic)
+                return kn_error(KILN_ERR_SHAPE,
+                                "input '%s' has dynamic dims: give a shape or profile for it "
+                                "(e.g. --shapes %s:1x...)",
+                                v->name, v->name);
+            continue;
+        }
+        if (p->rank != v->rank)
+            return kn_error(KILN_ERR_SHAPE, "profile for '%s' has rank %d, the input has rank %d",
+                            v->name, p->rank, v->rank);
+        for (int d = 0; d < v->rank; d++)
+            if (v->dims[d].sym == NULL &&
+                (p->min[d] != v->dims[d].value || p->max[d] != v->dims[d].value))
+                return kn_error(KILN_ERR_SHAPE,
+                                "profile for '%s' axis %d: the dim is fixed at "
+                                "%lld",
+                                v->name, d, (long long)v->dims[d].value);
+    }
+    return KILN_OK;
+}
+
+/* 0: min, 1: opt, 2: max */
+static kiln_status resolve_at(const kn_graph *g, const kiln_build_config *cfg, int which,
+                              kn_resolved *vals, bool *deferred) {
+    memset(vals, 0, (size_t)g->n_values * sizeof *vals);
+    for (int i = 0; i < g->n_inputs; i++) {
+        const kn_value *v = &g->values[g->inputs[i]];
+        const kn_profile *p = find_profile(cfg, v->name);
+        kn_resolved *r = &vals[g->inputs[i]];
+        r->t.dtype = v->dtype;
+        r->t.shape.rank = v->rank;
+        for (int d = 0; d < v->rank; d++)
+            r->t.shape.d[d] = p == NULL    ? v->dims[d].value
+                              : which == 0 ? p->min[d]
+                              : which == 1 ? p->opt[d]
+                                           : p->max[d];
+        r->known = true;
+    }
+    kn_resolve_opts opts = {.max_eval_elems = KN_BUILD_EVAL_ELEMS};
+    kiln_status rc = kn_resolve(g, vals, deferred, &opts);
+    if (rc != KILN_OK) {
+        kn_resolved_release(vals, g->n_values);
+        static const char *names[] = {"min", "opt", "max"};
+        if (cfg->n_profiles > 0)
+            return kn_error_prefix(rc, "at the profile's %s shapes: ", names[which]);
+    }
+    return rc;
+}
+
+/* Give every value its dtype and shape; dims that differ between the profile extremes are
+ * symbolic (named after an input symbol with the same extremes when there is one). */
+static kiln_status annotate(kn_graph *g, const kn_resolved *lo, const kn_resolved *hi) {
+    for (int v = 0; v < g->n_values; v++) {
+        kn_value *val = &g->values[v];
+        if (val->is_input || val->data != NULL || !hi[v].known || !lo[v].known)
+            continue;
+        val->dtype = hi[v].t.dtype;
+        val->rank = hi[v].t.shape.rank;
+        for (int d = 0; d < KN_MAX_RANK; d++) {
+            kn_free(val->dims[d].sym);
+            val->dims[d].sym = NULL;
+            val->dims[d].value = 0;
+            if (d >= val->rank)
+                continue;
+            int64_t a = lo[v].t.shape.d[d], b = hi[v].t.shape.d[d];
+            if (a == b) {
+                val->dims[d].value = a;
+                continue;
+            }
+            const char *name = NULL;
+            for (int i = 0; i < g->n_inputs && !name; i++) {
+                const kn_value *in = &g->values[g->inputs[i]];
+                for (int k = 0; k < in->rank && !name; k++)
+                    if (in->dims[k].sym && lo[g->inputs[i]].t.shape.d[k] == a &&
+                        hi[g->inputs[i]].t.shape.d[k] == b)
+                        name = in->dims[k].sym;
+            }
+            char gen[48];
+            if (name == NULL) {
+                snprintf(gen, sizeof gen, "%s_%lld..%lld", "dyn", (long long)a, (long long)b);
+                name = gen;
+            }
+            val->dims[d].value = -1;
+            val->dims[d].sym = kn_strdup(name);
+            if (val->dims[d].sym == NULL)
+                return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        }
+    }
+    return KILN_OK;
+}
+
+/* The opt shapes must be valid too (min and max are checked while folding). */
+static kiln_status check_opt(const kn_graph *g, const kiln_build_config *cfg) {
+    if (cfg->n_profiles == 0)
+        return KILN_OK;
+    kn_resolved *vals = kn_calloc((size_t)g->n_values + 1, sizeof *vals);
+    if (vals == NULL)
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    kiln_status rc = resolve_at(g, cfg, 1, vals, NULL);
+    if (rc == KILN_OK)
+        kn_resolved_release(vals, g->n_values);
+    kn_free(vals);
+    return rc;
+}
+
+static kiln_status check_kernels(const kn_graph *g) {
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kn_node *n = &g->nodes[i];
+        if (!n->dead && kn_backend_cpu()->find_kernel(n->domain, n->op_type) == NULL)
+            return kn_error(KILN_ERR_UNSUPPORTED, "node '%s': op '%s'%s%s has no CPU kernel",
+                            n->name, n->op_type, n->domain[0] ? " in domain " : "", n->domain);
+    }
+    return KILN_OK;
+}
+
+/* Resolve at min and max, fold, annotate. */
+static kiln_status resolve_fold_annotate(kn_graph *g, const kiln_build_config *cfg, bool fold) {
+    size_t nv = (size_t)g->n_values + 1;
+    kn_resolved *lo = kn_calloc(nv, sizeof *lo), *hi = kn_calloc(nv, sizeof *hi);
+    kiln_status rc = KILN_OK;
+    if (lo == NULL || hi == NULL) {
+        rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        goto out_free;
+    }
+    if ((rc = resolve_at(g, cfg, 0, lo, NULL)) != KILN_OK)
+        goto out_free;
+    if ((rc = resolve_at(g, cfg, 2, hi, NULL)) != KILN_OK)
+        goto out_release_lo;
+    if (fold && (rc = kn_pass_fold_constants(g, lo, hi)) != KILN_OK)
+        goto out_release;
+    rc = annotate(g, lo, hi);
+out_release:
+    kn_resolved_release(hi, g->n_values);
+out_release_lo:
+    kn_resolved_release(lo, g->n_values);
+out_free:
+    kn_free(lo);
+    kn_free(hi);
+    return rc;
+}
+
+static kiln_status tidy(kn_graph *g) {
+    KN_TRY(kn_pass_eliminate_dead(g));
+    KN_TRY(kn_graph_compact(g));
+    return kn_graph_toposort(g);
+}
+
+kiln_status kn_build_plan(const kiln_network *net, const kiln_build_config *cfg, kn_plan *out) {
+    memset(out, 0, sizeof *out);
+    kn_graph *g = kn_graph_clone(net->graph);
+    if (g == NULL)
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory copying the network");
+    kiln_status rc;
+    progress(cfg, "checking", 0.0);
+    if ((rc = kn_graph_toposort(g)) != KILN_OK || (rc = check_profiles(g, cfg)) != KILN_OK)
+        goto fail;
+    progress(cfg, "resolving shapes", 0.1);
+    if ((rc = check_opt(g, cfg)) != KILN_OK)
+        goto fail;
+    progress(cfg, "folding constants", 0.3);
+    if ((rc = resolve_fold_annotate(g, cfg, true)) != KILN_OK || (rc = tidy(g)) != KILN_OK)
+        goto fail;
+    progress(cfg, "fusing", 0.6);
+    if ((rc = kn_pass_fold_batchnorm(g)) != KILN_OK || (rc = tidy(g)) != KILN_OK ||
+        (rc = kn_pass_fuse_activations(g)) != KILN_OK || (rc = tidy(g)) != KILN_OK ||
+        (rc = kn_pass_fuse_elementwise(g)) != KILN_OK || (rc = tidy(g)) != KILN_OK)
+        goto fail;
+    progress(cfg, "annotating", 0.8);
+    if ((rc = resolve_fold_annotate(g, cfg, false)) != KILN_OK ||
+        (rc = check_kernels(g)) != KILN_OK)
+        goto fail;
+    out->graph = g;
+    out->threads = cfg->threads;
+    out->profiles = kn_calloc((size_t)cfg->n_profiles + 1, sizeof(kn_profile));
+    if (out->profiles == NULL) {
+        rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        goto fail_out;
+    }
+    for (int i = 0; i < cfg->n_profiles; i++) {
+        out->profiles[i] = cfg->profiles[i];
+        out->profiles[i].input = kn_strdup(cfg->profiles[i].input);
+        out->n_profiles++;
+        if (out->profiles[i].input == NULL) {
+            rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+            goto fail_out;
+        }
+    }
+    progress(cfg, "done", 1.0);
+    return KILN_OK;
+fail_out:
+    kn_plan_clear(out);
+    return rc;
+fail:
+    kn_graph_destroy(g);
+    return rc;
+}
+
+kiln_status kiln_build(kiln_builder *b, const kiln_network *net, const kiln_build_config *cfg,
+                       void **data, size_t *size) {
+    if (b == NULL || net == NULL || cfg == NULL || data == NULL || size == NULL)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_build: NULL argument");
+    *data = NULL;
+    *size = 0;
+    kn_plan plan;
+    KN_TRY(kn_build_plan(net, cfg, &plan));
+    kiln_status rc = kn_plan_write(&plan, data, size);
+    kn_plan_clear(&plan);
+    return rc;
+}
+
+kiln_status kiln_build_to_file(kiln_builder *b, const kiln_network *net,
+                               const kiln_build_config *cfg, const char *path) {
+    if (path == NULL)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_build_to_file: NULL path");
+    void *data;
+    size_t size;
+    KN_TRY(kiln_build(b, net, cfg, &data, &size));
+    kiln_status rc = kn_file_write_atomic(path, data, size);
+    kn_free(data);
+    return rc;
+}

@@ -1,0 +1,28 @@
+/* The builder: networks (an imported or code-built graph), build configurations, and the
+ * build itself (validate -> fold -> fuse -> annotate -> plan). */
+#ifndef KN_BUILDER_H
+#define KN_BUILDER_H
+
+#include "ir/graph.h"
+#include "plan/plan.h"
+
+struct kiln_builder {
+    int unused;
+};
+
+struct kiln_network {
+    kn_graph *graph;
+};
+
+struct kiln_build_config {
+    int threads;
+    kn_profile *profiles;
+    int n_profiles;
+    kiln_progress_fn progress;
+    void *progress_user;
+};
+
+/* Build into a kn_plan (owned by the caller; clear with kn_plan_clear). */
+kiln_status kn_build_plan(const kiln_network *net, const kiln_build_config *cfg, kn_plan *out);
+
+#endif

@@ -1,0 +1,124 @@
+#include "builder/builder.h"
+
+#include "core/alloc.h"
+#include "onnx/onnx_import.h"
+
+#include <string.h>
+
+kiln_status kiln_builder_create(kiln_builder **out) {
+    if (out == NULL)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_builder_create: NULL argument");
+    *out = kn_calloc(1, sizeof **out);
+    return *out ? KILN_OK : kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+}
+
+void kiln_builder_destroy(kiln_builder *b) {
+    kn_free(b);
+}
+
+static kiln_status wrap(kn_graph *g, kiln_network **out) {
+    kiln_network *n = kn_calloc(1, sizeof *n);
+    if (n == NULL) {
+        kn_graph_destroy(g);
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    n->graph = g;
+    *out = n;
+    return KILN_OK;
+}
+
+kiln_status kiln_network_from_onnx_file(kiln_builder *b, const char *path, kiln_network **out) {
+    if (b == NULL || path == NULL || out == NULL)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_network_from_onnx_file: NULL argument");
+    *out = NULL;
+    kn_graph *g = NULL;
+    kiln_status rc = kn_onnx_import_file(path, &g);
+    if (rc != KILN_OK)
+        return rc;
+    return wrap(g, out);
+}
+
+kiln_status kiln_network_from_onnx_memory(kiln_builder *b, const void *data, size_t size,
+                                          kiln_network **out) {
+    if (b == NULL || data == NULL || out == NULL)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_network_from_onnx_memory: NULL argument");
+    *out = NULL;
+    kn_graph *g = NULL;
+    KN_TRY(kn_onnx_import(data, size, NULL, &g));
+    return wrap(g, out);
+}
+
+void kiln_network_destroy(kiln_network *n) {
+    if (n == NULL)
+        return;
+    kn_graph_destroy(n->graph);
+    kn_free(n);
+}
+
+kiln_status kiln_build_config_create(kiln_build_config **out) {
+    if (out == NULL)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_build_config_create: NULL argument");
+    *out = kn_calloc(1, sizeof **out);
+    return *out ? KILN_OK : kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+}
+
+void kiln_build_config_destroy(kiln_build_config *c) {
+    if (c == NULL)
+        return;
+    for (int i = 0; i < c->n_profiles; i++)
+        kn_free(c->profiles[i].input);
+    kn_free(c->profiles);
+    kn_free(c);
+}
+
+kiln_status kiln_build_config_set_threads(kiln_build_config *c, int threads) {
+    if (c == NULL || threads < 0 || threads > 1024)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "thread count must be between 0 and 1024");
+    c->threads = threads;
+    return KILN_OK;
+}
+
+kiln_status kiln_build_config_set_progress(kiln_build_config *c, kiln_progress_fn fn, void *user) {
+    if (c == NULL)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_build_config_set_progress: NULL config");
+    c->progress = fn;
+    c->progress_user = user;
+    return KILN_OK;
+}
+
+kiln_status kiln_build_config_add_profile(kiln_build_config *c, const char *input, int rank,
+                                          const int64_t *min, const int64_t *opt,
+                                          const int64_t *max) {
+    if (c == NULL || input == NULL || (rank > 0 && (!min || !opt || !max)))
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_build_config_add_profile: NULL argument");
+    if (rank < 0 || rank > KN_MAX_RANK)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "profile for '%s': rank %d is not in [0, %d]",
+                        input, rank, KN_MAX_RANK);
+    for (int d = 0; d < rank; d++)
+        if (min[d] < 0 || min[d] > opt[d] || opt[d] > max[d] || max[d] > KN_MAX_ELEMENTS)
+            return kn_error(KILN_ERR_INVALID_ARGUMENT,
+                            "profile for '%s' axis %d: need 0 <= min <= opt <= max, got "
+                            "%lld, %lld, %lld",
+                            input, d, (long long)min[d], (long long)opt[d], (long long)max[d]);
+    for (int i = 0; i < c->n_profiles; i++)
+        if (strcmp(c->profiles[i].input, input) == 0)
+            return kn_error(KILN_ERR_INVALID_ARGUMENT, "input '%s' has two profiles", input);
+    kn_profile *p = kn_realloc(c->profiles, (size_t)c->n_profiles * sizeof *p,
+                               (size_t)(c->n_profiles + 1) * sizeof *p);
+    if (p == NULL)
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    c->profiles = p;
+    kn_profile *np = &p[c->n_profiles];
+    memset(np, 0, sizeof *np);
+    np->input = kn_strdup(input);
+    if (np->input == NULL)
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    np->rank = rank;
+    for (int d = 0; d < rank; d++) {
+        np->min[d] = min[d];
+        np->opt[d] = opt[d];
+        np->max[d] = max[d];
+    }
+    c->n_profiles++;
+    return KILN_OK;
+}

@@ -1,0 +1,176 @@
+#include "runtime/engine.h"
+
+#include "core/alloc.h"
+#include "core/fileio.h"
+
+#include <string.h>
+
+static kiln_status prepare_node(kiln_engine *e, int i) {
+    const kn_graph *g = e->plan.graph;
+    const kn_node *n = &g->nodes[i];
+    const kn_kernel *k = e->backend->find_kernel(n->domain, n->op_type);
+    if (k == NULL)
+        return kn_error(KILN_ERR_UNSUPPORTED,
+                        "node '%s': the %s backend has no kernel for op "
+                        "'%s'%s%s",
+                        n->name, e->backend->name, n->op_type, n->domain[0] ? " in domain " : "",
+                        n->domain);
+    e->kernels[i] = k;
+    if (k->prepare == NULL)
+        return KILN_OK;
+    kn_tensor in[64];
+    if (n->n_in > 64)
+        return kn_error(KILN_ERR_UNSUPPORTED, "node '%s' has more than 64 inputs", n->name);
+    for (int j = 0; j < n->n_in; j++) {
+        memset(&in[j], 0, sizeof in[j]);
+        if (n->in[j] < 0)
+            continue;
+        const kn_value *v = &g->values[n->in[j]];
+        if (v->data != NULL) {
+            in[j] = kn_value_tensor(v);
+        } else {
+            in[j].dtype = v->dtype;
+            kn_value_shape(v, &in[j].shape);
+        }
+    }
+    kiln_status rc = k->prepare(n, n->n_in, in, &e->states[i]);
+    if (rc != KILN_OK)
+        return kn_error_prefix(rc, "node '%s' (%s): ", n->name, n->op_type);
+    return KILN_OK;
+}
+
+kiln_status kn_engine_create(kn_plan *plan, kiln_engine **out) {
+    kiln_engine *e = kn_calloc(1, sizeof *e);
+    if (e == NULL)
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory creating the engine");
+    e->plan = *plan;
+    memset(plan, 0, sizeof *plan);
+    e->backend = kn_backend_cpu();
+    const kn_graph *g = e->plan.graph;
+    e->kernels = kn_calloc((size_t)g->n_nodes + 1, sizeof *e->kernels);
+    e->states = kn_calloc((size_t)g->n_nodes + 1, sizeof *e->states);
+    e->input_profile = kn_calloc((size_t)g->n_inputs + 1, sizeof *e->input_profile);
+    kiln_status rc = KILN_OK;
+    if (!e->kernels || !e->states || !e->input_profile) {
+        rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory creating the engine");
+        goto fail;
+    }
+    for (int i = 0; i < g->n_inputs; i++)
+        for (int p = 0; p < e->plan.n_profiles; p++)
+            if (strcmp(e->plan.profiles[p].input, g->values[g->inputs[i]].name) == 0)
+                e->input_profile[i] = &e->plan.profiles[p];
+    for (int i = 0; i < g->n_nodes; i++)
+        if ((rc = prepare_node(e, i)) != KILN_OK)
+            goto fail;
+    *out = e;
+    return KILN_OK;
+fail:
+    kiln_engine_destroy(e);
+    return rc;
+}
+
+kiln_status kiln_engine_load_memory(const void *data, size_t size, kiln_engine **out) {
+    if (data == NULL || out == NULL)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_engine_load_memory: NULL argument");
+    *out = NULL;
+    void *copy = kn_aligned_alloc(size ? size : 1, 64);
+    if (copy == NULL)
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory copying a %zu-byte plan", size);
+    memcpy(copy, data, size);
+    kn_plan plan;
+    kiln_status rc = kn_plan_read(copy, size, &plan);
+    if (rc != KILN_OK) {
+        kn_free(copy);
+        return rc;
+    }
+    rc = kn_engine_create(&plan, out);
+    if (rc != KILN_OK) {
+        kn_free(copy);
+        return rc;
+    }
+    (*out)->copy = copy;
+    return KILN_OK;
+}
+
+kiln_status kiln_engine_load_file(const char *path, kiln_engine **out) {
+    if (path == NULL || out == NULL)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_engine_load_file: NULL argument");
+    *out = NULL;
+    const void *map;
+    size_t size;
+    KN_TRY(kn_file_map(path, &map, &size));
+    kn_plan plan;
+    kiln_status rc = kn_plan_read(map, size, &plan);
+    if (rc != KILN_OK) {
+        kn_file_unmap(map, size);
+        return kn_error_prefix(rc, "%s: ", path);
+    }
+    rc = kn_engine_create(&plan, out);
+    if (rc != KILN_OK) {
+        kn_file_unmap(map, size);
+        return kn_error_prefix(rc, "%s: ", path);
+    }
+    (*out)->map = map;
+    (*out)->map_size = size;
+    return KILN_OK;
+}
+
+void kiln_engine_destroy(kiln_engine *e) {
+    if (e == NULL)
+        return;
+    if (e->plan.graph != NULL)
+        for (int i = 0; i < e->plan.graph->n_nodes; i++)
+            if (e->states && e->states[i] && e->kernels[i] && e->kernels[i]->release)
+                e->kernels[i]->release(e->states[i]);
+    kn_plan_clear(&e->plan);
+    kn_free(e->kernels);
+    kn_free(e->states);
+    kn_free(e->input_profile);
+    if (e->map)
+        kn_file_unmap(e->map, e->map_size);
+    kn_free(e->copy);
+    kn_free(e);
+}
+
+int kiln_engine_num_inputs(const kiln_engine *e) {
+    return e ? e->plan.graph->n_inputs : 0;
+}
+
+int kiln_engine_num_outputs(const kiln_engine *e) {
+    return e ? e->plan.graph->n_outputs : 0;
+}
+
+static void fill_info(const kiln_engine *e, int v, const kn_profile *p, kiln_io_info *info) {
+    const kn_value *val = &e->plan.graph->values[v];
+    memset(info, 0, sizeof *info);
+    info->name = val->name;
+    info->dtype = (kiln_dtype)val->dtype;
+    info->rank = val->rank < 0 ? 0 : val->rank;
+    for (int d = 0; d < info->rank; d++) {
+        info->symbols[d] = val->dims[d].sym;
+        int64_t fixed = val->dims[d].sym ? -1 : val->dims[d].value;
+        info->dims[d] = fixed;
+        info->min[d] = info->opt[d] = info->max[d] = fixed;
+        if (p != NULL && d < p->rank) {
+            info->min[d] = p->min[d];
+            info->opt[d] = p->opt[d];
+            info->max[d] = p->max[d];
+            if (fixed < 0)
+                info->dims[d] = p->max[d];
+        }
+    }
+}
+
+kiln_status kiln_engine_input_info(const kiln_engine *e, int index, kiln_io_info *info) {
+    if (e == NULL || info == NULL || index < 0 || index >= e->plan.graph->n_inputs)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "input index %d out of range", index);
+    fill_info(e, e->plan.graph->inputs[index], e->input_profile[index], info);
+    return KILN_OK;
+}
+
+kiln_status kiln_engine_output_info(const kiln_engine *e, int index, kiln_io_info *info) {
+    if (e == NULL || info == NULL || index < 0 || index >= e->plan.graph->n_outputs)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "output index %d out of range", index);
+    fill_info(e, e->plan.graph->outputs[index], NULL, info);
+    return KILN_OK;
+}

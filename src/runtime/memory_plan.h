@@ -1,0 +1,17 @@
+/* Liveness-based arena planning: every activation gets an offset in one arena; values whose
+ * lifetimes do not overlap share memory. */
+#ifndef KN_MEMORY_PLAN_H
+#define KN_MEMORY_PLAN_H
+
+#include "runtime/resolve.h"
+
+#define KN_ARENA_ALIGN 64
+#define KN_NO_OFFSET ((size_t)-1)
+
+/* in_arena[v] says which values need arena space (sizes from vals[v].t). On return
+ * offsets[v] is the value's byte offset (KN_NO_OFFSET for the rest) and *total the arena
+ * size. Graph outputs live to the end. */
+kiln_status kn_memory_plan(const kn_graph *g, const kn_resolved *vals, const bool *in_arena,
+                           size_t *offsets, size_t *total);
+
+#endif

@@ -1,0 +1,167 @@
+#include "runtime/resolve.h"
+
+#include "core/alloc.h"
+#include "ops/op.h"
+
+#include <string.h>
+
+kiln_status kn_infer_node(const kn_node *n, const kn_tensor *in, kn_tensor *out) {
+    const kn_op_schema *op = kn_op_find(n->domain, n->op_type);
+    if (op == NULL)
+        return kn_error(KILN_ERR_UNSUPPORTED,
+                        "node '%s': op '%s'%s%s%s is not a built-in op and no plugin provides it",
+                        n->name, n->op_type, n->domain[0] ? " (domain '" : "", n->domain,
+                        n->domain[0] ? "')" : "");
+    if (n->domain[0] == '\0' && n->opset < op->since)
+        return kn_error(KILN_ERR_UNSUPPORTED,
+                        "node '%s' (%s): opset %d is older than %d, the "
+                        "first version kiln supports for this op",
+                        n->name, n->op_type, n->opset, op->since);
+    for (int i = 0; i < n->n_out; i++)
+        memset(&out[i], 0, sizeof out[i]);
+    kn_infer_ctx c = {.node = n, .n_in = n->n_in, .in = in, .n_out = n->n_out, .out = out};
+    kiln_status rc = op->infer(&c);
+    if (rc == KN_NEED_DATA)
+        return rc;
+    if (rc != KILN_OK)
+        return kn_error_prefix(rc, "node '%s' (%s): ", n->name, n->op_type);
+    for (int i = 0; i < n->n_out; i++) {
+        if (n->out[i] < 0)
+            continue;
+        if (!kn_shape_valid(&out[i].shape))
+            return kn_error(KILN_ERR_SHAPE,
+                            "node '%s' (%s): output %d would have an invalid or absurdly large "
+                            "shape (more than 2^40 elements or a negative dim)",
+                            n->name, n->op_type, i);
+        if (out[i].dtype == 0)
+            return kn_error(KILN_ERR_INTERNAL, "node '%s' (%s): output %d has no dtype", n->name,
+                            n->op_type, i);
+    }
+    return KILN_OK;
+}
+
+kiln_status kn_eval_node(const kn_node *n, const kn_tensor *in, kn_tensor *out,
+                         kn_threadpool *pool) {
+    const kn_kernel *k = kn_backend_cpu()->find_kernel(n->domain, n->op_type);
+    if (k == NULL)
+        return kn_error(KILN_ERR_UNSUPPORTED, "node '%s' (%s): no CPU kernel", n->name, n->op_type);
+    for (int i = 0; i < n->n_out; i++) {
+        out[i].data = NULL;
+        if (n->out[i] < 0)
+            continue;
+        size_t nb = kn_tensor_nbytes(&out[i]);
+        out[i].data = kn_malloc(nb ? nb : 1);
+        if (out[i].data == NULL) {
+            for (int j = 0; j < i; j++) {
+                kn_free(out[j].data);
+                out[j].data = NULL;
+            }
+            return kn_error(KILN_ERR_OUT_OF_MEMORY, "node '%s' (%s): out of memory (%zu bytes)",
+                            n->name, n->op_type, nb);
+        }
+    }
+    void *state = NULL;
+    kiln_status rc = KILN_OK;
+    if (k->prepare != NULL)
+        rc = k->prepare(n, n->n_in, in, &state);
+    if (rc == KILN_OK) {
+        kn_kernel_ctx kc = {.node = n,
+                            .n_in = n->n_in,
+                            .in = in,
+                            .n_out = n->n_out,
+                            .out = out,
+                            .state = state,
+                            .pool = pool};
+        rc = k->run(&kc);
+    }
+    if (state != NULL && k->release != NULL)
+        k->release(state);
+    if (rc != KILN_OK) {
+        for (int i = 0; i < n->n_out; i++) {
+            kn_free(out[i].data);
+            out[i].data = NULL;
+        }
+        return kn_error_prefix(rc, "node '%s' (%s): ", n->name, n->op_type);
+    }
+    return KILN_OK;
+}
+
+void kn_resolved_release(kn_resolved *vals, int n) {
+    for (int i = 0; i < n; i++) {
+        if (vals[i].data_owned)
+            kn_free(vals[i].t.data);
+        vals[i].t.data = NULL;
+        vals[i].data_owned = false;
+    }
+}
+
+kiln_status kn_resolve(const kn_graph *g, kn_resolved *vals, bool *deferred,
+                       const kn_resolve_opts *opts) {
+    kn_tensor in[64], out[64];
+    for (int v = 0; v < g->n_values; v++) {
+        const kn_value *val = &g->values[v];
+        if (val->data != NULL) {
+            vals[v].t = kn_value_tensor(val);
+            vals[v].known = true;
+            vals[v].data_owned = false;
+        } else if (!val->is_input) {
+            memset(&vals[v], 0, sizeof vals[v]);
+        }
+    }
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kn_node *n = &g->nodes[i];
+        if (deferred)
+            deferred[i] = false;
+        if (n->dead)
+            continue;
+        if (n->n_in > 64 || n->n_out > 64)
+            return kn_error(KILN_ERR_UNSUPPORTED,
+                            "node '%s' (%s) has more than 64 inputs or "
+                            "outputs",
+                            n->name, n->op_type);
+        bool all_known = true, all_data = true;
+        for (int j = 0; j < n->n_in; j++) {
+            memset(&in[j], 0, sizeof in[j]);
+            if (n->in[j] < 0)
+                continue;
+            const kn_resolved *r = &vals[n->in[j]];
+            if (!r->known) {
+                all_known = false;
+                break;
+            }
+            in[j] = r->t;
+            if (r->t.data == NULL)
+                all_data = false;
+        }
+        kiln_status rc = all_known ? kn_infer_node(n, in, out) : KN_NEED_DATA;
+        if (rc == KN_NEED_DATA) {
+            if (deferred)
+                deferred[i] = true;
+            continue;
+        }
+        if (rc != KILN_OK)
+            return rc;
+        int64_t elems = 0;
+        for (int j = 0; j < n->n_out; j++) {
+            if (n->out[j] < 0)
+                continue;
+            elems += kn_tensor_numel(&out[j]);
+            vals[n->out[j]].t = out[j];
+            vals[n->out[j]].known = true;
+        }
+        const kn_op_schema *op = kn_op_find(n->domain, n->op_type);
+        bool evaluable = all_data || (op->flags & KN_OP_SHAPE_ONLY);
+        if (!evaluable || elems > opts->max_eval_elems)
+            continue;
+        if (kn_backend_cpu()->find_kernel(n->domain, n->op_type) == NULL)
+            continue;
+        KN_TRY(kn_eval_node(n, in, out, NULL));
+        for (int j = 0; j < n->n_out; j++) {
+            if (n->out[j] < 0)
+                continue;
+            vals[n->out[j]].t.data = out[j].data;
+            vals[n->out[j]].data_owned = true;
+        }
+    }
+    return KILN_OK;
+}
