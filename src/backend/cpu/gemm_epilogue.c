@@ -7,7 +7,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+/* ThreadSanitizer instruments ifunc resolvers, which run before it is initialised. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define KN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define KN_CLONES
