@@ -1,0 +1,200 @@
+/* Softmax, LogSoftmax and Hardmax along one axis of an [outer, n, inner] view. Rows
+ * (inner == 1) are the transformer case and run contiguous, vectorizable loops; otherwise
+ * columns are processed in tiles so every loop still walks contiguous memory. */
+#include "backend/cpu/reduce_impl.h"
+#include "ops/reduce.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+enum { SM_SOFTMAX, SM_LOGSOFTMAX, SM_HARDMAX };
+
+/* 2^k scaled Taylor polynomial on |r| <= ln2/2; branch-free so the loop vectorizes. */
+static inline float exp_f32(float x) {
+    x = x < -87.3f ? -87.3f : x;
+    x = x > 88.3f ? 88.3f : x;
+    float kf = (x * 1.44269504f + 12582912.0f) - 12582912.0f;
+    float r = x - kf * 0.693145751953125f;
+    r = r - kf * 1.428606765330187e-06f;
+    float p = 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    union {
+        int32_t i;
+        float f;
+    } scale;
+    scale.i = ((int32_t)kf + 127) << 23;
+    return p * scale.f;
+}
+
+void cpu_red_exp_f32(const float *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        y[i] = exp_f32(x[i]);
+}
+
+static float row_max(const float *x, int64_t n) {
+    float m[8];
+    int64_t i = 0;
+    for (int j = 0; j < 8; j++)
+        m[j] = -INFINITY;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++)
+            m[j] = x[i + j] > m[j] ? x[i + j] : m[j];
+    float r = -INFINITY;
+    for (int j = 0; j < 8; j++)
+        r = m[j] > r ? m[j] : r;
+    for (; i < n; i++)
+        r = x[i] > r ? x[i] : r;
+    return r;
+}
+
+/* y = exp(x - shift); returns the sum of y. */
+static float row_exp_sum(const float *x, float *y, int64_t n, float shift) {
+    float s[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) {
+            float e = exp_f32(x[i + j] - shift);
+            y[i + j] = e;
+            s[j] += e;
+        }
+    float t = 0;
+    for (int j = 0; j < 8; j++)
+        t += s[j];
+    for (; i < n; i++) {
+        y[i] = exp_f32(x[i] - shift);
+        t += y[i];
+    }
+    return t;
+}
+
+typedef struct sm_args {
+    int op;
+    int64_t outer, n, inner;
+    const float *x;
+    float *y;
+} sm_args;
+
+static void sm_row(int op, const float *x, float *y, int64_t n) {
+    float m = row_max(x, n);
+    if (op == SM_HARDMAX) {
+        memset(y, 0, (size_t)n * sizeof(float));
+        for (int64_t i = 0; i < n; i++)
+            if (x[i] == m) {
+                y[i] = 1;
+                break;
+            }
+        return;
+    }
+    if (isinf(m))
+        m = 0;
+    float s = row_exp_sum(x, y, n, m);
+    if (op == SM_SOFTMAX) {
+        float inv = 1.0f / s;
+        for (int64_t i = 0; i < n; i++)
+            y[i] *= inv;
+    } else {
+        float shift = m + logf(s);
+        for (int64_t i = 0; i < n; i++)
+            y[i] = x[i] - shift;
+    }
+}
+
+static void sm_rows(void *arg, int64_t begin, int64_t end) {
+    const sm_args *a = arg;
+    for (int64_t r = begin; r < end; r++)
+        sm_row(a->op, a->x + r * a->n, a->y + r * a->n, a->n);
+}
+
+#define SM_TILE 256
+
+/* One tile of up to SM_TILE columns of one [n, inner] block. */
+static void sm_tile(const sm_args *a, const float *x, float *y, int64_t w) {
+    float m[SM_TILE], s[SM_TILE];
+    int64_t n = a->n, ld = a->inner;
+    for (int64_t c = 0; c < w; c++) {
+        m[c] = -INFINITY;
+        s[c] = 0;
+    }
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t c = 0; c < w; c++)
+            m[c] = x[i * ld + c] > m[c] ? x[i * ld + c] : m[c];
+    if (a->op == SM_HARDMAX) {
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t c = 0; c < w; c++) {
+                bool first = x[i * ld + c] == m[c] && s[c] == 0;
+                y[i * ld + c] = first ? 1.0f : 0.0f;
+                s[c] = first ? 1.0f : s[c];
+            }
+        return;
+    }
+    for (int64_t c = 0; c < w; c++)
+        m[c] = isinf(m[c]) ? 0 : m[c];
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t c = 0; c < w; c++) {
+            float e = exp_f32(x[i * ld + c] - m[c]);
+            y[i * ld + c] = e;
+            s[c] += e;
+        }
+    if (a->op == SM_SOFTMAX) {
+        for (int64_t c = 0; c < w; c++)
+            s[c] = 1.0f / s[c];
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t c = 0; c < w; c++)
+                y[i * ld + c] *= s[c];
+    } else {
+        for (int64_t c = 0; c < w; c++)
+            s[c] = m[c] + logf(s[c]);
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t c = 0; c < w; c++)
+                y[i * ld + c] = x[i * ld + c] - s[c];
+    }
+}
+
+static void sm_tiles(void *arg, int64_t begin, int64_t end) {
+    const sm_args *a = arg;
+    int64_t tiles = (a->inner + SM_TILE - 1) / SM_TILE;
+    for (int64_t t = begin; t < end; t++) {
+        int64_t o = t / tiles, c0 = (t % tiles) * SM_TILE;
+        int64_t w = a->inner - c0 < SM_TILE ? a->inner - c0 : SM_TILE;
+        int64_t off = o * a->n * a->inner + c0;
+        sm_tile(a, a->x + off, a->y + off, w);
+    }
+}
+
+kiln_status cpu_red_softmax(kn_kernel_ctx *k) {
+    const kn_tensor *x = &k->in[0];
+    kn_tensor *y = &k->out[0];
+    sm_args a = {0};
+    const char *op = k->node->op_type;
+    a.op = strcmp(op, "Softmax") == 0      ? SM_SOFTMAX
+           : strcmp(op, "LogSoftmax") == 0 ? SM_LOGSOFTMAX
+                                           : SM_HARDMAX;
+    KN_TRY(kn_softmax_geometry(k->node, &x->shape, &a.outer, &a.n, &a.inner));
+    if (kn_tensor_numel(x) == 0)
+        return KILN_OK;
+    cpu_f32_view xv, yv;
+    KN_TRY(cpu_red_f32_acquire(x, &xv));
+    kiln_status rc = cpu_red_f32_output(y, &yv);
+    if (rc != KILN_OK) {
+        cpu_red_f32_release(&xv);
+        return rc;
+    }
+    a.x = xv.p;
+    a.y = yv.p;
+    if (a.inner == 1) {
+        int64_t grain = a.n >= 4096 ? 1 : 4096 / a.n;
+        kn_parallel_for(k->pool, a.outer, grain, sm_rows, &a);
+    } else {
+        int64_t tiles = (a.inner + SM_TILE - 1) / SM_TILE;
+        kn_parallel_for(k->pool, a.outer * tiles, 1, sm_tiles, &a);
+    }
+    cpu_red_f32_commit(y, &yv);
+    cpu_red_f32_release(&xv);
+    return KILN_OK;
+}
