@@ -1,3 +1,245 @@
-#include "backend/cpu/cpu.h"
+/* MaxPool, AveragePool and LpPool over 1 to 3 spatial dims (fewer dims are padded to three
+ * with unit dims), and the global pools. Work is split over the N*C planes; each window's
+ * valid tap range is computed up front so the tap loops carry no bounds checks. */
+#include "backend/cpu/reduce_impl.h"
+#include "ops/pool.h"
 
-const kn_kernel kn_cpu_pool[] = {{0}};
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+enum { POOL_MAX, POOL_AVG, POOL_LP };
+
+typedef struct pool_args {
+    int kind;
+    int nsp; /* real spatial dims: the last nsp of (Z, Y, X) */
+    bool include_pad;
+    int64_t storage_order;
+    double p;
+    /* geometry as (Z, Y, X) */
+    int64_t in[3], out[3], k[3], s[3], d[3], pb[3], pe[3];
+    int64_t in_plane, out_plane;
+    const float *x;
+    float *y;
+    int64_t *ind;
+} pool_args;
+
+typedef struct tap_range {
+    int64_t start, j0, j1, jinc; /* taps [j0, j1) are inside; [0, jinc) count with pads */
+} tap_range;
+
+static tap_range taps(const pool_args *a, int dim, int64_t o) {
+    tap_range t;
+    int64_t d = a->d[dim], in = a->in[dim], k = a->k[dim];
+    t.start = o * a->s[dim] - a->pb[dim];
+    t.j0 = t.start >= 0 ? 0 : (-t.start + d - 1) / d;
+    int64_t lim = in - t.start, limp = in + a->pe[dim] - t.start;
+    t.j1 = lim <= 0 ? 0 : (lim + d - 1) / d;
+    t.j1 = t.j1 < k ? t.j1 : k;
+    t.jinc = limp <= 0 ? 0 : (limp + d - 1) / d;
+    t.jinc = t.jinc < k ? t.jinc : k;
+    return t;
+}
+
+static int64_t spatial_index(const pool_args *a, int64_t z, int64_t y, int64_t x) {
+    if (a->storage_order == 0)
+        return (z * a->in[1] + y) * a->in[2] + x;
+    int64_t idx[3] = {z, y, x}, r = 0, m = 1;
+    for (int i = 3 - a->nsp; i < 3; i++) {
+        r += idx[i] * m;
+        m *= a->in[i];
+    }
+    return r;
+}
+
+static void pool_window(const pool_args *a, const float *x, int64_t plane, const tap_range *t,
+                        float *out, int64_t *ind) {
+    double acc = a->kind == POOL_MAX ? -INFINITY : 0;
+    int64_t best = -1, n = 0;
+    for (int64_t jz = t[0].j0; jz < t[0].j1; jz++) {
+        int64_t pz = t[0].start + jz * a->d[0];
+        for (int64_t jy = t[1].j0; jy < t[1].j1; jy++) {
+            int64_t py = t[1].start + jy * a->d[1];
+            const float *row = x + (pz * a->in[1] + py) * a->in[2];
+            for (int64_t jx = t[2].j0; jx < t[2].j1; jx++) {
+                int64_t px = t[2].start + jx * a->d[2];
+                float v = row[px];
+                if (a->kind == POOL_MAX) {
+                    if (best < 0 || v > acc) {
+                        acc = v;
+                        best = spatial_index(a, pz, py, px);
+                    }
+                } else if (a->kind == POOL_AVG) {
+                    acc += v;
+                } else {
+                    acc += pow(fabs((double)v), a->p);
+                }
+                n++;
+            }
+        }
+    }
+    if (a->kind == POOL_MAX) {
+        *out = best < 0 ? 0 : (float)acc;
+        if (ind != NULL)
+            *ind = best < 0 ? -1 : plane * a->in_plane + best;
+    } else if (a->kind == POOL_AVG) {
+        int64_t div = a->include_pad ? t[0].jinc * t[1].jinc * t[2].jinc : n;
+        *out = div > 0 ? (float)(acc / (double)div) : 0;
+    } else {
+        *out = (float)pow(acc, 1.0 / a->p);
+    }
+}
+
+static void pool_planes(void *arg, int64_t begin, int64_t end) {
+    const pool_args *a = arg;
+    for (int64_t u = begin; u < end; u++) {
+        const float *x = a->x + u * a->in_plane;
+        float *y = a->y + u * a->out_plane;
+        int64_t *ind = a->ind ? a->ind + u * a->out_plane : NULL;
+        tap_range t[3];
+        int64_t o = 0;
+        for (int64_t oz = 0; oz < a->out[0]; oz++) {
+            t[0] = taps(a, 0, oz);
+            for (int64_t oy = 0; oy < a->out[1]; oy++) {
+                t[1] = taps(a, 1, oy);
+                for (int64_t ox = 0; ox < a->out[2]; ox++, o++) {
+                    t[2] = taps(a, 2, ox);
+                    pool_window(a, x, u, t, y + o, ind ? ind + o : NULL);
+                }
+            }
+        }
+    }
+}
+
+static void pool_args_init(pool_args *a, const kn_pool_geom *g) {
+    int off = 3 - g->nsp;
+    for (int i = 0; i < 3; i++) {
+        a->in[i] = a->out[i] = a->k[i] = a->s[i] = a->d[i] = 1;
+        a->pb[i] = a->pe[i] = 0;
+    }
+    for (int i = 0; i < g->nsp; i++) {
+        a->in[off + i] = g->in[i];
+        a->out[off + i] = g->out[i];
+        a->k[off + i] = g->k[i];
+        a->s[off + i] = g->s[i];
+        a->d[off + i] = g->d[i];
+        a->pb[off + i] = g->pb[i];
+        a->pe[off + i] = g->pe[i];
+    }
+    a->in_plane = a->in[0] * a->in[1] * a->in[2];
+    a->out_plane = a->out[0] * a->out[1] * a->out[2];
+    a->nsp = g->nsp;
+    a->include_pad = g->count_include_pad;
+    a->storage_order = g->storage_order;
+    a->p = g->p;
+}
+
+static int64_t plane_grain(int64_t work) {
+    return work >= 16384 ? 1 : 16384 / (work > 0 ? work : 1);
+}
+
+static kiln_status cpu_pool_window(kn_kernel_ctx *k) {
+    const kn_tensor *x = &k->in[0];
+    kn_pool_geom g;
+    KN_TRY(kn_pool_geom_read(k->node, &x->shape, &g));
+    pool_args a = {0};
+    const char *op = k->node->op_type;
+    a.kind = strcmp(op, "MaxPool") == 0 ? POOL_MAX : strcmp(op, "LpPool") == 0 ? POOL_LP : POOL_AVG;
+    pool_args_init(&a, &g);
+    int64_t planes = x->shape.d[0] * x->shape.d[1];
+    if (planes == 0 || a.out_plane == 0)
+        return KILN_OK;
+    a.ind = k->n_out > 1 && k->node->out[1] >= 0 ? k->out[1].data : NULL;
+    cpu_f32_view xv = {0}, yv = {0};
+    KN_TRY(cpu_red_f32_acquire(x, &xv));
+    kiln_status rc = cpu_red_f32_output(&k->out[0], &yv);
+    if (rc == KILN_OK) {
+        a.x = xv.p;
+        a.y = yv.p;
+        int64_t work = a.out_plane * a.k[0] * a.k[1] * a.k[2];
+        kn_parallel_for(k->pool, planes, plane_grain(work), pool_planes, &a);
+        cpu_red_f32_commit(&k->out[0], &yv);
+    }
+    cpu_red_f32_release(&yv);
+    cpu_red_f32_release(&xv);
+    return rc;
+}
+
+typedef struct global_args {
+    int kind;
+    double p;
+    int64_t plane;
+    const float *x;
+    float *y;
+} global_args;
+
+static void global_planes(void *arg, int64_t begin, int64_t end) {
+    const global_args *a = arg;
+    for (int64_t u = begin; u < end; u++) {
+        const float *x = a->x + u * a->plane;
+        double acc = 0;
+        if (a->kind == POOL_MAX) {
+            float m = a->plane > 0 ? x[0] : 0;
+            for (int64_t i = 1; i < a->plane; i++)
+                m = x[i] > m ? x[i] : m;
+            acc = m;
+        } else if (a->kind == POOL_AVG) {
+            double s[8] = {0};
+            int64_t i = 0;
+            for (; i + 8 <= a->plane; i += 8)
+                for (int j = 0; j < 8; j++)
+                    s[j] += x[i + j];
+            for (; i < a->plane; i++)
+                acc += x[i];
+            for (int j = 0; j < 8; j++)
+                acc += s[j];
+            acc /= (double)a->plane;
+        } else {
+            for (int64_t i = 0; i < a->plane; i++)
+                acc += pow(fabs((double)x[i]), a->p);
+            acc = pow(acc, 1.0 / a->p);
+        }
+        a->y[u] = (float)acc;
+    }
+}
+
+static kiln_status cpu_pool_global(kn_kernel_ctx *k) {
+    const kn_tensor *x = &k->in[0];
+    const char *op = k->node->op_type;
+    global_args a = {0};
+    a.kind = strcmp(op, "GlobalMaxPool") == 0  ? POOL_MAX
+             : strcmp(op, "GlobalLpPool") == 0 ? POOL_LP
+                                               : POOL_AVG;
+    a.p = (double)kn_attr_int(k->node, "p", 2);
+    const kn_attr *pa = kn_node_attr(k->node, "p");
+    if (pa != NULL && pa->type == KN_ATTR_FLOAT)
+        a.p = pa->f;
+    int64_t planes = x->shape.d[0] * x->shape.d[1];
+    if (planes == 0)
+        return KILN_OK;
+    a.plane = kn_tensor_numel(x) / planes;
+    cpu_f32_view xv = {0}, yv = {0};
+    KN_TRY(cpu_red_f32_acquire(x, &xv));
+    kiln_status rc = cpu_red_f32_output(&k->out[0], &yv);
+    if (rc == KILN_OK) {
+        a.x = xv.p;
+        a.y = yv.p;
+        kn_parallel_for(k->pool, planes, plane_grain(a.plane), global_planes, &a);
+        cpu_red_f32_commit(&k->out[0], &yv);
+    }
+    cpu_red_f32_release(&yv);
+    cpu_red_f32_release(&xv);
+    return rc;
+}
+
+const kn_kernel kn_cpu_pool[] = {
+    {"", "MaxPool", cpu_pool_window, NULL, NULL},
+    {"", "AveragePool", cpu_pool_window, NULL, NULL},
+    {"", "LpPool", cpu_pool_window, NULL, NULL},
+    {"", "GlobalAveragePool", cpu_pool_global, NULL, NULL},
+    {"", "GlobalMaxPool", cpu_pool_global, NULL, NULL},
+    {"", "GlobalLpPool", cpu_pool_global, NULL, NULL},
+    {"", "MaxRoiPool", cpu_pool_roi, NULL, NULL},
+    {"", "MaxUnpool", cpu_pool_unpool, NULL, NULL},
+    {0},
+};

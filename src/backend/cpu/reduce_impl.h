@@ -17,6 +17,9 @@ kiln_status cpu_norm_lpnorm(kn_kernel_ctx *k);
 kiln_status cpu_norm_mvn(kn_kernel_ctx *k);
 kiln_status cpu_norm_lrn(kn_kernel_ctx *k);
 
+kiln_status cpu_pool_roi(kn_kernel_ctx *k);
+kiln_status cpu_pool_unpool(kn_kernel_ctx *k);
+
 /* Mean and (population) variance of n contiguous floats, accumulated in double. */
 void cpu_norm_moments(const float *x, int64_t n, double *mean, double *var);
 
