@@ -1,5 +1,6 @@
 /* Execution: bind inputs, run every node's kernel in order, copy outputs out. */
 #include "core/alloc.h"
+#include "ops/op.h"
 #include "runtime/engine.h"
 
 #include <string.h>

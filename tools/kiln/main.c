@@ -1,3 +1,44 @@
-int main(void) {
-    return 0;
+/* kiln: build, run, benchmark and inspect ONNX models and kiln plans. */
+#include "cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char usage[] =
+    "usage: kiln <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  build    MODEL.onnx -o PLAN      optimize a model into a plan file\n"
+    "  run      MODEL|PLAN --input ...  run once, write outputs as .npy\n"
+    "  bench    MODEL|PLAN              measure latency and throughput\n"
+    "  inspect  MODEL|PLAN              show inputs, outputs, profiles and layers\n"
+    "\n"
+    "Shapes: --shapes NAME:DIMS fixes a dynamic input (DIMS like 1x3x224x224);\n"
+    "        --shapes NAME:MIN,OPT,MAX gives a range (an optimization profile).\n"
+    "Run 'kiln <command> --help' for a command's options. 'kiln --version' prints the version.\n";
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fputs(usage, stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) {
+        fputs(usage, stdout);
+        return 0;
+    }
+    if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
+        printf("kiln %s\n", kiln_version_string());
+        return 0;
+    }
+    if (strcmp(cmd, "build") == 0)
+        return cmd_build(argc - 1, argv + 1);
+    if (strcmp(cmd, "run") == 0)
+        return cmd_run(argc - 1, argv + 1);
+    if (strcmp(cmd, "bench") == 0)
+        return cmd_bench(argc - 1, argv + 1);
+    if (strcmp(cmd, "inspect") == 0)
+        return cmd_inspect(argc - 1, argv + 1);
+    return cli_fail("unknown command '%s' (commands: build, run, bench, inspect; see kiln --help)",
+                    cmd);
 }

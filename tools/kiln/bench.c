@@ -1,0 +1,116 @@
+/* kiln bench: latency distribution and throughput. */
+#include "cli.h"
+
+#include "core/alloc.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const char usage[] =
+    "usage: kiln bench MODEL|PLAN [--shapes SPEC]... [--input NAME=FILE]... [--warmup N]\n"
+    "                  [--iterations N] [--threads N] [--json]\n"
+    "\n"
+    "Runs the model --warmup times untimed, then --iterations times timed, and prints latency\n"
+    "min/median/mean/p90/p95/p99/max in milliseconds and throughput (batches per second).\n"
+    "Inputs not given with --input are filled with deterministic random data at the --shapes\n"
+    "shape (the OPT shape of a range), or the plan's profile OPT shape.\n"
+    "\n"
+    "  --warmup N         untimed runs first (default 10)\n"
+    "  --iterations N     timed runs (default 50)\n"
+    "  --threads N        threads for execution (default: the plan's setting, else cores)\n"
+    "  --json             print one JSON object: {\"latency_ms\": {min, median, mean, p90, p95,\n"
+    "                     p99, max}, \"throughput_per_s\": ...}\n";
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double pct(const double *s, int n, double p) {
+    double idx = p / 100.0 * (n - 1);
+    int lo = (int)idx;
+    int hi = lo + 1 < n ? lo + 1 : lo;
+    return s[lo] + (s[hi] - s[lo]) * (idx - lo);
+}
+
+int cmd_bench(int argc, char **argv) {
+    cli_opts o;
+    int rc = cli_parse(argc, argv, "sitwj", usage, &o);
+    if (rc != 0)
+        return rc < 0 ? 0 : rc;
+    kiln_engine *e = NULL;
+    kiln_context *ctx = NULL;
+    kn_tensor owned[CLI_MAX_ITEMS];
+    int n_owned = 0;
+    double *times = NULL;
+    if ((rc = cli_load_inputs(&o)) != 0)
+        goto out;
+    /* Inputs without data or shape use their profile's OPT shape, which an .onnx build needs
+     * explicitly: fixed inputs are fine, dynamic ones need --shapes or --input. */
+    if ((rc = cli_load_engine(&o, &e)) != 0)
+        goto out;
+    if (kiln_context_create(e, &ctx) != KILN_OK) {
+        rc = cli_fail_kiln("context");
+        goto out;
+    }
+    if (o.threads > 0 && kiln_context_set_threads(ctx, o.threads) != KILN_OK) {
+        rc = cli_fail_kiln("threads");
+        goto out;
+    }
+    if ((rc = cli_bind_inputs(&o, e, ctx, true, owned, &n_owned)) != 0)
+        goto out;
+    for (int i = 0; i < o.warmup; i++)
+        if (kiln_context_execute(ctx) != KILN_OK) {
+            rc = cli_fail("%s", kiln_last_error());
+            goto out;
+        }
+    times = kn_calloc((size_t)o.iterations, sizeof *times);
+    if (times == NULL) {
+        rc = cli_fail("out of memory");
+        goto out;
+    }
+    double total = 0;
+    for (int i = 0; i < o.iterations; i++) {
+        double t0 = now_ms();
+        if (kiln_context_execute(ctx) != KILN_OK) {
+            rc = cli_fail("%s", kiln_last_error());
+            goto out;
+        }
+        times[i] = now_ms() - t0;
+        total += times[i];
+    }
+    qsort(times, (size_t)o.iterations, sizeof *times, cmp_double);
+    int n = o.iterations;
+    double mean = total / n, med = pct(times, n, 50);
+    double tput = mean > 0 ? 1000.0 / mean : 0;
+    if (o.json) {
+        printf("{\"latency_ms\": {\"min\": %.4f, \"median\": %.4f, \"mean\": %.4f, \"p90\": %.4f, "
+               "\"p95\": %.4f, \"p99\": %.4f, \"max\": %.4f}, \"throughput_per_s\": %.3f, "
+               "\"iterations\": %d, \"warmup\": %d}\n",
+               times[0], med, mean, pct(times, n, 90), pct(times, n, 95), pct(times, n, 99),
+               times[n - 1], tput, n, o.warmup);
+    } else {
+        printf("%s: %d iterations after %d warmup\n", o.model, n, o.warmup);
+        printf("latency ms: min %.3f  median %.3f  mean %.3f  p90 %.3f  p95 %.3f  p99 %.3f  "
+               "max %.3f\n",
+               times[0], med, mean, pct(times, n, 90), pct(times, n, 95), pct(times, n, 99),
+               times[n - 1]);
+        printf("throughput: %.2f inferences/s\n", tput);
+    }
+out:
+    kn_free(times);
+    for (int i = 0; i < n_owned; i++)
+        kn_free(owned[i].data);
+    kiln_context_destroy(ctx);
+    kiln_engine_destroy(e);
+    cli_opts_free(&o);
+    return rc;
+}

@@ -1,0 +1,64 @@
+/* kiln build: ONNX model -> plan file. */
+#include "cli.h"
+
+#include <stdio.h>
+#include <unistd.h>
+
+static const char usage[] =
+    "usage: kiln build MODEL.onnx -o PLAN [--shapes SPEC]... [--threads N] [--quiet]\n"
+    "\n"
+    "Optimizes MODEL (constant folding, batch-norm folding, activation and element-wise\n"
+    "fusion, memory planning) into PLAN. PLAN is written to a temporary file and renamed,\n"
+    "so a failed build never damages an existing plan.\n"
+    "\n"
+    "  -o PLAN            where to write the plan (required)\n"
+    "  --shapes SPEC      NAME:DIMS fixes a dynamic input, NAME:MIN,OPT,MAX sets its\n"
+    "                     optimization profile (e.g. input:1x3x224x224,8x3x224x224,32x3x224x224).\n"
+    "                     Required for every input with dynamic dims.\n"
+    "  --threads N        default threads per execution context of the plan (default: cores)\n"
+    "  --quiet            no progress output (progress goes to stderr on a terminal only)\n";
+
+static void on_progress(void *user, const char *stage, double fraction) {
+    (void)user;
+    fprintf(stderr, "\r\033[Kbuilding: %-20s %3.0f%%", stage, fraction * 100.0);
+    if (fraction >= 1.0)
+        fputc('\n', stderr);
+    fflush(stderr);
+}
+
+int cmd_build(int argc, char **argv) {
+    cli_opts o;
+    int rc = cli_parse(argc, argv, "ostq", usage, &o);
+    if (rc != 0)
+        return rc < 0 ? 0 : rc;
+    kiln_builder *b = NULL;
+    kiln_network *net = NULL;
+    kiln_build_config *cfg = NULL;
+    if (o.output == NULL) {
+        rc = cli_fail("build needs -o PLAN (see kiln build --help)");
+        goto out;
+    }
+    if (kiln_builder_create(&b) != KILN_OK) {
+        rc = cli_fail_kiln("builder");
+        goto out;
+    }
+    if (kiln_network_from_onnx_file(b, o.model, &net) != KILN_OK) {
+        rc = cli_fail("%s", kiln_last_error());
+        goto out;
+    }
+    if ((rc = cli_make_config(&o, net, &cfg)) != 0)
+        goto out;
+    if (!o.quiet && isatty(2))
+        kiln_build_config_set_progress(cfg, on_progress, NULL);
+    if (kiln_build_to_file(b, net, cfg, o.output) != KILN_OK) {
+        if (!o.quiet && isatty(2))
+            fputc('\n', stderr);
+        rc = cli_fail("%s: %s", o.model, kiln_last_error());
+    }
+out:
+    kiln_build_config_destroy(cfg);
+    kiln_network_destroy(net);
+    kiln_builder_destroy(b);
+    cli_opts_free(&o);
+    return rc;
+}

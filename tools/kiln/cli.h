@@ -1,0 +1,67 @@
+/* Shared pieces of the kiln command-line tool. */
+#ifndef KILN_CLI_H
+#define KILN_CLI_H
+
+#include "core/tensor.h"
+#include "kiln/kiln.h"
+
+#include <stdbool.h>
+
+#define CLI_MAX_ITEMS 64
+
+typedef struct cli_shape {
+    char *name;
+    int rank;
+    int64_t min[KILN_MAX_RANK], opt[KILN_MAX_RANK], max[KILN_MAX_RANK];
+    bool range; /* MIN,OPT,MAX given */
+} cli_shape;
+
+typedef struct cli_input {
+    char *name;
+    char *path;
+    kn_tensor t; /* loaded data (owned) */
+} cli_input;
+
+typedef struct cli_opts {
+    const char *model;
+    const char *output; /* -o for build */
+    const char *output_dir;
+    const char *dot;
+    cli_shape shapes[CLI_MAX_ITEMS];
+    int n_shapes;
+    cli_input inputs[CLI_MAX_ITEMS];
+    int n_inputs;
+    int threads; /* 0: default */
+    int warmup, iterations;
+    bool json, quiet;
+} cli_opts;
+
+/* Print "kiln: error: <msg>" on one line to stderr; returns 1. */
+int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Same, with kiln_last_error() appended. */
+int cli_fail_kiln(const char *what);
+
+/* Parse the verb's arguments (argv[0] is the verb). allowed is a string of option letters:
+ * o=-o, s=--shapes, i=--input, d=--output-dir, t=--threads, w=--warmup/--iterations,
+ * j=--json, q=--quiet, g=--dot. Returns 0 or an exit code (errors already printed). */
+int cli_parse(int argc, char **argv, const char *allowed, const char *usage, cli_opts *o);
+void cli_opts_free(cli_opts *o);
+
+/* Load inputs given with --input (npy or pb). */
+int cli_load_inputs(cli_opts *o);
+/* Load MODEL (.onnx is built in memory with the given shapes and input files' shapes as
+ * profiles; anything starting with the plan magic is loaded as a plan). */
+int cli_load_engine(const cli_opts *o, kiln_engine **out);
+bool cli_is_plan(const char *path);
+/* Set shapes and data of every input on ctx: from --input files, else random (bench). */
+int cli_bind_inputs(const cli_opts *o, kiln_engine *e, kiln_context *ctx, bool random_rest,
+                    kn_tensor *owned, int *n_owned);
+/* Build config from --shapes (and input files' shapes for inputs without one). */
+int cli_make_config(const cli_opts *o, kiln_network *net, kiln_build_config **out);
+
+int cmd_build(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
+
+#endif

@@ -1,0 +1,405 @@
+#include "cli.h"
+
+#include "builder/builder.h"
+#include "core/alloc.h"
+#include "core/fileio.h"
+#include "onnx/onnx_import.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cli_fail(const char *fmt, ...) {
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    for (char *p = msg; *p; p++)
+        if (*p == '\n' || *p == '\r')
+            *p = ' ';
+    fprintf(stderr, "kiln: error: %s\n", msg);
+    return 1;
+}
+
+int cli_fail_kiln(const char *what) {
+    return cli_fail("%s: %s", what, kiln_last_error());
+}
+
+static bool parse_int(const char *s, long long lo, long long hi, long long *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
+/* "1x3x224x224" into dims; "" or "scalar" is rank 0. */
+static bool parse_dims(const char *s, int *rank, int64_t *dims) {
+    *rank = 0;
+    if (*s == '\0' || strcmp(s, "scalar") == 0)
+        return true;
+    char buf[256];
+    if (strlen(s) >= sizeof buf)
+        return false;
+    strcpy(buf, s);
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, "x", &save); tok; tok = strtok_r(NULL, "x", &save)) {
+        long long v;
+        if (*rank >= KILN_MAX_RANK || !parse_int(tok, 0, KN_MAX_ELEMENTS, &v))
+            return false;
+        dims[(*rank)++] = v;
+    }
+    return true;
+}
+
+static int parse_shape(const char *arg, cli_shape *sh) {
+    const char *colon = strrchr(arg, ':');
+    if (colon == NULL || colon == arg)
+        return cli_fail("--shapes '%s': expected NAME:DIMS or NAME:MIN,OPT,MAX "
+                        "(e.g. input:1x3x224x224)",
+                        arg);
+    memset(sh, 0, sizeof *sh);
+    sh->name = kn_strndup(arg, (size_t)(colon - arg));
+    const char *spec = colon + 1;
+    char parts[3][256];
+    int n = 0;
+    const char *p = spec;
+    while (n < 3) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        if (len >= sizeof parts[0])
+            return cli_fail("--shapes '%s': dims too long", arg);
+        memcpy(parts[n], p, len);
+        parts[n][len] = '\0';
+        n++;
+        if (!comma)
+            break;
+        p = comma + 1;
+    }
+    if (n == 2 || (n == 3 && strchr(p, ',') != NULL))
+        return cli_fail("--shapes '%s': give one shape or three (MIN,OPT,MAX)", arg);
+    int r[3];
+    int64_t *dst[3] = {sh->min, sh->opt, sh->max};
+    for (int i = 0; i < n; i++)
+        if (!parse_dims(parts[i], &r[i], dst[i]))
+            return cli_fail("--shapes '%s': '%s' is not a shape like 1x3x224x224 with dims in "
+                            "[0, 2^40]",
+                            arg, parts[i]);
+    if (n == 1) {
+        memcpy(sh->opt, sh->min, sizeof sh->min);
+        memcpy(sh->max, sh->min, sizeof sh->min);
+        r[1] = r[2] = r[0];
+    }
+    if (r[1] != r[0] || r[2] != r[0])
+        return cli_fail("--shapes '%s': MIN, OPT and MAX have different ranks", arg);
+    sh->rank = r[0];
+    sh->range = n == 3;
+    for (int d = 0; d < sh->rank; d++)
+        if (sh->min[d] > sh->opt[d] || sh->opt[d] > sh->max[d])
+            return cli_fail("--shapes '%s': axis %d needs MIN <= OPT <= MAX", arg, d);
+    return 0;
+}
+
+static int parse_input(const char *arg, cli_input *in) {
+    const char *eq = strchr(arg, '=');
+    if (eq == NULL || eq == arg || eq[1] == '\0')
+        return cli_fail("--input '%s': expected NAME=FILE (a .npy or TensorProto .pb file)", arg);
+    memset(in, 0, sizeof *in);
+    in->name = kn_strndup(arg, (size_t)(eq - arg));
+    in->path = kn_strdup(eq + 1);
+    return 0;
+}
+
+int cli_parse(int argc, char **argv, const char *allowed, const char *usage, cli_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->warmup = 10;
+    o->iterations = 50;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+#define NEED(letter, flag)                                                                         \
+    if (!strchr(allowed, letter))                                                                  \
+        return cli_fail("%s does not take %s (see kiln %s --help)", argv[0], flag, argv[0]);       \
+    if (val == NULL)                                                                               \
+        return cli_fail("%s needs a value (see kiln %s --help)", flag, argv[0]);                   \
+    i++;
+        long long v;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            fputs(usage, stdout);
+            return -1;
+        } else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
+            NEED('o', "-o");
+            o->output = val;
+        } else if (strcmp(a, "--shapes") == 0) {
+            NEED('s', "--shapes");
+            if (o->n_shapes == CLI_MAX_ITEMS)
+                return cli_fail("too many --shapes");
+            int rc = parse_shape(val, &o->shapes[o->n_shapes++]);
+            if (rc)
+                return rc;
+        } else if (strcmp(a, "--input") == 0) {
+            NEED('i', "--input");
+            if (o->n_inputs == CLI_MAX_ITEMS)
+                return cli_fail("too many --input");
+            int rc = parse_input(val, &o->inputs[o->n_inputs++]);
+            if (rc)
+                return rc;
+        } else if (strcmp(a, "--output-dir") == 0) {
+            NEED('d', "--output-dir");
+            o->output_dir = val;
+        } else if (strcmp(a, "--dot") == 0) {
+            NEED('g', "--dot");
+            o->dot = val;
+        } else if (strcmp(a, "--threads") == 0) {
+            NEED('t', "--threads");
+            if (!parse_int(val, 1, 1024, &v))
+                return cli_fail("--threads '%s': expected a number from 1 to 1024", val);
+            o->threads = (int)v;
+        } else if (strcmp(a, "--warmup") == 0) {
+            NEED('w', "--warmup");
+            if (!parse_int(val, 0, 1000000, &v))
+                return cli_fail("--warmup '%s': expected a number from 0 to 1000000", val);
+            o->warmup = (int)v;
+        } else if (strcmp(a, "--iterations") == 0) {
+            NEED('w', "--iterations");
+            if (!parse_int(val, 1, 1000000, &v))
+                return cli_fail("--iterations '%s': expected a number from 1 to 1000000", val);
+            o->iterations = (int)v;
+        } else if (strcmp(a, "--json") == 0 && strchr(allowed, 'j')) {
+            o->json = true;
+        } else if (strcmp(a, "--quiet") == 0 && strchr(allowed, 'q')) {
+            o->quiet = true;
+        } else if (a[0] == '-' && a[1] != '\0') {
+            return cli_fail("unknown option '%s' for %s (see kiln %s --help)", a, argv[0], argv[0]);
+        } else if (o->model == NULL) {
+            o->model = a;
+        } else {
+            return cli_fail("unexpected argument '%s' (see kiln %s --help)", a, argv[0]);
+        }
+#undef NEED
+    }
+    if (o->model == NULL)
+        return cli_fail("%s needs a model or plan file (see kiln %s --help)", argv[0], argv[0]);
+    return 0;
+}
+
+void cli_opts_free(cli_opts *o) {
+    for (int i = 0; i < o->n_shapes; i++)
+        kn_free(o->shapes[i].name);
+    for (int i = 0; i < o->n_inputs; i++) {
+        kn_free(o->inputs[i].name);
+        kn_free(o->inputs[i].path);
+        kn_free(o->inputs[i].t.data);
+    }
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+int cli_load_inputs(cli_opts *o) {
+    for (int i = 0; i < o->n_inputs; i++) {
+        cli_input *in = &o->inputs[i];
+        for (int j = 0; j < i; j++)
+            if (strcmp(o->inputs[j].name, in->name) == 0)
+                return cli_fail("--input '%s' is given twice", in->name);
+        kiln_status rc;
+        if (ends_with(in->path, ".npy")) {
+            rc = kn_npy_read(in->path, &in->t);
+        } else {
+            char *name = NULL;
+            rc = kn_onnx_read_tensor_file(in->path, &in->t, &name);
+            kn_free(name);
+        }
+        if (rc != KILN_OK)
+            return cli_fail("input '%s': %s", in->name, kiln_last_error());
+    }
+    return 0;
+}
+
+bool cli_is_plan(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return false;
+    char magic[8] = {0};
+    size_t n = fread(magic, 1, sizeof magic, f);
+    fclose(f);
+    return n == 8 && memcmp(magic, "KILNPLAN", 8) == 0;
+}
+
+static const cli_shape *find_shape(const cli_opts *o, const char *name) {
+    for (int i = 0; i < o->n_shapes; i++)
+        if (strcmp(o->shapes[i].name, name) == 0)
+            return &o->shapes[i];
+    return NULL;
+}
+
+static const cli_input *find_input(const cli_opts *o, const char *name) {
+    for (int i = 0; i < o->n_inputs; i++)
+        if (strcmp(o->inputs[i].name, name) == 0)
+            return &o->inputs[i];
+    return NULL;
+}
+
+int cli_make_config(const cli_opts *o, kiln_network *net, kiln_build_config **out) {
+    kiln_build_config *cfg;
+    if (kiln_build_config_create(&cfg) != KILN_OK)
+        return cli_fail_kiln("build config");
+    if (o->threads > 0)
+        kiln_build_config_set_threads(cfg, o->threads);
+    const kn_graph *g = net->graph;
+    for (int i = 0; i < o->n_shapes; i++) {
+        int v = kn_graph_find_value(g, o->shapes[i].name);
+        if (v < 0 || !g->values[v].is_input) {
+            kiln_build_config_destroy(cfg);
+            return cli_fail("--shapes names '%s', which is not an input of the model",
+                            o->shapes[i].name);
+        }
+    }
+    for (int i = 0; i < g->n_inputs; i++) {
+        const kn_value *v = &g->values[g->inputs[i]];
+        const cli_shape *sh = find_shape(o, v->name);
+        const cli_input *in = find_input(o, v->name);
+        kiln_status rc = KILN_OK;
+        if (sh != NULL) {
+            rc = kiln_build_config_add_profile(cfg, v->name, sh->rank, sh->min, sh->opt, sh->max);
+        } else {
+            bool dynamic = false;
+            for (int d = 0; d < v->rank; d++)
+                dynamic |= v->dims[d].sym != NULL;
+            if (!dynamic)
+                continue;
+            if (in == NULL) {
+                kiln_build_config_destroy(cfg);
+                return cli_fail("input '%s' has dynamic dims: pass --shapes %s:DIMS or "
+                                "%s:MIN,OPT,MAX",
+                                v->name, v->name, v->name);
+            }
+            const int64_t *d = in->t.shape.d;
+            rc = kiln_build_config_add_profile(cfg, v->name, in->t.shape.rank, d, d, d);
+        }
+        if (rc != KILN_OK) {
+            kiln_build_config_destroy(cfg);
+            return cli_fail_kiln("profile");
+        }
+    }
+    *out = cfg;
+    return 0;
+}
+
+int cli_load_engine(const cli_opts *o, kiln_engine **out) {
+    if (cli_is_plan(o->model)) {
+        if (kiln_engine_load_file(o->model, out) != KILN_OK)
+            return cli_fail("%s", kiln_last_error());
+        return 0;
+    }
+    kiln_builder *b = NULL;
+    kiln_network *net = NULL;
+    kiln_build_config *cfg = NULL;
+    void *plan = NULL;
+    size_t size = 0;
+    int rc = 0;
+    if (kiln_builder_create(&b) != KILN_OK) {
+        rc = cli_fail_kiln("builder");
+        goto out;
+    }
+    if (kiln_network_from_onnx_file(b, o->model, &net) != KILN_OK) {
+        rc = cli_fail("%s", kiln_last_error());
+        goto out;
+    }
+    if ((rc = cli_make_config(o, net, &cfg)) != 0)
+        goto out;
+    if (kiln_build(b, net, cfg, &plan, &size) != KILN_OK) {
+        rc = cli_fail("%s: %s", o->model, kiln_last_error());
+        goto out;
+    }
+    if (kiln_engine_load_memory(plan, size, out) != KILN_OK)
+        rc = cli_fail("%s", kiln_last_error());
+out:
+    kiln_free(plan);
+    kiln_build_config_destroy(cfg);
+    kiln_network_destroy(net);
+    kiln_builder_destroy(b);
+    return rc;
+}
+
+/* Deterministic pseudo-random fill (xorshift) for benchmark inputs. */
+static void fill_random(kn_tensor *t, uint64_t seed) {
+    uint64_t s = seed * 2654435761u + 1;
+    int64_t n = kn_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++) {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        double u = (double)(s >> 11) / (double)(1ull << 53);
+        if (kn_dtype_is_float(t->dtype))
+            kn_tensor_set_f64(t, i, u * 2.0 - 1.0);
+        else if (t->dtype == KILN_DTYPE_BOOL)
+            kn_tensor_set_i64(t, i, u < 0.5);
+        else
+            kn_tensor_set_i64(t, i, (int64_t)(u * 4.0));
+    }
+}
+
+int cli_bind_inputs(const cli_opts *o, kiln_engine *e, kiln_context *ctx, bool random_rest,
+                    kn_tensor *owned, int *n_owned) {
+    *n_owned = 0;
+    for (int i = 0; i < o->n_inputs; i++) {
+        bool found = false;
+        for (int k = 0; k < kiln_engine_num_inputs(e) && !found; k++) {
+            kiln_io_info info;
+            kiln_engine_input_info(e, k, &info);
+            found = strcmp(info.name, o->inputs[i].name) == 0;
+        }
+        if (!found) {
+            char names[512] = "";
+            size_t used = 0;
+            for (int k = 0; k < kiln_engine_num_inputs(e) && used < sizeof names; k++) {
+                kiln_io_info info;
+                kiln_engine_input_info(e, k, &info);
+                used += (size_t)snprintf(names + used, sizeof names - used, "%s'%s'", k ? ", " : "",
+                                         info.name);
+            }
+            return cli_fail("--input names '%s', which is not an input of the model (inputs: %s)",
+                            o->inputs[i].name, names);
+        }
+    }
+    for (int k = 0; k < kiln_engine_num_inputs(e); k++) {
+        kiln_io_info info;
+        kiln_engine_input_info(e, k, &info);
+        const cli_input *in = find_input(o, info.name);
+        const cli_shape *sh = find_shape(o, info.name);
+        kn_tensor t = {0};
+        if (in != NULL) {
+            t = in->t;
+            if (t.dtype != (int32_t)info.dtype)
+                return cli_fail("input '%s' is %s but the model expects %s", info.name,
+                                kn_dtype_name(t.dtype), kn_dtype_name(info.dtype));
+        } else if (random_rest) {
+            t.dtype = info.dtype;
+            t.shape.rank = info.rank;
+            for (int d = 0; d < info.rank; d++)
+                t.shape.d[d] = sh ? sh->opt[d] : info.opt[d];
+            t.data = kn_malloc(kn_tensor_nbytes(&t) + 1);
+            if (t.data == NULL)
+                return cli_fail("out of memory for input '%s'", info.name);
+            fill_random(&t, (uint64_t)k + 1);
+            owned[(*n_owned)++] = t;
+        } else {
+            return cli_fail("input '%s' has no data: pass --input %s=FILE", info.name, info.name);
+        }
+        if (t.shape.rank != info.rank)
+            return cli_fail("input '%s' has rank %d but the model expects rank %d", info.name,
+                            t.shape.rank, info.rank);
+        if (kiln_context_set_input_shape(ctx, info.name, t.shape.rank, t.shape.d) != KILN_OK ||
+            kiln_context_set_input(ctx, info.name, t.data, kn_tensor_nbytes(&t)) != KILN_OK)
+            return cli_fail("%s", kiln_last_error());
+    }
+    return 0;
+}

@@ -1,0 +1,236 @@
+/* kiln inspect: what a model or plan holds after optimization. */
+#include "cli.h"
+
+#include "runtime/engine.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+static const char usage[] =
+    "usage: kiln inspect MODEL|PLAN [--shapes SPEC]... [--json] [--dot FILE]\n"
+    "\n"
+    "Shows inputs and outputs with their (symbolic) shapes, optimization profiles, the layers\n"
+    "left after optimization with the kernel each runs, weight bytes and the activation arena\n"
+    "size at the profile's largest shapes. An .onnx model is built in memory first (dynamic\n"
+    "inputs need --shapes).\n"
+    "\n"
+    "  --shapes SPEC      NAME:DIMS or NAME:MIN,OPT,MAX (see kiln build --help)\n"
+    "  --json             print one JSON object instead of text\n"
+    "  --dot FILE         write a Graphviz picture of the optimized graph to FILE\n";
+
+static void shape_text(const kn_value *v, char *buf, size_t size) {
+    size_t used = 0;
+    if (v->rank < 0) {
+        snprintf(buf, size, "?");
+        return;
+    }
+    used += (size_t)snprintf(buf, size, "[");
+    for (int d = 0; d < v->rank && used < size; d++) {
+        if (v->dims[d].sym)
+            used +=
+                (size_t)snprintf(buf + used, size - used, "%s%s", d ? ", " : "", v->dims[d].sym);
+        else
+            used += (size_t)snprintf(buf + used, size - used, "%s%lld", d ? ", " : "",
+                                     (long long)v->dims[d].value);
+    }
+    if (used < size)
+        snprintf(buf + used, size - used, "]");
+}
+
+static void jstr(const char *s) {
+    putchar('"');
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            putchar('\\');
+        if ((unsigned char)*s < 0x20)
+            printf("\\u%04x", (unsigned char)*s);
+        else
+            putchar(*s);
+    }
+    putchar('"');
+}
+
+/* What the node runs: the op, with fusion details. */
+static void kernel_text(const kn_node *n, char *buf, size_t size) {
+    const char *act = kn_attr_string(n, "kiln_activation", NULL);
+    int residual = (int)kn_attr_int(n, "kiln_residual", 0);
+    snprintf(buf, size, "cpu:%s%s%s%s%s", n->domain[0] ? n->domain : "", n->domain[0] ? "." : "",
+             n->op_type, residual ? "+residual" : "", "");
+    if (act) {
+        size_t l = strlen(buf);
+        snprintf(buf + l, size - l, "+%s", act);
+    }
+    if (strcmp(n->op_type, "FusedElementwise") == 0) {
+        const int64_t *prog;
+        int64_t len = kn_attr_ints(n, "program", &prog);
+        size_t l = strlen(buf);
+        snprintf(buf + l, size - l, "(%lld instructions)", (long long)len);
+    }
+}
+
+static size_t arena_at_max(kiln_engine *e) {
+    kiln_context *ctx;
+    if (kiln_context_create(e, &ctx) != KILN_OK)
+        return 0;
+    for (int i = 0; i < kiln_engine_num_inputs(e); i++) {
+        kiln_io_info info;
+        kiln_engine_input_info(e, i, &info);
+        kiln_context_set_input_shape(ctx, info.name, info.rank, info.dims);
+    }
+    size_t size = kn_context_resolve(ctx) == KILN_OK ? ctx->arena_size : 0;
+    kiln_context_destroy(ctx);
+    return size;
+}
+
+static int write_dot(const kn_graph *g, const char *path) {
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (f == NULL)
+        return cli_fail("cannot write %s: %s", path, strerror(errno));
+    fprintf(f, "digraph kiln {\n  rankdir=TB;\n  node [shape=box, fontname=\"Helvetica\"];\n");
+    for (int i = 0; i < g->n_inputs; i++)
+        fprintf(f, "  v%d [shape=ellipse, label=\"%s\"];\n", g->inputs[i],
+                g->values[g->inputs[i]].name);
+    for (int i = 0; i < g->n_outputs; i++)
+        fprintf(f, "  v%d [shape=ellipse, label=\"%s\"];\n", g->outputs[i],
+                g->values[g->outputs[i]].name);
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kn_node *n = &g->nodes[i];
+        char k[256];
+        kernel_text(n, k, sizeof k);
+        fprintf(f, "  n%d [label=\"%s\\n%s\"];\n", i, n->name, k);
+        for (int j = 0; j < n->n_in; j++) {
+            int v = n->in[j];
+            if (v < 0 || g->values[v].data != NULL)
+                continue;
+            char s[256];
+            shape_text(&g->values[v], s, sizeof s);
+            if (g->values[v].producer >= 0)
+                fprintf(f, "  n%d -> n%d [label=\"%s\"];\n", g->values[v].producer, i, s);
+            else
+                fprintf(f, "  v%d -> n%d;\n", v, i);
+        }
+        for (int j = 0; j < n->n_out; j++)
+            if (n->out[j] >= 0 && g->values[n->out[j]].is_output)
+                fprintf(f, "  n%d -> v%d;\n", i, n->out[j]);
+    }
+    fprintf(f, "}\n");
+    if (fclose(f) != 0 || rename(tmp, path) != 0) {
+        remove(tmp);
+        return cli_fail("cannot write %s: %s", path, strerror(errno));
+    }
+    return 0;
+}
+
+static void print_io(const kiln_engine *e, const kn_graph *g, bool json) {
+    for (int pass = 0; pass < 2; pass++) {
+        int n = pass ? g->n_outputs : g->n_inputs;
+        const int *list = pass ? g->outputs : g->inputs;
+        if (json)
+            printf("%s\"%s\": [", pass ? ", " : "", pass ? "outputs" : "inputs");
+        else
+            printf("%s:\n", pass ? "outputs" : "inputs");
+        for (int i = 0; i < n; i++) {
+            const kn_value *v = &g->values[list[i]];
+            char s[512];
+            shape_text(v, s, sizeof s);
+            const kn_profile *p = pass ? NULL : e->input_profile[i];
+            if (json) {
+                printf("%s{\"name\": ", i ? ", " : "");
+                jstr(v->name);
+                printf(", \"dtype\": \"%s\", \"shape\": ", kn_dtype_name(v->dtype));
+                jstr(s);
+                if (p) {
+                    printf(", \"profile\": {");
+                    const int64_t *arr[3] = {p->min, p->opt, p->max};
+                    for (int k = 0; k < 3; k++) {
+                        printf("%s\"%s\": [", k ? ", " : "",
+                               k == 0   ? "min"
+                               : k == 1 ? "opt"
+                                        : "max");
+                        for (int d = 0; d < p->rank; d++)
+                            printf("%s%lld", d ? ", " : "", (long long)arr[k][d]);
+                        printf("]");
+                    }
+                    printf("}");
+                }
+                printf("}");
+            } else {
+                printf("  %-24s %-8s %s", v->name, kn_dtype_name(v->dtype), s);
+                if (p) {
+                    printf("   profile");
+                    const int64_t *arr[3] = {p->min, p->opt, p->max};
+                    for (int k = 0; k < 3; k++) {
+                        printf(" %s ", k == 0 ? "min" : k == 1 ? "opt" : "max");
+                        for (int d = 0; d < p->rank; d++)
+                            printf("%s%lld", d ? "x" : "", (long long)arr[k][d]);
+                    }
+                }
+                printf("\n");
+            }
+        }
+        if (json)
+            printf("]");
+    }
+}
+
+int cmd_inspect(int argc, char **argv) {
+    cli_opts o;
+    int rc = cli_parse(argc, argv, "sjg", usage, &o);
+    if (rc != 0)
+        return rc < 0 ? 0 : rc;
+    kiln_engine *e = NULL;
+    if ((rc = cli_load_engine(&o, &e)) != 0)
+        goto out;
+    const kn_graph *g = e->plan.graph;
+    size_t weights = 0;
+    for (int v = 0; v < g->n_values; v++)
+        if (g->values[v].data != NULL) {
+            kn_tensor t = kn_value_tensor(&g->values[v]);
+            weights += kn_tensor_nbytes(&t);
+        }
+    size_t arena = arena_at_max(e);
+    if (o.json) {
+        printf("{");
+        print_io(e, g, true);
+        printf(", \"layers\": [");
+        for (int i = 0; i < g->n_nodes; i++) {
+            const kn_node *n = &g->nodes[i];
+            char k[256];
+            kernel_text(n, k, sizeof k);
+            printf("%s{\"name\": ", i ? ", " : "");
+            jstr(n->name);
+            printf(", \"op\": ");
+            jstr(n->op_type);
+            printf(", \"domain\": ");
+            jstr(n->domain);
+            printf(", \"kernel\": ");
+            jstr(k);
+            printf("}");
+        }
+        printf("], \"weight_bytes\": %zu, \"arena_bytes\": %zu, \"plugins\": []}\n", weights,
+               arena);
+    } else {
+        print_io(e, g, false);
+        printf("layers (%d after optimization):\n", g->n_nodes);
+        for (int i = 0; i < g->n_nodes; i++) {
+            const kn_node *n = &g->nodes[i];
+            char k[256], s[512] = "";
+            kernel_text(n, k, sizeof k);
+            if (n->n_out > 0 && n->out[0] >= 0)
+                shape_text(&g->values[n->out[0]], s, sizeof s);
+            printf("  %4d  %-36s %-34s -> %s\n", i, n->name, k, s);
+        }
+        printf("weights: %zu bytes\nactivation arena (largest shapes): %zu bytes\n"
+               "plugins required: none\n",
+               weights, arena);
+    }
+    if (o.dot)
+        rc = write_dot(g, o.dot);
+out:
+    kiln_engine_destroy(e);
+    cli_opts_free(&o);
+    return rc;
+}
