@@ -1,0 +1,501 @@
+/* ModelProto -> kn_graph: opsets, initializers, inputs, Constant nodes, nodes, value_info and
+ * outputs, in that order, then a topological sort. */
+#include "onnx/onnx_import.h"
+
+#include "core/alloc.h"
+#include "core/fileio.h"
+#include "onnx/onnx_private.h"
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Default-domain opsets kiln's operator table is written against. */
+#define KN_ONNX_MIN_OPSET 7
+#define KN_ONNX_MAX_OPSET 21
+
+/* Open-addressing map from borrowed strings to ints (value indices, or 0 for a set). */
+typedef struct str_map {
+    const char **keys;
+    int *vals;
+    size_t cap, n;
+} str_map;
+
+static uint64_t hash_str(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+static int map_get(const str_map *m, const char *key) {
+    if (m->cap == 0)
+        return -1;
+    for (size_t i = hash_str(key) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+        if (m->keys[i] == NULL)
+            return -1;
+        if (strcmp(m->keys[i], key) == 0)
+            return m->vals[i];
+    }
+}
+
+static kiln_status map_put(str_map *m, const char *key, int val);
+
+static kiln_status map_grow(str_map *m) {
+    str_map bigger = {0};
+    bigger.cap = m->cap ? m->cap * 2 : 64;
+    bigger.keys = kn_calloc(bigger.cap, sizeof *bigger.keys);
+    bigger.vals = kn_calloc(bigger.cap, sizeof *bigger.vals);
+    if (bigger.keys == NULL || bigger.vals == NULL) {
+        kn_free(bigger.keys);
+        kn_free(bigger.vals);
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory importing the model");
+    }
+    for (size_t i = 0; i < m->cap; i++)
+        if (m->keys[i] != NULL)
+            map_put(&bigger, m->keys[i], m->vals[i]);
+    kn_free(m->keys);
+    kn_free(m->vals);
+    *m = bigger;
+    return KILN_OK;
+}
+
+static kiln_status map_put(str_map *m, const char *key, int val) {
+    if (2 * (m->n + 1) > m->cap)
+        KN_TRY(map_grow(m));
+    size_t i = hash_str(key) & (m->cap - 1);
+    while (m->keys[i] != NULL && strcmp(m->keys[i], key) != 0)
+        i = (i + 1) & (m->cap - 1);
+    if (m->keys[i] == NULL)
+        m->n++;
+    m->keys[i] = key;
+    m->vals[i] = val;
+    return KILN_OK;
+}
+
+static void map_free(str_map *m) {
+    kn_free(m->keys);
+    kn_free(m->vals);
+}
+
+typedef struct importer {
+    const Onnx__GraphProto *gp;
+    const char *base_dir;
+    kn_graph *g;
+    str_map values;      /* value name -> index in g */
+    str_map node_names;  /* names handed out so far */
+    char **names;        /* per proto node: its unique name (owned) */
+    char (*labels)[320]; /* per proto node: "node 'n' (Op)" for messages */
+    bool *removed;       /* per proto node: a Constant turned into a value */
+} importer;
+
+static const char *nz(const char *s) {
+    return s != NULL ? s : "";
+}
+
+static const char *canonical_domain(const char *d) {
+    return d == NULL || strcmp(d, "ai.onnx") == 0 ? "" : d;
+}
+
+static kiln_status oom(void) {
+    return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory importing the model");
+}
+
+static kiln_status add_value(importer *im, const char *name, int *index) {
+    int v = kn_graph_add_value(im->g, name);
+    if (v < 0)
+        return oom();
+    KN_TRY(map_put(&im->values, im->g->values[v].name, v));
+    *index = v;
+    return KILN_OK;
+}
+
+static kiln_status import_opsets(importer *im, const Onnx__ModelProto *m) {
+    for (size_t i = 0; i < m->n_opset_import; i++) {
+        const Onnx__OperatorSetIdProto *os = m->opset_import[i];
+        const char *dom = canonical_domain(os->domain);
+        int64_t ver = os->has_version ? os->version : 0;
+        if (dom[0] == '\0' && (ver < KN_ONNX_MIN_OPSET || ver > KN_ONNX_MAX_OPSET))
+            return kn_error(KILN_ERR_UNSUPPORTED,
+                            "the model imports opset %lld of the default ONNX domain; kiln "
+                            "supports opsets %d to %d",
+                            (long long)ver, KN_ONNX_MIN_OPSET, KN_ONNX_MAX_OPSET);
+        if (ver < 0 || ver > INT_MAX)
+            return kn_error(KILN_ERR_MODEL, "opset import for domain '%s' has version %lld", dom,
+                            (long long)ver);
+        int64_t prev = kn_graph_opset(im->g, dom);
+        if (prev == ver)
+            continue;
+        if (prev >= 0)
+            return kn_error(KILN_ERR_MODEL, "domain '%s' is imported twice (opsets %lld and %lld)",
+                            dom, (long long)prev, (long long)ver);
+        KN_TRY(kn_graph_add_opset(im->g, dom, ver));
+    }
+    return KILN_OK;
+}
+
+static kiln_status set_dim(kn_value *v, int i, int64_t value, const char *sym) {
+    kn_free(v->dims[i].sym);
+    v->dims[i].sym = NULL;
+    v->dims[i].value = value;
+    if (sym != NULL) {
+        v->dims[i].value = -1;
+        v->dims[i].sym = kn_strdup(sym);
+        if (v->dims[i].sym == NULL)
+            return oom();
+    }
+    return KILN_OK;
+}
+
+/* Copy a declared tensor type onto value vi. `what` is e.g. "graph input 'x'". An input needs a
+ * tensor type with an element type; elsewhere a type is advisory and may be partial. */
+static kiln_status apply_type(importer *im, int vi, const Onnx__TypeProto *tp, const char *what,
+                              bool required) {
+    if (tp == NULL || tp->value_case == ONNX__TYPE_PROTO__VALUE__NOT_SET) {
+        if (required)
+            return kn_error(KILN_ERR_MODEL, "%s has no type", what);
+        return KILN_OK;
+    }
+    if (tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || tp->tensor_type == NULL) {
+        if (required)
+            return kn_error(KILN_ERR_UNSUPPORTED,
+                            "%s is a sequence, map, optional or sparse tensor; only dense tensors "
+                            "are supported",
+                            what);
+        return KILN_OK;
+    }
+    const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
+    int32_t dtype = tt->has_elem_type ? tt->elem_type : 0;
+    if (dtype != 0 || required)
+        KN_TRY(kn_onnx_check_dtype(dtype, what));
+    const Onnx__TensorShapeProto *sh = tt->shape;
+    if (sh != NULL && sh->n_dim > KN_MAX_RANK)
+        return kn_error(KILN_ERR_UNSUPPORTED, "%s has rank %zu; kiln supports at most %d", what,
+                        sh->n_dim, KN_MAX_RANK);
+    kn_value *v = &im->g->values[vi];
+    if (dtype != 0)
+        v->dtype = dtype;
+    if (sh == NULL)
+        return KILN_OK;
+    int64_t numel = 1;
+    for (size_t i = 0; i < sh->n_dim; i++) {
+        const Onnx__TensorShapeProto__Dimension *d = sh->dim[i];
+        if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE) {
+            int64_t x = d->dim_value;
+            if (x < 0 || x > KN_MAX_ELEMENTS || (x > 0 && numel > KN_MAX_ELEMENTS / x))
+                return kn_error(KILN_ERR_MODEL, "%s: dim %zu (%lld) is negative or absurdly large",
+                                what, i, (long long)x);
+            numel *= x;
+            KN_TRY(set_dim(v, (int)i, x, NULL));
+        } else if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM &&
+                   d->dim_param != NULL && d->dim_param[0] != '\0') {
+            KN_TRY(set_dim(v, (int)i, -1, d->dim_param));
+        } else {
+            char sym[300];
+            snprintf(sym, sizeof sym, "%.250s_dim%zu", v->name, i);
+            KN_TRY(set_dim(v, (int)i, -1, sym));
+        }
+    }
+    for (int i = (int)sh->n_dim; i < v->rank && i < KN_MAX_RANK; i++)
+        KN_TRY(set_dim(v, i, 0, NULL));
+    v->rank = (int32_t)sh->n_dim;
+    return KILN_OK;
+}
+
+static kiln_status import_initializers(importer *im) {
+    const Onnx__GraphProto *gp = im->gp;
+    if (gp->n_sparse_initializer > 0)
+        return kn_error(KILN_ERR_UNSUPPORTED, "sparse initializers are not supported");
+    for (size_t i = 0; i < gp->n_initializer; i++) {
+        const Onnx__TensorProto *tp = gp->initializer[i];
+        const char *name = nz(tp->name);
+        char what[300];
+        snprintf(what, sizeof what, "initializer '%.250s'", name);
+        if (name[0] == '\0')
+            return kn_error(KILN_ERR_MODEL, "initializer %zu has no name", i);
+        if (map_get(&im->values, name) >= 0)
+            return kn_error(KILN_ERR_MODEL, "%s is defined twice", what);
+        kn_tensor t;
+        KN_TRY(kn_onnx_tensor_convert(tp, im->base_dir, what, &t));
+        int v;
+        kiln_status rc = add_value(im, name, &v);
+        if (rc == KILN_OK)
+            rc = kn_value_set_const(im->g, v, &t);
+        kn_free(t.data);
+        KN_TRY(rc);
+    }
+    return KILN_OK;
+}
+
+static kiln_status import_inputs(importer *im) {
+    for (size_t i = 0; i < im->gp->n_input; i++) {
+        const Onnx__ValueInfoProto *vi = im->gp->input[i];
+        const char *name = nz(vi->name);
+        char what[300];
+        snprintf(what, sizeof what, "graph input '%.250s'", name);
+        if (name[0] == '\0')
+            return kn_error(KILN_ERR_MODEL, "graph input %zu has no name", i);
+        int v = map_get(&im->values, name);
+        if (v >= 0 && kn_value_is_const(&im->g->values[v]))
+            continue; /* an initializer listed as input: kept as a constant */
+        if (v >= 0)
+            return kn_error(KILN_ERR_MODEL, "%s is listed twice", what);
+        KN_TRY(add_value(im, name, &v));
+        KN_TRY(apply_type(im, v, vi->type, what, true));
+        im->g->values[v].is_input = true;
+        KN_TRY(kn_graph_add_input(im->g, v));
+    }
+    return KILN_OK;
+}
+
+/* Gives node i a unique name (its own, else "<op_type>_<i>", suffixed on collision). */
+static kiln_status name_node(importer *im, size_t i, const Onnx__NodeProto *np) {
+    char base[300], name[320];
+    if (np->name != NULL && np->name[0] != '\0')
+        snprintf(base, sizeof base, "%.290s", np->name);
+    else
+        snprintf(base, sizeof base, "%.250s_%zu", nz(np->op_type), i);
+    snprintf(name, sizeof name, "%s", base);
+    for (int k = 2; map_get(&im->node_names, name) >= 0; k++)
+        snprintf(name, sizeof name, "%s_%d", base, k);
+    im->names[i] = kn_strdup(name);
+    if (im->names[i] == NULL)
+        return oom();
+    KN_TRY(map_put(&im->node_names, im->names[i], 0));
+    snprintf(im->labels[i], sizeof im->labels[i], "node '%.200s' (%.100s)", name, nz(np->op_type));
+    return KILN_OK;
+}
+
+static kiln_status import_constant(importer *im, size_t i, const Onnx__NodeProto *np) {
+    const char *label = im->labels[i];
+    if (np->n_input != 0 || np->n_output != 1 || nz(np->output[0])[0] == '\0')
+        return kn_error(KILN_ERR_MODEL, "%s: a Constant takes no inputs and has one named output",
+                        label);
+    kn_tensor t;
+    KN_TRY(kn_onnx_constant_tensor(np, im->base_dir, label, &t));
+    int v = map_get(&im->values, np->output[0]);
+    kiln_status rc = kn_value_set_const(im->g, v, &t);
+    kn_free(t.data);
+    im->removed[i] = true;
+    return rc;
+}
+
+/* First pass over nodes: names, opsets, every output value, and Constant nodes folded into
+ * values. Outputs exist before inputs are resolved so nodes out of order still import. */
+static kiln_status declare_node(importer *im, size_t i) {
+    const Onnx__NodeProto *np = im->gp->node[i];
+    if (np->op_type == NULL || np->op_type[0] == '\0')
+        return kn_error(KILN_ERR_MODEL, "node %zu ('%s') has no op_type", i, nz(np->name));
+    KN_TRY(name_node(im, i, np));
+    const char *label = im->labels[i];
+    const char *dom = canonical_domain(np->domain);
+    if (kn_graph_opset(im->g, dom) < 0)
+        return kn_error(KILN_ERR_MODEL, "%s: its domain '%s' has no opset import", label, dom);
+    for (size_t o = 0; o < np->n_output; o++) {
+        const char *out = nz(np->output[o]);
+        if (out[0] == '\0')
+            continue;
+        int v = map_get(&im->values, out);
+        if (v >= 0) {
+            const kn_value *val = &im->g->values[v];
+            const char *what = val->is_input            ? "a graph input"
+                               : kn_value_is_const(val) ? "an initializer or constant"
+                                                        : "another node's output";
+            return kn_error(KILN_ERR_MODEL, "%s: output '%s' is already %s", label, out, what);
+        }
+        KN_TRY(add_value(im, out, &v));
+    }
+    if (dom[0] == '\0' && strcmp(np->op_type, "Constant") == 0)
+        return import_constant(im, i, np);
+    return KILN_OK;
+}
+
+static kiln_status import_node(importer *im, size_t i, int *in, int *out) {
+    const Onnx__NodeProto *np = im->gp->node[i];
+    const char *label = im->labels[i];
+    for (size_t k = 0; k < np->n_input; k++) {
+        const char *name = nz(np->input[k]);
+        in[k] = name[0] == '\0' ? -1 : map_get(&im->values, name);
+        if (name[0] != '\0' && in[k] < 0)
+            return kn_error(KILN_ERR_MODEL,
+                            "%s: input '%s' is not produced by any node, graph input or "
+                            "initializer",
+                            label, name);
+    }
+    for (size_t k = 0; k < np->n_output; k++) {
+        const char *name = nz(np->output[k]);
+        out[k] = name[0] == '\0' ? -1 : map_get(&im->values, name);
+    }
+    const char *dom = canonical_domain(np->domain);
+    int n =
+        kn_graph_add_node(im->g, im->names[i], np->op_type, dom, (int)kn_graph_opset(im->g, dom),
+                          (int)np->n_input, in, (int)np->n_output, out);
+    if (n < 0)
+        return oom();
+    for (size_t k = 0; k < np->n_attribute; k++) {
+        kn_attr a;
+        kiln_status rc = kn_onnx_attr_convert(np->attribute[k], im->base_dir, label, &a);
+        if (rc == KILN_OK)
+            rc = kn_node_add_attr(im->g, n, &a);
+        kn_onnx_attr_release(&a);
+        KN_TRY(rc);
+    }
+    return KILN_OK;
+}
+
+static kiln_status import_nodes(importer *im) {
+    const Onnx__GraphProto *gp = im->gp;
+    size_t nn = gp->n_node;
+    if (nn > INT_MAX / 2)
+        return kn_error(KILN_ERR_UNSUPPORTED, "the graph has too many nodes (%zu)", nn);
+    size_t max_io = 1;
+    for (size_t i = 0; i < nn; i++) {
+        const Onnx__NodeProto *np = gp->node[i];
+        if (np->n_input > max_io)
+            max_io = np->n_input;
+        if (np->n_output > max_io)
+            max_io = np->n_output;
+    }
+    if (max_io > INT_MAX / 2)
+        return kn_error(KILN_ERR_MODEL, "a node has %zu inputs or outputs", max_io);
+    im->names = kn_calloc(nn + 1, sizeof *im->names);
+    im->labels = kn_calloc(nn + 1, sizeof *im->labels);
+    im->removed = kn_calloc(nn + 1, sizeof *im->removed);
+    int *in = kn_calloc(max_io, sizeof(int));
+    int *out = kn_calloc(max_io, sizeof(int));
+    kiln_status rc = KILN_OK;
+    if (im->names == NULL || im->labels == NULL || im->removed == NULL || in == NULL ||
+        out == NULL) {
+        rc = oom();
+        goto out_free;
+    }
+    for (size_t i = 0; i < nn && rc == KILN_OK; i++)
+        rc = declare_node(im, i);
+    for (size_t i = 0; i < nn && rc == KILN_OK; i++)
+        if (!im->removed[i])
+            rc = import_node(im, i, in, out);
+out_free:
+    kn_free(in);
+    kn_free(out);
+    return rc;
+}
+
+static kiln_status import_value_info(importer *im) {
+    for (size_t i = 0; i < im->gp->n_value_info; i++) {
+        const Onnx__ValueInfoProto *vi = im->gp->value_info[i];
+        int v = map_get(&im->values, nz(vi->name));
+        if (v < 0 || kn_value_is_const(&im->g->values[v]) || im->g->values[v].is_input)
+            continue;
+        char what[300];
+        snprintf(what, sizeof what, "value_info '%.250s'", nz(vi->name));
+        KN_TRY(apply_type(im, v, vi->type, what, false));
+    }
+    return KILN_OK;
+}
+
+static kiln_status import_outputs(importer *im) {
+    for (size_t i = 0; i < im->gp->n_output; i++) {
+        const Onnx__ValueInfoProto *vi = im->gp->output[i];
+        const char *name = nz(vi->name);
+        char what[300];
+        snprintf(what, sizeof what, "graph output '%.250s'", name);
+        if (name[0] == '\0')
+            return kn_error(KILN_ERR_MODEL, "graph output %zu has no name", i);
+        int v = map_get(&im->values, name);
+        if (v < 0)
+            return kn_error(KILN_ERR_MODEL,
+                            "%s is not produced by any node, graph input or initializer", what);
+        kn_value *val = &im->g->values[v];
+        if (val->is_output)
+            return kn_error(KILN_ERR_UNSUPPORTED, "%s is listed twice", what);
+        if (!kn_value_is_const(val) && !val->is_input)
+            KN_TRY(apply_type(im, v, vi->type, what, false));
+        im->g->values[v].is_output = true;
+        KN_TRY(kn_graph_add_output(im->g, v));
+    }
+    if (im->gp->n_output == 0)
+        return kn_error(KILN_ERR_MODEL, "the graph has no outputs");
+    return KILN_OK;
+}
+
+static kiln_status import_graph(importer *im, const Onnx__ModelProto *m) {
+    KN_TRY(import_opsets(im, m));
+    if (im->gp->name != NULL) {
+        kn_free(im->g->name);
+        im->g->name = kn_strdup(im->gp->name);
+        if (im->g->name == NULL)
+            return oom();
+    }
+    im->g->ir_version = m->has_ir_version ? m->ir_version : 0;
+    KN_TRY(import_initializers(im));
+    KN_TRY(import_inputs(im));
+    KN_TRY(import_nodes(im));
+    KN_TRY(import_value_info(im));
+    KN_TRY(import_outputs(im));
+    return kn_graph_toposort(im->g);
+}
+
+kiln_status kn_onnx_import(const void *data, size_t size, const char *base_dir, kn_graph **out) {
+    if (data == NULL || out == NULL)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "model bytes or output is NULL");
+    *out = NULL;
+    if (size == 0)
+        return kn_error(KILN_ERR_MODEL, "the model is empty (0 bytes)");
+    Onnx__ModelProto *m =
+        onnx__model_proto__unpack(&kn_onnx_pb_allocator, size, (const uint8_t *)data);
+    if (m == NULL)
+        return kn_error(KILN_ERR_MODEL,
+                        "not a valid ONNX model: protobuf parsing failed (truncated or corrupt "
+                        "bytes, %zu bytes read)",
+                        size);
+    kiln_status rc;
+    importer im = {0};
+    im.gp = m->graph;
+    im.base_dir = base_dir;
+    if (im.gp == NULL) {
+        rc = kn_error(KILN_ERR_MODEL, "the model has no graph");
+        goto out_free_model;
+    }
+    im.g = kn_graph_create();
+    if (im.g == NULL) {
+        rc = oom();
+        goto out_free_model;
+    }
+    rc = import_graph(&im, m);
+    if (rc == KILN_OK) {
+        *out = im.g;
+        im.g = NULL;
+    }
+    if (im.g != NULL)
+        kn_graph_destroy(im.g);
+    if (im.names != NULL)
+        for (size_t i = 0; i < im.gp->n_node; i++)
+            kn_free(im.names[i]);
+    kn_free(im.names);
+    kn_free(im.labels);
+    kn_free(im.removed);
+    map_free(&im.values);
+    map_free(&im.node_names);
+out_free_model:
+    onnx__model_proto__free_unpacked(m, &kn_onnx_pb_allocator);
+    return rc;
+}
+
+kiln_status kn_onnx_import_file(const char *path, kn_graph **out) {
+    const void *data;
+    size_t size;
+    KN_TRY(kn_file_map(path, &data, &size));
+    const char *slash = strrchr(path, '/');
+    char *dir = slash == NULL ? kn_strdup(".") : kn_strndup(path, (size_t)(slash - path));
+    kiln_status rc;
+    if (dir == NULL)
+        rc = oom();
+    else
+        rc = kn_onnx_import(data, size, dir[0] != '\0' ? dir : "/", out);
+    kn_free(dir);
+    kn_file_unmap(data, size);
+    if (rc != KILN_OK)
+        kn_error_prefix(rc, "'%s': ", path);
+    return rc;
+}

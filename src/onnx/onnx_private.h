@@ -1,0 +1,35 @@
+/* Shared by the ONNX importer's files: the protobuf-c allocator and TensorProto conversion. */
+#ifndef KN_ONNX_PRIVATE_H
+#define KN_ONNX_PRIVATE_H
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "ir/graph.h"
+#include "onnx/onnx.pb-c.h"
+
+/* Routes protobuf-c's allocations through kn_malloc/kn_free. */
+extern ProtobufCAllocator kn_onnx_pb_allocator;
+
+/* Convert a TensorProto into t (t->data kn_malloc'd, owned by the caller). `what` names the
+ * tensor in error messages (e.g. "initializer 'w'"). base_dir resolves external data (NULL:
+ * current directory). Accepts raw_data, the typed fields and external data; refuses strings,
+ * segments and dtypes kiln lacks. */
+kiln_status kn_onnx_tensor_convert(const Onnx__TensorProto *tp, const char *base_dir,
+                                   const char *what, kn_tensor *t);
+
+/* Check an ONNX elem_type is a dtype kiln handles; the error names `what`. */
+kiln_status kn_onnx_check_dtype(int32_t dtype, const char *what);
+
+/* Fill a temporary kn_attr from ap, ready for kn_node_add_attr (which deep-copies); release
+ * it with kn_onnx_attr_release. Its name, ints and floats borrow from ap. Subgraph, sparse and
+ * function-reference attributes are refused (KILN_ERR_UNSUPPORTED) naming `label`. */
+kiln_status kn_onnx_attr_convert(const Onnx__AttributeProto *ap, const char *base_dir,
+                                 const char *label, kn_attr *a);
+void kn_onnx_attr_release(kn_attr *a);
+
+/* The value of a Constant node (value, value_float(s), value_int(s)) as a tensor (data
+ * kn_malloc'd, owned by the caller). */
+kiln_status kn_onnx_constant_tensor(const Onnx__NodeProto *np, const char *base_dir,
+                                    const char *label, kn_tensor *t);
+
+#endif
