@@ -1,3 +1,39 @@
-#include "backend/cpu/cpu.h"
+/* CPU kernels of the tensor family (shape, movement, indexing). */
+#include "backend/cpu/tensor_kernels.h"
 
-const kn_kernel kn_cpu_tensor[] = {{0}};
+const kn_kernel kn_cpu_tensor[] = {
+    {"", "Reshape", cpu_tensor_run_copy, NULL, NULL},
+    {"", "Flatten", cpu_tensor_run_copy, NULL, NULL},
+    {"", "Squeeze", cpu_tensor_run_copy, NULL, NULL},
+    {"", "Unsqueeze", cpu_tensor_run_copy, NULL, NULL},
+    {"", "Identity", cpu_tensor_run_copy, NULL, NULL},
+    {"", "Dropout", cpu_tensor_run_dropout, NULL, NULL},
+    {"", "Shape", cpu_tensor_run_shape, NULL, NULL},
+    {"", "Size", cpu_tensor_run_size, NULL, NULL},
+    {"", "Expand", cpu_tensor_run_expand, NULL, NULL},
+    {"", "Tile", cpu_tensor_run_tile, NULL, NULL},
+    {"", "ConstantOfShape", cpu_tensor_run_constant_of_shape, NULL, NULL},
+    {"", "Range", cpu_tensor_run_range, NULL, NULL},
+    {"", "EyeLike", cpu_tensor_run_eye_like, NULL, NULL},
+    {"", "Trilu", cpu_tensor_run_trilu, NULL, NULL},
+    {"", "CumSum", cpu_tensor_run_cumsum, NULL, NULL},
+    {"", "OneHot", cpu_tensor_run_one_hot, NULL, NULL},
+    {"", "Concat", cpu_tensor_run_concat, NULL, NULL},
+    {"", "Split", cpu_tensor_run_split, NULL, NULL},
+    {"", "Slice", cpu_tensor_run_slice, NULL, NULL},
+    {"", "Pad", cpu_tensor_run_pad, NULL, NULL},
+    {"", "Transpose", cpu_tensor_run_transpose, NULL, NULL},
+    {"", "DepthToSpace", cpu_tensor_run_depth_to_space, NULL, NULL},
+    {"", "SpaceToDepth", cpu_tensor_run_space_to_depth, NULL, NULL},
+    {"", "Gather", cpu_tensor_run_gather, NULL, NULL},
+    {"", "GatherElements", cpu_tensor_run_gather_elements, NULL, NULL},
+    {"", "GatherND", cpu_tensor_run_gather_nd, NULL, NULL},
+    {"", "Scatter", cpu_tensor_run_scatter_elements, NULL, NULL},
+    {"", "ScatterElements", cpu_tensor_run_scatter_elements, NULL, NULL},
+    {"", "ScatterND", cpu_tensor_run_scatter_nd, NULL, NULL},
+    {"", "NonZero", cpu_tensor_run_non_zero, NULL, NULL},
+    {"", "Compress", cpu_tensor_run_compress, NULL, NULL},
+    {"", "Unique", cpu_tensor_run_unique, NULL, NULL},
+    {"", "ReverseSequence", cpu_tensor_run_reverse_sequence, NULL, NULL},
+    {0},
+};
