@@ -1,0 +1,309 @@
+/* Collapse trees of float32 element-wise nodes into one kiln.FusedElementwise node.
+ *
+ * Walking nodes from the last to the first, each fusible node not yet in a group roots a new
+ * one; the group then takes in every fusible producer whose output feeds only that group and
+ * is not a graph output. Such groups are trees, so the root's output is the group's only
+ * result and its shape is the broadcast of the group's inputs. The root's slot receives the
+ * fused node, which keeps the graph sorted: everything the group reads is produced before its
+ * first member. Scalar float32 constants become CONST instructions instead of inputs when that
+ * cannot change the output's rank. */
+#include "passes/passes.h"
+
+#include "core/alloc.h"
+#include "ops/fused_elementwise.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_GROUP 64
+#define MAX_INPUTS 32
+
+static bool is_f32(const kn_graph *g, int v) {
+    return v >= 0 && g->values[v].dtype == KILN_DTYPE_FLOAT32;
+}
+
+static bool scalar_const(const kn_graph *g, int v) {
+    if (!is_f32(g, v) || !kn_value_is_const(&g->values[v]))
+        return false;
+    kn_shape s;
+    return kn_value_shape(&g->values[v], &s) && kn_shape_numel(&s) == 1;
+}
+
+static float const_value(const kn_graph *g, int v) {
+    return *(const float *)g->values[v].data;
+}
+
+static bool node_fusible(const kn_graph *g, const kn_node *n) {
+    if (n->dead || n->n_out != 1 || !is_f32(g, n->out[0]))
+        return false;
+    int u = kn_ew_unary_of(n);
+    if (u == KN_EW_CLIP && n->opset >= 11) {
+        if (n->n_in < 1 || n->n_in > 3 || !is_f32(g, n->in[0]))
+            return false;
+        for (int i = 1; i < n->n_in; i++)
+            if (n->in[i] >= 0 && !scalar_const(g, n->in[i]))
+                return false;
+        return true;
+    }
+    if (u >= 0)
+        return n->n_in == 1 && is_f32(g, n->in[0]);
+    return kn_ew_binary_of(n) >= 0 && is_f32(g, n->in[0]) && is_f32(g, n->in[1]);
+}
+
+/* Operands a member reads as registers (Clip's constant bounds are parameters instead). */
+static int n_operands(const kn_node *n) {
+    return kn_ew_unary_of(n) >= 0 ? 1 : 2;
+}
+
+typedef struct slot {
+    int value, reg, last_use;
+} slot;
+
+typedef struct builder {
+    int64_t prog[(3 * MAX_GROUP + 1) * KN_FUSED_INSTR_INTS];
+    int n_prog;
+    float consts[4 * MAX_GROUP];
+    int n_consts;
+    int inputs[MAX_INPUTS];
+    int n_inputs;
+    slot slots[3 * MAX_GROUP];
+    int n_slots;
+    bool busy[KN_FUSED_MAX_REGS];
+} builder;
+
+static void emit(builder *b, int kind, int op, int dst, int a, int x) {
+    int64_t *p = b->prog + b->n_prog * KN_FUSED_INSTR_INTS;
+    p[0] = kind;
+    p[1] = op;
+    p[2] = dst;
+    p[3] = a;
+    p[4] = x;
+    b->n_prog++;
+}
+
+static int alloc_reg(builder *b) {
+    for (int r = 0; r < KN_FUSED_MAX_REGS; r++)
+        if (!b->busy[r]) {
+            b->busy[r] = true;
+            return r;
+        }
+    return -1;
+}
+
+static slot *find_slot(builder *b, int v) {
+    for (int i = 0; i < b->n_slots; i++)
+        if (b->slots[i].value == v && b->slots[i].reg >= 0)
+            return &b->slots[i];
+    return NULL;
+}
+
+static int last_use(const kn_graph *g, const int *members, int cnt, int v) {
+    int last = -1;
+    for (int k = 0; k < cnt; k++) {
+        const kn_node *n = &g->nodes[members[k]];
+        for (int j = 0; j < n_operands(n); j++)
+            if (n->in[j] == v)
+                last = k;
+    }
+    return last;
+}
+
+/* Register holding external value v, loading it (or its constant) on first use. */
+static int operand_reg(builder *b, const kn_graph *g, const int *members, int cnt, int v,
+                       int fold_rank) {
+    slot *s = find_slot(b, v);
+    if (s != NULL)
+        return s->reg;
+    int r = alloc_reg(b);
+    if (r < 0)
+        return -1;
+    if (scalar_const(g, v) && g->values[v].rank <= fold_rank) {
+        b->consts[b->n_consts] = const_value(g, v);
+        emit(b, KN_FUSED_CONST, 0, r, b->n_consts++, 0);
+    } else {
+        int idx = 0;
+        while (idx < b->n_inputs && b->inputs[idx] != v)
+            idx++;
+        if (idx == b->n_inputs) {
+            if (b->n_inputs == MAX_INPUTS)
+                return -1;
+            b->inputs[b->n_inputs++] = v;
+        }
+        emit(b, KN_FUSED_LOAD, 0, r, idx, 0);
+    }
+    b->slots[b->n_slots++] = (slot){v, r, last_use(g, members, cnt, v)};
+    return r;
+}
+
+static bool is_member_output(const kn_graph *g, const int *members, int cnt, int v) {
+    for (int k = 0; k < cnt; k++)
+        if (g->nodes[members[k]].out[0] == v)
+            return true;
+    return false;
+}
+
+/* Highest rank among the group's non-constant external inputs: scalar constants of at most
+ * this rank fold into the program without changing the broadcast output shape. */
+static int fold_rank_of(const kn_graph *g, const int *members, int cnt) {
+    int best = -1;
+    for (int k = 0; k < cnt; k++) {
+        const kn_node *n = &g->nodes[members[k]];
+        for (int j = 0; j < n_operands(n); j++) {
+            int v = n->in[j];
+            if (is_member_output(g, members, cnt, v) || scalar_const(g, v))
+                continue;
+            if (g->values[v].rank < 0)
+                return -1;
+            if (g->values[v].rank > best)
+                best = g->values[v].rank;
+        }
+    }
+    return best;
+}
+
+static bool build_program(builder *b, const kn_graph *g, const int *members, int cnt) {
+    memset(b, 0, sizeof *b);
+    int fold_rank = fold_rank_of(g, members, cnt);
+    for (int k = 0; k < cnt; k++) {
+        const kn_node *n = &g->nodes[members[k]];
+        int regs[2];
+        for (int j = 0; j < n_operands(n); j++) {
+            regs[j] = operand_reg(b, g, members, cnt, n->in[j], fold_rank);
+            if (regs[j] < 0)
+                return false;
+        }
+        for (int i = 0; i < b->n_slots; i++)
+            if (b->slots[i].reg >= 0 && b->slots[i].last_use == k) {
+                b->busy[b->slots[i].reg] = false;
+                b->slots[i].reg = -1;
+            }
+        int dst = alloc_reg(b);
+        if (dst < 0)
+            return false;
+        int u = kn_ew_unary_of(n);
+        if (u >= 0) {
+            int np = kn_ew_unary_nparams(u);
+            double prm[2] = {0, 0};
+            kn_ew_unary_params(n, u, prm);
+            if (u == KN_EW_CLIP && n->opset >= 11)
+                for (int i = 1; i < n->n_in && i < 3; i++)
+                    if (n->in[i] >= 0)
+                        prm[i - 1] = const_value(g, n->in[i]);
+            for (int i = 0; i < np; i++)
+                b->consts[b->n_consts + i] = (float)prm[i];
+            emit(b, KN_FUSED_UNARY, u, dst, regs[0], np > 0 ? b->n_consts : 0);
+            b->n_consts += np;
+        } else {
+            emit(b, KN_FUSED_BINARY, kn_ew_binary_of(n), dst, regs[0], regs[1]);
+        }
+        b->slots[b->n_slots++] = (slot){n->out[0], dst, last_use(g, members, cnt, n->out[0])};
+    }
+    slot *root = find_slot(b, g->nodes[members[cnt - 1]].out[0]);
+    KN_ASSERT(root != NULL);
+    emit(b, KN_FUSED_STORE, 0, 0, root->reg, 0);
+    return b->n_inputs > 0;
+}
+
+/* Put the fused node in the root's slot; the old root moves to the end, dead. */
+static kiln_status replace_group(kn_graph *g, const builder *b, const int *members, int cnt) {
+    int root = members[cnt - 1];
+    int out = g->nodes[root].out[0];
+    char name[256];
+    snprintf(name, sizeof name, "%s/fused", g->nodes[root].name);
+    int idx =
+        kn_graph_add_node(g, name, KN_FUSED_OP, KN_DOMAIN, 1, b->n_inputs, b->inputs, 1, &out);
+    if (idx < 0)
+        return KILN_ERR_OUT_OF_MEMORY;
+    kn_attr prog = {.name = "program",
+                    .type = KN_ATTR_INTS,
+                    .n = b->n_prog * KN_FUSED_INSTR_INTS,
+                    .ints = (int64_t *)b->prog};
+    KN_TRY(kn_node_add_attr(g, idx, &prog));
+    if (b->n_consts > 0) {
+        kn_attr consts = {.name = "constants",
+                          .type = KN_ATTR_FLOATS,
+                          .n = b->n_consts,
+                          .floats = (float *)b->consts};
+        KN_TRY(kn_node_add_attr(g, idx, &consts));
+    }
+    kn_node tmp = g->nodes[root];
+    g->nodes[root] = g->nodes[idx];
+    g->nodes[idx] = tmp;
+    g->nodes[idx].dead = true;
+    g->values[out].producer = root;
+    for (int k = 0; k < cnt - 1; k++)
+        g->nodes[members[k]].dead = true;
+    return KILN_OK;
+}
+
+static int cmp_int(const void *a, const void *b) {
+    return *(const int *)a - *(const int *)b;
+}
+
+/* Grow the group rooted at members[0]; returns its size. */
+static int collect(const kn_graph *g, const bool *fusible, const int *uses, int *grouped,
+                   int *members) {
+    int cnt = 1;
+    grouped[members[0]] = 1;
+    for (int k = 0; k < cnt; k++) {
+        const kn_node *n = &g->nodes[members[k]];
+        for (int j = 0; j < n_operands(n); j++) {
+            int v = n->in[j];
+            int p = v >= 0 ? g->values[v].producer : -1;
+            if (p < 0 || !fusible[p] || grouped[p] || uses[v] != 1 || g->values[v].is_output ||
+                cnt == MAX_GROUP)
+                continue;
+            grouped[p] = 1;
+            members[cnt++] = p;
+        }
+    }
+    qsort(members, (size_t)cnt, sizeof(int), cmp_int);
+    return cnt;
+}
+
+kiln_status kn_pass_fuse_elementwise(kn_graph *g) {
+    kiln_status rc = KILN_OK;
+    int n = g->n_nodes;
+    int *uses = kn_calloc((size_t)g->n_values + 1, sizeof(int));
+    int *grouped = kn_calloc((size_t)n + 1, sizeof(int));
+    bool *fusible = kn_calloc((size_t)n + 1, sizeof(bool));
+    builder *b = kn_malloc(sizeof *b);
+    if (!uses || !grouped || !fusible || !b) {
+        rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory fusing element-wise nodes");
+        goto out_free;
+    }
+    for (int i = 0; i < n; i++) {
+        const kn_node *nd = &g->nodes[i];
+        fusible[i] = node_fusible(g, nd);
+        for (int j = 0; !nd->dead && j < nd->n_in; j++)
+            if (nd->in[j] >= 0)
+                uses[nd->in[j]]++;
+    }
+    for (int i = 0; i < g->n_outputs; i++)
+        uses[g->outputs[i]] += 2;
+    bool changed = false;
+    for (int r = n - 1; r >= 0; r--) {
+        if (!fusible[r] || grouped[r])
+            continue;
+        int members[MAX_GROUP] = {r};
+        int cnt = collect(g, fusible, uses, grouped, members);
+        if (cnt < 2 || !build_program(b, g, members, cnt))
+            continue;
+        if ((rc = replace_group(g, b, members, cnt)) != KILN_OK)
+            goto out_free;
+        changed = true;
+    }
+    if (changed) {
+        if (kn_graph_opset(g, KN_DOMAIN) < 0 &&
+            (rc = kn_graph_add_opset(g, KN_DOMAIN, 1)) != KILN_OK)
+            goto out_free;
+        rc = kn_graph_compact(g);
+    }
+out_free:
+    kn_free(uses);
+    kn_free(grouped);
+    kn_free(fusible);
+    kn_free(b);
+    return rc;
+}
