@@ -1,0 +1,230 @@
+/* Conv as GEMM: Y_g (C_out/g x OS) = W_g (C_out/g x K) * cols_g (K x OS), K = C_in/g * prod(k).
+ * Weights are packed once in prepare. The column matrix is never materialised: the GEMM asks
+ * for K x NR panels and they are gathered straight from the image. A 1x1, stride-1, unpadded
+ * conv reads the image as B directly; depthwise convs take a direct kernel. Bias, residual and
+ * activation run in the GEMM epilogue. */
+#include "backend/cpu/nn_internal.h"
+
+#include "core/alloc.h"
+
+#include <string.h>
+
+typedef struct conv_state {
+    int64_t group;
+    kn_gemm_packed *w[]; /* one per group */
+} conv_state;
+
+static bool is_depthwise(const kn_conv_geom *g) {
+    return g->group == g->c_in && g->c_out == g->c_in && g->nsp <= 2;
+}
+
+kiln_status kn_cpu_conv_prepare(const kn_node *node, int n_in, const kn_tensor *in, void **state) {
+    *state = NULL;
+    if (n_in < 2 || in[1].data == NULL || in[1].dtype != KILN_DTYPE_FLOAT32 || in[1].shape.rank < 3)
+        return KILN_OK;
+    const kn_shape *w = &in[1].shape;
+    int64_t group = kn_attr_int(node, "group", 1);
+    if (group < 1 || w->d[0] % group != 0)
+        return KILN_OK; /* run reports the error with the input shapes */
+    if (group == w->d[0] && w->d[1] == 1 && w->rank <= 4)
+        return KILN_OK; /* depthwise: direct kernel reads W as is */
+    int64_t cog = w->d[0] / group, kdim = kn_shape_numel(w) / w->d[0];
+    conv_state *st = kn_calloc(1, sizeof *st + (size_t)group * sizeof st->w[0]);
+    if (st == NULL)
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory packing conv weights");
+    st->group = group;
+    const float *wd = in[1].data;
+    for (int64_t g = 0; g < group; g++) {
+        kiln_status rc = kn_gemm_pack_a(wd + g * cog * kdim, kdim, false, cog, kdim, &st->w[g]);
+        if (rc != KILN_OK) {
+            kn_cpu_conv_release(st);
+            return rc;
+        }
+    }
+    *state = st;
+    return KILN_OK;
+}
+
+void kn_cpu_conv_release(void *state) {
+    conv_state *st = state;
+    if (st == NULL)
+        return;
+    for (int64_t g = 0; g < st->group; g++)
+        kn_gemm_packed_free(st->w[g]);
+    kn_free(st);
+}
+
+typedef struct im2col_arg {
+    const float *x; /* first channel of the group in this image */
+    const kn_conv_geom *g;
+    kn_conv2d c;
+    int nr;
+} im2col_arg;
+
+static void zero(float *p, int64_t n) {
+    if (n > 0)
+        memset(p, 0, (size_t)n * sizeof *p);
+}
+
+/* One output-row segment of one im2col row: seg columns starting at output (oh, ow). */
+static void gather_segment(const im2col_arg *a, const float *xc, int64_t ky, int64_t kx, int64_t oh,
+                           int64_t ow, int64_t seg, float *dst) {
+    const kn_conv2d *c = &a->c;
+    int64_t ih = oh * c->sh - c->ph + ky * c->dh;
+    if (ih < 0 || ih >= c->h) {
+        zero(dst, seg);
+        return;
+    }
+    const float *xr = xc + ih * c->w;
+    int64_t iw0 = ow * c->sw - c->pw + kx * c->dw;
+    int64_t lo = iw0 >= 0 ? 0 : (-iw0 + c->sw - 1) / c->sw;
+    int64_t hi = iw0 >= c->w ? 0 : (c->w - iw0 + c->sw - 1) / c->sw;
+    lo = lo < seg ? lo : seg;
+    hi = hi < seg ? hi : seg;
+    hi = hi > lo ? hi : lo;
+    zero(dst, lo);
+    if (c->sw == 1) {
+        memcpy(dst + lo, xr + iw0 + lo, (size_t)(hi - lo) * sizeof *dst);
+    } else {
+        const float *s = xr + iw0;
+        for (int64_t t = lo; t < hi; t++)
+            dst[t] = s[t * c->sw];
+    }
+    zero(dst + hi, seg - hi);
+}
+
+static void pack_im2col_2d(void *arg, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float *dst) {
+    const im2col_arg *a = arg;
+    const kn_conv2d *c = &a->c;
+    int nr = a->nr;
+    for (int64_t p = 0; p * nr < nc; p++) {
+        float *d = dst + p * kc * nr;
+        int64_t col0 = n0 + p * nr;
+        int64_t cols = nc - p * nr < nr ? nc - p * nr : nr;
+        int64_t oh0 = col0 / c->ow, ow0 = col0 % c->ow;
+        for (int64_t kk = 0; kk < kc; kk++) {
+            int64_t k = k0 + kk;
+            int64_t kx = k % c->kw, t = k / c->kw, ky = t % c->kh, ci = t / c->kh;
+            const float *xc = a->x + ci * c->h * c->w;
+            float *row = d + kk * nr;
+            int64_t oh = oh0, ow = ow0;
+            for (int64_t j = 0; j < cols;) {
+                int64_t seg = cols - j < c->ow - ow ? cols - j : c->ow - ow;
+                gather_segment(a, xc, ky, kx, oh, ow, seg, row + j);
+                j += seg;
+                ow += seg;
+                if (ow == c->ow) {
+                    ow = 0;
+                    oh++;
+                }
+            }
+            zero(row + cols, nr - cols);
+        }
+    }
+}
+
+/* Any number of spatial dims, one element at a time: the rare 3-D case. */
+static void pack_im2col_nd(void *arg, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float *dst) {
+    const im2col_arg *a = arg;
+    const kn_conv_geom *g = a->g;
+    int nr = a->nr;
+    int64_t in_sp = 1;
+    for (int i = 0; i < g->nsp; i++)
+        in_sp *= g->in[i];
+    for (int64_t p = 0; p * nr < nc; p++) {
+        float *d = dst + p * kc * nr;
+        for (int64_t kk = 0; kk < kc; kk++) {
+            int64_t koff[KN_CONV_MAX_SP], t = k0 + kk;
+            for (int i = g->nsp - 1; i >= 0; i--) {
+                koff[i] = t % g->k[i];
+                t /= g->k[i];
+            }
+            const float *xc = a->x + t * in_sp;
+            for (int64_t j = 0; j < nr; j++) {
+                int64_t col = n0 + p * nr + j;
+                float v = 0.0f;
+                if (col < n0 + nc) {
+                    int64_t idx = 0, u = col;
+                    int64_t pos[KN_CONV_MAX_SP];
+                    for (int i = g->nsp - 1; i >= 0; i--) {
+                        pos[i] = u % g->out[i];
+                        u /= g->out[i];
+                    }
+                    bool inside = true;
+                    for (int i = 0; i < g->nsp; i++) {
+                        int64_t q = pos[i] * g->stride[i] - g->pad_b[i] + koff[i] * g->dil[i];
+                        inside = inside && q >= 0 && q < g->in[i];
+                        idx = idx * g->in[i] + q;
+                    }
+                    if (inside)
+                        v = xc[idx];
+                }
+                d[kk * nr + j] = v;
+            }
+        }
+    }
+}
+
+kiln_status kn_cpu_fused_epilogue(const kn_kernel_ctx *k, int residual_at, kn_epilogue *ep) {
+    bool residual;
+    KN_TRY(kn_fused_attrs(k->node, &ep->act, &ep->alpha, &ep->beta, &residual));
+    ep->residual = NULL;
+    if (residual) {
+        if (residual_at >= k->n_in || k->in[residual_at].data == NULL)
+            return kn_error(KILN_ERR_MODEL, "kiln_residual is set but input %d is missing",
+                            residual_at);
+        ep->residual = k->in[residual_at].data;
+    }
+    return KILN_OK;
+}
+
+kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
+    kn_conv_geom g;
+    KN_TRY(kn_conv_geom_init(k->node, &k->in[0].shape, &k->in[1].shape, false, &g));
+    kn_epilogue ep = {0};
+    KN_TRY(kn_cpu_fused_epilogue(k, 3, &ep));
+    const float *x = k->in[0].data, *w = k->in[1].data;
+    const float *bias = k->n_in > 2 && k->in[2].dtype != 0 ? k->in[2].data : NULL;
+    const float *res = ep.residual;
+    float *y = k->out[0].data;
+    int64_t os = 1, is = 1, kprod = 1;
+    bool pointwise = true;
+    for (int i = 0; i < g.nsp; i++) {
+        os *= g.out[i];
+        is *= g.in[i];
+        kprod *= g.k[i];
+        pointwise =
+            pointwise && g.k[i] == 1 && g.stride[i] == 1 && g.pad_b[i] == 0 && g.pad_e[i] == 0;
+    }
+    if (is_depthwise(&g)) {
+        ep.bias = bias;
+        kn_cpu_conv_depthwise(k->pool, &g, x, w, &ep, y);
+        return KILN_OK;
+    }
+    const conv_state *st = k->state;
+    int64_t cig = g.c_in / g.group, cog = g.c_out / g.group, kdim = cig * kprod;
+    for (int64_t n = 0; n < g.n; n++) {
+        for (int64_t gi = 0; gi < g.group; gi++) {
+            const float *xg = x + (n * g.c_in + gi * cig) * is;
+            kn_gemm_operand a = {.p = w + gi * cog * kdim, .ld = kdim};
+            if (st != NULL && st->group == g.group)
+                a = (kn_gemm_operand){.packed = st->w[gi]};
+            im2col_arg ia = {.x = xg, .g = &g, .nr = kn_gemm_nr()};
+            kn_gemm_operand b = {.p = xg, .ld = is};
+            if (!pointwise) {
+                b = (kn_gemm_operand){.pack = g.nsp <= 2 ? pack_im2col_2d : pack_im2col_nd,
+                                      .pack_arg = &ia};
+                if (g.nsp <= 2)
+                    kn_conv_as_2d(&g, &ia.c);
+            }
+            kn_epilogue e = ep;
+            int64_t off = (n * g.c_out + gi * cog) * os;
+            e.bias = bias != NULL ? bias + gi * cog : NULL;
+            e.bias_per_row = true;
+            e.residual = res != NULL ? res + off : NULL;
+            e.ldr = os;
+            KN_TRY(kn_gemm(k->pool, cog, os, kdim, 1.0f, &a, &b, 0.0f, y + off, os, &e));
+        }
+    }
+    return KILN_OK;
+}

@@ -1,0 +1,52 @@
+/* CPU kernels for the nn family (Conv, ConvTranspose, Gemm, MatMul): shared declarations. */
+#ifndef KN_CPU_NN_INTERNAL_H
+#define KN_CPU_NN_INTERNAL_H
+
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/gemm.h"
+#include "ops/conv_geom.h"
+
+/* Per-ISA clones of simple loops so they vectorize on AVX2/AVX-512 machines. ThreadSanitizer
+ * instruments ifunc resolvers, which run before it is initialised, so clones stay out there. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
+#define KN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define KN_CLONES
+#endif
+
+/* A 1-D or 2-D convolution seen as 2-D (a 1-D one has height 1). */
+typedef struct kn_conv2d {
+    int64_t h, w, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw;
+} kn_conv2d;
+
+static inline void kn_conv_as_2d(const kn_conv_geom *g, kn_conv2d *c) {
+    int o = g->nsp == 1 ? 0 : 1; /* index of the width dim; height is dim 0 when 2-D */
+    c->w = g->in[o], c->ow = g->out[o], c->kw = g->k[o], c->sw = g->stride[o], c->dw = g->dil[o];
+    c->pw = g->pad_b[o];
+    if (g->nsp == 1) {
+        c->h = c->oh = c->kh = c->sh = c->dh = 1;
+        c->ph = 0;
+    } else {
+        c->h = g->in[0], c->oh = g->out[0], c->kh = g->k[0], c->sh = g->stride[0];
+        c->dh = g->dil[0], c->ph = g->pad_b[0];
+    }
+}
+
+/* Activation and residual from the node's fused attributes; the residual is input
+ * `residual_at` when kiln_residual is set (ep->ldr is left for the caller). */
+kiln_status kn_cpu_fused_epilogue(const kn_kernel_ctx *k, int residual_at, kn_epilogue *ep);
+
+kiln_status kn_cpu_conv_run(kn_kernel_ctx *k);
+kiln_status kn_cpu_conv_prepare(const kn_node *node, int n_in, const kn_tensor *in, void **state);
+void kn_cpu_conv_release(void *state);
+
+/* Depthwise (group == C_in == C_out) 1-D/2-D convolution without GEMM. */
+void kn_cpu_conv_depthwise(kn_threadpool *pool, const kn_conv_geom *g, const float *x,
+                           const float *w, const kn_epilogue *ep, float *y);
+
+kiln_status kn_cpu_conv_transpose_run(kn_kernel_ctx *k);
+kiln_status kn_cpu_conv_transpose_prepare(const kn_node *node, int n_in, const kn_tensor *in,
+                                          void **state);
+void kn_cpu_conv_transpose_release(void *state);
+
+#endif

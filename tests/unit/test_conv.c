@@ -1,0 +1,528 @@
+/* Conv, ConvTranspose, Gemm and MatMul (infer + CPU kernel, with and without packed weights)
+ * against naive reference loops written here. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "backend/backend.h"
+#include "core/alloc.h"
+#include "ops/conv_geom.h"
+#include "ops/op.h"
+
+#include <math.h>
+#include <string.h>
+
+static uint32_t rng_state = 777;
+
+static float frand(void) {
+    rng_state = rng_state * 1664525u + 1013904223u;
+    return (float)((rng_state >> 8) & 0xFFFF) / 32768.0f - 1.0f;
+}
+
+/* Node under construction: up to 12 attributes. */
+typedef struct test_node {
+    kn_node node;
+    kn_attr attr[12];
+    int64_t ints[12][8];
+} test_node;
+
+static void tn_init(test_node *t, const char *op) {
+    memset(t, 0, sizeof *t);
+    t->node.name = "n";
+    t->node.op_type = (char *)op;
+    t->node.domain = "";
+    t->node.opset = 17;
+    t->node.attr = t->attr;
+}
+
+static void tn_ints(test_node *t, const char *name, int n, const int64_t *v) {
+    kn_attr *a = &t->attr[t->node.n_attr];
+    memcpy(t->ints[t->node.n_attr], v, (size_t)n * sizeof *v);
+    *a = (kn_attr){
+        .name = (char *)name, .type = KN_ATTR_INTS, .n = n, .ints = t->ints[t->node.n_attr]};
+    t->node.n_attr++;
+}
+
+static void tn_int(test_node *t, const char *name, int64_t v) {
+    t->attr[t->node.n_attr++] = (kn_attr){.name = (char *)name, .type = KN_ATTR_INT, .i = v};
+}
+
+static void tn_float(test_node *t, const char *name, float v) {
+    t->attr[t->node.n_attr++] = (kn_attr){.name = (char *)name, .type = KN_ATTR_FLOAT, .f = v};
+}
+
+static void tn_str(test_node *t, const char *name, const char *v) {
+    t->attr[t->node.n_attr++] =
+        (kn_attr){.name = (char *)name, .type = KN_ATTR_STRING, .s = (char *)v, .slen = strlen(v)};
+}
+
+static kn_tensor rand_tensor(int rank, const int64_t *d) {
+    kn_tensor t = {.dtype = KILN_DTYPE_FLOAT32, .shape = {.rank = rank}};
+    for (int i = 0; i < rank; i++)
+        t.shape.d[i] = d[i];
+    int64_t n = kn_tensor_numel(&t);
+    float *p = kn_malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    assert_non_null(p);
+    for (int64_t i = 0; i < n; i++)
+        p[i] = frand();
+    t.data = p;
+    return t;
+}
+
+/* Infer, then run the CPU kernel (with prepare when `packed`); returns the output tensor. */
+static kn_tensor run_node(test_node *t, int n_in, const kn_tensor *in, bool packed) {
+    t->node.n_in = n_in;
+    t->node.n_out = 1;
+    const kn_op_schema *s = kn_op_find("", t->node.op_type);
+    assert_non_null(s);
+    kn_tensor out = {0};
+    kn_tensor meta[8];
+    for (int i = 0; i < n_in; i++)
+        meta[i] = (kn_tensor){.dtype = in[i].dtype, .shape = in[i].shape};
+    kn_infer_ctx ic = {.node = &t->node, .n_in = n_in, .in = meta, .n_out = 1, .out = &out};
+    kiln_status rc = s->infer(&ic);
+    if (rc != KILN_OK)
+        print_error("infer failed: %s\n", kiln_last_error());
+    assert_int_equal(rc, KILN_OK);
+    int64_t n = kn_tensor_numel(&out);
+    out.data = kn_malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    assert_non_null(out.data);
+    const kn_kernel *kern = kn_backend_cpu()->find_kernel("", t->node.op_type);
+    assert_non_null(kern);
+    void *state = NULL;
+    if (packed && kern->prepare != NULL) {
+        kn_tensor pin[8];
+        for (int i = 0; i < n_in; i++) {
+            pin[i] = in[i];
+            if (i == 0)
+                pin[i].data = NULL; /* activations are never known at prepare */
+        }
+        assert_int_equal(kern->prepare(&t->node, n_in, pin, &state), KILN_OK);
+    }
+    kn_threadpool *pool = kn_threadpool_create(packed ? 2 : 1);
+    kn_kernel_ctx kc = {.node = &t->node,
+                        .n_in = n_in,
+                        .in = in,
+                        .n_out = 1,
+                        .out = &out,
+                        .state = state,
+                        .pool = pool};
+    rc = kern->run(&kc);
+    if (rc != KILN_OK)
+        print_error("run failed: %s\n", kiln_last_error());
+    assert_int_equal(rc, KILN_OK);
+    if (kern->release != NULL)
+        kern->release(state);
+    kn_threadpool_destroy(pool);
+    return out;
+}
+
+static void expect_close(const kn_tensor *got, const float *want, const kn_shape *shape,
+                         float tol) {
+    assert_true(kn_shape_equal(&got->shape, shape));
+    const float *g = got->data;
+    for (int64_t i = 0; i < kn_shape_numel(shape); i++)
+        if (!(fabsf(g[i] - want[i]) <= tol * (1.0f + fabsf(want[i])))) {
+            print_error("element %lld: got %g want %g\n", (long long)i, g[i], want[i]);
+            fail();
+        }
+}
+
+typedef struct conv_case {
+    int nsp;
+    int64_t n, c, m, group;
+    int64_t in[3], k[3], s[3], d[3], pb[3], pe[3];
+    const char *auto_pad;
+    bool bias;
+    bool relu_residual;
+} conv_case;
+
+/* Reference for any number of spatial dims; also gives the expected output shape. */
+static float *ref_conv(const conv_case *cc, const kn_conv_geom *g, const float *x, const float *w,
+                       const float *b, const float *res) {
+    int64_t os = 1, ks = 1, is = 1;
+    for (int i = 0; i < g->nsp; i++) {
+        os *= g->out[i];
+        ks *= g->k[i];
+        is *= g->in[i];
+    }
+    int64_t cig = g->c_in / g->group, cog = g->c_out / g->group;
+    float *y = kn_malloc((size_t)(g->n * g->c_out * os) * sizeof(float));
+    for (int64_t n = 0; n < g->n; n++)
+        for (int64_t co = 0; co < g->c_out; co++)
+            for (int64_t o = 0; o < os; o++) {
+                int64_t op[3], u = o;
+                for (int i = g->nsp - 1; i >= 0; i--) {
+                    op[i] = u % g->out[i];
+                    u /= g->out[i];
+                }
+                double s = b != NULL ? b[co] : 0.0;
+                int64_t gi = co / cog;
+                for (int64_t ci = 0; ci < cig; ci++)
+                    for (int64_t kk = 0; kk < ks; kk++) {
+                        int64_t kp[3], v = kk, idx = 0;
+                        for (int i = g->nsp - 1; i >= 0; i--) {
+                            kp[i] = v % g->k[i];
+                            v /= g->k[i];
+                        }
+                        bool inside = true;
+                        for (int i = 0; i < g->nsp; i++) {
+                            int64_t q = op[i] * g->stride[i] - g->pad_b[i] + kp[i] * g->dil[i];
+                            inside = inside && q >= 0 && q < g->in[i];
+                            idx = idx * g->in[i] + q;
+                        }
+                        if (inside)
+                            s += (double)x[(n * g->c_in + gi * cig + ci) * is + idx] *
+                                 w[(co * cig + ci) * ks + kk];
+                    }
+                int64_t at = (n * g->c_out + co) * os + o;
+                if (cc->relu_residual) {
+                    s += res[at];
+                    s = s > 0 ? s : 0;
+                }
+                y[at] = (float)s;
+            }
+    return y;
+}
+
+static void run_conv_case(const conv_case *cc) {
+    test_node t;
+    tn_init(&t, "Conv");
+    int nsp = cc->nsp;
+    int64_t pads[6];
+    for (int i = 0; i < nsp; i++) {
+        pads[i] = cc->pb[i];
+        pads[i + nsp] = cc->pe[i];
+    }
+    tn_ints(&t, "strides", nsp, cc->s);
+    tn_ints(&t, "dilations", nsp, cc->d);
+    tn_int(&t, "group", cc->group);
+    if (cc->auto_pad != NULL)
+        tn_str(&t, "auto_pad", cc->auto_pad);
+    else
+        tn_ints(&t, "pads", 2 * nsp, pads);
+    int64_t xd[5] = {cc->n, cc->c}, wd[5] = {cc->m, cc->c / cc->group};
+    for (int i = 0; i < nsp; i++) {
+        xd[i + 2] = cc->in[i];
+        wd[i + 2] = cc->k[i];
+    }
+    kn_tensor in[4];
+    int n_in = 2;
+    in[0] = rand_tensor(nsp + 2, xd);
+    in[1] = rand_tensor(nsp + 2, wd);
+    in[2] = (kn_tensor){0};
+    if (cc->bias) {
+        in[2] = rand_tensor(1, &cc->m);
+        n_in = 3;
+    }
+    kn_conv_geom g;
+    assert_int_equal(kn_conv_geom_init(&t.node, &in[0].shape, &in[1].shape, false, &g), KILN_OK);
+    kn_shape oshape;
+    kn_conv_geom_out_shape(&g, &oshape);
+    if (cc->relu_residual) {
+        tn_str(&t, "kiln_activation", "Relu");
+        tn_int(&t, "kiln_residual", 1);
+        in[3] = rand_tensor(oshape.rank, oshape.d);
+        n_in = 4;
+    }
+    float *want = ref_conv(cc, &g, in[0].data, in[1].data, cc->bias ? in[2].data : NULL,
+                           cc->relu_residual ? in[3].data : NULL);
+    for (int packed = 0; packed < 2; packed++) {
+        kn_tensor out = run_node(&t, n_in, in, packed);
+        expect_close(&out, want, &oshape, 1e-4f);
+        kn_free(out.data);
+    }
+    kn_free(want);
+    for (int i = 0; i < n_in; i++)
+        kn_free(in[i].data);
+}
+
+static void test_conv2d_sweep(void **state) {
+    (void)state;
+    const conv_case cases[] = {
+        {2, 1, 3, 8, 1, {7, 9}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
+        {2, 2, 4, 6, 2, {10, 11}, {3, 2}, {2, 1}, {1, 2}, {0, 2}, {1, 0}, NULL, true, false},
+        {2, 1, 16, 33, 1, {15, 14}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0}, NULL, false, true},
+        {2, 1, 8, 16, 1, {9, 9}, {1, 1}, {2, 2}, {1, 1}, {0, 0}, {0, 0}, NULL, true, false},
+        {2, 1, 5, 7, 1, {13, 6}, {5, 3}, {3, 2}, {2, 1}, {3, 0}, {2, 1}, NULL, true, true},
+        {2, 2, 8, 8, 8, {12, 12}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, true},
+        {2, 1, 6, 6, 6, {9, 10}, {3, 3}, {2, 2}, {1, 1}, {1, 0}, {1, 1}, NULL, true, false},
+        {2, 1, 4, 4, 4, {11, 11}, {5, 5}, {3, 1}, {2, 2}, {2, 4}, {4, 2}, NULL, false, true},
+        {2, 1, 4, 8, 4, {8, 8}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
+        {2, 1, 3, 5, 1, {7, 8}, {3, 3}, {2, 2}, {1, 1}, {0}, {0}, "SAME_UPPER", true, false},
+        {2, 1, 3, 5, 1, {7, 8}, {4, 3}, {2, 3}, {1, 1}, {0}, {0}, "SAME_LOWER", false, false},
+        {2, 1, 3, 5, 1, {7, 8}, {3, 3}, {2, 2}, {1, 1}, {0}, {0}, "VALID", true, false},
+        {2, 1, 40, 70, 1, {30, 33}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, true},
+        {2, 3, 300, 20, 1, {5, 4}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        run_conv_case(&cases[i]);
+}
+
+static void test_conv1d_3d(void **state) {
+    (void)state;
+    const conv_case cases[] = {
+        {1, 2, 4, 6, 1, {20}, {3}, {2}, {1}, {1}, {2}, NULL, true, false},
+        {1, 1, 6, 6, 6, {17}, {5}, {1}, {2}, {4}, {4}, NULL, true, true},
+        {1, 1, 4, 4, 2, {9}, {2}, {1}, {1}, {0}, {0}, "SAME_UPPER", false, false},
+        {3,
+         1,
+         3,
+         4,
+         1,
+         {5, 6, 4},
+         {3, 2, 3},
+         {1, 2, 1},
+         {1, 1, 2},
+         {1, 0, 2},
+         {1, 1, 0},
+         NULL,
+         true,
+         true},
+        {3, 2, 4, 4, 2, {4, 4, 4}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, {0}, {0}, NULL, false, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        run_conv_case(&cases[i]);
+}
+
+/* ConvTranspose reference: scatter every input element through the kernel. */
+static void test_conv_transpose(void **state) {
+    (void)state;
+    struct {
+        int64_t n, c, m, group, h, w, k[2], s[2], d[2], pads[4], opad[2];
+        const char *auto_pad;
+        int64_t out_shape[2];
+    } cases[] = {
+        {1, 1, 2, 1, 3, 3, {3, 3}, {1, 1}, {1, 1}, {0}, {0}, NULL, {0}},
+        {2, 4, 6, 2, 4, 5, {3, 2}, {2, 3}, {1, 1}, {1, 0, 1, 1}, {1, 0}, NULL, {0}},
+        {1, 2, 3, 1, 5, 4, {3, 3}, {2, 2}, {2, 1}, {0}, {0}, NULL, {0}},
+        {1, 1, 2, 1, 3, 3, {3, 3}, {3, 2}, {1, 1}, {0}, {0}, NULL, {10, 8}},
+        {1, 3, 2, 1, 4, 4, {3, 3}, {2, 2}, {1, 1}, {0}, {0}, "SAME_UPPER", {0}},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        test_node t;
+        tn_init(&t, "ConvTranspose");
+        tn_ints(&t, "strides", 2, cases[ci].s);
+        tn_ints(&t, "dilations", 2, cases[ci].d);
+        tn_ints(&t, "pads", 4, cases[ci].pads);
+        tn_ints(&t, "output_padding", 2, cases[ci].opad);
+        tn_int(&t, "group", cases[ci].group);
+        if (cases[ci].auto_pad != NULL)
+            tn_str(&t, "auto_pad", cases[ci].auto_pad);
+        if (cases[ci].out_shape[0] != 0)
+            tn_ints(&t, "output_shape", 2, cases[ci].out_shape);
+        int64_t cog = cases[ci].m / cases[ci].group, cig = cases[ci].c / cases[ci].group;
+        int64_t xd[4] = {cases[ci].n, cases[ci].c, cases[ci].h, cases[ci].w};
+        int64_t wd[4] = {cases[ci].c, cog, cases[ci].k[0], cases[ci].k[1]};
+        kn_tensor in[3] = {rand_tensor(4, xd), rand_tensor(4, wd), rand_tensor(1, &cases[ci].m)};
+        kn_conv_geom g;
+        assert_int_equal(kn_conv_geom_init(&t.node, &in[0].shape, &in[1].shape, true, &g), KILN_OK);
+        kn_shape os;
+        kn_conv_geom_out_shape(&g, &os);
+        int64_t oh = os.d[2], ow = os.d[3];
+        float *want = kn_calloc((size_t)kn_shape_numel(&os), sizeof(float));
+        const float *x = in[0].data, *w = in[1].data, *b = in[2].data;
+        for (int64_t n = 0; n < g.n; n++)
+            for (int64_t co = 0; co < g.c_out; co++)
+                for (int64_t p = 0; p < oh * ow; p++)
+                    want[(n * g.c_out + co) * oh * ow + p] = b[co];
+        for (int64_t n = 0; n < g.n; n++)
+            for (int64_t c = 0; c < g.c_in; c++)
+                for (int64_t i = 0; i < g.in[0]; i++)
+                    for (int64_t j = 0; j < g.in[1]; j++)
+                        for (int64_t mo = 0; mo < cog; mo++)
+                            for (int64_t ky = 0; ky < g.k[0]; ky++)
+                                for (int64_t kx = 0; kx < g.k[1]; kx++) {
+                                    int64_t y = i * g.stride[0] - g.pad_b[0] + ky * g.dil[0];
+                                    int64_t xx = j * g.stride[1] - g.pad_b[1] + kx * g.dil[1];
+                                    if (y < 0 || y >= oh || xx < 0 || xx >= ow)
+                                        continue;
+                                    int64_t co = c / cig * cog + mo;
+                                    want[((n * g.c_out + co) * oh + y) * ow + xx] +=
+                                        x[((n * g.c_in + c) * g.in[0] + i) * g.in[1] + j] *
+                                        w[((c * cog + mo) * g.k[0] + ky) * g.k[1] + kx];
+                                }
+        for (int packed = 0; packed < 2; packed++) {
+            kn_tensor out = run_node(&t, 3, in, packed);
+            expect_close(&out, want, &os, 1e-4f);
+            kn_free(out.data);
+        }
+        kn_free(want);
+        for (int i = 0; i < 3; i++)
+            kn_free(in[i].data);
+    }
+}
+
+static void test_conv_transpose_shapes(void **state) {
+    (void)state;
+    test_node t;
+    tn_init(&t, "ConvTranspose");
+    int64_t s[2] = {3, 2}, os[2] = {10, 8};
+    tn_ints(&t, "strides", 2, s);
+    tn_ints(&t, "output_shape", 2, os);
+    kn_shape x = {4, {1, 1, 3, 3}}, w = {4, {1, 2, 3, 3}}, out;
+    kn_conv_geom g;
+    assert_int_equal(kn_conv_geom_init(&t.node, &x, &w, true, &g), KILN_OK);
+    kn_conv_geom_out_shape(&g, &out);
+    kn_shape want = {4, {1, 2, 10, 8}};
+    assert_true(kn_shape_equal(&out, &want));
+}
+
+static void test_gemm_op(void **state) {
+    (void)state;
+    int64_t m = 7, n = 37, k = 19;
+    int64_t cshapes[][3] = {{0, 0, 0}, {1, 1, 0},  {1, 37, 0}, {2, 1, 37},
+                            {2, 7, 1}, {2, 7, 37}, {2, 1, 1}};
+    for (int tr = 0; tr < 4; tr++)
+        for (size_t cs = 0; cs < sizeof cshapes / sizeof cshapes[0]; cs++) {
+            bool ta = tr & 1, tb = tr & 2;
+            test_node t;
+            tn_init(&t, "Gemm");
+            tn_int(&t, "transA", ta);
+            tn_int(&t, "transB", tb);
+            tn_float(&t, "alpha", 0.75f);
+            tn_float(&t, "beta", 1.5f);
+            int64_t ad[2] = {ta ? k : m, ta ? m : k}, bd[2] = {tb ? n : k, tb ? k : n};
+            kn_tensor in[3] = {rand_tensor(2, ad), rand_tensor(2, bd)};
+            int n_in = 2;
+            if (cshapes[cs][0] != 0) {
+                in[2] = rand_tensor((int)cshapes[cs][0], &cshapes[cs][1]);
+                n_in = 3;
+            }
+            float *want = kn_malloc((size_t)(m * n) * sizeof(float));
+            const float *a = in[0].data, *b = in[1].data, *c = n_in == 3 ? in[2].data : NULL;
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t j = 0; j < n; j++) {
+                    double s = 0;
+                    for (int64_t p = 0; p < k; p++)
+                        s += (double)(ta ? a[p * m + i] : a[i * k + p]) *
+                             (tb ? b[j * k + p] : b[p * n + j]);
+                    s *= 0.75;
+                    if (c != NULL) {
+                        const kn_shape *sh = &in[2].shape;
+                        int64_t rows = sh->rank == 2 ? sh->d[0] : 1, cols = sh->d[sh->rank - 1];
+                        s += 1.5 * c[(rows == 1 ? 0 : i) * cols + (cols == 1 ? 0 : j)];
+                    }
+                    want[i * n + j] = (float)s;
+                }
+            kn_shape os = {2, {m, n}};
+            for (int packed = 0; packed < 2; packed++) {
+                kn_tensor out = run_node(&t, n_in, in, packed);
+                expect_close(&out, want, &os, 1e-4f);
+                kn_free(out.data);
+            }
+            kn_free(want);
+            for (int i = 0; i < n_in; i++)
+                kn_free(in[i].data);
+        }
+}
+
+static void test_matmul_op(void **state) {
+    (void)state;
+    struct {
+        int ra, rb;
+        int64_t a[4], b[4], out[4];
+        int ro;
+    } cases[] = {
+        {2, 2, {5, 7}, {7, 9}, {5, 9}, 2},
+        {1, 2, {7}, {7, 9}, {9}, 1},
+        {2, 1, {5, 7}, {7}, {5}, 1},
+        {1, 1, {7}, {7}, {0}, 0},
+        {3, 2, {3, 5, 7}, {7, 9}, {3, 5, 9}, 3},
+        {3, 3, {3, 5, 7}, {1, 7, 9}, {3, 5, 9}, 3},
+        {4, 3, {2, 1, 4, 6}, {3, 6, 5}, {2, 3, 4, 5}, 4},
+        {1, 3, {6}, {2, 6, 3}, {2, 3}, 2},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        test_node t;
+        tn_init(&t, "MatMul");
+        kn_tensor in[2] = {rand_tensor(cases[ci].ra, cases[ci].a),
+                           rand_tensor(cases[ci].rb, cases[ci].b)};
+        kn_shape os = {.rank = cases[ci].ro};
+        for (int i = 0; i < os.rank; i++)
+            os.d[i] = cases[ci].out[i];
+        /* Reference via numpy semantics: promote, broadcast batch, multiply. */
+        kn_shape a = in[0].shape, b = in[1].shape;
+        if (a.rank == 1)
+            a = (kn_shape){2, {1, a.d[0]}};
+        if (b.rank == 1)
+            b = (kn_shape){2, {b.d[0], 1}};
+        int64_t m = a.d[a.rank - 2], k = a.d[a.rank - 1], n = b.d[b.rank - 1];
+        int br = (a.rank > b.rank ? a.rank : b.rank) - 2, nb = 1;
+        int64_t bd[4];
+        for (int i = 0; i < br; i++) {
+            int ia = i - (br - (a.rank - 2)), ib = i - (br - (b.rank - 2));
+            int64_t da = ia >= 0 ? a.d[ia] : 1, db = ib >= 0 ? b.d[ib] : 1;
+            bd[i] = da > db ? da : db;
+            nb *= (int)bd[i];
+        }
+        float *want = kn_malloc((size_t)(nb * m * n) * sizeof(float));
+        for (int t0 = 0; t0 < nb; t0++) {
+            int64_t ia = 0, ib = 0, sa = 1, sb = 1, u = t0;
+            for (int i = br - 1; i >= 0; i--) {
+                int64_t c = u % bd[i];
+                u /= bd[i];
+                int xa = i - (br - (a.rank - 2)), xb = i - (br - (b.rank - 2));
+                if (xa >= 0) {
+                    ia += (a.d[xa] == 1 ? 0 : c) * sa;
+                    sa *= a.d[xa];
+                }
+                if (xb >= 0) {
+                    ib += (b.d[xb] == 1 ? 0 : c) * sb;
+                    sb *= b.d[xb];
+                }
+            }
+            const float *pa = (const float *)in[0].data + ia * m * k;
+            const float *pb = (const float *)in[1].data + ib * k * n;
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t j = 0; j < n; j++) {
+                    double s = 0;
+                    for (int64_t p = 0; p < k; p++)
+                        s += (double)pa[i * k + p] * pb[p * n + j];
+                    want[(t0 * m + i) * n + j] = (float)s;
+                }
+        }
+        for (int packed = 0; packed < 2; packed++) {
+            kn_tensor out = run_node(&t, 2, in, packed);
+            expect_close(&out, want, &os, 1e-4f);
+            kn_free(out.data);
+        }
+        kn_free(want);
+        kn_free(in[0].data);
+        kn_free(in[1].data);
+    }
+}
+
+static void test_infer_errors(void **state) {
+    (void)state;
+    test_node t;
+    tn_init(&t, "Conv");
+    t.node.n_in = 2;
+    t.node.n_out = 1;
+    kn_tensor in[2] = {{.dtype = KILN_DTYPE_FLOAT32, .shape = {4, {1, 3, 8, 8}}},
+                       {.dtype = KILN_DTYPE_FLOAT32, .shape = {4, {4, 2, 3, 3}}}};
+    kn_tensor out = {0};
+    kn_infer_ctx c = {.node = &t.node, .n_in = 2, .in = in, .n_out = 1, .out = &out};
+    assert_int_equal(kn_op_find("", "Conv")->infer(&c), KILN_ERR_SHAPE);
+    in[1].shape.d[1] = 3;
+    in[0].shape.d[2] = 1;
+    assert_int_equal(kn_op_find("", "Conv")->infer(&c), KILN_ERR_SHAPE);
+    test_node mm;
+    tn_init(&mm, "MatMul");
+    kn_tensor mi[2] = {{.dtype = KILN_DTYPE_FLOAT32, .shape = {2, {3, 4}}},
+                       {.dtype = KILN_DTYPE_FLOAT32, .shape = {2, {5, 6}}}};
+    kn_infer_ctx mc = {.node = &mm.node, .n_in = 2, .in = mi, .n_out = 1, .out = &out};
+    assert_int_equal(kn_op_find("", "MatMul")->infer(&mc), KILN_ERR_SHAPE);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_conv2d_sweep),   cmocka_unit_test(test_conv1d_3d),
+        cmocka_unit_test(test_conv_transpose), cmocka_unit_test(test_conv_transpose_shapes),
+        cmocka_unit_test(test_gemm_op),        cmocka_unit_test(test_matmul_op),
+        cmocka_unit_test(test_infer_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
