@@ -1,0 +1,65 @@
+/* Parameters of misc-family ops that inference and kernels both need: one parser, so the
+ * shape the runtime allocates and the kernel that fills it never disagree. */
+#ifndef KN_OPS_MISC_H
+#define KN_OPS_MISC_H
+
+#include "ops/op.h"
+
+enum { KN_RESIZE_NEAREST, KN_RESIZE_LINEAR, KN_RESIZE_CUBIC };
+enum {
+    KN_COORD_HALF_PIXEL,
+    KN_COORD_HALF_PIXEL_SYMMETRIC,
+    KN_COORD_PYTORCH_HALF_PIXEL,
+    KN_COORD_ALIGN_CORNERS,
+    KN_COORD_ASYMMETRIC,
+    KN_COORD_TF_HALF_PIXEL_FOR_NN,
+    KN_COORD_TF_CROP_AND_RESIZE,
+};
+enum {
+    KN_NEAREST_ROUND_PREFER_FLOOR,
+    KN_NEAREST_ROUND_PREFER_CEIL,
+    KN_NEAREST_FLOOR,
+    KN_NEAREST_CEIL,
+    KN_NEAREST_SIMPLE, /* Resize-10 and Upsample: truncate when enlarging, ceil when shrinking */
+};
+
+typedef struct kn_resize_params {
+    int32_t rank;
+    int64_t in[KN_MAX_RANK], out[KN_MAX_RANK];
+    double scale[KN_MAX_RANK];
+    double roi_start[KN_MAX_RANK], roi_end[KN_MAX_RANK];
+    int mode, coord, nearest, exclude_outside, antialias;
+    float cubic_a, extrapolation;
+} kn_resize_params;
+
+/* Resize (opsets 10-21) and Upsample (7-9). Returns KN_NEED_DATA when scales or sizes are not
+ * known yet; roi defaults to the whole input when its data is absent. */
+kiln_status kn_resize_params_get(const kn_node *n, int n_in, const kn_tensor *in,
+                                 kn_resize_params *p);
+
+#define KN_EINSUM_MAX_LABELS 64
+#define KN_EINSUM_MAX_INPUTS 16
+
+/* An einsum equation resolved against concrete input shapes. Labels are numbered 0..n_labels-1
+ * (ellipsis dims get labels of their own). */
+typedef struct kn_einsum {
+    int n_in, n_labels;
+    int64_t size[KN_EINSUM_MAX_LABELS];
+    int in_rank[KN_EINSUM_MAX_INPUTS];
+    int8_t in_label[KN_EINSUM_MAX_INPUTS][KN_MAX_RANK];
+    int out_rank;
+    int8_t out_label[KN_MAX_RANK];
+} kn_einsum;
+
+kiln_status kn_einsum_parse(const char *equation, int n_in, const kn_tensor *in, kn_einsum *e);
+
+kiln_status kn_infer_resize(kn_infer_ctx *c);
+kiln_status kn_infer_einsum(kn_infer_ctx *c);
+
+/* NonMaxSuppression: the selected (batch, class, box) triples in output order, kn_malloc'd
+ * into *sel (3 * *count values; NULL when none). Returns KN_NEED_DATA if any input's data is
+ * not known yet. */
+kiln_status kn_nms_select(const kn_node *n, int n_in, const kn_tensor *in, int64_t **sel,
+                          int64_t *count);
+kiln_status kn_infer_nms(kn_infer_ctx *c);
+#endif
