@@ -1,0 +1,77 @@
+# kiln — two commands do everything on a fresh machine:
+#   make run    install what is missing, build, run the bundled example and a bench table
+#   make test   install what is missing, build, run every test (also under ASan+UBSan)
+
+PYTHON ?= python3
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+KILN = $(BUILD)/bin/kiln
+APT_PACKAGES = cmake gcc make pkg-config protobuf-c-compiler libprotobuf-c-dev libcmocka-dev \
+               libxxhash-dev
+PIP_PACKAGES = onnx==1.19.0 onnxruntime numpy pytest
+EXAMPLE_DIR = tests/models/mobilenetv2_mini
+EXAMPLE = $(EXAMPLE_DIR)/model.onnx
+
+.PHONY: all deps build asan run test test-unit test-conformance test-models test-asan bench \
+        format clean
+
+all: build
+
+deps:
+	@missing=""; for p in $(APT_PACKAGES); do \
+	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+	@$(PYTHON) -c "import onnx, onnxruntime, numpy, pytest; assert onnx.__version__ == '1.19.0'" \
+	  2>/dev/null || $(PYTHON) -m pip install -q $(PIP_PACKAGES)
+
+build: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	cmake --build $(BUILD) -j$(JOBS)
+
+asan: deps
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=ON >/dev/null
+	cmake --build $(ASAN_BUILD) -j$(JOBS)
+
+run: build
+	@echo "== kiln inspect $(EXAMPLE)"
+	$(KILN) inspect $(EXAMPLE) --shapes input:1x3x64x64,2x3x64x64,4x3x64x64
+	@echo "== kiln build (dynamic batch 1..4)"
+	$(KILN) build $(EXAMPLE) -o $(BUILD)/example.plan --shapes input:1x3x64x64,2x3x64x64,4x3x64x64
+	@echo "== kiln run (batch 2)"
+	$(KILN) run $(BUILD)/example.plan --input input=$(EXAMPLE_DIR)/case1_2x3x64x64/input.npy \
+	  --output-dir $(BUILD)/example-out
+	@$(PYTHON) examples/show_outputs.py $(BUILD)/example-out $(EXAMPLE_DIR)/case1_2x3x64x64
+	@echo "== bench (kiln vs onnxruntime)"
+	$(PYTHON) bench/bench.py --quick --kiln $(KILN)
+
+test-unit: build
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
+
+test-conformance: build
+	$(PYTHON) tests/conformance/run_node_tests.py --kiln $(KILN) --jobs $(JOBS) --check
+
+test-models: build
+	KILN=$(KILN) $(PYTHON) -m pytest -q tests/models
+
+test-asan: asan
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j$(JOBS)
+	ASAN_OPTIONS=detect_leaks=1 $(PYTHON) tests/conformance/run_node_tests.py \
+	  --kiln $(ASAN_BUILD)/bin/kiln --jobs $(JOBS) --check --timeout 120
+	ASAN_OPTIONS=detect_leaks=1 KILN=$(ASAN_BUILD)/bin/kiln $(PYTHON) -m pytest -q \
+	  tests/models/test_bad_input.py
+
+test: test-unit test-conformance test-models test-asan
+
+bench: build
+	$(PYTHON) bench/bench.py --kiln $(KILN)
+
+format:
+	git ls-files '*.c' '*.h' | xargs clang-format -i
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)
