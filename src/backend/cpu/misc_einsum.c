@@ -198,8 +198,13 @@ static kiln_status einsum_pair(kn_kernel_ctx *k, const kn_einsum *e) {
     float *a = buf, *b = a + B * M * K, *c = b + B * N * K;
     gather(k->in[0].data, sa, la, nb + nm + nk, suma, nsa, e->size, a);
     gather(k->in[1].data, sb, lb, nb + nn + nk, sumb, nsb, e->size, b);
-    for (int64_t i = 0; i < B; i++)
-        cpu_rnn_matmul_nt(k->pool, a + i * M * K, b + i * N * K, c + i * M * N, M, N, K);
+    kiln_status rc = KILN_OK;
+    for (int64_t i = 0; i < B && rc == KILN_OK; i++)
+        rc = cpu_rnn_matmul_nt(k->pool, a + i * M * K, b + i * N * K, c + i * M * N, M, N, K);
+    if (rc != KILN_OK) {
+        kn_free(buf);
+        return rc;
+    }
     odo o;
     odo_init(&o, nb + nm + nn, lc, e->size, so);
     float *y = k->out[0].data;

@@ -276,7 +276,7 @@ static kiln_status run_direction(const rnn_args *a, int64_t d, float *xw, float 
     int64_t hs = a->hidden, gh = a->gates * hs, rows = a->seq * a->batch;
     const float *w = a->w + d * gh * a->in_size;
     const float *r = a->r + d * gh * hs;
-    cpu_rnn_matmul_nt(a->pool, a->x, w, xw, rows, gh, a->in_size);
+    KN_TRY(cpu_rnn_matmul_nt(a->pool, a->x, w, xw, rows, gh, a->in_size));
     const float *rbh = NULL;
     if (a->b != NULL) {
         const float *wb = a->b + d * 2 * gh, *rb = wb + gh;
@@ -306,7 +306,7 @@ static kiln_status run_direction(const rnn_args *a, int64_t d, float *xw, float 
     int rev = dir_reverse(a, d);
     for (int64_t s = 0; s < a->seq; s++) {
         int64_t hr_cols = a->kind == KIND_GRU && !a->lbr ? 2 * hs : gh;
-        cpu_rnn_matmul_nt(a->pool, h, r, hr, a->batch, hr_cols, hs);
+        KN_TRY(cpu_rnn_matmul_nt(a->pool, h, r, hr, a->batch, hr_cols, hs));
         for (int64_t b = 0; b < a->batch; b++) {
             int64_t len = seq_len(a, b);
             if (s >= len)
@@ -323,7 +323,7 @@ static kiln_status run_direction(const rnn_args *a, int64_t d, float *xw, float 
         if (a->kind == KIND_GRU) {
             /* The h gate needs r first: (r ⊙ H)·Rh^T, unless H·Rh^T is already in hr. */
             if (!a->lbr)
-                cpu_rnn_matmul_nt(a->pool, rh, r + 2 * hs * hs, hr, a->batch, hs, hs);
+                KN_TRY(cpu_rnn_matmul_nt(a->pool, rh, r + 2 * hs * hs, hr, a->batch, hs, hs));
             for (int64_t b = 0; b < a->batch; b++) {
                 int64_t len = seq_len(a, b);
                 if (s >= len)

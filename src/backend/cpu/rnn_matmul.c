@@ -1,5 +1,7 @@
-/* A blocked A·B^T for the RNN kernels: both operands are read along rows, so every output is a
- * contiguous dot product. Tiles of rows and columns spread over the thread pool. */
+/* A·B^T for the RNN and einsum kernels. Products with several rows go to the packed GEMM;
+ * one- or two-row products (a recurrence step with a small batch) are memory-bound, so a tiled
+ * dot-product loop that reads B once and packs nothing is faster there. */
+#include "backend/cpu/gemm.h"
 #include "backend/cpu/rnn_internal.h"
 
 enum { TILE_M = 8, TILE_N = 64 };
@@ -34,13 +36,16 @@ static void mm_tiles(void *arg, int64_t begin, int64_t end) {
     }
 }
 
-void cpu_rnn_matmul_nt(kn_threadpool *pool, const float *a, const float *b, float *c, int64_t m,
-                       int64_t n, int64_t k) {
+kiln_status cpu_rnn_matmul_nt(kn_threadpool *pool, const float *a, const float *b, float *c,
+                              int64_t m, int64_t n, int64_t k) {
     if (m <= 0 || n <= 0)
-        return;
+        return KILN_OK;
+    if (m > 2 && k > 0)
+        return kn_sgemm(pool, false, true, m, n, k, 1.0f, a, k, b, k, 0.0f, c, n, NULL);
     mm_args p = {a, b, c, m, n, k, (n + TILE_N - 1) / TILE_N};
     int64_t tiles = ((m + TILE_M - 1) / TILE_M) * p.tiles_n;
     int64_t work = TILE_M * TILE_N * (k > 0 ? k : 1);
     int64_t grain = work >= 32768 ? 1 : 32768 / work;
     kn_parallel_for(pool, tiles, grain, mm_tiles, &p);
+    return KILN_OK;
 }
