@@ -1,0 +1,421 @@
+#!/usr/bin/env python3
+"""kiln against onnxruntime on the CPU, side by side on one machine.
+
+    python3 bench/bench.py                  # ResNet-50, MobileNetV2, transformer encoder at 1
+                                            # and 2 threads; writes docs/benchmarks.md
+    python3 bench/bench.py --quick          # the small bundled models, 1 thread, a table on stdout
+    python3 bench/bench.py --model m.onnx   # any model (fixed input shapes)
+
+For every model and thread count the two engines take turns (--rounds times): kiln through
+`kiln bench PLAN --json` in a child process, onnxruntime in this process with
+intra_op_num_threads set and sequential execution. Both get the same random input; reported
+figures are medians over rounds of each round's median latency. Before timing, one `kiln run`
+output is compared with onnxruntime's, so a fast wrong answer cannot pass unnoticed.
+
+The full-size models are exported from torchvision with random weights (by whichever Python has
+torch: this one, or /usr/bin/python3) or, without torch, built with onnx.helper; either way they
+are cached under bench/models/, which is not committed.
+"""
+
+import argparse
+import datetime
+import glob
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import onnx
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+CACHE = os.path.join(HERE, "models")
+DOC = os.path.join(REPO, "docs", "benchmarks.md")
+
+FULL_MODELS = {
+    "resnet50": "ResNet-50 (torchvision, 1×3×224×224)",
+    "mobilenetv2": "MobileNetV2 (torchvision, 1×3×224×224)",
+    "transformer": "Transformer encoder (4 layers, d=256, 4 heads, ff=1024, 1×128 tokens)",
+}
+QUICK_MODELS = ["resnet_mini", "mobilenetv2_mini", "transformer_encoder"]
+
+
+def default_kiln():
+    return os.environ.get("KILN") or os.path.join(REPO, "build", "bin", "kiln")
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Models
+
+
+def torch_python():
+    """An interpreter that can import torch and torchvision, or None."""
+    candidates = [sys.executable, "/usr/bin/python3", shutil.which("python3")]
+    for py in dict.fromkeys(c for c in candidates if c):
+        try:
+            ok = subprocess.run([py, "-c", "import torch, torchvision"], capture_output=True,
+                                timeout=120).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            ok = False
+        if ok:
+            return py
+    return None
+
+
+def ensure_full_model(name, source):
+    os.makedirs(CACHE, exist_ok=True)
+    path = os.path.join(CACHE, f"{name}.onnx")
+    if os.path.exists(path):
+        return path, describe_source(path)
+    py = torch_python() if source in ("auto", "torch") else None
+    if py:
+        log(f"exporting {name} from torchvision with {py}")
+        subprocess.run([py, os.path.join(HERE, "export_torch.py"), CACHE, name], check=True)
+        with open(path + ".source", "w") as f:
+            f.write("torch")
+    elif source == "torch":
+        sys.exit("no Python with torch and torchvision found (--source torch)")
+    else:
+        log(f"building {name} with onnx.helper (no torch found)")
+        sys.path.insert(0, HERE)
+        import onnx_models
+
+        onnx_models.build(name, path)
+        with open(path + ".source", "w") as f:
+            f.write("onnx.helper")
+    return path, describe_source(path)
+
+
+def describe_source(path):
+    try:
+        with open(path + ".source") as f:
+            return f.read().strip()
+    except OSError:
+        return "cached"
+
+
+def quick_models():
+    """The small bundled examples and the small test models, which are always present, each with
+    the inputs shipped beside it when there are some."""
+    found = []
+    for path in sorted(glob.glob(os.path.join(REPO, "examples", "**", "*.onnx"), recursive=True)):
+        folder = os.path.dirname(path)
+        found.append((os.path.relpath(folder, REPO), path, shipped_inputs(path, folder)))
+    with open(os.path.join(REPO, "tests", "models", "manifest.json")) as f:
+        manifest = {m["name"]: m for m in json.load(f)["models"]}
+    for name in QUICK_MODELS:
+        if name in manifest:
+            m = manifest[name]
+            base = os.path.join(REPO, "tests", "models")
+            inputs = {k: os.path.join(base, v) for k, v in m["cases"][0]["inputs"].items()}
+            found.append((name, os.path.join(base, m["model"]), inputs))
+    return found
+
+
+def shipped_inputs(model_path, folder):
+    """<input name>.npy files beside a model, if there is one for every input."""
+    model = onnx.load(model_path, load_external_data=False)
+    inits = {t.name for t in model.graph.initializer}
+    files = {vi.name: os.path.join(folder, f"{vi.name}.npy") for vi in model.graph.input
+             if vi.name not in inits}
+    return files if all(os.path.exists(p) for p in files.values()) else {}
+
+
+def make_inputs(model_path, folder, given=None):
+    """Inputs for every graph input: the given .npy files, else random data, with a dynamic
+    leading dim set to 1 and other dynamic dims to 64. Returns ({name: array},
+    {name: .npy path}, [--shapes specs for inputs with dynamic dims])."""
+    model = onnx.load(model_path, load_external_data=False)
+    inits = {t.name for t in model.graph.initializer}
+    rng = np.random.default_rng(0)
+    arrays, files, specs = {}, {}, []
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type
+        dims = list(tt.shape.dim)
+        static = all(d.HasField("dim_value") and d.dim_value > 0 for d in dims)
+        if given and vi.name in given:
+            path = given[vi.name]
+            arr = np.load(path)
+        else:
+            shape = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0
+                     else (1 if i == 0 else 64) for i, d in enumerate(dims)]
+            dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
+            if dtype.kind in "iu":
+                arr = rng.integers(1, 10, size=shape).astype(dtype)
+            elif dtype == np.bool_:
+                arr = rng.random(shape) > 0.5
+            else:
+                arr = rng.standard_normal(shape).astype(dtype)
+            path = os.path.join(folder, f"in{len(files)}.npy")
+            np.save(path, arr)
+        arrays[vi.name], files[vi.name] = arr, path
+        if not static:
+            specs.append(f"{vi.name}:{'x'.join(map(str, arr.shape))}")
+    return arrays, files, specs
+
+
+# ---------------------------------------------------------------------------------------------
+# Engines
+
+
+def kiln_cmd(kiln, *args):
+    proc = subprocess.run([kiln, *map(str, args)], capture_output=True, text=True, timeout=1800)
+    if proc.returncode != 0:
+        raise RuntimeError(f"kiln {args[0]} failed: {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def kiln_build(kiln, model_path, plan_path, threads, specs):
+    start = time.monotonic()
+    shapes = [a for spec in specs for a in ("--shapes", spec)]
+    kiln_cmd(kiln, "build", model_path, "-o", plan_path, "--quiet", "--threads", threads, *shapes)
+    return time.monotonic() - start
+
+
+def kiln_bench(kiln, plan, files, threads, warmup, iterations):
+    args = ["bench", plan, "--warmup", warmup, "--iterations", iterations, "--threads", threads,
+            "--json"]
+    for name, path in files.items():
+        args += ["--input", f"{name}={path}"]
+    out = kiln_cmd(kiln, *args)
+    return json.loads(out.strip().splitlines()[-1])["latency_ms"]
+
+
+def kiln_outputs(kiln, plan, files, folder):
+    out_dir = os.path.join(folder, "out")
+    shutil.rmtree(out_dir, ignore_errors=True)
+    os.makedirs(out_dir)
+    args = ["run", plan, "--output-dir", out_dir]
+    for name, path in files.items():
+        args += ["--input", f"{name}={path}"]
+    kiln_cmd(kiln, *args)
+    with open(os.path.join(out_dir, "outputs.json")) as f:
+        index = json.load(f)
+    return {name: np.load(os.path.join(out_dir, file)) for name, file in index.items()}
+
+
+def ort_session(model_path, threads):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(model_path, opts, providers=["CPUExecutionProvider"])
+
+
+def ort_bench(sess, feeds, warmup, iterations):
+    for _ in range(warmup):
+        sess.run(None, feeds)
+    times = []
+    for _ in range(iterations):
+        t = time.perf_counter()
+        sess.run(None, feeds)
+        times.append((time.perf_counter() - t) * 1000.0)
+    times.sort()
+    return {"min": times[0], "median": statistics.median(times), "mean": statistics.fmean(times),
+            "p90": times[min(len(times) - 1, int(0.9 * len(times)))], "max": times[-1]}
+
+
+def max_rel_diff(kiln_out, ort_out, names):
+    worst = 0.0
+    for name, ref in zip(names, ort_out):
+        got = kiln_out.get(name)
+        if got is None or got.shape != ref.shape:
+            return float("inf")
+        ref = ref.astype(np.float64)
+        scale = max(1e-6, float(np.abs(ref).max()))
+        worst = max(worst, float(np.abs(got.astype(np.float64) - ref).max()) / scale)
+    return worst
+
+
+# ---------------------------------------------------------------------------------------------
+# The comparison
+
+
+def compare_model(kiln, label, model_path, given, threads_list, args, work):
+    arrays, files, specs = make_inputs(model_path, work, given)
+    rows = []
+    for threads in threads_list:
+        plan = os.path.join(work, f"t{threads}.plan")
+        build_s = kiln_build(kiln, model_path, plan, threads, specs)
+        sess = ort_session(model_path, threads)
+        out_names = [o.name for o in sess.get_outputs()]
+        try:
+            diff = max_rel_diff(kiln_outputs(kiln, plan, files, work),
+                                sess.run(out_names, arrays), out_names)
+        except RuntimeError as exc:
+            log(f"{label}: kiln run failed: {exc}")
+            diff = float("nan")
+        k_rounds, o_rounds = [], []
+        for r in range(args.rounds):
+            # Alternate which engine goes first so that neither always meets a cold cache.
+            order = ("kiln", "ort") if r % 2 == 0 else ("ort", "kiln")
+            for engine in order:
+                if engine == "kiln":
+                    k_rounds.append(kiln_bench(kiln, plan, files, threads, args.warmup,
+                                               args.iterations))
+                else:
+                    o_rounds.append(ort_bench(sess, arrays, args.warmup, args.iterations))
+        del sess
+        row = {
+            "model": label, "threads": threads, "build_s": build_s, "max_rel_diff": diff,
+            "kiln_ms": statistics.median(r["median"] for r in k_rounds),
+            "ort_ms": statistics.median(r["median"] for r in o_rounds),
+            "kiln_p90": statistics.median(r["p90"] for r in k_rounds),
+            "ort_p90": statistics.median(r["p90"] for r in o_rounds),
+        }
+        row["speedup"] = row["ort_ms"] / row["kiln_ms"] if row["kiln_ms"] > 0 else float("nan")
+        log(f"{label:<28} {threads} thr  kiln {row['kiln_ms']:8.3f} ms  onnxruntime "
+            f"{row['ort_ms']:8.3f} ms  ×{row['speedup']:.2f}  (rel diff {diff:.1e})")
+        rows.append(row)
+    return rows
+
+
+def machine():
+    info = {"platform": platform.platform(), "python": platform.python_version()}
+    try:
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        fields = dict(line.split(":", 1) for line in lscpu.splitlines() if ":" in line)
+        info["cpu"] = fields.get("Model name", "?").strip()
+        info["cpus"] = fields.get("CPU(s)", "?").strip()
+        flags = fields.get("Flags", "")
+        info["isa"] = " ".join(f for f in ("avx2", "fma", "avx512f", "avx512_vnni", "amx_tile")
+                               if f in flags.split())
+    except OSError:
+        info["cpu"] = platform.processor()
+    import onnxruntime as ort
+
+    info["onnxruntime"] = ort.__version__
+    info["onnx"] = onnx.__version__
+    return info
+
+
+def table(rows):
+    lines = ["| model | threads | kiln median ms | onnxruntime median ms | ORT / kiln | "
+             "kiln p90 ms | ORT p90 ms | kiln build s | max rel diff |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['model']} | {r['threads']} | {r['kiln_ms']:.3f} | {r['ort_ms']:.3f} | "
+                     f"{r['speedup']:.2f}× | {r['kiln_p90']:.3f} | {r['ort_p90']:.3f} | "
+                     f"{r['build_s']:.2f} | {r['max_rel_diff']:.1e} |")
+    return "\n".join(lines)
+
+
+def write_doc(path, rows, info, args, kiln_version, sources):
+    today = datetime.date.today().isoformat()
+    text = f"""# Benchmarks: kiln against onnxruntime (CPU)
+
+Measured {today} by `python3 bench/bench.py` on one machine, both engines taking turns in one
+process tree: kiln through `kiln bench PLAN --json` (plan built beforehand with the same
+`--threads`), onnxruntime in-process (`intra_op_num_threads` = threads, sequential execution, all
+graph optimizations). float32, batch 1, random weights and inputs. Each figure is the median over
+{args.rounds} alternating rounds of that round's median of {args.iterations} timed runs (after
+{args.warmup} warm-up runs). **ORT / kiln > 1 means kiln is faster.** "max rel diff" is the
+largest difference between kiln's and onnxruntime's outputs, relative to the output's largest
+magnitude.
+
+{table(rows)}
+
+Models: {"; ".join(f"{FULL_MODELS.get(k, k)} — {v}" for k, v in sources.items())}.
+
+## Machine
+
+- CPU: {info.get('cpu', '?')} ({info.get('cpus', '?')} logical CPUs; {info.get('isa', '')})
+- OS: {info['platform']}
+- kiln {kiln_version}, onnxruntime {info['onnxruntime']}, onnx {info['onnx']}, Python {info['python']}
+
+Other processes shared the machine while this ran; figures from a busy machine are noisy, the
+ratios less so because the engines alternate.
+
+Reproduce: `python3 bench/bench.py` (models are cached under bench/models/, not committed;
+`--rounds`, `--iterations` and `--threads` change the protocol).
+"""
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def main():
+    ap = argparse.ArgumentParser(description="kiln against onnxruntime on the CPU")
+    ap.add_argument("--kiln", default=default_kiln())
+    ap.add_argument("--quick", action="store_true",
+                    help="small bundled models, 1 thread, few runs; table on stdout only")
+    ap.add_argument("--model", action="append", default=[],
+                    help="benchmark this .onnx file instead (repeatable)")
+    ap.add_argument("--models", default=",".join(FULL_MODELS),
+                    help="full-size models to run (default: all)")
+    ap.add_argument("--threads", default=None, help="comma-separated thread counts")
+    ap.add_argument("--rounds", type=int, default=None)
+    ap.add_argument("--iterations", type=int, default=None)
+    ap.add_argument("--warmup", type=int, default=None)
+    ap.add_argument("--source", choices=("auto", "torch", "helper"), default="auto",
+                    help="how to make the full-size models when they are not cached")
+    ap.add_argument("--out", default=None,
+                    help="markdown file to write (default docs/benchmarks.md; none in --quick)")
+    ap.add_argument("--json-out", help="also write the rows as JSON")
+    args = ap.parse_args()
+
+    quick = args.quick
+    args.rounds = args.rounds or (2 if quick else 5)
+    args.iterations = args.iterations or (10 if quick else 20)
+    args.warmup = args.warmup if args.warmup is not None else (2 if quick else 5)
+    threads = [int(t) for t in (args.threads or ("1" if quick else "1,2")).split(",")]
+
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        sys.exit("onnxruntime is not installed: pip install onnxruntime numpy onnx")
+    if not os.access(args.kiln, os.X_OK):
+        sys.exit(f"kiln binary not found at {args.kiln} (build it, or pass --kiln / set KILN)")
+    kiln = os.path.abspath(args.kiln)
+    kiln_version = kiln_cmd(kiln, "--version").strip().replace("kiln ", "")
+
+    sources = {}
+    if args.model:
+        models = [(os.path.basename(p), os.path.abspath(p), None) for p in args.model]
+    elif quick:
+        models = quick_models()
+    else:
+        models = []
+        for name in args.models.split(","):
+            path, source = ensure_full_model(name, args.source)
+            models.append((FULL_MODELS[name].split(" (")[0], path, None))
+            sources[name] = source
+
+    rows = []
+    work = tempfile.mkdtemp(prefix="kiln-bench-")
+    try:
+        for label, path, given in models:
+            try:
+                rows += compare_model(kiln, label, path, given, threads, args, work)
+            except RuntimeError as exc:
+                log(f"{label}: skipped: {exc}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    print(table(rows))
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump({"machine": machine(), "rows": rows}, f, indent=1)
+    out = args.out if args.out else (None if quick or args.model else DOC)
+    if out:
+        write_doc(out, rows, machine(), args, kiln_version, sources)
+        log(f"wrote {os.path.relpath(out)}")
+    return 0 if rows else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
