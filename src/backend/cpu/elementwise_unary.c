@@ -110,10 +110,10 @@ static inline double ew_shrink_d(double v, const ew_params *p) {
     return v < -p->b ? v + p->a : v > p->b ? v - p->a : 0.0;
 }
 
+/* Lower bound first, then upper, so min > max gives max everywhere (as numpy.clip). */
+#define EW_CLIP_LO (p->lo != NULL && x < *(const T *)p->lo ? *(const T *)p->lo : x)
 #define EW_CLIP_EXPR                                                                               \
-    p->lo != NULL &&x < *(const T *)p->lo                                                          \
-        ? *(const T *)p->lo                                                                        \
-        : (p->hi != NULL && x > *(const T *)p->hi ? *(const T *)p->hi : x)
+    (p->hi != NULL && EW_CLIP_LO > *(const T *)p->hi ? *(const T *)p->hi : EW_CLIP_LO)
 
 EW_UI_DEFINE(abs, x < 0 ? (T)(0u - (U)x) : x, x)
 EW_UI_DEFINE(neg, (T)(0u - (U)x), (T)(0u - (U)x))
