@@ -27,11 +27,13 @@ static kiln_status fail(const cursor *c, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return kn_error(KILN_ERR_PLAN, "plan %s section, %s: %s", c->sec, c->where, msg);
+    kn_error(KILN_ERR_PLAN, "plan %s section, %s: %s", c->sec, c->where, msg);
+    return KILN_ERR_PLAN;
 }
 
 static kiln_status oom(void) {
-    return kn_error(KILN_ERR_OUT_OF_MEMORY, "plan reader: out of memory");
+    kn_error(KILN_ERR_OUT_OF_MEMORY, "plan reader: out of memory");
+    return KILN_ERR_OUT_OF_MEMORY;
 }
 
 static uint64_t left(const cursor *c) {

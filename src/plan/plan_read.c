@@ -173,7 +173,7 @@ static bool all_zero(const uint8_t *p, uint64_t n) {
 
 /* Section bounds, overlap, padding and checksums; fills the known sections of r. */
 static kiln_status check_sections(kn_plan_reader *r, uint32_t count) {
-    sec_entry e[KN_PLAN_MAX_SECTIONS];
+    sec_entry e[KN_PLAN_MAX_SECTIONS] = {{0}};
     char label[16];
     uint64_t table_end = KN_PLAN_HEADER_SIZE + (uint64_t)count * KN_PLAN_SECTION_ENTRY_SIZE;
     for (uint32_t i = 0; i < count; i++) {
