@@ -607,13 +607,19 @@ static void test_opsets(void **state) {
     m->n_opset_import = 0;
     assert_error(import(m, NULL, &g), KILN_ERR_MODEL, "node 'add'", "no opset import");
     arena_free();
-    int64_t bad[] = {6, 22, 1};
+    int64_t bad[] = {6, 25, 1};
     for (int i = 0; i < 3; i++) {
         m = small_model();
         m->opset_import[0]->version = bad[i];
-        assert_error(import(m, NULL, &g), KILN_ERR_UNSUPPORTED, "opset", "7 to 21");
+        assert_error(import(m, NULL, &g), KILN_ERR_UNSUPPORTED, "opset", "7 to 24");
         arena_free();
     }
+    m = small_model();
+    m->opset_import[0]->version = 24;
+    assert_int_equal(import(m, NULL, &g), KILN_OK);
+    assert_int_equal(g->nodes[0].opset, 24);
+    kn_graph_destroy(g);
+    arena_free();
     m = small_model();
     add_opset(m, "", 14);
     assert_error(import(m, NULL, &g), KILN_ERR_MODEL, "imported twice", NULL);
