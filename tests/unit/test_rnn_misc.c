@@ -509,6 +509,27 @@ static void test_resize_modes(void **st) {
     }
 }
 
+/* Resizing a leading axis takes the general N-d path rather than the image-plane one. */
+static void test_resize_leading_axis(void **st) {
+    (void)st;
+    static const float rs_gen[] = {
+        -0.83f,  -0.68f,   -0.34166664f, 0.41166669f,  0.38f,     0.16f,
+        -0.825f, -0.6275f, -0.285f,      0.295f,       0.195f,    -0.05f,
+        -0.815f, -0.5225f, -0.17166665f, 0.061666675f, -0.175f,   -0.47f,
+        -0.49f,  -0.39f,   -0.25583333f, -0.11916666f, -0.29375f, -0.5025f,
+        0.15f,   -0.23f,   -0.5375f,     -0.2475f,     -0.16125f, -0.1475f,
+        0.47f,   -0.15f,   -0.67833334f, -0.31166667f, -0.095f,   0.03f};
+    static const float scales[] = {2.0f, 1.5f, 1.0f};
+    kn_attr at[] = {attr_s("mode", "linear"),
+                    attr_s("coordinate_transformation_mode", "pytorch_half_pixel")};
+    kn_tensor in[] = {F32(rs_x, 3, 3, 4, 1), NONE, F32(scales, 1, 3)};
+    op_run r;
+    assert_int_equal(run_op(&r, "Resize", 13, at, 2, in, 3, 1), KILN_OK);
+    SHAPE(&r.out[0], 6, 6, 1);
+    CHECK_F32(&r.out[0], rs_gen, 1e-5f);
+    op_free(&r);
+}
+
 static void test_resize_upsample_legacy_and_errors(void **st) {
     (void)st;
     /* Upsample-9 nearest by (2, 3) repeats each element; uint8 data is copied exactly. */
@@ -641,6 +662,7 @@ int main(void) {
         cmocka_unit_test(test_lstm_layout1_input_forget_no_y),
         cmocka_unit_test(test_rnn_infer_errors),
         cmocka_unit_test(test_resize_modes),
+        cmocka_unit_test(test_resize_leading_axis),
         cmocka_unit_test(test_resize_upsample_legacy_and_errors),
         cmocka_unit_test(test_einsum),
         cmocka_unit_test(test_quantize_per_axis),
