@@ -107,6 +107,20 @@ static kiln_status infer_dequantize(kn_infer_ctx *c) {
     return KILN_OK;
 }
 
+static kiln_status infer_dynamic_quantize(kn_infer_ctx *c) {
+    KN_TRY(need_inputs(c, 1, 1, 3));
+    if (c->in[0].dtype != KILN_DTYPE_FLOAT32)
+        return kn_error(KILN_ERR_DTYPE, "input x must be float32, got %s",
+                        kn_dtype_name(c->in[0].dtype));
+    c->out[0].dtype = KILN_DTYPE_UINT8;
+    c->out[0].shape = c->in[0].shape;
+    c->out[1].dtype = KILN_DTYPE_FLOAT32;
+    c->out[1].shape.rank = 0;
+    c->out[2].dtype = KILN_DTYPE_UINT8;
+    c->out[2].shape.rank = 0;
+    return KILN_OK;
+}
+
 /* numpy matmul shapes: 1-D operands are promoted and the promoted dims dropped again. */
 static kiln_status matmul_shape(const kn_shape *a, const kn_shape *b, kn_shape *out) {
     if (a->rank < 1 || b->rank < 1)
@@ -305,6 +319,7 @@ const kn_op_schema kn_ops_misc[] = {
     {"", "Col2Im", 18, 0, infer_col2im},
     {"", "QuantizeLinear", 10, 0, infer_quantize},
     {"", "DequantizeLinear", 10, 0, infer_dequantize},
+    {"", "DynamicQuantizeLinear", 11, 0, infer_dynamic_quantize},
     {"", "MatMulInteger", 10, 0, infer_matmul_integer},
     {"", "Det", 11, 0, infer_det},
     {0},

@@ -113,6 +113,7 @@ const kn_kernel kn_cpu_misc[] = {
     {"", "Col2Im", cpu_misc_col2im, NULL, NULL},
     {"", "QuantizeLinear", cpu_misc_quantize, NULL, NULL},
     {"", "DequantizeLinear", cpu_misc_dequantize, NULL, NULL},
+    {"", "DynamicQuantizeLinear", cpu_misc_dynamic_quantize, NULL, NULL},
     {"", "MatMulInteger", cpu_misc_matmul_integer, NULL, NULL},
     {"", "Det", cpu_misc_det, NULL, NULL},
     {0},

@@ -11,6 +11,7 @@ kiln_status cpu_misc_roi_align(kn_kernel_ctx *k);
 kiln_status cpu_misc_grid_sample(kn_kernel_ctx *k);
 kiln_status cpu_misc_quantize(kn_kernel_ctx *k);
 kiln_status cpu_misc_dequantize(kn_kernel_ctx *k);
+kiln_status cpu_misc_dynamic_quantize(kn_kernel_ctx *k);
 kiln_status cpu_misc_matmul_integer(kn_kernel_ctx *k);
 kiln_status cpu_misc_det(kn_kernel_ctx *k);
 kiln_status cpu_misc_col2im(kn_kernel_ctx *k);

@@ -79,6 +79,27 @@ kiln_status cpu_misc_dequantize(kn_kernel_ctx *k) {
     return KILN_OK;
 }
 
+/* uint8 with the range widened to include 0, so that 0 is exactly representable. */
+kiln_status cpu_misc_dynamic_quantize(kn_kernel_ctx *k) {
+    const float *x = k->in[0].data;
+    int64_t n = kn_tensor_numel(&k->in[0]);
+    float lo = 0.0f, hi = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        lo = x[i] < lo ? x[i] : lo;
+        hi = x[i] > hi ? x[i] : hi;
+    }
+    float scale = (hi - lo) / 255.0f;
+    float zpf = scale > 0.0f ? nearbyintf(-lo / scale) : 0.0f;
+    zpf = zpf < 0.0f ? 0.0f : (zpf > 255.0f ? 255.0f : zpf);
+    for (int64_t i = 0; i < n; i++)
+        cpu_misc_store_int(&k->out[0], i, scale > 0.0f ? nearbyintf(x[i] / scale) + zpf : 0.0);
+    if (k->n_out > 1 && k->out[1].data != NULL)
+        *(float *)k->out[1].data = scale;
+    if (k->n_out > 2 && k->out[2].data != NULL)
+        *(uint8_t *)k->out[2].data = (uint8_t)zpf;
+    return KILN_OK;
+}
+
 static inline int32_t get_q(const kn_tensor *t, int64_t i) {
     return t->dtype == KILN_DTYPE_UINT8 ? ((const uint8_t *)t->data)[i]
                                         : ((const int8_t *)t->data)[i];
