@@ -249,7 +249,9 @@ def run_data_set(kiln, set_dir, inputs, outputs, timeout, input_format, workdir,
         line = next((ln for ln in stderr.splitlines() if mark and mark in ln), "") if mark else ""
         return "crash", f"{describe_rc(proc.returncode)}: {line.strip() or first_line(stderr)}"[:300]
     if proc.returncode != 0:
-        return "error", first_line(stderr) or describe_rc(proc.returncode)
+        # The model's long path adds nothing to the report: the case name says it.
+        message = first_line(stderr.replace(model_path + ": ", "").replace(model_path, "model"))
+        return "error", message or describe_rc(proc.returncode)
     index_path = os.path.join(out_dir, "outputs.json")
     if not os.path.exists(index_path):
         return "failed", "kiln exited 0 but wrote no outputs.json"
@@ -308,9 +310,10 @@ def guess_category(root, result):
         return "unsupported-type"
     if result["status"] == "failed":
         return "mismatch"
-    if "dtype" in msg or "data type" in msg:
+    if "dtype" in msg or "data type" in msg or "string tensor" in msg:
         return "unsupported-type"
-    if "unsupported" in msg or "not supported" in msg or "unknown op" in msg or "no kernel" in msg:
+    if any(m in msg for m in ("not a built-in op", "unsupported", "not supported", "unknown op",
+                              "no kernel")):
         return "unsupported-op"
     return "other"
 
