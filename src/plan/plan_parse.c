@@ -41,8 +41,10 @@ static uint64_t left(const cursor *c) {
 }
 
 static kiln_status rd(cursor *c, void *dst, size_t n, const char *what) {
-    if (left(c) < n)
+    if (left(c) < n) {
+        memset(dst, 0, n); /* callers' fields are then never read uninitialised */
         return fail(c, "truncated reading %s", what);
+    }
     memcpy(dst, c->p + c->pos, n);
     c->pos += n;
     return KILN_OK;

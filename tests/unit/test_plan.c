@@ -686,6 +686,48 @@ static void test_out_of_memory(void **state) {
     kn_free(data);
 }
 
+/* A long chain: no quadratic step in writer or reader, names deduplicated in the table. */
+static void test_large_graph(void **state) {
+    (void)state;
+    enum { N = 5000 };
+    kn_plan p = {0}, q;
+    kn_graph *g = kn_graph_create();
+    assert_non_null(g);
+    float *w = kn_calloc(4096, sizeof(float));
+    assert_non_null(w);
+    for (int i = 0; i < 4096; i++)
+        w[i] = (float)i * 0.25f;
+    int prev = add_value(g, "in", KILN_DTYPE_FLOAT32, 1, (int64_t[]){4096}, NULL);
+    assert_int_equal(kn_graph_add_input(g, prev), KILN_OK);
+    int wv = add_const(g, "w", KILN_DTYPE_FLOAT32, 1, (int64_t[]){4096}, w);
+    char name[32];
+    for (int i = 0; i < N; i++) {
+        snprintf(name, sizeof name, "t%d", i);
+        int v = add_value(g, name, KILN_DTYPE_FLOAT32, 1, (int64_t[]){4096}, NULL);
+        snprintf(name, sizeof name, "n%d", i);
+        int node = kn_graph_add_node(g, name, i % 2 ? "Relu" : "Add", "", 17, i % 2 ? 1 : 2,
+                                     (int[]){prev, wv}, 1, (int[]){v});
+        assert_true(node >= 0);
+        prev = v;
+    }
+    assert_int_equal(kn_graph_add_output(g, prev), KILN_OK);
+    p.graph = g;
+    uint8_t *data, *again;
+    size_t size, again_size;
+    write_plan(&p, &data, &size);
+    read_ok(data, size, &q);
+    assert_graph_eq(p.graph, q.graph);
+    assert_memory_equal(q.graph->values[wv].data, w, 4096 * sizeof(float));
+    write_plan(&q, &again, &again_size);
+    assert_int_equal(size, again_size);
+    assert_memory_equal(data, again, size);
+    kn_plan_clear(&q);
+    kn_plan_clear(&p);
+    kn_free(w);
+    kn_free(data);
+    kn_free(again);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip),       cmocka_unit_test(test_deterministic),
@@ -693,6 +735,7 @@ int main(void) {
         cmocka_unit_test(test_messages),         cmocka_unit_test(test_features),
         cmocka_unit_test(test_unknown_sections), cmocka_unit_test(test_writer_refuses),
         cmocka_unit_test(test_semantic_checks),  cmocka_unit_test(test_out_of_memory),
+        cmocka_unit_test(test_large_graph),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
