@@ -653,6 +653,145 @@ static void test_det_and_matmul_integer(void **st) {
     op_free(&r);
 }
 
+/* onnx.reference outputs for GridSample, RoiAlign and Col2Im. */
+static const float gs_x[] = {0.61000001f, 0.62f,        0.029999999f,   -0.43000001f, -0.88999999f,
+                             -0.23f,      -0.18000001f, -0.91000003f,   -0.89999998f, 1.0f,
+                             0.30000001f, -0.52999997f, -0.13f,         0.94999999f,  0.80000001f,
+                             0.69f,       -0.22f,       -0.0099999998f, 0.34999999f,  -0.88f,
+                             0.11f,       -0.46000001f, 0.75999999f,    -0.87f};
+static const float gs_g[] = {0.46799999f,  0.96199995f,  -0.71499997f, 1.027f,
+                             0.96199995f,  -1.2479999f,  0.53299999f,  -1.3f,
+                             0.012999999f, -0.16899998f, -0.76699996f, -0.45499998f};
+static const float gs_lin_zero[] = {-0.034467101f, -0.35243651f, -0.031703088f, -0.011518016f,
+                                    -0.073563255f, 0.12920251f,  0.027471371f,  0.032210942f,
+                                    0.050872393f,  0.036887053f, 0.35471606f,   -0.15318346f};
+static const float gs_cub_refl[] = {0.063029051f,  -0.25076577f, -0.49811453f, -0.24040897f,
+                                    -0.087014385f, -0.03360806f, 0.54582024f,  -0.16469634f,
+                                    0.50367767f,   0.60196465f,  0.42771333f,  -0.038493309f};
+static const float gs_near_border[] = {0.30000001f,  -0.89999998f, -0.43000001f, -0.43000001f,
+                                       -0.18000001f, 0.61000001f,  0.75999999f,  0.11f,
+                                       0.69f,        0.69f,        0.34999999f,  -0.13f};
+static const float ra_x[] = {
+    0.61000001f,   -0.37f,       -0.69999999f, 0.40000001f,   -0.1f,         0.60000002f,
+    -0.52999997f,  -0.36000001f, 0.60000002f,  0.0099999998f, 0.0099999998f, -0.52999997f,
+    -0.97000003f,  0.87f,        -0.82999998f, 0.69f,         -0.25999999f,  0.89999998f,
+    -0.2f,         0.87f,        0.11f,        -0.51999998f,  0.47999999f,   0.34999999f,
+    0.37f,         -0.07f,       -0.56f,       0.28f,         -0.79000002f,  0.38f,
+    0.27000001f,   -0.25f,       0.60000002f,  -0.61000001f,  -0.22f,        0.60000002f,
+    -0.23999999f,  0.43000001f,  0.23f,        0.88f,         0.98000002f,   0.44999999f,
+    0.62f,         -0.69f,       0.43000001f,  0.69999999f,   -0.2f,         0.11f,
+    -0.039999999f, 0.92000002f};
+static const float ra_y[] = {-0.021237506f, -0.047987476f, 0.23356238f,  0.51320004f,
+                             0.27130005f,   0.30881244f,   -0.30597657f, -0.46437496f,
+                             0.2451172f,    -0.42374998f,  -0.42015627f, 0.41421878f};
+static const float ci_x[] = {-0.37f,      -0.2f,        -1.0f,        -0.16f,       0.25999999f,
+                             0.87f,       0.85000002f,  -0.34999999f, 0.98000002f,  -0.62f,
+                             0.64999998f, -0.69f,       -0.19f,       -0.85000002f, 0.72000003f,
+                             0.66000003f, -0.72000003f, 0.050000001f, -0.47999999f, -0.02f,
+                             0.11f,       -0.79000002f, 0.73000002f,  -0.44f};
+static const float ci_y[] = {0.85000002f,  -0.2f,        -0.34999999f, -1.0f,
+                             -1.1f,        -0.59000003f, 0.63f,        1.59f,
+                             -0.79000002f, -0.72000003f, 0.73000002f,  0.050000001f};
+
+static void test_grid_sample(void **st) {
+    (void)st;
+    kn_tensor in[] = {F32(gs_x, 4, 1, 2, 3, 4), F32(gs_g, 4, 1, 2, 3, 2)};
+    struct {
+        const char *mode, *pad;
+        int align;
+        const float *want;
+    } cases[] = {{"linear", "zeros", 0, gs_lin_zero},
+                 {"cubic", "reflection", 1, gs_cub_refl},
+                 {"nearest", "border", 0, gs_near_border}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kn_attr at[] = {attr_s("mode", cases[i].mode), attr_s("padding_mode", cases[i].pad),
+                        attr_i("align_corners", cases[i].align)};
+        op_run r;
+        assert_int_equal(run_op(&r, "GridSample", 20, at, 3, in, 2, 1), KILN_OK);
+        SHAPE(&r.out[0], 1, 2, 2, 3);
+        check_f32(&r.out[0], cases[i].want, 12, 1e-5f);
+        op_free(&r);
+    }
+    /* Opset 16 names the modes differently and only takes 4-D input. */
+    kn_attr old = attr_s("mode", "linear");
+    op_run r;
+    assert_int_equal(run_op(&r, "GridSample", 16, &old, 1, in, 2, 1), KILN_ERR_MODEL);
+    op_free(&r);
+}
+
+static void test_roi_align_and_col2im(void **st) {
+    (void)st;
+    static const float rois[] = {0.5f, 0.5f, 3.2f, 4.1f, 1.0f, 0.0f, 4.0f, 2.5f};
+    static const int64_t bi[] = {1, 0};
+    kn_attr at[] = {attr_i("output_height", 2), attr_i("output_width", 3),
+                    attr_i("sampling_ratio", 2)};
+    kn_tensor in[] = {F32(ra_x, 4, 2, 1, 5, 5), F32(rois, 2, 2, 4),
+                      tens(KILN_DTYPE_INT64, bi, 1, 2)};
+    op_run r;
+    assert_int_equal(run_op(&r, "RoiAlign", 16, at, 3, in, 3, 1), KILN_OK);
+    SHAPE(&r.out[0], 2, 1, 2, 3);
+    CHECK_F32(&r.out[0], ra_y, 1e-5f);
+    op_free(&r);
+    static const int64_t bad_bi[] = {2, 0};
+    in[2].data = (void *)bad_bi;
+    assert_int_equal(run_op(&r, "RoiAlign", 16, at, 3, in, 3, 1), KILN_ERR_SHAPE);
+    op_free(&r);
+
+    static const int64_t img[] = {3, 4}, blk[] = {2, 2}, strides[] = {1, 2}, pads[] = {0, 1, 0, 1};
+    kn_attr ca[] = {attr_ints("strides", 2, strides), attr_ints("pads", 4, pads)};
+    kn_tensor ci[] = {F32(ci_x, 3, 1, 4, 6), tens(KILN_DTYPE_INT64, img, 1, 2),
+                      tens(KILN_DTYPE_INT64, blk, 1, 2)};
+    assert_int_equal(run_op(&r, "Col2Im", 18, ca, 2, ci, 3, 1), KILN_OK);
+    SHAPE(&r.out[0], 1, 1, 3, 4);
+    CHECK_F32(&r.out[0], ci_y, 1e-6f);
+    op_free(&r);
+}
+
+/* The suppress-by-IoU layout: boxes 1 and 2 overlap box 0 (IoU 0.82), box 4 overlaps box 3. */
+static void test_non_max_suppression(void **st) {
+    (void)st;
+    static const float boxes[] = {0, 0,  1, 1,  0, 0.1f,  1, 1.1f,  0, -0.1f, 1, 0.9f,
+                                  0, 10, 1, 11, 0, 10.1f, 1, 11.1f, 0, 100,   1, 101};
+    static const float scores[] = {0.9f, 0.75f, 0.6f, 0.95f, 0.5f, 0.3f};
+    static const int64_t max_out[] = {3};
+    static const float iou[] = {0.5f}, score_th[] = {0.4f};
+    kn_tensor in[] = {F32(boxes, 3, 1, 6, 4), F32(scores, 3, 1, 1, 6),
+                      tens(KILN_DTYPE_INT64, max_out, 1, 1), F32(iou, 1, 1), F32(score_th, 1, 1)};
+    op_run r;
+    assert_int_equal(run_op(&r, "NonMaxSuppression", 11, NULL, 0, in, 4, 1), KILN_OK);
+    SHAPE(&r.out[0], 3, 3);
+    static const int64_t want3[] = {0, 0, 3, 0, 0, 0, 0, 0, 5};
+    assert_memory_equal(r.out[0].data, want3, sizeof want3);
+    op_free(&r);
+    assert_int_equal(run_op(&r, "NonMaxSuppression", 11, NULL, 0, in, 5, 1), KILN_OK);
+    SHAPE(&r.out[0], 2, 3);
+    static const int64_t want2[] = {0, 0, 3, 0, 0, 0};
+    assert_memory_equal(r.out[0].data, want2, sizeof want2);
+    op_free(&r);
+    /* No max_output_boxes_per_class: nothing is selected. */
+    assert_int_equal(run_op(&r, "NonMaxSuppression", 11, NULL, 0, in, 2, 1), KILN_OK);
+    SHAPE(&r.out[0], 0, 3);
+    op_free(&r);
+}
+
+/* Range [-1, 2.5] -> scale 3.5/255, zero point round(255/3.5) = 73. */
+static void test_dynamic_quantize(void **st) {
+    (void)st;
+    static const float x[] = {-1.0f, 0.0f, 2.5f, 1.0f};
+    kn_tensor in = F32(x, 1, 4);
+    op_run r;
+    assert_int_equal(run_op(&r, "DynamicQuantizeLinear", 11, NULL, 0, &in, 1, 3), KILN_OK);
+    const uint8_t *y = r.out[0].data;
+    float scale = *(const float *)r.out[1].data;
+    assert_true(fabsf(scale - 3.5f / 255.0f) < 1e-7f);
+    assert_int_equal(*(const uint8_t *)r.out[2].data, 73);
+    assert_int_equal(y[0], 0);
+    assert_int_equal(y[1], 73);
+    assert_int_equal(y[2], 255);
+    assert_int_equal(y[3], 73 + 73);
+    op_free(&r);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lstm_bidirectional_full),
@@ -667,6 +806,10 @@ int main(void) {
         cmocka_unit_test(test_einsum),
         cmocka_unit_test(test_quantize_per_axis),
         cmocka_unit_test(test_det_and_matmul_integer),
+        cmocka_unit_test(test_grid_sample),
+        cmocka_unit_test(test_roi_align_and_col2im),
+        cmocka_unit_test(test_non_max_suppression),
+        cmocka_unit_test(test_dynamic_quantize),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
