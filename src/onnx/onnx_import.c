@@ -433,6 +433,8 @@ static kiln_status import_graph(importer *im, const Onnx__ModelProto *m) {
     KN_TRY(import_nodes(im));
     KN_TRY(import_value_info(im));
     KN_TRY(import_outputs(im));
+    if (im->g->n_nodes == 0) /* inputs or constants straight to outputs */
+        return KILN_OK;
     return kn_graph_toposort(im->g);
 }
 
@@ -466,6 +468,8 @@ kiln_status kn_onnx_import(const void *data, size_t size, const char *base_dir, 
     if (rc == KILN_OK) {
         *out = im.g;
         im.g = NULL;
+    } else {
+        kn_onnx_one_line_error(rc);
     }
     if (im.g != NULL)
         kn_graph_destroy(im.g);

@@ -17,6 +17,10 @@ extern ProtobufCAllocator kn_onnx_pb_allocator;
 kiln_status kn_onnx_tensor_convert(const Onnx__TensorProto *tp, const char *base_dir,
                                    const char *what, kn_tensor *t);
 
+/* Rewrite the current error message with control bytes (from names in the file) replaced by
+ * '?', so it stays one printable line. Returns rc. */
+kiln_status kn_onnx_one_line_error(kiln_status rc);
+
 /* Check an ONNX elem_type is a dtype kiln handles; the error names `what`. */
 kiln_status kn_onnx_check_dtype(int32_t dtype, const char *what);
 

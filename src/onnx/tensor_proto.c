@@ -26,6 +26,15 @@ static void pb_free(void *user, void *ptr) {
 
 ProtobufCAllocator kn_onnx_pb_allocator = {pb_alloc, pb_free, NULL};
 
+kiln_status kn_onnx_one_line_error(kiln_status rc) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", kiln_last_error());
+    for (char *p = msg; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            *p = '?';
+    return kn_error(rc, "%s", msg);
+}
+
 kiln_status kn_onnx_check_dtype(int32_t dtype, const char *what) {
     switch (dtype) {
     case KILN_DTYPE_FLOAT32:
@@ -309,7 +318,7 @@ static kiln_status tensor_from_bytes(const void *data, size_t size, const char *
         }
     }
     onnx__tensor_proto__free_unpacked(tp, &kn_onnx_pb_allocator);
-    return rc;
+    return rc == KILN_OK ? rc : kn_onnx_one_line_error(rc);
 }
 
 kiln_status kn_onnx_tensor_from_bytes(const void *data, size_t size, kn_tensor *t, char **name) {

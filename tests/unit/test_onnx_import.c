@@ -799,6 +799,27 @@ static void test_nodes(void **state) {
     arena_free();
 }
 
+static void test_passthrough_without_nodes(void **state) {
+    (void)state;
+    Onnx__ModelProto *m = model_new(13);
+    add_input(m->graph, "x", KILN_DTYPE_FLOAT32, 1, (const char *[]){"2"});
+    PUSH(m->graph->initializer, m->graph->n_initializer, f32_raw("W", 1, (int64_t[]){3}, W3, 3));
+    add_output(m->graph, "x", KILN_DTYPE_FLOAT32);
+    add_output(m->graph, "W", KILN_DTYPE_FLOAT32);
+    kn_graph *g;
+    assert_int_equal(import(m, NULL, &g), KILN_OK);
+    assert_int_equal(g->n_nodes, 0);
+    assert_int_equal(g->n_outputs, 2);
+    assert_true(kn_value_is_const(&g->values[g->outputs[1]]));
+    kn_graph_destroy(g);
+    arena_free();
+    /* control bytes in names never reach the one-line message */
+    m = small_model();
+    m->graph->node[0]->input[1] = S("bad\nname");
+    assert_error(import(m, NULL, &g), KILN_ERR_MODEL, "bad?name", NULL);
+    arena_free();
+}
+
 static void test_garbage(void **state) {
     (void)state;
     kn_graph *g = NULL;
@@ -860,6 +881,7 @@ static void test_fuzz_prefixes_and_flips(void **state) {
             kn_graph_destroy(g);
         } else {
             assert_true(strlen(kiln_last_error()) > 0);
+            assert_null(strchr(kiln_last_error(), '\n'));
         }
     }
     free(copy);
@@ -936,6 +958,7 @@ int main(void) {
         cmocka_unit_test(test_opsets),
         cmocka_unit_test(test_inputs_outputs_value_info),
         cmocka_unit_test(test_nodes),
+        cmocka_unit_test(test_passthrough_without_nodes),
         cmocka_unit_test(test_garbage),
         cmocka_unit_test(test_fuzz_prefixes_and_flips),
         cmocka_unit_test(test_out_of_memory),
