@@ -2,6 +2,7 @@
  * with unit dims), and the global pools. Work is split over the N*C planes; each window's
  * valid tap range is computed up front so the tap loops carry no bounds checks. */
 #include "backend/cpu/reduce_impl.h"
+#include "core/alloc.h"
 #include "ops/pool.h"
 
 #include <math.h>
@@ -9,6 +10,10 @@
 #include <string.h>
 
 enum { POOL_MAX, POOL_AVG, POOL_LP };
+
+typedef struct tap_range {
+    int64_t start, j0, j1, jinc; /* taps [j0, j1) are inside; [0, jinc) count with pads */
+} tap_range;
 
 typedef struct pool_args {
     int kind;
@@ -22,11 +27,8 @@ typedef struct pool_args {
     const float *x;
     float *y;
     int64_t *ind;
+    const tap_range *taps[3]; /* per output index of each dim */
 } pool_args;
-
-typedef struct tap_range {
-    int64_t start, j0, j1, jinc; /* taps [j0, j1) are inside; [0, jinc) count with pads */
-} tap_range;
 
 static tap_range taps(const pool_args *a, int dim, int64_t o) {
     tap_range t;
@@ -52,10 +54,27 @@ static int64_t spatial_index(const pool_args *a, int64_t z, int64_t y, int64_t x
     return r;
 }
 
-static void pool_window(const pool_args *a, const float *x, int64_t plane, const tap_range *t,
-                        float *out, int64_t *ind) {
-    double acc = a->kind == POOL_MAX ? -INFINITY : 0;
-    int64_t best = -1, n = 0;
+static float win_max(const pool_args *a, const float *x, const tap_range *t) {
+    float m = -INFINITY;
+    bool any = false;
+    int64_t dx = a->d[2];
+    for (int64_t jz = t[0].j0; jz < t[0].j1; jz++) {
+        int64_t pz = t[0].start + jz * a->d[0];
+        for (int64_t jy = t[1].j0; jy < t[1].j1; jy++) {
+            const float *row =
+                x + (pz * a->in[1] + t[1].start + jy * a->d[1]) * a->in[2] + t[2].start;
+            for (int64_t jx = t[2].j0; jx < t[2].j1; jx++)
+                m = row[jx * dx] > m ? row[jx * dx] : m;
+            any = any || t[2].j1 > t[2].j0;
+        }
+    }
+    return any ? m : 0;
+}
+
+/* Max with the position of its first occurrence; -1 when the window holds no input. */
+static float win_argmax(const pool_args *a, const float *x, const tap_range *t, int64_t *best) {
+    float m = 0;
+    *best = -1;
     for (int64_t jz = t[0].j0; jz < t[0].j1; jz++) {
         int64_t pz = t[0].start + jz * a->d[0];
         for (int64_t jy = t[1].j0; jy < t[1].j1; jy++) {
@@ -63,31 +82,38 @@ static void pool_window(const pool_args *a, const float *x, int64_t plane, const
             const float *row = x + (pz * a->in[1] + py) * a->in[2];
             for (int64_t jx = t[2].j0; jx < t[2].j1; jx++) {
                 int64_t px = t[2].start + jx * a->d[2];
-                float v = row[px];
-                if (a->kind == POOL_MAX) {
-                    if (best < 0 || v > acc) {
-                        acc = v;
-                        best = spatial_index(a, pz, py, px);
-                    }
-                } else if (a->kind == POOL_AVG) {
-                    acc += v;
-                } else {
-                    acc += pow(fabs((double)v), a->p);
+                if (*best < 0 || row[px] > m) {
+                    m = row[px];
+                    *best = spatial_index(a, pz, py, px);
                 }
-                n++;
             }
         }
     }
-    if (a->kind == POOL_MAX) {
-        *out = best < 0 ? 0 : (float)acc;
-        if (ind != NULL)
-            *ind = best < 0 ? -1 : plane * a->in_plane + best;
-    } else if (a->kind == POOL_AVG) {
-        int64_t div = a->include_pad ? t[0].jinc * t[1].jinc * t[2].jinc : n;
-        *out = div > 0 ? (float)(acc / (double)div) : 0;
-    } else {
-        *out = (float)pow(acc, 1.0 / a->p);
+    return m;
+}
+
+/* Sum of |v|^p over the window's inputs (p == 1 for AveragePool); *n counts them. */
+static double win_sum(const pool_args *a, const float *x, const tap_range *t, int64_t *n) {
+    double acc = 0;
+    int64_t dx = a->d[2];
+    *n = (t[0].j1 - t[0].j0) * (t[1].j1 - t[1].j0) * (t[2].j1 - t[2].j0);
+    for (int64_t jz = t[0].j0; jz < t[0].j1; jz++) {
+        int64_t pz = t[0].start + jz * a->d[0];
+        for (int64_t jy = t[1].j0; jy < t[1].j1; jy++) {
+            const float *row =
+                x + (pz * a->in[1] + t[1].start + jy * a->d[1]) * a->in[2] + t[2].start;
+            if (a->kind == POOL_AVG)
+                for (int64_t jx = t[2].j0; jx < t[2].j1; jx++)
+                    acc += row[jx * dx];
+            else if (a->p == 2)
+                for (int64_t jx = t[2].j0; jx < t[2].j1; jx++)
+                    acc += (double)row[jx * dx] * row[jx * dx];
+            else
+                for (int64_t jx = t[2].j0; jx < t[2].j1; jx++)
+                    acc += pow(fabs((double)row[jx * dx]), a->p);
+        }
     }
+    return acc;
 }
 
 static void pool_planes(void *arg, int64_t begin, int64_t end) {
@@ -99,12 +125,24 @@ static void pool_planes(void *arg, int64_t begin, int64_t end) {
         tap_range t[3];
         int64_t o = 0;
         for (int64_t oz = 0; oz < a->out[0]; oz++) {
-            t[0] = taps(a, 0, oz);
+            t[0] = a->taps[0][oz];
             for (int64_t oy = 0; oy < a->out[1]; oy++) {
-                t[1] = taps(a, 1, oy);
+                t[1] = a->taps[1][oy];
                 for (int64_t ox = 0; ox < a->out[2]; ox++, o++) {
-                    t[2] = taps(a, 2, ox);
-                    pool_window(a, x, u, t, y + o, ind ? ind + o : NULL);
+                    t[2] = a->taps[2][ox];
+                    int64_t n, best;
+                    if (a->kind == POOL_MAX && ind == NULL) {
+                        y[o] = win_max(a, x, t);
+                    } else if (a->kind == POOL_MAX) {
+                        y[o] = win_argmax(a, x, t, &best);
+                        ind[o] = best < 0 ? -1 : u * a->in_plane + best;
+                    } else if (a->kind == POOL_AVG) {
+                        double s = win_sum(a, x, t, &n);
+                        int64_t div = a->include_pad ? t[0].jinc * t[1].jinc * t[2].jinc : n;
+                        y[o] = div > 0 ? (float)(s / (double)div) : 0;
+                    } else {
+                        y[o] = (float)pow(win_sum(a, x, t, &n), 1.0 / a->p);
+                    }
                 }
             }
         }
@@ -150,9 +188,20 @@ static kiln_status cpu_pool_window(kn_kernel_ctx *k) {
     if (planes == 0 || a.out_plane == 0)
         return KILN_OK;
     a.ind = k->n_out > 1 && k->node->out[1] >= 0 ? k->out[1].data : NULL;
+    tap_range *tr = kn_malloc((size_t)(a.out[0] + a.out[1] + a.out[2]) * sizeof *tr);
+    if (tr == NULL)
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "no memory for pooling windows");
+    int64_t at = 0;
+    for (int dim = 0; dim < 3; dim++) {
+        a.taps[dim] = tr + at;
+        for (int64_t o = 0; o < a.out[dim]; o++)
+            tr[at + o] = taps(&a, dim, o);
+        at += a.out[dim];
+    }
     cpu_f32_view xv = {0}, yv = {0};
-    KN_TRY(cpu_red_f32_acquire(x, &xv));
-    kiln_status rc = cpu_red_f32_output(&k->out[0], &yv);
+    kiln_status rc = cpu_red_f32_acquire(x, &xv);
+    if (rc == KILN_OK)
+        rc = cpu_red_f32_output(&k->out[0], &yv);
     if (rc == KILN_OK) {
         a.x = xv.p;
         a.y = yv.p;
@@ -162,6 +211,7 @@ static kiln_status cpu_pool_window(kn_kernel_ctx *k) {
     }
     cpu_red_f32_release(&yv);
     cpu_red_f32_release(&xv);
+    kn_free(tr);
     return rc;
 }
 

@@ -7,6 +7,15 @@
 
 #include <stdbool.h>
 
+/* Hot loops are cloned per ISA so they vectorize on AVX2/AVX-512 machines while the build
+ * stays generic. ThreadSanitizer instruments ifunc resolvers, which run before it is
+ * initialised, so clones stay out there. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
+#define KN_RED_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define KN_RED_CLONES
+#endif
+
 kiln_status cpu_red_reduce(kn_kernel_ctx *k);
 kiln_status cpu_red_softmax(kn_kernel_ctx *k);
 kiln_status cpu_red_argmax(kn_kernel_ctx *k);

@@ -8,6 +8,12 @@
 #include <stdint.h>
 #include <string.h>
 
+/* The clamps in exp_f32 are selects; GCC if-converts (and so vectorizes) them only when
+ * comparisons are not assumed to trap. No code here relies on floating-point traps. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math")
+#endif
+
 enum { SM_SOFTMAX, SM_LOGSOFTMAX, SM_HARDMAX };
 
 /* 2^k scaled Taylor polynomial on |r| <= ln2/2; branch-free so the loop vectorizes. */
@@ -32,12 +38,12 @@ static inline float exp_f32(float x) {
     return p * scale.f;
 }
 
-void cpu_red_exp_f32(const float *x, float *y, int64_t n) {
+KN_RED_CLONES void cpu_red_exp_f32(const float *x, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++)
         y[i] = exp_f32(x[i]);
 }
 
-static float row_max(const float *x, int64_t n) {
+static inline __attribute__((always_inline)) float row_max(const float *x, int64_t n) {
     float m[8];
     int64_t i = 0;
     for (int j = 0; j < 8; j++)
@@ -53,23 +59,22 @@ static float row_max(const float *x, int64_t n) {
     return r;
 }
 
-/* y = exp(x - shift); returns the sum of y. */
-static float row_exp_sum(const float *x, float *y, int64_t n, float shift) {
+/* y = exp(x - shift); returns the sum of y. Separate loops keep each one simple enough to
+ * vectorize; the row is in cache for the second pass. */
+static inline __attribute__((always_inline)) float row_exp_sum(const float *x, float *y, int64_t n,
+                                                               float shift) {
+    for (int64_t i = 0; i < n; i++)
+        y[i] = exp_f32(x[i] - shift);
     float s[8] = {0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) {
-            float e = exp_f32(x[i + j] - shift);
-            y[i + j] = e;
-            s[j] += e;
-        }
+        for (int j = 0; j < 8; j++)
+            s[j] += y[i + j];
     float t = 0;
+    for (; i < n; i++)
+        t += y[i];
     for (int j = 0; j < 8; j++)
         t += s[j];
-    for (; i < n; i++) {
-        y[i] = exp_f32(x[i] - shift);
-        t += y[i];
-    }
     return t;
 }
 
@@ -80,7 +85,7 @@ typedef struct sm_args {
     float *y;
 } sm_args;
 
-static void sm_row(int op, const float *x, float *y, int64_t n) {
+KN_RED_CLONES static void sm_row(int op, const float *x, float *y, int64_t n) {
     float m = row_max(x, n);
     if (op == SM_HARDMAX) {
         memset(y, 0, (size_t)n * sizeof(float));
@@ -114,7 +119,7 @@ static void sm_rows(void *arg, int64_t begin, int64_t end) {
 #define SM_TILE 256
 
 /* One tile of up to SM_TILE columns of one [n, inner] block. */
-static void sm_tile(const sm_args *a, const float *x, float *y, int64_t w) {
+KN_RED_CLONES static void sm_tile(const sm_args *a, const float *x, float *y, int64_t w) {
     float m[SM_TILE], s[SM_TILE];
     int64_t n = a->n, ld = a->inner;
     for (int64_t c = 0; c < w; c++) {
