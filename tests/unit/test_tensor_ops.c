@@ -60,7 +60,8 @@ static void free_run(run *r) {
 static kiln_status run_op(run *r, const char *op, int opset, const kn_attr *attrs, int n_attr,
                           const kn_tensor *in, int n_in, int n_out) {
     memset(r, 0, sizeof *r);
-    memcpy(r->attr, attrs, (size_t)n_attr * sizeof *attrs);
+    if (n_attr > 0)
+        memcpy(r->attr, attrs, (size_t)n_attr * sizeof *attrs);
     r->node = (kn_node){.name = "n",
                         .op_type = (char *)op,
                         .domain = "",

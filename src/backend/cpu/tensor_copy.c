@@ -177,17 +177,25 @@ typedef struct tile_job {
     int64_t n_jblocks;
 } tile_job;
 
+/* Each tile goes through a small local buffer: the source is read and the destination written
+ * in contiguous runs, so power-of-two strides cannot make the tile's rows evict each other. */
 #define TILE_T(T)                                                                                  \
     do {                                                                                           \
+        T buf[TILE * TILE];                                                                        \
         const T *s = (const T *)j->src + soff;                                                     \
         T *d = (T *)j->dst + doff;                                                                 \
+        int64_t nj = j1 - j0;                                                                      \
         for (int64_t l0 = 0; l0 < j->nl; l0 += TILE) {                                             \
-            int64_t l1 = l0 + TILE < j->nl ? l0 + TILE : j->nl;                                    \
-            for (int64_t jj = j0; jj < j1; jj++) {                                                 \
-                const T *sj = s + jj;                                                              \
-                T *dj = d + jj * j->d_j;                                                           \
-                for (int64_t l = l0; l < l1; l++)                                                  \
-                    dj[l] = sj[l * j->s_l];                                                        \
+            int64_t nl = l0 + TILE < j->nl ? TILE : j->nl - l0;                                    \
+            for (int64_t l = 0; l < nl; l++) {                                                     \
+                const T *sl = s + (l0 + l) * j->s_l + j0;                                          \
+                for (int64_t jj = 0; jj < nj; jj++)                                                \
+                    buf[jj * TILE + l] = sl[jj];                                                   \
+            }                                                                                      \
+            for (int64_t jj = 0; jj < nj; jj++) {                                                  \
+                T *dj = d + (j0 + jj) * j->d_j + l0;                                               \
+                for (int64_t l = 0; l < nl; l++)                                                   \
+                    dj[l] = buf[jj * TILE + l];                                                    \
             }                                                                                      \
         }                                                                                          \
     } while (0)
