@@ -361,6 +361,32 @@ static void test_activations(void **state) {
     run_free(&r);
 }
 
+/* The float32 sigmoid has its own exp: sweep it against a double-precision reference. */
+static void test_sigmoid_accuracy(void **state) {
+    (void)state;
+    enum { N = 4003 };
+    float *x = kn_malloc(sizeof(float) * N);
+    for (int i = 0; i < N - 3; i++)
+        x[i] = -30.0f + 60.0f * (float)i / (float)(N - 4);
+    x[N - 3] = 200.0f;
+    x[N - 2] = -200.0f;
+    x[N - 1] = NAN;
+    kn_tensor in = T_(FLOAT32, x, N);
+    run r;
+    assert_int_equal(run_node(&r, "", "Sigmoid", 13, NULL, 0, &in, 1), KILN_OK);
+    const float *y = r.out.data;
+    for (int i = 0; i < N - 3; i++) {
+        double want = 1.0 / (1.0 + exp(-(double)x[i]));
+        if (fabs(y[i] - want) > 4e-7 * want + 1e-30)
+            fail_msg("sigmoid(%.9g) = %.9g, want %.9g", x[i], y[i], want);
+    }
+    assert_true(y[N - 3] == 1.0f);
+    assert_true(y[N - 2] >= 0.0f && y[N - 2] < 1e-37f);
+    assert_true(isnan(y[N - 1]));
+    run_free(&r);
+    kn_free(x);
+}
+
 static void test_integer_unary(void **state) {
     (void)state;
     run r;
@@ -698,6 +724,7 @@ int main(void) {
         cmocka_unit_test(test_cast),
         cmocka_unit_test(test_float16_arith),
         cmocka_unit_test(test_activations),
+        cmocka_unit_test(test_sigmoid_accuracy),
         cmocka_unit_test(test_integer_unary),
         cmocka_unit_test(test_clip),
         cmocka_unit_test(test_pow),

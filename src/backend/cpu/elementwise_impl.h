@@ -9,6 +9,13 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* Hot loops get an AVX2 clone picked at load time (ifunc); other targets use the baseline. */
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__)
+#define EW_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define EW_CLONES
+#endif
+
 /* Elements per parallel chunk: large enough to amortise a task, small enough to spread. */
 #define EW_GRAIN 16384
 /* Elements per conversion tile (float16 through float, the fused program's registers). */
