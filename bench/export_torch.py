@@ -7,6 +7,7 @@ Run by bench.py with whichever interpreter has torch; writes OUT_DIR/<name>.onnx
 statistics are estimated on random data first so activations stay finite through 50 layers.
 """
 
+import inspect
 import os
 import sys
 import warnings
@@ -57,8 +58,12 @@ def export(name, out_dir):
     tmp = path + ".tmp"
     # Tracing with gradients enabled keeps nn.TransformerEncoderLayer off its fused fast path,
     # which has no ONNX export.
+    kwargs = {}
+    if "dynamo" in inspect.signature(torch.onnx.export).parameters:
+        kwargs["dynamo"] = False  # the TorchScript exporter needs no extra packages
     torch.onnx.export(model, torch.randn(shape), tmp, opset_version=opset,
-                      input_names=["input"], output_names=["output"], do_constant_folding=True)
+                      input_names=["input"], output_names=["output"], do_constant_folding=True,
+                      **kwargs)
     os.replace(tmp, path)
 
 
