@@ -198,8 +198,12 @@ def run_case(kiln, root, name, timeout, input_format, workdir):
     rtol, atol = tolerances(case_dir)
     start = time.monotonic()
     for set_dir in data_sets(case_dir):
-        status, message = run_data_set(kiln, set_dir, inputs, outputs, timeout, input_format,
-                                       workdir, rtol, atol)
+        try:
+            status, message = run_data_set(kiln, set_dir, inputs, outputs, timeout,
+                                           input_format, workdir, rtol, atol)
+        except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+            # Unreadable or inconsistent results from kiln fail the case, not the whole run.
+            status, message = "failed", f"result unreadable: {type(exc).__name__}: {exc}"
         if status != "passed":
             result["status"], result["message"] = status, message
             break
