@@ -1,6 +1,7 @@
 /* RNN, GRU and LSTM on the CPU. The input projection X·W^T of every time step is one matrix
  * multiply; the recurrence then runs step by step with H·R^T per step. */
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/gemm.h"
 #include "backend/cpu/rnn_internal.h"
 #include "core/alloc.h"
 
@@ -50,6 +51,12 @@ static const act_desc act_table[] = {
 
 enum { KIND_RNN, KIND_GRU, KIND_LSTM };
 
+/* Constant W and R packed once for the GEMM, per direction. For GRU without
+ * linear_before_reset, r holds the z and r blocks and rh the h block of R. */
+typedef struct rnn_packed {
+    kn_gemm_packed *w[2], *r[2], *rh[2];
+} rnn_packed;
+
 typedef struct rnn_args {
     int kind, gates;
     int64_t seq, batch, in_size, hidden, dirs;
@@ -60,6 +67,7 @@ typedef struct rnn_args {
     const int32_t *lens;
     float *y, *yh, *yc;
     kn_threadpool *pool;
+    const rnn_packed *packed;
 } rnn_args;
 
 static float act_apply(const rnn_act *a, float x) {
@@ -158,6 +166,7 @@ static kiln_status parse_args(kn_kernel_ctx *k, int kind, rnn_args *a) {
     a->yh = k->n_out > 1 ? k->out[1].data : NULL;
     a->yc = k->n_out > 2 ? k->out[2].data : NULL;
     a->pool = k->pool;
+    a->packed = k->state;
     if (a->lens != NULL)
         for (int64_t b = 0; b < a->batch; b++)
             if (a->lens[b] < 0 || a->lens[b] > a->seq)
@@ -270,13 +279,25 @@ static void lstm_cell(const dir_work *w, int64_t b, const float *g) {
     }
 }
 
+/* c = x·b^T with x [m, k] and b [n, k]; through the packed copy of b when there is one and
+ * enough rows to pay for the GEMM. */
+static kiln_status mm(const rnn_args *a, const float *x, int64_t m, const float *b,
+                      const kn_gemm_packed *pb, float *c, int64_t n, int64_t k) {
+    if (pb != NULL && m > 2) {
+        kn_gemm_operand A = {.p = x, .ld = k}, B = {.packed = pb};
+        return kn_gemm(a->pool, m, n, k, 1.0f, &A, &B, 0.0f, c, n, NULL);
+    }
+    return cpu_rnn_matmul_nt(a->pool, x, b, c, m, n, k);
+}
+
 /* Runs one direction. Scratch: xw [rows*G*H], hr [batch*G*H], rh [batch*H], zr [batch*2H]. */
 static kiln_status run_direction(const rnn_args *a, int64_t d, float *xw, float *hr, float *rh,
                                  float *zr, float *h, float *c) {
     int64_t hs = a->hidden, gh = a->gates * hs, rows = a->seq * a->batch;
     const float *w = a->w + d * gh * a->in_size;
     const float *r = a->r + d * gh * hs;
-    KN_TRY(cpu_rnn_matmul_nt(a->pool, a->x, w, xw, rows, gh, a->in_size));
+    const rnn_packed *pk = a->packed;
+    KN_TRY(mm(a, a->x, rows, w, pk ? pk->w[d] : NULL, xw, gh, a->in_size));
     const float *rbh = NULL;
     if (a->b != NULL) {
         const float *wb = a->b + d * 2 * gh, *rb = wb + gh;
@@ -306,7 +327,7 @@ static kiln_status run_direction(const rnn_args *a, int64_t d, float *xw, float 
     int rev = dir_reverse(a, d);
     for (int64_t s = 0; s < a->seq; s++) {
         int64_t hr_cols = a->kind == KIND_GRU && !a->lbr ? 2 * hs : gh;
-        KN_TRY(cpu_rnn_matmul_nt(a->pool, h, r, hr, a->batch, hr_cols, hs));
+        KN_TRY(mm(a, h, a->batch, r, pk ? pk->r[d] : NULL, hr, hr_cols, hs));
         for (int64_t b = 0; b < a->batch; b++) {
             int64_t len = seq_len(a, b);
             if (s >= len)
@@ -323,7 +344,7 @@ static kiln_status run_direction(const rnn_args *a, int64_t d, float *xw, float 
         if (a->kind == KIND_GRU) {
             /* The h gate needs r first: (r ⊙ H)·Rh^T, unless H·Rh^T is already in hr. */
             if (!a->lbr)
-                KN_TRY(cpu_rnn_matmul_nt(a->pool, rh, r + 2 * hs * hs, hr, a->batch, hs, hs));
+                KN_TRY(mm(a, rh, a->batch, r + 2 * hs * hs, pk ? pk->rh[d] : NULL, hr, hs, hs));
             for (int64_t b = 0; b < a->batch; b++) {
                 int64_t len = seq_len(a, b);
                 if (s >= len)
@@ -385,9 +406,53 @@ static kiln_status run_lstm(kn_kernel_ctx *k) {
     return run_common(k, KIND_LSTM);
 }
 
+static void rnn_release(void *state) {
+    rnn_packed *p = state;
+    if (p == NULL)
+        return;
+    for (int d = 0; d < 2; d++) {
+        kn_gemm_packed_free(p->w[d]);
+        kn_gemm_packed_free(p->r[d]);
+        kn_gemm_packed_free(p->rh[d]);
+    }
+    kn_free(p);
+}
+
+static kiln_status rnn_prepare(const kn_node *node, int n_in, const kn_tensor *in, void **state) {
+    *state = NULL;
+    if (n_in < 3 || in[0].dtype != KILN_DTYPE_FLOAT32 || !in[1].data || !in[2].data)
+        return KILN_OK;
+    const kn_shape *ws = &in[1].shape, *rs = &in[2].shape;
+    int gates = strcmp(node->op_type, "RNN") == 0 ? 1 : (strcmp(node->op_type, "GRU") ? 4 : 3);
+    int64_t hs = rs->d[2], gh = gates * hs, dirs = ws->d[0];
+    if (ws->rank != 3 || rs->rank != 3 || dirs < 1 || dirs > 2 || ws->d[1] != gh ||
+        rs->d[0] != dirs || rs->d[1] != gh)
+        return KILN_OK; /* inference reports the inconsistency */
+    int split = gates == 3 && kn_attr_int(node, "linear_before_reset", 0) == 0;
+    rnn_packed *p = kn_calloc(1, sizeof *p);
+    if (p == NULL)
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory packing RNN weights");
+    kiln_status rc = KILN_OK;
+    for (int64_t d = 0; d < dirs && rc == KILN_OK; d++) {
+        const float *w = (const float *)in[1].data + d * gh * ws->d[2];
+        const float *r = (const float *)in[2].data + d * gh * hs;
+        rc = kn_gemm_pack_b(w, ws->d[2], true, ws->d[2], gh, &p->w[d]);
+        if (rc == KILN_OK)
+            rc = kn_gemm_pack_b(r, hs, true, hs, split ? 2 * hs : gh, &p->r[d]);
+        if (rc == KILN_OK && split)
+            rc = kn_gemm_pack_b(r + 2 * hs * hs, hs, true, hs, hs, &p->rh[d]);
+    }
+    if (rc != KILN_OK) {
+        rnn_release(p);
+        return rc;
+    }
+    *state = p;
+    return KILN_OK;
+}
+
 const kn_kernel kn_cpu_rnn[] = {
-    {"", "RNN", run_rnn, NULL, NULL},
-    {"", "GRU", run_gru, NULL, NULL},
-    {"", "LSTM", run_lstm, NULL, NULL},
+    {"", "RNN", run_rnn, rnn_prepare, rnn_release},
+    {"", "GRU", run_gru, rnn_prepare, rnn_release},
+    {"", "LSTM", run_lstm, rnn_prepare, rnn_release},
     {0},
 };
