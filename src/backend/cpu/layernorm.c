@@ -17,7 +17,7 @@ typedef struct ln_args {
     float *mean, *inv; /* per row, or NULL */
 } ln_args;
 
-static void ln_rows(void *arg, int64_t begin, int64_t end) {
+KN_RED_CLONES static void ln_rows(void *arg, int64_t begin, int64_t end) {
     const ln_args *a = arg;
     int64_t d = a->d;
     for (int64_t r = begin; r < end; r++) {

@@ -116,7 +116,7 @@ static double win_sum(const pool_args *a, const float *x, const tap_range *t, in
     return acc;
 }
 
-static void pool_planes(void *arg, int64_t begin, int64_t end) {
+KN_RED_CLONES static void pool_planes(void *arg, int64_t begin, int64_t end) {
     const pool_args *a = arg;
     for (int64_t u = begin; u < end; u++) {
         const float *x = a->x + u * a->in_plane;
@@ -223,7 +223,7 @@ typedef struct global_args {
     float *y;
 } global_args;
 
-static void global_planes(void *arg, int64_t begin, int64_t end) {
+KN_RED_CLONES static void global_planes(void *arg, int64_t begin, int64_t end) {
     const global_args *a = arg;
     for (int64_t u = begin; u < end; u++) {
         const float *x = a->x + u * a->plane;
