@@ -31,6 +31,9 @@
 __attribute__((target("avx2,fma"))) static void ukr(int64_t kc, const float *a, const float *b,
                                                     float *c, int64_t ldc, float alpha, float beta,
                                                     int mr, int nr) {
+    /* Parked in memory: with 12 accumulators, keeping alpha and beta in registers through the
+     * loop made the compiler spill an accumulator instead, halving throughput. */
+    volatile float alpha_m = alpha, beta_m = beta;
     ROWS(DECL)
     for (int64_t k = 0; k < kc; k++) {
         __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
@@ -38,6 +41,8 @@ __attribute__((target("avx2,fma"))) static void ukr(int64_t kc, const float *a, 
         a += MR;
         b += NR;
     }
+    alpha = alpha_m;
+    beta = beta_m;
     __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
     if (mr == MR && nr == NR) {
         float *dst = c;
