@@ -544,6 +544,22 @@ static void test_resize_upsample_legacy_and_errors(void **st) {
     SHAPE(&r.out[0], 1, 1, 4, 6);
     assert_memory_equal(r.out[0].data, want, sizeof want);
     op_free(&r);
+    /* Resize-10 is asymmetric: x / 2 = 0, 0.5, 1, 1.5 over [0, 4], the last clamped. */
+    static const float row[] = {0.0f, 4.0f}, row_scales[] = {1.0f, 2.0f}, row_want[] = {0, 2, 4, 4};
+    kn_attr linear = attr_s("mode", "linear");
+    kn_tensor r10[] = {F32(row, 2, 1, 2), F32(row_scales, 1, 2)};
+    assert_int_equal(run_op(&r, "Resize", 10, &linear, 1, r10, 2, 1), KILN_OK);
+    CHECK_F32(&r.out[0], row_want, 0.0f);
+    op_free(&r);
+    /* Upsample-7 takes its scales from an attribute. */
+    static const float col[] = {1.0f, 2.0f}, col_want[] = {1.0f, 1.0f, 2.0f, 2.0f};
+    static const float attr_scales[] = {2.0f, 1.0f};
+    kn_attr up7[] = {mode, attr_floats("scales", 2, attr_scales)};
+    kn_tensor c7 = F32(col, 2, 2, 1);
+    assert_int_equal(run_op(&r, "Upsample", 7, up7, 2, &c7, 1, 1), KILN_OK);
+    SHAPE(&r.out[0], 4, 1);
+    CHECK_F32(&r.out[0], col_want, 0.0f);
+    op_free(&r);
     /* Scales and sizes together, and a scale of zero, are refused. */
     static const int64_t sizes[] = {1, 1, 4, 6};
     kn_tensor both[] = {F32(scales, 4, 1, 1, 2, 2), NONE, F32(scales, 1, 4),
