@@ -241,21 +241,27 @@ static void resize_2d_range(void *arg, int64_t begin, int64_t end) {
         const float *src = x + (r / oh) * plane;
         int64_t oy = r % oh;
         float *dst = y + r * ow;
-        for (int64_t ox = 0; ox < ow; ox++) {
-            if (ty->outside[oy] || tx->outside[ox]) {
+        if (ty->outside[oy]) {
+            for (int64_t ox = 0; ox < ow; ox++)
                 dst[ox] = p->extrapolation;
-                continue;
-            }
-            float acc = 0.0f;
-            for (int64_t i = ty->off[oy]; i < ty->off[oy + 1]; i++) {
-                const float *row = src + ty->idx[i];
+            continue;
+        }
+        /* Row by row: each tap row of the input is read along x once. */
+        for (int64_t ox = 0; ox < ow; ox++)
+            dst[ox] = 0.0f;
+        for (int64_t i = ty->off[oy]; i < ty->off[oy + 1]; i++) {
+            const float *row = src + ty->idx[i];
+            float wy = ty->w[i];
+            for (int64_t ox = 0; ox < ow; ox++) {
                 float racc = 0.0f;
                 for (int64_t j = tx->off[ox]; j < tx->off[ox + 1]; j++)
                     racc += tx->w[j] * row[tx->idx[j]];
-                acc += ty->w[i] * racc;
+                dst[ox] += wy * racc;
             }
-            dst[ox] = acc;
         }
+        for (int64_t ox = 0; ox < ow; ox++)
+            if (tx->outside[ox])
+                dst[ox] = p->extrapolation;
     }
 }
 
