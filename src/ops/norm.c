@@ -1,5 +1,5 @@
 /* Normalization ops: BatchNormalization, InstanceNormalization, LayerNormalization,
- * GroupNormalization, LpNormalization, MeanVarianceNormalization, LRN. */
+ * RMSNormalization, GroupNormalization, LpNormalization, MeanVarianceNormalization, LRN. */
 #include "ops/op.h"
 
 #include <string.h>
@@ -184,6 +184,7 @@ const kn_op_schema kn_ops_norm[] = {
     {"", "BatchNormalization", 6, 0, infer_batchnorm},
     {"", "InstanceNormalization", 6, 0, infer_instancenorm},
     {"", "LayerNormalization", 17, 0, infer_layernorm},
+    {"", "RMSNormalization", 23, 0, infer_layernorm},
     {"", "GroupNormalization", 18, 0, infer_groupnorm},
     {"", "LpNormalization", 1, 0, infer_lpnorm},
     {"", "MeanVarianceNormalization", 9, 0, infer_mvn},

@@ -1,5 +1,5 @@
-/* LayerNormalization (rows over the trailing dims, the transformer case), LpNormalization,
- * MeanVarianceNormalization and LRN. */
+/* LayerNormalization and RMSNormalization (rows over the trailing dims, the transformer case),
+ * LpNormalization, MeanVarianceNormalization and LRN. */
 #include "backend/cpu/reduce_impl.h"
 #include "core/alloc.h"
 #include "ops/op.h"
@@ -14,6 +14,7 @@ typedef struct ln_args {
     int64_t d; /* normalized elements per row */
     const float *scale, *bias;
     float eps;
+    bool rms;          /* RMSNormalization: scale by the root mean square, no centring */
     float *mean, *inv; /* per row, or NULL */
 } ln_args;
 
@@ -25,6 +26,10 @@ KN_RED_CLONES static void ln_rows(void *arg, int64_t begin, int64_t end) {
         float *y = a->y + r * d;
         double mean, var;
         cpu_norm_moments(x, d, &mean, &var);
+        if (a->rms) {
+            var += mean * mean;
+            mean = 0;
+        }
         float m = (float)mean, inv = (float)(1.0 / sqrt(var + a->eps));
         if (a->bias != NULL)
             for (int64_t j = 0; j < d; j++)
@@ -104,6 +109,7 @@ kiln_status cpu_norm_layernorm(kn_kernel_ctx *k) {
                  .scale = scale,
                  .bias = bias,
                  .eps = kn_attr_float(k->node, "epsilon", 1e-5f),
+                 .rms = k->node->op_type[0] == 'R',
                  .mean = mv.p,
                  .inv = iv.p};
     if (rows > 0 && d > 0)

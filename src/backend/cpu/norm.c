@@ -216,6 +216,7 @@ const kn_kernel kn_cpu_norm[] = {
     {"", "BatchNormalization", cpu_norm_batchnorm, NULL, NULL},
     {"", "InstanceNormalization", cpu_norm_grouped, NULL, NULL},
     {"", "LayerNormalization", cpu_norm_layernorm, NULL, NULL},
+    {"", "RMSNormalization", cpu_norm_layernorm, NULL, NULL},
     {"", "GroupNormalization", cpu_norm_grouped, NULL, NULL},
     {"", "LpNormalization", cpu_norm_lpnorm, NULL, NULL},
     {"", "MeanVarianceNormalization", cpu_norm_mvn, NULL, NULL},
