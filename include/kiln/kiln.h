@@ -10,7 +10,7 @@
  *     CHECK(kiln_build_config_add_profile(cfg, "input", 4, mn, op, mx));
  *     CHECK(kiln_build_to_file(b, net, cfg, "model.plan"));
  *
- *     kiln_engine *e;             CHECK(kiln_engine_load_file("model.plan", &e));
+ *     kiln_engine *e;             CHECK(kiln_engine_load_file("model.plan", NULL, &e));
  *     kiln_context *ctx;          CHECK(kiln_context_create(e, &ctx));    // one per thread
  *     int64_t dims[] = {4, 3, 224, 224};
  *     CHECK(kiln_context_set_input_shape(ctx, "input", 4, dims));
@@ -95,6 +95,9 @@ typedef struct kiln_network kiln_network;
 typedef struct kiln_build_config kiln_build_config;
 typedef struct kiln_engine kiln_engine;
 typedef struct kiln_context kiln_context;
+typedef struct kiln_registry kiln_registry; /* plugin registry; see kiln_plugin.h */
+struct kiln_plugin_creator;
+struct kiln_host_api;
 
 /* ---- errors, version, hooks ------------------------------------------------------------ */
 
@@ -122,10 +125,40 @@ KILN_API size_t kiln_allocated_bytes(void);
 typedef void (*kiln_log_fn)(void *user, kiln_log_level level, const char *message);
 KILN_API void kiln_set_logger(kiln_log_fn fn, void *user, kiln_log_level max_level);
 
+/* ---- plugins ----------------------------------------------------------------------------- */
+
+/* A registry holds plugin creators and the libraries they came from. It is an object, not a
+ * global: builders and engines use the one they are given. Not thread-safe while being
+ * changed; lookups from several threads are fine once loading is done. Destroy it after every
+ * engine that uses its plugins (libraries are unloaded then). */
+KILN_API kiln_status kiln_registry_create(kiln_registry **out);
+KILN_API void kiln_registry_destroy(kiln_registry *registry);
+/* dlopen a plugin library and call its kiln_plugin_entry. A library whose ABI is newer than
+ * this kiln, or that lacks the entry symbol, is refused with a message saying so. */
+KILN_API kiln_status kiln_registry_load_library(kiln_registry *registry, const char *path);
+/* Load every library named by KILN_PLUGIN_PATH (colon-separated files, or folders whose *.so
+ * files are all loaded). Unset or empty: nothing to do. */
+KILN_API kiln_status kiln_registry_load_env(kiln_registry *registry);
+/* Static registration for plugins linked into the application. The creator's function
+ * pointers must outlive the registry; strings and field specs are copied. */
+KILN_API kiln_status kiln_registry_register(kiln_registry *registry,
+                                            const struct kiln_plugin_creator *creator);
+KILN_API kiln_status kiln_registry_deregister(kiln_registry *registry, const char *name,
+                                              const char *version, const char *plugin_namespace);
+KILN_API int kiln_registry_count(const kiln_registry *registry);
+/* Identity of creator `index` (strings owned by the registry). */
+KILN_API kiln_status kiln_registry_get(const kiln_registry *registry, int index, const char **name,
+                                       const char **version, const char **plugin_namespace);
+/* The host API table given to plugin entry functions (for bindings that register creators
+ * written in another language). */
+KILN_API const struct kiln_host_api *kiln_host_api_get(void);
+
 /* ---- builder ----------------------------------------------------------------------------- */
 
 KILN_API kiln_status kiln_builder_create(kiln_builder **out);
 KILN_API void kiln_builder_destroy(kiln_builder *builder); /* NULL is a no-op */
+/* Plugins the builder may use (borrowed; must outlive the builder's builds). */
+KILN_API kiln_status kiln_builder_set_registry(kiln_builder *builder, kiln_registry *registry);
 
 /* Import an ONNX model. The network owns copies of everything it needs (external data files
  * are mapped and stay mapped until the network is destroyed). */
@@ -142,12 +175,16 @@ KILN_API kiln_status kiln_build_config_set_threads(kiln_build_config *config, in
 /* min/opt/max shapes for one input with dynamic dims. Inputs with only fixed dims need none.
  * A dynamic input without a profile is refused at build time, naming it. */
 KILN_API kiln_status kiln_build_config_add_profile(kiln_build_config *config, const char *input,
-                                                   int rank, const int64_t *min,
-                                                   const int64_t *opt, const int64_t *max);
+                                                   int rank, const int64_t *min, const int64_t *opt,
+                                                   const int64_t *max);
+/* Let a plugin named op_type replace the built-in op of that name (by default built-in ops
+ * win and only unknown ops go to plugins). */
+KILN_API kiln_status kiln_build_config_prefer_plugin(kiln_build_config *config,
+                                                     const char *op_type);
 /* Progress callback for long builds: stage name and fraction done in [0, 1]. */
 typedef void (*kiln_progress_fn)(void *user, const char *stage, double fraction);
-KILN_API kiln_status kiln_build_config_set_progress(kiln_build_config *config,
-                                                    kiln_progress_fn fn, void *user);
+KILN_API kiln_status kiln_build_config_set_progress(kiln_build_config *config, kiln_progress_fn fn,
+                                                    void *user);
 
 /* Build a plan into memory. On success *data is owned by the caller: free it with
  * kiln_free(). The network is not modified and may be built again. */
@@ -161,9 +198,14 @@ KILN_API void kiln_free(void *ptr);
 
 /* ---- runtime ----------------------------------------------------------------------------- */
 
-/* Load a plan. A file is mapped and its weights used in place; memory is copied. */
-KILN_API kiln_status kiln_engine_load_file(const char *path, kiln_engine **out);
-KILN_API kiln_status kiln_engine_load_memory(const void *data, size_t size, kiln_engine **out);
+/* Load a plan. A file is mapped and its weights used in place; memory is copied. registry
+ * supplies the plugins the plan names (NULL when it needs none); it is borrowed and must
+ * outlive the engine. A plugin the registry lacks is named in the error, with the layer that
+ * needs it. */
+KILN_API kiln_status kiln_engine_load_file(const char *path, kiln_registry *registry,
+                                           kiln_engine **out);
+KILN_API kiln_status kiln_engine_load_memory(const void *data, size_t size, kiln_registry *registry,
+                                             kiln_engine **out);
 /* Destroy after every context of it is destroyed. */
 KILN_API void kiln_engine_destroy(kiln_engine *engine);
 
@@ -171,9 +213,10 @@ typedef struct kiln_io_info {
     const char *name; /* owned by the engine */
     kiln_dtype dtype;
     int rank;
-    int64_t dims[KILN_MAX_RANK];   /* fixed dims; for dynamic dims the profile max */
+    int64_t dims[KILN_MAX_RANK];        /* fixed dims; for inputs' dynamic dims the profile max;
+                                           for outputs' dynamic dims -1 (see symbols) */
     const char *symbols[KILN_MAX_RANK]; /* NULL for fixed dims, else the dim's symbol */
-    int64_t min[KILN_MAX_RANK];   /* profile bounds (equal to dims when fixed) */
+    int64_t min[KILN_MAX_RANK];         /* profile bounds (equal to dims when fixed) */
     int64_t opt[KILN_MAX_RANK];
     int64_t max[KILN_MAX_RANK];
 } kiln_io_info;

@@ -70,9 +70,15 @@ static kiln_status check_profiles(const kn_graph *g, const kiln_build_config *cf
     return KILN_OK;
 }
 
+static const kiln_plugin_instance *table_plugin(void *user, const kn_node *n, int index) {
+    (void)index;
+    return kn_plugin_table_get(user, n->name);
+}
+
 /* 0: min, 1: opt, 2: max */
-static kiln_status resolve_at(const kn_graph *g, const kiln_build_config *cfg, int which,
-                              kn_resolved *vals, bool *deferred) {
+static kiln_status resolve_at(const kn_graph *g, const kiln_build_config *cfg,
+                              const kn_plugin_table *plugins, int which, kn_resolved *vals,
+                              bool *deferred) {
     memset(vals, 0, (size_t)g->n_values * sizeof *vals);
     for (int i = 0; i < g->n_inputs; i++) {
         const kn_value *v = &g->values[g->inputs[i]];
@@ -87,7 +93,9 @@ static kiln_status resolve_at(const kn_graph *g, const kiln_build_config *cfg, i
                                            : p->max[d];
         r->known = true;
     }
-    kn_resolve_opts opts = {.max_eval_elems = KN_BUILD_EVAL_ELEMS};
+    kn_resolve_opts opts = {.max_eval_elems = KN_BUILD_EVAL_ELEMS,
+                            .plugin_of = table_plugin,
+                            .plugin_user = (void *)plugins};
     kiln_status rc = kn_resolve(g, vals, deferred, &opts);
     if (rc != KILN_OK) {
         kn_resolved_release(vals, g->n_values);
@@ -141,13 +149,14 @@ static kiln_status annotate(kn_graph *g, const kn_resolved *lo, const kn_resolve
 }
 
 /* The opt shapes must be valid too (min and max are checked while folding). */
-static kiln_status check_opt(const kn_graph *g, const kiln_build_config *cfg) {
+static kiln_status check_opt(const kn_graph *g, const kiln_build_config *cfg,
+                             const kn_plugin_table *plugins) {
     if (cfg->n_profiles == 0)
         return KILN_OK;
     kn_resolved *vals = kn_calloc((size_t)g->n_values + 1, sizeof *vals);
     if (vals == NULL)
         return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
-    kiln_status rc = resolve_at(g, cfg, 1, vals, NULL);
+    kiln_status rc = resolve_at(g, cfg, plugins, 1, vals, NULL);
     if (rc == KILN_OK)
         kn_resolved_release(vals, g->n_values);
     kn_free(vals);
@@ -157,7 +166,8 @@ static kiln_status check_opt(const kn_graph *g, const kiln_build_config *cfg) {
 static kiln_status check_kernels(const kn_graph *g) {
     for (int i = 0; i < g->n_nodes; i++) {
         const kn_node *n = &g->nodes[i];
-        if (!n->dead && kn_backend_cpu()->find_kernel(n->domain, n->op_type) == NULL)
+        if (!n->dead && !kn_is_plugin_node(n) &&
+            kn_backend_cpu()->find_kernel(n->domain, n->op_type) == NULL)
             return kn_error(KILN_ERR_UNSUPPORTED, "node '%s': op '%s'%s%s has no CPU kernel",
                             n->name, n->op_type, n->domain[0] ? " in domain " : "", n->domain);
     }
@@ -165,7 +175,8 @@ static kiln_status check_kernels(const kn_graph *g) {
 }
 
 /* Resolve at min and max, fold, annotate. */
-static kiln_status resolve_fold_annotate(kn_graph *g, const kiln_build_config *cfg, bool fold) {
+static kiln_status resolve_fold_annotate(kn_graph *g, const kiln_build_config *cfg,
+                                         const kn_plugin_table *plugins, bool fold) {
     size_t nv = (size_t)g->n_values + 1;
     kn_resolved *lo = kn_calloc(nv, sizeof *lo), *hi = kn_calloc(nv, sizeof *hi);
     kiln_status rc = KILN_OK;
@@ -173,9 +184,9 @@ static kiln_status resolve_fold_annotate(kn_graph *g, const kiln_build_config *c
         rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
         goto out_free;
     }
-    if ((rc = resolve_at(g, cfg, 0, lo, NULL)) != KILN_OK)
+    if ((rc = resolve_at(g, cfg, plugins, 0, lo, NULL)) != KILN_OK)
         goto out_free;
-    if ((rc = resolve_at(g, cfg, 2, hi, NULL)) != KILN_OK)
+    if ((rc = resolve_at(g, cfg, plugins, 2, hi, NULL)) != KILN_OK)
         goto out_release_lo;
     if (fold && (rc = kn_pass_fold_constants(g, lo, hi)) != KILN_OK)
         goto out_release;
@@ -196,20 +207,25 @@ static kiln_status tidy(kn_graph *g) {
     return kn_graph_toposort(g);
 }
 
-kiln_status kn_build_plan(const kiln_network *net, const kiln_build_config *cfg, kn_plan *out) {
+kiln_status kn_build_plan(const kiln_builder *b, const kiln_network *net,
+                          const kiln_build_config *cfg, kn_plan *out) {
     memset(out, 0, sizeof *out);
     kn_graph *g = kn_graph_clone(net->graph);
     if (g == NULL)
         return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory copying the network");
     kiln_status rc;
+    kn_plugin_table plugins = {0};
     progress(cfg, "checking", 0.0);
-    if ((rc = kn_graph_toposort(g)) != KILN_OK || (rc = check_profiles(g, cfg)) != KILN_OK)
+    if ((rc = kn_graph_toposort(g)) != KILN_OK || (rc = check_profiles(g, cfg)) != KILN_OK ||
+        (rc = kn_plugin_bind_graph(g, b->registry, cfg->prefer_plugin, cfg->n_prefer, &plugins)) !=
+            KILN_OK)
         goto fail;
     progress(cfg, "resolving shapes", 0.1);
-    if ((rc = check_opt(g, cfg)) != KILN_OK)
+    if ((rc = check_opt(g, cfg, &plugins)) != KILN_OK)
         goto fail;
     progress(cfg, "folding constants", 0.3);
-    if ((rc = resolve_fold_annotate(g, cfg, true)) != KILN_OK || (rc = tidy(g)) != KILN_OK)
+    if ((rc = resolve_fold_annotate(g, cfg, &plugins, true)) != KILN_OK ||
+        (rc = tidy(g)) != KILN_OK)
         goto fail;
     progress(cfg, "fusing", 0.6);
     if ((rc = kn_pass_fold_batchnorm(g)) != KILN_OK || (rc = tidy(g)) != KILN_OK ||
@@ -217,7 +233,7 @@ kiln_status kn_build_plan(const kiln_network *net, const kiln_build_config *cfg,
         (rc = kn_pass_fuse_elementwise(g)) != KILN_OK || (rc = tidy(g)) != KILN_OK)
         goto fail;
     progress(cfg, "annotating", 0.8);
-    if ((rc = resolve_fold_annotate(g, cfg, false)) != KILN_OK ||
+    if ((rc = resolve_fold_annotate(g, cfg, &plugins, false)) != KILN_OK ||
         (rc = check_kernels(g)) != KILN_OK)
         goto fail;
     out->graph = g;
@@ -237,12 +253,15 @@ kiln_status kn_build_plan(const kiln_network *net, const kiln_build_config *cfg,
         }
     }
     progress(cfg, "done", 1.0);
+    kn_plugin_table_clear(&plugins);
     return KILN_OK;
 fail_out:
     kn_plan_clear(out);
+    kn_plugin_table_clear(&plugins);
     return rc;
 fail:
     kn_graph_destroy(g);
+    kn_plugin_table_clear(&plugins);
     return rc;
 }
 
@@ -253,7 +272,7 @@ kiln_status kiln_build(kiln_builder *b, const kiln_network *net, const kiln_buil
     *data = NULL;
     *size = 0;
     kn_plan plan;
-    KN_TRY(kn_build_plan(net, cfg, &plan));
+    KN_TRY(kn_build_plan(b, net, cfg, &plan));
     kiln_status rc = kn_plan_write(&plan, data, size);
     kn_plan_clear(&plan);
     return rc;

@@ -5,9 +5,10 @@
 
 #include "ir/graph.h"
 #include "plan/plan.h"
+#include "plugin/plugin.h"
 
 struct kiln_builder {
-    int unused;
+    kiln_registry *registry; /* borrowed; may be NULL */
 };
 
 struct kiln_network {
@@ -18,11 +19,14 @@ struct kiln_build_config {
     int threads;
     kn_profile *profiles;
     int n_profiles;
+    char **prefer_plugin; /* op types a plugin may replace */
+    int n_prefer;
     kiln_progress_fn progress;
     void *progress_user;
 };
 
 /* Build into a kn_plan (owned by the caller; clear with kn_plan_clear). */
-kiln_status kn_build_plan(const kiln_network *net, const kiln_build_config *cfg, kn_plan *out);
+kiln_status kn_build_plan(const kiln_builder *b, const kiln_network *net,
+                          const kiln_build_config *cfg, kn_plan *out);
 
 #endif

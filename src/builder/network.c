@@ -16,6 +16,28 @@ void kiln_builder_destroy(kiln_builder *b) {
     kn_free(b);
 }
 
+kiln_status kiln_builder_set_registry(kiln_builder *b, kiln_registry *registry) {
+    if (b == NULL)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_builder_set_registry: NULL builder");
+    b->registry = registry;
+    return KILN_OK;
+}
+
+kiln_status kiln_build_config_prefer_plugin(kiln_build_config *c, const char *op_type) {
+    if (c == NULL || op_type == NULL)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_build_config_prefer_plugin: NULL "
+                                                   "argument");
+    char **p = kn_realloc(c->prefer_plugin, (size_t)c->n_prefer * sizeof *p,
+                          (size_t)(c->n_prefer + 1) * sizeof *p);
+    if (p == NULL)
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    c->prefer_plugin = p;
+    if ((p[c->n_prefer] = kn_strdup(op_type)) == NULL)
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    c->n_prefer++;
+    return KILN_OK;
+}
+
 static kiln_status wrap(kn_graph *g, kiln_network **out) {
     kiln_network *n = kn_calloc(1, sizeof *n);
     if (n == NULL) {
@@ -68,6 +90,9 @@ void kiln_build_config_destroy(kiln_build_config *c) {
     for (int i = 0; i < c->n_profiles; i++)
         kn_free(c->profiles[i].input);
     kn_free(c->profiles);
+    for (int i = 0; i < c->n_prefer; i++)
+        kn_free(c->prefer_plugin[i]);
+    kn_free(c->prefer_plugin);
     kn_free(c);
 }
 

@@ -43,15 +43,36 @@ kiln_status kiln_context_create(kiln_engine *e, kiln_context **out) {
     c->offsets = kn_calloc(nv, sizeof *c->offsets);
     c->dyn = kn_calloc(nv, sizeof *c->dyn);
     c->deferred = kn_calloc(nn, sizeof *c->deferred);
-    if (!c->in_shape || !c->in_shape_set || !c->in_data || !c->in_size || !c->out_user ||
-        !c->out_user_size || !c->out_buf || !c->out_cap || !c->vals || !c->in_arena ||
-        !c->offsets || !c->dyn || !c->deferred) {
+    c->runs = kn_calloc(nn, sizeof *c->runs);
+    if (!c->runs || !c->in_shape || !c->in_shape_set || !c->in_data || !c->in_size ||
+        !c->out_user || !c->out_user_size || !c->out_buf || !c->out_cap || !c->vals ||
+        !c->in_arena || !c->offsets || !c->dyn || !c->deferred) {
         kiln_context_destroy(c);
         return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory creating a context");
     }
     for (int i = 0; i < g->n_inputs; i++)
         c->in_shape_set[i] = kn_value_shape(&g->values[g->inputs[i]], &c->in_shape[i]);
-    kiln_status rc = kiln_context_set_threads(c, default_threads(e));
+    kiln_status rc = KILN_OK;
+    for (int i = 0; i < g->n_nodes && rc == KILN_OK; i++) {
+        const kiln_plugin_instance *proto = &e->plugins[i];
+        if (proto->ops == NULL)
+            continue;
+        c->runs[i].inst = *proto;
+        c->runs[i].shared = true;
+        if (proto->ops->clone != NULL) {
+            void *self = proto->ops->clone(proto->self);
+            if (self == NULL)
+                rc = kn_error(KILN_ERR_PLUGIN, "node '%s': plugin '%s' clone failed",
+                              g->nodes[i].name, g->nodes[i].op_type);
+            c->runs[i].inst.self = self;
+            c->runs[i].shared = false;
+        }
+    }
+    if (rc != KILN_OK) {
+        kiln_context_destroy(c);
+        return rc;
+    }
+    rc = kiln_context_set_threads(c, default_threads(e));
     if (rc != KILN_OK) {
         kiln_context_destroy(c);
         return rc;
@@ -72,6 +93,14 @@ void kiln_context_destroy(kiln_context *c) {
     if (c->out_buf)
         for (int i = 0; i < c->e->plan.graph->n_outputs; i++)
             kn_free(c->out_buf[i]);
+    if (c->runs)
+        for (int i = 0; i < c->e->plan.graph->n_nodes; i++) {
+            kn_plugin_run *r = &c->runs[i];
+            if (r->inst.ops && !r->shared && r->inst.self)
+                r->inst.ops->destroy(r->inst.self);
+            kn_free(r->ws);
+        }
+    kn_free(c->runs);
     kn_free(c->in_shape);
     kn_free(c->in_shape_set);
     kn_free(c->in_data);
@@ -162,6 +191,23 @@ static void release_resolution(kiln_context *c) {
 }
 
 /* Infer every shape for the current input shapes and lay out the arena. */
+static const kiln_plugin_instance *context_plugin(void *user, const kn_node *n, int index) {
+    (void)n;
+    return &((kiln_context *)user)->runs[index].inst;
+}
+
+kiln_status kn_context_plugin_shapes(kiln_context *c, int node) {
+    const kn_node *n = &c->e->plan.graph->nodes[node];
+    kn_tensor in[64], out[64];
+    if (n->n_in > 64 || n->n_out > 64)
+        return kn_error(KILN_ERR_PLUGIN, "node '%s' has too many inputs or outputs", n->name);
+    for (int j = 0; j < n->n_in; j++)
+        in[j] = n->in[j] >= 0 ? c->vals[n->in[j]].t : (kn_tensor){0};
+    for (int j = 0; j < n->n_out; j++)
+        out[j] = n->out[j] >= 0 ? c->vals[n->out[j]].t : (kn_tensor){0};
+    return kn_plugin_shapes_changed(n, &c->runs[node], in, out);
+}
+
 kiln_status kn_context_resolve(kiln_context *c) {
     if (c->resolved)
         return KILN_OK;
@@ -178,7 +224,8 @@ kiln_status kn_context_resolve(kiln_context *c) {
         r->t.shape = c->in_shape[i];
         r->known = true;
     }
-    kn_resolve_opts opts = {.max_eval_elems = KN_RUNTIME_EVAL_ELEMS};
+    kn_resolve_opts opts = {
+        .max_eval_elems = KN_RUNTIME_EVAL_ELEMS, .plugin_of = context_plugin, .plugin_user = c};
     KN_TRY(kn_resolve(g, c->vals, c->deferred, &opts));
     for (int v = 0; v < g->n_values; v++) {
         const kn_resolved *r = &c->vals[v];
@@ -199,6 +246,9 @@ kiln_status kn_context_resolve(kiln_context *c) {
     for (int v = 0; v < g->n_values; v++)
         if (c->in_arena[v])
             c->vals[v].t.data = (char *)c->arena + c->offsets[v];
+    for (int i = 0; i < g->n_nodes; i++)
+        if (c->runs[i].inst.ops != NULL && !c->deferred[i])
+            KN_TRY(kn_context_plugin_shapes(c, i));
     c->resolved = true;
     return KILN_OK;
 }

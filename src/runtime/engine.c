@@ -5,9 +5,15 @@
 
 #include <string.h>
 
+#define KN_PLUGIN_MAX_IO_ENGINE 64
+
 static kiln_status prepare_node(kiln_engine *e, int i) {
     const kn_graph *g = e->plan.graph;
     const kn_node *n = &g->nodes[i];
+    if (kn_is_plugin_node(n)) {
+        e->kernels[i] = &kn_plugin_kernel;
+        return kn_plugin_create_for_node(e->registry, n, &e->plugins[i]);
+    }
     const kn_kernel *k = e->backend->find_kernel(n->domain, n->op_type);
     if (k == NULL)
         return kn_error(KILN_ERR_UNSUPPORTED,
@@ -39,19 +45,84 @@ static kiln_status prepare_node(kiln_engine *e, int i) {
     return KILN_OK;
 }
 
-kiln_status kn_engine_create(kn_plan *plan, kiln_engine **out) {
+static const kiln_plugin_instance *engine_plugin(void *user, const kn_node *n, int index) {
+    (void)n;
+    return &((kiln_engine *)user)->plugins[index];
+}
+
+/* Give each plugin its profile ranges: resolve the graph at the profile's min, opt and max. */
+static kiln_status configure_plugins(kiln_engine *e) {
+    const kn_graph *g = e->plan.graph;
+    bool any = false;
+    for (int i = 0; i < g->n_nodes; i++)
+        any |= kn_is_plugin_node(&g->nodes[i]);
+    if (!any)
+        return KILN_OK;
+    size_t nv = (size_t)g->n_values + 1;
+    kn_resolved *r[3] = {kn_calloc(nv, sizeof(kn_resolved)), kn_calloc(nv, sizeof(kn_resolved)),
+                         kn_calloc(nv, sizeof(kn_resolved))};
+    kiln_status rc = KILN_OK;
+    int done = 0;
+    if (!r[0] || !r[1] || !r[2]) {
+        rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        goto out_free;
+    }
+    kn_resolve_opts opts = {.max_eval_elems = 4096, .plugin_of = engine_plugin, .plugin_user = e};
+    for (; done < 3 && rc == KILN_OK; done++) {
+        for (int i = 0; i < g->n_inputs; i++) {
+            const kn_value *v = &g->values[g->inputs[i]];
+            const kn_profile *p = e->input_profile[i];
+            kn_resolved *x = &r[done][g->inputs[i]];
+            x->t.dtype = v->dtype;
+            x->t.shape.rank = v->rank;
+            for (int d = 0; d < v->rank; d++)
+                x->t.shape.d[d] = p == NULL   ? v->dims[d].value
+                                  : done == 0 ? p->min[d]
+                                  : done == 1 ? p->opt[d]
+                                              : p->max[d];
+            x->known = true;
+        }
+        rc = kn_resolve(g, r[done], NULL, &opts);
+    }
+    for (int i = 0; i < g->n_nodes && rc == KILN_OK; i++) {
+        const kn_node *n = &g->nodes[i];
+        if (!kn_is_plugin_node(n))
+            continue;
+        kn_tensor t[6][KN_PLUGIN_MAX_IO_ENGINE];
+        if (n->n_in > KN_PLUGIN_MAX_IO_ENGINE || n->n_out > KN_PLUGIN_MAX_IO_ENGINE)
+            continue;
+        for (int k = 0; k < 3; k++) {
+            for (int j = 0; j < n->n_in; j++)
+                t[k][j] = n->in[j] >= 0 ? r[k][n->in[j]].t : (kn_tensor){0};
+            for (int j = 0; j < n->n_out; j++)
+                t[3 + k][j] = n->out[j] >= 0 ? r[k][n->out[j]].t : (kn_tensor){0};
+        }
+        rc = kn_plugin_configure(n, &e->plugins[i], t[0], t[1], t[2], t[3], t[4], t[5]);
+    }
+out_free:
+    for (int k = 0; k < 3; k++) {
+        if (r[k] && k < done)
+            kn_resolved_release(r[k], g->n_values);
+        kn_free(r[k]);
+    }
+    return rc;
+}
+
+kiln_status kn_engine_create(kn_plan *plan, kiln_registry *registry, kiln_engine **out) {
     kiln_engine *e = kn_calloc(1, sizeof *e);
     if (e == NULL)
         return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory creating the engine");
     e->plan = *plan;
     memset(plan, 0, sizeof *plan);
     e->backend = kn_backend_cpu();
+    e->registry = registry;
     const kn_graph *g = e->plan.graph;
     e->kernels = kn_calloc((size_t)g->n_nodes + 1, sizeof *e->kernels);
     e->states = kn_calloc((size_t)g->n_nodes + 1, sizeof *e->states);
     e->input_profile = kn_calloc((size_t)g->n_inputs + 1, sizeof *e->input_profile);
+    e->plugins = kn_calloc((size_t)g->n_nodes + 1, sizeof *e->plugins);
     kiln_status rc = KILN_OK;
-    if (!e->kernels || !e->states || !e->input_profile) {
+    if (!e->kernels || !e->states || !e->input_profile || !e->plugins) {
         rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory creating the engine");
         goto fail;
     }
@@ -62,6 +133,8 @@ kiln_status kn_engine_create(kn_plan *plan, kiln_engine **out) {
     for (int i = 0; i < g->n_nodes; i++)
         if ((rc = prepare_node(e, i)) != KILN_OK)
             goto fail;
+    if ((rc = configure_plugins(e)) != KILN_OK)
+        goto fail;
     *out = e;
     return KILN_OK;
 fail:
@@ -69,7 +142,8 @@ fail:
     return rc;
 }
 
-kiln_status kiln_engine_load_memory(const void *data, size_t size, kiln_engine **out) {
+kiln_status kiln_engine_load_memory(const void *data, size_t size, kiln_registry *registry,
+                                    kiln_engine **out) {
     if (data == NULL || out == NULL)
         return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_engine_load_memory: NULL argument");
     *out = NULL;
@@ -83,7 +157,7 @@ kiln_status kiln_engine_load_memory(const void *data, size_t size, kiln_engine *
         kn_free(copy);
         return rc;
     }
-    rc = kn_engine_create(&plan, out);
+    rc = kn_engine_create(&plan, registry, out);
     if (rc != KILN_OK) {
         kn_free(copy);
         return rc;
@@ -92,7 +166,7 @@ kiln_status kiln_engine_load_memory(const void *data, size_t size, kiln_engine *
     return KILN_OK;
 }
 
-kiln_status kiln_engine_load_file(const char *path, kiln_engine **out) {
+kiln_status kiln_engine_load_file(const char *path, kiln_registry *registry, kiln_engine **out) {
     if (path == NULL || out == NULL)
         return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_engine_load_file: NULL argument");
     *out = NULL;
@@ -105,7 +179,7 @@ kiln_status kiln_engine_load_file(const char *path, kiln_engine **out) {
         kn_file_unmap(map, size);
         return kn_error_prefix(rc, "%s: ", path);
     }
-    rc = kn_engine_create(&plan, out);
+    rc = kn_engine_create(&plan, registry, out);
     if (rc != KILN_OK) {
         kn_file_unmap(map, size);
         return kn_error_prefix(rc, "%s: ", path);
@@ -122,6 +196,10 @@ void kiln_engine_destroy(kiln_engine *e) {
         for (int i = 0; i < e->plan.graph->n_nodes; i++)
             if (e->states && e->states[i] && e->kernels[i] && e->kernels[i]->release)
                 e->kernels[i]->release(e->states[i]);
+    if (e->plugins && e->plan.graph)
+        for (int i = 0; i < e->plan.graph->n_nodes; i++)
+            kn_plugin_instance_destroy(&e->plugins[i]);
+    kn_free(e->plugins);
     kn_plan_clear(&e->plan);
     kn_free(e->kernels);
     kn_free(e->states);

@@ -4,6 +4,7 @@
 
 #include "backend/backend.h"
 #include "plan/plan.h"
+#include "plugin/plugin.h"
 #include "runtime/resolve.h"
 
 struct kiln_engine {
@@ -14,7 +15,9 @@ struct kiln_engine {
     const kn_profile **input_profile; /* per graph input; NULL when static */
     const void *map;                  /* mapping of a plan file, or NULL */
     size_t map_size;
-    void *copy; /* aligned copy of a plan given in memory, or NULL */
+    void *copy;                    /* aligned copy of a plan given in memory, or NULL */
+    kiln_registry *registry;       /* borrowed */
+    kiln_plugin_instance *plugins; /* per node: the prototype instance of a plugin node */
 };
 
 struct kiln_context {
@@ -29,11 +32,12 @@ struct kiln_context {
     size_t *out_user_size;
     void **out_buf; /* per graph output: context-owned copy */
     size_t *out_cap;
-    kn_resolved *vals; /* per value */
-    bool *deferred;    /* per node */
-    bool *in_arena;    /* per value */
-    size_t *offsets;   /* per value */
-    void **dyn;        /* per value: heap data of deferred outputs */
+    kn_resolved *vals;   /* per value */
+    bool *deferred;      /* per node */
+    bool *in_arena;      /* per value */
+    size_t *offsets;     /* per value */
+    void **dyn;          /* per value: heap data of deferred outputs */
+    kn_plugin_run *runs; /* per node: this context's clone of a plugin node */
     bool resolved;
     bool executed;
     void *arena;
@@ -41,9 +45,11 @@ struct kiln_context {
 };
 
 /* Create an engine from a parsed plan (takes ownership of plan's contents). */
-kiln_status kn_engine_create(kn_plan *plan, kiln_engine **out);
+kiln_status kn_engine_create(kn_plan *plan, kiln_registry *registry, kiln_engine **out);
 /* Infer shapes for the context's current input shapes and lay out its arena (no-op when
  * nothing changed). */
 kiln_status kn_context_resolve(kiln_context *c);
+/* Tell plugin node `node` its current shapes and size its workspace. */
+kiln_status kn_context_plugin_shapes(kiln_context *c, int node);
 
 #endif

@@ -30,14 +30,18 @@ static kiln_status bind_inputs(kiln_context *c) {
 
 /* A node whose shapes depended on data: infer now, with every input known, and give its
  * outputs heap memory of their own. */
-static kiln_status run_deferred_infer(kiln_context *c, const kn_node *n, const kn_tensor *in,
+static kiln_status run_deferred_infer(kiln_context *c, int node, const kn_tensor *in,
                                       kn_tensor *out) {
-    KN_TRY(kn_infer_node(n, in, out) == KN_NEED_DATA
-               ? kn_error(KILN_ERR_INTERNAL,
-                          "node '%s' (%s): shape still unknown with all "
-                          "input data present",
-                          n->name, n->op_type)
-               : KILN_OK);
+    const kn_node *n = &c->e->plan.graph->nodes[node];
+    const kiln_plugin_instance *plugin = c->runs[node].inst.ops ? &c->runs[node].inst : NULL;
+    kiln_status rc = kn_infer_node(n, plugin, in, out);
+    if (rc == KN_NEED_DATA)
+        return kn_error(KILN_ERR_INTERNAL,
+                        "node '%s' (%s): shape still unknown with all input "
+                        "data present",
+                        n->name, n->op_type);
+    if (rc != KILN_OK)
+        return rc;
     for (int j = 0; j < n->n_out; j++) {
         int v = n->out[j];
         if (v < 0)
@@ -52,6 +56,8 @@ static kiln_status run_deferred_infer(kiln_context *c, const kn_node *n, const k
         c->vals[v].t = out[j];
         c->vals[v].known = true;
     }
+    if (plugin != NULL)
+        KN_TRY(kn_context_plugin_shapes(c, node));
     return KILN_OK;
 }
 
@@ -75,7 +81,7 @@ static kiln_status run_nodes(kiln_context *c) {
                 in[j] = c->vals[n->in[j]].t;
         }
         if (c->deferred[i]) {
-            KN_TRY(run_deferred_infer(c, n, in, out));
+            KN_TRY(run_deferred_infer(c, i, in, out));
         } else {
             for (int j = 0; j < n->n_out; j++) {
                 memset(&out[j], 0, sizeof out[j]);

@@ -2,10 +2,14 @@
 
 #include "core/alloc.h"
 #include "ops/op.h"
+#include "plugin/plugin.h"
 
 #include <string.h>
 
-kiln_status kn_infer_node(const kn_node *n, const kn_tensor *in, kn_tensor *out) {
+kiln_status kn_infer_node(const kn_node *n, const kiln_plugin_instance *plugin, const kn_tensor *in,
+                          kn_tensor *out) {
+    if (kn_is_plugin_node(n))
+        return kn_plugin_infer(n, plugin, in, out);
     const kn_op_schema *op = kn_op_find(n->domain, n->op_type);
     if (op == NULL)
         return kn_error(KILN_ERR_UNSUPPORTED,
@@ -133,7 +137,10 @@ kiln_status kn_resolve(const kn_graph *g, kn_resolved *vals, bool *deferred,
             if (r->t.data == NULL)
                 all_data = false;
         }
-        kiln_status rc = all_known ? kn_infer_node(n, in, out) : KN_NEED_DATA;
+        const kiln_plugin_instance *plugin = NULL;
+        if (kn_is_plugin_node(n) && opts->plugin_of)
+            plugin = opts->plugin_of(opts->plugin_user, n, i);
+        kiln_status rc = all_known ? kn_infer_node(n, plugin, in, out) : KN_NEED_DATA;
         if (rc == KN_NEED_DATA) {
             if (deferred)
                 deferred[i] = true;
@@ -150,6 +157,8 @@ kiln_status kn_resolve(const kn_graph *g, kn_resolved *vals, bool *deferred,
             vals[n->out[j]].known = true;
         }
         const kn_op_schema *op = kn_op_find(n->domain, n->op_type);
+        if (op == NULL) /* plugins never run at shape time */
+            continue;
         bool evaluable = all_data || (op->flags & KN_OP_SHAPE_ONLY);
         if (!evaluable || elems > opts->max_eval_elems)
             continue;

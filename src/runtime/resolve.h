@@ -7,6 +7,7 @@
 
 #include "backend/backend.h"
 #include "ir/graph.h"
+#include "kiln/kiln_plugin.h"
 
 typedef struct kn_resolved {
     kn_tensor t; /* dtype and shape (when known); data when known on the host */
@@ -18,6 +19,10 @@ typedef struct kn_resolve_opts {
     /* Evaluate a node on the host when all its inputs are known and its outputs hold at most
      * this many elements in all (0: never). */
     int64_t max_eval_elems;
+    /* The plugin instance bound to a plugin node (see plugin/plugin.h); may be NULL when the
+     * graph has no plugin nodes. */
+    const kiln_plugin_instance *(*plugin_of)(void *user, const kn_node *n, int index);
+    void *plugin_user;
 } kn_resolve_opts;
 
 /* vals has g->n_values entries. On entry, graph inputs must have t.dtype and t.shape set and
@@ -29,8 +34,10 @@ kiln_status kn_resolve(const kn_graph *g, kn_resolved *vals, bool *deferred,
 /* Free data owned by vals (host-evaluated results). */
 void kn_resolved_release(kn_resolved *vals, int n);
 
-/* Run one node's inference on concrete inputs; errors prefixed with node name and op. */
-kiln_status kn_infer_node(const kn_node *n, const kn_tensor *in, kn_tensor *out);
+/* Run one node's inference on concrete inputs; errors prefixed with node name and op. plugin
+ * is the instance of a plugin node (NULL for built-in ops). */
+kiln_status kn_infer_node(const kn_node *n, const kiln_plugin_instance *plugin, const kn_tensor *in,
+                          kn_tensor *out);
 /* Evaluate one node on the host with the CPU backend (outputs' data allocated with kn_malloc;
  * the caller owns them). */
 kiln_status kn_eval_node(const kn_node *n, const kn_tensor *in, kn_tensor *out,

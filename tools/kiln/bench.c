@@ -21,7 +21,8 @@ static const char usage[] =
     "  --iterations N     timed runs (default 50)\n"
     "  --threads N        threads for execution (default: the plan's setting, else cores)\n"
     "  --json             print one JSON object: {\"latency_ms\": {min, median, mean, p90, p95,\n"
-    "                     p99, max}, \"throughput_per_s\": ...}\n";
+    "                     p99, max}, \"throughput_per_s\": ...}\n"
+    "  --plugins LIB.so   load a plugin library (repeatable; KILN_PLUGIN_PATH adds more)\n";
 
 static double now_ms(void) {
     struct timespec ts;
@@ -43,7 +44,7 @@ static double pct(const double *s, int n, double p) {
 
 int cmd_bench(int argc, char **argv) {
     cli_opts o;
-    int rc = cli_parse(argc, argv, "sitwj", usage, &o);
+    int rc = cli_parse(argc, argv, "sitwjp", usage, &o);
     if (rc != 0)
         return rc < 0 ? 0 : rc;
     kiln_engine *e = NULL;

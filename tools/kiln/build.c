@@ -6,6 +6,7 @@
 
 static const char usage[] =
     "usage: kiln build MODEL.onnx -o PLAN [--shapes SPEC]... [--threads N] [--quiet]\n"
+    "                  [--plugins LIB.so]...\n"
     "\n"
     "Optimizes MODEL (constant folding, batch-norm folding, activation and element-wise\n"
     "fusion, memory planning) into PLAN. PLAN is written to a temporary file and renamed,\n"
@@ -16,7 +17,8 @@ static const char usage[] =
     "                     optimization profile (e.g. input:1x3x224x224,8x3x224x224,32x3x224x224).\n"
     "                     Required for every input with dynamic dims.\n"
     "  --threads N        default threads per execution context of the plan (default: cores)\n"
-    "  --quiet            no progress output (progress goes to stderr on a terminal only)\n";
+    "  --quiet            no progress output (progress goes to stderr on a terminal only)\n"
+    "  --plugins LIB.so   load a plugin library (repeatable; KILN_PLUGIN_PATH adds more)\n";
 
 static void on_progress(void *user, const char *stage, double fraction) {
     (void)user;
@@ -28,7 +30,7 @@ static void on_progress(void *user, const char *stage, double fraction) {
 
 int cmd_build(int argc, char **argv) {
     cli_opts o;
-    int rc = cli_parse(argc, argv, "ostq", usage, &o);
+    int rc = cli_parse(argc, argv, "ostqp", usage, &o);
     if (rc != 0)
         return rc < 0 ? 0 : rc;
     kiln_builder *b = NULL;
@@ -38,10 +40,13 @@ int cmd_build(int argc, char **argv) {
         rc = cli_fail("build needs -o PLAN (see kiln build --help)");
         goto out;
     }
+    if ((rc = cli_load_plugins(&o)) != 0)
+        goto out;
     if (kiln_builder_create(&b) != KILN_OK) {
         rc = cli_fail_kiln("builder");
         goto out;
     }
+    kiln_builder_set_registry(b, o.registry);
     if (kiln_network_from_onnx_file(b, o.model, &net) != KILN_OK) {
         rc = cli_fail("%s", kiln_last_error());
         goto out;

@@ -31,7 +31,10 @@ typedef struct cli_opts {
     int n_shapes;
     cli_input inputs[CLI_MAX_ITEMS];
     int n_inputs;
-    int threads; /* 0: default */
+    const char *plugins[CLI_MAX_ITEMS];
+    int n_plugins;
+    kiln_registry *registry; /* from --plugins and KILN_PLUGIN_PATH */
+    int threads;             /* 0: default */
     int warmup, iterations;
     bool json, quiet;
 } cli_opts;
@@ -46,6 +49,9 @@ int cli_fail_kiln(const char *what);
  * j=--json, q=--quiet, g=--dot. Returns 0 or an exit code (errors already printed). */
 int cli_parse(int argc, char **argv, const char *allowed, const char *usage, cli_opts *o);
 void cli_opts_free(cli_opts *o);
+
+/* Create o->registry and load KILN_PLUGIN_PATH and every --plugins library into it. */
+int cli_load_plugins(cli_opts *o);
 
 /* Load inputs given with --input (npy or pb). */
 int cli_load_inputs(cli_opts *o);

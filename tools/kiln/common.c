@@ -149,6 +149,11 @@ int cli_parse(int argc, char **argv, const char *allowed, const char *usage, cli
             int rc = parse_input(val, &o->inputs[o->n_inputs++]);
             if (rc)
                 return rc;
+        } else if (strcmp(a, "--plugins") == 0) {
+            NEED('p', "--plugins");
+            if (o->n_plugins == CLI_MAX_ITEMS)
+                return cli_fail("too many --plugins");
+            o->plugins[o->n_plugins++] = val;
         } else if (strcmp(a, "--output-dir") == 0) {
             NEED('d', "--output-dir");
             o->output_dir = val;
@@ -188,7 +193,20 @@ int cli_parse(int argc, char **argv, const char *allowed, const char *usage, cli
     return 0;
 }
 
+int cli_load_plugins(cli_opts *o) {
+    if (kiln_registry_create(&o->registry) != KILN_OK)
+        return cli_fail_kiln("plugin registry");
+    if (kiln_registry_load_env(o->registry) != KILN_OK)
+        return cli_fail("%s", kiln_last_error());
+    for (int i = 0; i < o->n_plugins; i++)
+        if (kiln_registry_load_library(o->registry, o->plugins[i]) != KILN_OK)
+            return cli_fail("--plugins: %s", kiln_last_error());
+    return 0;
+}
+
 void cli_opts_free(cli_opts *o) {
+    kiln_registry_destroy(o->registry);
+    o->registry = NULL;
     for (int i = 0; i < o->n_shapes; i++)
         kn_free(o->shapes[i].name);
     for (int i = 0; i < o->n_inputs; i++) {
@@ -294,8 +312,11 @@ int cli_make_config(const cli_opts *o, kiln_network *net, kiln_build_config **ou
 }
 
 int cli_load_engine(const cli_opts *o, kiln_engine **out) {
+    int prc = o->registry ? 0 : cli_load_plugins((cli_opts *)o);
+    if (prc != 0)
+        return prc;
     if (cli_is_plan(o->model)) {
-        if (kiln_engine_load_file(o->model, out) != KILN_OK)
+        if (kiln_engine_load_file(o->model, o->registry, out) != KILN_OK)
             return cli_fail("%s", kiln_last_error());
         return 0;
     }
@@ -309,6 +330,7 @@ int cli_load_engine(const cli_opts *o, kiln_engine **out) {
         rc = cli_fail_kiln("builder");
         goto out;
     }
+    kiln_builder_set_registry(b, o->registry);
     if (kiln_network_from_onnx_file(b, o->model, &net) != KILN_OK) {
         rc = cli_fail("%s", kiln_last_error());
         goto out;
@@ -319,7 +341,7 @@ int cli_load_engine(const cli_opts *o, kiln_engine **out) {
         rc = cli_fail("%s: %s", o->model, kiln_last_error());
         goto out;
     }
-    if (kiln_engine_load_memory(plan, size, out) != KILN_OK)
+    if (kiln_engine_load_memory(plan, size, o->registry, out) != KILN_OK)
         rc = cli_fail("%s", kiln_last_error());
 out:
     kiln_free(plan);

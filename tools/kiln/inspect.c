@@ -17,7 +17,8 @@ static const char usage[] =
     "\n"
     "  --shapes SPEC      NAME:DIMS or NAME:MIN,OPT,MAX (see kiln build --help)\n"
     "  --json             print one JSON object instead of text\n"
-    "  --dot FILE         write a Graphviz picture of the optimized graph to FILE\n";
+    "  --dot FILE         write a Graphviz picture of the optimized graph to FILE\n"
+    "  --plugins LIB.so   load a plugin library (repeatable; KILN_PLUGIN_PATH adds more)\n";
 
 static void shape_text(const kn_value *v, char *buf, size_t size) {
     size_t used = 0;
@@ -55,8 +56,10 @@ static void jstr(const char *s) {
 static void kernel_text(const kn_node *n, char *buf, size_t size) {
     const char *act = kn_attr_string(n, "kiln_activation", NULL);
     int residual = (int)kn_attr_int(n, "kiln_residual", 0);
-    snprintf(buf, size, "cpu:%s%s%s%s%s", n->domain[0] ? n->domain : "", n->domain[0] ? "." : "",
-             n->op_type, residual ? "+residual" : "", "");
+    snprintf(buf, size, "%s:%s%s%s%s", kn_is_plugin_node(n) ? "plugin" : "cpu",
+             n->domain[0] && !kn_is_plugin_node(n) ? n->domain : "",
+             n->domain[0] && !kn_is_plugin_node(n) ? "." : "", n->op_type,
+             residual ? "+residual" : "");
     if (act) {
         size_t l = strlen(buf);
         snprintf(buf + l, size - l, "+%s", act);
@@ -176,9 +179,43 @@ static void print_io(const kiln_engine *e, const kn_graph *g, bool json) {
     }
 }
 
+/* Each distinct plugin identity the graph needs, once. */
+static void print_plugins(const kn_graph *g, bool json) {
+    int shown = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kn_node *n = &g->nodes[i];
+        if (!kn_is_plugin_node(n))
+            continue;
+        const char *ver = kn_attr_string(n, KN_PLUGIN_ATTR_VERSION, "");
+        const char *ns = kn_attr_string(n, KN_PLUGIN_ATTR_NAMESPACE, "");
+        bool seen = false;
+        for (int k = 0; k < i && !seen; k++)
+            seen = kn_is_plugin_node(&g->nodes[k]) &&
+                   strcmp(g->nodes[k].op_type, n->op_type) == 0 &&
+                   strcmp(kn_attr_string(&g->nodes[k], KN_PLUGIN_ATTR_VERSION, ""), ver) == 0 &&
+                   strcmp(kn_attr_string(&g->nodes[k], KN_PLUGIN_ATTR_NAMESPACE, ""), ns) == 0;
+        if (seen)
+            continue;
+        if (json) {
+            printf("%s{\"name\": ", shown ? ", " : "");
+            jstr(n->op_type);
+            printf(", \"version\": ");
+            jstr(ver);
+            printf(", \"namespace\": ");
+            jstr(ns);
+            printf("}");
+        } else {
+            printf(" %s (version %s, namespace '%s')", n->op_type, ver, ns);
+        }
+        shown++;
+    }
+    if (!json && shown == 0)
+        printf(" none");
+}
+
 int cmd_inspect(int argc, char **argv) {
     cli_opts o;
-    int rc = cli_parse(argc, argv, "sjg", usage, &o);
+    int rc = cli_parse(argc, argv, "sjgp", usage, &o);
     if (rc != 0)
         return rc < 0 ? 0 : rc;
     kiln_engine *e = NULL;
@@ -210,8 +247,9 @@ int cmd_inspect(int argc, char **argv) {
             jstr(k);
             printf("}");
         }
-        printf("], \"weight_bytes\": %zu, \"arena_bytes\": %zu, \"plugins\": []}\n", weights,
-               arena);
+        printf("], \"weight_bytes\": %zu, \"arena_bytes\": %zu, \"plugins\": [", weights, arena);
+        print_plugins(g, true);
+        printf("]}\n");
     } else {
         print_io(e, g, false);
         printf("layers (%d after optimization):\n", g->n_nodes);
@@ -224,8 +262,10 @@ int cmd_inspect(int argc, char **argv) {
             printf("  %4d  %-36s %-34s -> %s\n", i, n->name, k, s);
         }
         printf("weights: %zu bytes\nactivation arena (largest shapes): %zu bytes\n"
-               "plugins required: none\n",
+               "plugins required:",
                weights, arena);
+        print_plugins(g, false);
+        printf("\n");
     }
     if (o.dot)
         rc = write_dot(g, o.dot);

@@ -23,7 +23,8 @@ static const char usage[] =
     "  --input NAME=FILE  data for input NAME (every input needs one)\n"
     "  --shapes SPEC      NAME:DIMS or NAME:MIN,OPT,MAX (see kiln build --help)\n"
     "  --output-dir DIR   where outputs go (default: current directory; created if missing)\n"
-    "  --threads N        threads for execution (default: the plan's setting, else cores)\n";
+    "  --threads N        threads for execution (default: the plan's setting, else cores)\n"
+    "  --plugins LIB.so   load a plugin library (repeatable; KILN_PLUGIN_PATH adds more)\n";
 
 static void safe_name(const char *name, char *out, size_t size) {
     size_t j = 0;
@@ -118,7 +119,7 @@ static int write_outputs(kiln_engine *e, kiln_context *ctx, const char *dir) {
 
 int cmd_run(int argc, char **argv) {
     cli_opts o;
-    int rc = cli_parse(argc, argv, "sidt", usage, &o);
+    int rc = cli_parse(argc, argv, "sidtp", usage, &o);
     if (rc != 0)
         return rc < 0 ? 0 : rc;
     kiln_engine *e = NULL;
