@@ -90,6 +90,7 @@ kiln_status tensor_infer_gather_nd(kn_infer_ctx *c) {
         out.d[k++] = ind->shape.d[i];
     for (int64_t i = b + m; i < r; i++)
         out.d[k++] = x->shape.d[i];
+    KN_TRY(tensor_check_shape(&out, "gathered output"));
     c->out[0].dtype = x->dtype;
     c->out[0].shape = out;
     return KILN_OK;

@@ -77,6 +77,7 @@ kiln_status tensor_infer_reshape(kn_infer_ctx *c) {
                         kn_shape_str(&x->shape, a, sizeof a), (long long)total,
                         kn_shape_str(&out, b, sizeof b));
     }
+    KN_TRY(tensor_check_shape(&out, "reshaped output"));
     set_out(c, 0, x->dtype, &out);
     return KILN_OK;
 }

@@ -780,6 +780,55 @@ static void test_misc(void **state) {
     assert_int_equal(run_op(&r, "Identity", 13, NULL, 0, &s, 1, 1), KILN_ERR_UNSUPPORTED);
 }
 
+/* Extreme values must come back as errors, never as huge allocations or overflowed dims. */
+static void test_absurd_values(void **state) {
+    (void)state;
+    run r;
+    float x[4] = {0};
+    int64_t big[] = {0, INT64_MAX};
+    kn_tensor rs[] = {T(F32, x, 1, 0), T(I64, big, 1, 2)};
+    kn_attr az = AI("allowzero", 1);
+    assert_int_equal(run_op(&r, "Reshape", 14, &az, 1, rs, 2, 1), KILN_ERR_SHAPE);
+    int64_t mn[] = {INT64_MIN};
+    kn_tensor rm[] = {T(F32, x, 1, 4), T(I64, mn, 1, 1)};
+    assert_int_equal(run_op(&r, "Reshape", 13, NULL, 0, rm, 2, 1), KILN_ERR_SHAPE);
+
+    int64_t pads[] = {INT64_MAX, 0};
+    kn_tensor pd[] = {T(F32, x, 1, 4), T(I64, pads, 1, 2)};
+    assert_int_equal(run_op(&r, "Pad", 13, NULL, 0, pd, 2, 1), KILN_ERR_SHAPE);
+    int64_t crop[] = {-5, 0};
+    pd[1].data = crop;
+    assert_int_equal(run_op(&r, "Pad", 13, NULL, 0, pd, 2, 1), KILN_ERR_SHAPE);
+
+    float fs = 0, fl = 1e30f, fd = 1e-30f;
+    kn_tensor rf[] = {T(F32, &fs, 0), T(F32, &fl, 0), T(F32, &fd, 0)};
+    assert_int_equal(run_op(&r, "Range", 11, NULL, 0, rf, 3, 1), KILN_ERR_SHAPE);
+
+    int64_t idx[] = {0};
+    float depth = 1e20f, vals[] = {0, 1};
+    kn_tensor oh[] = {T(I64, idx, 1, 1), T(F32, &depth, 0), T(F32, vals, 1, 2)};
+    assert_int_equal(run_op(&r, "OneHot", 11, NULL, 0, oh, 3, 1), KILN_ERR_INVALID_ARGUMENT);
+
+    int64_t st[] = {INT64_MIN}, en[] = {INT64_MAX}, sp[] = {INT64_MIN};
+    kn_tensor sl[] = {T(F32, x, 1, 4), T(I64, st, 1, 1), T(I64, en, 1, 1), NONE, T(I64, sp, 1, 1)};
+    assert_int_equal(run_op(&r, "Slice", 13, NULL, 0, sl, 5, 1), KILN_OK);
+    expect_shape(&r.out[0], 1, 0);
+    free_run(&r);
+    sp[0] = INT64_MAX;
+    assert_int_equal(run_op(&r, "Slice", 13, NULL, 0, sl, 5, 1), KILN_OK);
+    expect_shape(&r.out[0], 1, 1);
+    free_run(&r);
+
+    int64_t nd_idx[] = {INT64_MIN};
+    kn_tensor gn[] = {T(F32, x, 1, 4), T(I64, nd_idx, 1, 1)};
+    assert_int_equal(run_op(&r, "GatherND", 13, NULL, 0, gn, 2, 1), KILN_ERR_INVALID_ARGUMENT);
+    free_run(&r);
+    assert_int_equal(run_op(&r, "Gather", 13, NULL, 0, gn, 2, 1), KILN_ERR_INVALID_ARGUMENT);
+    int64_t cos[] = {(int64_t)1 << 41};
+    kn_tensor co[] = {T(I64, cos, 1, 1)};
+    assert_int_equal(run_op(&r, "ConstantOfShape", 20, NULL, 0, co, 1, 1), KILN_ERR_SHAPE);
+}
+
 /* Large transposes and concats run across a real pool and must match the serial result. */
 static void test_parallel(void **state) {
     (void)state;
@@ -808,15 +857,15 @@ static void test_parallel(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_reshape),      cmocka_unit_test(test_squeeze_unsqueeze),
-        cmocka_unit_test(test_shape_size),   cmocka_unit_test(test_transpose),
-        cmocka_unit_test(test_concat_split), cmocka_unit_test(test_slice),
-        cmocka_unit_test(test_gather),       cmocka_unit_test(test_scatter),
-        cmocka_unit_test(test_expand_tile),  cmocka_unit_test(test_pad),
-        cmocka_unit_test(test_generators),   cmocka_unit_test(test_trilu_cumsum),
-        cmocka_unit_test(test_depth_space),  cmocka_unit_test(test_nonzero_compress),
-        cmocka_unit_test(test_unique),       cmocka_unit_test(test_misc),
-        cmocka_unit_test(test_parallel),
+        cmocka_unit_test(test_reshape),       cmocka_unit_test(test_squeeze_unsqueeze),
+        cmocka_unit_test(test_shape_size),    cmocka_unit_test(test_transpose),
+        cmocka_unit_test(test_concat_split),  cmocka_unit_test(test_slice),
+        cmocka_unit_test(test_gather),        cmocka_unit_test(test_scatter),
+        cmocka_unit_test(test_expand_tile),   cmocka_unit_test(test_pad),
+        cmocka_unit_test(test_generators),    cmocka_unit_test(test_trilu_cumsum),
+        cmocka_unit_test(test_depth_space),   cmocka_unit_test(test_nonzero_compress),
+        cmocka_unit_test(test_unique),        cmocka_unit_test(test_misc),
+        cmocka_unit_test(test_absurd_values), cmocka_unit_test(test_parallel),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
