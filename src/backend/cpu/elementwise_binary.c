@@ -5,6 +5,10 @@
  * division by zero yields 0 instead of trapping. */
 #include "backend/cpu/elementwise_impl.h"
 
+/* Lets the vectoriser evaluate both arms of a select (x < 0 ? a * x : x): results are
+ * unchanged, only floating-point exception flags could differ, and kiln never reads them. */
+#pragma GCC optimize("no-trapping-math")
+
 #include <math.h>
 
 #define EW_BL_LOOP(name, sfx, TT, UU, TY, EXPR)                                                    \

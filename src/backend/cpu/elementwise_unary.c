@@ -3,6 +3,10 @@
  * the integer forms of Abs/Neg/Sign/Relu/Shrink/Clip, and Not, BitwiseNot, IsNaN, IsInf. */
 #include "backend/cpu/elementwise_impl.h"
 
+/* Lets the vectoriser evaluate both arms of a select (x < 0 ? a * x : x): results are
+ * unchanged, only floating-point exception flags could differ, and kiln never reads them. */
+#pragma GCC optimize("no-trapping-math")
+
 #include <string.h>
 #include <tgmath.h>
 
@@ -44,6 +48,9 @@ static inline double ew_sigmoidd(double x) {
 /* log(1 + exp(x)) without overflow for large x. */
 #define EW_SOFTPLUS(x) ((x) > 0 ? (x) + log1p(exp(-(x))) : log1p(exp(x)))
 
+/* Clamp to [0, 1] keeping NaN, as numpy.clip does (fmax/fmin would drop it). */
+#define EW_UNIT_CLAMP(v) ((v) < 0 ? (T)0 : (v) > 1 ? (T)1 : (v))
+
 #define EW_FLOAT_UNARY(X)                                                                          \
     X(KN_EW_ABS, abs, fabs(x))                                                                     \
     X(KN_EW_NEG, neg, -x)                                                                          \
@@ -68,24 +75,23 @@ static inline double ew_sigmoidd(double x) {
     X(KN_EW_ERF, erf, erf(x))                                                                      \
     X(KN_EW_SIGN, sign, x > 0 ? (T)1 : x < 0 ? (T)-1 : x)                                          \
     X(KN_EW_RELU, relu, x < 0 ? (T)0 : x)                                                          \
-    X(KN_EW_LEAKY_RELU, leaky_relu, x < 0 ? (T)p->a * x : x)                                       \
-    X(KN_EW_ELU, elu, x < 0 ? (T)p->a * expm1(x) : x)                                              \
-    X(KN_EW_SELU, selu, x <= 0 ? (T)p->b * ((T)p->a * expm1(x)) : (T)p->b * x)                     \
-    X(KN_EW_CELU, celu, x > 0 ? x : (T)p->a * expm1(x / (T)p->a))                                  \
+    X(KN_EW_LEAKY_RELU, leaky_relu, x < 0 ? pa * x : x)                                            \
+    X(KN_EW_ELU, elu, x < 0 ? pa * expm1(x) : x)                                                   \
+    X(KN_EW_SELU, selu, x <= 0 ? pb * (pa * expm1(x)) : pb * x)                                    \
+    X(KN_EW_CELU, celu, x > 0 ? x : pa * expm1(x / pa))                                            \
     X(KN_EW_SIGMOID, sigmoid, EW_SIGMOID(x))                                                       \
-    X(KN_EW_HARD_SIGMOID, hard_sigmoid, fmax((T)0, fmin((T)1, (T)p->a *x + (T)p->b)))              \
-    X(KN_EW_HARD_SWISH, hard_swish, x *fmax((T)0, fmin((T)1, x *(T)(1.0 / 6.0) + (T)0.5)))         \
+    X(KN_EW_HARD_SIGMOID, hard_sigmoid, EW_UNIT_CLAMP(pa *x + pb))                                 \
+    X(KN_EW_HARD_SWISH, hard_swish, x *EW_UNIT_CLAMP(x *(T)(1.0 / 6.0) + (T)0.5))                  \
     X(KN_EW_TANH, tanh, tanh(x))                                                                   \
     X(KN_EW_SOFTPLUS, softplus, EW_SOFTPLUS(x))                                                    \
     X(KN_EW_SOFTSIGN, softsign, x / ((T)1 + fabs(x)))                                              \
-    X(KN_EW_THRESHOLDED_RELU, thresholded_relu, x > (T)p->a ? x : (T)0)                            \
+    X(KN_EW_THRESHOLDED_RELU, thresholded_relu, x > pa ? x : (T)0)                                 \
     X(KN_EW_GELU, gelu, (T)0.5 * x * ((T)1 + erf(x * (T)0.70710678118654752440)))                  \
     X(KN_EW_GELU_TANH, gelu_tanh,                                                                  \
       (T)0.5 * x * ((T)1 + tanh((T)0.79788456080286535588 * (x + (T)0.044715 * x * x * x))))       \
     X(KN_EW_MISH, mish, x *tanh(EW_SOFTPLUS(x)))                                                   \
-    X(KN_EW_SHRINK, shrink, x<-(T)p->b ? x + (T)p->a : x>(T) p->b ? x - (T)p->a : (T)0)            \
-    X(KN_EW_CLIP, clip,                                                                            \
-      (x < (T)p->a ? (T)p->a : x) > (T)p->b ? (T)p->b : (x < (T)p->a ? (T)p->a : x))
+    X(KN_EW_SHRINK, shrink, (x < -pb) ? x + pa : (x > pb) ? x - pa : (T)0)                         \
+    X(KN_EW_CLIP, clip, (x < pa ? pa : x) > pb ? pb : (x < pa ? pa : x))
 
 #define EW_UF_LOOP(name, sfx, TT, EXPR)                                                            \
     EW_CLONES static void u_##name##_##sfx(const void *px, void *py, int64_t n,                    \
@@ -93,7 +99,9 @@ static inline double ew_sigmoidd(double x) {
         typedef TT T;                                                                              \
         const T *X = px;                                                                           \
         T *Y = py;                                                                                 \
-        (void)p;                                                                                   \
+        const T pa = (T)p->a, pb = (T)p->b;                                                        \
+        (void)pa;                                                                                  \
+        (void)pb;                                                                                  \
         for (int64_t i = 0; i < n; i++) {                                                          \
             T x = X[i];                                                                            \
             Y[i] = (T)(EXPR);                                                                      \
