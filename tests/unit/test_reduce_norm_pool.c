@@ -505,6 +505,49 @@ static void test_lp_mvn_lrn(void **state) {
     case_free(&r);
 }
 
+static void test_rms_norm(void **state) {
+    (void)state;
+    float x[] = {1, -2, 3, 4, 0, -1}, sc[] = {2, 0.5f, 1};
+    kn_tensor in[] = {F32(x, 2, 3), F32(sc, 3)};
+    kn_attr at[] = {af("epsilon", 0)};
+    case_run r;
+    assert_int_equal(run_case(&r, "RMSNormalization", 23, at, 1, in, 2, 1), KILN_OK);
+    float r0 = sqrtf(14.0f / 3), r1 = sqrtf(17.0f / 3);
+    float want[] = {2 / r0, -1 / r0, 3 / r0, 8 / r1, 0, -1 / r1};
+    expect_f32(&r.out[0], want, 6, 1e-6f);
+    case_free(&r);
+}
+
+static void test_losses(void **state) {
+    (void)state;
+    float lp[] = {-0.5f, -1, -2, -3, -0.25f, -4}; /* [2, 3] log-probabilities */
+    int64_t t[] = {0, 2};
+    float w[] = {1, 2, 3};
+    kn_tensor in[] = {F32(lp, 2, 3), I64(t, 2), F32(w, 3)};
+    case_run r;
+    assert_int_equal(run_case(&r, "NegativeLogLikelihoodLoss", 13, NULL, 0, in, 3, 1), KILN_OK);
+    expect_shape(&r.out[0], 0, NULL);
+    expect_f32(&r.out[0], (const float[]){(0.5f * 1 + 4 * 3) / 4.0f}, 1, 1e-6f);
+    case_free(&r);
+    kn_attr at[] = {as("reduction", "none"), ai("ignore_index", 2)};
+    assert_int_equal(run_case(&r, "NegativeLogLikelihoodLoss", 13, at, 2, in, 3, 1), KILN_OK);
+    expect_f32(&r.out[0], (const float[]){0.5f, 0}, 2, 1e-6f);
+    case_free(&r);
+    /* Softmax cross-entropy of uniform scores is log(C); log_prob is -log(C) everywhere. */
+    float sc[3] = {0};
+    int64_t lab[] = {1};
+    kn_tensor ins[] = {F32(sc, 1, 3), I64(lab, 1)};
+    assert_int_equal(run_case(&r, "SoftmaxCrossEntropyLoss", 13, NULL, 0, ins, 2, 2), KILN_OK);
+    expect_f32(&r.out[0], (const float[]){logf(3)}, 1, 1e-6f);
+    expect_f32(&r.out[1], (const float[]){-logf(3), -logf(3), -logf(3)}, 3, 1e-6f);
+    case_free(&r);
+    int64_t bad[] = {3};
+    kn_tensor inb[] = {F32(sc, 1, 3), I64(bad, 1)};
+    assert_int_equal(run_case(&r, "SoftmaxCrossEntropyLoss", 13, NULL, 0, inb, 2, 1),
+                     KILN_ERR_SHAPE);
+    case_free(&r);
+}
+
 /* ---- pooling --------------------------------------------------------------------------- */
 
 static void test_maxpool_ceil_mode(void **state) {
@@ -682,6 +725,8 @@ int main(void) {
         cmocka_unit_test(test_batchnorm_training),
         cmocka_unit_test(test_group_and_instance_norm),
         cmocka_unit_test(test_lp_mvn_lrn),
+        cmocka_unit_test(test_rms_norm),
+        cmocka_unit_test(test_losses),
         cmocka_unit_test(test_maxpool_ceil_mode),
         cmocka_unit_test(test_maxpool_indices_storage_order),
         cmocka_unit_test(test_avgpool_pads_count_include_pad),

@@ -290,5 +290,7 @@ const kn_kernel kn_cpu_reduce[] = {
     {"", "Softmax", cpu_red_softmax, NULL, NULL},
     {"", "LogSoftmax", cpu_red_softmax, NULL, NULL},
     {"", "Hardmax", cpu_red_softmax, NULL, NULL},
+    {"", "NegativeLogLikelihoodLoss", cpu_red_loss, NULL, NULL},
+    {"", "SoftmaxCrossEntropyLoss", cpu_red_loss, NULL, NULL},
     {0},
 };

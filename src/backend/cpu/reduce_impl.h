@@ -20,6 +20,7 @@ kiln_status cpu_red_reduce(kn_kernel_ctx *k);
 kiln_status cpu_red_softmax(kn_kernel_ctx *k);
 kiln_status cpu_red_argmax(kn_kernel_ctx *k);
 kiln_status cpu_red_topk(kn_kernel_ctx *k);
+kiln_status cpu_red_loss(kn_kernel_ctx *k);
 
 kiln_status cpu_norm_layernorm(kn_kernel_ctx *k);
 kiln_status cpu_norm_lpnorm(kn_kernel_ctx *k);
