@@ -11,7 +11,7 @@
 typedef struct arg_args {
     int64_t outer, n, inner;
     bool is_min, last;
-    const void *x; /* double or int64_t */
+    const void *x; /* float, double or int64_t */
     int64_t *y;
 } arg_args;
 
@@ -38,6 +38,7 @@ typedef struct arg_args {
         }                                                                                          \
     }
 
+DEFINE_ARG_SCAN(arg_scan_f32, float)
 DEFINE_ARG_SCAN(arg_scan_f64, double)
 DEFINE_ARG_SCAN(arg_scan_i64, int64_t)
 
@@ -73,11 +74,16 @@ kiln_status cpu_red_argmax(kn_kernel_ctx *k) {
     a.y = k->out[0].data;
     if (kn_tensor_numel(&k->out[0]) == 0)
         return KILN_OK;
+    int64_t grain = a.n >= 4096 ? 1 : 4096 / a.n;
+    if (x->dtype == KILN_DTYPE_FLOAT32) {
+        a.x = x->data;
+        kn_parallel_for(k->pool, a.outer * a.inner, grain, arg_scan_f32, &a);
+        return KILN_OK;
+    }
     void *buf;
     bool is_float;
     KN_TRY(to_wide(x, &buf, &is_float));
     a.x = buf;
-    int64_t grain = a.n >= 4096 ? 1 : 4096 / a.n;
     kn_parallel_for(k->pool, a.outer * a.inner, grain, is_float ? arg_scan_f64 : arg_scan_i64, &a);
     kn_free(buf);
     return KILN_OK;
