@@ -92,28 +92,39 @@ static float win_argmax(const pool_args *a, const float *x, const tap_range *t, 
     return m;
 }
 
-/* Sum of |v|^p over the window's inputs (p == 1 for AveragePool); *n counts them. */
-static double win_sum(const pool_args *a, const float *x, const tap_range *t, int64_t *n) {
-    double acc = 0;
+/* Average over the window; the divisor counts pads too with count_include_pad. */
+static float win_avg(const pool_args *a, const float *x, const tap_range *t) {
+    float acc = 0;
     int64_t dx = a->d[2];
-    *n = (t[0].j1 - t[0].j0) * (t[1].j1 - t[1].j0) * (t[2].j1 - t[2].j0);
     for (int64_t jz = t[0].j0; jz < t[0].j1; jz++) {
         int64_t pz = t[0].start + jz * a->d[0];
         for (int64_t jy = t[1].j0; jy < t[1].j1; jy++) {
             const float *row =
                 x + (pz * a->in[1] + t[1].start + jy * a->d[1]) * a->in[2] + t[2].start;
-            if (a->kind == POOL_AVG)
-                for (int64_t jx = t[2].j0; jx < t[2].j1; jx++)
-                    acc += row[jx * dx];
-            else if (a->p == 2)
-                for (int64_t jx = t[2].j0; jx < t[2].j1; jx++)
-                    acc += (double)row[jx * dx] * row[jx * dx];
-            else
-                for (int64_t jx = t[2].j0; jx < t[2].j1; jx++)
-                    acc += pow(fabs((double)row[jx * dx]), a->p);
+            for (int64_t jx = t[2].j0; jx < t[2].j1; jx++)
+                acc += row[jx * dx];
         }
     }
-    return acc;
+    int64_t div = a->include_pad ? t[0].jinc * t[1].jinc * t[2].jinc
+                                 : (t[0].j1 - t[0].j0) * (t[1].j1 - t[1].j0) * (t[2].j1 - t[2].j0);
+    return div > 0 ? acc / (float)div : 0;
+}
+
+/* (sum of |v|^p over the window's inputs)^(1/p): pads contribute nothing. */
+static float win_lp(const pool_args *a, const float *x, const tap_range *t) {
+    double acc = 0;
+    int64_t dx = a->d[2];
+    for (int64_t jz = t[0].j0; jz < t[0].j1; jz++) {
+        int64_t pz = t[0].start + jz * a->d[0];
+        for (int64_t jy = t[1].j0; jy < t[1].j1; jy++) {
+            const float *row =
+                x + (pz * a->in[1] + t[1].start + jy * a->d[1]) * a->in[2] + t[2].start;
+            for (int64_t jx = t[2].j0; jx < t[2].j1; jx++)
+                acc += a->p == 2 ? (double)row[jx * dx] * row[jx * dx]
+                                 : pow(fabs((double)row[jx * dx]), a->p);
+        }
+    }
+    return (float)(a->p == 2 ? sqrt(acc) : pow(acc, 1.0 / a->p));
 }
 
 KN_RED_CLONES static void pool_planes(void *arg, int64_t begin, int64_t end) {
@@ -130,18 +141,16 @@ KN_RED_CLONES static void pool_planes(void *arg, int64_t begin, int64_t end) {
                 t[1] = a->taps[1][oy];
                 for (int64_t ox = 0; ox < a->out[2]; ox++, o++) {
                     t[2] = a->taps[2][ox];
-                    int64_t n, best;
+                    int64_t best;
                     if (a->kind == POOL_MAX && ind == NULL) {
                         y[o] = win_max(a, x, t);
                     } else if (a->kind == POOL_MAX) {
                         y[o] = win_argmax(a, x, t, &best);
                         ind[o] = best < 0 ? -1 : u * a->in_plane + best;
                     } else if (a->kind == POOL_AVG) {
-                        double s = win_sum(a, x, t, &n);
-                        int64_t div = a->include_pad ? t[0].jinc * t[1].jinc * t[2].jinc : n;
-                        y[o] = div > 0 ? (float)(s / (double)div) : 0;
+                        y[o] = win_avg(a, x, t);
                     } else {
-                        y[o] = (float)pow(win_sum(a, x, t, &n), 1.0 / a->p);
+                        y[o] = win_lp(a, x, t);
                     }
                 }
             }
