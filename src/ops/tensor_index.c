@@ -1,7 +1,9 @@
 /* Inference for the indexing ops: Gather, GatherElements, GatherND, ScatterElements (and the
- * older Scatter), ScatterND. Indices known on the host are validated here already, so a bad
- * shape subgraph fails at build time; kernels validate again at run time. */
+ * older Scatter), ScatterND, TensorScatter. Indices known on the host are validated here already,
+ * so a bad shape subgraph fails at build time; kernels validate again at run time. */
 #include "ops/tensor_ops.h"
+
+#include <string.h>
 
 static kiln_status check_index_dtype(const kn_tensor *t, const char *what) {
     if (t->dtype != KILN_DTYPE_INT64 && t->dtype != KILN_DTYPE_INT32)
@@ -149,6 +151,39 @@ kiln_status tensor_infer_scatter_nd(kn_infer_ctx *c) {
                         (long long)k);
     int red;
     KN_TRY(tensor_scatter_reduction(c->node, &red));
+    c->out[0].dtype = x->dtype;
+    c->out[0].shape = x->shape;
+    return KILN_OK;
+}
+
+kiln_status tensor_infer_tensor_scatter(kn_infer_ctx *c) {
+    KN_TRY(tensor_need_input(c, 0, "past_cache"));
+    KN_TRY(tensor_need_input(c, 1, "update"));
+    const kn_tensor *x = &c->in[0], *upd = &c->in[1];
+    KN_TRY(tensor_check_movable(x, "input 'past_cache'"));
+    if (upd->dtype != x->dtype)
+        return kn_error(KILN_ERR_DTYPE, "input 'update' is %s, past_cache is %s",
+                        kn_dtype_name(upd->dtype), kn_dtype_name(x->dtype));
+    if (x->shape.rank < 2 || upd->shape.rank != x->shape.rank)
+        return kn_error(KILN_ERR_SHAPE, "inputs 'past_cache' and 'update' must have one rank >= 2");
+    int64_t axis;
+    KN_TRY(kn_norm_axis(kn_attr_int(c->node, "axis", -2), x->shape.rank, &axis));
+    if (axis == 0)
+        return kn_error(KILN_ERR_MODEL, "attribute 'axis' cannot be the batch axis");
+    for (int32_t i = 0; i < x->shape.rank; i++)
+        if (i != axis ? upd->shape.d[i] != x->shape.d[i] : upd->shape.d[i] > x->shape.d[i])
+            return kn_error(KILN_ERR_SHAPE,
+                            "input 'update' dim %d (%lld) does not fit the cache "
+                            "(%lld)",
+                            (int)i, (long long)upd->shape.d[i], (long long)x->shape.d[i]);
+    const char *mode = kn_attr_string(c->node, "mode", "linear");
+    if (strcmp(mode, "linear") != 0 && strcmp(mode, "circular") != 0)
+        return kn_error(KILN_ERR_MODEL, "attribute 'mode' '%s' is not linear or circular", mode);
+    if (kn_has_input(c, 2)) {
+        const kn_tensor *w = &c->in[2];
+        if (w->dtype != KILN_DTYPE_INT64 || w->shape.rank != 1 || w->shape.d[0] != x->shape.d[0])
+            return kn_error(KILN_ERR_SHAPE, "input 'write_indices' must be int64 [batch]");
+    }
     c->out[0].dtype = x->dtype;
     c->out[0].shape = x->shape;
     return KILN_OK;

@@ -1,5 +1,5 @@
 /* Inference and parameter resolution for ops that cut, join and rearrange tensors: Concat,
- * Split, Slice, Pad, Transpose, DepthToSpace, SpaceToDepth. */
+ * Split, Slice, Pad, CenterCropPad, Transpose, DepthToSpace, SpaceToDepth. */
 #include "ops/tensor_ops.h"
 
 #include <stdio.h>
@@ -283,6 +283,56 @@ kiln_status tensor_infer_pad(kn_infer_ctx *c) {
     KN_TRY(tensor_check_movable(&c->in[0], "input 'data'"));
     tensor_pad_plan p;
     KN_TRY(tensor_pad_resolve(c->node, c->n_in, c->in, &p));
+    c->out[0].dtype = c->in[0].dtype;
+    c->out[0].shape = p.out;
+    return KILN_OK;
+}
+
+kiln_status tensor_center_crop_pad_resolve(const kn_node *node, int n_in, const kn_tensor *in,
+                                           tensor_pad_plan *p) {
+    const kn_tensor *x = &in[0];
+    int32_t r = x->shape.rank;
+    if (n_in < 2 || in[1].dtype == 0)
+        return kn_error(KILN_ERR_MODEL, "input 'shape' is required");
+    int64_t shp[KN_MAX_RANK], n, axes[KN_MAX_RANK], n_axes = r;
+    KN_TRY(tensor_read_ints(&in[1], "input 'shape'", KN_MAX_RANK, shp, &n));
+    const int64_t *a;
+    int64_t na = kn_attr_ints(node, "axes", &a);
+    if (kn_node_attr(node, "axes") != NULL) {
+        if (na > KN_MAX_RANK)
+            return kn_error(KILN_ERR_SHAPE, "attribute 'axes' has too many values");
+        KN_TRY(tensor_norm_axes(a, na, r, "axes", axes));
+        n_axes = na;
+    } else {
+        for (int32_t i = 0; i < r; i++)
+            axes[i] = i;
+    }
+    if (n != n_axes)
+        return kn_error(KILN_ERR_SHAPE, "input 'shape' has %lld values for %lld axes", (long long)n,
+                        (long long)n_axes);
+    p->mode = TENSOR_PAD_CONSTANT;
+    p->out = x->shape;
+    for (int32_t i = 0; i < r; i++)
+        p->before[i] = p->after[i] = 0;
+    for (int64_t k = 0; k < n_axes; k++) {
+        int64_t dim = x->shape.d[axes[k]], want = shp[k];
+        if (want < 0 || want > KN_MAX_ELEMENTS)
+            return kn_error(KILN_ERR_SHAPE, "input 'shape'[%lld] is %lld", (long long)k,
+                            (long long)want);
+        /* Crop or pad evenly, the odd element going to the end (as the reference does). */
+        int64_t diff = want - dim, half = (diff < 0 ? -diff : diff) / 2;
+        p->before[axes[k]] = diff < 0 ? -half : half;
+        p->after[axes[k]] = diff - p->before[axes[k]];
+        p->out.d[axes[k]] = want;
+    }
+    return tensor_check_shape(&p->out, "output");
+}
+
+kiln_status tensor_infer_center_crop_pad(kn_infer_ctx *c) {
+    KN_TRY(tensor_need_input(c, 0, "input_data"));
+    KN_TRY(tensor_check_movable(&c->in[0], "input 'input_data'"));
+    tensor_pad_plan p;
+    KN_TRY(tensor_center_crop_pad_resolve(c->node, c->n_in, c->in, &p));
     c->out[0].dtype = c->in[0].dtype;
     c->out[0].shape = p.out;
     return KILN_OK;

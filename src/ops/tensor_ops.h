@@ -67,6 +67,10 @@ typedef struct tensor_pad_plan {
 kiln_status tensor_pad_resolve(const kn_node *node, int n_in, const kn_tensor *in,
                                tensor_pad_plan *p);
 
+/* CenterCropPad as a constant-zero Pad plan: negative pads crop, positive pads pad, centered. */
+kiln_status tensor_center_crop_pad_resolve(const kn_node *node, int n_in, const kn_tensor *in,
+                                           tensor_pad_plan *p);
+
 /* Split: normalised axis and one size per output. */
 kiln_status tensor_split_resolve(const kn_node *node, int n_in, const kn_tensor *in, int n_out,
                                  int64_t *axis, int64_t *sizes);
@@ -119,6 +123,7 @@ kiln_status tensor_infer_concat(kn_infer_ctx *c);
 kiln_status tensor_infer_split(kn_infer_ctx *c);
 kiln_status tensor_infer_slice(kn_infer_ctx *c);
 kiln_status tensor_infer_pad(kn_infer_ctx *c);
+kiln_status tensor_infer_center_crop_pad(kn_infer_ctx *c);
 kiln_status tensor_infer_transpose(kn_infer_ctx *c);
 kiln_status tensor_infer_depth_to_space(kn_infer_ctx *c);
 kiln_status tensor_infer_space_to_depth(kn_infer_ctx *c);
@@ -129,6 +134,7 @@ kiln_status tensor_infer_gather_elements(kn_infer_ctx *c);
 kiln_status tensor_infer_gather_nd(kn_infer_ctx *c);
 kiln_status tensor_infer_scatter_elements(kn_infer_ctx *c);
 kiln_status tensor_infer_scatter_nd(kn_infer_ctx *c);
+kiln_status tensor_infer_tensor_scatter(kn_infer_ctx *c);
 
 /* tensor_select.c */
 kiln_status tensor_infer_non_zero(kn_infer_ctx *c);

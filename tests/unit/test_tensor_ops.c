@@ -555,6 +555,33 @@ static void test_pad(void **state) {
     free_run(&r);
 }
 
+static void test_center_crop_pad_tensor_scatter(void **state) {
+    (void)state;
+    /* 3x4 -> 2x6: crop one row off the end (odd difference), pad one column each side. */
+    float x[12];
+    iota_f(x, 12);
+    int64_t shp[] = {2, 6};
+    kn_tensor in[] = {T(F32, x, 2, 3, 4), T(I64, shp, 1, 2)};
+    run r;
+    assert_int_equal(run_op(&r, "CenterCropPad", 18, NULL, 0, in, 2, 1), KILN_OK);
+    expect_shape(&r.out[0], 2, 2, 6);
+    float w[] = {0, 0, 1, 2, 3, 0, 0, 4, 5, 6, 7, 0};
+    expect_f32(&r.out[0], w, 12);
+    free_run(&r);
+
+    /* Cache [batch 2, seq 4, 1]; update of 2 steps written at 3 (circular: 3, 0) and 1. */
+    float cache[8] = {0}, upd[] = {1, 2, 3, 4};
+    int64_t wi[] = {3, 1};
+    kn_tensor ts[] = {T(F32, cache, 3, 2, 4, 1), T(F32, upd, 3, 2, 2, 1), T(I64, wi, 1, 2)};
+    kn_attr m = AS("mode", "circular");
+    assert_int_equal(run_op(&r, "TensorScatter", 24, &m, 1, ts, 3, 1), KILN_OK);
+    float wc[] = {2, 0, 0, 1, 0, 3, 4, 0};
+    expect_f32(&r.out[0], wc, 8);
+    free_run(&r);
+    assert_int_equal(run_op(&r, "TensorScatter", 24, NULL, 0, ts, 3, 1), KILN_ERR_INVALID_ARGUMENT);
+    free_run(&r);
+}
+
 /* ---- generators ----------------------------------------------------------------------------- */
 
 static void test_generators(void **state) {
@@ -857,15 +884,25 @@ static void test_parallel(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_reshape),       cmocka_unit_test(test_squeeze_unsqueeze),
-        cmocka_unit_test(test_shape_size),    cmocka_unit_test(test_transpose),
-        cmocka_unit_test(test_concat_split),  cmocka_unit_test(test_slice),
-        cmocka_unit_test(test_gather),        cmocka_unit_test(test_scatter),
-        cmocka_unit_test(test_expand_tile),   cmocka_unit_test(test_pad),
-        cmocka_unit_test(test_generators),    cmocka_unit_test(test_trilu_cumsum),
-        cmocka_unit_test(test_depth_space),   cmocka_unit_test(test_nonzero_compress),
-        cmocka_unit_test(test_unique),        cmocka_unit_test(test_misc),
-        cmocka_unit_test(test_absurd_values), cmocka_unit_test(test_parallel),
+        cmocka_unit_test(test_reshape),
+        cmocka_unit_test(test_squeeze_unsqueeze),
+        cmocka_unit_test(test_shape_size),
+        cmocka_unit_test(test_transpose),
+        cmocka_unit_test(test_concat_split),
+        cmocka_unit_test(test_slice),
+        cmocka_unit_test(test_gather),
+        cmocka_unit_test(test_scatter),
+        cmocka_unit_test(test_expand_tile),
+        cmocka_unit_test(test_pad),
+        cmocka_unit_test(test_center_crop_pad_tensor_scatter),
+        cmocka_unit_test(test_generators),
+        cmocka_unit_test(test_trilu_cumsum),
+        cmocka_unit_test(test_depth_space),
+        cmocka_unit_test(test_nonzero_compress),
+        cmocka_unit_test(test_unique),
+        cmocka_unit_test(test_misc),
+        cmocka_unit_test(test_absurd_values),
+        cmocka_unit_test(test_parallel),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,4 +1,5 @@
-/* Indexing kernels: Gather, GatherElements, GatherND, ScatterElements (and Scatter), ScatterND.
+/* Indexing kernels: Gather, GatherElements, GatherND, ScatterElements (and Scatter), ScatterND,
+ * TensorScatter.
  * Every index is checked before it is used: a bad one is KILN_ERR_INVALID_ARGUMENT, never an
  * out-of-bounds access. */
 #include "backend/cpu/tensor_kernels.h"
@@ -218,6 +219,38 @@ kiln_status cpu_tensor_run_scatter_nd(kn_kernel_ctx *k) {
         }
         for (int64_t s = 0; s < slice; s++)
             cpu_tensor_reduce_elem(x->dtype, red, d + (size_t)s * es, u + (size_t)s * es);
+    }
+    return KILN_OK;
+}
+
+kiln_status cpu_tensor_run_tensor_scatter(kn_kernel_ctx *k) {
+    const kn_tensor *x = &k->in[0], *upd = &k->in[1];
+    const kn_tensor *w = k->n_in > 2 && k->in[2].dtype != 0 ? &k->in[2] : NULL;
+    int64_t axis, prefix, cap, inner;
+    KN_TRY(kn_norm_axis(kn_attr_int(k->node, "axis", -2), x->shape.rank, &axis));
+    tensor_split_dims(&x->shape, axis, &prefix, &cap, &inner);
+    bool circular = strcmp(kn_attr_string(k->node, "mode", "linear"), "circular") == 0;
+    int64_t seq = upd->shape.d[axis], batch = x->shape.d[0];
+    int64_t per_batch = batch > 0 ? prefix / batch : 0;
+    size_t ib = (size_t)inner * kn_dtype_size(x->dtype);
+    char *dst = k->out[0].data;
+    const char *src = upd->data;
+    cpu_tensor_copy(k->pool, dst, x->data, kn_tensor_nbytes(x));
+    for (int64_t p = 0; p < prefix; p++) {
+        int64_t start = w != NULL ? ((const int64_t *)w->data)[p / per_batch] : 0;
+        for (int64_t s = 0; s < seq; s++) {
+            int64_t pos = start + s;
+            if (circular && cap > 0) {
+                pos %= cap;
+                pos += pos < 0 ? cap : 0;
+            } else if (pos < 0 || pos >= cap) {
+                return kn_error(KILN_ERR_INVALID_ARGUMENT,
+                                "input 'write_indices': position %lld is outside the cache of "
+                                "%lld",
+                                (long long)pos, (long long)cap);
+            }
+            memcpy(dst + (size_t)(p * cap + pos) * ib, src + (size_t)(p * seq + s) * ib, ib);
+        }
     }
     return KILN_OK;
 }

@@ -37,6 +37,7 @@ kiln_status cpu_tensor_run_space_to_depth(kn_kernel_ctx *k);
 
 /* tensor_pad.c */
 kiln_status cpu_tensor_run_pad(kn_kernel_ctx *k);
+kiln_status cpu_tensor_run_center_crop_pad(kn_kernel_ctx *k);
 
 /* tensor_index.c */
 kiln_status cpu_tensor_run_gather(kn_kernel_ctx *k);
@@ -44,6 +45,7 @@ kiln_status cpu_tensor_run_gather_elements(kn_kernel_ctx *k);
 kiln_status cpu_tensor_run_gather_nd(kn_kernel_ctx *k);
 kiln_status cpu_tensor_run_scatter_elements(kn_kernel_ctx *k);
 kiln_status cpu_tensor_run_scatter_nd(kn_kernel_ctx *k);
+kiln_status cpu_tensor_run_tensor_scatter(kn_kernel_ctx *k);
 
 /* tensor_gen.c */
 kiln_status cpu_tensor_run_shape(kn_kernel_ctx *k);

@@ -1,4 +1,5 @@
-/* Pad: constant, reflect, edge and wrap modes; negative pads crop. Each output row maps to a
+/* Pad (constant, reflect, edge and wrap modes; negative pads crop) and CenterCropPad, which is
+ * a centered constant-zero Pad. Each output row maps to a
  * source row (or to the constant); the row's interior is one memcpy, only its borders are
  * mapped element by element. */
 #include "backend/cpu/tensor_kernels.h"
@@ -81,24 +82,17 @@ static void pad_rows(void *arg, int64_t b, int64_t e) {
     }
 }
 
-kiln_status cpu_tensor_run_pad(kn_kernel_ctx *k) {
+static kiln_status pad_apply(kn_kernel_ctx *k, const tensor_pad_plan *p, uint64_t value) {
     const kn_tensor *x = &k->in[0];
-    tensor_pad_plan p;
-    KN_TRY(tensor_pad_resolve(k->node, k->n_in, k->in, &p));
-    if (!kn_shape_equal(&p.out, &k->out[0].shape))
+    if (!kn_shape_equal(&p->out, &k->out[0].shape))
         return kn_error(KILN_ERR_INTERNAL, "padded shape differs from the inferred one");
     pad_job j = {.dst = k->out[0].data,
                  .src = x->data,
                  .es = kn_dtype_size(x->dtype),
                  .rank = x->shape.rank,
-                 .mode = p.mode};
-    if (k->node->opset < 11) {
-        kn_tensor v = {.dtype = x->dtype, .shape = {.rank = 0}, .data = &j.value};
-        kn_tensor_set_f64(&v, 0, kn_attr_float(k->node, "value", 0.0f));
-    } else if (k->n_in > 2 && k->in[2].dtype != 0) {
-        memcpy(&j.value, k->in[2].data, j.es);
-    }
-    int64_t numel = kn_shape_numel(&p.out);
+                 .mode = p->mode,
+                 .value = value};
+    int64_t numel = kn_shape_numel(&p->out);
     if (numel == 0)
         return KILN_OK;
     if (j.rank == 0) {
@@ -108,8 +102,8 @@ kiln_status cpu_tensor_run_pad(kn_kernel_ctx *k) {
     int64_t acc = 1;
     for (int i = j.rank - 1; i >= 0; i--) {
         j.in_d[i] = x->shape.d[i];
-        j.out_d[i] = p.out.d[i];
-        j.before[i] = p.before[i];
+        j.out_d[i] = p->out.d[i];
+        j.before[i] = p->before[i];
         j.istr[i] = acc;
         acc *= x->shape.d[i];
     }
@@ -117,4 +111,24 @@ kiln_status cpu_tensor_run_pad(kn_kernel_ctx *k) {
     int64_t grain = 16384 / (j.out_d[j.rank - 1] * (int64_t)j.es) + 1;
     kn_parallel_for(k->pool, rows, grain, pad_rows, &j);
     return KILN_OK;
+}
+
+kiln_status cpu_tensor_run_pad(kn_kernel_ctx *k) {
+    const kn_tensor *x = &k->in[0];
+    tensor_pad_plan p;
+    KN_TRY(tensor_pad_resolve(k->node, k->n_in, k->in, &p));
+    uint64_t value = 0;
+    if (k->node->opset < 11) {
+        kn_tensor v = {.dtype = x->dtype, .shape = {.rank = 0}, .data = &value};
+        kn_tensor_set_f64(&v, 0, kn_attr_float(k->node, "value", 0.0f));
+    } else if (k->n_in > 2 && k->in[2].dtype != 0) {
+        memcpy(&value, k->in[2].data, kn_dtype_size(x->dtype));
+    }
+    return pad_apply(k, &p, value);
+}
+
+kiln_status cpu_tensor_run_center_crop_pad(kn_kernel_ctx *k) {
+    tensor_pad_plan p;
+    KN_TRY(tensor_center_crop_pad_resolve(k->node, k->n_in, k->in, &p));
+    return pad_apply(k, &p, 0);
 }
