@@ -94,7 +94,7 @@ static kiln_status run_nodes(kiln_context *c) {
                             .in = in,
                             .n_out = n->n_out,
                             .out = out,
-                            .state = e->states[i],
+                            .state = c->runs[i].inst.ops ? (void *)&c->runs[i] : e->states[i],
                             .pool = c->pool};
         kiln_status rc = e->kernels[i]->run(&kc);
         if (rc != KILN_OK)
