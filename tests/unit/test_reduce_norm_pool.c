@@ -358,6 +358,27 @@ static void test_topk_ties(void **state) {
     case_free(&r);
 }
 
+static void test_topk_long_rows_ties(void **state) {
+    (void)state;
+    float x[100];
+    for (int i = 0; i < 100; i++)
+        x[i] = (float)((i * 7) % 10); /* every value 0..9 ten times */
+    int64_t k = 3;
+    kn_tensor in[] = {F32(x, 1, 100), I64(&k, 1)};
+    case_run r;
+    assert_int_equal(run_case(&r, "TopK", 11, NULL, 0, in, 2, 2), KILN_OK);
+    expect_f32(&r.out[0], (const float[]){9, 9, 9}, 3, 0);
+    expect_i64(&r.out[1], (const int64_t[]){7, 17, 27}, 3);
+    case_free(&r);
+    int64_t k4 = 4;
+    kn_tensor in4[] = {F32(x, 1, 100), I64(&k4, 1)};
+    kn_attr at[] = {ai("largest", 0)};
+    assert_int_equal(run_case(&r, "TopK", 11, at, 1, in4, 2, 2), KILN_OK);
+    expect_f32(&r.out[0], (const float[]){0, 0, 0, 0}, 4, 0);
+    expect_i64(&r.out[1], (const int64_t[]){0, 10, 20, 30}, 4);
+    case_free(&r);
+}
+
 /* ---- normalization --------------------------------------------------------------------- */
 
 static void test_layernorm_outputs(void **state) {
@@ -720,6 +741,7 @@ int main(void) {
         cmocka_unit_test(test_hardmax_first_max),
         cmocka_unit_test(test_argmax_select_last),
         cmocka_unit_test(test_topk_ties),
+        cmocka_unit_test(test_topk_long_rows_ties),
         cmocka_unit_test(test_layernorm_outputs),
         cmocka_unit_test(test_batchnorm_inference),
         cmocka_unit_test(test_batchnorm_training),

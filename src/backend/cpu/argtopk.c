@@ -110,6 +110,44 @@ TOPK_CMP(topk_cmp_f_smallest, f, <)
 TOPK_CMP(topk_cmp_i_largest, i, >)
 TOPK_CMP(topk_cmp_i_smallest, i, <)
 
+typedef int (*topk_cmp)(const void *, const void *);
+
+/* Restores the heap below i, where the item ranked last sits at the top. */
+static void topk_sift(topk_item *h, int64_t n, int64_t i, topk_cmp cmp) {
+    for (;;) {
+        int64_t l = 2 * i + 1, r = l + 1, w = i;
+        if (l < n && cmp(&h[l], &h[w]) > 0)
+            w = l;
+        if (r < n && cmp(&h[r], &h[w]) > 0)
+            w = r;
+        if (w == i)
+            return;
+        topk_item t = h[i];
+        h[i] = h[w];
+        h[w] = t;
+        i = w;
+    }
+}
+
+/* Moves the k best of items[0..n) to the front, ranked. The order is total (ties go to the
+ * lower index), so the result is exact; for small k a heap avoids sorting everything. */
+static void topk_select(topk_item *items, int64_t n, int64_t k, topk_cmp cmp) {
+    if (k == 0)
+        return;
+    if (k * 8 >= n) {
+        qsort(items, (size_t)n, sizeof *items, cmp);
+        return;
+    }
+    for (int64_t i = k / 2; i-- > 0;)
+        topk_sift(items, k, i, cmp);
+    for (int64_t i = k; i < n; i++)
+        if (cmp(&items[i], &items[0]) < 0) {
+            items[0] = items[i];
+            topk_sift(items, k, 0, cmp);
+        }
+    qsort(items, (size_t)k, sizeof *items, cmp);
+}
+
 kiln_status cpu_red_topk(kn_kernel_ctx *k) {
     const kn_tensor *x = &k->in[0];
     kn_tensor *vals = &k->out[0];
@@ -131,9 +169,8 @@ kiln_status cpu_red_topk(kn_kernel_ctx *k) {
         return kn_error(KILN_ERR_OUT_OF_MEMORY, "no memory for TopK of %lld elements",
                         (long long)n);
     }
-    int (*cmp)(const void *, const void *) =
-        is_float ? (largest ? topk_cmp_f_largest : topk_cmp_f_smallest)
-                 : (largest ? topk_cmp_i_largest : topk_cmp_i_smallest);
+    topk_cmp cmp = is_float ? (largest ? topk_cmp_f_largest : topk_cmp_f_smallest)
+                            : (largest ? topk_cmp_i_largest : topk_cmp_i_smallest);
     const char *xb = x->data;
     char *vb = vals->data;
     for (int64_t o = 0; o < outer; o++)
@@ -146,7 +183,7 @@ kiln_status cpu_red_topk(kn_kernel_ctx *k) {
                 else
                     items[i].v.i = ((const int64_t *)wide)[base + i * inner];
             }
-            qsort(items, (size_t)n, sizeof *items, cmp);
+            topk_select(items, n, kk, cmp);
             int64_t obase = o * kk * inner + c;
             for (int64_t j = 0; j < kk; j++) {
                 int64_t src = base + items[j].idx * inner, dst = obase + j * inner;
