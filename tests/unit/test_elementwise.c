@@ -361,7 +361,7 @@ static void test_activations(void **state) {
     run_free(&r);
 }
 
-/* The float32 sigmoid has its own exp: sweep it against a double-precision reference. */
+/* The float32 sigmoid and tanh have their own exp: sweep them against double references. */
 static void test_sigmoid_accuracy(void **state) {
     (void)state;
     enum { N = 4003 };
@@ -383,6 +383,19 @@ static void test_sigmoid_accuracy(void **state) {
     assert_true(y[N - 3] == 1.0f);
     assert_true(y[N - 2] >= 0.0f && y[N - 2] < 1e-37f);
     assert_true(isnan(y[N - 1]));
+    run_free(&r);
+
+    /* tanh shares the exp; near 0 its polynomial keeps the relative error small */
+    x[0] = 1e-6f;
+    x[1] = -3e-4f;
+    assert_int_equal(run_node(&r, "", "Tanh", 13, NULL, 0, &in, 1), KILN_OK);
+    y = r.out.data;
+    for (int i = 0; i < N - 3; i++) {
+        double want = tanh((double)x[i]);
+        if (fabs(y[i] - want) > 4e-7 * fabs(want) + 1e-30)
+            fail_msg("tanh(%.9g) = %.9g, want %.9g", x[i], y[i], want);
+    }
+    assert_true(y[N - 3] == 1.0f && y[N - 2] == -1.0f && isnan(y[N - 1]));
     run_free(&r);
     kn_free(x);
 }

@@ -45,6 +45,28 @@ static inline double ew_sigmoidd(double x) {
 
 #define EW_SIGMOID(x) _Generic((x), float : ew_sigmoidf, default : ew_sigmoidd)(x)
 
+/* tanh for float32 in the same style: an odd polynomial below 0.625 (Cephes' coefficients),
+ * 1 - 2 / (exp(2|x|) + 1) above, both computed and one selected so the loop vectorises. */
+static inline float ew_tanhf(float x) {
+    float ax = x < 0 ? -x : x;
+    float z = x * x;
+    float p = -5.70498872745e-3f;
+    p = p * z + 2.06390887954e-2f;
+    p = p * z - 5.37397155531e-2f;
+    p = p * z + 1.33314422036e-1f;
+    p = p * z - 3.33332819422e-1f;
+    float small = p * z * x + x;
+    float big = 1.0f - 2.0f / (ew_expf_clamped(2.0f * ax) + 1.0f);
+    big = x < 0 ? -big : big;
+    return ax < 0.625f ? small : big;
+}
+
+static inline double ew_tanhd(double x) {
+    return tanh(x);
+}
+
+#define EW_TANH(x) _Generic((x), float : ew_tanhf, default : ew_tanhd)(x)
+
 /* log(1 + exp(x)) without overflow for large x. */
 #define EW_SOFTPLUS(x) ((x) > 0 ? (x) + log1p(exp(-(x))) : log1p(exp(x)))
 
@@ -82,14 +104,14 @@ static inline double ew_sigmoidd(double x) {
     X(KN_EW_SIGMOID, sigmoid, EW_SIGMOID(x))                                                       \
     X(KN_EW_HARD_SIGMOID, hard_sigmoid, EW_UNIT_CLAMP(pa *x + pb))                                 \
     X(KN_EW_HARD_SWISH, hard_swish, x *EW_UNIT_CLAMP(x *(T)(1.0 / 6.0) + (T)0.5))                  \
-    X(KN_EW_TANH, tanh, tanh(x))                                                                   \
+    X(KN_EW_TANH, tanh, EW_TANH(x))                                                                \
     X(KN_EW_SOFTPLUS, softplus, EW_SOFTPLUS(x))                                                    \
     X(KN_EW_SOFTSIGN, softsign, x / ((T)1 + fabs(x)))                                              \
     X(KN_EW_THRESHOLDED_RELU, thresholded_relu, x > pa ? x : (T)0)                                 \
     X(KN_EW_GELU, gelu, (T)0.5 * x * ((T)1 + erf(x * (T)0.70710678118654752440)))                  \
     X(KN_EW_GELU_TANH, gelu_tanh,                                                                  \
-      (T)0.5 * x * ((T)1 + tanh((T)0.79788456080286535588 * (x + (T)0.044715 * x * x * x))))       \
-    X(KN_EW_MISH, mish, x *tanh(EW_SOFTPLUS(x)))                                                   \
+      (T)0.5 * x * ((T)1 + EW_TANH((T)0.79788456080286535588 * (x + (T)0.044715 * x * x * x))))    \
+    X(KN_EW_MISH, mish, x *EW_TANH(EW_SOFTPLUS(x)))                                                \
     X(KN_EW_SHRINK, shrink, (x < -pb) ? x + pa : (x > pb) ? x - pa : (T)0)                         \
     X(KN_EW_CLIP, clip, (x < pa ? pa : x) > pb ? pb : (x < pa ? pa : x))
 
