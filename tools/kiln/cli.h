@@ -69,5 +69,6 @@ int cmd_build(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
+int cmd_plugin_check(int argc, char **argv);
 
 #endif

@@ -12,6 +12,7 @@ static const char usage[] =
     "  run      MODEL|PLAN --input ...  run once, write outputs as .npy\n"
     "  bench    MODEL|PLAN              measure latency and throughput\n"
     "  inspect  MODEL|PLAN              show inputs, outputs, profiles and layers\n"
+    "  plugin-check LIB.so              exercise every plugin a library registers\n"
     "\n"
     "Shapes: --shapes NAME:DIMS fixes a dynamic input (DIMS like 1x3x224x224);\n"
     "        --shapes NAME:MIN,OPT,MAX gives a range (an optimization profile).\n"
@@ -39,6 +40,8 @@ int main(int argc, char **argv) {
         return cmd_bench(argc - 1, argv + 1);
     if (strcmp(cmd, "inspect") == 0)
         return cmd_inspect(argc - 1, argv + 1);
+    if (strcmp(cmd, "plugin-check") == 0)
+        return cmd_plugin_check(argc - 1, argv + 1);
     return cli_fail("unknown command '%s' (commands: build, run, bench, inspect; see kiln --help)",
                     cmd);
 }
