@@ -168,6 +168,128 @@ KILN_API kiln_status kiln_network_from_onnx_memory(kiln_builder *builder, const 
                                                    size_t size, kiln_network **out);
 KILN_API void kiln_network_destroy(kiln_network *network);
 
+/* ---- networks built by code --------------------------------------------------------------
+ *
+ * The same network an ONNX import produces, built call by call (TensorRT's network API in C).
+ * Tensors are int32_t ids (>= 0) local to their network. Every call checks its arguments at
+ * once; when every input shape is fixed it also runs the op's type and shape inference, so a
+ * wrong rank, dtype or dim is refused by the call that introduces it (with symbolic dims that
+ * check happens at build time, against the profile). Ops are ONNX ops of the default domain at
+ * the network's opset (17 unless set), or plugins from the builder's registry. */
+
+typedef enum kiln_attr_type {
+    KILN_ATTR_FLOAT = 1,
+    KILN_ATTR_INT = 2,
+    KILN_ATTR_STRING = 3,
+    KILN_ATTR_FLOATS = 6,
+    KILN_ATTR_INTS = 7,
+} kiln_attr_type;
+
+/* One attribute for kiln_network_add_layer; n counts ints/floats elements. */
+typedef struct kiln_attribute {
+    const char *name;
+    int32_t type; /* kiln_attr_type */
+    int64_t i;
+    float f;
+    const char *s;
+    int64_t n;
+    const int64_t *ints;
+    const float *floats;
+} kiln_attribute;
+
+typedef enum kiln_activation {
+    KILN_ACT_RELU = 0,
+    KILN_ACT_SIGMOID = 1,
+    KILN_ACT_TANH = 2,
+    KILN_ACT_LEAKY_RELU = 3, /* alpha */
+    KILN_ACT_CLIP = 4,       /* alpha = min, beta = max */
+    KILN_ACT_GELU = 5,
+    KILN_ACT_SWISH = 6, /* x * sigmoid(x), as two layers */
+    KILN_ACT_HARD_SWISH = 7,
+    KILN_ACT_ELU = 8, /* alpha */
+} kiln_activation;
+
+typedef enum kiln_elementwise_op {
+    KILN_EW_ADD = 0,
+    KILN_EW_SUB = 1,
+    KILN_EW_MUL = 2,
+    KILN_EW_DIV = 3,
+    KILN_EW_MAX = 4,
+    KILN_EW_MIN = 5,
+    KILN_EW_POW = 6,
+} kiln_elementwise_op;
+
+typedef enum kiln_pooling { KILN_POOL_MAX = 0, KILN_POOL_AVERAGE = 1 } kiln_pooling;
+
+/* An empty network; opset is the default-domain ONNX opset its layers follow (0: 17). */
+KILN_API kiln_status kiln_network_create(kiln_builder *builder, int opset, kiln_network **out);
+/* dims[d] < 0 makes axis d dynamic; symbols[d] (may be NULL) names it, so inputs sharing a
+ * symbol share the dim and profiles and inspect show the name. */
+KILN_API kiln_status kiln_network_add_input(kiln_network *net, const char *name, kiln_dtype dtype,
+                                            int rank, const int64_t *dims,
+                                            const char *const *symbols, int32_t *tensor);
+/* A constant (weights). copy != 0 copies data now; copy == 0 borrows it: data must then stay
+ * valid and unchanged until the network and every plan built from it without a file are
+ * destroyed. name may be NULL (generated). */
+KILN_API kiln_status kiln_network_add_constant(kiln_network *net, const char *name,
+                                               kiln_dtype dtype, int rank, const int64_t *dims,
+                                               const void *data, int copy, int32_t *tensor);
+/* Any built-in op: op_type in domain "" (or "ai.onnx"); inputs may hold -1 for an omitted
+ * optional input. Writes n_out new tensor ids to outputs. name may be NULL (generated). */
+KILN_API kiln_status kiln_network_add_layer(kiln_network *net, const char *name,
+                                            const char *op_type, int n_in, const int32_t *inputs,
+                                            int n_attrs, const kiln_attribute *attrs, int n_out,
+                                            int32_t *outputs);
+/* Conv over NCHW x with weights w [M, C/group, kH, kW] and optional bias b (-1: none).
+ * strides/dilations: 2 values (NULL: 1); pads: 4 values top, left, bottom, right (NULL: 0). */
+KILN_API kiln_status kiln_network_add_convolution(kiln_network *net, const char *name, int32_t x,
+                                                  int32_t w, int32_t b, const int64_t *strides,
+                                                  const int64_t *pads, const int64_t *dilations,
+                                                  int64_t group, int32_t *out);
+/* y = a * b^T + c when trans_b (Gemm, 2-D), or numpy MatMul when c < 0 and !trans_b. */
+KILN_API kiln_status kiln_network_add_matmul(kiln_network *net, const char *name, int32_t a,
+                                             int32_t b, int32_t c, int trans_b, int32_t *out);
+KILN_API kiln_status kiln_network_add_activation(kiln_network *net, const char *name, int32_t x,
+                                                 kiln_activation kind, float alpha, float beta,
+                                                 int32_t *out);
+KILN_API kiln_status kiln_network_add_elementwise(kiln_network *net, const char *name, int32_t a,
+                                                  int32_t b, kiln_elementwise_op op, int32_t *out);
+/* kernel/strides: 2 values; pads: 4 (NULL: 0). global != 0 ignores them (GlobalXPool). */
+KILN_API kiln_status kiln_network_add_pooling(kiln_network *net, const char *name, int32_t x,
+                                              kiln_pooling kind, int global, const int64_t *kernel,
+                                              const int64_t *strides, const int64_t *pads,
+                                              int32_t *out);
+KILN_API kiln_status kiln_network_add_reshape(kiln_network *net, const char *name, int32_t x,
+                                              int rank, const int64_t *dims, int32_t *out);
+KILN_API kiln_status kiln_network_add_transpose(kiln_network *net, const char *name, int32_t x,
+                                                int rank, const int64_t *perm, int32_t *out);
+KILN_API kiln_status kiln_network_add_concat(kiln_network *net, const char *name, int n,
+                                             const int32_t *inputs, int64_t axis, int32_t *out);
+KILN_API kiln_status kiln_network_add_softmax(kiln_network *net, const char *name, int32_t x,
+                                              int64_t axis, int32_t *out);
+/* BatchNormalization (inference; scale, bias, mean, var constants) when mean >= 0, else
+ * LayerNormalization over the last axis (scale, bias). */
+KILN_API kiln_status kiln_network_add_normalization(kiln_network *net, const char *name, int32_t x,
+                                                    int32_t scale, int32_t bias, int32_t mean,
+                                                    int32_t var, float epsilon, int32_t *out);
+/* A plugin layer: the creator (name, version, namespace; NULL version/namespace match any) is
+ * looked up in the builder's registry now and created with fields, so a missing plugin or a
+ * bad field is reported by this call. */
+struct kiln_field;
+KILN_API kiln_status kiln_network_add_plugin(kiln_network *net, const char *name,
+                                             const char *plugin, const char *version,
+                                             const char *plugin_namespace, int n_in,
+                                             const int32_t *inputs, int n_fields,
+                                             const struct kiln_field *fields, int n_out,
+                                             int32_t *outputs);
+KILN_API kiln_status kiln_network_set_tensor_name(kiln_network *net, int32_t tensor,
+                                                  const char *name);
+KILN_API kiln_status kiln_network_mark_output(kiln_network *net, int32_t tensor);
+/* dtype and shape of a tensor as far as known (dims of symbolic axes are -1). */
+KILN_API kiln_status kiln_network_tensor_info(const kiln_network *net, int32_t tensor,
+                                              kiln_dtype *dtype, int *rank, int64_t *dims);
+KILN_API int kiln_network_num_layers(const kiln_network *net);
+
 KILN_API kiln_status kiln_build_config_create(kiln_build_config **out);
 KILN_API void kiln_build_config_destroy(kiln_build_config *config);
 /* Threads each context of the built engine uses by default (0: one per core, at least 1). */

@@ -215,6 +215,12 @@ kiln_status kn_build_plan(const kiln_builder *b, const kiln_network *net,
         return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory copying the network");
     kiln_status rc;
     kn_plugin_table plugins = {0};
+    if (g->n_outputs == 0) {
+        kn_graph_destroy(g);
+        return kn_error(KILN_ERR_MODEL,
+                        "the network has no outputs (mark one with "
+                        "kiln_network_mark_output, or give the ONNX graph an output)");
+    }
     progress(cfg, "checking", 0.0);
     if ((rc = kn_graph_toposort(g)) != KILN_OK || (rc = check_profiles(g, cfg)) != KILN_OK ||
         (rc = kn_plugin_bind_graph(g, b->registry, cfg->prefer_plugin, cfg->n_prefer, &plugins)) !=

@@ -13,6 +13,8 @@ struct kiln_builder {
 
 struct kiln_network {
     kn_graph *graph;
+    kiln_builder *builder; /* borrowed: its registry resolves plugin layers */
+    int opset;
 };
 
 struct kiln_build_config {

@@ -38,13 +38,15 @@ kiln_status kiln_build_config_prefer_plugin(kiln_build_config *c, const char *op
     return KILN_OK;
 }
 
-static kiln_status wrap(kn_graph *g, kiln_network **out) {
+static kiln_status wrap(kiln_builder *b, kn_graph *g, kiln_network **out) {
     kiln_network *n = kn_calloc(1, sizeof *n);
     if (n == NULL) {
         kn_graph_destroy(g);
         return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     }
     n->graph = g;
+    n->builder = b;
+    n->opset = (int)kn_graph_opset(g, "");
     *out = n;
     return KILN_OK;
 }
@@ -57,7 +59,7 @@ kiln_status kiln_network_from_onnx_file(kiln_builder *b, const char *path, kiln_
     kiln_status rc = kn_onnx_import_file(path, &g);
     if (rc != KILN_OK)
         return rc;
-    return wrap(g, out);
+    return wrap(b, g, out);
 }
 
 kiln_status kiln_network_from_onnx_memory(kiln_builder *b, const void *data, size_t size,
@@ -67,7 +69,7 @@ kiln_status kiln_network_from_onnx_memory(kiln_builder *b, const void *data, siz
     *out = NULL;
     kn_graph *g = NULL;
     KN_TRY(kn_onnx_import(data, size, NULL, &g));
-    return wrap(g, out);
+    return wrap(b, g, out);
 }
 
 void kiln_network_destroy(kiln_network *n) {

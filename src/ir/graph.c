@@ -383,6 +383,13 @@ out_free:
     return rc;
 }
 
+void kn_graph_truncate(kn_graph *g, int n_values, int n_nodes) {
+    while (g->n_nodes > n_nodes)
+        node_free(&g->nodes[--g->n_nodes]);
+    while (g->n_values > n_values)
+        value_free(&g->values[--g->n_values]);
+}
+
 kiln_status kn_graph_compact(kn_graph *g) {
     int *remap = kn_malloc(((size_t)g->n_values + 1) * sizeof(int));
     bool *used = kn_calloc((size_t)g->n_values + 1, sizeof(bool));

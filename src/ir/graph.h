@@ -43,13 +43,13 @@ typedef struct kn_attr {
 } kn_attr;
 
 typedef struct kn_value {
-    char *name;       /* unique in the graph; never NULL */
-    int32_t dtype;    /* kiln_dtype; 0 if not yet inferred */
-    int32_t rank;     /* -1 if unknown */
+    char *name;    /* unique in the graph; never NULL */
+    int32_t dtype; /* kiln_dtype; 0 if not yet inferred */
+    int32_t rank;  /* -1 if unknown */
     kn_dim dims[KN_MAX_RANK];
-    int producer;     /* node index, or -1 for graph inputs and constants */
-    bool is_input;    /* a graph input (not an initializer) */
-    bool is_output;   /* a graph output */
+    int producer;   /* node index, or -1 for graph inputs and constants */
+    bool is_input;  /* a graph input (not an initializer) */
+    bool is_output; /* a graph output */
     /* Constant data (initializer, folded value): `data` is either owned (data_owned) or points
      * into a mapping that outlives the graph (external data, a plan's weight section). */
     void *data;
@@ -57,16 +57,16 @@ typedef struct kn_value {
 } kn_value;
 
 typedef struct kn_node {
-    char *name;     /* never NULL (generated if the model has none) */
+    char *name; /* never NULL (generated if the model has none) */
     char *op_type;
-    char *domain;   /* "" for the default ONNX domain */
-    int opset;      /* opset version in force for this node's domain */
+    char *domain; /* "" for the default ONNX domain */
+    int opset;    /* opset version in force for this node's domain */
     int n_in, n_out;
-    int *in;        /* value indices; -1 marks an omitted optional input */
-    int *out;       /* value indices; -1 marks an omitted optional output */
+    int *in;  /* value indices; -1 marks an omitted optional input */
+    int *out; /* value indices; -1 marks an omitted optional output */
     int n_attr;
     kn_attr *attr;
-    bool dead;      /* removed by a pass; skipped everywhere and dropped by kn_graph_compact */
+    bool dead; /* removed by a pass; skipped everywhere and dropped by kn_graph_compact */
 } kn_node;
 
 typedef struct kn_opset_import {
@@ -80,7 +80,7 @@ typedef struct kn_graph {
     int n_values, cap_values;
     kn_node *nodes; /* kept in topological order by kn_graph_toposort */
     int n_nodes, cap_nodes;
-    int *inputs;  /* value indices of graph inputs, in order */
+    int *inputs; /* value indices of graph inputs, in order */
     int n_inputs;
     int *outputs; /* value indices of graph outputs, in order */
     int n_outputs;
@@ -120,6 +120,9 @@ kn_tensor kn_value_tensor(const kn_value *v);
 kiln_status kn_graph_toposort(kn_graph *g);
 /* Drop dead nodes and values nothing references; renumbers indices. */
 kiln_status kn_graph_compact(kn_graph *g);
+/* Drop the values and nodes added after the graph had n_values values and n_nodes nodes
+ * (undo of a failed addition). */
+void kn_graph_truncate(kn_graph *g, int n_values, int n_nodes);
 /* Deep copy. */
 kn_graph *kn_graph_clone(const kn_graph *g);
 

@@ -1,6 +1,7 @@
 #include "runtime/resolve.h"
 
 #include "core/alloc.h"
+#include "ops/arity.h"
 #include "ops/op.h"
 #include "plugin/plugin.h"
 
@@ -21,6 +22,19 @@ kiln_status kn_infer_node(const kn_node *n, const kiln_plugin_instance *plugin, 
                         "node '%s' (%s): opset %d is older than %d, the "
                         "first version kiln supports for this op",
                         n->name, n->op_type, n->opset, op->since);
+    const kn_arity *ar = n->domain[0] == '\0' ? kn_op_arity(n->op_type) : NULL;
+    if (ar != NULL) {
+        if (n->n_in < ar->min_in || (ar->max_in >= 0 && n->n_in > ar->max_in))
+            return kn_error(KILN_ERR_MODEL, "node '%s' (%s) has %d inputs; the op takes %d to %d",
+                            n->name, n->op_type, n->n_in, ar->min_in, ar->max_in);
+        if (n->n_out < ar->min_out || (ar->max_out >= 0 && n->n_out > ar->max_out))
+            return kn_error(KILN_ERR_MODEL, "node '%s' (%s) has %d outputs; the op makes %d to %d",
+                            n->name, n->op_type, n->n_out, ar->min_out, ar->max_out);
+        for (int j = 0; j < ar->min_in; j++)
+            if (in[j].dtype == 0)
+                return kn_error(KILN_ERR_MODEL, "node '%s' (%s): required input %d is missing",
+                                n->name, n->op_type, j);
+    }
     for (int i = 0; i < n->n_out; i++)
         memset(&out[i], 0, sizeof out[i]);
     kn_infer_ctx c = {.node = n, .n_in = n->n_in, .in = in, .n_out = n->n_out, .out = out};
