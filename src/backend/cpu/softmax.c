@@ -38,11 +38,6 @@ static inline float exp_f32(float x) {
     return p * scale.f;
 }
 
-KN_RED_CLONES void cpu_red_exp_f32(const float *x, float *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++)
-        y[i] = exp_f32(x[i]);
-}
-
 static inline __attribute__((always_inline)) float row_max(const float *x, int64_t n) {
     float m[8];
     int64_t i = 0;
