@@ -379,6 +379,33 @@ static void test_topk_long_rows_ties(void **state) {
     case_free(&r);
 }
 
+static void test_float16_and_double_paths(void **state) {
+    (void)state;
+    float xf[] = {0.5f, -1, 2, 0.25f, 3, -2};
+    uint16_t xh[6];
+    double xd[6];
+    for (int i = 0; i < 6; i++) {
+        xh[i] = kn_float_to_half(xf[i]);
+        xd[i] = xf[i];
+    }
+    kn_tensor in[] = {mk(KILN_DTYPE_FLOAT16, xh, 2, DIMS(2, 3))};
+    case_run r;
+    assert_int_equal(run_case(&r, "Softmax", 13, NULL, 0, in, 1, 1), KILN_OK);
+    assert_int_equal(r.out[0].dtype, KILN_DTYPE_FLOAT16);
+    float want[6];
+    softmax_ref(xf, want, 2, 3, 1, false);
+    for (int i = 0; i < 6; i++)
+        assert_true(fabsf(kn_half_to_float(((uint16_t *)r.out[0].data)[i]) - want[i]) < 1e-3f);
+    case_free(&r);
+    int64_t axes[] = {1};
+    kn_tensor ind[] = {mk(KILN_DTYPE_FLOAT64, xd, 2, DIMS(2, 3)), I64(axes, 1)};
+    assert_int_equal(run_case(&r, "ReduceSum", 13, NULL, 0, ind, 2, 1), KILN_OK);
+    assert_int_equal(r.out[0].dtype, KILN_DTYPE_FLOAT64);
+    assert_true(fabs(((double *)r.out[0].data)[0] - 1.5) < 1e-12);
+    assert_true(fabs(((double *)r.out[0].data)[1] - 1.25) < 1e-12);
+    case_free(&r);
+}
+
 /* ---- normalization --------------------------------------------------------------------- */
 
 static void test_layernorm_outputs(void **state) {
@@ -742,6 +769,7 @@ int main(void) {
         cmocka_unit_test(test_argmax_select_last),
         cmocka_unit_test(test_topk_ties),
         cmocka_unit_test(test_topk_long_rows_ties),
+        cmocka_unit_test(test_float16_and_double_paths),
         cmocka_unit_test(test_layernorm_outputs),
         cmocka_unit_test(test_batchnorm_inference),
         cmocka_unit_test(test_batchnorm_training),
