@@ -34,6 +34,8 @@ struct kn_threadpool {
     void *arg;
     int64_t total, chunk, n_chunks;
     atomic_int_fast64_t next_chunk;
+    void *scratch;
+    size_t scratch_size;
 };
 
 static void run_chunks(kn_threadpool *p) {
@@ -125,6 +127,7 @@ void kn_threadpool_destroy(kn_threadpool *pool) {
     for (int i = 0; i < pool->n_started; i++)
         pthread_join(pool->workers[i], NULL);
     kn_free(pool->workers);
+    kn_free(pool->scratch);
     pthread_cond_destroy(&pool->done);
     pthread_cond_destroy(&pool->wake);
     pthread_mutex_destroy(&pool->mu);
@@ -169,4 +172,18 @@ void kn_parallel_for(kn_threadpool *pool, int64_t n, int64_t grain, kn_range_fn 
     while (pool->busy > 0)
         pthread_cond_wait(&pool->done, &pool->mu);
     pthread_mutex_unlock(&pool->mu);
+}
+
+void *kn_threadpool_scratch(kn_threadpool *pool, size_t bytes) {
+    if (pool == NULL)
+        return NULL;
+    if (bytes > pool->scratch_size) {
+        kn_free(pool->scratch);
+        pool->scratch_size = 0;
+        pool->scratch = kn_aligned_alloc(bytes, 64);
+        if (pool->scratch == NULL)
+            return NULL;
+        pool->scratch_size = bytes;
+    }
+    return pool->scratch;
 }

@@ -2,6 +2,7 @@
 #ifndef KN_THREADPOOL_H
 #define KN_THREADPOOL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct kn_threadpool kn_threadpool;
@@ -16,5 +17,11 @@ int kn_threadpool_size(const kn_threadpool *pool); /* 1 for NULL */
  * (runs inline). Not re-entrant: fn must not call kn_parallel_for on the same pool. */
 typedef void (*kn_range_fn)(void *arg, int64_t begin, int64_t end);
 void kn_parallel_for(kn_threadpool *pool, int64_t n, int64_t grain, kn_range_fn fn, void *arg);
+
+/* Scratch memory owned by the pool (so by its context), 64-byte aligned, kept between calls so
+ * hot kernels do not map fresh pages on every run. Valid until the next call or destroy; only
+ * for the thread that drives the pool (not from inside fn). NULL for a NULL pool or on
+ * out-of-memory: callers then allocate their own. */
+void *kn_threadpool_scratch(kn_threadpool *pool, size_t bytes);
 
 #endif

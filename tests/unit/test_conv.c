@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/gemm.h"
 #include "core/alloc.h"
 #include "ops/conv_geom.h"
 #include "ops/op.h"
@@ -256,9 +257,19 @@ static void test_conv2d_sweep(void **state) {
         {2, 1, 3, 5, 1, {7, 8}, {3, 3}, {2, 2}, {1, 1}, {0}, {0}, "VALID", true, false},
         {2, 1, 40, 70, 1, {30, 33}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, true},
         {2, 3, 300, 20, 1, {5, 4}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
+        {2, 1, 5, 5, 5, {20, 45}, {3, 3}, {1, 2}, {1, 1}, {1, 1}, {1, 1}, NULL, true, true},
+        {2, 1, 3, 3, 3, {17, 50}, {3, 5}, {2, 3}, {1, 2}, {1, 2}, {0, 3}, NULL, true, false},
+        {2, 2, 4, 4, 4, {9, 40}, {3, 3}, {1, 1}, {1, 1}, {0, 0}, {0, 0}, NULL, false, true},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        run_conv_case(&cases[i]);
+    const char *isas[] = {"avx512", "avx2", "scalar"};
+    const char *orig = kn_gemm_isa();
+    for (size_t k = 0; k < 3; k++) {
+        if (!kn_gemm_force_isa(isas[k]))
+            continue;
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+            run_conv_case(&cases[i]);
+    }
+    assert_true(kn_gemm_force_isa(orig));
 }
 
 static void test_conv1d_3d(void **state) {

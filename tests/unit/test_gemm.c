@@ -165,6 +165,28 @@ static void sweep(kn_threadpool *pool) {
             }
 }
 
+static void epilogue_cases(kn_threadpool *pool) {
+    int acts[] = {KN_ACT_NONE,    KN_ACT_RELU,  KN_ACT_CLIP,
+                  KN_ACT_SIGMOID, KN_ACT_SWISH, KN_ACT_LEAKY_RELU};
+    for (size_t ai = 0; ai < sizeof acts / sizeof acts[0]; ai++)
+        for (int variant = 0; variant < 4; variant++) {
+            gemm_case t = {.m = 29,
+                           .n = 75,
+                           .k = variant % 2 ? 300 : 40,
+                           .alpha = 1.0f,
+                           .beta = variant == 2 ? 0.5f : 0.0f,
+                           .pack = variant % 3,
+                           .use_ep = true};
+            t.act = acts[ai];
+            t.act_a = acts[ai] == KN_ACT_CLIP ? -0.5f : 0.1f;
+            t.act_b = 0.75f;
+            t.bias_mode = variant == 3 ? 0 : (variant == 1 ? 2 : 1);
+            t.residual = variant >= 2;
+            run_case(pool, &t);
+            run_case(NULL, &t);
+        }
+}
+
 static void test_gemm_all_isas(void **state) {
     (void)state;
     const char *isas[] = {"avx512", "avx2", "scalar"};
@@ -177,6 +199,7 @@ static void test_gemm_all_isas(void **state) {
         assert_string_equal(kn_gemm_isa(), isas[i]);
         sweep(NULL);
         sweep(pool);
+        epilogue_cases(pool);
     }
     kn_threadpool_destroy(pool);
     assert_true(kn_gemm_force_isa(orig));
@@ -185,25 +208,7 @@ static void test_gemm_all_isas(void **state) {
 static void test_gemm_epilogue(void **state) {
     (void)state;
     kn_threadpool *pool = kn_threadpool_create(2);
-    int acts[] = {KN_ACT_NONE,    KN_ACT_RELU,  KN_ACT_CLIP,
-                  KN_ACT_SIGMOID, KN_ACT_SWISH, KN_ACT_LEAKY_RELU};
-    for (size_t ai = 0; ai < sizeof acts / sizeof acts[0]; ai++)
-        for (int variant = 0; variant < 4; variant++) {
-            gemm_case t = {.m = 29,
-                           .n = 75,
-                           .k = 40,
-                           .alpha = 1.0f,
-                           .beta = 0.0f,
-                           .pack = variant % 3,
-                           .use_ep = true};
-            t.act = acts[ai];
-            t.act_a = acts[ai] == KN_ACT_CLIP ? -0.5f : 0.1f;
-            t.act_b = 0.75f;
-            t.bias_mode = variant == 3 ? 0 : (variant == 1 ? 2 : 1);
-            t.residual = variant >= 2;
-            run_case(pool, &t);
-            run_case(NULL, &t);
-        }
+    epilogue_cases(pool);
     kn_threadpool_destroy(pool);
 }
 

@@ -198,8 +198,7 @@ kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
     }
     if (is_depthwise(&g)) {
         ep.bias = bias;
-        kn_cpu_conv_depthwise(k->pool, &g, x, w, &ep, y);
-        return KILN_OK;
+        return kn_cpu_conv_depthwise(k->pool, &g, x, w, &ep, y);
     }
     const conv_state *st = k->state;
     int64_t cig = g.c_in / g.group, cog = g.c_out / g.group, kdim = cig * kprod;

@@ -1,7 +1,14 @@
-/* Depthwise convolution: each channel convolved with its own kernel. One output row is built
- * in place from kh*kw scaled input rows (contiguous for stride 1, so the loop vectorizes), then
- * the residual and activation are applied while the row is in L1. Channels run in parallel. */
+/* Depthwise convolution: each channel convolved with its own kernel, channels in parallel.
+ * Output columns whose taps all fall inside the input (the interior) go to the AVX-512 row
+ * kernel when the machine has it; the few border columns take a bounds-checked scalar loop.
+ * Without AVX-512, a row is built from kh*kw scaled input rows (contiguous for stride 1, so the
+ * loop vectorizes) and the epilogue runs on the row while it is in L1. */
 #include "backend/cpu/nn_internal.h"
+
+#include "core/alloc.h"
+
+#include <math.h>
+#include <string.h>
 
 typedef struct dw_job {
     const kn_conv2d *c;
@@ -9,6 +16,9 @@ typedef struct dw_job {
     const float *x, *w;
     const kn_epilogue *ep;
     float *y;
+    const int64_t *lo, *hi; /* per kernel column: output columns whose tap is inside */
+    int64_t left, right;    /* interior columns [left, right) */
+    bool avx512;
 } dw_job;
 
 KN_CLONES static void axpy_s1(float *y, const float *x, float a, int64_t n) {
@@ -26,46 +36,89 @@ static void axpy_strided(float *y, const float *x, int64_t s, float a, int64_t n
         y[i] += a * x[i * s];
 }
 
-static void dw_plane(const dw_job *j, int64_t plane) {
-    const kn_conv2d *c = j->c;
-    int64_t ch = plane % j->channels;
-    const float *x = j->x + plane * c->h * c->w;
-    const float *w = j->w + ch * c->kh * c->kw;
-    float *y = j->y + plane * c->oh * c->ow;
-    float b = j->ep->bias != NULL ? j->ep->bias[ch] : 0.0f;
-    for (int64_t oh = 0; oh < c->oh; oh++) {
-        float *row = y + oh * c->ow;
-        for (int64_t ow = 0; ow < c->ow; ow++)
-            row[ow] = b;
-        for (int64_t ky = 0; ky < c->kh; ky++) {
-            int64_t ih = oh * c->sh - c->ph + ky * c->dh;
-            if (ih < 0 || ih >= c->h)
-                continue;
-            const float *xr = x + ih * c->w;
+/* Columns [a, b) with every tap bounds-checked, epilogue included. */
+static void border(const kn_dw_row *r, int64_t a, int64_t b) {
+    const kn_conv2d *c = r->c;
+    for (int64_t ow = a; ow < b; ow++) {
+        float acc = r->bias;
+        for (int64_t ky = r->ky0; ky < r->ky1; ky++) {
+            const float *xr = r->x + (r->oh * c->sh - c->ph + ky * c->dh) * c->w;
             for (int64_t kx = 0; kx < c->kw; kx++) {
-                int64_t iw0 = kx * c->dw - c->pw;
-                int64_t lo = iw0 >= 0 ? 0 : (-iw0 + c->sw - 1) / c->sw;
-                int64_t hi = iw0 >= c->w ? 0 : (c->w - iw0 + c->sw - 1) / c->sw;
-                hi = hi < c->ow ? hi : c->ow;
-                if (hi <= lo)
-                    continue;
-                float wv = w[ky * c->kw + kx];
-                const float *src = xr + iw0 + lo * c->sw;
-                if (c->sw == 1)
-                    axpy_s1(row + lo, src, wv, hi - lo);
-                else if (c->sw == 2)
-                    axpy_s2(row + lo, src, wv, hi - lo);
-                else
-                    axpy_strided(row + lo, src, c->sw, wv, hi - lo);
+                int64_t iw = ow * c->sw - c->pw + kx * c->dw;
+                if (iw >= 0 && iw < c->w)
+                    acc += r->w[ky * c->kw + kx] * xr[iw];
             }
         }
+        if (r->res != NULL)
+            acc += r->res[ow];
+        if (r->clamp)
+            acc = fminf(fmaxf(acc, r->lo), r->hi);
+        r->y[ow] = acc;
     }
-    kn_epilogue e = *j->ep;
-    e.bias = NULL;
-    e.residual = e.residual != NULL ? e.residual + plane * c->oh * c->ow : NULL;
-    e.ldr = c->ow;
+}
+
+static void portable_row(const dw_job *j, const kn_dw_row *r) {
+    const kn_conv2d *c = j->c;
+    for (int64_t ow = 0; ow < c->ow; ow++)
+        r->y[ow] = r->bias;
+    for (int64_t ky = r->ky0; ky < r->ky1; ky++) {
+        const float *xr = r->x + (r->oh * c->sh - c->ph + ky * c->dh) * c->w;
+        for (int64_t kx = 0; kx < c->kw; kx++) {
+            int64_t lo = j->lo[kx], hi = j->hi[kx];
+            if (hi <= lo)
+                continue;
+            float wv = r->w[ky * c->kw + kx];
+            const float *src = xr + kx * c->dw - c->pw + lo * c->sw;
+            if (c->sw == 1)
+                axpy_s1(r->y + lo, src, wv, hi - lo);
+            else if (c->sw == 2)
+                axpy_s2(r->y + lo, src, wv, hi - lo);
+            else
+                axpy_strided(r->y + lo, src, c->sw, wv, hi - lo);
+        }
+    }
+    kn_epilogue e = {.residual = r->res,
+                     .ldr = c->ow,
+                     .act = j->ep->act,
+                     .alpha = j->ep->alpha,
+                     .beta = j->ep->beta};
     if (e.residual != NULL || e.act != KN_ACT_NONE)
-        kn_epilogue_apply(&e, y, c->ow, 0, 0, c->oh, c->ow);
+        kn_epilogue_apply(&e, r->y, c->ow, 0, 0, 1, c->ow);
+}
+
+static void dw_plane(const dw_job *j, int64_t plane) {
+    const kn_conv2d *c = j->c;
+    const kn_epilogue *ep = j->ep;
+    int64_t ch = plane % j->channels;
+    kn_dw_row r = {.c = c,
+                   .x = j->x + plane * c->h * c->w,
+                   .w = j->w + ch * c->kh * c->kw,
+                   .bias = ep->bias != NULL ? ep->bias[ch] : 0.0f};
+    bool clamp = ep->act == KN_ACT_RELU || ep->act == KN_ACT_CLIP;
+    for (int64_t oh = 0; oh < c->oh; oh++) {
+        r.oh = oh;
+        r.y = j->y + (plane * c->oh + oh) * c->ow;
+        r.res = ep->residual != NULL ? ep->residual + (plane * c->oh + oh) * c->ow : NULL;
+        int64_t base = oh * c->sh - c->ph;
+        r.ky0 = 0;
+        while (r.ky0 < c->kh && base + r.ky0 * c->dh < 0)
+            r.ky0++;
+        r.ky1 = r.ky0;
+        while (r.ky1 < c->kh && base + r.ky1 * c->dh < c->h)
+            r.ky1++;
+        if (!j->avx512) {
+            portable_row(j, &r);
+            continue;
+        }
+        r.clamp = clamp;
+        r.lo = ep->act == KN_ACT_RELU ? 0.0f : ep->alpha;
+        r.hi = ep->act == KN_ACT_RELU ? INFINITY : ep->beta;
+        border(&r, 0, j->left);
+        kn_cpu_dw_row_avx512(&r, j->left, j->right);
+        border(&r, j->right, c->ow);
+        if (ep->act != KN_ACT_NONE && !clamp)
+            kn_act_apply(ep->act, ep->alpha, ep->beta, r.y, c->ow);
+    }
 }
 
 static void dw_range(void *arg, int64_t begin, int64_t end) {
@@ -73,10 +126,41 @@ static void dw_range(void *arg, int64_t begin, int64_t end) {
         dw_plane(arg, p);
 }
 
-void kn_cpu_conv_depthwise(kn_threadpool *pool, const kn_conv_geom *g, const float *x,
-                           const float *w, const kn_epilogue *ep, float *y) {
+kiln_status kn_cpu_conv_depthwise(kn_threadpool *pool, const kn_conv_geom *g, const float *x,
+                                  const float *w, const kn_epilogue *ep, float *y) {
     kn_conv2d c;
     kn_conv_as_2d(g, &c);
-    dw_job j = {.c = &c, .channels = g->c_in, .x = x, .w = w, .ep = ep, .y = y};
+    int64_t small[2 * 16], *bounds = small;
+    if (c.kw > 16) {
+        bounds = kn_malloc((size_t)(2 * c.kw) * sizeof(int64_t));
+        if (bounds == NULL)
+            return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory in depthwise Conv");
+    }
+    dw_job j = {.c = &c,
+                .channels = g->c_in,
+                .x = x,
+                .w = w,
+                .ep = ep,
+                .y = y,
+                .lo = bounds,
+                .hi = bounds + c.kw,
+                .left = 0,
+                .right = c.ow,
+                .avx512 = strcmp(kn_gemm_isa(), "avx512") == 0};
+    for (int64_t kx = 0; kx < c.kw; kx++) {
+        int64_t iw0 = kx * c.dw - c.pw;
+        int64_t lo = iw0 >= 0 ? 0 : (-iw0 + c.sw - 1) / c.sw;
+        int64_t hi = iw0 >= c.w ? 0 : (c.w - iw0 + c.sw - 1) / c.sw;
+        hi = hi < c.ow ? hi : c.ow;
+        bounds[kx] = lo;
+        bounds[c.kw + kx] = hi;
+        j.left = lo > j.left ? lo : j.left;
+        j.right = hi < j.right ? hi : j.right;
+    }
+    j.left = j.left < c.ow ? j.left : c.ow;
+    j.right = j.right > j.left ? j.right : j.left;
     kn_parallel_for(pool, g->n * g->c_in, 1, dw_range, &j);
+    if (bounds != small)
+        kn_free(bounds);
+    return KILN_OK;
 }

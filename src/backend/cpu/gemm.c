@@ -7,6 +7,7 @@
 #include "backend/cpu/gemm_kernel.h"
 #include "core/alloc.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -20,7 +21,7 @@
 #define S_NR 8
 
 static void ukr_scalar(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
-                       float alpha, float beta, int mr, int nr) {
+                       float alpha, float beta, int mr, int nr, const kn_ukr_ep *ep) {
     float acc[S_MR][S_NR] = {{0}};
     for (int64_t k = 0; k < kc; k++) {
         for (int i = 0; i < S_MR; i++)
@@ -36,6 +37,8 @@ static void ukr_scalar(int64_t kc, const float *a, const float *b, float *c, int
                 v += beta * c[i * ldc + j];
             c[i * ldc + j] = v;
         }
+    if (ep != NULL)
+        kn_ukr_ep_apply(ep, c, ldc, mr, nr);
 }
 
 const kn_gemm_ukr kn_gemm_ukr_scalar = {"scalar", S_MR, S_NR, ukr_scalar};
@@ -206,12 +209,26 @@ typedef struct gemm_job {
     float *c;
     int64_t ldc;
     const kn_epilogue *ep; /* NULL when there is nothing to apply */
+    bool ep_act_after;     /* an activation the micro-kernel cannot apply in registers */
     int64_t mc, nc;        /* block sizes, multiples of MR / NR */
     int64_t tm, tn;        /* task grid */
     int64_t units_m, units_n;
     float *scratch;
     int64_t scratch_a, scratch_b; /* floats per task */
 } gemm_job;
+
+/* The micro-kernel's share of the epilogue for the tile at (i0, j0). */
+static kn_ukr_ep *tile_ep(const gemm_job *j, int64_t i0, int64_t j0, kn_ukr_ep *te) {
+    const kn_epilogue *ep = j->ep;
+    te->bias_row = ep->bias != NULL && ep->bias_per_row ? ep->bias + i0 : NULL;
+    te->bias_col = ep->bias != NULL && !ep->bias_per_row ? ep->bias + j0 : NULL;
+    te->res = ep->residual != NULL ? ep->residual + i0 * ep->ldr + j0 : NULL;
+    te->ldr = ep->ldr;
+    te->clamp = ep->act == KN_ACT_RELU || ep->act == KN_ACT_CLIP;
+    te->lo = ep->act == KN_ACT_RELU ? 0.0f : ep->alpha;
+    te->hi = ep->act == KN_ACT_RELU ? INFINITY : ep->beta;
+    return te;
+}
 
 static void run_block(const gemm_job *j, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
                       float *buf_a, float *buf_b) {
@@ -247,9 +264,15 @@ static void run_block(const gemm_job *j, int64_t m0, int64_t m1, int64_t n0, int
                     for (int64_t ir = 0; ir < mc; ir += u->mr) {
                         int mr = (int)min64(u->mr, mc - ir);
                         float *ct = j->c + (ic + ir) * j->ldc + jc + jr;
-                        u->fn(kc, ap + ir * kc, bp + jr * kc, ct, j->ldc, j->alpha, beta, mr, nr);
+                        kn_ukr_ep te, *tep = NULL;
                         if (last && j->ep != NULL)
-                            kn_epilogue_apply(j->ep, ct, j->ldc, ic + ir, jc + jr, mr, nr);
+                            tep = tile_ep(j, ic + ir, jc + jr, &te);
+                        u->fn(kc, ap + ir * kc, bp + jr * kc, ct, j->ldc, j->alpha, beta, mr, nr,
+                              tep);
+                        if (last && j->ep_act_after)
+                            for (int r = 0; r < mr; r++)
+                                kn_act_apply(j->ep->act, j->ep->alpha, j->ep->beta, ct + r * j->ldc,
+                                             nr);
                     }
                 }
             }
@@ -324,6 +347,8 @@ kiln_status kn_gemm(kn_threadpool *pool, int64_t m, int64_t n, int64_t k, float 
                   .c = c,
                   .ldc = ldc,
                   .ep = epi};
+    j.ep_act_after = epi != NULL && epi->act != KN_ACT_NONE && epi->act != KN_ACT_RELU &&
+                     epi->act != KN_ACT_CLIP;
     KN_ASSERT(a->packed == NULL ||
               (a->packed->ukr == j.u && a->packed->rows == m && a->packed->k == k));
     KN_ASSERT(b->packed == NULL ||
@@ -338,11 +363,15 @@ kiln_status kn_gemm(kn_threadpool *pool, int64_t m, int64_t n, int64_t k, float 
     j.scratch_b = b->packed != NULL ? 0 : round_up(j.nc * KC, 16);
     int64_t tasks = j.tm * j.tn;
     size_t bytes = (size_t)(tasks * (j.scratch_a + j.scratch_b)) * sizeof(float);
-    j.scratch = bytes > 0 ? kn_aligned_alloc(bytes, 64) : NULL;
-    if (bytes > 0 && j.scratch == NULL)
-        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory for GEMM packing buffers");
+    float *own = NULL;
+    j.scratch = bytes > 0 ? kn_threadpool_scratch(pool, bytes) : NULL;
+    if (bytes > 0 && j.scratch == NULL) {
+        j.scratch = own = kn_aligned_alloc(bytes, 64);
+        if (own == NULL)
+            return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory for GEMM packing buffers");
+    }
     kn_parallel_for(tasks > 1 ? pool : NULL, tasks, 1, run_tasks, &j);
-    kn_free(j.scratch);
+    kn_free(own);
     return KILN_OK;
 }
 

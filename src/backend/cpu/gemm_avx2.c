@@ -30,7 +30,7 @@
 
 __attribute__((target("avx2,fma"))) static void ukr(int64_t kc, const float *a, const float *b,
                                                     float *c, int64_t ldc, float alpha, float beta,
-                                                    int mr, int nr) {
+                                                    int mr, int nr, const kn_ukr_ep *ep) {
     /* Parked in memory: with 12 accumulators, keeping alpha and beta in registers through the
      * loop made the compiler spill an accumulator instead, halving throughput. */
     volatile float alpha_m = alpha, beta_m = beta;
@@ -48,6 +48,8 @@ __attribute__((target("avx2,fma"))) static void ukr(int64_t kc, const float *a, 
         float *dst = c;
         int64_t ldd = ldc;
         ROWS(STORE)
+        if (ep != NULL)
+            kn_ukr_ep_apply(ep, c, ldc, mr, nr);
         return;
     }
     float tile[MR * NR] = {0};
@@ -61,6 +63,8 @@ __attribute__((target("avx2,fma"))) static void ukr(int64_t kc, const float *a, 
     for (int i = 0; i < mr; i++)
         for (int j = 0; j < nr; j++)
             c[i * ldc + j] = tile[i * NR + j];
+    if (ep != NULL)
+        kn_ukr_ep_apply(ep, c, ldc, mr, nr);
 }
 
 const kn_gemm_ukr kn_gemm_ukr_avx2 = {"avx2", MR, NR, ukr};

@@ -5,6 +5,7 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
+#include <stddef.h>
 
 #define MR 12
 #define NR 32
@@ -25,13 +26,31 @@
             v0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, ci), v0);                           \
             v1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, ci + 16), v1);                      \
         }                                                                                          \
+        if (ep != NULL) {                                                                          \
+            if (ep->bias_row != NULL) {                                                            \
+                __m512 br = _mm512_set1_ps(ep->bias_row[i]);                                       \
+                v0 = _mm512_add_ps(v0, br);                                                        \
+                v1 = _mm512_add_ps(v1, br);                                                        \
+            }                                                                                      \
+            v0 = _mm512_add_ps(v0, bc0);                                                           \
+            v1 = _mm512_add_ps(v1, bc1);                                                           \
+            if (ep->res != NULL) {                                                                 \
+                const float *ri = ep->res + (int64_t)i * ep->ldr;                                  \
+                v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, ri));                             \
+                v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, ri + 16));                        \
+            }                                                                                      \
+            if (ep->clamp) {                                                                       \
+                v0 = _mm512_min_ps(_mm512_max_ps(v0, vlo), vhi);                                   \
+                v1 = _mm512_min_ps(_mm512_max_ps(v1, vlo), vhi);                                   \
+            }                                                                                      \
+        }                                                                                          \
         _mm512_mask_storeu_ps(ci, m0, v0);                                                         \
         _mm512_mask_storeu_ps(ci + 16, m1, v1);                                                    \
     }
 
 __attribute__((target("avx512f"))) static void ukr(int64_t kc, const float *a, const float *b,
                                                    float *c, int64_t ldc, float alpha, float beta,
-                                                   int mr, int nr) {
+                                                   int mr, int nr, const kn_ukr_ep *ep) {
     ROWS(DECL)
     for (int64_t k = 0; k < kc; k++) {
         __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
@@ -42,6 +61,16 @@ __attribute__((target("avx512f"))) static void ukr(int64_t kc, const float *a, c
     __mmask16 m0 = nr >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nr) - 1);
     __mmask16 m1 = nr <= 16 ? (__mmask16)0 : (__mmask16)((1u << (nr - 16)) - 1);
     __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    __m512 bc0 = _mm512_setzero_ps(), bc1 = _mm512_setzero_ps();
+    __m512 vlo = _mm512_setzero_ps(), vhi = _mm512_setzero_ps();
+    if (ep != NULL) {
+        if (ep->bias_col != NULL) {
+            bc0 = _mm512_maskz_loadu_ps(m0, ep->bias_col);
+            bc1 = _mm512_maskz_loadu_ps(m1, ep->bias_col + 16);
+        }
+        vlo = _mm512_set1_ps(ep->lo);
+        vhi = _mm512_set1_ps(ep->hi);
+    }
     ROWS(STORE)
 }
 

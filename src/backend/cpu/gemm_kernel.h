@@ -4,11 +4,23 @@
 
 #include <stdint.h>
 
-/* c (mr x nr of an MR x NR tile, leading dimension ldc) = alpha * A*B + beta * c, where a holds
- * kc columns of MR rows (a[k*MR + i]) and b holds kc rows of NR columns (b[k*NR + j]), both
- * zero-padded to full MR/NR. beta == 0 never reads c. */
+/* The part of the epilogue a micro-kernel applies while the tile is still in registers, with
+ * pointers already offset to the tile: y = clamp(y + bias + residual, lo, hi). Activations that
+ * are not a clamp run afterwards on the stored tile. */
+typedef struct kn_ukr_ep {
+    const float *bias_row; /* one per tile row, or NULL */
+    const float *bias_col; /* one per tile column, or NULL */
+    const float *res;      /* tile of the residual, or NULL */
+    int64_t ldr;
+    int clamp; /* apply [lo, hi] */
+    float lo, hi;
+} kn_ukr_ep;
+
+/* c (mr x nr of an MR x NR tile, leading dimension ldc) = alpha * A*B + beta * c, then the
+ * epilogue when ep is not NULL; a holds kc columns of MR rows (a[k*MR + i]) and b holds kc rows
+ * of NR columns (b[k*NR + j]), both zero-padded to full MR/NR. beta == 0 never reads c. */
 typedef void (*kn_gemm_ukr_fn)(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
-                               float alpha, float beta, int mr, int nr);
+                               float alpha, float beta, int mr, int nr, const kn_ukr_ep *ep);
 
 typedef struct kn_gemm_ukr {
     const char *name;
@@ -19,5 +31,24 @@ typedef struct kn_gemm_ukr {
 extern const kn_gemm_ukr kn_gemm_ukr_avx512;
 extern const kn_gemm_ukr kn_gemm_ukr_avx2;
 extern const kn_gemm_ukr kn_gemm_ukr_scalar;
+
+/* The epilogue on an already stored mr x nr tile (edge tiles and the portable kernel). */
+static inline void kn_ukr_ep_apply(const kn_ukr_ep *ep, float *c, int64_t ldc, int mr, int nr) {
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) {
+            float v = c[i * ldc + j];
+            if (ep->bias_row != 0)
+                v += ep->bias_row[i];
+            if (ep->bias_col != 0)
+                v += ep->bias_col[j];
+            if (ep->res != 0)
+                v += ep->res[i * ep->ldr + j];
+            if (ep->clamp) {
+                v = v < ep->lo ? ep->lo : v;
+                v = v > ep->hi ? ep->hi : v;
+            }
+            c[i * ldc + j] = v;
+        }
+}
 
 #endif

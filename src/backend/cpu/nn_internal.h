@@ -40,9 +40,27 @@ kiln_status kn_cpu_conv_run(kn_kernel_ctx *k);
 kiln_status kn_cpu_conv_prepare(const kn_node *node, int n_in, const kn_tensor *in, void **state);
 void kn_cpu_conv_release(void *state);
 
+/* One output row of a depthwise convolution, for the per-ISA row kernels. */
+typedef struct kn_dw_row {
+    const kn_conv2d *c;
+    const float *x; /* the channel's input plane */
+    const float *w; /* the channel's kh x kw weights */
+    int64_t oh;
+    int64_t ky0, ky1; /* kernel rows that land inside the input */
+    float bias;
+    const float *res; /* residual row, or NULL */
+    int clamp;
+    float lo, hi;
+    float *y; /* output row */
+} kn_dw_row;
+
+/* Columns [ow0, ow1) of the row, all of whose taps are inside the input. Only called when the
+ * GEMM runs its AVX-512 kernel (kn_gemm_isa()), so the machine has AVX-512. */
+void kn_cpu_dw_row_avx512(const kn_dw_row *r, int64_t ow0, int64_t ow1);
+
 /* Depthwise (group == C_in == C_out) 1-D/2-D convolution without GEMM. */
-void kn_cpu_conv_depthwise(kn_threadpool *pool, const kn_conv_geom *g, const float *x,
-                           const float *w, const kn_epilogue *ep, float *y);
+kiln_status kn_cpu_conv_depthwise(kn_threadpool *pool, const kn_conv_geom *g, const float *x,
+                                  const float *w, const kn_epilogue *ep, float *y);
 
 kiln_status kn_cpu_conv_transpose_run(kn_kernel_ctx *k);
 kiln_status kn_cpu_conv_transpose_prepare(const kn_node *node, int n_in, const kn_tensor *in,
