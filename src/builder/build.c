@@ -106,6 +106,56 @@ static kiln_status resolve_at(const kn_graph *g, const kiln_build_config *cfg,
     return rc;
 }
 
+/* Name a dim that is a (lo, hi) pair across the profile after the input symbols it follows:
+ * "height", "height/2", "seq*4", "seq+1", "batch*seq", else "dyn_LO..HI". */
+static void name_dim(const kn_graph *g, const kn_resolved *lo, const kn_resolved *hi, int64_t a,
+                     int64_t b, char *out, size_t size) {
+    snprintf(out, size, "dyn_%lld..%lld", (long long)a, (long long)b);
+    const char *sym[2 * KN_MAX_RANK];
+    int64_t sl[2 * KN_MAX_RANK], sh[2 * KN_MAX_RANK];
+    int n = 0;
+    for (int i = 0; i < g->n_inputs; i++) {
+        const kn_value *in = &g->values[g->inputs[i]];
+        for (int k = 0; k < in->rank && n < 2 * KN_MAX_RANK; k++) {
+            int64_t x = lo[g->inputs[i]].t.shape.d[k], y = hi[g->inputs[i]].t.shape.d[k];
+            if (in->dims[k].sym && x != y) {
+                sym[n] = in->dims[k].sym, sl[n] = x, sh[n] = y;
+                n++;
+            }
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        if (a == sl[i] && b == sh[i]) {
+            snprintf(out, size, "%s", sym[i]);
+            return;
+        }
+        for (int64_t k = 2; k <= 64; k++) {
+            if (a == sl[i] * k && b == sh[i] * k) {
+                snprintf(out, size, "%s*%lld", sym[i], (long long)k);
+                return;
+            }
+            if (a == sl[i] / k && b == sh[i] / k && a > 0) {
+                snprintf(out, size, "%s/%lld", sym[i], (long long)k);
+                return;
+            }
+            if (a == (sl[i] + k - 1) / k && b == (sh[i] + k - 1) / k && a > 0) {
+                snprintf(out, size, "ceil(%s/%lld)", sym[i], (long long)k);
+                return;
+            }
+        }
+        if (a - sl[i] == b - sh[i] && a - sl[i] > -64 && a - sl[i] < 64) {
+            snprintf(out, size, "%s%+lld", sym[i], (long long)(a - sl[i]));
+            return;
+        }
+    }
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++)
+            if (a == sl[i] * sl[j] && b == sh[i] * sh[j]) {
+                snprintf(out, size, "%s*%s", sym[i], sym[j]);
+                return;
+            }
+}
+
 /* Give every value its dtype and shape; dims that differ between the profile extremes are
  * symbolic (named after an input symbol with the same extremes when there is one). */
 static kiln_status annotate(kn_graph *g, const kn_resolved *lo, const kn_resolved *hi) {
@@ -126,19 +176,9 @@ static kiln_status annotate(kn_graph *g, const kn_resolved *lo, const kn_resolve
                 val->dims[d].value = a;
                 continue;
             }
-            const char *name = NULL;
-            for (int i = 0; i < g->n_inputs && !name; i++) {
-                const kn_value *in = &g->values[g->inputs[i]];
-                for (int k = 0; k < in->rank && !name; k++)
-                    if (in->dims[k].sym && lo[g->inputs[i]].t.shape.d[k] == a &&
-                        hi[g->inputs[i]].t.shape.d[k] == b)
-                        name = in->dims[k].sym;
-            }
-            char gen[48];
-            if (name == NULL) {
-                snprintf(gen, sizeof gen, "%s_%lld..%lld", "dyn", (long long)a, (long long)b);
-                name = gen;
-            }
+            char gen[160];
+            name_dim(g, lo, hi, a, b, gen, sizeof gen);
+            const char *name = gen;
             val->dims[d].value = -1;
             val->dims[d].sym = kn_strdup(name);
             if (val->dims[d].sym == NULL)
