@@ -727,6 +727,50 @@ static void test_fuse_pass(void **state) {
     kn_graph_destroy(g);
 }
 
+/* Clip (opset 13) with constant bounds fuses with its bounds as parameters; an int64 chain
+ * is left alone. */
+static void test_fuse_pass_clip_and_dtypes(void **state) {
+    (void)state;
+    kn_graph *g = kn_graph_create();
+    int x = add_value(g, "x", 1, DIMS(5));
+    int lo = add_value(g, "lo", 0, NULL), hi = add_value(g, "hi", 0, NULL);
+    float lov = 0.0f, hiv = 6.0f;
+    kn_tensor lt = SCALAR(FLOAT32, &lov), htt = SCALAR(FLOAT32, &hiv);
+    assert_int_equal(kn_value_set_const(g, lo, &lt), KILN_OK);
+    assert_int_equal(kn_value_set_const(g, hi, &htt), KILN_OK);
+    int m = add_value(g, "m", 1, DIMS(5)), y = add_value(g, "y", 1, DIMS(5));
+    int i = add_value(g, "i", 1, DIMS(5)), j = add_value(g, "j", 1, DIMS(5));
+    int k = add_value(g, "k", 1, DIMS(5));
+    g->values[i].dtype = g->values[j].dtype = g->values[k].dtype = KILN_DTYPE_INT64;
+    assert_int_equal(kn_graph_add_input(g, x), KILN_OK);
+    assert_int_equal(kn_graph_add_input(g, i), KILN_OK);
+    kn_graph_add_node(g, "mul", "Mul", "", 14, 2, (int[]){x, x}, 1, &m);
+    kn_graph_add_node(g, "clip", "Clip", "", 13, 3, (int[]){m, lo, hi}, 1, &y);
+    kn_graph_add_node(g, "iadd", "Add", "", 14, 2, (int[]){i, i}, 1, &j);
+    kn_graph_add_node(g, "ineg", "Neg", "", 13, 1, &j, 1, &k);
+    assert_int_equal(kn_graph_add_output(g, y), KILN_OK);
+    assert_int_equal(kn_graph_add_output(g, k), KILN_OK);
+    assert_int_equal(kn_pass_fuse_elementwise(g), KILN_OK);
+    assert_int_equal(g->n_nodes, 3);
+    const kn_node *fn = &g->nodes[0];
+    assert_string_equal(fn->op_type, KN_FUSED_OP);
+    assert_int_equal(fn->n_in, 1);
+    assert_string_equal(g->nodes[1].op_type, "Add");
+    assert_string_equal(g->nodes[2].op_type, "Neg");
+
+    float xv[5] = {-3, -1, 0.5f, 2, 4}, yv[5];
+    kn_tensor in = T_(FLOAT32, xv, 5), out = {0};
+    kn_infer_ctx ic = {.node = fn, .n_in = 1, .in = &in, .n_out = 1, .out = &out};
+    assert_int_equal(kn_op_find(KN_DOMAIN, KN_FUSED_OP)->infer(&ic), KILN_OK);
+    out.data = yv;
+    kn_kernel_ctx kc = {.node = fn, .n_in = 1, .in = &in, .n_out = 1, .out = &out};
+    assert_int_equal(kn_backend_cpu()->find_kernel(KN_DOMAIN, KN_FUSED_OP)->run(&kc), KILN_OK);
+    const float want[5] = {6, 1, 0.25f, 4, 6};
+    for (int e = 0; e < 5; e++)
+        assert_true(yv[e] == want[e]);
+    kn_graph_destroy(g);
+}
+
 int main(void) {
     g_pool = kn_threadpool_create(3);
     const struct CMUnitTest tests[] = {
@@ -746,6 +790,7 @@ int main(void) {
         cmocka_unit_test(test_infer_errors),
         cmocka_unit_test(test_fused_program),
         cmocka_unit_test(test_fuse_pass),
+        cmocka_unit_test(test_fuse_pass_clip_and_dtypes),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     kn_threadpool_destroy(g_pool);
