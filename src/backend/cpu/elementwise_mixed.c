@@ -142,6 +142,21 @@ typedef struct cast_job {
 
 static void cast_chunk(void *arg, int64_t begin, int64_t end) {
     const cast_job *j = arg;
+    /* float32 <-> float16 is the common case in half-precision models: convert directly. */
+    if (j->dt_x == KILN_DTYPE_FLOAT32 && j->dt_y == KILN_DTYPE_FLOAT16) {
+        const float *x = (const float *)j->x;
+        uint16_t *y = (uint16_t *)j->y;
+        for (int64_t i = begin; i < end; i++)
+            y[i] = kn_float_to_half(x[i]);
+        return;
+    }
+    if (j->dt_x == KILN_DTYPE_FLOAT16 && j->dt_y == KILN_DTYPE_FLOAT32) {
+        const uint16_t *x = (const uint16_t *)j->x;
+        float *y = (float *)j->y;
+        for (int64_t i = begin; i < end; i++)
+            y[i] = kn_half_to_float(x[i]);
+        return;
+    }
     tile t;
     for (int64_t i = begin; i < end; i += EW_TILE) {
         int64_t m = end - i < EW_TILE ? end - i : EW_TILE;
