@@ -63,12 +63,13 @@ static inline int kn_has_input(const kn_infer_ctx *c, int i) {
 
 /* Op families: each file in src/ops/ defines one array, terminated by a zeroed entry. */
 extern const kn_op_schema kn_ops_elementwise[];
-extern const kn_op_schema kn_ops_tensor[];  /* shape, movement, indexing */
-extern const kn_op_schema kn_ops_reduce[];  /* reductions, softmax, argmax, topk */
-extern const kn_op_schema kn_ops_nn[];      /* conv, conv-transpose, gemm, matmul */
-extern const kn_op_schema kn_ops_pool[];    /* max/average/global/lp pooling */
-extern const kn_op_schema kn_ops_norm[];    /* batch/instance/layer/group norm, LRN */
-extern const kn_op_schema kn_ops_rnn[];     /* RNN, GRU, LSTM */
-extern const kn_op_schema kn_ops_misc[];    /* Resize, Einsum, and the rest */
+extern const kn_op_schema kn_ops_tensor[]; /* shape, movement, indexing */
+extern const kn_op_schema kn_ops_reduce[]; /* reductions, softmax, argmax, topk */
+extern const kn_op_schema kn_ops_nn[];     /* conv, conv-transpose, gemm, matmul */
+extern const kn_op_schema kn_ops_pool[];   /* max/average/global/lp pooling */
+extern const kn_op_schema kn_ops_norm[];   /* batch/instance/layer/group norm, LRN */
+extern const kn_op_schema kn_ops_rnn[];    /* RNN, GRU, LSTM */
+extern const kn_op_schema kn_ops_extra[];   /* attention, signal, quantized linear algebra */
+extern const kn_op_schema kn_ops_misc[];   /* Resize, Einsum, and the rest */
 
 #endif

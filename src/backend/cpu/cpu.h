@@ -13,5 +13,6 @@ extern const kn_kernel kn_cpu_pool[];
 extern const kn_kernel kn_cpu_norm[];
 extern const kn_kernel kn_cpu_rnn[];
 extern const kn_kernel kn_cpu_misc[];
+extern const kn_kernel kn_cpu_extra[];
 
 #endif
