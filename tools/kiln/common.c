@@ -38,23 +38,27 @@ static bool parse_int(const char *s, long long lo, long long hi, long long *out)
     return true;
 }
 
-/* "1x3x224x224" into dims; "" or "scalar" is rank 0. */
+/* "1x3x224x224" into dims; "" or "scalar" is rank 0. Every dim must be a number. */
 static bool parse_dims(const char *s, int *rank, int64_t *dims) {
     *rank = 0;
     if (*s == '\0' || strcmp(s, "scalar") == 0)
         return true;
-    char buf[256];
-    if (strlen(s) >= sizeof buf)
-        return false;
-    strcpy(buf, s);
-    char *save = NULL;
-    for (char *tok = strtok_r(buf, "x", &save); tok; tok = strtok_r(NULL, "x", &save)) {
-        long long v;
-        if (*rank >= KILN_MAX_RANK || !parse_int(tok, 0, KN_MAX_ELEMENTS, &v))
+    const char *p = s;
+    for (;;) {
+        char *end;
+        if (*p < '0' || *p > '9' || *rank >= KILN_MAX_RANK)
+            return false;
+        errno = 0;
+        long long v = strtoll(p, &end, 10);
+        if (errno != 0 || v > KN_MAX_ELEMENTS)
             return false;
         dims[(*rank)++] = v;
+        if (*end == '\0')
+            return true;
+        if (*end != 'x')
+            return false;
+        p = end + 1;
     }
-    return true;
 }
 
 static int parse_shape(const char *arg, cli_shape *sh) {
@@ -67,7 +71,11 @@ static int parse_shape(const char *arg, cli_shape *sh) {
     sh->name = kn_strndup(arg, (size_t)(colon - arg));
     const char *spec = colon + 1;
     char parts[3][256];
-    int n = 0;
+    int n = 0, commas = 0;
+    for (const char *q = spec; *q; q++)
+        commas += *q == ',';
+    if (commas != 0 && commas != 2)
+        return cli_fail("--shapes '%s': give one shape or three (MIN,OPT,MAX)", arg);
     const char *p = spec;
     while (n < 3) {
         const char *comma = strchr(p, ',');
@@ -81,8 +89,6 @@ static int parse_shape(const char *arg, cli_shape *sh) {
             break;
         p = comma + 1;
     }
-    if (n == 2 || (n == 3 && strchr(p, ',') != NULL))
-        return cli_fail("--shapes '%s': give one shape or three (MIN,OPT,MAX)", arg);
     int r[3];
     int64_t *dst[3] = {sh->min, sh->opt, sh->max};
     for (int i = 0; i < n; i++)
@@ -142,6 +148,9 @@ int cli_parse(int argc, char **argv, const char *allowed, const char *usage, cli
             int rc = parse_shape(val, &o->shapes[o->n_shapes++]);
             if (rc)
                 return rc;
+            for (int k = 0; k + 1 < o->n_shapes; k++)
+                if (strcmp(o->shapes[k].name, o->shapes[o->n_shapes - 1].name) == 0)
+                    return cli_fail("--shapes gives '%s' twice", o->shapes[k].name);
         } else if (strcmp(a, "--input") == 0) {
             NEED('i', "--input");
             if (o->n_inputs == CLI_MAX_ITEMS)
