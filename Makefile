@@ -13,7 +13,8 @@ PIP_PACKAGES = onnx==1.19.0 onnxruntime numpy pytest
 EXAMPLE_DIR = tests/models/mobilenetv2_mini
 EXAMPLE = $(EXAMPLE_DIR)/model.onnx
 
-.PHONY: all deps build asan run test test-unit test-conformance test-models test-asan bench \
+.PHONY: all deps build asan run test test-unit test-conformance test-models test-python test-asan \
+        bench \
         format clean
 
 all: build
@@ -58,6 +59,10 @@ test-conformance: build
 test-models: build
 	KILN=$(KILN) $(PYTHON) -m pytest -q tests/models
 
+test-python: build
+	KILN=$(KILN) KILN_PLUGINS=$(BUILD)/plugins KILN_LIBRARY=$(BUILD)/lib/libkiln.so \
+	  PYTHONPATH=python $(PYTHON) -m pytest -q $$(ls -d tests/python tests/plugins 2>/dev/null)
+
 test-asan: asan
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j$(JOBS)
 	ASAN_OPTIONS=detect_leaks=1 $(PYTHON) tests/conformance/run_node_tests.py \
@@ -65,7 +70,7 @@ test-asan: asan
 	ASAN_OPTIONS=detect_leaks=1 KILN=$(ASAN_BUILD)/bin/kiln $(PYTHON) -m pytest -q \
 	  tests/models/test_bad_input.py
 
-test: test-unit test-conformance test-models test-asan
+test: test-unit test-conformance test-models test-python test-asan
 
 bench: build
 	$(PYTHON) bench/bench.py --kiln $(KILN)
