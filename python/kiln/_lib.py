@@ -1,0 +1,531 @@
+"""ctypes declarations of libkiln's public C API (include/kiln/kiln.h, kiln_plugin.h).
+
+The library is found through the KILN_LIBRARY environment variable, else at
+<repo>/build/lib/libkiln.so relative to this package.
+"""
+
+import ctypes
+import os
+from ctypes import (
+    CFUNCTYPE,
+    POINTER,
+    Structure,
+    c_char_p,
+    c_double,
+    c_float,
+    c_int,
+    c_int32,
+    c_int64,
+    c_size_t,
+    c_uint32,
+    c_void_p,
+)
+
+MAX_RANK = 8
+
+# kiln_status
+OK = 0
+ERR_INVALID_ARGUMENT = 1
+ERR_IO = 2
+ERR_MODEL = 3
+ERR_UNSUPPORTED = 4
+ERR_SHAPE = 5
+ERR_DTYPE = 6
+ERR_OUT_OF_MEMORY = 7
+ERR_PLAN = 8
+ERR_PLUGIN = 9
+ERR_NOT_FOUND = 10
+ERR_INTERNAL = 11
+
+STATUS_NAMES = {
+    0: "OK",
+    1: "INVALID_ARGUMENT",
+    2: "IO",
+    3: "MODEL",
+    4: "UNSUPPORTED",
+    5: "SHAPE",
+    6: "DTYPE",
+    7: "OUT_OF_MEMORY",
+    8: "PLAN",
+    9: "PLUGIN",
+    10: "NOT_FOUND",
+    11: "INTERNAL",
+}
+
+
+class KilnError(RuntimeError):
+    """A failed kiln call: `status` is the kiln_status code, `message` the library's one-line
+    reason (kiln_last_error())."""
+
+    def __init__(self, status, message):
+        self.status = int(status)
+        self.message = message
+        super().__init__(f"[{STATUS_NAMES.get(self.status, self.status)}] {message}")
+
+    @property
+    def status_name(self):
+        return STATUS_NAMES.get(self.status, str(self.status))
+
+
+def _find_library():
+    env = os.environ.get("KILN_LIBRARY")
+    if env:
+        return env
+    here = os.path.dirname(os.path.abspath(__file__))
+    repo = os.path.dirname(os.path.dirname(here))
+    return os.path.join(repo, "build", "lib", "libkiln.so")
+
+
+LIBRARY_PATH = _find_library()
+if not os.path.exists(LIBRARY_PATH):
+    raise ImportError(
+        f"kiln: shared library not found at {LIBRARY_PATH}: build it with "
+        "`cmake -S . -B build && cmake --build build` or set KILN_LIBRARY"
+    )
+lib = ctypes.CDLL(LIBRARY_PATH)
+
+status_t = c_int
+tensor_id = c_int32
+
+
+class IoInfo(Structure):
+    _fields_ = [
+        ("name", c_char_p),
+        ("dtype", c_int),
+        ("rank", c_int),
+        ("dims", c_int64 * MAX_RANK),
+        ("symbols", c_char_p * MAX_RANK),
+        ("min", c_int64 * MAX_RANK),
+        ("opt", c_int64 * MAX_RANK),
+        ("max", c_int64 * MAX_RANK),
+    ]
+
+
+class TensorView(Structure):
+    _fields_ = [
+        ("dtype", c_int),
+        ("rank", c_int),
+        ("dims", c_int64 * MAX_RANK),
+        ("data", c_void_p),
+        ("size", c_size_t),
+    ]
+
+
+class Attribute(Structure):
+    _fields_ = [
+        ("name", c_char_p),
+        ("type", c_int32),
+        ("i", c_int64),
+        ("f", c_float),
+        ("s", c_char_p),
+        ("n", c_int64),
+        ("ints", POINTER(c_int64)),
+        ("floats", POINTER(c_float)),
+    ]
+
+
+# ---- kiln_plugin.h ------------------------------------------------------------------------
+
+PLUGIN_ABI_VERSION = 1
+
+
+class Field(Structure):
+    _fields_ = [("name", c_char_p), ("type", c_int32), ("count", c_int64), ("data", c_void_p)]
+
+
+class FieldList(Structure):
+    _fields_ = [("count", c_int32), ("fields", POINTER(Field))]
+
+
+class FieldSpec(Structure):
+    _fields_ = [("name", c_char_p), ("type", c_int32), ("required", c_int32)]
+
+
+class TensorDesc(Structure):
+    _fields_ = [
+        ("dtype", c_int32),
+        ("layout", c_int32),
+        ("rank", c_int32),
+        ("dims", c_int64 * MAX_RANK),
+    ]
+
+
+class DynamicDesc(Structure):
+    _fields_ = [("desc", TensorDesc), ("min", c_int64 * MAX_RANK), ("max", c_int64 * MAX_RANK)]
+
+
+class ShapeExpr(Structure):
+    _fields_ = [("rank", c_int32), ("dims", c_void_p * MAX_RANK)]
+
+
+class Stream(Structure):
+    _fields_ = [("backend", c_int32), ("handle", c_void_p), ("host_private", c_void_p)]
+
+
+NUM_OUTPUTS_FN = CFUNCTYPE(c_int32, c_void_p)
+OUTPUT_DTYPES_FN = CFUNCTYPE(c_int32, c_void_p, c_int32, POINTER(c_int32), c_int32, POINTER(c_int32))
+OUTPUT_SHAPES_FN = CFUNCTYPE(
+    c_int32, c_void_p, c_int32, POINTER(ShapeExpr), c_int32, POINTER(ShapeExpr), c_void_p
+)
+SUPPORTS_FORMAT_FN = CFUNCTYPE(c_int32, c_void_p, c_int32, POINTER(TensorDesc), c_int32, c_int32)
+CONFIGURE_FN = CFUNCTYPE(
+    c_int32, c_void_p, c_int32, POINTER(DynamicDesc), c_int32, POINTER(DynamicDesc)
+)
+WORKSPACE_FN = CFUNCTYPE(c_size_t, c_void_p, c_int32, POINTER(TensorDesc), c_int32, POINTER(TensorDesc))
+SHAPE_CHANGE_FN = CFUNCTYPE(
+    c_int32, c_void_p, c_int32, POINTER(TensorDesc), c_int32, POINTER(TensorDesc)
+)
+ENQUEUE_FN = CFUNCTYPE(
+    c_int32,
+    c_void_p,
+    c_int32,
+    POINTER(TensorDesc),
+    POINTER(c_void_p),
+    c_int32,
+    POINTER(TensorDesc),
+    POINTER(c_void_p),
+    c_void_p,
+    POINTER(Stream),
+)
+GET_FIELDS_FN = CFUNCTYPE(c_int32, c_void_p, POINTER(FieldList))
+CLONE_FN = CFUNCTYPE(c_void_p, c_void_p)
+DESTROY_FN = CFUNCTYPE(None, c_void_p)
+
+
+class PluginOps(Structure):
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("abi_version", c_uint32),
+        ("num_outputs", NUM_OUTPUTS_FN),
+        ("output_dtypes", OUTPUT_DTYPES_FN),
+        ("output_shapes", OUTPUT_SHAPES_FN),
+        ("supports_format", SUPPORTS_FORMAT_FN),
+        ("configure", CONFIGURE_FN),
+        ("workspace_size", WORKSPACE_FN),
+        ("on_shape_change", SHAPE_CHANGE_FN),
+        ("enqueue", ENQUEUE_FN),
+        ("get_fields", GET_FIELDS_FN),
+        ("clone", CLONE_FN),
+        ("destroy", DESTROY_FN),
+    ]
+
+
+class PluginInstance(Structure):
+    _fields_ = [("ops", POINTER(PluginOps)), ("self", c_void_p)]
+
+
+class PluginCreator(Structure):
+    pass
+
+
+CREATE_FN = CFUNCTYPE(c_int32, POINTER(PluginCreator), POINTER(FieldList), POINTER(PluginInstance))
+
+PluginCreator._fields_ = [
+    ("struct_size", c_uint32),
+    ("abi_version", c_uint32),
+    ("name", c_char_p),
+    ("version", c_char_p),
+    ("plugin_namespace", c_char_p),
+    ("n_field_specs", c_int32),
+    ("field_specs", POINTER(FieldSpec)),
+    ("create", CREATE_FN),
+    ("user", c_void_p),
+]
+
+# set_error is printf-style; it is always called here as set_error("%s", message).
+SET_ERROR_FN = CFUNCTYPE(None, c_char_p, c_char_p)
+LOG_FN = CFUNCTYPE(None, c_int32, c_char_p)
+EXPR_CONSTANT_FN = CFUNCTYPE(c_void_p, c_void_p, c_int64)
+EXPR_OP_FN = CFUNCTYPE(c_void_p, c_void_p, c_int32, c_void_p, c_void_p)
+EXPR_VALUE_FN = CFUNCTYPE(c_int32, c_void_p, POINTER(c_int64))
+
+
+class HostApi(Structure):
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("abi_version", c_uint32),
+        ("register_creator", c_void_p),
+        ("set_error", SET_ERROR_FN),
+        ("log", LOG_FN),
+        ("expr_constant", EXPR_CONSTANT_FN),
+        ("expr_op", EXPR_OP_FN),
+        ("expr_value", EXPR_VALUE_FN),
+        ("parallel_for", c_void_p),
+    ]
+
+
+PROGRESS_FN = CFUNCTYPE(None, c_void_p, c_char_p, c_double)
+LOGGER_FN = CFUNCTYPE(None, c_void_p, c_int, c_char_p)
+
+
+def _declare(name, restype, *argtypes):
+    fn = getattr(lib, name)
+    fn.restype = restype
+    fn.argtypes = list(argtypes)
+    return fn
+
+
+_P = POINTER
+_declare("kiln_last_error", c_char_p)
+_declare("kiln_status_name", c_char_p, status_t)
+_declare("kiln_version_string", c_char_p)
+_declare("kiln_dtype_name", c_char_p, c_int)
+_declare("kiln_dtype_size", c_size_t, c_int)
+_declare("kiln_allocated_bytes", c_size_t)
+_declare("kiln_set_logger", None, LOGGER_FN, c_void_p, c_int)
+
+_declare("kiln_registry_create", status_t, _P(c_void_p))
+_declare("kiln_registry_destroy", None, c_void_p)
+_declare("kiln_registry_load_library", status_t, c_void_p, c_char_p)
+_declare("kiln_registry_load_env", status_t, c_void_p)
+_declare("kiln_registry_register", status_t, c_void_p, _P(PluginCreator))
+_declare("kiln_registry_deregister", status_t, c_void_p, c_char_p, c_char_p, c_char_p)
+_declare("kiln_registry_count", c_int, c_void_p)
+_declare("kiln_registry_get", status_t, c_void_p, c_int, _P(c_char_p), _P(c_char_p), _P(c_char_p))
+_declare("kiln_host_api_get", _P(HostApi))
+
+_declare("kiln_builder_create", status_t, _P(c_void_p))
+_declare("kiln_builder_destroy", None, c_void_p)
+_declare("kiln_builder_set_registry", status_t, c_void_p, c_void_p)
+_declare("kiln_network_from_onnx_file", status_t, c_void_p, c_char_p, _P(c_void_p))
+_declare("kiln_network_from_onnx_memory", status_t, c_void_p, c_char_p, c_size_t, _P(c_void_p))
+_declare("kiln_network_destroy", None, c_void_p)
+
+_declare("kiln_network_create", status_t, c_void_p, c_int, _P(c_void_p))
+_declare(
+    "kiln_network_add_input",
+    status_t,
+    c_void_p,
+    c_char_p,
+    c_int,
+    c_int,
+    _P(c_int64),
+    _P(c_char_p),
+    _P(tensor_id),
+)
+_declare(
+    "kiln_network_add_constant",
+    status_t,
+    c_void_p,
+    c_char_p,
+    c_int,
+    c_int,
+    _P(c_int64),
+    c_void_p,
+    c_int,
+    _P(tensor_id),
+)
+_declare(
+    "kiln_network_add_layer",
+    status_t,
+    c_void_p,
+    c_char_p,
+    c_char_p,
+    c_int,
+    _P(tensor_id),
+    c_int,
+    _P(Attribute),
+    c_int,
+    _P(tensor_id),
+)
+_declare(
+    "kiln_network_add_convolution",
+    status_t,
+    c_void_p,
+    c_char_p,
+    tensor_id,
+    tensor_id,
+    tensor_id,
+    _P(c_int64),
+    _P(c_int64),
+    _P(c_int64),
+    c_int64,
+    _P(tensor_id),
+)
+_declare(
+    "kiln_network_add_matmul",
+    status_t,
+    c_void_p,
+    c_char_p,
+    tensor_id,
+    tensor_id,
+    tensor_id,
+    c_int,
+    _P(tensor_id),
+)
+_declare(
+    "kiln_network_add_activation",
+    status_t,
+    c_void_p,
+    c_char_p,
+    tensor_id,
+    c_int,
+    c_float,
+    c_float,
+    _P(tensor_id),
+)
+_declare(
+    "kiln_network_add_elementwise",
+    status_t,
+    c_void_p,
+    c_char_p,
+    tensor_id,
+    tensor_id,
+    c_int,
+    _P(tensor_id),
+)
+_declare(
+    "kiln_network_add_pooling",
+    status_t,
+    c_void_p,
+    c_char_p,
+    tensor_id,
+    c_int,
+    c_int,
+    _P(c_int64),
+    _P(c_int64),
+    _P(c_int64),
+    _P(tensor_id),
+)
+_declare(
+    "kiln_network_add_reshape",
+    status_t,
+    c_void_p,
+    c_char_p,
+    tensor_id,
+    c_int,
+    _P(c_int64),
+    _P(tensor_id),
+)
+_declare(
+    "kiln_network_add_transpose",
+    status_t,
+    c_void_p,
+    c_char_p,
+    tensor_id,
+    c_int,
+    _P(c_int64),
+    _P(tensor_id),
+)
+_declare(
+    "kiln_network_add_concat",
+    status_t,
+    c_void_p,
+    c_char_p,
+    c_int,
+    _P(tensor_id),
+    c_int64,
+    _P(tensor_id),
+)
+_declare(
+    "kiln_network_add_softmax", status_t, c_void_p, c_char_p, tensor_id, c_int64, _P(tensor_id)
+)
+_declare(
+    "kiln_network_add_normalization",
+    status_t,
+    c_void_p,
+    c_char_p,
+    tensor_id,
+    tensor_id,
+    tensor_id,
+    tensor_id,
+    tensor_id,
+    c_float,
+    _P(tensor_id),
+)
+_declare(
+    "kiln_network_add_plugin",
+    status_t,
+    c_void_p,
+    c_char_p,
+    c_char_p,
+    c_char_p,
+    c_char_p,
+    c_int,
+    _P(tensor_id),
+    c_int,
+    _P(Field),
+    c_int,
+    _P(tensor_id),
+)
+_declare("kiln_network_set_tensor_name", status_t, c_void_p, tensor_id, c_char_p)
+_declare("kiln_network_mark_output", status_t, c_void_p, tensor_id)
+_declare(
+    "kiln_network_tensor_info", status_t, c_void_p, tensor_id, _P(c_int), _P(c_int), _P(c_int64)
+)
+_declare("kiln_network_num_layers", c_int, c_void_p)
+
+_declare("kiln_build_config_create", status_t, _P(c_void_p))
+_declare("kiln_build_config_destroy", None, c_void_p)
+_declare("kiln_build_config_set_threads", status_t, c_void_p, c_int)
+_declare(
+    "kiln_build_config_add_profile",
+    status_t,
+    c_void_p,
+    c_char_p,
+    c_int,
+    _P(c_int64),
+    _P(c_int64),
+    _P(c_int64),
+)
+_declare("kiln_build_config_prefer_plugin", status_t, c_void_p, c_char_p)
+_declare("kiln_build_config_set_progress", status_t, c_void_p, PROGRESS_FN, c_void_p)
+_declare("kiln_build", status_t, c_void_p, c_void_p, c_void_p, _P(c_void_p), _P(c_size_t))
+_declare("kiln_build_to_file", status_t, c_void_p, c_void_p, c_void_p, c_char_p)
+_declare("kiln_free", None, c_void_p)
+
+_declare("kiln_engine_load_file", status_t, c_char_p, c_void_p, _P(c_void_p))
+_declare("kiln_engine_load_memory", status_t, c_void_p, c_size_t, c_void_p, _P(c_void_p))
+_declare("kiln_engine_destroy", None, c_void_p)
+_declare("kiln_engine_num_inputs", c_int, c_void_p)
+_declare("kiln_engine_num_outputs", c_int, c_void_p)
+_declare("kiln_engine_input_info", status_t, c_void_p, c_int, _P(IoInfo))
+_declare("kiln_engine_output_info", status_t, c_void_p, c_int, _P(IoInfo))
+
+_declare("kiln_context_create", status_t, c_void_p, _P(c_void_p))
+_declare("kiln_context_destroy", None, c_void_p)
+_declare("kiln_context_set_threads", status_t, c_void_p, c_int)
+_declare("kiln_context_set_input_shape", status_t, c_void_p, c_char_p, c_int, _P(c_int64))
+_declare("kiln_context_get_output_shape", status_t, c_void_p, c_char_p, _P(c_int), _P(c_int64))
+_declare("kiln_context_set_input", status_t, c_void_p, c_char_p, c_void_p, c_size_t)
+_declare("kiln_context_set_output", status_t, c_void_p, c_char_p, c_void_p, c_size_t)
+_declare("kiln_context_execute", status_t, c_void_p)
+_declare("kiln_context_get_output", status_t, c_void_p, c_char_p, _P(TensorView))
+
+
+def last_error():
+    msg = lib.kiln_last_error()
+    return msg.decode("utf-8", "replace") if msg else ""
+
+
+def check(status):
+    """Raise KilnError for a failed status, with the library's message."""
+    if status != OK:
+        raise KilnError(status, last_error())
+
+
+def encode(s):
+    if s is None:
+        return None
+    if isinstance(s, bytes):
+        return s
+    return os.fsencode(s) if isinstance(s, os.PathLike) else str(s).encode("utf-8")
+
+
+def int64_array(values):
+    values = [int(v) for v in values]
+    return (c_int64 * max(len(values), 1))(*values)
+
+
+# True once the interpreter is shutting down: destructors then leave C objects alone (the
+# process is ending) rather than call into a half-torn-down interpreter.
+finalizing = [False]
+
+
+def _mark_finalizing():
+    finalizing[0] = True
+
+
+import atexit  # noqa: E402
+
+atexit.register(_mark_finalizing)

@@ -1,0 +1,350 @@
+"""Build plans, load engines, run contexts."""
+
+import ctypes
+import os
+
+import numpy as np
+
+from . import _dtypes
+from . import _lib
+from . import _plan
+from . import registry as _registry
+from ._lib import (
+    ERR_DTYPE,
+    ERR_INVALID_ARGUMENT,
+    ERR_NOT_FOUND,
+    KilnError,
+    check,
+    encode,
+    int64_array,
+    lib,
+)
+from .network import Network
+
+
+def _is_path(x):
+    return isinstance(x, (str, os.PathLike))
+
+
+def _profile(name, spec):
+    """(min, opt, max) tuples from a shape or a (min, opt, max) triple."""
+    spec = list(spec)
+    if len(spec) == 3 and all(isinstance(s, (tuple, list)) for s in spec):
+        mn, op, mx = (tuple(int(d) for d in s) for s in spec)
+    elif all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in spec):
+        mn = op = mx = tuple(int(d) for d in spec)
+    else:
+        raise KilnError(
+            ERR_INVALID_ARGUMENT,
+            f"shapes['{name}']: give a shape (ints) or a (min, opt, max) triple of shapes, "
+            f"got {spec!r}",
+        )
+    if not len(mn) == len(op) == len(mx):
+        raise KilnError(
+            ERR_INVALID_ARGUMENT, f"shapes['{name}']: min, opt and max have different ranks"
+        )
+    return mn, op, mx
+
+
+class _Config:
+    def __init__(self, shapes, threads, prefer_plugins):
+        h = ctypes.c_void_p()
+        check(lib.kiln_build_config_create(ctypes.byref(h)))
+        self.h = h
+        try:
+            if threads is not None:
+                check(lib.kiln_build_config_set_threads(h, int(threads)))
+            for name, spec in dict(shapes or {}).items():
+                mn, op, mx = _profile(name, spec)
+                check(
+                    lib.kiln_build_config_add_profile(
+                        h, encode(name), len(mn), int64_array(mn), int64_array(op), int64_array(mx)
+                    )
+                )
+            if isinstance(prefer_plugins, str):
+                prefer_plugins = [prefer_plugins]
+            for op_type in prefer_plugins or ():
+                check(lib.kiln_build_config_prefer_plugin(h, encode(op_type)))
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self):
+        if self.h:
+            lib.kiln_build_config_destroy(self.h)
+            self.h = None
+
+
+def _model_bytes(model):
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        return bytes(model)
+    if hasattr(model, "SerializeToString"):  # an onnx.ModelProto
+        return model.SerializeToString()
+    return None
+
+
+def build(model, shapes=None, threads=None, plugins=None, prefer_plugins=None):
+    """Build a plan and return it as bytes.
+
+    model: a path to an .onnx file, the bytes of an ONNX model (or an onnx.ModelProto), or a
+    kiln.Network. shapes: {input: shape} or {input: (min, opt, max)} for inputs with dynamic
+    dims. threads: default threads of the engine's contexts. plugins: a kiln.Registry, or
+    library paths / kiln.Plugin subclasses added to the default registry. prefer_plugins: op
+    types a plugin of the same name may replace."""
+    if isinstance(model, Network):
+        if plugins is not None and not isinstance(plugins, _registry.Registry):
+            model.registry.add(plugins)
+        return _build_network(model._b, model._h, shapes, threads, prefer_plugins)
+    reg = _registry.resolve(plugins)
+    b = ctypes.c_void_p()
+    check(lib.kiln_builder_create(ctypes.byref(b)))
+    net = ctypes.c_void_p()
+    try:
+        check(lib.kiln_builder_set_registry(b, reg.handle))
+        data = _model_bytes(model)
+        if data is not None:
+            check(lib.kiln_network_from_onnx_memory(b, data, len(data), ctypes.byref(net)))
+        elif _is_path(model):
+            check(lib.kiln_network_from_onnx_file(b, encode(os.fspath(model)), ctypes.byref(net)))
+        else:
+            raise KilnError(
+                ERR_INVALID_ARGUMENT,
+                f"build: model must be a path, ONNX bytes or a kiln.Network, got "
+                f"{type(model).__name__}",
+            )
+        return _build_network(b, net, shapes, threads, prefer_plugins)
+    finally:
+        if net:
+            lib.kiln_network_destroy(net)
+        lib.kiln_builder_destroy(b)
+
+
+def _build_network(builder, net, shapes, threads, prefer_plugins):
+    cfg = _Config(shapes, threads, prefer_plugins)
+    data, size = ctypes.c_void_p(), ctypes.c_size_t()
+    try:
+        check(lib.kiln_build(builder, net, cfg.h, ctypes.byref(data), ctypes.byref(size)))
+        try:
+            return ctypes.string_at(data, size.value)
+        finally:
+            lib.kiln_free(data)
+    finally:
+        cfg.close()
+
+
+def plan_layers(plan):
+    """[(name, op_type, domain)] of a plan's live layers (plan: bytes or a path)."""
+    if _is_path(plan):
+        with open(plan, "rb") as f:
+            plan = f.read()
+    return _plan.layers(plan)
+
+
+class IOInfo:
+    """An engine input or output. shape: ints for fixed dims, the dim's symbol (str) for
+    dynamic ones; min_shape/opt_shape/max_shape: the profile bounds (inputs)."""
+
+    def __init__(self, info, is_input):
+        self.name = info.name.decode("utf-8")
+        self.kiln_dtype = int(info.dtype)
+        self.dtype = _dtypes.to_numpy(info.dtype) if info.dtype != 8 else None
+        r = info.rank
+        syms = [info.symbols[d] for d in range(r)]
+        self.shape = tuple(
+            syms[d].decode("utf-8") if syms[d] else int(info.dims[d]) for d in range(r)
+        )
+        self.is_input = is_input
+        self.min_shape = tuple(int(info.min[d]) for d in range(r))
+        self.opt_shape = tuple(int(info.opt[d]) for d in range(r))
+        self.max_shape = tuple(int(info.max[d]) for d in range(r))
+
+    @property
+    def rank(self):
+        return len(self.shape)
+
+    @property
+    def dynamic(self):
+        return any(isinstance(d, str) for d in self.shape)
+
+    def __repr__(self):
+        dt = self.dtype.name if self.dtype is not None else _dtypes.name(self.kiln_dtype)
+        s = f"IOInfo({self.name!r}, {dt}, {self.shape}"
+        if self.is_input and self.dynamic:
+            s += f", min={self.min_shape}, opt={self.opt_shape}, max={self.max_shape}"
+        return s + ")"
+
+
+class Engine:
+    """A loaded plan. plan: a path (mapped) or bytes (copied). plugins: as for kiln.build; the
+    registry is kept alive with the engine."""
+
+    def __init__(self, plan, plugins=None):
+        self.registry = _registry.resolve(plugins)
+        h = ctypes.c_void_p()
+        if isinstance(plan, (bytes, bytearray, memoryview)):
+            buf = bytes(plan)
+            check(lib.kiln_engine_load_memory(buf, len(buf), self.registry.handle, ctypes.byref(h)))
+        elif _is_path(plan):
+            check(
+                lib.kiln_engine_load_file(
+                    encode(os.fspath(plan)), self.registry.handle, ctypes.byref(h)
+                )
+            )
+        else:
+            raise KilnError(
+                ERR_INVALID_ARGUMENT,
+                f"Engine: plan must be a path or bytes, got {type(plan).__name__}",
+            )
+        self._h = h
+        info = _lib.IoInfo()
+        self.inputs = []
+        for i in range(lib.kiln_engine_num_inputs(h)):
+            check(lib.kiln_engine_input_info(h, i, ctypes.byref(info)))
+            self.inputs.append(IOInfo(info, True))
+        self.outputs = []
+        for i in range(lib.kiln_engine_num_outputs(h)):
+            check(lib.kiln_engine_output_info(h, i, ctypes.byref(info)))
+            self.outputs.append(IOInfo(info, False))
+        self._inputs = {i.name: i for i in self.inputs}
+
+    @property
+    def handle(self):
+        return self._h
+
+    def context(self, threads=None):
+        return Context(self, threads)
+
+    def run(self, feeds):
+        """Run once on a fresh context."""
+        return self.context().run(feeds)
+
+    def __del__(self):
+        if getattr(self, "_h", None) and not _lib.finalizing[0]:
+            lib.kiln_engine_destroy(self._h)
+            self._h = None
+
+
+def _as_input(info, value):
+    """value as a C-contiguous array of the input's dtype (converting only same-kind values,
+    e.g. float64 -> float32 or int32 -> int64; float -> int is refused)."""
+    want = info.dtype
+    if want is None:
+        raise KilnError(ERR_DTYPE, f"input '{info.name}' has a dtype Python cannot feed")
+    if isinstance(value, np.ndarray):
+        if value.dtype != want:
+            if not np.can_cast(value.dtype, want, casting="same_kind"):
+                raise KilnError(
+                    ERR_DTYPE,
+                    f"input '{info.name}' is {want.name}; got an array of {value.dtype.name}, "
+                    f"which does not convert safely (convert it with .astype(np.{want.name}))",
+                )
+            value = value.astype(want)
+        return np.ascontiguousarray(value)
+    try:
+        arr = np.asarray(value)
+    except Exception as e:
+        raise KilnError(ERR_DTYPE, f"input '{info.name}': {e}") from None
+    return _as_input(info, arr)
+
+
+class Context:
+    """Mutable execution state for one thread."""
+
+    def __init__(self, engine, threads=None):
+        self.engine = engine
+        h = ctypes.c_void_p()
+        check(lib.kiln_context_create(engine.handle, ctypes.byref(h)))
+        self._h = h
+        if threads is not None:
+            check(lib.kiln_context_set_threads(h, int(threads)))
+
+    def set_threads(self, threads):
+        check(lib.kiln_context_set_threads(self._h, int(threads)))
+
+    def set_input_shape(self, name, shape):
+        shape = tuple(int(d) for d in shape)
+        check(
+            lib.kiln_context_set_input_shape(self._h, encode(name), len(shape), int64_array(shape))
+        )
+
+    def output_shape(self, name):
+        """An output's shape for the input shapes set (before execute)."""
+        rank = ctypes.c_int()
+        dims = (ctypes.c_int64 * _lib.MAX_RANK)()
+        check(lib.kiln_context_get_output_shape(self._h, encode(name), ctypes.byref(rank), dims))
+        return tuple(dims[i] for i in range(rank.value))
+
+    def run(self, feeds):
+        """Run on {input name: array}; returns {output name: array} (copies).
+
+        Inputs are bound zero-copy when they are C-contiguous arrays of the input's dtype;
+        other arrays of a compatible dtype are converted first."""
+        if not isinstance(feeds, dict):
+            raise KilnError(ERR_INVALID_ARGUMENT, "run: feeds must be a dict {name: array}")
+        keep = []
+        for name, value in feeds.items():
+            info = self.engine._inputs.get(name)
+            if info is None:
+                have = ", ".join(self.engine._inputs) or "none"
+                raise KilnError(ERR_NOT_FOUND, f"no input named '{name}' (the model has: {have})")
+            arr = _as_input(info, value)
+            keep.append(arr)
+            nb = encode(name)
+            self.set_input_shape(name, arr.shape)
+            check(
+                lib.kiln_context_set_input(
+                    self._h, nb, arr.ctypes.data_as(ctypes.c_void_p), arr.nbytes
+                )
+            )
+        missing = [n for n in self.engine._inputs if n not in feeds]
+        if missing:
+            raise KilnError(
+                ERR_INVALID_ARGUMENT, f"run: no value given for input(s) {', '.join(missing)}"
+            )
+        check(lib.kiln_context_execute(self._h))
+        del keep
+        return {o.name: self._output(o.name) for o in self.engine.outputs}
+
+    def _output(self, name):
+        view = _lib.TensorView()
+        check(lib.kiln_context_get_output(self._h, encode(name), ctypes.byref(view)))
+        dt = _dtypes.to_numpy(view.dtype)
+        shape = tuple(view.dims[d] for d in range(view.rank))
+        out = np.empty(shape, dtype=dt)
+        if out.nbytes:
+            if view.size < out.nbytes:
+                raise KilnError(_lib.ERR_INTERNAL, f"output '{name}' is smaller than its shape")
+            ctypes.memmove(out.ctypes.data, view.data, out.nbytes)
+        return out
+
+    def __del__(self):
+        if getattr(self, "_h", None) and not _lib.finalizing[0]:
+            lib.kiln_context_destroy(self._h)
+            self._h = None
+
+
+def run(model_or_plan, feeds, plugins=None, shapes=None, threads=None):
+    """Run a model once: an ONNX path/bytes or a kiln.Network is built in memory first (with
+    the feeds' shapes as the profile unless shapes is given); a plan path/bytes is loaded."""
+    plan = model_or_plan
+    if isinstance(model_or_plan, Network):
+        is_model = True
+    elif isinstance(model_or_plan, (bytes, bytearray, memoryview)):
+        is_model = not _plan.is_plan(model_or_plan)
+    elif hasattr(model_or_plan, "SerializeToString"):
+        is_model = True
+    elif _is_path(model_or_plan):
+        with open(model_or_plan, "rb") as f:
+            is_model = not _plan.is_plan(f.read(8))
+    else:
+        raise KilnError(
+            ERR_INVALID_ARGUMENT,
+            f"run: expected a model or plan (path, bytes or kiln.Network), got "
+            f"{type(model_or_plan).__name__}",
+        )
+    if is_model:
+        if shapes is None:
+            shapes = {n: np.shape(v) for n, v in feeds.items()}
+        plan = build(model_or_plan, shapes=shapes, threads=threads, plugins=plugins)
+    engine = Engine(plan, plugins=plugins)
+    return engine.context().run(feeds)

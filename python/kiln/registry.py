@@ -1,0 +1,154 @@
+"""Plugin registries: kiln.Registry, the module's default registry, plugin libraries."""
+
+import ctypes
+import os
+import threading
+
+from . import _lib
+from . import plugin as _plugin
+from ._lib import KilnError, check, encode, lib
+
+
+class Registry:
+    """A set of plugin creators (from shared libraries, C or Python). Engines keep a reference
+    to the registry they were loaded with, so it outlives them."""
+
+    def __init__(self, load_env=False):
+        h = ctypes.c_void_p()
+        check(lib.kiln_registry_create(ctypes.byref(h)))
+        self._h = h
+        self._python = {}  # (name, version, namespace) -> Plugin subclass
+        if load_env:
+            self.load_env()
+
+    @property
+    def handle(self):
+        return self._h
+
+    def load_library(self, path):
+        """dlopen a plugin library and register its creators (a library already loaded by this
+        registry is skipped)."""
+        check(lib.kiln_registry_load_library(self._h, encode(os.fspath(path))))
+        return self
+
+    def load_env(self):
+        """Load every library named by KILN_PLUGIN_PATH."""
+        check(lib.kiln_registry_load_env(self._h))
+        return self
+
+    def register(self, cls):
+        """Register a kiln.Plugin subclass. Returns cls (so it also works as a decorator)."""
+        creator = _plugin.make_creator(cls)
+        check(lib.kiln_registry_register(self._h, ctypes.byref(creator)))
+        key = (cls.name, str(cls.version or ""), str(cls.namespace or ""))
+        self._python[key] = cls
+        return cls
+
+    def has(self, name, version=None, namespace=None):
+        for n, v, ns in self.plugins():
+            if n == name and version in (None, v) and namespace in (None, ns):
+                return True
+        return False
+
+    def has_class(self, cls):
+        key = (cls.name, str(cls.version or ""), str(cls.namespace or ""))
+        return self._python.get(key) is cls
+
+    def python_plugin(self, name, version=None, namespace=None):
+        """The Plugin subclass registered under this identity, or None (C plugins)."""
+        for (n, v, ns), cls in self._python.items():
+            if n == name and version in (None, v) and namespace in (None, ns):
+                return cls
+        return None
+
+    def deregister(self, name, version=None, namespace=None):
+        if isinstance(name, type) and issubclass(name, _plugin.Plugin):
+            cls = name
+            name, version, namespace = cls.name, str(cls.version or ""), str(cls.namespace or "")
+        check(
+            lib.kiln_registry_deregister(
+                self._h, encode(name), encode(version), encode(namespace)
+            )
+        )
+        for key in [k for k in self._python if k[0] == name]:
+            if version in (None, key[1]) and namespace in (None, key[2]):
+                del self._python[key]
+
+    def plugins(self):
+        """[(name, version, namespace)] of every registered creator."""
+        out = []
+        for i in range(lib.kiln_registry_count(self._h)):
+            n, v, ns = ctypes.c_char_p(), ctypes.c_char_p(), ctypes.c_char_p()
+            check(
+                lib.kiln_registry_get(
+                    self._h, i, ctypes.byref(n), ctypes.byref(v), ctypes.byref(ns)
+                )
+            )
+            out.append(tuple(x.value.decode("utf-8") for x in (n, v, ns)))
+        return out
+
+    def __len__(self):
+        return lib.kiln_registry_count(self._h)
+
+    def __repr__(self):
+        return f"kiln.Registry({self.plugins()!r})"
+
+    def add(self, plugins):
+        """Add library paths and Plugin subclasses (a single one or a list); what this registry
+        already holds is skipped."""
+        if plugins is None:
+            return self
+        if isinstance(plugins, (str, bytes, os.PathLike)) or isinstance(plugins, type):
+            plugins = [plugins]
+        for p in plugins:
+            if isinstance(p, type):
+                if not self.has_class(p):
+                    self.register(p)
+            elif isinstance(p, (str, bytes, os.PathLike)):
+                self.load_library(p)
+            else:
+                raise KilnError(
+                    _lib.ERR_INVALID_ARGUMENT,
+                    f"plugins: {p!r} is neither a library path nor a kiln.Plugin subclass",
+                )
+        return self
+
+    def __del__(self):
+        h = getattr(self, "_h", None)
+        if h and not _lib.finalizing[0]:
+            lib.kiln_registry_destroy(h)
+            self._h = None
+
+
+_default = None
+_default_lock = threading.Lock()
+
+
+def default_registry():
+    """The module's registry: loads KILN_PLUGIN_PATH on first use; kiln.register_plugin and
+    kiln.load_plugin_library add to it, and build/Engine/run use it unless given another."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            r = Registry()
+            _default = r
+            r.load_env()
+        return _default
+
+
+def load_plugin_library(path):
+    """Load a plugin library into the default registry."""
+    default_registry().load_library(path)
+
+
+def register_plugin(cls):
+    """Register a kiln.Plugin subclass in the default registry (usable as a decorator)."""
+    return default_registry().register(cls)
+
+
+def resolve(plugins):
+    """The registry to use for a `plugins=` argument: a Registry as is; otherwise the default
+    registry with the given library paths / Plugin subclasses added."""
+    if isinstance(plugins, Registry):
+        return plugins
+    return default_registry().add(plugins)
