@@ -42,6 +42,7 @@ int main(int argc, char **argv) {
         return cmd_inspect(argc - 1, argv + 1);
     if (strcmp(cmd, "plugin-check") == 0)
         return cmd_plugin_check(argc - 1, argv + 1);
-    return cli_fail("unknown command '%s' (commands: build, run, bench, inspect; see kiln --help)",
+    return cli_fail("unknown command '%s' (commands: build, run, bench, inspect, plugin-check; see "
+                    "kiln --help)",
                     cmd);
 }
