@@ -36,5 +36,11 @@ kiln_status kn_extra_scalar_i64(const kn_infer_ctx *c, int i, const char *name, 
 const kn_op_schema kn_ops_extra[] = {
     {"", "Attention", 23, 0, kn_infer_attention},
     {"", "RotaryEmbedding", 23, 0, kn_infer_rotary_embedding},
+    {"", "HannWindow", 17, 0, kn_infer_window},
+    {"", "HammingWindow", 17, 0, kn_infer_window},
+    {"", "BlackmanWindow", 17, 0, kn_infer_window},
+    {"", "DFT", 17, 0, kn_infer_dft},
+    {"", "STFT", 17, 0, kn_infer_stft},
+    {"", "MelWeightMatrix", 17, 0, kn_infer_mel_weight_matrix},
     {0},
 };

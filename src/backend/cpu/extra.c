@@ -57,5 +57,11 @@ bool cpu_extra_has_out(const kn_kernel_ctx *k, int i) {
 const kn_kernel kn_cpu_extra[] = {
     {"", "Attention", cpu_extra_attention, NULL, NULL},
     {"", "RotaryEmbedding", cpu_extra_rotary, NULL, NULL},
+    {"", "HannWindow", cpu_extra_window, NULL, NULL},
+    {"", "HammingWindow", cpu_extra_window, NULL, NULL},
+    {"", "BlackmanWindow", cpu_extra_window, NULL, NULL},
+    {"", "DFT", cpu_extra_dft, NULL, NULL},
+    {"", "STFT", cpu_extra_stft, NULL, NULL},
+    {"", "MelWeightMatrix", cpu_extra_mel, NULL, NULL},
     {0},
 };
