@@ -1,8 +1,7 @@
 /* Depthwise convolution: each channel convolved with its own kernel, channels in parallel.
- * Output columns whose taps all fall inside the input (the interior) go to the AVX-512 row
- * kernel when the machine has it; the few border columns take a bounds-checked scalar loop.
- * Without AVX-512, a row is built from kh*kw scaled input rows (contiguous for stride 1, so the
- * loop vectorizes) and the epilogue runs on the row while it is in L1. */
+ * Rows go to the AVX-512 row kernel when the machine has it. Without AVX-512, a row is built from
+ * kh*kw scaled input rows (contiguous for stride 1, so the loop vectorizes) and the epilogue runs
+ * on the row while it is in L1. */
 #include "backend/cpu/nn_internal.h"
 
 #include "core/alloc.h"
@@ -17,7 +16,6 @@ typedef struct dw_job {
     const kn_epilogue *ep;
     float *y;
     const int64_t *lo, *hi; /* per kernel column: output columns whose tap is inside */
-    int64_t left, right;    /* interior columns [left, right) */
     bool avx512;
 } dw_job;
 
@@ -34,27 +32,6 @@ KN_CLONES static void axpy_s2(float *y, const float *x, float a, int64_t n) {
 static void axpy_strided(float *y, const float *x, int64_t s, float a, int64_t n) {
     for (int64_t i = 0; i < n; i++)
         y[i] += a * x[i * s];
-}
-
-/* Columns [a, b) with every tap bounds-checked, epilogue included. */
-static void border(const kn_dw_row *r, int64_t a, int64_t b) {
-    const kn_conv2d *c = r->c;
-    for (int64_t ow = a; ow < b; ow++) {
-        float acc = r->bias;
-        for (int64_t ky = r->ky0; ky < r->ky1; ky++) {
-            const float *xr = r->x + (r->oh * c->sh - c->ph + ky * c->dh) * c->w;
-            for (int64_t kx = 0; kx < c->kw; kx++) {
-                int64_t iw = ow * c->sw - c->pw + kx * c->dw;
-                if (iw >= 0 && iw < c->w)
-                    acc += r->w[ky * c->kw + kx] * xr[iw];
-            }
-        }
-        if (r->res != NULL)
-            acc += r->res[ow];
-        if (r->clamp)
-            acc = fminf(fmaxf(acc, r->lo), r->hi);
-        r->y[ow] = acc;
-    }
 }
 
 static void portable_row(const dw_job *j, const kn_dw_row *r) {
@@ -93,6 +70,8 @@ static void dw_plane(const dw_job *j, int64_t plane) {
     kn_dw_row r = {.c = c,
                    .x = j->x + plane * c->h * c->w,
                    .w = j->w + ch * c->kh * c->kw,
+                   .lo = j->lo,
+                   .hi = j->hi,
                    .bias = ep->bias != NULL ? ep->bias[ch] : 0.0f};
     bool clamp = ep->act == KN_ACT_RELU || ep->act == KN_ACT_CLIP;
     for (int64_t oh = 0; oh < c->oh; oh++) {
@@ -111,11 +90,9 @@ static void dw_plane(const dw_job *j, int64_t plane) {
             continue;
         }
         r.clamp = clamp;
-        r.lo = ep->act == KN_ACT_RELU ? 0.0f : ep->alpha;
-        r.hi = ep->act == KN_ACT_RELU ? INFINITY : ep->beta;
-        border(&r, 0, j->left);
-        kn_cpu_dw_row_avx512(&r, j->left, j->right);
-        border(&r, j->right, c->ow);
+        r.lo_clamp = ep->act == KN_ACT_RELU ? 0.0f : ep->alpha;
+        r.hi_clamp = ep->act == KN_ACT_RELU ? INFINITY : ep->beta;
+        kn_cpu_dw_row_avx512(&r);
         if (ep->act != KN_ACT_NONE && !clamp)
             kn_act_apply(ep->act, ep->alpha, ep->beta, r.y, c->ow);
     }
@@ -144,8 +121,6 @@ kiln_status kn_cpu_conv_depthwise(kn_threadpool *pool, const kn_conv_geom *g, co
                 .y = y,
                 .lo = bounds,
                 .hi = bounds + c.kw,
-                .left = 0,
-                .right = c.ow,
                 .avx512 = strcmp(kn_gemm_isa(), "avx512") == 0};
     for (int64_t kx = 0; kx < c.kw; kx++) {
         int64_t iw0 = kx * c.dw - c.pw;
@@ -154,11 +129,7 @@ kiln_status kn_cpu_conv_depthwise(kn_threadpool *pool, const kn_conv_geom *g, co
         hi = hi < c.ow ? hi : c.ow;
         bounds[kx] = lo;
         bounds[c.kw + kx] = hi;
-        j.left = lo > j.left ? lo : j.left;
-        j.right = hi < j.right ? hi : j.right;
     }
-    j.left = j.left < c.ow ? j.left : c.ow;
-    j.right = j.right > j.left ? j.right : j.left;
     kn_parallel_for(pool, g->n * g->c_in, 1, dw_range, &j);
     if (bounds != small)
         kn_free(bounds);

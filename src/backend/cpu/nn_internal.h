@@ -46,17 +46,18 @@ typedef struct kn_dw_row {
     const float *x; /* the channel's input plane */
     const float *w; /* the channel's kh x kw weights */
     int64_t oh;
-    int64_t ky0, ky1; /* kernel rows that land inside the input */
+    int64_t ky0, ky1;       /* kernel rows that land inside the input */
+    const int64_t *lo, *hi; /* per kernel column: output columns whose tap is inside */
     float bias;
     const float *res; /* residual row, or NULL */
     int clamp;
-    float lo, hi;
+    float lo_clamp, hi_clamp;
     float *y; /* output row */
 } kn_dw_row;
 
-/* Columns [ow0, ow1) of the row, all of whose taps are inside the input. Only called when the
- * GEMM runs its AVX-512 kernel (kn_gemm_isa()), so the machine has AVX-512. */
-void kn_cpu_dw_row_avx512(const kn_dw_row *r, int64_t ow0, int64_t ow1);
+/* The whole output row, epilogue included. Only called when the GEMM runs its AVX-512 kernel
+ * (kn_gemm_isa()), so the machine has AVX-512. */
+void kn_cpu_dw_row_avx512(const kn_dw_row *r);
 
 /* Depthwise (group == C_in == C_out) 1-D/2-D convolution without GEMM. */
 kiln_status kn_cpu_conv_depthwise(kn_threadpool *pool, const kn_conv_geom *g, const float *x,
