@@ -315,8 +315,23 @@ def table(rows):
     return "\n".join(lines)
 
 
-def write_doc(path, rows, info, args, kiln_version, sources):
-    today = datetime.date.today().isoformat()
+SOURCE_TEXT = {"torch": "exported from PyTorch with seeded random weights",
+               "onnx.helper": "built with onnx.helper with seeded random weights"}
+
+
+def git_commit():
+    try:
+        out = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
+                             capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def write_doc(path, run):
+    rows, info, kiln_version, sources = run["rows"], run["machine"], run["kiln"], run["sources"]
+    args = argparse.Namespace(**run["protocol"])
+    today, commit = run["date"], run["commit"]
     text = f"""# Benchmarks: kiln against onnxruntime (CPU)
 
 Measured {today} by `python3 bench/bench.py` on one machine, both engines taking turns in one
@@ -330,16 +345,17 @@ magnitude.
 
 {table(rows)}
 
-Models: {"; ".join(f"{FULL_MODELS.get(k, k)} — {v}" for k, v in sources.items())}.
+Models: {"; ".join(f"{FULL_MODELS.get(k, k)}, {SOURCE_TEXT.get(v, v)}" for k, v in sources.items())}.
 
 ## Machine
 
 - CPU: {info.get('cpu', '?')} ({info.get('cpus', '?')} logical CPUs; {info.get('isa', '')})
 - OS: {info['platform']}
-- kiln {kiln_version}, onnxruntime {info['onnxruntime']}, onnx {info['onnx']}, Python {info['python']}
+- kiln {kiln_version} (commit {commit}), onnxruntime {info['onnxruntime']}, onnx {info['onnx']}, Python {info['python']}
+{run.get("note") and "- " + run["note"] or ""}
 
-Other processes shared the machine while this ran; figures from a busy machine are noisy, the
-ratios less so because the engines alternate.
+On a machine shared with other work the figures are noisy; the ratios less so, because the
+engines alternate.
 
 Reproduce: `python3 bench/bench.py` (models are cached under bench/models/, not committed;
 `--rounds`, `--iterations` and `--threads` change the protocol).
@@ -366,8 +382,15 @@ def main():
     ap.add_argument("--out", default=None,
                     help="markdown file to write (default docs/benchmarks.md; none in --quick)")
     ap.add_argument("--json-out", help="also write the rows as JSON")
+    ap.add_argument("--note", default="", help="a line about the machine for the document")
+    ap.add_argument("--from-json", help="only render --out (or docs/benchmarks.md) from a run "
+                    "saved with --json-out, e.g. on another machine")
     args = ap.parse_args()
 
+    if args.from_json:
+        with open(args.from_json) as f:
+            write_doc(args.out or DOC, json.load(f))
+        return 0
     quick = args.quick
     args.rounds = args.rounds or (2 if quick else 5)
     args.iterations = args.iterations or (10 if quick else 20)
@@ -407,12 +430,16 @@ def main():
         shutil.rmtree(work, ignore_errors=True)
 
     print(table(rows))
+    run = {"date": datetime.date.today().isoformat(), "commit": git_commit(),
+           "kiln": kiln_version, "machine": machine(), "sources": sources, "rows": rows,
+           "note": args.note, "protocol": {"rounds": args.rounds, "iterations": args.iterations,
+                        "warmup": args.warmup}}
     if args.json_out:
         with open(args.json_out, "w") as f:
-            json.dump({"machine": machine(), "rows": rows}, f, indent=1)
+            json.dump(run, f, indent=1)
     out = args.out if args.out else (None if quick or args.model else DOC)
     if out:
-        write_doc(out, rows, machine(), args, kiln_version, sources)
+        write_doc(out, run)
         log(f"wrote {os.path.relpath(out)}")
     return 0 if rows else 1
 
