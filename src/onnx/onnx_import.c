@@ -444,8 +444,16 @@ kiln_status kn_onnx_import(const void *data, size_t size, const char *base_dir, 
     *out = NULL;
     if (size == 0)
         return kn_error(KILN_ERR_MODEL, "the model is empty (0 bytes)");
-    Onnx__ModelProto *m =
-        onnx__model_proto__unpack(&kn_onnx_pb_allocator, size, (const uint8_t *)data);
+    if (!kn_onnx_nesting_ok(data, size, &onnx__model_proto__descriptor, KN_ONNX_MAX_NESTING))
+        return kn_error(KILN_ERR_MODEL,
+                        "not a usable ONNX model: messages nest more than %d levels deep",
+                        KN_ONNX_MAX_NESTING);
+    bool pb_oom = false;
+    ProtobufCAllocator pb = kn_onnx_pb_allocator;
+    pb.allocator_data = &pb_oom;
+    Onnx__ModelProto *m = onnx__model_proto__unpack(&pb, size, (const uint8_t *)data);
+    if (m == NULL && pb_oom)
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory while parsing the model");
     if (m == NULL)
         return kn_error(KILN_ERR_MODEL,
                         "not a valid ONNX model: protobuf parsing failed (truncated or corrupt "

@@ -7,6 +7,8 @@
 #include "ir/graph.h"
 #include "onnx/onnx.pb-c.h"
 
+#include <stdbool.h>
+
 /* Routes protobuf-c's allocations through kn_malloc/kn_free. */
 extern ProtobufCAllocator kn_onnx_pb_allocator;
 
@@ -16,6 +18,13 @@ extern ProtobufCAllocator kn_onnx_pb_allocator;
  * segments and dtypes kiln lacks. */
 kiln_status kn_onnx_tensor_convert(const Onnx__TensorProto *tp, const char *base_dir,
                                    const char *what, kn_tensor *t);
+
+/* Messages nested deeper than this are refused before unpacking (see nesting.c). */
+#define KN_ONNX_MAX_NESTING 64
+
+/* False if messages in data (a serialized message of type d) nest deeper than limit. */
+bool kn_onnx_nesting_ok(const void *data, size_t size, const ProtobufCMessageDescriptor *d,
+                        int limit);
 
 /* Rewrite the current error message with control bytes (from names in the file) replaced by
  * '?', so it stays one printable line. Returns rc. */

@@ -831,6 +831,35 @@ static void test_garbage(void **state) {
     m->graph = NULL;
     assert_error(import(m, NULL, &g), KILN_ERR_MODEL, "no graph", NULL);
     arena_free();
+    /* Subgraphs nested a hundred thousand deep (graph.node.attribute.g ...): refused before
+     * the recursive unpacker can overflow the stack. */
+    size_t cap = 8 << 20, len = 0;
+    uint8_t *deep = malloc(cap), *tmp = malloc(cap);
+    /* From the outside in: ModelProto.graph, then GraphProto.node, NodeProto.attribute,
+     * AttributeProto.g, repeating; built from the inside out. */
+    const int fields[3] = {1, 5, 6};
+    const int levels = 300000;
+    for (int level = 0; level < levels; level++) {
+        int k = levels - 1 - level;
+        int num = k == 0 ? 7 : fields[(k - 1) % 3];
+        size_t h = 0;
+        tmp[h++] = (uint8_t)(num << 3 | 2);
+        for (size_t v = len;; v >>= 7) {
+            tmp[h++] = (uint8_t)((v & 0x7f) | (v >= 0x80 ? 0x80 : 0));
+            if (v < 0x80)
+                break;
+        }
+        assert_true(h + len <= cap);
+        memcpy(tmp + h, deep, len);
+        len += h;
+        uint8_t *swap = deep;
+        deep = tmp;
+        tmp = swap;
+    }
+    assert_error(kn_onnx_import(deep, len, NULL, &g), KILN_ERR_MODEL, "nest", NULL);
+    free(deep);
+    free(tmp);
+
     char path[300];
     snprintf(path, sizeof path, "%s/tests/unit/data/does_not_exist.onnx", KILN_SOURCE_DIR);
     assert_error(kn_onnx_import_file(path, &g), KILN_ERR_IO, "does_not_exist", NULL);
