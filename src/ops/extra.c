@@ -33,6 +33,37 @@ kiln_status kn_extra_scalar_i64(const kn_infer_ctx *c, int i, const char *name, 
     return KILN_OK;
 }
 
+kiln_status kn_infer_affine_grid(kn_infer_ctx *c) {
+    KN_TRY(kn_extra_need(c, 2, 2, 1));
+    const kn_tensor *theta = &c->in[0], *size = &c->in[1];
+    if (!kn_extra_is_float(theta->dtype))
+        return kn_error(KILN_ERR_DTYPE, "input theta must be a float tensor, got %s",
+                        kn_dtype_name(theta->dtype));
+    if (size->dtype != KILN_DTYPE_INT64 || size->shape.rank != 1 ||
+        (size->shape.d[0] != 4 && size->shape.d[0] != 5))
+        return kn_error(KILN_ERR_SHAPE, "input size must be int64 [4] or [5]");
+    int nd = (int)size->shape.d[0] - 2;
+    if (theta->shape.rank != 3 || theta->shape.d[1] != nd || theta->shape.d[2] != nd + 1)
+        return kn_error(KILN_ERR_SHAPE, "input theta must be [N, %d, %d]", nd, nd + 1);
+    if (size->data == NULL)
+        return KN_NEED_DATA;
+    const int64_t *sz = size->data;
+    if (sz[0] != theta->shape.d[0])
+        return kn_error(KILN_ERR_SHAPE, "size[0] (%lld) must equal theta's batch (%lld)",
+                        (long long)sz[0], (long long)theta->shape.d[0]);
+    kn_shape out = {.rank = nd + 2};
+    out.d[0] = sz[0];
+    for (int i = 0; i < nd; i++) {
+        if (sz[2 + i] < 0)
+            return kn_error(KILN_ERR_SHAPE, "size[%d] must be >= 0", 2 + i);
+        out.d[1 + i] = sz[2 + i];
+    }
+    out.d[nd + 1] = nd;
+    c->out[0].dtype = theta->dtype;
+    c->out[0].shape = out;
+    return KILN_OK;
+}
+
 const kn_op_schema kn_ops_extra[] = {
     {"", "Attention", 23, 0, kn_infer_attention},
     {"", "RotaryEmbedding", 23, 0, kn_infer_rotary_embedding},
@@ -42,5 +73,10 @@ const kn_op_schema kn_ops_extra[] = {
     {"", "DFT", 17, 0, kn_infer_dft},
     {"", "STFT", 17, 0, kn_infer_stft},
     {"", "MelWeightMatrix", 17, 0, kn_infer_mel_weight_matrix},
+    {"", "QLinearMatMul", 10, 0, kn_infer_qlinear_matmul},
+    {"", "ConvInteger", 10, 0, kn_infer_conv_integer},
+    {"", "QLinearConv", 10, 0, kn_infer_qlinear_conv},
+    {"", "DeformConv", 19, 0, kn_infer_deform_conv},
+    {"", "AffineGrid", 20, 0, kn_infer_affine_grid},
     {0},
 };

@@ -63,5 +63,10 @@ const kn_kernel kn_cpu_extra[] = {
     {"", "DFT", cpu_extra_dft, NULL, NULL},
     {"", "STFT", cpu_extra_stft, NULL, NULL},
     {"", "MelWeightMatrix", cpu_extra_mel, NULL, NULL},
+    {"", "QLinearMatMul", cpu_extra_qlinear_matmul, NULL, NULL},
+    {"", "ConvInteger", cpu_extra_conv_integer, NULL, NULL},
+    {"", "QLinearConv", cpu_extra_qlinear_conv, NULL, NULL},
+    {"", "DeformConv", cpu_extra_deform_conv, NULL, NULL},
+    {"", "AffineGrid", cpu_extra_affine_grid, NULL, NULL},
     {0},
 };
