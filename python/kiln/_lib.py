@@ -6,6 +6,7 @@ The library is found through the KILN_LIBRARY environment variable, else at
 
 import ctypes
 import os
+import threading
 from ctypes import (
     CFUNCTYPE,
     POINTER,
@@ -529,3 +530,40 @@ def _mark_finalizing():
 import atexit  # noqa: E402
 
 atexit.register(_mark_finalizing)
+
+
+class Handle:
+    """A C object with a reference count, released by its Python owners' __del__.
+
+    The garbage collector finalizes the objects of a reference cycle in no particular order, so
+    an engine's Python object may be finalized before a context of it. Counting instead makes
+    the C object go only after everything that depends on it: a Handle holds a reference to
+    each handle it depends on (a context to its engine, an engine to its registry) until it is
+    destroyed itself."""
+
+    __slots__ = ("ptr", "_destroy", "_deps", "_refs", "_lock")
+
+    def __init__(self, ptr, destroy, *deps):
+        self.ptr = ptr
+        self._destroy = destroy
+        self._deps = [d for d in deps if d is not None]
+        self._refs = 1
+        self._lock = threading.Lock()
+        for d in self._deps:
+            d.acquire()
+
+    def acquire(self):
+        with self._lock:
+            self._refs += 1
+
+    def release(self):
+        with self._lock:
+            self._refs -= 1
+            last = self._refs == 0
+        if not last or finalizing[0]:
+            return
+        ptr, self.ptr = self.ptr, None
+        if ptr:
+            self._destroy(ptr)
+        for d in self._deps:
+            d.release()

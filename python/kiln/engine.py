@@ -195,6 +195,7 @@ class Engine:
                 ERR_INVALID_ARGUMENT,
                 f"Engine: plan must be a path or bytes, got {type(plan).__name__}",
             )
+        self._hobj = _lib.Handle(h, lib.kiln_engine_destroy, self.registry.handle_ref)
         self._h = h
         info = _lib.IoInfo()
         self.inputs = []
@@ -211,6 +212,10 @@ class Engine:
     def handle(self):
         return self._h
 
+    @property
+    def handle_ref(self):
+        return self._hobj
+
     def context(self, threads=None):
         return Context(self, threads)
 
@@ -219,9 +224,9 @@ class Engine:
         return self.context().run(feeds)
 
     def __del__(self):
-        if getattr(self, "_h", None) and not _lib.finalizing[0]:
-            lib.kiln_engine_destroy(self._h)
-            self._h = None
+        if getattr(self, "_hobj", None) is not None:
+            self._hobj.release()
+            self._hobj = None
 
 
 def _as_input(info, value):
@@ -254,6 +259,7 @@ class Context:
         self.engine = engine
         h = ctypes.c_void_p()
         check(lib.kiln_context_create(engine.handle, ctypes.byref(h)))
+        self._hobj = _lib.Handle(h, lib.kiln_context_destroy, engine.handle_ref)
         self._h = h
         if threads is not None:
             check(lib.kiln_context_set_threads(h, int(threads)))
@@ -318,9 +324,9 @@ class Context:
         return out
 
     def __del__(self):
-        if getattr(self, "_h", None) and not _lib.finalizing[0]:
-            lib.kiln_context_destroy(self._h)
-            self._h = None
+        if getattr(self, "_hobj", None) is not None:
+            self._hobj.release()
+            self._hobj = None
 
 
 def run(model_or_plan, feeds, plugins=None, shapes=None, threads=None):

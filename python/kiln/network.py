@@ -155,11 +155,12 @@ class Network:
         self.registry = _registry.resolve(registry)
         b = ctypes.c_void_p()
         check(lib.kiln_builder_create(ctypes.byref(b)))
+        self._bobj = _lib.Handle(b, lib.kiln_builder_destroy, self.registry.handle_ref)
         self._b = b
-        self._h = None
         check(lib.kiln_builder_set_registry(b, self.registry.handle))
         h = ctypes.c_void_p()
         check(lib.kiln_network_create(b, int(opset), ctypes.byref(h)))
+        self._hobj = _lib.Handle(h, lib.kiln_network_destroy, self._bobj)
         self._h = h
         self.opset = int(opset)
         self.outputs = []
@@ -485,11 +486,7 @@ class Network:
         return build(self, shapes=shapes, threads=threads, prefer_plugins=prefer_plugins)
 
     def __del__(self):
-        if _lib.finalizing[0]:
-            return
-        if getattr(self, "_h", None):
-            lib.kiln_network_destroy(self._h)
-            self._h = None
-        if getattr(self, "_b", None):
-            lib.kiln_builder_destroy(self._b)
-            self._b = None
+        for attr in ("_hobj", "_bobj"):
+            if getattr(self, attr, None) is not None:
+                getattr(self, attr).release()
+                setattr(self, attr, None)

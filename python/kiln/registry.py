@@ -16,6 +16,7 @@ class Registry:
     def __init__(self, load_env=False):
         h = ctypes.c_void_p()
         check(lib.kiln_registry_create(ctypes.byref(h)))
+        self._hobj = _lib.Handle(h, lib.kiln_registry_destroy)
         self._h = h
         self._python = {}  # (name, version, namespace) -> Plugin subclass
         if load_env:
@@ -24,6 +25,11 @@ class Registry:
     @property
     def handle(self):
         return self._h
+
+    @property
+    def handle_ref(self):
+        """The counted handle (engines and builders hold it while they use the registry)."""
+        return self._hobj
 
     def load_library(self, path):
         """dlopen a plugin library and register its creators (a library already loaded by this
@@ -114,10 +120,9 @@ class Registry:
         return self
 
     def __del__(self):
-        h = getattr(self, "_h", None)
-        if h and not _lib.finalizing[0]:
-            lib.kiln_registry_destroy(h)
-            self._h = None
+        if getattr(self, "_hobj", None) is not None:
+            self._hobj.release()
+            self._hobj = None
 
 
 _default = None
