@@ -16,6 +16,12 @@ typedef struct dw_job {
     const kn_epilogue *ep;
     float *y;
     const int64_t *lo, *hi; /* per kernel column: output columns whose tap is inside */
+    int64_t left, right;    /* columns whose taps are all inside */
+    /* With AVX-512 a plane is first copied into a zero-padded buffer so that every tap of every
+     * output is inside it: the row kernel then runs its unmasked path across whole rows. */
+    bool pad;
+    kn_conv2d cp; /* geometry over the padded plane */
+    const int64_t *plo, *phi;
     bool avx512;
 } dw_job;
 
@@ -63,15 +69,30 @@ static void portable_row(const dw_job *j, const kn_dw_row *r) {
         kn_epilogue_apply(&e, r->y, c->ow, 0, 0, 1, c->ow);
 }
 
-static void dw_plane(const dw_job *j, int64_t plane) {
+static void pad_plane(const dw_job *j, const float *x, float *buf) {
+    const kn_conv2d *c = j->c, *p = &j->cp;
+    memset(buf, 0, (size_t)(p->h * p->w) * sizeof(float));
+    for (int64_t i = 0; i < c->h; i++)
+        memcpy(buf + (i + c->ph) * p->w + c->pw, x + i * c->w, (size_t)c->w * sizeof(float));
+}
+
+static void dw_plane(const dw_job *j, int64_t plane, float *buf) {
     const kn_conv2d *c = j->c;
     const kn_epilogue *ep = j->ep;
     int64_t ch = plane % j->channels;
+    const float *x = j->x + plane * c->h * c->w;
+    if (buf != NULL) {
+        pad_plane(j, x, buf);
+        c = &j->cp;
+        x = buf;
+    }
     kn_dw_row r = {.c = c,
-                   .x = j->x + plane * c->h * c->w,
+                   .x = x,
                    .w = j->w + ch * c->kh * c->kw,
-                   .lo = j->lo,
-                   .hi = j->hi,
+                   .lo = buf != NULL ? j->plo : j->lo,
+                   .hi = buf != NULL ? j->phi : j->hi,
+                   .left = buf != NULL ? 0 : j->left,
+                   .right = buf != NULL ? c->ow : j->right,
                    .bias = ep->bias != NULL ? ep->bias[ch] : 0.0f};
     bool clamp = ep->act == KN_ACT_RELU || ep->act == KN_ACT_CLIP;
     for (int64_t oh = 0; oh < c->oh; oh++) {
@@ -99,17 +120,21 @@ static void dw_plane(const dw_job *j, int64_t plane) {
 }
 
 static void dw_range(void *arg, int64_t begin, int64_t end) {
+    const dw_job *j = arg;
+    /* Without the buffer (out of memory) the row kernel's masked border path still works. */
+    float *buf = j->pad ? kn_malloc((size_t)(j->cp.h * j->cp.w) * sizeof(float)) : NULL;
     for (int64_t p = begin; p < end; p++)
-        dw_plane(arg, p);
+        dw_plane(j, p, buf);
+    kn_free(buf);
 }
 
 kiln_status kn_cpu_conv_depthwise(kn_threadpool *pool, const kn_conv_geom *g, const float *x,
                                   const float *w, const kn_epilogue *ep, float *y) {
     kn_conv2d c;
     kn_conv_as_2d(g, &c);
-    int64_t small[2 * 16], *bounds = small;
+    int64_t small[4 * 16], *bounds = small;
     if (c.kw > 16) {
-        bounds = kn_malloc((size_t)(2 * c.kw) * sizeof(int64_t));
+        bounds = kn_malloc((size_t)(4 * c.kw) * sizeof(int64_t));
         if (bounds == NULL)
             return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory in depthwise Conv");
     }
@@ -121,6 +146,8 @@ kiln_status kn_cpu_conv_depthwise(kn_threadpool *pool, const kn_conv_geom *g, co
                 .y = y,
                 .lo = bounds,
                 .hi = bounds + c.kw,
+                .left = 0,
+                .right = c.ow,
                 .avx512 = strcmp(kn_gemm_isa(), "avx512") == 0};
     for (int64_t kx = 0; kx < c.kw; kx++) {
         int64_t iw0 = kx * c.dw - c.pw;
@@ -129,7 +156,25 @@ kiln_status kn_cpu_conv_depthwise(kn_threadpool *pool, const kn_conv_geom *g, co
         hi = hi < c.ow ? hi : c.ow;
         bounds[kx] = lo;
         bounds[c.kw + kx] = hi;
+        bounds[2 * c.kw + kx] = 0;
+        bounds[3 * c.kw + kx] = c.ow;
+        j.left = lo > j.left ? lo : j.left;
+        j.right = hi < j.right ? hi : j.right;
     }
+    j.left = j.left < c.ow ? j.left : c.ow;
+    j.right = j.right > j.left ? j.right : j.left;
+    j.plo = bounds + 2 * c.kw;
+    j.phi = bounds + 3 * c.kw;
+    j.cp = c;
+    j.cp.ph = j.cp.pw = 0;
+    j.cp.h = c.ph + c.h;
+    j.cp.w = c.pw + c.w;
+    int64_t need_h = (c.oh - 1) * c.sh + (c.kh - 1) * c.dh + 1;
+    int64_t need_w = (c.ow - 1) * c.sw + (c.kw - 1) * c.dw + 1;
+    j.cp.h = need_h > j.cp.h ? need_h : j.cp.h;
+    j.cp.w = need_w > j.cp.w ? need_w : j.cp.w;
+    j.pad = j.avx512 && c.sw <= 2 &&
+            (c.ph > 0 || c.pw > 0 || need_h > c.h || need_w > c.w || j.left > 0 || j.right < c.ow);
     kn_parallel_for(pool, g->n * g->c_in, 1, dw_range, &j);
     if (bounds != small)
         kn_free(bounds);

@@ -34,6 +34,98 @@ AVX512 static inline __m512 load_part(const float *first, int64_t sw, int a, int
     return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, rel, first, 4);
 }
 
+AVX512 static inline __m512 epilogue(const kn_dw_row *r, __m512 acc, int64_t ow, __mmask16 m,
+                                     __m512 vlo, __m512 vhi) {
+    if (r->res != NULL)
+        acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, r->res + ow));
+    if (r->clamp)
+        acc = _mm512_min_ps(_mm512_max_ps(acc, vlo), vhi);
+    return acc;
+}
+
+/* Up to 16 columns at ow with per-tap validity; two accumulators halve the FMA chain. */
+AVX512 static void block(const kn_dw_row *r, int64_t ow, __m512i idx2, __m512i idxs, __m512 vlo,
+                         __m512 vhi) {
+    const kn_conv2d *c = r->c;
+    int n = c->ow - ow < 16 ? (int)(c->ow - ow) : 16;
+    __mmask16 m = (__mmask16)((1u << n) - 1);
+    __m512 acc0 = _mm512_set1_ps(r->bias), acc1 = _mm512_setzero_ps();
+    for (int64_t ky = r->ky0; ky < r->ky1; ky++) {
+        const float *xr = r->x + (r->oh * c->sh - c->ph + ky * c->dh) * c->w;
+        const float *wr = r->w + ky * c->kw;
+        for (int64_t kx = 0; kx < c->kw; kx++) {
+            int64_t a = r->lo[kx] - ow, b = r->hi[kx] - ow;
+            a = a > 0 ? a : 0;
+            b = b < n ? b : n;
+            if (b <= a)
+                continue;
+            const float *first = xr + (ow + a) * c->sw - c->pw + kx * c->dw;
+            __m512 v = a == 0 && b == n ? load_full(first, c->sw, n, idx2, idxs)
+                                        : load_part(first, c->sw, (int)a, (int)b, idxs);
+            acc1 = _mm512_fmadd_ps(_mm512_set1_ps(wr[kx]), v, acc1);
+            __m512 t = acc0;
+            acc0 = acc1;
+            acc1 = t;
+        }
+    }
+    __m512 acc = epilogue(r, _mm512_add_ps(acc0, acc1), ow, m, vlo, vhi);
+    _mm512_mask_storeu_ps(r->y + ow, m, acc);
+}
+
+/* 32 interior columns at ow (every tap inside), stride 1 or 2: four independent chains. */
+AVX512 static void interior32(const kn_dw_row *r, int64_t ow, __m512i idx2, __m512 vlo,
+                              __m512 vhi) {
+    const kn_conv2d *c = r->c;
+    __m512 a0 = _mm512_set1_ps(r->bias), a1 = a0, b0 = _mm512_setzero_ps(), b1 = b0;
+    for (int64_t ky = r->ky0; ky < r->ky1; ky++) {
+        const float *xr = r->x + (r->oh * c->sh - c->ph + ky * c->dh) * c->w + ow * c->sw - c->pw;
+        const float *wr = r->w + ky * c->kw;
+        for (int64_t kx = 0; kx < c->kw; kx++) {
+            const float *p = xr + kx * c->dw;
+            __m512 w = _mm512_set1_ps(wr[kx]), v0, v1;
+            if (c->sw == 1) {
+                v0 = _mm512_loadu_ps(p);
+                v1 = _mm512_loadu_ps(p + 16);
+            } else {
+                v0 = _mm512_permutex2var_ps(_mm512_loadu_ps(p), idx2, _mm512_loadu_ps(p + 16));
+                v1 = _mm512_permutex2var_ps(_mm512_loadu_ps(p + 32), idx2,
+                                            _mm512_maskz_loadu_ps(0x7FFF, p + 48));
+            }
+            b0 = _mm512_fmadd_ps(w, v0, b0);
+            b1 = _mm512_fmadd_ps(w, v1, b1);
+            __m512 t0 = a0, t1 = a1;
+            a0 = b0;
+            a1 = b1;
+            b0 = t0;
+            b1 = t1;
+        }
+    }
+    __mmask16 all = (__mmask16)0xFFFF;
+    _mm512_storeu_ps(r->y + ow, epilogue(r, _mm512_add_ps(a0, b0), ow, all, vlo, vhi));
+    _mm512_storeu_ps(r->y + ow + 16, epilogue(r, _mm512_add_ps(a1, b1), ow + 16, all, vlo, vhi));
+}
+
+/* n <= 16 columns at ow, every tap inside: no per-tap checks. */
+AVX512 static void interior16(const kn_dw_row *r, int64_t ow, int n, __m512i idx2, __m512i idxs,
+                              __m512 vlo, __m512 vhi) {
+    const kn_conv2d *c = r->c;
+    __mmask16 m = (__mmask16)((1u << n) - 1);
+    __m512 acc0 = _mm512_set1_ps(r->bias), acc1 = _mm512_setzero_ps();
+    for (int64_t ky = r->ky0; ky < r->ky1; ky++) {
+        const float *xr = r->x + (r->oh * c->sh - c->ph + ky * c->dh) * c->w + ow * c->sw - c->pw;
+        const float *wr = r->w + ky * c->kw;
+        for (int64_t kx = 0; kx < c->kw; kx++) {
+            __m512 v = load_full(xr + kx * c->dw, c->sw, n, idx2, idxs);
+            acc1 = _mm512_fmadd_ps(_mm512_set1_ps(wr[kx]), v, acc1);
+            __m512 t = acc0;
+            acc0 = acc1;
+            acc1 = t;
+        }
+    }
+    __m512 acc = epilogue(r, _mm512_add_ps(acc0, acc1), ow, m, vlo, vhi);
+    _mm512_mask_storeu_ps(r->y + ow, m, acc);
+}
+
 AVX512 static void row(const kn_dw_row *r) {
     const kn_conv2d *c = r->c;
     __m512i idx2 = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
@@ -41,31 +133,21 @@ AVX512 static void row(const kn_dw_row *r) {
         _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                            _mm512_set1_epi32((int)c->sw));
     __m512 vlo = _mm512_set1_ps(r->lo_clamp), vhi = _mm512_set1_ps(r->hi_clamp);
-    for (int64_t ow = 0; ow < c->ow; ow += 16) {
-        int n = c->ow - ow < 16 ? (int)(c->ow - ow) : 16;
-        __mmask16 m = (__mmask16)((1u << n) - 1);
-        __m512 acc = _mm512_set1_ps(r->bias);
-        for (int64_t ky = r->ky0; ky < r->ky1; ky++) {
-            const float *xr = r->x + (r->oh * c->sh - c->ph + ky * c->dh) * c->w;
-            const float *wr = r->w + ky * c->kw;
-            for (int64_t kx = 0; kx < c->kw; kx++) {
-                int64_t a = r->lo[kx] - ow, b = r->hi[kx] - ow;
-                a = a > 0 ? a : 0;
-                b = b < n ? b : n;
-                if (b <= a)
-                    continue;
-                const float *first = xr + (ow + a) * c->sw - c->pw + kx * c->dw;
-                __m512 v = a == 0 && b == n ? load_full(first, c->sw, n, idx2, idxs)
-                                            : load_part(first, c->sw, (int)a, (int)b, idxs);
-                acc = _mm512_fmadd_ps(_mm512_set1_ps(wr[kx]), v, acc);
-            }
+    int64_t ow = 0;
+    if (c->sw <= 2) {
+        for (; ow < r->left; ow += 16)
+            block(r, ow, idx2, idxs, vlo, vhi);
+        for (; ow + 32 <= r->right; ow += 32)
+            interior32(r, ow, idx2, vlo, vhi);
+        for (; ow + 16 <= r->right; ow += 16)
+            interior16(r, ow, 16, idx2, idxs, vlo, vhi);
+        if (r->right == c->ow && ow < c->ow) {
+            interior16(r, ow, (int)(c->ow - ow), idx2, idxs, vlo, vhi);
+            return;
         }
-        if (r->res != NULL)
-            acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, r->res + ow));
-        if (r->clamp)
-            acc = _mm512_min_ps(_mm512_max_ps(acc, vlo), vhi);
-        _mm512_mask_storeu_ps(r->y + ow, m, acc);
     }
+    for (; ow < c->ow; ow += 16)
+        block(r, ow, idx2, idxs, vlo, vhi);
 }
 
 void kn_cpu_dw_row_avx512(const kn_dw_row *r) {

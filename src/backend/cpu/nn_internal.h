@@ -48,6 +48,7 @@ typedef struct kn_dw_row {
     int64_t oh;
     int64_t ky0, ky1;       /* kernel rows that land inside the input */
     const int64_t *lo, *hi; /* per kernel column: output columns whose tap is inside */
+    int64_t left, right;    /* columns [left, right) have every tap inside */
     float bias;
     const float *res; /* residual row, or NULL */
     int clamp;
