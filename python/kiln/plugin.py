@@ -349,7 +349,12 @@ def make_field_array(items):
     keep = []
     arr = (_lib.Field * max(len(items), 1))()
     for i, (fname, ftype, value) in enumerate(items):
-        count, buf = field_buffers(ftype, fname, value)
+        try:
+            count, buf = field_buffers(ftype, fname, value)
+        except (TypeError, ValueError) as e:
+            raise ValueError(
+                f"field '{fname}' ({FieldType(ftype).name.lower()}) cannot hold {value!r}: {e}"
+            ) from None
         nb = fname.encode("utf-8")
         keep += [nb, buf]
         arr[i].name = nb
