@@ -26,4 +26,12 @@ kiln_status kn_infer_qlinear_conv(kn_infer_ctx *c);
 kiln_status kn_infer_deform_conv(kn_infer_ctx *c);
 kiln_status kn_infer_affine_grid(kn_infer_ctx *c);
 
+kiln_status kn_infer_swish(kn_infer_ctx *c);
+kiln_status kn_infer_optional_has_element(kn_infer_ctx *c);
+kiln_status kn_infer_optional_get_element(kn_infer_ctx *c);
+kiln_status kn_infer_optimizer(kn_infer_ctx *c);
+kiln_status kn_infer_tfidf(kn_infer_ctx *c);
+kiln_status kn_infer_binarizer(kn_infer_ctx *c);
+kiln_status kn_infer_array_feature_extractor(kn_infer_ctx *c);
+
 #endif

@@ -36,4 +36,12 @@ kiln_status cpu_extra_qlinear_conv(kn_kernel_ctx *k);
 kiln_status cpu_extra_deform_conv(kn_kernel_ctx *k);
 kiln_status cpu_extra_affine_grid(kn_kernel_ctx *k);
 
+kiln_status cpu_extra_swish(kn_kernel_ctx *k);
+kiln_status cpu_extra_optional_has_element(kn_kernel_ctx *k);
+kiln_status cpu_extra_optional_get_element(kn_kernel_ctx *k);
+kiln_status cpu_extra_optimizer(kn_kernel_ctx *k);
+kiln_status cpu_extra_tfidf(kn_kernel_ctx *k);
+kiln_status cpu_extra_binarizer(kn_kernel_ctx *k);
+kiln_status cpu_extra_array_feature_extractor(kn_kernel_ctx *k);
+
 #endif
