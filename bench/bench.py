@@ -424,7 +424,7 @@ def main():
         for label, path, given in models:
             try:
                 rows += compare_model(kiln, label, path, given, threads, args, work)
-            except RuntimeError as exc:
+            except Exception as exc:  # one model that either engine rejects skips that model
                 log(f"{label}: skipped: {exc}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
