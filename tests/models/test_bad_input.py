@@ -227,6 +227,25 @@ def test_bad_npy(work, kind):
     run_fails(work, work.model, "--shapes", PROFILE, inputs=[f"x={bad}"])
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_bitflipped_npy(work, seed):
+    """A flip in the data leaves a valid file; one in the header usually does not. Either way no
+    crash, and a failure is one line with nothing written."""
+    bad = work.dir / "flip.npy"
+    good = npy_bytes(np.ones((2, 4), np.float32))
+    rng = random.Random(seed)
+    b = bytearray(good)
+    i = rng.randrange(len(b)) if seed % 2 else rng.randrange(good.index(b"\n"))
+    b[i] ^= 1 << rng.randrange(8)
+    bad.write_bytes(bytes(b))
+    rc, err = kiln("run", work.model, "--shapes", PROFILE, "--input", f"x={bad}",
+                   "--output-dir", work.out)
+    assert_no_crash(rc, err)
+    if rc != 0:
+        assert len(err.splitlines()) == 1, err
+        assert os.listdir(work.out) == []
+
+
 @pytest.mark.parametrize("kind", ["truncated", "random", "wrong_dtype"])
 def test_bad_tensor_proto(work, kind):
     good = numpy_helper.from_array(np.ones((2, 4), np.float32), "x").SerializeToString()
