@@ -833,32 +833,34 @@ static void test_garbage(void **state) {
     arena_free();
     /* Subgraphs nested a hundred thousand deep (graph.node.attribute.g ...): refused before
      * the recursive unpacker can overflow the stack. */
-    size_t cap = 8 << 20, len = 0;
-    uint8_t *deep = malloc(cap), *tmp = malloc(cap);
     /* From the outside in: ModelProto.graph, then GraphProto.node, NodeProto.attribute,
-     * AttributeProto.g, repeating; built from the inside out. */
+     * AttributeProto.g, repeating. Payload sizes first (inside out), then bytes (outside in). */
+    enum { LEVELS = 300000 };
     const int fields[3] = {1, 5, 6};
-    const int levels = 300000;
-    for (int level = 0; level < levels; level++) {
-        int k = levels - 1 - level;
+    size_t *payload = malloc(LEVELS * sizeof *payload);
+    size_t inner = 0;
+    for (int k = LEVELS - 1; k >= 0; k--) {
+        payload[k] = inner;
+        size_t varint_len = 1;
+        for (size_t v = inner; v >= 0x80; v >>= 7)
+            varint_len++;
+        inner += 1 + varint_len;
+    }
+    size_t len = inner;
+    uint8_t *deep = malloc(len), *w = deep;
+    for (int k = 0; k < LEVELS; k++) {
         int num = k == 0 ? 7 : fields[(k - 1) % 3];
-        size_t h = 0;
-        tmp[h++] = (uint8_t)(num << 3 | 2);
-        for (size_t v = len;; v >>= 7) {
-            tmp[h++] = (uint8_t)((v & 0x7f) | (v >= 0x80 ? 0x80 : 0));
+        *w++ = (uint8_t)(num << 3 | 2);
+        for (size_t v = payload[k];; v >>= 7) {
+            *w++ = (uint8_t)((v & 0x7f) | (v >= 0x80 ? 0x80 : 0));
             if (v < 0x80)
                 break;
         }
-        assert_true(h + len <= cap);
-        memcpy(tmp + h, deep, len);
-        len += h;
-        uint8_t *swap = deep;
-        deep = tmp;
-        tmp = swap;
     }
+    assert_true(w == deep + len);
     assert_error(kn_onnx_import(deep, len, NULL, &g), KILN_ERR_MODEL, "nest", NULL);
     free(deep);
-    free(tmp);
+    free(payload);
 
     char path[300];
     snprintf(path, sizeof path, "%s/tests/unit/data/does_not_exist.onnx", KILN_SOURCE_DIR);
