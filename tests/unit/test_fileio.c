@@ -8,9 +8,11 @@
 #include "core/fileio.h"
 
 #include <dirent.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -120,6 +122,26 @@ static void test_atomic_write_failure_keeps_old(void **state) {
         assert_non_null(strstr(kiln_last_error(), "model.plan"));
         chmod(ro, 0755);
     }
+    assert_int_equal(kn_file_read(ro_file, &data, &size), KILN_OK);
+    assert_int_equal(size, 3);
+    assert_memory_equal(data, "old", 3);
+    kn_free(data);
+    assert_int_equal(count_prefixed(ro, "model.plan.tmp."), 0);
+
+    /* The write itself fails part-way (file size limit, which binds root too): the old file
+     * keeps its content and no temporary file is left behind. */
+    struct rlimit old_lim, lim;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old_lim), 0);
+    lim = old_lim;
+    lim.rlim_cur = 4096;
+    void (*old_handler)(int) = signal(SIGXFSZ, SIG_IGN);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    char *big = kn_calloc(1, 100000);
+    kiln_status rc = kn_file_write_atomic(ro_file, big, 100000);
+    setrlimit(RLIMIT_FSIZE, &old_lim);
+    signal(SIGXFSZ, old_handler);
+    kn_free(big);
+    assert_int_equal(rc, KILN_ERR_IO);
     assert_int_equal(kn_file_read(ro_file, &data, &size), KILN_OK);
     assert_int_equal(size, 3);
     assert_memory_equal(data, "old", 3);
