@@ -92,7 +92,13 @@ def build(model, shapes=None, threads=None, plugins=None, prefer_plugins=None):
     library paths / kiln.Plugin subclasses added to the default registry. prefer_plugins: op
     types a plugin of the same name may replace."""
     if isinstance(model, Network):
-        if plugins is not None and not isinstance(plugins, _registry.Registry):
+        if isinstance(plugins, _registry.Registry) and plugins is not model.registry:
+            raise KilnError(
+                ERR_INVALID_ARGUMENT,
+                "build: a kiln.Network uses the registry it was created with "
+                "(kiln.Network(registry=...)); another was given",
+            )
+        if plugins is not None:
             model.registry.add(plugins)
         return _build_network(model._b, model._h, shapes, threads, prefer_plugins)
     reg = _registry.resolve(plugins)

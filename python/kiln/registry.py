@@ -135,9 +135,8 @@ def default_registry():
     global _default
     with _default_lock:
         if _default is None:
-            r = Registry()
-            _default = r
-            r.load_env()
+            # set only once KILN_PLUGIN_PATH loaded, so a bad path fails every use alike
+            _default = Registry(load_env=True)
         return _default
 
 

@@ -3,6 +3,9 @@ custom Plugin nodes), networks built by code, plans round-tripped with the plugi
 fields of every type, and errors inside plugin code reported as KilnError, never a crash."""
 
 import gc
+import os
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -393,3 +396,47 @@ def test_library_plugins_load_through_the_registry(tmp_path):
     with pytest.raises(kiln.KilnError) as ei:
         kiln.load_plugin_library(bogus)
     assert "bogus.so" in ei.value.message
+
+
+def _plugin_dir():
+    d = os.path.join(os.path.dirname(os.path.dirname(kiln.LIBRARY_PATH)), "plugins")
+    if not os.path.exists(os.path.join(d, "libswish.so")):
+        pytest.skip(f"{d}/libswish.so is not built")
+    return d
+
+
+def _python(code, **env):
+    full = dict(os.environ, **env)
+    full["PYTHONPATH"] = os.path.dirname(os.path.dirname(kiln.__file__))
+    full.setdefault("KILN_LIBRARY", kiln.LIBRARY_PATH)
+    return subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_default_registry_loads_kiln_plugin_path():
+    d = _plugin_dir()
+    r = _python("import kiln; print(sorted(n for n, _, _ in kiln.default_registry().plugins()))",
+                KILN_PLUGIN_PATH=d)
+    assert r.returncode == 0, r.stderr
+    assert "'Swish'" in r.stdout
+    r = _python("import kiln\ntry:\n    kiln.default_registry()\nexcept kiln.KilnError as e:\n"
+                "    print('refused:', e.message)", KILN_PLUGIN_PATH="/no/such/dir.so")
+    assert r.returncode == 0, r.stderr
+    assert "refused: KILN_PLUGIN_PATH" in r.stdout and "/no/such/dir.so" in r.stdout
+
+
+def test_library_and_python_plugins_in_one_model():
+    d = _plugin_dir()
+    reg = kiln.Registry()
+    reg.add([os.path.join(d, "libswish.so"), PyScale])
+    net = kiln.Network(registry=reg)
+    x = net.add_input("x", np.float32, (2, 4))
+    bias = net.add_constant(np.zeros((4,), np.float32))
+    s = net.add_plugin("Swish", [x, bias])
+    net.mark_output(net.add_plugin(PyScale, [s], fields={"scale": 2.0}), name="y")
+    with pytest.raises(kiln.KilnError) as ei:
+        kiln.build(net, plugins=kiln.Registry())
+    assert "registry it was created with" in ei.value.message
+    xv = _x((2, 4))
+    y = kiln.Engine(kiln.build(net), plugins=reg).context().run({"x": xv})["y"]
+    np.testing.assert_allclose(y, 2 * xv / (1 + np.exp(-xv)), rtol=1e-5, atol=1e-6)
