@@ -11,6 +11,7 @@ Every failure raises kiln.KilnError(status, message). See docs/python.md.
 
 from ._dtypes import DType
 from ._lib import KilnError, LIBRARY_PATH, lib as _clib
+from .hooks import LogLevel, allocated_bytes, dtype_size, set_logger
 from .engine import Context, Engine, IOInfo, build, plan_layers, run
 from .network import Activation, ElementWise, Network, Pooling, Tensor
 from .plugin import (
@@ -43,17 +44,21 @@ __all__ = [
     "IOInfo",
     "KilnError",
     "LIBRARY_PATH",
+    "LogLevel",
     "Network",
     "Plugin",
     "Pooling",
     "Registry",
     "STRING",
     "Tensor",
+    "allocated_bytes",
     "build",
     "default_registry",
+    "dtype_size",
     "field",
     "load_plugin_library",
     "plan_layers",
     "register_plugin",
     "run",
+    "set_logger",
 ]

@@ -47,11 +47,22 @@ def _profile(name, spec):
 
 
 class _Config:
-    def __init__(self, shapes, threads, prefer_plugins):
+    def __init__(self, shapes, threads, prefer_plugins, progress=None):
         h = ctypes.c_void_p()
         check(lib.kiln_build_config_create(ctypes.byref(h)))
         self.h = h
+        self.progress = None
         try:
+            if progress is not None:
+
+                def call(user, stage, fraction):
+                    try:
+                        progress(stage.decode("utf-8", "replace") if stage else "", fraction)
+                    except BaseException:
+                        pass  # a progress display must not fail the build
+
+                self.progress = _lib.PROGRESS_FN(call)
+                check(lib.kiln_build_config_set_progress(h, self.progress, None))
             if threads is not None:
                 check(lib.kiln_build_config_set_threads(h, int(threads)))
             for name, spec in dict(shapes or {}).items():
@@ -83,14 +94,15 @@ def _model_bytes(model):
     return None
 
 
-def build(model, shapes=None, threads=None, plugins=None, prefer_plugins=None):
+def build(model, shapes=None, threads=None, plugins=None, prefer_plugins=None, progress=None):
     """Build a plan and return it as bytes.
 
     model: a path to an .onnx file, the bytes of an ONNX model (or an onnx.ModelProto), or a
     kiln.Network. shapes: {input: shape} or {input: (min, opt, max)} for inputs with dynamic
     dims. threads: default threads of the engine's contexts. plugins: a kiln.Registry, or
     library paths / kiln.Plugin subclasses added to the default registry. prefer_plugins: op
-    types a plugin of the same name may replace."""
+    types a plugin of the same name may replace. progress: called as progress(stage, fraction)
+    during the build."""
     if isinstance(model, Network):
         if isinstance(plugins, _registry.Registry) and plugins is not model.registry:
             raise KilnError(
@@ -100,7 +112,7 @@ def build(model, shapes=None, threads=None, plugins=None, prefer_plugins=None):
             )
         if plugins is not None:
             model.registry.add(plugins)
-        return _build_network(model._b, model._h, shapes, threads, prefer_plugins)
+        return _build_network(model._b, model._h, shapes, threads, prefer_plugins, progress)
     reg = _registry.resolve(plugins)
     b = ctypes.c_void_p()
     check(lib.kiln_builder_create(ctypes.byref(b)))
@@ -118,15 +130,15 @@ def build(model, shapes=None, threads=None, plugins=None, prefer_plugins=None):
                 f"build: model must be a path, ONNX bytes or a kiln.Network, got "
                 f"{type(model).__name__}",
             )
-        return _build_network(b, net, shapes, threads, prefer_plugins)
+        return _build_network(b, net, shapes, threads, prefer_plugins, progress)
     finally:
         if net:
             lib.kiln_network_destroy(net)
         lib.kiln_builder_destroy(b)
 
 
-def _build_network(builder, net, shapes, threads, prefer_plugins):
-    cfg = _Config(shapes, threads, prefer_plugins)
+def _build_network(builder, net, shapes, threads, prefer_plugins, progress=None):
+    cfg = _Config(shapes, threads, prefer_plugins, progress)
     data, size = ctypes.c_void_p(), ctypes.c_size_t()
     try:
         check(lib.kiln_build(builder, net, cfg.h, ctypes.byref(data), ctypes.byref(size)))

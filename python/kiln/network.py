@@ -479,11 +479,13 @@ class Network:
 
     # ---- building ----
 
-    def build(self, shapes=None, threads=None, prefer_plugins=None):
+    def build(self, shapes=None, threads=None, prefer_plugins=None, progress=None):
         """The plan (bytes); see kiln.build."""
         from .engine import build
 
-        return build(self, shapes=shapes, threads=threads, prefer_plugins=prefer_plugins)
+        return build(
+            self, shapes=shapes, threads=threads, prefer_plugins=prefer_plugins, progress=progress
+        )
 
     def __del__(self):
         for attr in ("_hobj", "_bobj"):

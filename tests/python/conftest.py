@@ -1,34 +1,13 @@
-"""Shared fixtures: the kiln package from python/ (PYTHONPATH=python also works), and small
-ONNX models written with onnx.helper."""
-
-import os
-import sys
+"""Fixtures: small ONNX models written with onnx.helper. The kiln package comes from python/
+(pykiln_helpers puts it on sys.path; PYTHONPATH=python works too)."""
 
 import numpy as np
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "python"))
-EXAMPLES = os.path.join(REPO, "examples", "network_api")
+pytest.importorskip("onnx")
 
-onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper  # noqa: E402
-
-
-def make_model(nodes, inputs, outputs, initializers=(), opsets=(("", 17),), name="g"):
-    """An ONNX model (bytes). inputs/outputs: [(name, elem_type, shape)]."""
-    graph = helper.make_graph(
-        nodes,
-        name,
-        [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
-        [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs],
-        initializer=list(initializers),
-    )
-    model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets]
-    )
-    model.ir_version = 8
-    return model.SerializeToString()
+from pykiln_helpers import make_model  # noqa: E402
 
 
 @pytest.fixture

@@ -232,3 +232,24 @@ def test_contexts_on_threads(relu_add_model):
     for t in threads:
         t.join()
     assert errors == []
+
+
+def test_progress_logger_and_accounting(fixed_model):
+    stages = []
+    plan = kiln.build(fixed_model, progress=lambda stage, f: stages.append((stage, f)))
+    assert stages and all(0.0 <= f <= 1.0 for _, f in stages)
+    assert stages[-1][1] == 1.0
+    kiln.build(fixed_model, progress=lambda stage, f: 1 / 0)  # a failing callback is ignored
+    messages = []
+    kiln.set_logger(lambda level, msg: messages.append((level, msg)), kiln.LogLevel.VERBOSE)
+    try:
+        kiln.Engine(plan).context().run({"x": np.zeros((2, 3), np.float32)})
+    finally:
+        kiln.set_logger(None)
+    assert all(isinstance(m, str) for _, m in messages)
+    before = kiln.allocated_bytes()
+    engine = kiln.Engine(plan)
+    assert kiln.allocated_bytes() > before
+    del engine
+    assert kiln.allocated_bytes() == before
+    assert kiln.dtype_size(np.float16) == 2 and kiln.dtype_size(kiln.DType.INT64) == 8

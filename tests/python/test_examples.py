@@ -7,7 +7,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import EXAMPLES, REPO
+from pykiln_helpers import EXAMPLES, REPO
 
 import kiln
 

@@ -10,7 +10,7 @@ import threading
 
 import numpy as np
 import pytest
-from conftest import make_model
+from pykiln_helpers import make_model
 from onnx import TensorProto, helper
 
 import kiln
