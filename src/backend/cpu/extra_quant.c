@@ -30,7 +30,7 @@ static void store_q(kn_tensor *y, int64_t i, double r) {
     double lo = y->dtype == KILN_DTYPE_INT8 ? -128.0 : 0.0;
     double hi = y->dtype == KILN_DTYPE_INT8 ? 127.0 : 255.0;
     r = nearbyint(r);
-    r = r < lo ? lo : (r > hi ? hi : r);
+    r = !(r >= lo) ? lo : (r > hi ? hi : r); /* NaN saturates low */
     kn_tensor_set_i64(y, i, (int64_t)r);
 }
 

@@ -14,6 +14,9 @@ typedef struct deform_job {
 } deform_job;
 
 static float bilinear(const float *img, int64_t h, int64_t w, float py, float px) {
+    /* Also rejects NaN, and keeps the integer conversions below in range. */
+    if (!(py > -1.0f && py < (float)h && px > -1.0f && px < (float)w))
+        return 0.0f;
     float fy = floorf(py), fx = floorf(px);
     int64_t y0 = (int64_t)fy, x0 = (int64_t)fx;
     float dy = py - fy, dx = px - fx;

@@ -271,13 +271,14 @@ kiln_status cpu_extra_mel(kn_kernel_ctx *k) {
     kiln_status rc = KILN_OK;
     for (int64_t i = 0; i < bins + 2; i++) {
         double hz = 700.0 * (pow(10.0, ((double)i * step + lo_mel) / 2595.0) - 1.0);
-        edge[i] = (int64_t)floor((double)(dft + 1) * hz / (double)rate);
-        if (edge[i] < 0 || edge[i] > spec || (i <= bins && edge[i] >= spec)) {
+        double bin = floor((double)(dft + 1) * hz / (double)rate);
+        edge[i] = bin >= 0.0 && bin <= (double)spec ? (int64_t)bin : -1;
+        if (edge[i] < 0 || (i <= bins && edge[i] >= spec)) {
             rc = kn_error(KILN_ERR_SHAPE,
-                          "mel band edge %lld falls on DFT bin %lld, outside "
+                          "mel band edge %lld falls on DFT bin %g, outside "
                           "[0, %lld): check lower/upper_edge_hertz against "
                           "sample_rate",
-                          (long long)i, (long long)edge[i], (long long)spec);
+                          (long long)i, bin, (long long)spec);
             goto out;
         }
     }
