@@ -12,7 +12,7 @@ Every failure raises kiln.KilnError(status, message). See docs/python.md.
 from ._dtypes import DType
 from ._lib import KilnError, LIBRARY_PATH, lib as _clib
 from .hooks import LogLevel, allocated_bytes, dtype_size, set_logger
-from .engine import Context, Engine, IOInfo, build, plan_layers, run
+from .engine import Context, Engine, IOInfo, build, build_to_file, plan_layers, run
 from .network import Activation, ElementWise, Network, Pooling, Tensor
 from .plugin import (
     BYTES,
@@ -53,6 +53,7 @@ __all__ = [
     "Tensor",
     "allocated_bytes",
     "build",
+    "build_to_file",
     "default_registry",
     "dtype_size",
     "field",

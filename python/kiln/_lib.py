@@ -164,7 +164,9 @@ class Stream(Structure):
 
 
 NUM_OUTPUTS_FN = CFUNCTYPE(c_int32, c_void_p)
-OUTPUT_DTYPES_FN = CFUNCTYPE(c_int32, c_void_p, c_int32, POINTER(c_int32), c_int32, POINTER(c_int32))
+OUTPUT_DTYPES_FN = CFUNCTYPE(
+    c_int32, c_void_p, c_int32, POINTER(c_int32), c_int32, POINTER(c_int32)
+)
 OUTPUT_SHAPES_FN = CFUNCTYPE(
     c_int32, c_void_p, c_int32, POINTER(ShapeExpr), c_int32, POINTER(ShapeExpr), c_void_p
 )
@@ -172,7 +174,9 @@ SUPPORTS_FORMAT_FN = CFUNCTYPE(c_int32, c_void_p, c_int32, POINTER(TensorDesc), 
 CONFIGURE_FN = CFUNCTYPE(
     c_int32, c_void_p, c_int32, POINTER(DynamicDesc), c_int32, POINTER(DynamicDesc)
 )
-WORKSPACE_FN = CFUNCTYPE(c_size_t, c_void_p, c_int32, POINTER(TensorDesc), c_int32, POINTER(TensorDesc))
+WORKSPACE_FN = CFUNCTYPE(
+    c_size_t, c_void_p, c_int32, POINTER(TensorDesc), c_int32, POINTER(TensorDesc)
+)
 SHAPE_CHANGE_FN = CFUNCTYPE(
     c_int32, c_void_p, c_int32, POINTER(TensorDesc), c_int32, POINTER(TensorDesc)
 )
@@ -255,6 +259,14 @@ class HostApi(Structure):
     ]
 
 
+ALLOC_FN = CFUNCTYPE(c_void_p, c_void_p, c_size_t, c_size_t)
+FREE_FN = CFUNCTYPE(None, c_void_p, c_void_p)
+
+
+class Allocator(Structure):
+    _fields_ = [("alloc", ALLOC_FN), ("free", FREE_FN), ("user", c_void_p)]
+
+
 PROGRESS_FN = CFUNCTYPE(None, c_void_p, c_char_p, c_double)
 LOGGER_FN = CFUNCTYPE(None, c_void_p, c_int, c_char_p)
 
@@ -274,6 +286,9 @@ _declare("kiln_dtype_name", c_char_p, c_int)
 _declare("kiln_dtype_size", c_size_t, c_int)
 _declare("kiln_allocated_bytes", c_size_t)
 _declare("kiln_set_logger", None, LOGGER_FN, c_void_p, c_int)
+# Declared for completeness; not wrapped: an allocator written in Python would hold the GIL on
+# every allocation of every thread.
+_declare("kiln_set_allocator", None, POINTER(Allocator))
 
 _declare("kiln_registry_create", status_t, _P(c_void_p))
 _declare("kiln_registry_destroy", None, c_void_p)

@@ -103,6 +103,18 @@ def build(model, shapes=None, threads=None, plugins=None, prefer_plugins=None, p
     library paths / kiln.Plugin subclasses added to the default registry. prefer_plugins: op
     types a plugin of the same name may replace. progress: called as progress(stage, fraction)
     during the build."""
+    return _build(model, None, shapes, threads, plugins, prefer_plugins, progress)
+
+
+def build_to_file(
+    model, path, shapes=None, threads=None, plugins=None, prefer_plugins=None, progress=None
+):
+    """Build a plan straight into a file (written beside it, then renamed, so a failed build
+    never damages an existing plan). Arguments as for kiln.build."""
+    _build(model, path, shapes, threads, plugins, prefer_plugins, progress)
+
+
+def _build(model, path, shapes, threads, plugins, prefer_plugins, progress):
     if isinstance(model, Network):
         if isinstance(plugins, _registry.Registry) and plugins is not model.registry:
             raise KilnError(
@@ -112,7 +124,7 @@ def build(model, shapes=None, threads=None, plugins=None, prefer_plugins=None, p
             )
         if plugins is not None:
             model.registry.add(plugins)
-        return _build_network(model._b, model._h, shapes, threads, prefer_plugins, progress)
+        return _build_network(model._b, model._h, shapes, threads, prefer_plugins, progress, path)
     reg = _registry.resolve(plugins)
     b = ctypes.c_void_p()
     check(lib.kiln_builder_create(ctypes.byref(b)))
@@ -130,17 +142,20 @@ def build(model, shapes=None, threads=None, plugins=None, prefer_plugins=None, p
                 f"build: model must be a path, ONNX bytes or a kiln.Network, got "
                 f"{type(model).__name__}",
             )
-        return _build_network(b, net, shapes, threads, prefer_plugins, progress)
+        return _build_network(b, net, shapes, threads, prefer_plugins, progress, path)
     finally:
         if net:
             lib.kiln_network_destroy(net)
         lib.kiln_builder_destroy(b)
 
 
-def _build_network(builder, net, shapes, threads, prefer_plugins, progress=None):
+def _build_network(builder, net, shapes, threads, prefer_plugins, progress=None, path=None):
     cfg = _Config(shapes, threads, prefer_plugins, progress)
     data, size = ctypes.c_void_p(), ctypes.c_size_t()
     try:
+        if path is not None:
+            check(lib.kiln_build_to_file(builder, net, cfg.h, encode(os.fspath(path))))
+            return None
         check(lib.kiln_build(builder, net, cfg.h, ctypes.byref(data), ctypes.byref(size)))
         try:
             return ctypes.string_at(data, size.value)

@@ -253,3 +253,14 @@ def test_progress_logger_and_accounting(fixed_model):
     del engine
     assert kiln.allocated_bytes() == before
     assert kiln.dtype_size(np.float16) == 2 and kiln.dtype_size(kiln.DType.INT64) == 8
+
+
+def test_build_to_file(tmp_path, fixed_model):
+    path = tmp_path / "direct.plan"
+    kiln.build_to_file(fixed_model, path, threads=1)
+    assert path.read_bytes()[:8] == b"KILNPLAN"
+    with pytest.raises(kiln.KilnError) as ei:
+        kiln.build_to_file(fixed_model, tmp_path / "no" / "dir" / "x.plan")
+    assert ei.value.status_name == "IO"
+    x = np.ones((2, 3), np.float32)
+    np.testing.assert_array_equal(kiln.Engine(path).run({"x": x})["y"], x * 3)
