@@ -87,5 +87,6 @@ const kn_op_schema kn_ops_extra[] = {
     {"ai.onnx.preview.training", "Adam", 1, 0, kn_infer_optimizer},
     {"ai.onnx.ml", "Binarizer", 1, 0, kn_infer_binarizer},
     {"ai.onnx.ml", "ArrayFeatureExtractor", 1, 0, kn_infer_array_feature_extractor},
+    {"ai.onnx.ml", "TreeEnsemble", 5, 0, kn_infer_tree_ensemble},
     {0},
 };

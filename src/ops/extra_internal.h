@@ -33,5 +33,6 @@ kiln_status kn_infer_optimizer(kn_infer_ctx *c);
 kiln_status kn_infer_tfidf(kn_infer_ctx *c);
 kiln_status kn_infer_binarizer(kn_infer_ctx *c);
 kiln_status kn_infer_array_feature_extractor(kn_infer_ctx *c);
+kiln_status kn_infer_tree_ensemble(kn_infer_ctx *c);
 
 #endif

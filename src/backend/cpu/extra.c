@@ -77,5 +77,6 @@ const kn_kernel kn_cpu_extra[] = {
     {"ai.onnx.preview.training", "Adam", cpu_extra_optimizer, NULL, NULL},
     {"ai.onnx.ml", "Binarizer", cpu_extra_binarizer, NULL, NULL},
     {"ai.onnx.ml", "ArrayFeatureExtractor", cpu_extra_array_feature_extractor, NULL, NULL},
+    {"ai.onnx.ml", "TreeEnsemble", cpu_extra_tree_ensemble, NULL, NULL},
     {0},
 };

@@ -43,5 +43,6 @@ kiln_status cpu_extra_optimizer(kn_kernel_ctx *k);
 kiln_status cpu_extra_tfidf(kn_kernel_ctx *k);
 kiln_status cpu_extra_binarizer(kn_kernel_ctx *k);
 kiln_status cpu_extra_array_feature_extractor(kn_kernel_ctx *k);
+kiln_status cpu_extra_tree_ensemble(kn_kernel_ctx *k);
 
 #endif
