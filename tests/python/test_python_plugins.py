@@ -405,12 +405,13 @@ def _plugin_dir():
     return d
 
 
-def _python(code, **env):
+def _python(code, *args, **env):
+    """Runs code in a fresh interpreter (argv[1:] = args) with kiln importable."""
     full = dict(os.environ, **env)
     full["PYTHONPATH"] = os.path.dirname(os.path.dirname(kiln.__file__))
     full.setdefault("KILN_LIBRARY", kiln.LIBRARY_PATH)
-    return subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run([sys.executable, "-c", code, *args], env=full, capture_output=True,
+                          text=True, timeout=120)
 
 
 def test_default_registry_loads_kiln_plugin_path():
@@ -440,3 +441,46 @@ def test_library_and_python_plugins_in_one_model():
     xv = _x((2, 4))
     y = kiln.Engine(kiln.build(net), plugins=reg).context().run({"x": xv})["y"]
     np.testing.assert_allclose(y, 2 * xv / (1 + np.exp(-xv)), rtol=1e-5, atol=1e-6)
+
+
+def test_plan_with_a_python_plugin_across_processes(tmp_path):
+    (tmp_path / "myplugins.py").write_text(
+        "import numpy as np, kiln\n"
+        "class Cube(kiln.Plugin):\n"
+        "    name = 'Cube'\n"
+        "    fields = {'k': kiln.FLOAT32}\n"
+        "    def output_shapes(self, s):\n"
+        "        return [s[0]]\n"
+        "    def compute(self, ins, outs):\n"
+        "        outs[0][...] = np.float32(self.fields['k']) * ins[0] ** 3\n"
+        "kiln.register_plugin(Cube)\n"
+    )
+    plan = tmp_path / "cube.plan"
+    build = (
+        "import sys, numpy as np, kiln\n"
+        f"sys.path.insert(0, {str(tmp_path)!r})\n"
+        "import myplugins\n"
+        "net = kiln.Network()\n"
+        "x = net.add_input('x', np.float32, (3,))\n"
+        "net.mark_output(net.add_plugin('Cube', [x], fields={'k': 0.5}), name='y')\n"
+        f"open({str(plan)!r}, 'wb').write(kiln.build(net))\n"
+    )
+    load = (
+        "import sys, numpy as np, kiln\n"
+        f"sys.path.insert(0, {str(tmp_path)!r})\n"
+        "if sys.argv[1] == 'import': import myplugins\n"
+        "try:\n"
+        f"    y = kiln.run({str(plan)!r}, {{'x': np.array([1, 2, -3], np.float32)}})['y']\n"
+        "    print('y =', y.tolist())\n"
+        "except kiln.KilnError as e:\n"
+        "    print('error:', e.message)\n"
+    )
+    r = _python(build)
+    assert r.returncode == 0, r.stderr
+    r = _python(load, "no-import")
+    assert r.returncode == 0, r.stderr
+    assert "error:" in r.stdout and "'Cube'" in r.stdout and "not registered" in r.stdout
+    r = _python(load, "import")
+    assert r.returncode == 0, r.stderr
+    assert "y = [0.5, 4.0, -13.5]" in r.stdout
+
