@@ -51,8 +51,9 @@ static kn_attr attr_ints(const char *name, int64_t n, const int64_t *v) {
 }
 
 /* Infers the node, allocates its outputs and runs its CPU kernel, as the runtime would. */
-static kiln_status run_op(op_run *r, const char *op, int opset, const kn_attr *attrs, int n_attr,
-                          const kn_tensor *in, int n_in, int n_out) {
+static kiln_status run_op_in(op_run *r, const char *domain, const char *op, int opset,
+                             const kn_attr *attrs, int n_attr, const kn_tensor *in, int n_in,
+                             int n_out) {
     memset(r, 0, sizeof *r);
     r->g = kn_graph_create();
     assert_non_null(r->g);
@@ -61,12 +62,12 @@ static kiln_status run_op(op_run *r, const char *op, int opset, const kn_attr *a
         vin[i] = in[i].dtype ? kn_graph_add_value(r->g, NULL) : -1;
     for (int i = 0; i < n_out; i++)
         vout[i] = kn_graph_add_value(r->g, NULL);
-    int node_i = kn_graph_add_node(r->g, "n", op, "", opset, n_in, vin, n_out, vout);
+    int node_i = kn_graph_add_node(r->g, "n", op, domain, opset, n_in, vin, n_out, vout);
     assert_true(node_i >= 0);
     for (int i = 0; i < n_attr; i++)
         assert_int_equal(kn_node_add_attr(r->g, node_i, &attrs[i]), KILN_OK);
     const kn_node *node = &r->g->nodes[node_i];
-    const kn_op_schema *s = kn_op_find("", op);
+    const kn_op_schema *s = kn_op_find(domain, op);
     assert_non_null(s);
     r->n_out = n_out;
     kn_infer_ctx ic = {node, n_in, in, n_out, r->out};
@@ -78,10 +79,15 @@ static kiln_status run_op(op_run *r, const char *op, int opset, const kn_attr *a
         r->out[i].data = kn_calloc(nb ? nb : 1, 1);
         assert_non_null(r->out[i].data);
     }
-    const kn_kernel *k = kn_backend_cpu()->find_kernel("", op);
+    const kn_kernel *k = kn_backend_cpu()->find_kernel(domain, op);
     assert_non_null(k);
     kn_kernel_ctx kc = {node, n_in, in, n_out, r->out, NULL, NULL, NULL};
     return k->run(&kc);
+}
+
+static kiln_status run_op(op_run *r, const char *op, int opset, const kn_attr *attrs, int n_attr,
+                          const kn_tensor *in, int n_in, int n_out) {
+    return run_op_in(r, "", op, opset, attrs, n_attr, in, n_in, n_out);
 }
 
 static void op_free(op_run *r) {
@@ -359,6 +365,50 @@ static void test_tfidf_bigrams_with_skips(void **state) {
     op_free(&r);
 }
 
+/* One tree over one feature: x <= 1 -> leaf 0 (5); else x in {3, 4} -> leaf 1 (7); else
+ * leaf 2 (-1). NaN takes the true branch of node 0 only when missing values track true. */
+static void run_tree(op_run *r, const float *x, int64_t rows, const int64_t *missing) {
+    static const int64_t feat[] = {0, 0}, tnode[] = {0, 1}, fnode[] = {1, 2}, tleaf[] = {1, 1};
+    static const int64_t fleaf[] = {0, 1}, targets[] = {0, 0, 0}, roots[] = {0};
+    static const uint8_t modes[] = {0, 6};
+    static const float splits[] = {1.0f, 0.0f}, weights[] = {5.0f, 7.0f, -1.0f};
+    static float members[3] = {3.0f, 4.0f, 0.0f};
+    members[2] = NAN;
+    kn_tensor t_modes = tens(KILN_DTYPE_UINT8, modes, 1, 2), t_splits = F32(splits, 1, 2);
+    kn_tensor t_w = F32(weights, 1, 3), t_m = F32(members, 1, 3);
+    kn_attr a[] = {attr_ints("nodes_featureids", 2, feat),
+                   attr_ints("nodes_truenodeids", 2, tnode),
+                   attr_ints("nodes_falsenodeids", 2, fnode),
+                   attr_ints("nodes_trueleafs", 2, tleaf),
+                   attr_ints("nodes_falseleafs", 2, fleaf),
+                   attr_ints("leaf_targetids", 3, targets),
+                   attr_ints("tree_roots", 1, roots),
+                   attr_i("n_targets", 1),
+                   (kn_attr){.name = "nodes_modes", .type = KN_ATTR_TENSOR, .t = &t_modes},
+                   (kn_attr){.name = "nodes_splits", .type = KN_ATTR_TENSOR, .t = &t_splits},
+                   (kn_attr){.name = "leaf_weights", .type = KN_ATTR_TENSOR, .t = &t_w},
+                   (kn_attr){.name = "membership_values", .type = KN_ATTR_TENSOR, .t = &t_m},
+                   attr_ints("nodes_missing_value_tracks_true", 2, missing)};
+    kn_tensor in[1] = {F32(x, 2, rows, 1)};
+    assert_int_equal(run_op_in(r, "ai.onnx.ml", "TreeEnsemble", 5, a, missing ? 13 : 12, in, 1, 1),
+                     KILN_OK);
+}
+
+static void test_tree_ensemble(void **state) {
+    (void)state;
+    float x[] = {0.5f, 3.0f, 2.0f, NAN, 4.0f};
+    static const int64_t missing[] = {1, 0};
+    static const float want[] = {5.0f, 7.0f, -1.0f, -1.0f, 7.0f};
+    static const float want_missing[] = {5.0f, 7.0f, -1.0f, 5.0f, 7.0f};
+    op_run r;
+    run_tree(&r, x, 5, NULL);
+    check_f32(&r.out[0], want, 5, 0.0f);
+    op_free(&r);
+    run_tree(&r, x, 5, missing);
+    check_f32(&r.out[0], want_missing, 5, 0.0f);
+    op_free(&r);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attention_causal_mask_gqa),
@@ -374,6 +424,7 @@ int main(void) {
         cmocka_unit_test(test_qlinear_matmul_saturates),
         cmocka_unit_test(test_conv_integer_padded),
         cmocka_unit_test(test_tfidf_bigrams_with_skips),
+        cmocka_unit_test(test_tree_ensemble),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
