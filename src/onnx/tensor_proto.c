@@ -14,9 +14,13 @@
 #error "raw_data and external data are little-endian; a big-endian host needs byte swapping"
 #endif
 
+/* allocator_data, when set, points at a bool that records an allocation failure, so a
+ * parse that failed for lack of memory is not reported as a corrupt model. */
 static void *pb_alloc(void *user, size_t size) {
-    (void)user;
-    return kn_malloc(size > 0 ? size : 1);
+    void *p = kn_malloc(size > 0 ? size : 1);
+    if (p == NULL && user != NULL)
+        *(bool *)user = true;
+    return p;
 }
 
 static void pb_free(void *user, void *ptr) {
