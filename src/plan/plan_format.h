@@ -62,7 +62,6 @@ enum {
 /* Fixed part of records, in bytes (variable parts follow, see docs/plan-format.md). */
 #define KN_PLAN_STRINGS_HEAD 8u  /* u32 count, u32 reserved */
 #define KN_PLAN_STRING_ENTRY 8u  /* u32 offset, u32 length */
-#define KN_PLAN_GRAPH_HEAD 32u   /* name, 5 counts, reserved, i64 ir_version */
 #define KN_PLAN_VALUE_HEAD 32u   /* name, dtype, rank, flags, u64 offset, u64 size */
 #define KN_PLAN_DIM_SIZE 16u     /* i64 value, u32 symbol, u32 reserved */
 #define KN_PLAN_NODE_HEAD 32u    /* name, op_type, domain, opset, flags, n_in, n_out, n_attr */
