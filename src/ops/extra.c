@@ -33,7 +33,7 @@ kiln_status kn_extra_scalar_i64(const kn_infer_ctx *c, int i, const char *name, 
     return KILN_OK;
 }
 
-kiln_status kn_infer_affine_grid(kn_infer_ctx *c) {
+static kiln_status infer_affine_grid(kn_infer_ctx *c) {
     KN_TRY(kn_extra_need(c, 2, 2, 1));
     const kn_tensor *theta = &c->in[0], *size = &c->in[1];
     if (!kn_extra_is_float(theta->dtype))
@@ -77,7 +77,7 @@ const kn_op_schema kn_ops_extra[] = {
     {"", "ConvInteger", 10, 0, kn_infer_conv_integer},
     {"", "QLinearConv", 10, 0, kn_infer_qlinear_conv},
     {"", "DeformConv", 19, 0, kn_infer_deform_conv},
-    {"", "AffineGrid", 20, 0, kn_infer_affine_grid},
+    {"", "AffineGrid", 20, 0, infer_affine_grid},
     {"", "Swish", 24, 0, kn_infer_swish},
     {"", "OptionalHasElement", 15, 0, kn_infer_optional_has_element},
     {"", "OptionalGetElement", 15, 0, kn_infer_optional_get_element},

@@ -24,7 +24,6 @@ kiln_status kn_infer_qlinear_matmul(kn_infer_ctx *c);
 kiln_status kn_infer_conv_integer(kn_infer_ctx *c);
 kiln_status kn_infer_qlinear_conv(kn_infer_ctx *c);
 kiln_status kn_infer_deform_conv(kn_infer_ctx *c);
-kiln_status kn_infer_affine_grid(kn_infer_ctx *c);
 
 kiln_status kn_infer_swish(kn_infer_ctx *c);
 kiln_status kn_infer_optional_has_element(kn_infer_ctx *c);

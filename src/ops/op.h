@@ -69,7 +69,7 @@ extern const kn_op_schema kn_ops_nn[];     /* conv, conv-transpose, gemm, matmul
 extern const kn_op_schema kn_ops_pool[];   /* max/average/global/lp pooling */
 extern const kn_op_schema kn_ops_norm[];   /* batch/instance/layer/group norm, LRN */
 extern const kn_op_schema kn_ops_rnn[];    /* RNN, GRU, LSTM */
-extern const kn_op_schema kn_ops_extra[];   /* attention, signal, quantized linear algebra */
+extern const kn_op_schema kn_ops_extra[];  /* attention, signal, quantized linear algebra */
 extern const kn_op_schema kn_ops_misc[];   /* Resize, Einsum, and the rest */
 
 #endif

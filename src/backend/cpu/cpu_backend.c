@@ -3,8 +3,8 @@
 #include <string.h>
 
 static const kn_kernel *const families[] = {
-    kn_cpu_elementwise, kn_cpu_tensor, kn_cpu_reduce, kn_cpu_nn,
-    kn_cpu_pool,        kn_cpu_norm,   kn_cpu_rnn, kn_cpu_misc, kn_cpu_extra,
+    kn_cpu_elementwise, kn_cpu_tensor, kn_cpu_reduce, kn_cpu_nn,    kn_cpu_pool,
+    kn_cpu_norm,        kn_cpu_rnn,    kn_cpu_misc,   kn_cpu_extra,
 };
 
 static const kn_kernel *cpu_find_kernel(const char *domain, const char *name) {
