@@ -9,7 +9,8 @@
 
 #include <stdbool.h>
 
-/* Routes protobuf-c's allocations through kn_malloc/kn_free. */
+/* Routes protobuf-c's allocations through kn_malloc/kn_free. Copy it and point
+ * allocator_data at a bool to learn whether a failed unpack ran out of memory. */
 extern ProtobufCAllocator kn_onnx_pb_allocator;
 
 /* Convert a TensorProto into t (t->data kn_malloc'd, owned by the caller). `what` names the

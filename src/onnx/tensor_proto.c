@@ -305,8 +305,12 @@ static kiln_status tensor_from_bytes(const void *data, size_t size, const char *
                                      kn_tensor *t, char **name) {
     if (data == NULL || t == NULL)
         return kn_error(KILN_ERR_INVALID_ARGUMENT, "tensor bytes or output is NULL");
-    Onnx__TensorProto *tp =
-        onnx__tensor_proto__unpack(&kn_onnx_pb_allocator, size, (const uint8_t *)data);
+    bool oom = false;
+    ProtobufCAllocator alloc = kn_onnx_pb_allocator;
+    alloc.allocator_data = &oom;
+    Onnx__TensorProto *tp = onnx__tensor_proto__unpack(&alloc, size, (const uint8_t *)data);
+    if (tp == NULL && oom)
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory parsing a TensorProto");
     if (tp == NULL)
         return kn_error(KILN_ERR_MODEL, "not a valid TensorProto (truncated or corrupt bytes)");
     const char *nm = tp->name != NULL ? tp->name : "";
@@ -321,7 +325,7 @@ static kiln_status tensor_from_bytes(const void *data, size_t size, const char *
             rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
         }
     }
-    onnx__tensor_proto__free_unpacked(tp, &kn_onnx_pb_allocator);
+    onnx__tensor_proto__free_unpacked(tp, &alloc);
     return rc == KILN_OK ? rc : kn_onnx_one_line_error(rc);
 }
 
