@@ -1,5 +1,6 @@
 /* The extra family: ops the other families do not cover. Attention and rotary embedding,
- * signal processing and quantized linear algebra have files of their own (extra_*.c). */
+ * signal processing, quantized linear algebra, TreeEnsemble and the small ops (training
+ * optimizers, TfIdfVectorizer, ml helpers) have files of their own (extra_*.c). */
 #include "ops/extra_internal.h"
 
 kiln_status kn_extra_need(const kn_infer_ctx *c, int lo, int hi, int max_out) {

@@ -1,4 +1,4 @@
-/* CPU kernels of the extra family; attention, signal processing and quantized linear algebra
+/* CPU kernels of the extra family: the table and the float32 staging helpers; the kernels
  * live in extra_*.c. */
 #include "backend/cpu/extra_internal.h"
 #include "core/alloc.h"
