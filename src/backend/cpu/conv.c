@@ -77,11 +77,22 @@ static void gather_segment(const im2col_arg *a, const float *xc, int64_t ky, int
     }
     const float *xr = xc + ih * c->w;
     int64_t iw0 = ow * c->sw - c->pw + kx * c->dw;
-    int64_t lo = iw0 >= 0 ? 0 : (-iw0 + c->sw - 1) / c->sw;
-    int64_t hi = iw0 >= c->w ? 0 : (c->w - iw0 + c->sw - 1) / c->sw;
+    int64_t lo, hi;
+    if (c->sw == 1) {
+        lo = iw0 >= 0 ? 0 : -iw0;
+        hi = iw0 >= c->w ? 0 : c->w - iw0;
+    } else {
+        lo = iw0 >= 0 ? 0 : (-iw0 + c->sw - 1) / c->sw;
+        hi = iw0 >= c->w ? 0 : (c->w - iw0 + c->sw - 1) / c->sw;
+    }
     lo = lo < seg ? lo : seg;
     hi = hi < seg ? hi : seg;
     hi = hi > lo ? hi : lo;
+    if (c->sw == 1 && lo == 0 && hi == 32) {
+        memcpy(dst, xr + iw0, 32 * sizeof *dst); /* the common full panel, inlined */
+        zero(dst + 32, seg - 32);
+        return;
+    }
     zero(dst, lo);
     if (c->sw == 1) {
         memcpy(dst + lo, xr + iw0 + lo, (size_t)(hi - lo) * sizeof *dst);
@@ -102,9 +113,10 @@ static void pack_im2col_2d(void *arg, int64_t k0, int64_t kc, int64_t n0, int64_
         int64_t col0 = n0 + p * nr;
         int64_t cols = nc - p * nr < nr ? nc - p * nr : nr;
         int64_t oh0 = col0 / c->ow, ow0 = col0 % c->ow;
+        /* (ci, ky, kx) of row k advance with counters: divisions per row cost more than the
+         * copy itself for short panels. */
+        int64_t kx = k0 % c->kw, t = k0 / c->kw, ky = t % c->kh, ci = t / c->kh;
         for (int64_t kk = 0; kk < kc; kk++) {
-            int64_t k = k0 + kk;
-            int64_t kx = k % c->kw, t = k / c->kw, ky = t % c->kh, ci = t / c->kh;
             const float *xc = a->x + ci * c->h * c->w;
             float *row = d + kk * nr;
             int64_t oh = oh0, ow = ow0;
@@ -119,6 +131,13 @@ static void pack_im2col_2d(void *arg, int64_t k0, int64_t kc, int64_t n0, int64_
                 }
             }
             zero(row + cols, nr - cols);
+            if (++kx == c->kw) {
+                kx = 0;
+                if (++ky == c->kh) {
+                    ky = 0;
+                    ci++;
+                }
+            }
         }
     }
 }

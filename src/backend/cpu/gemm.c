@@ -133,7 +133,14 @@ static void pack_b(const float *b, int64_t ldb, bool trans, int64_t k0, int64_t 
         float *d = dst + p * kc * nr;
         int64_t c0 = j0 + p * nr;
         int cols = (int)min64(nr, nc - p * nr);
-        if (!trans) {
+        if (!trans && cols == nr && nr == 32) {
+            /* Constant-size copies compile to vector moves instead of library calls. */
+            for (int64_t kk = 0; kk < kc; kk++)
+                memcpy(d + kk * nr, b + (k0 + kk) * ldb + c0, 32 * sizeof(float));
+        } else if (!trans && cols == nr && nr == 16) {
+            for (int64_t kk = 0; kk < kc; kk++)
+                memcpy(d + kk * nr, b + (k0 + kk) * ldb + c0, 16 * sizeof(float));
+        } else if (!trans) {
             for (int64_t kk = 0; kk < kc; kk++) {
                 memcpy(d + kk * nr, b + (k0 + kk) * ldb + c0, (size_t)cols * sizeof(float));
                 for (int j = cols; j < nr; j++)
