@@ -160,8 +160,8 @@ KILN_API void kiln_builder_destroy(kiln_builder *builder); /* NULL is a no-op */
 /* Plugins the builder may use (borrowed; must outlive the builder's builds). */
 KILN_API kiln_status kiln_builder_set_registry(kiln_builder *builder, kiln_registry *registry);
 
-/* Import an ONNX model. The network owns copies of everything it needs (external data files
- * are mapped and stay mapped until the network is destroyed). */
+/* Import an ONNX model. The network owns copies of everything it needs, external data
+ * included (read relative to the model file's folder). */
 KILN_API kiln_status kiln_network_from_onnx_file(kiln_builder *builder, const char *path,
                                                  kiln_network **out);
 KILN_API kiln_status kiln_network_from_onnx_memory(kiln_builder *builder, const void *data,

@@ -370,7 +370,8 @@ kiln_status kn_graph_toposort(kn_graph *g) {
     }
     for (int i = 0; i < n; i++)
         sorted[i] = g->nodes[order[i]];
-    memcpy(g->nodes, sorted, (size_t)n * sizeof(kn_node));
+    if (n > 0)
+        memcpy(g->nodes, sorted, (size_t)n * sizeof(kn_node));
     for (int i = 0; i < n; i++)
         for (int o = 0; o < g->nodes[i].n_out; o++)
             if (g->nodes[i].out[o] >= 0)
