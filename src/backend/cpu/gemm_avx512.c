@@ -1,6 +1,6 @@
 /* AVX-512 micro-kernel: 12 x 32 tile held in 24 zmm accumulators; B rows are two vector loads,
- * A elements are broadcast (folded into the FMA's memory operand by the compiler). Edge tiles
- * use masked loads and stores, so no temporary tile is needed. */
+ * A elements are broadcast. Edge tiles use masked loads and stores, so no temporary tile is
+ * needed, and the epilogue's bias, residual and clamp are applied before the only store. */
 #include "backend/cpu/gemm_kernel.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
