@@ -208,11 +208,60 @@ static void test_add_prefers_later_product(void **state) {
     kn_graph_destroy(g);
 }
 
+static void test_gemm_bn_fold(void **state) {
+    (void)state;
+    kn_graph *g = kn_graph_create();
+    int64_t as[2] = {2, 3}, bs[2] = {4, 3}, cs[1] = {4}, ys[2] = {2, 4};
+    int a = value(g, "a", 2, as), b = constant(g, "b", 2, bs, -1, 1),
+        c = constant(g, "c", 1, cs, -1, 1);
+    int sc = constant(g, "scale", 1, cs, 0.5f, 2), bb = constant(g, "bnb", 1, cs, -1, 1);
+    int mean = constant(g, "mean", 1, cs, -1, 1), var = constant(g, "var", 1, cs, 0.1f, 2);
+    int gy = value(g, "gy", 2, ys), y = value(g, "y", 2, ys);
+    int gemm = node(g, "Gemm", 3, (int[]){a, b, c}, gy);
+    kn_attr tb = {.name = "transB", .type = KN_ATTR_INT, .i = 1};
+    kn_attr beta = {.name = "beta", .type = KN_ATTR_FLOAT, .f = 0.5f};
+    assert_int_equal(kn_node_add_attr(g, gemm, &tb), KILN_OK);
+    assert_int_equal(kn_node_add_attr(g, gemm, &beta), KILN_OK);
+    int bnn = node(g, "BatchNormalization", 5, (int[]){gy, sc, bb, mean, var}, y);
+    assert_int_equal(kn_graph_add_output(g, y), KILN_OK);
+    g->values[y].is_output = true;
+    float ain[6], want[8];
+    for (int i = 0; i < 6; i++)
+        ain[i] = frand();
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 4; j++) {
+            double s = 0;
+            for (int k = 0; k < 3; k++)
+                s += ain[i * 3 + k] * cdata(g, b)[j * 3 + k];
+            s += 0.5 * cdata(g, c)[j];
+            want[i * 4 + j] =
+                (float)((s - cdata(g, mean)[j]) / sqrt(cdata(g, var)[j] + 1e-5) * cdata(g, sc)[j] +
+                        cdata(g, bb)[j]);
+        }
+    assert_int_equal(kn_pass_fold_batchnorm(g), KILN_OK);
+    assert_true(g->nodes[bnn].dead);
+    const kn_node *f = &g->nodes[gemm];
+    assert_int_equal(f->out[0], y);
+    kn_tensor in[3];
+    for (int i = 1; i < 3; i++)
+        in[i] = kn_value_tensor(&g->values[f->in[i]]);
+    in[0] = (kn_tensor){.dtype = KILN_DTYPE_FLOAT32, .shape = {2, {2, 3}}, .data = ain};
+    float got[8];
+    kn_tensor out = {.dtype = KILN_DTYPE_FLOAT32, .shape = {2, {2, 4}}, .data = got};
+    const kn_kernel *k = kn_backend_cpu()->find_kernel("", "Gemm");
+    kn_kernel_ctx kc = {.node = f, .n_in = 3, .in = in, .n_out = 1, .out = &out};
+    assert_int_equal(k->run(&kc), KILN_OK);
+    for (int i = 0; i < 8; i++)
+        assert_float_equal(got[i], want[i], 1e-4 * (1 + fabsf(want[i])));
+    kn_graph_destroy(g);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv_bn_add_relu),
         cmocka_unit_test(test_matmul_swish_and_clip),
         cmocka_unit_test(test_add_prefers_later_product),
+        cmocka_unit_test(test_gemm_bn_fold),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
