@@ -234,8 +234,9 @@ kiln_status kn_context_resolve(kiln_context *c) {
     }
     size_t total = 0;
     KN_TRY(kn_memory_plan(g, c->vals, c->in_arena, c->offsets, &total));
-    if (total > c->arena_size) {
-        void *a = kn_aligned_alloc(total, KN_ARENA_ALIGN);
+    /* Never left NULL: arena + 0 must stay a valid pointer for zero-sized values. */
+    if (total > c->arena_size || c->arena == NULL) {
+        void *a = kn_aligned_alloc(total > 0 ? total : 1, KN_ARENA_ALIGN);
         if (a == NULL)
             return kn_error(KILN_ERR_OUT_OF_MEMORY, "cannot allocate a %zu-byte activation arena",
                             total);

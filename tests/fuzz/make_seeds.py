@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Collect fuzz seeds into OUT/<target>/: small ONNX node-test models and their .pb tensors,
+the repo's test models, plans built from both with the kiln CLI, and .npy files of every dtype
+kiln reads. Deterministic: the same inputs give the same corpus.
+
+usage: make_seeds.py --kiln build/bin/kiln --out build-fuzz/corpus [--max-node-models 300]
+"""
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def put(out, target, data):
+    d = os.path.join(out, target)
+    os.makedirs(d, exist_ok=True)
+    name = hashlib.sha1(data).hexdigest()
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+def node_tests():
+    import onnx
+
+    base = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "node")
+    for t in sorted(os.listdir(base)):
+        model = os.path.join(base, t, "model.onnx")
+        if os.path.isfile(model):
+            yield t, model, os.path.join(base, t, "test_data_set_0")
+
+
+def build_plan(kiln, model, shapes, tmp):
+    plan = os.path.join(tmp, "seed.plan")
+    cmd = [kiln, "build", model, "-o", plan, "--threads", "1", "--quiet"]
+    for s in shapes:
+        cmd += ["--shapes", s]
+    r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+    if r.returncode != 0:
+        return None
+    with open(plan, "rb") as f:
+        return f.read()
+
+
+def npy_seeds(out):
+    import numpy as np
+    import io
+
+    for dt in ["<f4", "<f8", "<f2", "|u1", "|i1", "<u2", "<i2", "<i4", "<i8", "<u4", "<u8", "|b1"]:
+        for shape in [(), (0,), (3,), (2, 3), (1, 2, 1, 2)]:
+            buf = io.BytesIO()
+            np.save(buf, (np.arange(int(np.prod(shape))) % 3).astype(dt).reshape(shape))
+            put(out, "npy", buf.getvalue())
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kiln", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--max-node-models", type=int, default=300)
+    ap.add_argument("--max-bytes", type=int, default=4096)
+    a = ap.parse_args()
+    tmp = os.path.join(a.out, ".tmp")
+    os.makedirs(tmp, exist_ok=True)
+
+    small = [n for n in node_tests() if os.path.getsize(n[1]) <= a.max_bytes]
+    step = max(1, len(small) / max(1, a.max_node_models))
+    for t, model, data_dir in [small[int(i * step)] for i in range(min(len(small), a.max_node_models))]:
+        with open(model, "rb") as f:
+            put(a.out, "onnx", f.read())
+        if os.path.isdir(data_dir):
+            for pb in sorted(os.listdir(data_dir))[:2]:
+                with open(os.path.join(data_dir, pb), "rb") as f:
+                    data = f.read()
+                if len(data) <= a.max_bytes:
+                    put(a.out, "tensor_proto", data)
+        plan = build_plan(a.kiln, model, [], tmp)
+        if plan is not None and len(plan) <= 16 * a.max_bytes:
+            put(a.out, "plan", plan)
+
+    with open(os.path.join(ROOT, "tests", "models", "manifest.json")) as f:
+        manifest = json.load(f)
+    for m in manifest["models"]:
+        model = os.path.join(ROOT, "tests", "models", m["model"])
+        with open(model, "rb") as f:
+            data = f.read()
+        if len(data) <= 128 * 1024:
+            put(a.out, "onnx", data)
+        shapes = [s.split(",")[0] if "," in s else s for s in m.get("shapes", [])]
+        plan = build_plan(a.kiln, model, shapes, tmp)
+        if plan is not None:
+            put(a.out, "plan", plan)
+        for case in m.get("cases", [])[:1]:
+            for rel in list(case["inputs"].values()) + list(case["outputs"].values()):
+                with open(os.path.join(ROOT, "tests", "models", rel), "rb") as f:
+                    data = f.read()
+                if len(data) <= 64 * 1024:
+                    put(a.out, "npy", data)
+    npy_seeds(a.out)
+    shutil.rmtree(tmp)
+    for target in ["onnx", "plan", "npy", "tensor_proto"]:
+        d = os.path.join(a.out, target)
+        n = len(os.listdir(d)) if os.path.isdir(d) else 0
+        print(f"{target}: {n} seeds", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
