@@ -20,6 +20,7 @@ typedef struct dw_job {
     /* With AVX-512 a plane is first copied into a zero-padded buffer so that every tap of every
      * output is inside it: the row kernel then runs its unmasked path across whole rows. */
     bool pad;
+    bool flat;    /* stride 1: whole planes through kn_cpu_dw_plane_flat_avx512 */
     kn_conv2d cp; /* geometry over the padded plane */
     const int64_t *plo, *phi;
     bool avx512;
@@ -76,13 +77,43 @@ static void pad_plane(const dw_job *j, const float *x, float *buf) {
         memcpy(buf + (i + c->ph) * p->w + c->pw, x + i * c->w, (size_t)c->w * sizeof(float));
 }
 
-static void dw_plane(const dw_job *j, int64_t plane, float *buf) {
+static void flat_plane(const dw_job *j, int64_t plane, const float *x, float *tmp) {
+    const kn_conv2d *c = &j->cp;
+    const kn_epilogue *ep = j->ep;
+    int64_t ch = plane % j->channels, os = c->oh * c->ow;
+    kn_dw_flat f = {.x = x,
+                    .wp = c->w,
+                    .w = j->w + ch * c->kh * c->kw,
+                    .kh = c->kh,
+                    .kw = c->kw,
+                    .dh = c->dh,
+                    .dw = c->dw,
+                    .oh = c->oh,
+                    .ow = c->ow,
+                    .bias = ep->bias != NULL ? ep->bias[ch] : 0.0f,
+                    .clamp = ep->act == KN_ACT_RELU || ep->act == KN_ACT_CLIP,
+                    .lo = ep->act == KN_ACT_RELU ? 0.0f : ep->alpha,
+                    .hi = ep->act == KN_ACT_RELU ? INFINITY : ep->beta,
+                    .res = ep->residual != NULL ? ep->residual + plane * os : NULL,
+                    .tmp = tmp,
+                    .y = j->y + plane * os};
+    kn_cpu_dw_plane_flat_avx512(&f);
+    if (ep->act != KN_ACT_NONE && !f.clamp)
+        kn_act_apply(ep->act, ep->alpha, ep->beta, f.y, os);
+}
+
+static void dw_plane(const dw_job *j, int64_t plane, float *buf, float *tmp) {
     const kn_conv2d *c = j->c;
     const kn_epilogue *ep = j->ep;
     int64_t ch = plane % j->channels;
     const float *x = j->x + plane * c->h * c->w;
-    if (buf != NULL) {
+    if (buf != NULL)
         pad_plane(j, x, buf);
+    if (tmp != NULL) {
+        flat_plane(j, plane, buf != NULL ? buf : x, tmp);
+        return;
+    }
+    if (buf != NULL) {
         c = &j->cp;
         x = buf;
     }
@@ -121,10 +152,14 @@ static void dw_plane(const dw_job *j, int64_t plane, float *buf) {
 
 static void dw_range(void *arg, int64_t begin, int64_t end) {
     const dw_job *j = arg;
-    /* Without the buffer (out of memory) the row kernel's masked border path still works. */
+    /* Without the buffers (out of memory) the row kernel's masked border path still works. */
     float *buf = j->pad ? kn_malloc((size_t)(j->cp.h * j->cp.w) * sizeof(float)) : NULL;
+    float *tmp = j->flat && (buf != NULL || !j->pad)
+                     ? kn_malloc((size_t)(j->cp.oh * j->cp.w + 32) * sizeof(float))
+                     : NULL;
     for (int64_t p = begin; p < end; p++)
-        dw_plane(j, p, buf);
+        dw_plane(j, p, buf, tmp);
+    kn_free(tmp);
     kn_free(buf);
 }
 
@@ -175,6 +210,7 @@ kiln_status kn_cpu_conv_depthwise(kn_threadpool *pool, const kn_conv_geom *g, co
     j.cp.w = need_w > j.cp.w ? need_w : j.cp.w;
     j.pad = j.avx512 && c.sw <= 2 &&
             (c.ph > 0 || c.pw > 0 || need_h > c.h || need_w > c.w || j.left > 0 || j.right < c.ow);
+    j.flat = j.avx512 && c.sw == 1 && c.sh == 1;
     kn_parallel_for(pool, g->n * g->c_in, 1, dw_range, &j);
     if (bounds != small)
         kn_free(bounds);

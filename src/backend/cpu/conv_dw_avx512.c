@@ -154,10 +154,61 @@ void kn_cpu_dw_row_avx512(const kn_dw_row *r) {
     row(r);
 }
 
+AVX512 static __mmask16 lanes(int64_t rem) {
+    return rem >= 16 ? (__mmask16)0xFFFF : rem <= 0 ? (__mmask16)0 : (__mmask16)((1u << rem) - 1);
+}
+
+AVX512 static void plane_flat(const kn_dw_flat *f) {
+    int64_t n = (f->oh - 1) * f->wp + f->ow;
+    for (int64_t q = 0; q < n; q += 32) {
+        __mmask16 m0 = lanes(n - q), m1 = lanes(n - q - 16);
+        __m512 a0 = _mm512_set1_ps(f->bias), a1 = a0, b0 = _mm512_setzero_ps(), b1 = b0;
+        for (int64_t ky = 0; ky < f->kh; ky++) {
+            const float *xr = f->x + q + ky * f->dh * f->wp;
+            const float *wr = f->w + ky * f->kw;
+            for (int64_t kx = 0; kx < f->kw; kx++) {
+                const float *p = xr + kx * f->dw;
+                __m512 w = _mm512_set1_ps(wr[kx]);
+                b0 = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(m0, p), b0);
+                b1 = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(m1, p + 16), b1);
+                __m512 t0 = a0, t1 = a1;
+                a0 = b0;
+                a1 = b1;
+                b0 = t0;
+                b1 = t1;
+            }
+        }
+        _mm512_mask_storeu_ps(f->tmp + q, m0, _mm512_add_ps(a0, b0));
+        _mm512_mask_storeu_ps(f->tmp + q + 16, m1, _mm512_add_ps(a1, b1));
+    }
+    __m512 vlo = _mm512_set1_ps(f->lo), vhi = _mm512_set1_ps(f->hi);
+    for (int64_t r = 0; r < f->oh; r++) {
+        const float *src = f->tmp + r * f->wp;
+        float *dst = f->y + r * f->ow;
+        for (int64_t j = 0; j < f->ow; j += 16) {
+            __mmask16 m = lanes(f->ow - j);
+            __m512 v = _mm512_maskz_loadu_ps(m, src + j);
+            if (f->res != NULL)
+                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, f->res + r * f->ow + j));
+            if (f->clamp)
+                v = _mm512_min_ps(_mm512_max_ps(v, vlo), vhi);
+            _mm512_mask_storeu_ps(dst + j, m, v);
+        }
+    }
+}
+
+void kn_cpu_dw_plane_flat_avx512(const kn_dw_flat *f) {
+    plane_flat(f);
+}
+
 #else
 
 void kn_cpu_dw_row_avx512(const kn_dw_row *r) {
     (void)r;
+}
+
+void kn_cpu_dw_plane_flat_avx512(const kn_dw_flat *f) {
+    (void)f;
 }
 
 #endif

@@ -60,6 +60,24 @@ typedef struct kn_dw_row {
  * (kn_gemm_isa()), so the machine has AVX-512. */
 void kn_cpu_dw_row_avx512(const kn_dw_row *r);
 
+/* A whole stride-1 depthwise plane over an input whose every tap is inside (padded if need
+ * be), row stride wp. Outputs are computed over the flattened plane (row-crossing columns are
+ * computed and thrown away), so even 7x7 planes fill whole vectors. */
+typedef struct kn_dw_flat {
+    const float *x;
+    int64_t wp;
+    const float *w;
+    int64_t kh, kw, dh, dw, oh, ow;
+    float bias;
+    int clamp;
+    float lo, hi;
+    const float *res; /* residual plane (oh x ow), or NULL */
+    float *tmp;       /* oh * wp + 32 floats */
+    float *y;         /* output plane (oh x ow) */
+} kn_dw_flat;
+
+void kn_cpu_dw_plane_flat_avx512(const kn_dw_flat *f);
+
 /* Depthwise (group == C_in == C_out) 1-D/2-D convolution without GEMM. */
 kiln_status kn_cpu_conv_depthwise(kn_threadpool *pool, const kn_conv_geom *g, const float *x,
                                   const float *w, const kn_epilogue *ep, float *y);
