@@ -263,6 +263,8 @@ static void test_conv2d_sweep(void **state) {
         {2, 1, 3, 3, 3, {6, 150}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, NULL, true, true},
         {2, 1, 2, 2, 2, {5, 80}, {3, 3}, {1, 1}, {2, 2}, {2, 2}, {2, 2}, NULL, true, false},
         {2, 1, 4, 4, 4, {7, 7}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, true},
+        {2, 1, 4, 4, 4, {13, 15}, {3, 3}, {2, 2}, {2, 2}, {2, 1}, {1, 2}, NULL, true, true},
+        {2, 2, 2, 2, 2, {11, 12}, {5, 5}, {2, 2}, {1, 1}, {2, 2}, {2, 2}, NULL, false, false},
     };
     const char *isas[] = {"avx512", "avx2", "scalar"};
     const char *orig = kn_gemm_isa();

@@ -1,5 +1,7 @@
 /* Depthwise convolution: each channel convolved with its own kernel, channels in parallel.
- * Rows go to the AVX-512 row kernel when the machine has it. Without AVX-512, a row is built from
+ * With AVX-512, stride 1 and stride 2 planes are zero-padded (stride 2 also split into its four
+ * phase planes) and computed whole by the flat-plane kernel; other strides go row by row to the
+ * AVX-512 row kernel. Without AVX-512, a row is built from
  * kh*kw scaled input rows (contiguous for stride 1, so the loop vectorizes) and the epilogue runs
  * on the row while it is in L1. */
 #include "backend/cpu/nn_internal.h"
@@ -20,8 +22,11 @@ typedef struct dw_job {
     /* With AVX-512 a plane is first copied into a zero-padded buffer so that every tap of every
      * output is inside it: the row kernel then runs its unmasked path across whole rows. */
     bool pad;
-    bool flat;    /* stride 1: whole planes through kn_cpu_dw_plane_flat_avx512 */
-    kn_conv2d cp; /* geometry over the padded plane */
+    bool flat;          /* whole planes through kn_cpu_dw_plane_flat_avx512 */
+    bool phases;        /* stride 2: the padded plane is split into phase planes first */
+    kn_conv2d cp;       /* geometry over the padded plane */
+    const int64_t *off; /* flat-plane tap offsets */
+    int64_t flat_wp;
     const int64_t *plo, *phi;
     bool avx512;
 } dw_job;
@@ -82,12 +87,10 @@ static void flat_plane(const dw_job *j, int64_t plane, const float *x, float *tm
     const kn_epilogue *ep = j->ep;
     int64_t ch = plane % j->channels, os = c->oh * c->ow;
     kn_dw_flat f = {.x = x,
-                    .wp = c->w,
+                    .wp = j->flat_wp,
                     .w = j->w + ch * c->kh * c->kw,
-                    .kh = c->kh,
-                    .kw = c->kw,
-                    .dh = c->dh,
-                    .dw = c->dw,
+                    .off = j->off,
+                    .ntaps = c->kh * c->kw,
                     .oh = c->oh,
                     .ow = c->ow,
                     .bias = ep->bias != NULL ? ep->bias[ch] : 0.0f,
@@ -102,7 +105,7 @@ static void flat_plane(const dw_job *j, int64_t plane, const float *x, float *tm
         kn_act_apply(ep->act, ep->alpha, ep->beta, f.y, os);
 }
 
-static void dw_plane(const dw_job *j, int64_t plane, float *buf, float *tmp) {
+static void dw_plane(const dw_job *j, int64_t plane, float *buf, float *phases, float *tmp) {
     const kn_conv2d *c = j->c;
     const kn_epilogue *ep = j->ep;
     int64_t ch = plane % j->channels;
@@ -110,7 +113,12 @@ static void dw_plane(const dw_job *j, int64_t plane, float *buf, float *tmp) {
     if (buf != NULL)
         pad_plane(j, x, buf);
     if (tmp != NULL) {
-        flat_plane(j, plane, buf != NULL ? buf : x, tmp);
+        const float *src = buf != NULL ? buf : x;
+        if (j->phases) {
+            kn_cpu_dw_split_phases_avx512(buf, j->cp.h / 2, j->cp.w / 2, phases);
+            src = phases;
+        }
+        flat_plane(j, plane, src, tmp);
         return;
     }
     if (buf != NULL) {
@@ -153,13 +161,16 @@ static void dw_plane(const dw_job *j, int64_t plane, float *buf, float *tmp) {
 static void dw_range(void *arg, int64_t begin, int64_t end) {
     const dw_job *j = arg;
     /* Without the buffers (out of memory) the row kernel's masked border path still works. */
-    float *buf = j->pad ? kn_malloc((size_t)(j->cp.h * j->cp.w) * sizeof(float)) : NULL;
-    float *tmp = j->flat && (buf != NULL || !j->pad)
+    size_t plane = (size_t)(j->cp.h * j->cp.w) * sizeof(float);
+    float *buf = j->pad ? kn_malloc(plane) : NULL;
+    float *phases = j->phases && buf != NULL ? kn_malloc(plane) : NULL;
+    float *tmp = j->flat && (buf != NULL || !j->pad) && (phases != NULL || !j->phases)
                      ? kn_malloc((size_t)(j->cp.oh * j->cp.w + 32) * sizeof(float))
                      : NULL;
     for (int64_t p = begin; p < end; p++)
-        dw_plane(j, p, buf, tmp);
+        dw_plane(j, p, buf, phases, tmp);
     kn_free(tmp);
+    kn_free(phases);
     kn_free(buf);
 }
 
@@ -167,9 +178,9 @@ kiln_status kn_cpu_conv_depthwise(kn_threadpool *pool, const kn_conv_geom *g, co
                                   const float *w, const kn_epilogue *ep, float *y) {
     kn_conv2d c;
     kn_conv_as_2d(g, &c);
-    int64_t small[4 * 16], *bounds = small;
-    if (c.kw > 16) {
-        bounds = kn_malloc((size_t)(4 * c.kw) * sizeof(int64_t));
+    int64_t small[4 * 16 + 16 * 16], *bounds = small;
+    if (c.kw > 16 || c.kh > 16) {
+        bounds = kn_malloc((size_t)(4 * c.kw + c.kh * c.kw) * sizeof(int64_t));
         if (bounds == NULL)
             return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory in depthwise Conv");
     }
@@ -210,7 +221,23 @@ kiln_status kn_cpu_conv_depthwise(kn_threadpool *pool, const kn_conv_geom *g, co
     j.cp.w = need_w > j.cp.w ? need_w : j.cp.w;
     j.pad = j.avx512 && c.sw <= 2 &&
             (c.ph > 0 || c.pw > 0 || need_h > c.h || need_w > c.w || j.left > 0 || j.right < c.ow);
-    j.flat = j.avx512 && c.sw == 1 && c.sh == 1;
+    j.phases = j.avx512 && c.sw == 2 && c.sh == 2;
+    j.flat = j.avx512 && ((c.sw == 1 && c.sh == 1) || j.phases);
+    if (j.phases) {
+        j.cp.h += j.cp.h % 2;
+        j.cp.w += j.cp.w % 2;
+        j.pad = true;
+    }
+    int64_t *off = bounds + 4 * c.kw, hq = j.cp.h / 2, wq = j.cp.w / 2;
+    for (int64_t ky = 0; ky < c.kh; ky++)
+        for (int64_t kx = 0; kx < c.kw; kx++) {
+            int64_t y0 = ky * c.dh, x0 = kx * c.dw;
+            off[ky * c.kw + kx] = j.phases
+                                      ? ((y0 % 2) * 2 + x0 % 2) * hq * wq + y0 / 2 * wq + x0 / 2
+                                      : y0 * j.cp.w + x0;
+        }
+    j.off = off;
+    j.flat_wp = j.phases ? wq : j.cp.w;
     kn_parallel_for(pool, g->n * g->c_in, 1, dw_range, &j);
     if (bounds != small)
         kn_free(bounds);

@@ -163,20 +163,16 @@ AVX512 static void plane_flat(const kn_dw_flat *f) {
     for (int64_t q = 0; q < n; q += 32) {
         __mmask16 m0 = lanes(n - q), m1 = lanes(n - q - 16);
         __m512 a0 = _mm512_set1_ps(f->bias), a1 = a0, b0 = _mm512_setzero_ps(), b1 = b0;
-        for (int64_t ky = 0; ky < f->kh; ky++) {
-            const float *xr = f->x + q + ky * f->dh * f->wp;
-            const float *wr = f->w + ky * f->kw;
-            for (int64_t kx = 0; kx < f->kw; kx++) {
-                const float *p = xr + kx * f->dw;
-                __m512 w = _mm512_set1_ps(wr[kx]);
-                b0 = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(m0, p), b0);
-                b1 = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(m1, p + 16), b1);
-                __m512 t0 = a0, t1 = a1;
-                a0 = b0;
-                a1 = b1;
-                b0 = t0;
-                b1 = t1;
-            }
+        for (int64_t t = 0; t < f->ntaps; t++) {
+            const float *p = f->x + q + f->off[t];
+            __m512 w = _mm512_set1_ps(f->w[t]);
+            b0 = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(m0, p), b0);
+            b1 = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(m1, p + 16), b1);
+            __m512 t0 = a0, t1 = a1;
+            a0 = b0;
+            a1 = b1;
+            b0 = t0;
+            b1 = t1;
         }
         _mm512_mask_storeu_ps(f->tmp + q, m0, _mm512_add_ps(a0, b0));
         _mm512_mask_storeu_ps(f->tmp + q + 16, m1, _mm512_add_ps(a1, b1));
@@ -201,6 +197,27 @@ void kn_cpu_dw_plane_flat_avx512(const kn_dw_flat *f) {
     plane_flat(f);
 }
 
+AVX512 static void split_phases(const float *x, int64_t hq, int64_t wq, float *out) {
+    __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    int64_t ps = hq * wq;
+    for (int64_t r = 0; r < 2 * hq; r++) {
+        const float *src = x + r * 2 * wq;
+        float *e = out + (r % 2) * 2 * ps + (r / 2) * wq, *o = e + ps;
+        for (int64_t j = 0; j < wq; j += 16) {
+            __mmask16 m = lanes(wq - j);
+            __m512 lo = _mm512_maskz_loadu_ps(lanes(2 * (wq - j)), src + 2 * j);
+            __m512 hi = _mm512_maskz_loadu_ps(lanes(2 * (wq - j) - 16), src + 2 * j + 16);
+            _mm512_mask_storeu_ps(e + j, m, _mm512_permutex2var_ps(lo, even, hi));
+            _mm512_mask_storeu_ps(o + j, m, _mm512_permutex2var_ps(lo, odd, hi));
+        }
+    }
+}
+
+void kn_cpu_dw_split_phases_avx512(const float *x, int64_t hq, int64_t wq, float *out) {
+    split_phases(x, hq, wq, out);
+}
+
 #else
 
 void kn_cpu_dw_row_avx512(const kn_dw_row *r) {
@@ -209,6 +226,13 @@ void kn_cpu_dw_row_avx512(const kn_dw_row *r) {
 
 void kn_cpu_dw_plane_flat_avx512(const kn_dw_flat *f) {
     (void)f;
+}
+
+void kn_cpu_dw_split_phases_avx512(const float *x, int64_t hq, int64_t wq, float *out) {
+    (void)x;
+    (void)hq;
+    (void)wq;
+    (void)out;
 }
 
 #endif

@@ -60,14 +60,16 @@ typedef struct kn_dw_row {
  * (kn_gemm_isa()), so the machine has AVX-512. */
 void kn_cpu_dw_row_avx512(const kn_dw_row *r);
 
-/* A whole stride-1 depthwise plane over an input whose every tap is inside (padded if need
- * be), row stride wp. Outputs are computed over the flattened plane (row-crossing columns are
- * computed and thrown away), so even 7x7 planes fill whole vectors. */
+/* A whole depthwise plane as a stride-1 correlation over flattened planes whose every tap is
+ * inside (padded, and for stride 2 split into four phase planes): output (oh, ow) sits at flat
+ * index oh * wp + ow and tap t reads x[index + off[t]]. Columns that cross a row end are
+ * computed and thrown away, so even 7x7 planes fill whole vectors. */
 typedef struct kn_dw_flat {
     const float *x;
     int64_t wp;
-    const float *w;
-    int64_t kh, kw, dh, dw, oh, ow;
+    const float *w;     /* ntaps weights */
+    const int64_t *off; /* ntaps offsets */
+    int64_t ntaps, oh, ow;
     float bias;
     int clamp;
     float lo, hi;
@@ -77,6 +79,9 @@ typedef struct kn_dw_flat {
 } kn_dw_flat;
 
 void kn_cpu_dw_plane_flat_avx512(const kn_dw_flat *f);
+/* Split a (2*hq) x (2*wq) plane into its four phase planes (row parity, column parity), each
+ * hq x wq, stored one after another: a stride-2 convolution becomes a stride-1 one. */
+void kn_cpu_dw_split_phases_avx512(const float *x, int64_t hq, int64_t wq, float *out);
 
 /* Depthwise (group == C_in == C_out) 1-D/2-D convolution without GEMM. */
 kiln_status kn_cpu_conv_depthwise(kn_threadpool *pool, const kn_conv_geom *g, const float *x,
