@@ -16,7 +16,8 @@
 static kiln_status open_regular(const char *path, int *fd_out, size_t *size) {
     if (path == NULL)
         return kn_error(KILN_ERR_INVALID_ARGUMENT, "file path is NULL");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer before it can be refused. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return kn_error(KILN_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
     struct stat st;

@@ -8,6 +8,14 @@
 
 static _Thread_local char last_error[KN_ERROR_CAP];
 
+/* Messages quote names taken from models and plans; a control byte in one must not break the
+ * one-line promise of kiln_last_error(). */
+static void flatten(char *s) {
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            *s = '?';
+}
+
 static kiln_log_fn log_fn;
 static void *log_user;
 static kiln_log_level log_max = KILN_LOG_WARNING;
@@ -17,6 +25,7 @@ kiln_status kn_error(kiln_status code, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(last_error, sizeof last_error, fmt, ap);
     va_end(ap);
+    flatten(last_error);
     return code;
 }
 
@@ -35,6 +44,7 @@ kiln_status kn_error_prefix(kiln_status code, const char *fmt, ...) {
     memcpy(last_error, prefix, np);
     memcpy(last_error + np, old, no);
     last_error[np + no] = '\0';
+    flatten(last_error);
     return code;
 }
 

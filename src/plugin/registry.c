@@ -202,6 +202,9 @@ kiln_status kiln_registry_load_library(kiln_registry *r, const char *path) {
     struct stat st;
     if (stat(path, &st) != 0)
         return kn_error(KILN_ERR_NOT_FOUND, "plugin library '%s' does not exist", path);
+    /* dlopen would block on a FIFO waiting for a writer. */
+    if (!S_ISREG(st.st_mode))
+        return kn_error(KILN_ERR_PLUGIN, "plugin library '%s' is not a regular file", path);
     /* A bare file name would make dlopen search the system paths: anchor it here. */
     char local[4096];
     snprintf(local, sizeof local, "%s%s", strchr(path, '/') ? "" : "./", path);

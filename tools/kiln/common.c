@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 int cli_fail(const char *fmt, ...) {
     char msg[2048];
@@ -251,6 +252,9 @@ int cli_load_inputs(cli_opts *o) {
 }
 
 bool cli_is_plan(const char *path) {
+    struct stat st; /* a FIFO or device would block the read; the loader refuses those */
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+        return false;
     FILE *f = fopen(path, "rb");
     if (f == NULL)
         return false;

@@ -14,10 +14,11 @@
 #define KN_CLONES
 #endif
 
-static inline float exp_poly(float x) {
-    /* Bounds keep 2^n a normal float: n stays in [-126, 127]. */
-    x = x < -87.3f ? -87.3f : x;
-    x = x > 88.3f ? 88.3f : x;
+static inline float exp_poly(float in) {
+    /* Bounds keep 2^n a normal float: n stays in [-126, 127]. Written so NaN takes a bound
+     * too: converting a NaN n to int is undefined. NaN is given back at the end. */
+    float x = in > -87.3f ? in : -87.3f;
+    x = x < 88.3f ? x : 88.3f;
     float n = floorf(x * 1.44269504f + 0.5f);
     float r = x - n * 0.693145752f - n * 1.42860677e-6f;
     float p = 1.0f / 720.0f;
@@ -30,7 +31,7 @@ static inline float exp_poly(float x) {
     int32_t bits = ((int32_t)n + 127) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
-    return p * scale;
+    return in == in ? p * scale : in;
 }
 
 KN_CLONES void kn_act_apply(int act, float alpha, float beta, float *x, int64_t n) {
