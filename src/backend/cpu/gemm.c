@@ -42,7 +42,7 @@ static void ukr_scalar(int64_t kc, const float *a, const float *b, float *c, int
         kn_ukr_ep_apply(ep, c, ldc, mr, nr);
 }
 
-const kn_gemm_ukr kn_gemm_ukr_scalar = {"scalar", S_MR, S_NR, ukr_scalar};
+const kn_gemm_ukr kn_gemm_ukr_scalar = {.name = "scalar", .mr = S_MR, .nr = S_NR, .fn = ukr_scalar};
 
 static const kn_gemm_ukr *active_ukr;
 static pthread_once_t select_once = PTHREAD_ONCE_INIT;
@@ -225,6 +225,17 @@ typedef struct gemm_job {
     int64_t scratch_a, scratch_b; /* floats per task */
 } gemm_job;
 
+static kn_gemm_ukr_fn pick(const kn_gemm_ukr *u, int mr, int nr) {
+    bool hm = 2 * mr <= u->mr, hn = 2 * nr <= u->nr;
+    if (hm && hn && u->fn_half_mn != NULL)
+        return u->fn_half_mn;
+    if (hm && u->fn_half_m != NULL)
+        return u->fn_half_m;
+    if (hn && u->fn_half_n != NULL)
+        return u->fn_half_n;
+    return u->fn;
+}
+
 /* The micro-kernel's share of the epilogue for the tile at (i0, j0). */
 static kn_ukr_ep *tile_ep(const gemm_job *j, int64_t i0, int64_t j0, kn_ukr_ep *te) {
     const kn_epilogue *ep = j->ep;
@@ -275,8 +286,8 @@ static void run_block(const gemm_job *j, int64_t m0, int64_t m1, int64_t n0, int
                         kn_ukr_ep te, *tep = NULL;
                         if (last && j->ep != NULL)
                             tep = tile_ep(j, ic + ir, jc + jr, &te);
-                        u->fn(kc, ap + ir * kc, bp + jr * kc, ct, j->ldc, j->alpha, beta, mr, nr,
-                              tep);
+                        kn_gemm_ukr_fn fn = pick(u, mr, nr);
+                        fn(kc, ap + ir * kc, bp + jr * kc, ct, j->ldc, j->alpha, beta, mr, nr, tep);
                         if (last && j->ep_act_after)
                             for (int r = 0; r < mr; r++)
                                 kn_act_apply(j->ep->act, j->ep->alpha, j->ep->beta, ct + r * j->ldc,

@@ -68,10 +68,10 @@ __attribute__((target("avx2,fma"))) static void ukr(int64_t kc, const float *a, 
         kn_ukr_ep_apply(ep, c, ldc, mr, nr);
 }
 
-const kn_gemm_ukr kn_gemm_ukr_avx2 = {"avx2", MR, NR, ukr};
+const kn_gemm_ukr kn_gemm_ukr_avx2 = {.name = "avx2", .mr = MR, .nr = NR, .fn = ukr};
 
 #else
 
-const kn_gemm_ukr kn_gemm_ukr_avx2 = {"avx2", 0, 0, 0};
+const kn_gemm_ukr kn_gemm_ukr_avx2 = {.name = "avx2"};
 
 #endif

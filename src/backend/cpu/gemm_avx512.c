@@ -11,20 +11,24 @@
 #define NR 32
 #define ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
 
+/* One body, specialised by inlining for the tile shapes below: ROWS_N rows (12 or 6) and one or
+ * two 16-wide column vectors. Edge tiles that fit the smaller shapes skip the padded work. */
 #define DECL(i) __m512 c##i##0 = _mm512_setzero_ps(), c##i##1 = _mm512_setzero_ps();
 #define FMA(i)                                                                                     \
-    {                                                                                              \
+    if (i < ROWS_N) {                                                                              \
         __m512 ai = _mm512_set1_ps(a[i]);                                                          \
         c##i##0 = _mm512_fmadd_ps(ai, b0, c##i##0);                                                \
-        c##i##1 = _mm512_fmadd_ps(ai, b1, c##i##1);                                                \
+        if (TWO)                                                                                   \
+            c##i##1 = _mm512_fmadd_ps(ai, b1, c##i##1);                                            \
     }
 #define STORE(i)                                                                                   \
-    if (i < mr) {                                                                                  \
+    if (i < ROWS_N && i < mr) {                                                                    \
         float *ci = c + (int64_t)i * ldc;                                                          \
         __m512 v0 = _mm512_mul_ps(va, c##i##0), v1 = _mm512_mul_ps(va, c##i##1);                   \
         if (beta != 0.0f) {                                                                        \
             v0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, ci), v0);                           \
-            v1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, ci + 16), v1);                      \
+            if (TWO)                                                                               \
+                v1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, ci + 16), v1);                  \
         }                                                                                          \
         if (ep != NULL) {                                                                          \
             if (ep->bias_row != NULL) {                                                            \
@@ -37,7 +41,8 @@
             if (ep->res != NULL) {                                                                 \
                 const float *ri = ep->res + (int64_t)i * ep->ldr;                                  \
                 v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, ri));                             \
-                v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, ri + 16));                        \
+                if (TWO)                                                                           \
+                    v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, ri + 16));                    \
             }                                                                                      \
             if (ep->clamp) {                                                                       \
                 v0 = _mm512_min_ps(_mm512_max_ps(v0, vlo), vhi);                                   \
@@ -45,15 +50,16 @@
             }                                                                                      \
         }                                                                                          \
         _mm512_mask_storeu_ps(ci, m0, v0);                                                         \
-        _mm512_mask_storeu_ps(ci + 16, m1, v1);                                                    \
+        if (TWO)                                                                                   \
+            _mm512_mask_storeu_ps(ci + 16, m1, v1);                                                \
     }
 
-__attribute__((target("avx512f"))) static void ukr(int64_t kc, const float *a, const float *b,
-                                                   float *c, int64_t ldc, float alpha, float beta,
-                                                   int mr, int nr, const kn_ukr_ep *ep) {
+__attribute__((target("avx512f"), always_inline)) static inline void
+body(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, float alpha, float beta,
+     int mr, int nr, const kn_ukr_ep *ep, const int ROWS_N, const int TWO) {
     ROWS(DECL)
     for (int64_t k = 0; k < kc; k++) {
-        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+        __m512 b0 = _mm512_loadu_ps(b), b1 = TWO ? _mm512_loadu_ps(b + 16) : b0;
         ROWS(FMA)
         a += MR;
         b += NR;
@@ -66,7 +72,8 @@ __attribute__((target("avx512f"))) static void ukr(int64_t kc, const float *a, c
     if (ep != NULL) {
         if (ep->bias_col != NULL) {
             bc0 = _mm512_maskz_loadu_ps(m0, ep->bias_col);
-            bc1 = _mm512_maskz_loadu_ps(m1, ep->bias_col + 16);
+            if (TWO)
+                bc1 = _mm512_maskz_loadu_ps(m1, ep->bias_col + 16);
         }
         vlo = _mm512_set1_ps(ep->lo);
         vhi = _mm512_set1_ps(ep->hi);
@@ -74,10 +81,28 @@ __attribute__((target("avx512f"))) static void ukr(int64_t kc, const float *a, c
     ROWS(STORE)
 }
 
-const kn_gemm_ukr kn_gemm_ukr_avx512 = {"avx512", MR, NR, ukr};
+#define VARIANT(name, rows, two)                                                                   \
+    __attribute__((target("avx512f"))) static void name(                                           \
+        int64_t kc, const float *a, const float *b, float *c, int64_t ldc, float alpha,            \
+        float beta, int mr, int nr, const kn_ukr_ep *ep) {                                         \
+        body(kc, a, b, c, ldc, alpha, beta, mr, nr, ep, rows, two);                                \
+    }
+
+VARIANT(ukr, 12, 1)
+VARIANT(ukr_half_m, 6, 1)
+VARIANT(ukr_half_n, 12, 0)
+VARIANT(ukr_half_mn, 6, 0)
+
+const kn_gemm_ukr kn_gemm_ukr_avx512 = {.name = "avx512",
+                                        .mr = MR,
+                                        .nr = NR,
+                                        .fn = ukr,
+                                        .fn_half_m = ukr_half_m,
+                                        .fn_half_n = ukr_half_n,
+                                        .fn_half_mn = ukr_half_mn};
 
 #else
 
-const kn_gemm_ukr kn_gemm_ukr_avx512 = {"avx512", 0, 0, 0};
+const kn_gemm_ukr kn_gemm_ukr_avx512 = {.name = "avx512"};
 
 #endif

@@ -26,6 +26,9 @@ typedef struct kn_gemm_ukr {
     const char *name;
     int mr, nr;
     kn_gemm_ukr_fn fn;
+    /* Optional cheaper kernels for edge tiles with mr <= MR/2 and/or nr <= NR/2 (same packed
+     * layout, less padded work); NULL when the ISA has none. */
+    kn_gemm_ukr_fn fn_half_m, fn_half_n, fn_half_mn;
 } kn_gemm_ukr;
 
 extern const kn_gemm_ukr kn_gemm_ukr_avx512;
