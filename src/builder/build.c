@@ -108,22 +108,24 @@ static kiln_status resolve_at(const kn_graph *g, const kiln_build_config *cfg,
 
 /* Name a dim that is a (lo, hi) pair across the profile after the input symbols it follows:
  * "height", "height/2", "seq*4", "seq+1", "batch*seq", else "dyn_LO..HI". */
-static void name_dim(const kn_graph *g, const kn_resolved *lo, const kn_resolved *hi, int64_t a,
-                     int64_t b, char *out, size_t size) {
+static void name_dim(const kn_graph *g, const kn_resolved *lo, const kn_resolved *hi, int axis,
+                     int64_t a, int64_t b, char *out, size_t size) {
     snprintf(out, size, "dyn_%lld..%lld", (long long)a, (long long)b);
     const char *sym[2 * KN_MAX_RANK];
     int64_t sl[2 * KN_MAX_RANK], sh[2 * KN_MAX_RANK];
     int n = 0;
-    for (int i = 0; i < g->n_inputs; i++) {
-        const kn_value *in = &g->values[g->inputs[i]];
-        for (int k = 0; k < in->rank && n < 2 * KN_MAX_RANK; k++) {
-            int64_t x = lo[g->inputs[i]].t.shape.d[k], y = hi[g->inputs[i]].t.shape.d[k];
-            if (in->dims[k].sym && x != y) {
-                sym[n] = in->dims[k].sym, sl[n] = x, sh[n] = y;
-                n++;
+    /* Symbols on the same axis come first: height and width often share a range. */
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < g->n_inputs; i++) {
+            const kn_value *in = &g->values[g->inputs[i]];
+            for (int k = 0; k < in->rank && n < 2 * KN_MAX_RANK; k++) {
+                int64_t x = lo[g->inputs[i]].t.shape.d[k], y = hi[g->inputs[i]].t.shape.d[k];
+                if (in->dims[k].sym && x != y && (k == axis) == (pass == 0)) {
+                    sym[n] = in->dims[k].sym, sl[n] = x, sh[n] = y;
+                    n++;
+                }
             }
         }
-    }
     for (int i = 0; i < n; i++) {
         if (a == sl[i] && b == sh[i]) {
             snprintf(out, size, "%s", sym[i]);
@@ -177,7 +179,7 @@ static kiln_status annotate(kn_graph *g, const kn_resolved *lo, const kn_resolve
                 continue;
             }
             char gen[160];
-            name_dim(g, lo, hi, a, b, gen, sizeof gen);
+            name_dim(g, lo, hi, d, a, b, gen, sizeof gen);
             const char *name = gen;
             val->dims[d].value = -1;
             val->dims[d].sym = kn_strdup(name);
