@@ -1,9 +1,8 @@
 /* Depthwise convolution: each channel convolved with its own kernel, channels in parallel.
  * With AVX-512, stride 1 and stride 2 planes are zero-padded (stride 2 also split into its four
  * phase planes) and computed whole by the flat-plane kernel; other strides go row by row to the
- * AVX-512 row kernel. Without AVX-512, a row is built from
- * kh*kw scaled input rows (contiguous for stride 1, so the loop vectorizes) and the epilogue runs
- * on the row while it is in L1. */
+ * AVX-512 row kernel. Without AVX-512, a row is built from kh*kw scaled input rows (contiguous
+ * for stride 1, so the loop vectorizes) and the epilogue runs on the row while it is in L1. */
 #include "backend/cpu/nn_internal.h"
 
 #include "core/alloc.h"
@@ -20,14 +19,14 @@ typedef struct dw_job {
     const int64_t *lo, *hi; /* per kernel column: output columns whose tap is inside */
     int64_t left, right;    /* columns whose taps are all inside */
     /* With AVX-512 a plane is first copied into a zero-padded buffer so that every tap of every
-     * output is inside it: the row kernel then runs its unmasked path across whole rows. */
+     * output is inside it: the kernels then need no per-tap bounds. */
     bool pad;
-    bool flat;          /* whole planes through kn_cpu_dw_plane_flat_avx512 */
-    bool phases;        /* stride 2: the padded plane is split into phase planes first */
-    kn_conv2d cp;       /* geometry over the padded plane */
-    const int64_t *off; /* flat-plane tap offsets */
-    int64_t flat_wp;
-    const int64_t *plo, *phi;
+    bool flat;                /* whole planes through kn_cpu_dw_plane_flat_avx512 */
+    bool phases;              /* stride 2: the padded plane is split into phase planes first */
+    kn_conv2d cp;             /* geometry over the padded plane */
+    const int64_t *off;       /* flat-plane tap offsets */
+    int64_t flat_wp;          /* flat-plane row stride */
+    const int64_t *plo, *phi; /* lo, hi over the padded plane (every tap inside) */
     bool avx512;
 } dw_job;
 
