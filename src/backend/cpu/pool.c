@@ -158,6 +158,61 @@ KN_RED_CLONES static void pool_planes(void *arg, int64_t begin, int64_t end) {
     }
 }
 
+/* 2-D max or average pooling without dilation or indices, the shape CNNs use: each output row
+ * is built with one pass per window tap over the row, so the inner loops are plain strided
+ * loops instead of a window walk per output. */
+#define KN_POOL_ROW_MAX 4096
+
+static int64_t div_floor(int64_t a, int64_t b) {
+    return a / b - (a % b != 0 && (a < 0) != (b < 0));
+}
+
+static bool pool2d_fast(const pool_args *a) {
+    return (a->kind == POOL_MAX || a->kind == POOL_AVG) && a->ind == NULL && a->nsp == 2 &&
+           a->d[1] == 1 && a->d[2] == 1 && a->out[2] <= KN_POOL_ROW_MAX;
+}
+
+KN_RED_CLONES static void pool2d_planes(void *arg, int64_t begin, int64_t end) {
+    const pool_args *a = arg;
+    int64_t W = a->in[2], OH = a->out[1], OW = a->out[2], s = a->s[2], pb = a->pb[2];
+    bool is_max = a->kind == POOL_MAX;
+    float acc[KN_POOL_ROW_MAX];
+    for (int64_t u = begin; u < end; u++) {
+        const float *x = a->x + u * a->in_plane;
+        float *y = a->y + u * a->out_plane;
+        for (int64_t oy = 0; oy < OH; oy++) {
+            const tap_range *ty = &a->taps[1][oy];
+            for (int64_t ox = 0; ox < OW; ox++)
+                acc[ox] = is_max ? -INFINITY : 0.0f;
+            for (int64_t jy = ty->j0; jy < ty->j1; jy++) {
+                const float *row = x + (ty->start + jy) * W;
+                for (int64_t jx = 0; jx < a->k[2]; jx++) {
+                    int64_t lo = -div_floor(jx - pb, s), hi = div_floor(W - 1 + pb - jx, s) + 1;
+                    lo = lo < 0 ? 0 : lo;
+                    hi = hi > OW ? OW : hi;
+                    const float *src = row + jx - pb;
+                    if (is_max)
+                        for (int64_t ox = lo; ox < hi; ox++)
+                            acc[ox] = src[ox * s] > acc[ox] ? src[ox * s] : acc[ox];
+                    else
+                        for (int64_t ox = lo; ox < hi; ox++)
+                            acc[ox] += src[ox * s];
+                }
+            }
+            int64_t rows = ty->j1 - ty->j0, rows_inc = ty->jinc;
+            for (int64_t ox = 0; ox < OW; ox++) {
+                const tap_range *tx = &a->taps[2][ox];
+                int64_t n = rows * (tx->j1 - tx->j0);
+                int64_t div = a->include_pad ? rows_inc * tx->jinc : n;
+                if (is_max)
+                    y[oy * OW + ox] = n > 0 ? acc[ox] : 0.0f;
+                else
+                    y[oy * OW + ox] = div > 0 ? acc[ox] / (float)div : 0.0f;
+            }
+        }
+    }
+}
+
 static void pool_args_init(pool_args *a, const kn_pool_geom *g) {
     int off = 3 - g->nsp;
     for (int i = 0; i < 3; i++) {
@@ -215,7 +270,8 @@ static kiln_status cpu_pool_window(kn_kernel_ctx *k) {
         a.x = xv.p;
         a.y = yv.p;
         int64_t work = a.out_plane * a.k[0] * a.k[1] * a.k[2];
-        kn_parallel_for(k->pool, planes, plane_grain(work), pool_planes, &a);
+        kn_parallel_for(k->pool, planes, plane_grain(work),
+                        pool2d_fast(&a) ? pool2d_planes : pool_planes, &a);
         cpu_red_f32_commit(&k->out[0], &yv);
     }
     cpu_red_f32_release(&yv);
