@@ -41,12 +41,13 @@ kiln_status kiln_context_create(kiln_engine *e, kiln_context **out) {
     c->vals = kn_calloc(nv, sizeof *c->vals);
     c->in_arena = kn_calloc(nv, sizeof *c->in_arena);
     c->offsets = kn_calloc(nv, sizeof *c->offsets);
+    c->alias = kn_calloc(nv, sizeof *c->alias);
     c->dyn = kn_calloc(nv, sizeof *c->dyn);
     c->deferred = kn_calloc(nn, sizeof *c->deferred);
     c->runs = kn_calloc(nn, sizeof *c->runs);
     if (!c->runs || !c->in_shape || !c->in_shape_set || !c->in_data || !c->in_size ||
         !c->out_user || !c->out_user_size || !c->out_buf || !c->out_cap || !c->vals ||
-        !c->in_arena || !c->offsets || !c->dyn || !c->deferred) {
+        !c->in_arena || !c->offsets || !c->alias || !c->dyn || !c->deferred) {
         kiln_context_destroy(c);
         return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory creating a context");
     }
@@ -112,6 +113,7 @@ void kiln_context_destroy(kiln_context *c) {
     kn_free(c->vals);
     kn_free(c->in_arena);
     kn_free(c->offsets);
+    kn_free(c->alias);
     kn_free(c->dyn);
     kn_free(c->deferred);
     kn_free(c->arena);
@@ -208,6 +210,30 @@ kiln_status kn_context_plugin_shapes(kiln_context *c, int node) {
     return kn_plugin_shapes_changed(n, &c->runs[node], in, out);
 }
 
+/* Reshape, Flatten, Squeeze, Unsqueeze and Identity only relabel their input's bytes: their
+ * output shares the input's arena memory, and the executor skips them. */
+static void alias_views(kiln_context *c) {
+    const kn_graph *g = c->e->plan.graph;
+    for (int v = 0; v < g->n_values; v++)
+        c->alias[v] = -1;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kn_node *n = &g->nodes[i];
+        if (n->dead || c->deferred[i] || n->n_in < 1 || n->n_out != 1 || n->in[0] < 0 ||
+            n->out[0] < 0 || !c->in_arena[n->out[0]])
+            continue;
+        const kn_op_schema *op = kn_op_find(n->domain, n->op_type);
+        if (op == NULL || !(op->flags & KN_OP_VIEW))
+            continue;
+        int x = n->in[0], y = n->out[0];
+        int root = c->alias[x] >= 0 ? c->alias[x] : x;
+        if (!c->in_arena[root] ||
+            kn_tensor_nbytes(&c->vals[y].t) != kn_tensor_nbytes(&c->vals[root].t))
+            continue;
+        c->alias[y] = root;
+        c->in_arena[y] = false;
+    }
+}
+
 kiln_status kn_context_resolve(kiln_context *c) {
     if (c->resolved)
         return KILN_OK;
@@ -232,8 +258,9 @@ kiln_status kn_context_resolve(kiln_context *c) {
         c->in_arena[v] =
             r->known && r->t.data == NULL && !g->values[v].is_input && g->values[v].producer >= 0;
     }
+    alias_views(c);
     size_t total = 0;
-    KN_TRY(kn_memory_plan(g, c->vals, c->in_arena, c->offsets, &total));
+    KN_TRY(kn_memory_plan(g, c->vals, c->in_arena, c->alias, c->offsets, &total));
     /* Never left NULL: arena + 0 must stay a valid pointer for zero-sized values. */
     if (total > c->arena_size || c->arena == NULL) {
         void *a = kn_aligned_alloc(total > 0 ? total : 1, KN_ARENA_ALIGN);
@@ -247,6 +274,9 @@ kiln_status kn_context_resolve(kiln_context *c) {
     for (int v = 0; v < g->n_values; v++)
         if (c->in_arena[v])
             c->vals[v].t.data = (char *)c->arena + c->offsets[v];
+    for (int v = 0; v < g->n_values; v++)
+        if (c->alias[v] >= 0)
+            c->vals[v].t.data = c->vals[c->alias[v]].t.data;
     for (int i = 0; i < g->n_nodes; i++)
         if (c->runs[i].inst.ops != NULL && !c->deferred[i])
             KN_TRY(kn_context_plugin_shapes(c, i));

@@ -36,6 +36,7 @@ struct kiln_context {
     bool *deferred;      /* per node */
     bool *in_arena;      /* per value */
     size_t *offsets;     /* per value */
+    int *alias;          /* per value: the value whose memory a view shares, or -1 */
     void **dyn;          /* per value: heap data of deferred outputs */
     kn_plugin_run *runs; /* per node: this context's clone of a plugin node */
     bool resolved;

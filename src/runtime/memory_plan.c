@@ -22,7 +22,7 @@ static size_t align_up(size_t x) {
 }
 
 kiln_status kn_memory_plan(const kn_graph *g, const kn_resolved *vals, const bool *in_arena,
-                           size_t *offsets, size_t *total) {
+                           const int *alias, size_t *offsets, size_t *total) {
     int nv = g->n_values;
     interval *iv = kn_calloc((size_t)nv + 1, sizeof(interval));
     int *slot = kn_calloc((size_t)nv + 1, sizeof(int));
@@ -55,10 +55,15 @@ kiln_status kn_memory_plan(const kn_graph *g, const kn_resolved *vals, const boo
             continue;
         for (int j = 0; j < nd->n_in; j++) {
             int v = nd->in[j];
+            if (v >= 0 && alias && alias[v] >= 0)
+                v = alias[v];
             if (v >= 0 && slot[v] >= 0 && iv[slot[v]].last < i)
                 iv[slot[v]].last = i;
         }
     }
+    for (int v = 0; alias && v < nv; v++)
+        if (alias[v] >= 0 && g->values[v].is_output && slot[alias[v]] >= 0)
+            iv[slot[alias[v]]].last = g->n_nodes;
     qsort(iv, (size_t)n, sizeof(interval), by_size_desc);
     size_t end = 0;
     int n_placed = 0;

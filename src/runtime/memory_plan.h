@@ -8,10 +8,11 @@
 #define KN_ARENA_ALIGN 64
 #define KN_NO_OFFSET ((size_t)-1)
 
-/* in_arena[v] says which values need arena space (sizes from vals[v].t). On return
- * offsets[v] is the value's byte offset (KN_NO_OFFSET for the rest) and *total the arena
- * size. Graph outputs live to the end. */
+/* in_arena[v] says which values need arena space (sizes from vals[v].t). alias[v] >= 0 (or
+ * alias NULL) says v shares the memory of value alias[v], so v's readers keep that value
+ * alive. On return offsets[v] is the value's byte offset (KN_NO_OFFSET for the rest) and
+ * *total the arena size. Graph outputs live to the end. */
 kiln_status kn_memory_plan(const kn_graph *g, const kn_resolved *vals, const bool *in_arena,
-                           size_t *offsets, size_t *total);
+                           const int *alias, size_t *offsets, size_t *total);
 
 #endif
