@@ -320,6 +320,9 @@ SOURCE_TEXT = {"torch": "exported from PyTorch with seeded random weights",
 
 
 def git_commit():
+    """The commit measured: $KILN_COMMIT where the tree travels without .git, else git's."""
+    if os.environ.get("KILN_COMMIT"):
+        return os.environ["KILN_COMMIT"]
     try:
         out = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
                              capture_output=True, text=True, timeout=10)
