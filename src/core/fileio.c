@@ -337,8 +337,7 @@ static kiln_status npy_parse_header(const char *h, size_t n, kn_tensor *t) {
     }
     if (!have_descr || !have_order || !have_shape)
         return kn_error(KILN_ERR_IO, ".npy: header lacks descr, fortran_order or shape");
-    int64_t numel = 0;
-    if (!numel_checked(&t->shape, &numel))
+    if (!kn_shape_valid(&t->shape)) /* also bounds the dims beside a zero */
         return kn_error(KILN_ERR_IO, ".npy: shape has more than %lld elements",
                         (long long)KN_MAX_ELEMENTS);
     return KILN_OK;

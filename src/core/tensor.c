@@ -23,16 +23,17 @@ bool kn_shape_equal(const kn_shape *a, const kn_shape *b) {
 bool kn_shape_valid(const kn_shape *s) {
     if (s->rank < 0 || s->rank > KN_MAX_RANK)
         return false;
+    /* Zero dims are left out of the product: kernels multiply subsets of the dims (a plane, a
+     * row stride), which must not overflow even when the tensor is empty. */
     int64_t n = 1;
     for (int i = 0; i < s->rank; i++) {
         if (s->d[i] < 0 || s->d[i] > KN_MAX_ELEMENTS)
             return false;
         if (s->d[i] == 0)
-            n = 0;
-        else if (n > KN_MAX_ELEMENTS / s->d[i])
+            continue;
+        if (n > KN_MAX_ELEMENTS / s->d[i])
             return false;
-        else
-            n *= s->d[i];
+        n *= s->d[i];
     }
     return true;
 }

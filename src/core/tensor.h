@@ -28,7 +28,7 @@ typedef struct kn_tensor {
 
 int64_t kn_shape_numel(const kn_shape *s);      /* 1 for rank 0 */
 bool kn_shape_equal(const kn_shape *a, const kn_shape *b);
-/* Checks every dim is >= 0 and the element count is <= KN_MAX_ELEMENTS. */
+/* Checks every dim is >= 0 and the product of the non-zero dims is <= KN_MAX_ELEMENTS. */
 bool kn_shape_valid(const kn_shape *s);
 /* Writes "2x3x4" (or "scalar") into buf; returns buf. */
 const char *kn_shape_str(const kn_shape *s, char *buf, size_t size);

@@ -234,20 +234,19 @@ static kiln_status convert_shape(const Onnx__TensorProto *tp, const char *what, 
     if (tp->n_dims > KN_MAX_RANK)
         return kn_error(KILN_ERR_UNSUPPORTED, "%s has rank %zu; kiln supports at most %d", what,
                         tp->n_dims, KN_MAX_RANK);
-    int64_t n = 1;
     shape->rank = (int32_t)tp->n_dims;
     for (size_t i = 0; i < tp->n_dims; i++) {
         int64_t d = tp->dims[i];
         if (d < 0)
             return kn_error(KILN_ERR_MODEL, "%s: dim %zu is negative (%lld)", what, i,
                             (long long)d);
-        if (d > 0 && n > KN_MAX_ELEMENTS / d)
-            return kn_error(KILN_ERR_MODEL, "%s: dims give more than %lld elements", what,
-                            (long long)KN_MAX_ELEMENTS);
-        n *= d;
         shape->d[i] = d;
     }
-    *numel = n;
+    /* Also bounds the dims beside a zero, which the element count alone would let through. */
+    if (!kn_shape_valid(shape))
+        return kn_error(KILN_ERR_MODEL, "%s: dims give more than %lld elements", what,
+                        (long long)KN_MAX_ELEMENTS);
+    *numel = kn_shape_numel(shape);
     return KILN_OK;
 }
 

@@ -103,8 +103,10 @@ static kiln_status transpose_pads(const kn_node *node, const char *ap, kn_conv_g
         oshape[i] = n_os == 0 ? -1 : os[n_os - g->nsp + i];
     bool same = strcmp(ap, "SAME_UPPER") == 0 || strcmp(ap, "SAME_LOWER") == 0;
     for (int i = 0; i < g->nsp; i++) {
-        if (opad[i] < 0)
-            return kn_error(KILN_ERR_MODEL, "output_padding[%d] is negative", i);
+        if (opad[i] < 0 || opad[i] > KN_MAX_ELEMENTS)
+            return kn_error(KILN_ERR_MODEL, "output_padding[%d] is negative or exceeds 2^40", i);
+        if (g->in[i] > 1 && g->stride[i] > KN_MAX_ELEMENTS / (g->in[i] - 1))
+            return kn_error(KILN_ERR_SHAPE, "spatial dim %d: output size exceeds 2^40", i);
         int64_t full = g->stride[i] * (g->in[i] - 1) + opad[i] + (g->k[i] - 1) * g->dil[i] + 1;
         if (same) {
             int64_t want = oshape[i] >= 0 ? oshape[i] : g->in[i] * g->stride[i];
@@ -139,6 +141,11 @@ kiln_status kn_conv_geom_init(const kn_node *node, const kn_shape *x, const kn_s
         if (g->k[i] < 1)
             return kn_error(KILN_ERR_SHAPE, "kernel dim %d is %lld; must be >= 1", i,
                             (long long)g->k[i]);
+        /* Bounds that keep every size computed below far from overflowing. */
+        if (g->stride[i] > KN_MAX_ELEMENTS || pads[i] > KN_MAX_ELEMENTS ||
+            pads[i + g->nsp] > KN_MAX_ELEMENTS || g->dil[i] > KN_MAX_ELEMENTS / g->k[i])
+            return kn_error(KILN_ERR_MODEL,
+                            "strides, pads or the dilated kernel exceed 2^40 (dim %d)", i);
         g->pad_b[i] = pads[i];
         g->pad_e[i] = pads[i + g->nsp];
     }

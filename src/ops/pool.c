@@ -37,8 +37,9 @@ static kiln_status read_pads(const kn_node *node, kn_pool_geom *g, bool ceil_mod
         }
         g->pb[i] = valid ? 0 : pads[i];
         g->pe[i] = valid ? 0 : pads[g->nsp + i];
-        if (g->pb[i] < 0 || g->pe[i] < 0)
-            return kn_error(KILN_ERR_MODEL, "attribute pads must not be negative");
+        if (g->pb[i] < 0 || g->pe[i] < 0 || g->pb[i] > KN_MAX_ELEMENTS ||
+            g->pe[i] > KN_MAX_ELEMENTS)
+            return kn_error(KILN_ERR_MODEL, "attribute pads must be in [0, 2^40]");
         int64_t span = g->in[i] + g->pb[i] + g->pe[i] - eff;
         if (span < 0)
             return kn_error(KILN_ERR_SHAPE,
@@ -71,10 +72,16 @@ kiln_status kn_pool_geom_read(const kn_node *node, const kn_shape *x, kn_pool_ge
     }
     KN_TRY(read_ints(node, "strides", g->nsp, 1, g->s));
     KN_TRY(read_ints(node, "dilations", g->nsp, 1, g->d));
-    for (int i = 0; i < g->nsp; i++)
+    for (int i = 0; i < g->nsp; i++) {
         if (g->k[i] <= 0 || g->s[i] <= 0 || g->d[i] <= 0)
             return kn_error(KILN_ERR_MODEL,
                             "kernel_shape, strides and dilations must be positive (dim %d)", i);
+        /* Keeps the window and output arithmetic far from overflowing. */
+        if (g->k[i] > KN_MAX_ELEMENTS || g->s[i] > KN_MAX_ELEMENTS ||
+            g->d[i] > KN_MAX_ELEMENTS / g->k[i])
+            return kn_error(KILN_ERR_MODEL,
+                            "kernel_shape, strides or the dilated window exceed 2^40 (dim %d)", i);
+    }
     KN_TRY(read_pads(node, g, kn_attr_int(node, "ceil_mode", 0) != 0));
     g->count_include_pad = kn_attr_int(node, "count_include_pad", 0) != 0;
     g->storage_order = kn_attr_int(node, "storage_order", 0);

@@ -269,7 +269,9 @@ static kiln_status cpu_pool_window(kn_kernel_ctx *k) {
     if (rc == KILN_OK) {
         a.x = xv.p;
         a.y = yv.p;
-        int64_t work = a.out_plane * a.k[0] * a.k[1] * a.k[2];
+        int64_t work = a.out_plane; /* saturating: padding allows windows of 2^40 per dim */
+        for (int d = 0; d < 3; d++)
+            work = work > INT64_MAX / a.k[d] ? INT64_MAX : work * a.k[d];
         kn_parallel_for(k->pool, planes, plane_grain(work),
                         pool2d_fast(&a) ? pool2d_planes : pool_planes, &a);
         cpu_red_f32_commit(&k->out[0], &yv);
