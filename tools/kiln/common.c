@@ -405,6 +405,17 @@ int cli_bind_inputs(const cli_opts *o, kiln_engine *e, kiln_context *ctx, bool r
                             o->inputs[i].name, names);
         }
     }
+    for (int i = 0; i < o->n_shapes; i++) {
+        bool found = false;
+        for (int k = 0; k < kiln_engine_num_inputs(e) && !found; k++) {
+            kiln_io_info info;
+            kiln_engine_input_info(e, k, &info);
+            found = strcmp(info.name, o->shapes[i].name) == 0;
+        }
+        if (!found)
+            return cli_fail("--shapes names '%s', which is not an input of the model",
+                            o->shapes[i].name);
+    }
     for (int k = 0; k < kiln_engine_num_inputs(e); k++) {
         kiln_io_info info;
         kiln_engine_input_info(e, k, &info);
@@ -421,6 +432,8 @@ int cli_bind_inputs(const cli_opts *o, kiln_engine *e, kiln_context *ctx, bool r
             t.shape.rank = info.rank;
             for (int d = 0; d < info.rank; d++)
                 t.shape.d[d] = sh ? sh->opt[d] : info.opt[d];
+            if (!kn_shape_valid(&t.shape))
+                return cli_fail("input '%s': --shapes gives more than 2^40 elements", info.name);
             t.data = kn_malloc(kn_tensor_nbytes(&t) + 1);
             if (t.data == NULL)
                 return cli_fail("out of memory for input '%s'", info.name);
@@ -432,6 +445,19 @@ int cli_bind_inputs(const cli_opts *o, kiln_engine *e, kiln_context *ctx, bool r
         if (t.shape.rank != info.rank)
             return cli_fail("input '%s' has rank %d but the model expects rank %d", info.name,
                             t.shape.rank, info.rank);
+        /* A plan keeps its own profile, so nothing else would notice --shapes disagreeing
+         * with the file (for a model, --shapes is the profile and the context checks it). */
+        if (in != NULL && sh != NULL && cli_is_plan(o->model)) {
+            if (sh->rank != t.shape.rank)
+                return cli_fail("input '%s' has rank %d but --shapes gives rank %d", info.name,
+                                t.shape.rank, sh->rank);
+            for (int d = 0; d < t.shape.rank; d++)
+                if (t.shape.d[d] < sh->min[d] || t.shape.d[d] > sh->max[d])
+                    return cli_fail("input '%s' axis %d: the file has %lld, outside the --shapes "
+                                    "range [%lld, %lld]",
+                                    info.name, d, (long long)t.shape.d[d], (long long)sh->min[d],
+                                    (long long)sh->max[d]);
+        }
         if (kiln_context_set_input_shape(ctx, info.name, t.shape.rank, t.shape.d) != KILN_OK ||
             kiln_context_set_input(ctx, info.name, t.data, kn_tensor_nbytes(&t)) != KILN_OK)
             return cli_fail("%s", kiln_last_error());
