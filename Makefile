@@ -67,8 +67,8 @@ test-asan: asan
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j$(JOBS)
 	ASAN_OPTIONS=detect_leaks=1 $(PYTHON) tests/conformance/run_node_tests.py \
 	  --kiln $(ASAN_BUILD)/bin/kiln --jobs $(JOBS) --check --timeout 120
-	ASAN_OPTIONS=detect_leaks=1 KILN=$(ASAN_BUILD)/bin/kiln $(PYTHON) -m pytest -q \
-	  tests/models/test_bad_input.py
+	ASAN_OPTIONS=detect_leaks=1 KILN=$(ASAN_BUILD)/bin/kiln KILN_PLUGINS=$(ASAN_BUILD)/plugins \
+	  $(PYTHON) -m pytest -q tests/models tests/plugins
 
 test: test-unit test-conformance test-models test-python test-asan
 

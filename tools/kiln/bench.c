@@ -45,8 +45,10 @@ static double pct(const double *s, int n, double p) {
 int cmd_bench(int argc, char **argv) {
     cli_opts o;
     int rc = cli_parse(argc, argv, "sitwjp", usage, &o);
-    if (rc != 0)
+    if (rc != 0) {
+        cli_opts_free(&o);
         return rc < 0 ? 0 : rc;
+    }
     kiln_engine *e = NULL;
     kiln_context *ctx = NULL;
     kn_tensor owned[CLI_MAX_ITEMS];

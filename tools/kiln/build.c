@@ -31,8 +31,10 @@ static void on_progress(void *user, const char *stage, double fraction) {
 int cmd_build(int argc, char **argv) {
     cli_opts o;
     int rc = cli_parse(argc, argv, "ostqp", usage, &o);
-    if (rc != 0)
+    if (rc != 0) {
+        cli_opts_free(&o);
         return rc < 0 ? 0 : rc;
+    }
     kiln_builder *b = NULL;
     kiln_network *net = NULL;
     kiln_build_config *cfg = NULL;

@@ -216,8 +216,10 @@ static void print_plugins(const kn_graph *g, bool json) {
 int cmd_inspect(int argc, char **argv) {
     cli_opts o;
     int rc = cli_parse(argc, argv, "sjgp", usage, &o);
-    if (rc != 0)
+    if (rc != 0) {
+        cli_opts_free(&o);
         return rc < 0 ? 0 : rc;
+    }
     kiln_engine *e = NULL;
     if ((rc = cli_load_engine(&o, &e)) != 0)
         goto out;

@@ -120,8 +120,10 @@ static int write_outputs(kiln_engine *e, kiln_context *ctx, const char *dir) {
 int cmd_run(int argc, char **argv) {
     cli_opts o;
     int rc = cli_parse(argc, argv, "sidtp", usage, &o);
-    if (rc != 0)
+    if (rc != 0) {
+        cli_opts_free(&o);
         return rc < 0 ? 0 : rc;
+    }
     kiln_engine *e = NULL;
     kiln_context *ctx = NULL;
     kn_tensor owned[CLI_MAX_ITEMS];
