@@ -54,21 +54,8 @@ int cmd_bench(int argc, char **argv) {
     kn_tensor owned[CLI_MAX_ITEMS];
     int n_owned = 0;
     double *times = NULL;
-    if ((rc = cli_load_inputs(&o)) != 0)
-        goto out;
-    /* Inputs without data or shape use their profile's OPT shape, which an .onnx build needs
-     * explicitly: fixed inputs are fine, dynamic ones need --shapes or --input. */
-    if ((rc = cli_load_engine(&o, &e)) != 0)
-        goto out;
-    if (kiln_context_create(e, &ctx) != KILN_OK) {
-        rc = cli_fail_kiln("context");
-        goto out;
-    }
-    if (o.threads > 0 && kiln_context_set_threads(ctx, o.threads) != KILN_OK) {
-        rc = cli_fail_kiln("threads");
-        goto out;
-    }
-    if ((rc = cli_bind_inputs(&o, e, ctx, true, owned, &n_owned)) != 0)
+    /* Inputs without data use the OPT shape of --shapes or of the plan's profile. */
+    if ((rc = cli_prepare_context(&o, true, &e, &ctx, owned, &n_owned)) != 0)
         goto out;
     for (int i = 0; i < o.warmup; i++)
         if (kiln_context_execute(ctx) != KILN_OK) {

@@ -62,6 +62,11 @@ bool cli_is_plan(const char *path);
 /* Set shapes and data of every input on ctx: from --input files, else random (bench). */
 int cli_bind_inputs(const cli_opts *o, kiln_engine *e, kiln_context *ctx, bool random_rest,
                     kn_tensor *owned, int *n_owned);
+/* Everything before the first execute of run and bench: load --input files, load or build
+ * the engine, create a context with --threads, bind inputs (random_rest: fill inputs not
+ * given). On failure the error is printed; the caller still frees *e, *ctx and owned. */
+int cli_prepare_context(cli_opts *o, bool random_rest, kiln_engine **e, kiln_context **ctx,
+                        kn_tensor *owned, int *n_owned);
 /* Build config from --shapes (and input files' shapes for inputs without one). */
 int cli_make_config(const cli_opts *o, kiln_network *net, kiln_build_config **out);
 

@@ -464,3 +464,16 @@ int cli_bind_inputs(const cli_opts *o, kiln_engine *e, kiln_context *ctx, bool r
     }
     return 0;
 }
+
+int cli_prepare_context(cli_opts *o, bool random_rest, kiln_engine **e, kiln_context **ctx,
+                        kn_tensor *owned, int *n_owned) {
+    int rc;
+    *n_owned = 0;
+    if ((rc = cli_load_inputs(o)) != 0 || (rc = cli_load_engine(o, e)) != 0)
+        return rc;
+    if (kiln_context_create(*e, ctx) != KILN_OK)
+        return cli_fail_kiln("context");
+    if (o->threads > 0 && kiln_context_set_threads(*ctx, o->threads) != KILN_OK)
+        return cli_fail_kiln("threads");
+    return cli_bind_inputs(o, *e, *ctx, random_rest, owned, n_owned);
+}

@@ -129,17 +129,7 @@ int cmd_run(int argc, char **argv) {
     kn_tensor owned[CLI_MAX_ITEMS];
     int n_owned = 0;
     const char *dir = o.output_dir ? o.output_dir : ".";
-    if ((rc = cli_load_inputs(&o)) != 0 || (rc = cli_load_engine(&o, &e)) != 0)
-        goto out;
-    if (kiln_context_create(e, &ctx) != KILN_OK) {
-        rc = cli_fail_kiln("context");
-        goto out;
-    }
-    if (o.threads > 0 && kiln_context_set_threads(ctx, o.threads) != KILN_OK) {
-        rc = cli_fail_kiln("threads");
-        goto out;
-    }
-    if ((rc = cli_bind_inputs(&o, e, ctx, false, owned, &n_owned)) != 0)
+    if ((rc = cli_prepare_context(&o, false, &e, &ctx, owned, &n_owned)) != 0)
         goto out;
     if (kiln_context_execute(ctx) != KILN_OK) {
         rc = cli_fail("%s", kiln_last_error());
