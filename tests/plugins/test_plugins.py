@@ -281,3 +281,33 @@ def test_plugin_check_unknown_name():
     r = kiln("plugin-check", SWISH_LIB, "--plugin", "Nope", check=False)
     line = one_line_error(r)
     assert "Nope" in line and "Swish" in line
+
+
+def test_prefer_plugin_replaces_builtin_op(tmp_path):
+    """--prefer-plugin Relu sends Relu nodes to a plugin named Relu; without it the built-in
+    op runs."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    src = tmp_path / "relu_cube.c"
+    src.write_text(CUBE_SRC.replace('.name = "Cube"', '.name = "Relu"'))
+    lib = str(tmp_path / "librelucube.so")
+    subprocess.run([cc, "-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-fvisibility=hidden",
+                    "-I", os.path.join(REPO, "include"), "-o", lib, str(src)], check=True)
+    node = helper.make_node("Relu", ["x"], ["y"], name="relu0")
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 5])])
+    model = str(tmp_path / "relu.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    x = np.random.RandomState(6).randn(4, 5).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    builtin, plugin = tmp_path / "builtin", tmp_path / "plugin"
+    kiln("run", model, "--input", f"x={tmp_path / 'x.npy'}", "--output-dir", str(builtin),
+         "--plugins", lib)
+    np.testing.assert_array_equal(np.load(builtin / "y.npy"), np.maximum(x, 0))
+    kiln("run", model, "--input", f"x={tmp_path / 'x.npy'}", "--output-dir", str(plugin),
+         "--plugins", lib, "--prefer-plugin", "Relu")
+    np.testing.assert_allclose(np.load(plugin / "y.npy"), x ** 3, rtol=1e-6)
+    inspect = kiln("inspect", model, "--plugins", lib, "--prefer-plugin", "Relu").stdout
+    assert "plugin:Relu" in inspect and "Relu (version 1" in inspect

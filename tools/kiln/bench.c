@@ -22,7 +22,8 @@ static const char usage[] =
     "  --threads N        threads for execution (default: the plan's setting, else cores)\n"
     "  --json             print one JSON object: {\"latency_ms\": {min, median, mean, p90, p95,\n"
     "                     p99, max}, \"throughput_per_s\": ...}\n"
-    "  --plugins LIB.so   load a plugin library (repeatable; KILN_PLUGIN_PATH adds more)\n";
+    "  --plugins LIB.so   load a plugin library (repeatable; KILN_PLUGIN_PATH adds more)\n"
+    "  --prefer-plugin OP let a registered plugin named OP replace the built-in op OP\n";
 
 static double now_ms(void) {
     struct timespec ts;

@@ -18,7 +18,8 @@ static const char usage[] =
     "                     Required for every input with dynamic dims.\n"
     "  --threads N        default threads per execution context of the plan (default: cores)\n"
     "  --quiet            no progress output (progress goes to stderr on a terminal only)\n"
-    "  --plugins LIB.so   load a plugin library (repeatable; KILN_PLUGIN_PATH adds more)\n";
+    "  --plugins LIB.so   load a plugin library (repeatable; KILN_PLUGIN_PATH adds more)\n"
+    "  --prefer-plugin OP let a registered plugin named OP replace the built-in op OP\n";
 
 static void on_progress(void *user, const char *stage, double fraction) {
     (void)user;

@@ -33,6 +33,8 @@ typedef struct cli_opts {
     int n_inputs;
     const char *plugins[CLI_MAX_ITEMS];
     int n_plugins;
+    const char *prefer[CLI_MAX_ITEMS]; /* --prefer-plugin OP */
+    int n_prefer;
     kiln_registry *registry; /* from --plugins and KILN_PLUGIN_PATH */
     int threads;             /* 0: default */
     int warmup, iterations;

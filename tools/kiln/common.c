@@ -164,6 +164,11 @@ int cli_parse(int argc, char **argv, const char *allowed, const char *usage, cli
             if (o->n_plugins == CLI_MAX_ITEMS)
                 return cli_fail("too many --plugins");
             o->plugins[o->n_plugins++] = val;
+        } else if (strcmp(a, "--prefer-plugin") == 0) {
+            NEED('p', "--prefer-plugin");
+            if (o->n_prefer == CLI_MAX_ITEMS)
+                return cli_fail("too many --prefer-plugin");
+            o->prefer[o->n_prefer++] = val;
         } else if (strcmp(a, "--output-dir") == 0) {
             NEED('d', "--output-dir");
             o->output_dir = val;
@@ -284,6 +289,8 @@ int cli_make_config(const cli_opts *o, kiln_network *net, kiln_build_config **ou
         return cli_fail_kiln("build config");
     if (o->threads > 0)
         kiln_build_config_set_threads(cfg, o->threads);
+    for (int i = 0; i < o->n_prefer; i++)
+        kiln_build_config_prefer_plugin(cfg, o->prefer[i]);
     const kn_graph *g = net->graph;
     for (int i = 0; i < o->n_shapes; i++) {
         int v = kn_graph_find_value(g, o->shapes[i].name);

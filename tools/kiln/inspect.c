@@ -18,7 +18,8 @@ static const char usage[] =
     "  --shapes SPEC      NAME:DIMS or NAME:MIN,OPT,MAX (see kiln build --help)\n"
     "  --json             print one JSON object instead of text\n"
     "  --dot FILE         write a Graphviz picture of the optimized graph to FILE\n"
-    "  --plugins LIB.so   load a plugin library (repeatable; KILN_PLUGIN_PATH adds more)\n";
+    "  --plugins LIB.so   load a plugin library (repeatable; KILN_PLUGIN_PATH adds more)\n"
+    "  --prefer-plugin OP let a registered plugin named OP replace the built-in op OP\n";
 
 static void shape_text(const kn_value *v, char *buf, size_t size) {
     size_t used = 0;

@@ -24,7 +24,8 @@ static const char usage[] =
     "  --shapes SPEC      NAME:DIMS or NAME:MIN,OPT,MAX (see kiln build --help)\n"
     "  --output-dir DIR   where outputs go (default: current directory; created if missing)\n"
     "  --threads N        threads for execution (default: the plan's setting, else cores)\n"
-    "  --plugins LIB.so   load a plugin library (repeatable; KILN_PLUGIN_PATH adds more)\n";
+    "  --plugins LIB.so   load a plugin library (repeatable; KILN_PLUGIN_PATH adds more)\n"
+    "  --prefer-plugin OP let a registered plugin named OP replace the built-in op OP\n";
 
 static void safe_name(const char *name, char *out, size_t size) {
     size_t j = 0;
