@@ -230,9 +230,14 @@ static void run_conv_case(const conv_case *cc) {
     }
     float *want = ref_conv(cc, &g, in[0].data, in[1].data, cc->bias ? in[2].data : NULL,
                            cc->relu_residual ? in[3].data : NULL);
+    /* Winograd (3x3, stride 1, one group, packed weights) rounds more than the direct sum; its
+     * error grows with the magnitude of the sums, so with the square root of the kernel size. */
+    bool wino = nsp == 2 && cc->group == 1 && cc->k[0] == 3 && cc->k[1] == 3 && cc->s[0] == 1 &&
+                cc->s[1] == 1 && cc->d[0] == 1 && cc->d[1] == 1;
+    float wino_tol = 1e-4f * (1.0f + sqrtf((float)(cc->c * 9)) / 16.0f);
     for (int packed = 0; packed < 2; packed++) {
         kn_tensor out = run_node(&t, n_in, in, packed);
-        expect_close(&out, want, &oshape, 1e-4f);
+        expect_close(&out, want, &oshape, packed && wino ? wino_tol : 1e-4f);
         kn_free(out.data);
     }
     kn_free(want);
@@ -265,6 +270,31 @@ static void test_conv2d_sweep(void **state) {
         {2, 1, 4, 4, 4, {7, 7}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, true},
         {2, 1, 4, 4, 4, {13, 15}, {3, 3}, {2, 2}, {2, 2}, {2, 1}, {1, 2}, NULL, true, true},
         {2, 2, 2, 2, 2, {11, 12}, {5, 5}, {2, 2}, {1, 1}, {2, 2}, {2, 2}, NULL, false, false},
+    };
+    const char *isas[] = {"avx512", "avx2", "scalar"};
+    const char *orig = kn_gemm_isa();
+    for (size_t k = 0; k < 3; k++) {
+        if (!kn_gemm_force_isa(isas[k]))
+            continue;
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+            run_conv_case(&cases[i]);
+    }
+    assert_true(kn_gemm_force_isa(orig));
+}
+
+/* Shapes that take the Winograd path when weights are packed (3x3, stride 1, >= 16 channels,
+ * >= 8 output tiles): odd sizes, partial tiles, asymmetric pads, several row blocks. */
+static void test_conv_winograd(void **state) {
+    (void)state;
+    const conv_case cases[] = {
+        {2, 1, 16, 16, 1, {12, 12}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
+        {2, 2, 16, 24, 1, {13, 17}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, true},
+        {2, 1, 33, 20, 1, {9, 30}, {3, 3}, {1, 1}, {1, 1}, {0, 0}, {0, 0}, NULL, false, false},
+        {2, 1, 17, 40, 1, {20, 21}, {3, 3}, {1, 1}, {1, 1}, {2, 0}, {1, 2}, NULL, true, true},
+        {2, 1, 16, 16, 1, {184, 40}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, true},
+        {2, 1, 64, 70, 1, {14, 14}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, true},
+        {2, 1, 20, 16, 1, {6, 70}, {3, 3}, {1, 1}, {1, 1}, {0}, {0}, "SAME_UPPER", true, false},
+        {2, 1, 16, 17, 1, {3, 90}, {3, 3}, {1, 1}, {1, 1}, {4, 1}, {3, 0}, NULL, false, true},
     };
     const char *isas[] = {"avx512", "avx2", "scalar"};
     const char *orig = kn_gemm_isa();
@@ -538,7 +568,7 @@ int main(void) {
         cmocka_unit_test(test_conv2d_sweep),   cmocka_unit_test(test_conv1d_3d),
         cmocka_unit_test(test_conv_transpose), cmocka_unit_test(test_conv_transpose_shapes),
         cmocka_unit_test(test_gemm_op),        cmocka_unit_test(test_matmul_op),
-        cmocka_unit_test(test_infer_errors),
+        cmocka_unit_test(test_infer_errors),   cmocka_unit_test(test_conv_winograd),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,9 +10,33 @@
 #include <string.h>
 
 typedef struct conv_state {
+    kn_wino *wino; /* 3x3 stride-1 weights for Winograd, or NULL */
     int64_t group;
     kn_gemm_packed *w[]; /* one per group */
 } conv_state;
+
+/* Winograd pays for its transforms only with enough channels to share them and enough tiles
+ * to fill the GEMM's columns. */
+#define WINO_MIN_CHANNELS 16
+#define WINO_MIN_TILES 8
+
+static bool attr_all_ones(const kn_node *node, const char *name) {
+    const kn_attr *a = kn_node_attr(node, name);
+    if (a == NULL)
+        return true;
+    if (a->type != KN_ATTR_INTS)
+        return false;
+    for (int64_t i = 0; i < a->n; i++)
+        if (a->ints[i] != 1)
+            return false;
+    return true;
+}
+
+static bool wino_candidate(const kn_node *node, const kn_shape *w, int64_t group) {
+    return group == 1 && w->rank == 4 && w->d[2] == 3 && w->d[3] == 3 &&
+           w->d[0] >= WINO_MIN_CHANNELS && w->d[1] >= WINO_MIN_CHANNELS &&
+           attr_all_ones(node, "strides") && attr_all_ones(node, "dilations");
+}
 
 static bool is_depthwise(const kn_conv_geom *g) {
     return g->group == g->c_in && g->c_out == g->c_in && g->nsp <= 2;
@@ -41,6 +65,13 @@ kiln_status kn_cpu_conv_prepare(const kn_node *node, int n_in, const kn_tensor *
             return rc;
         }
     }
+    if (wino_candidate(node, w, group)) {
+        kiln_status rc = kn_cpu_wino_prepare(wd, w->d[0], w->d[1], &st->wino);
+        if (rc != KILN_OK) {
+            kn_cpu_conv_release(st);
+            return rc;
+        }
+    }
     *state = st;
     return KILN_OK;
 }
@@ -51,6 +82,7 @@ void kn_cpu_conv_release(void *state) {
         return;
     for (int64_t g = 0; g < st->group; g++)
         kn_gemm_packed_free(st->w[g]);
+    kn_cpu_wino_free(st->wino);
     kn_free(st);
 }
 
@@ -220,6 +252,11 @@ kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
         return kn_cpu_conv_depthwise(k->pool, &g, x, w, &ep, y);
     }
     const conv_state *st = k->state;
+    if (st != NULL && st->wino != NULL && kn_cpu_wino_applies(&g) &&
+        ((g.out[0] + 3) / 4) * ((g.out[1] + 3) / 4) >= WINO_MIN_TILES) {
+        ep.bias = bias;
+        return kn_cpu_conv_winograd(k->pool, st->wino, &g, x, &ep, y);
+    }
     int64_t cig = g.c_in / g.group, cog = g.c_out / g.group, kdim = cig * kprod;
     for (int64_t n = 0; n < g.n; n++) {
         for (int64_t gi = 0; gi < g.group; gi++) {

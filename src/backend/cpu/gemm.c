@@ -343,43 +343,53 @@ static void scale_c(float *c, int64_t ldc, int64_t m, int64_t n, float beta) {
             c[i * ldc + jj] = beta == 0.0f ? 0.0f : beta * c[i * ldc + jj];
 }
 
-kiln_status kn_gemm(kn_threadpool *pool, int64_t m, int64_t n, int64_t k, float alpha,
-                    const kn_gemm_operand *a, const kn_gemm_operand *b, float beta, float *c,
-                    int64_t ldc, const kn_epilogue *ep) {
+/* Everything but the scratch; false when there is no product to run (handled here). */
+static bool job_init(gemm_job *j, int threads, int64_t m, int64_t n, int64_t k, float alpha,
+                     const kn_gemm_operand *a, const kn_gemm_operand *b, float beta, float *c,
+                     int64_t ldc, const kn_epilogue *ep) {
     if (m <= 0 || n <= 0)
-        return KILN_OK;
+        return false;
     const kn_epilogue *epi = ep_needed(ep) ? ep : NULL;
     if (k <= 0) {
         scale_c(c, ldc, m, n, beta);
         if (epi != NULL)
             kn_epilogue_apply(epi, c, ldc, 0, 0, m, n);
-        return KILN_OK;
+        return false;
     }
-    gemm_job j = {.u = ukr_get(),
-                  .m = m,
-                  .n = n,
-                  .k = k,
-                  .alpha = alpha,
-                  .beta = beta,
-                  .a = a,
-                  .b = b,
-                  .c = c,
-                  .ldc = ldc,
-                  .ep = epi};
-    j.ep_act_after = epi != NULL && epi->act != KN_ACT_NONE && epi->act != KN_ACT_RELU &&
-                     epi->act != KN_ACT_CLIP;
+    *j = (gemm_job){.u = ukr_get(),
+                    .m = m,
+                    .n = n,
+                    .k = k,
+                    .alpha = alpha,
+                    .beta = beta,
+                    .a = a,
+                    .b = b,
+                    .c = c,
+                    .ldc = ldc,
+                    .ep = epi};
+    j->ep_act_after = epi != NULL && epi->act != KN_ACT_NONE && epi->act != KN_ACT_RELU &&
+                      epi->act != KN_ACT_CLIP;
     KN_ASSERT(a->packed == NULL ||
-              (a->packed->ukr == j.u && a->packed->rows == m && a->packed->k == k));
+              (a->packed->ukr == j->u && a->packed->rows == m && a->packed->k == k));
     KN_ASSERT(b->packed == NULL ||
-              (b->packed->ukr == j.u && b->packed->rows == n && b->packed->k == k));
-    j.units_m = (m + j.u->mr - 1) / j.u->mr;
-    j.units_n = (n + j.u->nr - 1) / j.u->nr;
-    choose_grid(&j, kn_threadpool_size(pool));
-    j.mc = MC_TARGET / j.u->mr * j.u->mr;
-    int64_t task_n = round_up((j.units_n + j.tn - 1) / j.tn * j.u->nr, j.u->nr);
-    j.nc = min64(NC_TARGET / j.u->nr * j.u->nr, task_n);
-    j.scratch_a = a->packed != NULL ? 0 : round_up(j.mc * KC, 16);
-    j.scratch_b = b->packed != NULL ? 0 : round_up(j.nc * KC, 16);
+              (b->packed->ukr == j->u && b->packed->rows == n && b->packed->k == k));
+    j->units_m = (m + j->u->mr - 1) / j->u->mr;
+    j->units_n = (n + j->u->nr - 1) / j->u->nr;
+    choose_grid(j, threads);
+    j->mc = MC_TARGET / j->u->mr * j->u->mr;
+    int64_t task_n = round_up((j->units_n + j->tn - 1) / j->tn * j->u->nr, j->u->nr);
+    j->nc = min64(NC_TARGET / j->u->nr * j->u->nr, task_n);
+    j->scratch_a = a->packed != NULL ? 0 : round_up(j->mc * KC, 16);
+    j->scratch_b = b->packed != NULL ? 0 : round_up(j->nc * KC, 16);
+    return true;
+}
+
+kiln_status kn_gemm(kn_threadpool *pool, int64_t m, int64_t n, int64_t k, float alpha,
+                    const kn_gemm_operand *a, const kn_gemm_operand *b, float beta, float *c,
+                    int64_t ldc, const kn_epilogue *ep) {
+    gemm_job j;
+    if (!job_init(&j, kn_threadpool_size(pool), m, n, k, alpha, a, b, beta, c, ldc, ep))
+        return KILN_OK;
     int64_t tasks = j.tm * j.tn;
     size_t bytes = (size_t)(tasks * (j.scratch_a + j.scratch_b)) * sizeof(float);
     float *own = NULL;
@@ -392,6 +402,23 @@ kiln_status kn_gemm(kn_threadpool *pool, int64_t m, int64_t n, int64_t k, float 
     kn_parallel_for(tasks > 1 ? pool : NULL, tasks, 1, run_tasks, &j);
     kn_free(own);
     return KILN_OK;
+}
+
+int64_t kn_gemm_serial_scratch(int64_t n, const kn_gemm_operand *a, const kn_gemm_operand *b) {
+    const kn_gemm_ukr *u = ukr_get();
+    int64_t nc = min64(NC_TARGET / u->nr * u->nr, round_up(n, u->nr));
+    return (a->packed != NULL ? 0 : round_up(MC_TARGET / u->mr * u->mr * KC, 16)) +
+           (b->packed != NULL ? 0 : round_up(nc * KC, 16));
+}
+
+void kn_gemm_serial(int64_t m, int64_t n, int64_t k, float alpha, const kn_gemm_operand *a,
+                    const kn_gemm_operand *b, float beta, float *c, int64_t ldc,
+                    const kn_epilogue *ep, float *scratch) {
+    gemm_job j;
+    if (!job_init(&j, 1, m, n, k, alpha, a, b, beta, c, ldc, ep))
+        return;
+    j.scratch = scratch;
+    run_tasks(&j, 0, 1);
 }
 
 kiln_status kn_sgemm(kn_threadpool *pool, bool trans_a, bool trans_b, int64_t m, int64_t n,

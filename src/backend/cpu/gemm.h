@@ -70,6 +70,13 @@ kiln_status kn_gemm(kn_threadpool *pool, int64_t m, int64_t n, int64_t k, float 
                     const kn_gemm_operand *a, const kn_gemm_operand *b, float beta, float *c,
                     int64_t ldc, const kn_epilogue *ep);
 
+/* kn_gemm on the calling thread alone, for callers already inside kn_parallel_for: packing
+ * buffers come from `scratch` (64-byte aligned, kn_gemm_serial_scratch() floats). Never fails. */
+int64_t kn_gemm_serial_scratch(int64_t n, const kn_gemm_operand *a, const kn_gemm_operand *b);
+void kn_gemm_serial(int64_t m, int64_t n, int64_t k, float alpha, const kn_gemm_operand *a,
+                    const kn_gemm_operand *b, float beta, float *c, int64_t ldc,
+                    const kn_epilogue *ep, float *scratch);
+
 /* Plain BLAS-like entry. */
 kiln_status kn_sgemm(kn_threadpool *pool, bool trans_a, bool trans_b, int64_t m, int64_t n,
                      int64_t k, float alpha, const float *a, int64_t lda, const float *b,

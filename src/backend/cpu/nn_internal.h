@@ -87,6 +87,17 @@ void kn_cpu_dw_split_phases_avx512(const float *x, int64_t hq, int64_t wq, float
 kiln_status kn_cpu_conv_depthwise(kn_threadpool *pool, const kn_conv_geom *g, const float *x,
                                   const float *w, const kn_epilogue *ep, float *y);
 
+/* Winograd F(4x4, 3x3) weights: the 36 transformed C_out x C_in matrices, packed. */
+typedef struct kn_wino kn_wino;
+/* w: c_out x c_in x 3 x 3. */
+kiln_status kn_cpu_wino_prepare(const float *w, int64_t c_out, int64_t c_in, kn_wino **out);
+void kn_cpu_wino_free(kn_wino *w);
+/* 2-D, 3x3, stride 1, dilation 1, one group (any padding). */
+bool kn_cpu_wino_applies(const kn_conv_geom *g);
+/* The whole convolution, epilogue (bias per output channel) included. */
+kiln_status kn_cpu_conv_winograd(kn_threadpool *pool, const kn_wino *w, const kn_conv_geom *g,
+                                 const float *x, const kn_epilogue *ep, float *y);
+
 kiln_status kn_cpu_conv_transpose_run(kn_kernel_ctx *k);
 kiln_status kn_cpu_conv_transpose_prepare(const kn_node *node, int n_in, const kn_tensor *in,
                                           void **state);
