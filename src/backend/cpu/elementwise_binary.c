@@ -20,19 +20,19 @@
         const T *A = pa, *B = pb;                                                                  \
         TY *Y = py;                                                                                \
         if (sa == 1 && sb == 1) {                                                                  \
-            for (int64_t i = 0; i < n; i++) {                                                      \
+            EW_IVDEP for (int64_t i = 0; i < n; i++) {                                             \
                 T a = A[i], b = B[i];                                                              \
                 Y[i] = (TY)(EXPR);                                                                 \
             }                                                                                      \
         } else if (sa == 0 && sb == 1) {                                                           \
             T a = A[0];                                                                            \
-            for (int64_t i = 0; i < n; i++) {                                                      \
+            EW_IVDEP for (int64_t i = 0; i < n; i++) {                                             \
                 T b = B[i];                                                                        \
                 Y[i] = (TY)(EXPR);                                                                 \
             }                                                                                      \
         } else if (sa == 1 && sb == 0) {                                                           \
             T b = B[0];                                                                            \
-            for (int64_t i = 0; i < n; i++) {                                                      \
+            EW_IVDEP for (int64_t i = 0; i < n; i++) {                                             \
                 T a = A[i];                                                                        \
                 Y[i] = (TY)(EXPR);                                                                 \
             }                                                                                      \

@@ -16,6 +16,15 @@
 #define EW_CLONES
 #endif
 
+/* Element-wise loops may run in place (y == x exactly), which GCC's run-time overlap check
+ * treats as overlap, falling back to scalar code. Element i reads only element i, so
+ * exact aliasing carries no dependence and the loop may be vectorised unconditionally. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define EW_IVDEP _Pragma("GCC ivdep")
+#else
+#define EW_IVDEP
+#endif
+
 /* Elements per parallel chunk: large enough to amortise a task, small enough to spread. */
 #define EW_GRAIN 16384
 /* Elements per conversion tile (float16 through float, the fused program's registers). */

@@ -67,6 +67,33 @@ static inline double ew_tanhd(double x) {
 
 #define EW_TANH(x) _Generic((x), float : ew_tanhf, default : ew_tanhd)(x)
 
+/* erf for float32 as x * P(x^2) / Q(x^2), a rational fit of our own on [0, 3.92] (relative
+ * error 5e-7 in exact arithmetic, under 1e-6 and 13 ulp in float), branch-free so the loop
+ * vectorises where libm's erff would be called per element. Beyond 3.92 erf rounds to +-1 in
+ * float; clamping x there and the result to [-1, 1] gives that. NaN passes through the
+ * selects unchanged. */
+static inline float ew_erff(float x) {
+    float c = x < -3.92f ? -3.92f : x;
+    c = c > 3.92f ? 3.92f : c;
+    float t = c * c;
+    float p = -1.5547618659e-6f;
+    p = p * t + 2.7542121825e-4f;
+    p = p * t + 1.0943743400e-2f;
+    p = p * t + 7.4808083475e-2f;
+    p = p * t + 3.8120451570e-1f;
+    p = p * t + 1.1283797026f;
+    float q = 2.5729907211e-3f;
+    q = q * t + 2.9658434913e-2f;
+    q = q * t + 1.9005098939e-1f;
+    q = q * t + 6.7116487026e-1f;
+    q = q * t + 1.0f;
+    float y = c * p / q;
+    y = y > 1.0f ? 1.0f : y;
+    return y < -1.0f ? -1.0f : y;
+}
+
+#define EW_ERF(x) _Generic((x), float : ew_erff, default : erf)(x)
+
 /* log(1 + exp(x)) without overflow for large x. */
 #define EW_SOFTPLUS(x) ((x) > 0 ? (x) + log1p(exp(-(x))) : log1p(exp(x)))
 
@@ -94,7 +121,7 @@ static inline double ew_tanhd(double x) {
     X(KN_EW_ASINH, asinh, asinh(x))                                                                \
     X(KN_EW_ACOSH, acosh, acosh(x))                                                                \
     X(KN_EW_ATANH, atanh, atanh(x))                                                                \
-    X(KN_EW_ERF, erf, erf(x))                                                                      \
+    X(KN_EW_ERF, erf, EW_ERF(x))                                                                   \
     X(KN_EW_SIGN, sign, x > 0 ? (T)1 : x < 0 ? (T)-1 : x)                                          \
     X(KN_EW_RELU, relu, x < 0 ? (T)0 : x)                                                          \
     X(KN_EW_LEAKY_RELU, leaky_relu, x < 0 ? pa * x : x)                                            \
@@ -108,7 +135,7 @@ static inline double ew_tanhd(double x) {
     X(KN_EW_SOFTPLUS, softplus, EW_SOFTPLUS(x))                                                    \
     X(KN_EW_SOFTSIGN, softsign, x / ((T)1 + fabs(x)))                                              \
     X(KN_EW_THRESHOLDED_RELU, thresholded_relu, x > pa ? x : (T)0)                                 \
-    X(KN_EW_GELU, gelu, (T)0.5 * x * ((T)1 + erf(x * (T)0.70710678118654752440)))                  \
+    X(KN_EW_GELU, gelu, (T)0.5 * x * ((T)1 + EW_ERF(x * (T)0.70710678118654752440)))               \
     X(KN_EW_GELU_TANH, gelu_tanh,                                                                  \
       (T)0.5 * x * ((T)1 + EW_TANH((T)0.79788456080286535588 * (x + (T)0.044715 * x * x * x))))    \
     X(KN_EW_MISH, mish, x *EW_TANH(EW_SOFTPLUS(x)))                                                \
@@ -124,7 +151,7 @@ static inline double ew_tanhd(double x) {
         const T pa = (T)p->a, pb = (T)p->b;                                                        \
         (void)pa;                                                                                  \
         (void)pb;                                                                                  \
-        for (int64_t i = 0; i < n; i++) {                                                          \
+        EW_IVDEP for (int64_t i = 0; i < n; i++) {                                                 \
             T x = X[i];                                                                            \
             Y[i] = (T)(EXPR);                                                                      \
         }                                                                                          \
