@@ -194,7 +194,9 @@ kiln_status tensor_slice_resolve(const kn_node *node, int n_in, const kn_tensor 
             s = 0;
         }
         p->start[a] = s;
-        p->step[a] = step;
+        /* With at most one element taken the step is never applied; kept as given, a huge one
+         * would overflow the kernel's step * stride. */
+        p->step[a] = len > 1 ? step : step > 0 ? 1 : -1;
         p->out.d[a] = len;
     }
     return KILN_OK;
