@@ -190,21 +190,6 @@ static kiln_status annotate(kn_graph *g, const kn_resolved *lo, const kn_resolve
     return KILN_OK;
 }
 
-/* The opt shapes must be valid too (min and max are checked while folding). */
-static kiln_status check_opt(const kn_graph *g, const kiln_build_config *cfg,
-                             const kn_plugin_table *plugins) {
-    if (cfg->n_profiles == 0)
-        return KILN_OK;
-    kn_resolved *vals = kn_calloc((size_t)g->n_values + 1, sizeof *vals);
-    if (vals == NULL)
-        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
-    kiln_status rc = resolve_at(g, cfg, plugins, 1, vals, NULL);
-    if (rc == KILN_OK)
-        kn_resolved_release(vals, g->n_values);
-    kn_free(vals);
-    return rc;
-}
-
 static kiln_status check_kernels(const kn_graph *g) {
     for (int i = 0; i < g->n_nodes; i++) {
         const kn_node *n = &g->nodes[i];
@@ -220,26 +205,25 @@ static kiln_status check_kernels(const kn_graph *g) {
 static kiln_status resolve_fold_annotate(kn_graph *g, const kiln_build_config *cfg,
                                          const kn_plugin_table *plugins, bool fold) {
     size_t nv = (size_t)g->n_values + 1;
-    kn_resolved *lo = kn_calloc(nv, sizeof *lo), *hi = kn_calloc(nv, sizeof *hi);
+    kn_resolved *at[3] = {NULL, NULL, NULL};
     kiln_status rc = KILN_OK;
-    if (lo == NULL || hi == NULL) {
-        rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
-        goto out_free;
+    int done = 0;
+    for (int k = 0; k < 3; k++)
+        if ((at[k] = kn_calloc(nv, sizeof(kn_resolved))) == NULL)
+            rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    /* min, max, then opt: min and max name the symbolic dims, all three must agree to fold */
+    static const int which[3] = {0, 2, 1};
+    for (; rc == KILN_OK && done < 3; done++)
+        rc = resolve_at(g, cfg, plugins, which[done], at[done], NULL);
+    if (rc == KILN_OK && fold)
+        rc = kn_pass_fold_constants(g, (const kn_resolved *const *)at, 3);
+    if (rc == KILN_OK)
+        rc = annotate(g, at[0], at[1]);
+    for (int k = 0; k < 3; k++) {
+        if (at[k] != NULL && k < done)
+            kn_resolved_release(at[k], g->n_values);
+        kn_free(at[k]);
     }
-    if ((rc = resolve_at(g, cfg, plugins, 0, lo, NULL)) != KILN_OK)
-        goto out_free;
-    if ((rc = resolve_at(g, cfg, plugins, 2, hi, NULL)) != KILN_OK)
-        goto out_release_lo;
-    if (fold && (rc = kn_pass_fold_constants(g, lo, hi)) != KILN_OK)
-        goto out_release;
-    rc = annotate(g, lo, hi);
-out_release:
-    kn_resolved_release(hi, g->n_values);
-out_release_lo:
-    kn_resolved_release(lo, g->n_values);
-out_free:
-    kn_free(lo);
-    kn_free(hi);
     return rc;
 }
 
@@ -267,9 +251,6 @@ kiln_status kn_build_plan(const kiln_builder *b, const kiln_network *net,
     if ((rc = kn_graph_toposort(g)) != KILN_OK || (rc = check_profiles(g, cfg)) != KILN_OK ||
         (rc = kn_plugin_bind_graph(g, b->registry, cfg->prefer_plugin, cfg->n_prefer, &plugins)) !=
             KILN_OK)
-        goto fail;
-    progress(cfg, "resolving shapes", 0.1);
-    if ((rc = check_opt(g, cfg, &plugins)) != KILN_OK)
         goto fail;
     progress(cfg, "folding constants", 0.3);
     if ((rc = resolve_fold_annotate(g, cfg, &plugins, true)) != KILN_OK ||

@@ -1,17 +1,23 @@
-/* Collapse trees of float32 element-wise nodes into one kiln.FusedElementwise node.
+/* Collapse groups of float32 element-wise nodes into one kiln.FusedElementwise node.
  *
  * Walking nodes from the last to the first, each fusible node not yet in a group roots a new
  * one; the group then takes in every fusible producer whose output feeds only that group and
- * is not a graph output. Such groups are trees, so the root's output is the group's only
- * result and its shape is the broadcast of the group's inputs. The root's slot receives the
- * fused node, which keeps the graph sorted: everything the group reads is produced before its
- * first member. Scalar float32 constants become CONST instructions instead of inputs when that
- * cannot change the output's rank. */
+ * is not a graph output. The root's output is then the group's only result and its shape is
+ * the broadcast of the group's inputs. The root's slot receives the fused node, which keeps
+ * the graph sorted: everything the group reads is produced before its first member. Scalar
+ * float32 constants become CONST instructions instead of inputs when that cannot change the
+ * output's rank.
+ *
+ * Before grouping, the exact GELU exporters write out, x * 0.5 * (1 + Erf(x / sqrt 2)) in any
+ * order of its two products, becomes one Gelu node: one instruction instead of five, and x
+ * then has the Gelu as its only consumer, so the bias Add that usually produces x joins the
+ * group. */
 #include "passes/passes.h"
 
 #include "core/alloc.h"
 #include "ops/fused_elementwise.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -241,53 +247,196 @@ static int cmp_int(const void *a, const void *b) {
     return *(const int *)a - *(const int *)b;
 }
 
-/* Grow the group rooted at members[0]; returns its size. */
-static int collect(const kn_graph *g, const bool *fusible, const int *uses, int *grouped,
-                   int *members) {
+static void count_reads(const kn_graph *g, int node, int *inside, int delta) {
+    const kn_node *n = &g->nodes[node];
+    for (int j = 0; j < n->n_in; j++)
+        if (n->in[j] >= 0)
+            inside[n->in[j]] += delta;
+}
+
+/* Grow the group rooted at members[0]; returns its size. A producer joins once every read of
+ * its output comes from members (inside[v] counts those reads), so the group may be a DAG
+ * (x feeding both Sigmoid and Mul) while its root stays its only result. */
+static int collect(const kn_graph *g, const bool *fusible, const int *uses, int *inside,
+                   int *grouped, int *members) {
     int cnt = 1;
     grouped[members[0]] = 1;
-    for (int k = 0; k < cnt; k++) {
-        const kn_node *n = &g->nodes[members[k]];
-        for (int j = 0; j < n_operands(n); j++) {
-            int v = n->in[j];
-            int p = v >= 0 ? g->values[v].producer : -1;
-            if (p < 0 || !fusible[p] || grouped[p] || uses[v] != 1 || g->values[v].is_output ||
-                cnt == MAX_GROUP)
-                continue;
-            grouped[p] = 1;
-            members[cnt++] = p;
+    count_reads(g, members[0], inside, 1);
+    for (bool grew = true; grew;) {
+        grew = false;
+        for (int k = 0; k < cnt; k++) {
+            const kn_node *n = &g->nodes[members[k]];
+            for (int j = 0; j < n_operands(n); j++) {
+                int v = n->in[j];
+                int p = v >= 0 ? g->values[v].producer : -1;
+                if (p < 0 || !fusible[p] || grouped[p] || inside[v] != uses[v] ||
+                    g->values[v].is_output || cnt == MAX_GROUP)
+                    continue;
+                grouped[p] = 1;
+                members[cnt++] = p;
+                count_reads(g, p, inside, 1);
+                grew = true;
+            }
         }
     }
+    for (int k = 0; k < cnt; k++)
+        count_reads(g, members[k], inside, -1);
     qsort(members, (size_t)cnt, sizeof(int), cmp_int);
     return cnt;
 }
 
+static bool near(float v, double want) {
+    return fabs((double)v - want) <= 1e-6 * fabs(want);
+}
+
+static bool is_const_near(const kn_graph *g, int v, double want) {
+    return scalar_const(g, v) && near(const_value(g, v), want);
+}
+
+static bool is_ew(const kn_node *n, int binary_op) {
+    return !n->dead && n->n_out == 1 && kn_ew_binary_of(n) == binary_op;
+}
+
+/* The other operand of a binary node that reads v, or -2 when it does not read v. */
+static int other_operand(const kn_node *n, int v) {
+    return n->in[0] == v ? n->in[1] : n->in[1] == v ? n->in[0] : -2;
+}
+
+/* The node consuming v when v has exactly one consumer and is not a graph output. */
+static int sole_consumer(const kn_graph *g, const int *uses, const int *consumer, int v) {
+    return v >= 0 && uses[v] == 1 && !g->values[v].is_output && is_f32(g, v) ? consumer[v] : -1;
+}
+
+/* x when value v is x * 0.5 computed by a node whose output has one consumer. */
+static int half_of(const kn_graph *g, const int *uses, int v) {
+    int p = v >= 0 ? g->values[v].producer : -1;
+    if (p < 0 || uses[v] != 1 || g->values[v].is_output || !is_ew(&g->nodes[p], KN_EW_MUL))
+        return -1;
+    const kn_node *m = &g->nodes[p];
+    if (is_const_near(g, m->in[1], 0.5))
+        return m->in[0];
+    return is_const_near(g, m->in[0], 0.5) ? m->in[1] : -1;
+}
+
+/* Members of the GELU rooted at Erf node e, the root last; returns their count or 0. */
+static int match_gelu(const kn_graph *g, const int *uses, const int *consumer, int e, int *nodes,
+                      int *x_out) {
+    const kn_node *en = &g->nodes[e];
+    if (en->dead || kn_ew_unary_of(en) != KN_EW_ERF || en->n_in != 1 || !is_f32(g, en->out[0]))
+        return 0;
+    int s = en->in[0], ps = s >= 0 ? g->values[s].producer : -1;
+    if (ps < 0 || sole_consumer(g, uses, consumer, s) != e)
+        return 0;
+    const kn_node *sn = &g->nodes[ps];
+    int x = -1;
+    if (is_ew(sn, KN_EW_DIV) && is_const_near(g, sn->in[1], 1.4142135623730951))
+        x = sn->in[0];
+    else if (is_ew(sn, KN_EW_MUL) && is_const_near(g, sn->in[1], 0.7071067811865476))
+        x = sn->in[0];
+    else if (is_ew(sn, KN_EW_MUL) && is_const_near(g, sn->in[0], 0.7071067811865476))
+        x = sn->in[1];
+    if (!is_f32(g, x))
+        return 0;
+    int cnt = 0;
+    nodes[cnt++] = ps;
+    nodes[cnt++] = e;
+    int a = sole_consumer(g, uses, consumer, en->out[0]);
+    if (a < 0 || !is_ew(&g->nodes[a], KN_EW_ADD) ||
+        !is_const_near(g, other_operand(&g->nodes[a], en->out[0]), 1.0))
+        return 0;
+    nodes[cnt++] = a;
+    int cur = g->nodes[a].out[0];
+    bool have_x = false, have_half = false;
+    while (!(have_x && have_half)) {
+        int m = sole_consumer(g, uses, consumer, cur);
+        if (m < 0 || !is_ew(&g->nodes[m], KN_EW_MUL))
+            return 0;
+        int other = other_operand(&g->nodes[m], cur);
+        if (other == x && !have_x) {
+            have_x = true;
+        } else if (!have_half && is_const_near(g, other, 0.5)) {
+            have_half = true;
+        } else if (!have_x && !have_half && other != cur && half_of(g, uses, other) == x) {
+            have_x = have_half = true;
+            nodes[cnt++] = g->values[other].producer;
+        } else {
+            return 0;
+        }
+        nodes[cnt++] = m;
+        cur = g->nodes[m].out[0];
+    }
+    *x_out = x;
+    return cnt;
+}
+
+/* Replace each matched GELU by a Gelu node in its root's slot; the rest turn dead. */
+static kiln_status rewrite_gelu(kn_graph *g, int *uses, int *consumer) {
+    int n = g->n_nodes;
+    for (int e = 0; e < n; e++) {
+        int nodes[8], x;
+        int cnt = match_gelu(g, uses, consumer, e, nodes, &x);
+        if (cnt == 0)
+            continue;
+        int root = nodes[cnt - 1], out = g->nodes[root].out[0];
+        char name[256];
+        snprintf(name, sizeof name, "%s/gelu", g->nodes[root].name);
+        int idx = kn_graph_add_node(g, name, "Gelu", "", 20, 1, &x, 1, &out);
+        if (idx < 0)
+            return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory fusing a GELU");
+        kn_node tmp = g->nodes[root];
+        g->nodes[root] = g->nodes[idx];
+        g->nodes[idx] = tmp;
+        g->nodes[idx].dead = true;
+        g->values[out].producer = root;
+        for (int k = 0; k < cnt - 1; k++)
+            g->nodes[nodes[k]].dead = true;
+        /* x was read by the first node and by the product with x (or x * 0.5) */
+        uses[x] -= 1;
+        consumer[x] = root;
+    }
+    return KILN_OK;
+}
+
 kiln_status kn_pass_fuse_elementwise(kn_graph *g) {
     kiln_status rc = KILN_OK;
-    int n = g->n_nodes;
     int *uses = kn_calloc((size_t)g->n_values + 1, sizeof(int));
-    int *grouped = kn_calloc((size_t)n + 1, sizeof(int));
-    bool *fusible = kn_calloc((size_t)n + 1, sizeof(bool));
+    int *consumer = kn_calloc((size_t)g->n_values + 1, sizeof(int));
+    int *inside = kn_calloc((size_t)g->n_values + 1, sizeof(int));
+    int *grouped = NULL;
+    bool *fusible = NULL;
     builder *b = kn_malloc(sizeof *b);
-    if (!uses || !grouped || !fusible || !b) {
+    if (!uses || !consumer || !inside || !b) {
         rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory fusing element-wise nodes");
         goto out_free;
     }
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < g->n_nodes; i++) {
         const kn_node *nd = &g->nodes[i];
-        fusible[i] = node_fusible(g, nd);
         for (int j = 0; !nd->dead && j < nd->n_in; j++)
-            if (nd->in[j] >= 0)
+            if (nd->in[j] >= 0) {
                 uses[nd->in[j]]++;
+                consumer[nd->in[j]] = i;
+            }
     }
     for (int i = 0; i < g->n_outputs; i++)
         uses[g->outputs[i]] += 2;
-    bool changed = false;
+    int n_before = g->n_nodes;
+    if ((rc = rewrite_gelu(g, uses, consumer)) != KILN_OK)
+        goto out_free;
+    int n = g->n_nodes;
+    grouped = kn_calloc((size_t)n + 1, sizeof(int));
+    fusible = kn_calloc((size_t)n + 1, sizeof(bool));
+    if (!grouped || !fusible) {
+        rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory fusing element-wise nodes");
+        goto out_free;
+    }
+    for (int i = 0; i < n; i++)
+        fusible[i] = node_fusible(g, &g->nodes[i]);
+    bool changed = n > n_before;
     for (int r = n - 1; r >= 0; r--) {
         if (!fusible[r] || grouped[r])
             continue;
         int members[MAX_GROUP] = {r};
-        int cnt = collect(g, fusible, uses, grouped, members);
+        int cnt = collect(g, fusible, uses, inside, grouped, members);
         if (cnt < 2 || !build_program(b, g, members, cnt))
             continue;
         if ((rc = replace_group(g, b, members, cnt)) != KILN_OK)
@@ -302,6 +451,8 @@ kiln_status kn_pass_fuse_elementwise(kn_graph *g) {
     }
 out_free:
     kn_free(uses);
+    kn_free(consumer);
+    kn_free(inside);
     kn_free(grouped);
     kn_free(fusible);
     kn_free(b);

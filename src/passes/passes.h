@@ -9,10 +9,10 @@
 struct kn_resolved;
 
 /* Turn into constants the outputs of every node that shape resolution evaluated on the host
- * with identical results at the smallest and the largest profile shapes (lo, hi: one entry
- * per value, from kn_resolve): constant subgraphs, and shape subgraphs of static inputs. */
-kiln_status kn_pass_fold_constants(kn_graph *g, const struct kn_resolved *lo,
-                                   const struct kn_resolved *hi);
+ * with identical results at each of the n resolutions in at[] (the profile's min, opt and max
+ * shapes; one kn_resolved per value each): constant subgraphs, and shape subgraphs whose
+ * values do not change across the profile. */
+kiln_status kn_pass_fold_constants(kn_graph *g, const struct kn_resolved *const *at, int n);
 /* Remove nodes whose outputs reach no graph output. */
 kiln_status kn_pass_eliminate_dead(kn_graph *g);
 /* Fold BatchNormalization (inference) into a preceding Conv / Gemm with constant weights. */
