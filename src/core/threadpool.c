@@ -1,6 +1,12 @@
 /* Fixed worker pool. Every job is published under the mutex with a new generation number;
  * workers spin briefly on the generation (cheap wake-up for back-to-back kernels), then sleep on
- * a condition variable. Chunks are claimed with an atomic counter so faster threads take more. */
+ * a condition variable. Chunks are claimed with an atomic counter so faster threads take more.
+ *
+ * The caller waits only for workers that joined the job (registered under the mutex), never for
+ * ones that have not woken up yet: on a loaded machine a worker can stay descheduled for
+ * milliseconds, and the caller takes its chunks instead. A late worker that wakes after the job
+ * ended finds every chunk claimed and goes back to waiting; a new job is published only once no
+ * worker is inside the previous one, so the shared chunk counter is never mixed between jobs. */
 #include "core/threadpool.h"
 
 #include "core/alloc.h"
@@ -28,7 +34,7 @@ struct kn_threadpool {
     pthread_cond_t done; /* the last worker finished the current job */
     atomic_uint_fast64_t generation;
     bool stop;
-    int busy; /* workers that have not finished the current job */
+    atomic_int active; /* workers inside the current job (changed under mu) */
     /* The current job; written under mu before generation is bumped. */
     kn_range_fn fn;
     void *arg;
@@ -66,13 +72,14 @@ static void *worker_main(void *arg) {
             return NULL;
         }
         seen = atomic_load_explicit(&p->generation, memory_order_relaxed);
+        atomic_fetch_add_explicit(&p->active, 1, memory_order_relaxed);
         pthread_mutex_unlock(&p->mu);
 
         run_chunks(p);
 
         pthread_mutex_lock(&p->mu);
-        if (--p->busy == 0)
-            pthread_cond_signal(&p->done);
+        if (atomic_fetch_sub_explicit(&p->active, 1, memory_order_release) == 1)
+            pthread_cond_broadcast(&p->done);
         pthread_mutex_unlock(&p->mu);
     }
 }
@@ -86,6 +93,7 @@ kn_threadpool *kn_threadpool_create(int threads) {
     p->n = threads;
     atomic_init(&p->generation, 0);
     atomic_init(&p->next_chunk, 0);
+    atomic_init(&p->active, 0);
     if (pthread_mutex_init(&p->mu, NULL) != 0)
         goto fail_free;
     if (pthread_cond_init(&p->wake, NULL) != 0)
@@ -155,21 +163,29 @@ void kn_parallel_for(kn_threadpool *pool, int64_t n, int64_t grain, kn_range_fn 
     int64_t n_chunks = (n + chunk - 1) / chunk;
 
     pthread_mutex_lock(&pool->mu);
+    while (atomic_load_explicit(&pool->active, memory_order_relaxed) > 0)
+        pthread_cond_wait(&pool->done, &pool->mu); /* a late worker still in the last job */
     pool->fn = fn;
     pool->arg = arg;
     pool->total = n;
     pool->chunk = chunk;
     pool->n_chunks = n_chunks;
     atomic_store_explicit(&pool->next_chunk, 0, memory_order_relaxed);
-    pool->busy = pool->n_started;
     atomic_fetch_add_explicit(&pool->generation, 1, memory_order_release);
     pthread_cond_broadcast(&pool->wake);
     pthread_mutex_unlock(&pool->mu);
 
     run_chunks(pool);
 
+    /* Every chunk is claimed; wait for the workers still running one. Usually they finish
+     * within microseconds, so poll before sleeping. */
+    for (int i = 0; i < SPIN_ITERS; i++) {
+        if (atomic_load_explicit(&pool->active, memory_order_acquire) == 0)
+            return;
+        cpu_relax();
+    }
     pthread_mutex_lock(&pool->mu);
-    while (pool->busy > 0)
+    while (atomic_load_explicit(&pool->active, memory_order_acquire) > 0)
         pthread_cond_wait(&pool->done, &pool->mu);
     pthread_mutex_unlock(&pool->mu);
 }

@@ -275,6 +275,25 @@ static void test_threadpool_covers_once(void **state) {
     assert_int_equal(kn_threadpool_size(NULL), 1);
 }
 
+/* Back-to-back jobs with more threads than cores: workers often wake after their job ended (the
+ * caller took their chunks) and must neither run a chunk twice nor miss the next job. */
+static void test_threadpool_back_to_back(void **state) {
+    (void)state;
+    kn_threadpool *pool = kn_threadpool_create(5);
+    assert_non_null(pool);
+    atomic_int hits[64];
+    for (int rep = 0; rep < 20000; rep++) {
+        int64_t n = 1 + rep % 64;
+        for (int i = 0; i < 64; i++)
+            atomic_init(&hits[i], 0);
+        count_arg c = {hits};
+        kn_parallel_for(pool, n, 1, count_range, &c);
+        for (int64_t i = 0; i < 64; i++)
+            assert_int_equal(atomic_load(&hits[i]), i < n ? 1 : 0);
+    }
+    kn_threadpool_destroy(pool);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_all_isas),
@@ -282,6 +301,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_k_zero),
         cmocka_unit_test(test_act_values),
         cmocka_unit_test(test_threadpool_covers_once),
+        cmocka_unit_test(test_threadpool_back_to_back),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

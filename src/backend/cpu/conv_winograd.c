@@ -16,6 +16,7 @@
 
 #include "core/alloc.h"
 
+#include <stdatomic.h>
 #include <string.h>
 
 #define TILE 4  /* output tile side */
@@ -99,29 +100,28 @@ typedef struct wino_job {
     int64_t tp;         /* tb rounded up to LANES: the row length of every tile array */
     int64_t wp;         /* padded band width: TILE * tw + 2 */
     float *v, *m;       /* V: NPOS x c_in x tp; M: NPOS x c_out x tp */
-    float *thr;         /* per-thread scratch */
-    int64_t thr_floats; /* per thread */
-    int slots;
+    float *thr;         /* scratch slots */
+    int64_t thr_floats; /* per slot */
+    int slots;          /* one per thread: at most that many ranges run at once */
+    atomic_int *slot_busy;
     void (*fn)(struct wino_job *j, int64_t begin, int64_t end, float *scratch);
-    int64_t items;
 } wino_job;
 
-/* Splits j->items into j->slots contiguous ranges, one per kn_parallel_for item, so each range
- * owns a scratch slot. */
-static void run_slots(void *arg, int64_t begin, int64_t end) {
+/* Ranges are claimed dynamically (a descheduled thread delays only its own chunk), so a range
+ * takes whichever scratch slot is free. */
+static void run_range(void *arg, int64_t begin, int64_t end) {
     wino_job *j = arg;
-    for (int64_t s = begin; s < end; s++) {
-        int64_t b = s * j->items / j->slots, e = (s + 1) * j->items / j->slots;
-        if (b < e)
-            j->fn(j, b, e, j->thr + s * j->thr_floats);
-    }
+    int s = 0;
+    while (atomic_exchange_explicit(&j->slot_busy[s], 1, memory_order_acquire) != 0)
+        s = s + 1 < j->slots ? s + 1 : 0;
+    j->fn(j, begin, end, j->thr + s * j->thr_floats);
+    atomic_store_explicit(&j->slot_busy[s], 0, memory_order_release);
 }
 
 static void parallel(kn_threadpool *pool, wino_job *j, int64_t items,
                      void (*fn)(wino_job *, int64_t, int64_t, float *)) {
-    j->items = items;
     j->fn = fn;
-    kn_parallel_for(pool, j->slots, 1, run_slots, j);
+    kn_parallel_for(pool, items, 1, run_range, j);
 }
 
 /* 16 lanes (one tile each); GCC splits it into narrower registers where AVX-512 is missing. */
@@ -277,12 +277,16 @@ kiln_status kn_cpu_conv_winograd(kn_threadpool *pool, const kn_wino *w, const kn
     j.thr_floats = (j.thr_floats + 15) / 16 * 16;
     int64_t vm = (NPOS * (w->c_in + w->c_out) * tb_max + 15) / 16 * 16;
     size_t bytes = (size_t)(vm + j.slots * j.thr_floats) * sizeof(float);
+    j.slot_busy = kn_calloc((size_t)j.slots, sizeof *j.slot_busy);
     float *own = NULL, *buf = kn_threadpool_scratch(pool, bytes);
-    if (buf == NULL) {
+    if (buf == NULL)
         buf = own = kn_aligned_alloc(bytes, 64);
-        if (own == NULL)
-            return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory for Winograd buffers");
+    if (buf == NULL || j.slot_busy == NULL) {
+        kn_free(j.slot_busy);
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory for Winograd buffers");
     }
+    for (int i = 0; i < j.slots; i++)
+        atomic_init(&j.slot_busy[i], 0);
     j.v = buf;
     j.m = buf + NPOS * w->c_in * tb_max;
     j.thr = buf + vm;
@@ -303,5 +307,6 @@ kiln_status kn_cpu_conv_winograd(kn_threadpool *pool, const kn_wino *w, const kn
         }
     }
     kn_free(own);
+    kn_free(j.slot_busy);
     return KILN_OK;
 }

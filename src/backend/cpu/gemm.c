@@ -17,6 +17,8 @@
 #define NC_TARGET 2048
 /* Below this many multiply-adds, waking other threads costs more than it saves. */
 #define PARALLEL_MIN_WORK ((int64_t)1 << 17)
+#define TASKS_PER_THREAD 4
+#define MIN_TASK_WORK ((int64_t)1 << 16)
 
 #define S_MR 4
 #define S_NR 8
@@ -313,24 +315,24 @@ static void run_tasks(void *arg, int64_t begin, int64_t end) {
     }
 }
 
-/* Pick the task grid (tm x tn == threads) whose largest block is smallest; ties go to
- * splitting columns, which keeps each thread's packed B disjoint. */
+/* Split the output into a few tasks per thread, claimed dynamically: a thread that is slow or
+ * descheduled (the machine may be shared) then delays only a small share. Columns are split
+ * first: each task packs only its own B panels, while splitting rows makes every row task pack
+ * the same B again. */
 static void choose_grid(gemm_job *j, int threads) {
     j->tm = j->tn = 1;
-    if (threads <= 1 || j->m * j->n * j->k < PARALLEL_MIN_WORK)
+    int64_t work = j->m * j->n * j->k;
+    if (threads <= 1 || work < PARALLEL_MIN_WORK)
         return;
-    int64_t best = INT64_MAX;
-    for (int tn = threads; tn >= 1; tn--) {
-        if (threads % tn != 0)
-            continue;
-        int tm = threads / tn;
-        int64_t w = (j->units_m + tm - 1) / tm * ((j->units_n + tn - 1) / tn);
-        if (w < best) {
-            best = w;
-            j->tm = tm;
-            j->tn = tn;
-        }
+    int64_t target = (int64_t)threads * TASKS_PER_THREAD;
+    if (target > work / MIN_TASK_WORK)
+        target = work / MIN_TASK_WORK > threads ? work / MIN_TASK_WORK : threads;
+    if (j->units_n >= target) {
+        j->tn = target;
+        return;
     }
+    j->tn = j->units_n;
+    j->tm = min64(j->units_m, (target + j->tn - 1) / j->tn);
 }
 
 static bool ep_needed(const kn_epilogue *ep) {
