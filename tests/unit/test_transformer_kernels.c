@@ -115,11 +115,151 @@ static void test_gelu_accuracy(void **state) {
     kn_free(y);
 }
 
+static int add_f32(kn_graph *g, const char *name, int rank, const int64_t *dims) {
+    int v = kn_graph_add_value(g, name);
+    assert_true(v >= 0);
+    g->values[v].dtype = KILN_DTYPE_FLOAT32;
+    g->values[v].rank = rank;
+    for (int i = 0; i < rank; i++)
+        g->values[v].dims[i].value = dims[i];
+    return v;
+}
+
+static int add_scalar(kn_graph *g, const char *name, float v) {
+    int c = add_f32(g, name, 0, NULL);
+    kn_tensor t = {.dtype = KILN_DTYPE_FLOAT32, .data = &v};
+    assert_int_equal(kn_value_set_const(g, c, &t), KILN_OK);
+    g->values[c].dtype = KILN_DTYPE_FLOAT32;
+    g->values[c].rank = 0;
+    return c;
+}
+
+/* Runs the graph's only live node, a fused program, on inputs named "x" and "bias". */
+static void run_fused(const kn_graph *g, const float *x, const float *bias, float *y) {
+    const kn_node *fn = NULL;
+    int live = 0;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (!g->nodes[i].dead) {
+            live++;
+            fn = &g->nodes[i];
+        }
+    assert_int_equal(live, 1);
+    assert_string_equal(fn->op_type, KN_FUSED_OP);
+    assert_int_equal(fn->n_in, 2);
+    kn_tensor in[2];
+    for (int i = 0; i < 2; i++) {
+        bool is_x = strcmp(g->values[fn->in[i]].name, "x") == 0;
+        in[i] = (kn_tensor){.dtype = KILN_DTYPE_FLOAT32, .data = (void *)(is_x ? x : bias)};
+        in[i].shape.rank = is_x ? 2 : 1;
+        in[i].shape.d[0] = is_x ? 3 : 4;
+        in[i].shape.d[1] = 4;
+    }
+    kn_tensor out = {0};
+    kn_infer_ctx ic = {.node = fn, .n_in = 2, .in = in, .n_out = 1, .out = &out};
+    assert_int_equal(kn_op_find(KN_DOMAIN, KN_FUSED_OP)->infer(&ic), KILN_OK);
+    out.data = y;
+    void *state = NULL;
+    const kn_kernel *k = kn_backend_cpu()->find_kernel(KN_DOMAIN, KN_FUSED_OP);
+    assert_int_equal(k->prepare(fn, 2, in, &state), KILN_OK);
+    kn_kernel_ctx kc = {.node = fn, .n_in = 2, .in = in, .n_out = 1, .out = &out, .state = state};
+    assert_int_equal(k->run(&kc), KILN_OK);
+    k->release(state);
+}
+
+/* h = x + bias, then GELU as PyTorch exports it: Mul(Mul(h, 1 + Erf(h / sqrt2)), 0.5), or
+ * (variant 1) Mul(Mul(h, 0.5), 1 + Erf(h * (1 / sqrt2))), or (variant 2) with the products
+ * in the other order. The whole chain becomes one fused node (the bias Add included, since
+ * h is then read only by the Gelu); the output matches the formula in double. */
+static void check_gelu_chain(int variant) {
+    kn_graph *g = kn_graph_create();
+    const int64_t d2[2] = {3, 4}, d1[1] = {4};
+    int x = add_f32(g, "x", 2, d2), bias = add_f32(g, "bias", 1, d1);
+    assert_int_equal(kn_graph_add_input(g, x), KILN_OK);
+    assert_int_equal(kn_graph_add_input(g, bias), KILN_OK);
+    int h = add_f32(g, "h", 2, d2), s = add_f32(g, "s", 2, d2), e = add_f32(g, "e", 2, d2);
+    int a = add_f32(g, "a", 2, d2), m = add_f32(g, "m", 2, d2), y = add_f32(g, "y", 2, d2);
+    kn_graph_add_node(g, "bias", "Add", "", 14, 2, (int[]){bias, x}, 1, &h);
+    if (variant == 1)
+        kn_graph_add_node(g, "scale", "Mul", "", 14, 2, (int[]){add_scalar(g, "r", 0.70710678f), h},
+                          1, &s);
+    else
+        kn_graph_add_node(g, "scale", "Div", "", 14, 2, (int[]){h, add_scalar(g, "r", 1.4142135f)},
+                          1, &s);
+    kn_graph_add_node(g, "erf", "Erf", "", 13, 1, &s, 1, &e);
+    kn_graph_add_node(g, "one", "Add", "", 14, 2, (int[]){add_scalar(g, "one", 1.0f), e}, 1, &a);
+    int half = add_scalar(g, "half", 0.5f);
+    if (variant == 0) {
+        kn_graph_add_node(g, "mx", "Mul", "", 14, 2, (int[]){h, a}, 1, &m);
+        kn_graph_add_node(g, "mh", "Mul", "", 14, 2, (int[]){m, half}, 1, &y);
+    } else if (variant == 1) {
+        kn_graph_add_node(g, "hh", "Mul", "", 14, 2, (int[]){h, half}, 1, &m);
+        kn_graph_add_node(g, "mx", "Mul", "", 14, 2, (int[]){a, m}, 1, &y);
+    } else {
+        kn_graph_add_node(g, "mh", "Mul", "", 14, 2, (int[]){half, a}, 1, &m);
+        kn_graph_add_node(g, "mx", "Mul", "", 14, 2, (int[]){m, h}, 1, &y);
+    }
+    assert_int_equal(kn_graph_add_output(g, y), KILN_OK);
+    assert_int_equal(kn_pass_fuse_elementwise(g), KILN_OK);
+
+    float xv[12] = {-4, -2.5f, -1, -0.3f, 0, 0.2f, 0.7f, 1, 1.5f, 2, 3, 5};
+    float bv[4] = {0.25f, -0.5f, 0.125f, 0}, yv[12];
+    run_fused(g, xv, bv, yv);
+    for (int i = 0; i < 12; i++) {
+        double v = (double)xv[i] + bv[i % 4], want = 0.5 * v * (1.0 + erf(v / sqrt(2.0)));
+        if (fabs(yv[i] - want) > 2e-6 * (1.0 + fabs(v)))
+            fail_msg("variant %d element %d: got %.9g want %.9g", variant, i, yv[i], want);
+    }
+    kn_graph_destroy(g);
+}
+
+static void test_fuse_gelu_chain(void **state) {
+    (void)state;
+    for (int v = 0; v < 3; v++)
+        check_gelu_chain(v);
+}
+
+/* A chain that only looks like GELU (Add 2 instead of 1; Erf's input read twice) is not
+ * turned into Gelu, but still becomes one fused node: Div's output is read by two members, so
+ * the group is a DAG. The fused program computes the original. */
+static void test_fuse_gelu_lookalike(void **state) {
+    (void)state;
+    kn_graph *g = kn_graph_create();
+    const int64_t d2[2] = {3, 4}, d1[1] = {4};
+    int x = add_f32(g, "x", 2, d2), bias = add_f32(g, "bias", 1, d1);
+    assert_int_equal(kn_graph_add_input(g, x), KILN_OK);
+    assert_int_equal(kn_graph_add_input(g, bias), KILN_OK);
+    int h = add_f32(g, "h", 2, d2), s = add_f32(g, "s", 2, d2), e = add_f32(g, "e", 2, d2);
+    int a = add_f32(g, "a", 2, d2), m = add_f32(g, "m", 2, d2), y = add_f32(g, "y", 2, d2);
+    kn_graph_add_node(g, "bias", "Add", "", 14, 2, (int[]){x, bias}, 1, &h);
+    kn_graph_add_node(g, "scale", "Div", "", 14, 2, (int[]){h, add_scalar(g, "r", 1.4142135f)}, 1,
+                      &s);
+    kn_graph_add_node(g, "erf", "Erf", "", 13, 1, &s, 1, &e);
+    kn_graph_add_node(g, "two", "Add", "", 14, 2, (int[]){e, add_scalar(g, "two", 2.0f)}, 1, &a);
+    kn_graph_add_node(g, "mx", "Mul", "", 14, 2, (int[]){a, s}, 1, &m);
+    kn_graph_add_node(g, "mh", "Mul", "", 14, 2, (int[]){m, add_scalar(g, "half", 0.5f)}, 1, &y);
+    assert_int_equal(kn_graph_add_output(g, y), KILN_OK);
+    assert_int_equal(kn_pass_fuse_elementwise(g), KILN_OK);
+    for (int i = 0; i < g->n_nodes; i++)
+        assert_true(g->nodes[i].dead || strcmp(g->nodes[i].op_type, "Gelu") != 0);
+    float xv[12] = {-4, -2.5f, -1, -0.3f, 0, 0.2f, 0.7f, 1, 1.5f, 2, 3, 5};
+    float bv[4] = {0.25f, -0.5f, 0.125f, 0}, yv[12];
+    run_fused(g, xv, bv, yv);
+    for (int i = 0; i < 12; i++) {
+        double v = ((double)xv[i] + bv[i % 4]) / sqrt(2.0);
+        double want = (erf(v) + 2.0) * v * 0.5;
+        if (fabs(yv[i] - want) > 2e-6 * (1.0 + fabs(v)))
+            fail_msg("element %d: got %.9g want %.9g", i, yv[i], want);
+    }
+    kn_graph_destroy(g);
+}
+
 int main(void) {
     g_pool = kn_threadpool_create(3);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_erf_accuracy),
         cmocka_unit_test(test_gelu_accuracy),
+        cmocka_unit_test(test_fuse_gelu_chain),
+        cmocka_unit_test(test_fuse_gelu_lookalike),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     kn_threadpool_destroy(g_pool);
