@@ -90,7 +90,7 @@ kiln_status cpu_misc_dynamic_quantize(kn_kernel_ctx *k) {
     }
     float scale = (hi - lo) / 255.0f;
     float zpf = scale > 0.0f ? nearbyintf(-lo / scale) : 0.0f;
-    zpf = zpf < 0.0f ? 0.0f : (zpf > 255.0f ? 255.0f : zpf);
+    zpf = zpf > 0.0f ? (zpf < 255.0f ? zpf : 255.0f) : 0.0f; /* NaN (infinite input) to 0 */
     for (int64_t i = 0; i < n; i++)
         cpu_misc_store_int(&k->out[0], i, scale > 0.0f ? nearbyintf(x[i] / scale) + zpf : 0.0);
     if (k->n_out > 1 && k->out[1].data != NULL)

@@ -122,6 +122,10 @@ static kiln_status build_taps(const kn_resize_params *p, int a, int64_t stride, 
     for (int64_t o = 0; o < out; o++) {
         t->off[o] = k;
         double x = source_coord(p, a, o);
+        /* Every tap of a coordinate this far out lands past the edge (and is clamped there);
+         * bounding it, NaN included, keeps the int64 conversions defined. */
+        double far = 2.0 * MAX_TAPS;
+        x = x > -far ? (x < (double)in + far ? x : (double)in + far) : -far;
         if (p->coord == KN_COORD_TF_CROP_AND_RESIZE && (x < 0.0 || x > (double)(in - 1))) {
             t->outside[o] = 1;
             continue;

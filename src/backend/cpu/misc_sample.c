@@ -18,6 +18,8 @@ static inline void put(kn_tensor *t, int64_t i, double v) {
 
 /* ---- RoiAlign ---- */
 
+#define KN_ROI_MAX_SAMPLES (1 << 20)
+
 typedef struct roi_tap {
     int64_t pos[4];
     double w[4];
@@ -25,7 +27,7 @@ typedef struct roi_tap {
 
 static void roi_bilinear(double y, double x, int64_t h, int64_t w, roi_tap *t) {
     memset(t, 0, sizeof *t);
-    if (y < -1.0 || y > (double)h || x < -1.0 || x > (double)w)
+    if (!(y >= -1.0 && y <= (double)h && x >= -1.0 && x <= (double)w)) /* NaN too */
         return;
     y = y < 0.0 ? 0.0 : y;
     x = x < 0.0 ? 0.0 : x;
@@ -79,8 +81,16 @@ kiln_status cpu_misc_roi_align(kn_kernel_ctx *k) {
             rh = rh > 1.0 ? rh : 1.0;
         }
         double bh = rh / (double)oh, bw = rw / (double)ow;
-        int64_t gh = ratio > 0 ? ratio : (int64_t)ceil(rh / (double)oh);
-        int64_t gw = ratio > 0 ? ratio : (int64_t)ceil(rw / (double)ow);
+        double sh = ratio > 0 ? (double)ratio : ceil(rh / (double)oh);
+        double sw = ratio > 0 ? (double)ratio : ceil(rw / (double)ow);
+        /* A huge (or NaN) roi or sampling_ratio would mean an endless loop and an undefined
+         * conversion: refuse it. */
+        if (!(fabs(sh) * fabs(sw) <= KN_ROI_MAX_SAMPLES))
+            return kn_error(KILN_ERR_SHAPE,
+                            "roi %lld needs %g x %g samples per output bin; at most %d are "
+                            "supported",
+                            (long long)r, sh, sw, KN_ROI_MAX_SAMPLES);
+        int64_t gh = (int64_t)sh, gw = (int64_t)sw;
         double count = gh * gw > 1 ? (double)(gh * gw) : 1.0;
         for (int64_t c = 0; c < C; c++) {
             int64_t base = (bi[r] * C + c) * H * W;
@@ -131,17 +141,18 @@ static double gs_reflect(double x, double lo, double hi) {
     double range = hi - lo;
     if (range <= 0.0)
         return lo;
+    /* floor/fmod, not an int64 cast: the quotient may be huge (or NaN) for wild grids. */
     if (x < lo) {
         double dx = lo - x;
-        int64_t n = (int64_t)(dx / range);
-        double r = dx - (double)n * range;
-        return n % 2 == 0 ? lo + r : hi - r;
+        double n = floor(dx / range);
+        double r = dx - n * range;
+        return fmod(n, 2.0) == 0.0 ? lo + r : hi - r;
     }
     if (x > hi) {
         double dx = x - hi;
-        int64_t n = (int64_t)(dx / range);
-        double r = dx - (double)n * range;
-        return n % 2 == 0 ? hi - r : lo + r;
+        double n = floor(dx / range);
+        double r = dx - n * range;
+        return fmod(n, 2.0) == 0.0 ? hi - r : lo + r;
     }
     return x;
 }
@@ -182,6 +193,9 @@ static void gs_axis(double g, int64_t dim, int mode, int pad, int align, gs_taps
         else if (pad == PAD_REFLECTION)
             x = gs_reflect(x, lo, hi);
     }
+    /* Taps more than a few cells outside read only padding; the bound (NaN included) keeps
+     * the int64 conversions below defined. */
+    x = x > -4.0 ? (x < (double)dim + 4.0 ? x : (double)dim + 4.0) : -4.0;
     t->n = 0;
     if (mode == GS_NEAREST) {
         gs_tap((int64_t)x, dim, pad, lo, hi, t, 1.0);

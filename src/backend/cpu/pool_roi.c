@@ -10,6 +10,15 @@ static int64_t clamp64(int64_t v, int64_t lo, int64_t hi) {
     return v < lo ? lo : v > hi ? hi : v;
 }
 
+/* A scaled roi corner as an integer, bounded (NaN to 0) so the conversion is defined; only
+ * corners beyond 2^40, far outside any input, are moved. */
+static int64_t roi_coord(float v) {
+    float r = roundf(v);
+    if (r != r)
+        return 0;
+    return r <= -0x1p40f ? -((int64_t)1 << 40) : r >= 0x1p40f ? (int64_t)1 << 40 : (int64_t)r;
+}
+
 /* One output bin of one roi: the max over its input window, 0 when the window is empty. */
 static float roi_bin(const float *plane, int64_t w, int64_t y0, int64_t y1, int64_t x0,
                      int64_t x1) {
@@ -34,16 +43,16 @@ kiln_status cpu_pool_roi(kn_kernel_ctx *k) {
         rc = cpu_red_f32_output(&k->out[0], &yv);
     for (int64_t r = 0; rc == KILN_OK && r < nroi; r++) {
         const float *roi = rv.p + r * 5;
-        int64_t b = (int64_t)roi[0];
-        if (b < 0 || b >= n) {
+        if (!(roi[0] > -1.0f && roi[0] < (float)n)) { /* NaN too */
             rc = kn_error(KILN_ERR_SHAPE,
-                          "input 1 (rois): roi %lld has batch index %lld "
+                          "input 1 (rois): roi %lld has batch index %g "
                           "outside [0, %lld)",
-                          (long long)r, (long long)b, (long long)n);
+                          (long long)r, (double)roi[0], (long long)n);
             break;
         }
-        int64_t xs = (int64_t)roundf(roi[1] * scale), ys = (int64_t)roundf(roi[2] * scale);
-        int64_t xe = (int64_t)roundf(roi[3] * scale), ye = (int64_t)roundf(roi[4] * scale);
+        int64_t b = (int64_t)roi[0];
+        int64_t xs = roi_coord(roi[1] * scale), ys = roi_coord(roi[2] * scale);
+        int64_t xe = roi_coord(roi[3] * scale), ye = roi_coord(roi[4] * scale);
         double bh = (double)(ye - ys + 1 > 1 ? ye - ys + 1 : 1) / (double)ph;
         double bw = (double)(xe - xs + 1 > 1 ? xe - xs + 1 : 1) / (double)pw;
         for (int64_t c = 0; c < ch; c++) {

@@ -17,9 +17,10 @@
 enum { SM_SOFTMAX, SM_LOGSOFTMAX, SM_HARDMAX };
 
 /* 2^k scaled Taylor polynomial on |r| <= ln2/2; branch-free so the loop vectorizes. */
-static inline float exp_f32(float x) {
-    x = x < -87.3f ? -87.3f : x;
-    x = x > 88.3f ? 88.3f : x;
+static inline float exp_f32(float in) {
+    /* NaN takes a bound too ((int32_t)NaN is undefined) and is given back at the end. */
+    float x = in > -87.3f ? in : -87.3f;
+    x = x < 88.3f ? x : 88.3f;
     float kf = (x * 1.44269504f + 12582912.0f) - 12582912.0f;
     float r = x - kf * 0.693145751953125f;
     r = r - kf * 1.428606765330187e-06f;
@@ -35,7 +36,7 @@ static inline float exp_f32(float x) {
         float f;
     } scale;
     scale.i = ((int32_t)kf + 127) << 23;
-    return p * scale.f;
+    return in == in ? p * scale.f : in;
 }
 
 static inline __attribute__((always_inline)) float row_max(const float *x, int64_t n) {
