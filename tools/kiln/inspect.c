@@ -87,7 +87,21 @@ static size_t arena_at_max(kiln_engine *e) {
     return size;
 }
 
+/* A DOT string literal's contents: quotes and backslashes escaped, control bytes dropped. */
+static const char *dot_text(const char *s, char *buf, size_t size) {
+    size_t j = 0;
+    for (; *s && j + 2 < size; s++) {
+        if (*s == '"' || *s == '\\')
+            buf[j++] = '\\';
+        if ((unsigned char)*s >= 0x20)
+            buf[j++] = *s;
+    }
+    buf[j] = '\0';
+    return buf;
+}
+
 static int write_dot(const kn_graph *g, const char *path) {
+    char e1[512], e2[512];
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "w");
@@ -96,15 +110,16 @@ static int write_dot(const kn_graph *g, const char *path) {
     fprintf(f, "digraph kiln {\n  rankdir=TB;\n  node [shape=box, fontname=\"Helvetica\"];\n");
     for (int i = 0; i < g->n_inputs; i++)
         fprintf(f, "  v%d [shape=ellipse, label=\"%s\"];\n", g->inputs[i],
-                g->values[g->inputs[i]].name);
+                dot_text(g->values[g->inputs[i]].name, e1, sizeof e1));
     for (int i = 0; i < g->n_outputs; i++)
         fprintf(f, "  v%d [shape=ellipse, label=\"%s\"];\n", g->outputs[i],
-                g->values[g->outputs[i]].name);
+                dot_text(g->values[g->outputs[i]].name, e1, sizeof e1));
     for (int i = 0; i < g->n_nodes; i++) {
         const kn_node *n = &g->nodes[i];
         char k[256];
         kernel_text(n, k, sizeof k);
-        fprintf(f, "  n%d [label=\"%s\\n%s\"];\n", i, n->name, k);
+        fprintf(f, "  n%d [label=\"%s\\n%s\"];\n", i, dot_text(n->name, e1, sizeof e1),
+                dot_text(k, e2, sizeof e2));
         for (int j = 0; j < n->n_in; j++) {
             int v = n->in[j];
             if (v < 0 || g->values[v].data != NULL)
@@ -112,7 +127,8 @@ static int write_dot(const kn_graph *g, const char *path) {
             char s[256];
             shape_text(&g->values[v], s, sizeof s);
             if (g->values[v].producer >= 0)
-                fprintf(f, "  n%d -> n%d [label=\"%s\"];\n", g->values[v].producer, i, s);
+                fprintf(f, "  n%d -> n%d [label=\"%s\"];\n", g->values[v].producer, i,
+                        dot_text(s, e1, sizeof e1));
             else
                 fprintf(f, "  v%d -> n%d;\n", v, i);
         }
