@@ -168,10 +168,13 @@ static void sweep(kn_threadpool *pool) {
 static void epilogue_cases(kn_threadpool *pool) {
     int acts[] = {KN_ACT_NONE,    KN_ACT_RELU,  KN_ACT_CLIP,
                   KN_ACT_SIGMOID, KN_ACT_SWISH, KN_ACT_LEAKY_RELU};
+    /* 75 = 64 + 11 (half-width edge), 49 = 32 + 16 + 1 and 36 = 32 + 4 (narrow edges). */
+    const int64_t ns[] = {75, 49, 36};
     for (size_t ai = 0; ai < sizeof acts / sizeof acts[0]; ai++)
-        for (int variant = 0; variant < 4; variant++) {
+        for (int vi = 0; vi < 4 * 3; vi++) {
+            int variant = vi % 4;
             gemm_case t = {.m = 29,
-                           .n = 75,
+                           .n = ns[vi / 4],
                            .k = variant % 2 ? 300 : 40,
                            .alpha = 1.0f,
                            .beta = variant == 2 ? 0.5f : 0.0f,

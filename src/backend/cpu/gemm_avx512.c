@@ -93,13 +93,55 @@ VARIANT(ukr_half_m, 6, 1)
 VARIANT(ukr_half_n, 12, 0)
 VARIANT(ukr_half_mn, 6, 0)
 
+#define NARROW 4
+
+/* Up to NARROW columns: one accumulator per column holds the tile's 12 rows (a[k*MR..] is one
+ * masked load); two sets over even and odd k hide the FMA latency. The few results go through a
+ * small buffer to the scalar epilogue. */
+__attribute__((target("avx512f"))) static void ukr_narrow(int64_t kc, const float *a,
+                                                          const float *b, float *c, int64_t ldc,
+                                                          float alpha, float beta, int mr, int nr,
+                                                          const kn_ukr_ep *ep) {
+    const __mmask16 rows = (__mmask16)((1u << MR) - 1);
+    __m512 e[NARROW], o[NARROW];
+    for (int j = 0; j < NARROW; j++)
+        e[j] = o[j] = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 1 < kc; k += 2) {
+        __m512 a0 = _mm512_maskz_loadu_ps(rows, a + k * MR);
+        __m512 a1 = _mm512_maskz_loadu_ps(rows, a + (k + 1) * MR);
+        for (int j = 0; j < NARROW; j++)
+            if (j < nr) {
+                e[j] = _mm512_fmadd_ps(a0, _mm512_set1_ps(b[k * NR + j]), e[j]);
+                o[j] = _mm512_fmadd_ps(a1, _mm512_set1_ps(b[(k + 1) * NR + j]), o[j]);
+            }
+    }
+    if (k < kc) {
+        __m512 a0 = _mm512_maskz_loadu_ps(rows, a + k * MR);
+        for (int j = 0; j < NARROW; j++)
+            if (j < nr)
+                e[j] = _mm512_fmadd_ps(a0, _mm512_set1_ps(b[k * NR + j]), e[j]);
+    }
+    float t[NARROW][16];
+    for (int j = 0; j < NARROW; j++)
+        if (j < nr)
+            _mm512_storeu_ps(t[j], _mm512_mul_ps(_mm512_set1_ps(alpha), _mm512_add_ps(e[j], o[j])));
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++)
+            c[i * ldc + j] = beta != 0.0f ? t[j][i] + beta * c[i * ldc + j] : t[j][i];
+    if (ep != NULL)
+        kn_ukr_ep_apply(ep, c, ldc, mr, nr);
+}
+
 const kn_gemm_ukr kn_gemm_ukr_avx512 = {.name = "avx512",
                                         .mr = MR,
                                         .nr = NR,
                                         .fn = ukr,
                                         .fn_half_m = ukr_half_m,
                                         .fn_half_n = ukr_half_n,
-                                        .fn_half_mn = ukr_half_mn};
+                                        .fn_half_mn = ukr_half_mn,
+                                        .fn_narrow_n = ukr_narrow,
+                                        .narrow_n = NARROW};
 
 #else
 

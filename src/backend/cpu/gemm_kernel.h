@@ -29,6 +29,12 @@ typedef struct kn_gemm_ukr {
     /* Optional cheaper kernels for edge tiles with mr <= MR/2 and/or nr <= NR/2 (same packed
      * layout, less padded work); NULL when the ISA has none. */
     kn_gemm_ukr_fn fn_half_m, fn_half_n, fn_half_mn;
+    /* Optional kernel for the last few columns (nr <= narrow_n) of a panel: vectors run down
+     * the tile's rows instead of along its columns, so a 1-column remainder (7x7 maps: 49 =
+     * 32 + 16 + 1) costs one multiply-add per k instead of a whole padded vector row. b still
+     * has the panel's NR stride. */
+    kn_gemm_ukr_fn fn_narrow_n;
+    int narrow_n;
 } kn_gemm_ukr;
 
 extern const kn_gemm_ukr kn_gemm_ukr_avx512;
