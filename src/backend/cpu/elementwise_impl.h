@@ -11,7 +11,7 @@
 
 /* Hot loops get an AVX2 clone picked at load time (ifunc); other targets use the baseline. */
 #if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__)
-#define EW_CLONES __attribute__((target_clones("avx2", "default")))
+#define EW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define EW_CLONES
 #endif
