@@ -91,7 +91,35 @@ typedef struct im2col_arg {
     const kn_conv_geom *g;
     kn_conv2d c;
     int nr;
+    /* Stride-2 columns: every input row split into its even columns then its odd columns, each
+     * half w2 = ceil(w/2) wide, so taps gather contiguous runs (no per-element stride, no
+     * divisions for the bounds). NULL otherwise. */
+    const float *xs;
+    int64_t w2;
 } im2col_arg;
+
+KN_CLONES static void split_row(const float *s, int64_t w, float *even, float *odd) {
+    for (int64_t i = 0; i < w / 2; i++) {
+        even[i] = s[2 * i];
+        odd[i] = s[2 * i + 1];
+    }
+    if (w % 2 != 0)
+        even[w / 2] = s[w - 1];
+}
+
+typedef struct split_job {
+    const float *x;
+    float *xs;
+    int64_t w, w2;
+} split_job;
+
+static void split_rows(void *arg, int64_t begin, int64_t end) {
+    const split_job *j = arg;
+    for (int64_t r = begin; r < end; r++) {
+        float *d = j->xs + r * 2 * j->w2;
+        split_row(j->x + r * j->w, j->w, d, d + j->w2);
+    }
+}
 
 static void zero(float *p, int64_t n) {
     if (n > 0)
@@ -108,30 +136,38 @@ static void gather_segment(const im2col_arg *a, const float *xc, int64_t ky, int
         return;
     }
     const float *xr = xc + ih * c->w;
-    int64_t iw0 = ow * c->sw - c->pw + kx * c->dw;
+    int64_t iw0 = ow * c->sw - c->pw + kx * c->dw, width = c->w, sw = c->sw;
+    if (a->xs != NULL) {
+        /* Input column 2 * ow + dx is column ow + (dx - par) / 2 of the parity-par half. */
+        int64_t dx = kx * c->dw - c->pw, par = dx & 1;
+        xr = xc + ih * 2 * a->w2 + par * a->w2;
+        iw0 = ow + (dx - par) / 2;
+        width = par != 0 ? c->w / 2 : (c->w + 1) / 2;
+        sw = 1;
+    }
     int64_t lo, hi;
-    if (c->sw == 1) {
+    if (sw == 1) {
         lo = iw0 >= 0 ? 0 : -iw0;
-        hi = iw0 >= c->w ? 0 : c->w - iw0;
+        hi = iw0 >= width ? 0 : width - iw0;
     } else {
-        lo = iw0 >= 0 ? 0 : (-iw0 + c->sw - 1) / c->sw;
-        hi = iw0 >= c->w ? 0 : (c->w - iw0 + c->sw - 1) / c->sw;
+        lo = iw0 >= 0 ? 0 : (-iw0 + sw - 1) / sw;
+        hi = iw0 >= width ? 0 : (width - iw0 + sw - 1) / sw;
     }
     lo = lo < seg ? lo : seg;
     hi = hi < seg ? hi : seg;
     hi = hi > lo ? hi : lo;
-    if (c->sw == 1 && lo == 0 && hi == 32) {
+    if (sw == 1 && lo == 0 && hi == 32) {
         memcpy(dst, xr + iw0, 32 * sizeof *dst); /* the common full panel, inlined */
         zero(dst + 32, seg - 32);
         return;
     }
     zero(dst, lo);
-    if (c->sw == 1) {
+    if (sw == 1) {
         memcpy(dst + lo, xr + iw0 + lo, (size_t)(hi - lo) * sizeof *dst);
     } else {
         const float *s = xr + iw0;
         for (int64_t t = lo; t < hi; t++)
-            dst[t] = s[t * c->sw];
+            dst[t] = s[t * sw];
     }
     zero(dst + hi, seg - hi);
 }
@@ -148,8 +184,10 @@ static void pack_im2col_2d(void *arg, int64_t k0, int64_t kc, int64_t n0, int64_
         /* (ci, ky, kx) of row k advance with counters: divisions per row cost more than the
          * copy itself for short panels. */
         int64_t kx = k0 % c->kw, t = k0 / c->kw, ky = t % c->kh, ci = t / c->kh;
+        int64_t plane = a->xs != NULL ? c->h * 2 * a->w2 : c->h * c->w;
+        const float *x = a->xs != NULL ? a->xs : a->x;
         for (int64_t kk = 0; kk < kc; kk++) {
-            const float *xc = a->x + ci * c->h * c->w;
+            const float *xc = x + ci * plane;
             float *row = d + kk * nr;
             int64_t oh = oh0, ow = ow0;
             for (int64_t j = 0; j < cols;) {
@@ -258,28 +296,42 @@ kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
         return kn_cpu_conv_winograd(k->pool, st->wino, &g, x, &ep, y);
     }
     int64_t cig = g.c_in / g.group, cog = g.c_out / g.group, kdim = cig * kprod;
-    for (int64_t n = 0; n < g.n; n++) {
-        for (int64_t gi = 0; gi < g.group; gi++) {
+    kn_conv2d c2;
+    if (g.nsp <= 2)
+        kn_conv_as_2d(&g, &c2);
+    bool split = !pointwise && g.nsp <= 2 && c2.sw == 2;
+    int64_t w2 = split ? (c2.w + 1) / 2 : 0;
+    float *xs = NULL;
+    if (split) {
+        xs = kn_aligned_alloc((size_t)(cig * c2.h * 2 * w2) * sizeof(float), 64);
+        if (xs == NULL)
+            return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory in Conv");
+    }
+    kiln_status rc = KILN_OK;
+    for (int64_t n = 0; n < g.n && rc == KILN_OK; n++) {
+        for (int64_t gi = 0; gi < g.group && rc == KILN_OK; gi++) {
             const float *xg = x + (n * g.c_in + gi * cig) * is;
             kn_gemm_operand a = {.p = w + gi * cog * kdim, .ld = kdim};
             if (st != NULL && st->group == g.group)
                 a = (kn_gemm_operand){.packed = st->w[gi]};
-            im2col_arg ia = {.x = xg, .g = &g, .nr = kn_gemm_nr()};
+            im2col_arg ia = {.x = xg, .g = &g, .nr = kn_gemm_nr(), .c = c2, .xs = xs, .w2 = w2};
+            if (split) {
+                split_job sj = {.x = xg, .xs = xs, .w = c2.w, .w2 = w2};
+                kn_parallel_for(k->pool, cig * c2.h, 16, split_rows, &sj);
+            }
             kn_gemm_operand b = {.p = xg, .ld = is};
-            if (!pointwise) {
+            if (!pointwise)
                 b = (kn_gemm_operand){.pack = g.nsp <= 2 ? pack_im2col_2d : pack_im2col_nd,
                                       .pack_arg = &ia};
-                if (g.nsp <= 2)
-                    kn_conv_as_2d(&g, &ia.c);
-            }
             kn_epilogue e = ep;
             int64_t off = (n * g.c_out + gi * cog) * os;
             e.bias = bias != NULL ? bias + gi * cog : NULL;
             e.bias_per_row = true;
             e.residual = res != NULL ? res + off : NULL;
             e.ldr = os;
-            KN_TRY(kn_gemm(k->pool, cog, os, kdim, 1.0f, &a, &b, 0.0f, y + off, os, &e));
+            rc = kn_gemm(k->pool, cog, os, kdim, 1.0f, &a, &b, 0.0f, y + off, os, &e);
         }
     }
-    return KILN_OK;
+    kn_free(xs);
+    return rc;
 }
