@@ -253,13 +253,51 @@ static void test_fuse_gelu_lookalike(void **state) {
     kn_graph_destroy(g);
 }
 
+/* Softmax rows of several lengths (vector bodies, masked tails, a single element) against
+ * the formula in double, with large magnitudes and -inf entries (exp gives 0 there). */
+static void test_softmax_rows(void **state) {
+    (void)state;
+    const int64_t lens[] = {1, 5, 16, 33, 128, 131};
+    for (size_t c = 0; c < sizeof lens / sizeof lens[0]; c++) {
+        int64_t rows = 3, n = lens[c];
+        float *x = kn_malloc((size_t)(rows * n) * sizeof(float));
+        float *y = kn_malloc((size_t)(rows * n) * sizeof(float));
+        for (int64_t i = 0; i < rows * n; i++)
+            x[i] = (float)((i * 37) % 23) * 0.7f - 8.0f + (i / n == 2 ? 60.0f : 0.0f);
+        if (n > 4)
+            x[n + 3] = -INFINITY;
+        kn_tensor in = {.dtype = KILN_DTYPE_FLOAT32, .data = x}, out = {0};
+        in.shape.rank = 2;
+        in.shape.d[0] = rows;
+        in.shape.d[1] = n;
+        out.data = y;
+        run_f32("", "Softmax", 13, 1, &in, &out);
+        for (int64_t r = 0; r < rows; r++) {
+            const float *xr = x + r * n;
+            double m = -INFINITY, sum = 0;
+            for (int64_t i = 0; i < n; i++)
+                m = xr[i] > m ? xr[i] : m;
+            for (int64_t i = 0; i < n; i++)
+                sum += exp((double)xr[i] - m);
+            for (int64_t i = 0; i < n; i++) {
+                double want = exp((double)xr[i] - m) / sum;
+                float got = y[r * n + i];
+                if (fabs(got - want) > 2e-6 * want + 1e-30)
+                    fail_msg("n %lld row %lld col %lld: got %.9g want %.9g", (long long)n,
+                             (long long)r, (long long)i, got, want);
+            }
+        }
+        kn_free(x);
+        kn_free(y);
+    }
+}
+
 int main(void) {
     g_pool = kn_threadpool_create(3);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_erf_accuracy),
-        cmocka_unit_test(test_gelu_accuracy),
-        cmocka_unit_test(test_fuse_gelu_chain),
-        cmocka_unit_test(test_fuse_gelu_lookalike),
+        cmocka_unit_test(test_erf_accuracy),    cmocka_unit_test(test_gelu_accuracy),
+        cmocka_unit_test(test_fuse_gelu_chain), cmocka_unit_test(test_fuse_gelu_lookalike),
+        cmocka_unit_test(test_softmax_rows),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     kn_threadpool_destroy(g_pool);

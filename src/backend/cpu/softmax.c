@@ -74,8 +74,65 @@ static inline __attribute__((always_inline)) float row_exp_sum(const float *x, f
     return t;
 }
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#include <immintrin.h>
+#define SM_HAVE_AVX512 1
+
+/* exp_f32 on 16 lanes: the same clamp, reduction and polynomial, with FMA; 2^k by scalef. */
+__attribute__((target("avx512f"))) static inline __m512 exp16(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
+    x = _mm512_min_ps(x, _mm512_set1_ps(88.3f));
+    __m512 kf = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(kf, _mm512_set1_ps(0.693145751953125f), x);
+    r = _mm512_fnmadd_ps(kf, _mm512_set1_ps(1.428606765330187e-06f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 720.0f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, kf);
+}
+
+/* One Softmax row with the reductions kept in vector registers; the generic path spends
+ * most of a 128-wide attention row on its scalar reduction tails. */
+__attribute__((target("avx512f"))) static void sm_row_softmax_avx512(const float *x, float *y,
+                                                                     int64_t n) {
+    __m512 vm = _mm512_set1_ps(-INFINITY);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        vm = _mm512_max_ps(vm, _mm512_loadu_ps(x + i));
+    __mmask16 tail = (__mmask16)((1u << (n - i)) - 1u);
+    vm = _mm512_max_ps(vm, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), tail, x + i));
+    float m = _mm512_reduce_max_ps(vm);
+    if (isinf(m))
+        m = 0;
+    __m512 shift = _mm512_set1_ps(m), vs = _mm512_setzero_ps();
+    for (i = 0; i + 16 <= n; i += 16) {
+        __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), shift));
+        _mm512_storeu_ps(y + i, e);
+        vs = _mm512_add_ps(vs, e);
+    }
+    if (tail != 0) {
+        __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, x + i), shift));
+        _mm512_mask_storeu_ps(y + i, tail, e);
+        vs = _mm512_mask_add_ps(vs, tail, vs, e);
+    }
+    __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vs));
+    for (i = 0; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_loadu_ps(y + i), inv));
+    if (tail != 0)
+        _mm512_mask_storeu_ps(y + i, tail, _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, y + i), inv));
+}
+#else
+#define SM_HAVE_AVX512 0
+#endif
+
 typedef struct sm_args {
     int op;
+    bool avx512; /* Softmax rows take sm_row_softmax_avx512 */
     int64_t outer, n, inner;
     const float *x;
     float *y;
@@ -108,6 +165,13 @@ KN_RED_CLONES static void sm_row(int op, const float *x, float *y, int64_t n) {
 
 static void sm_rows(void *arg, int64_t begin, int64_t end) {
     const sm_args *a = arg;
+#if SM_HAVE_AVX512
+    if (a->avx512) {
+        for (int64_t r = begin; r < end; r++)
+            sm_row_softmax_avx512(a->x + r * a->n, a->y + r * a->n, a->n);
+        return;
+    }
+#endif
     for (int64_t r = begin; r < end; r++)
         sm_row(a->op, a->x + r * a->n, a->y + r * a->n, a->n);
 }
@@ -189,6 +253,9 @@ kiln_status cpu_red_softmax(kn_kernel_ctx *k) {
     a.x = xv.p;
     a.y = yv.p;
     if (a.inner == 1) {
+#if SM_HAVE_AVX512
+        a.avx512 = a.op == SM_SOFTMAX && __builtin_cpu_supports("avx512f");
+#endif
         int64_t grain = a.n >= 4096 ? 1 : 4096 / a.n;
         kn_parallel_for(k->pool, a.outer, grain, sm_rows, &a);
     } else {
