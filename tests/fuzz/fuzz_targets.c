@@ -16,6 +16,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -106,8 +107,24 @@ static int check_outputs(kiln_context *ctx, const kiln_engine *e) {
     return 0;
 }
 
-/* One execution with every input zero, at the smallest shape its profile allows. */
-static int run_engine(kiln_engine *e) {
+/* Values that find unchecked indices, NaN and overflow in kernels (zeros find none). */
+static void fill_extreme(kn_tensor *t) {
+    static const double fv[] = {1.0,  -1.0,  0.5,   NAN, INFINITY, -INFINITY,
+                                3e38, -3e38, 1e-30, 7.0, 0.0,      -7.5};
+    static const int64_t iv[] = {1,    -1,  2, INT64_MAX, INT64_MIN, 127,
+                                 -128, 255, 3, 0,         65535,     (int64_t)1 << 31};
+    int64_t n = kn_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++) {
+        if (kn_dtype_is_float(t->dtype))
+            kn_tensor_set_f64(t, i, fv[i % 12]);
+        else
+            kn_tensor_set_i64(t, i, iv[i % 12]);
+    }
+}
+
+/* One execution at the smallest shape each input's profile allows, with every input zero or
+ * (extreme) filled with fill_extreme's values. */
+static int run_engine(kiln_engine *e, bool extreme) {
     kiln_context *ctx = NULL;
     kiln_status rc = kiln_context_create(e, &ctx);
     if (rc != KILN_OK)
@@ -131,6 +148,11 @@ static int run_engine(kiln_engine *e) {
         bufs[i] = calloc((size_t)n * es + 1, 1);
         if (bufs[i] == NULL)
             goto out;
+        if (extreme) {
+            kn_tensor t = {.dtype = info.dtype, .shape.rank = info.rank, .data = bufs[i]};
+            memcpy(t.shape.d, info.min, sizeof info.min);
+            fill_extreme(&t);
+        }
         rc = kiln_context_set_input(ctx, info.name, bufs[i], (size_t)n * es);
     }
     if (rc == KILN_OK)
@@ -184,7 +206,9 @@ int kn_fuzz_onnx(const uint8_t *data, size_t size) {
         rc = kiln_build(b, net, cfg, &plan, &plan_size);
     if (rc == KILN_OK)
         rc = kiln_engine_load_memory(plan, plan_size, NULL, &e);
-    result = rc == KILN_OK ? run_engine(e) : clean_error(rc);
+    result = rc == KILN_OK ? run_engine(e, false) : clean_error(rc);
+    if (result == 0 && rc == KILN_OK)
+        result = run_engine(e, true);
 out:
     kiln_engine_destroy(e);
     kiln_free(plan);
@@ -240,7 +264,9 @@ static int load_and_run(const uint8_t *data, size_t size) {
     kiln_status rc = kiln_engine_load_memory(data, size, NULL, &e);
     if (rc != KILN_OK)
         return clean_error(rc);
-    int result = run_engine(e);
+    int result = run_engine(e, false);
+    if (result == 0)
+        result = run_engine(e, true);
     kiln_engine_destroy(e);
     return result;
 }

@@ -9,9 +9,10 @@
 /* Install the capped allocator and a silent logger; call once before any target. */
 void kn_fuzz_setup(void);
 
-/* ONNX bytes -> network -> plan in memory -> engine -> one execution with zero inputs. */
+/* ONNX bytes -> network -> plan in memory -> engine -> two executions: inputs all zero, then
+ * inputs of extreme values (NaN, infinities, huge and negative numbers). */
 int kn_fuzz_onnx(const uint8_t *data, size_t size);
-/* Plan bytes -> engine -> one execution; again with the checksums recomputed. */
+/* Plan bytes -> engine -> the same two executions; again with the checksums recomputed. */
 int kn_fuzz_plan(const uint8_t *data, size_t size);
 /* .npy bytes -> tensor -> .npy bytes -> the same tensor. */
 int kn_fuzz_npy(const uint8_t *data, size_t size);
