@@ -66,6 +66,7 @@ typedef struct fused_in {
     const float *data;
     int64_t stride; /* 0: one value for all; 1: same shape as the output */
     bool gather;    /* broadcast along some dims: copy through bc */
+    int64_t period; /* > 0: the input is the output's trailing dims (a bias), repeated */
     ew_bcast bc;
 } fused_in;
 
@@ -107,7 +108,11 @@ static void fused_chunk(void *arg, int64_t begin, int64_t end) {
             switch (I->kind) {
             case KN_FUSED_LOAD: {
                 const fused_in *in = &j->in[I->a];
-                if (in->gather) {
+                int64_t off = in->period > 0 ? t % in->period : 0;
+                if (in->period > 0 && off + m <= in->period) {
+                    reg[d] = in->data + off;
+                    rs[d] = 1;
+                } else if (in->gather) {
                     gather_ctx g = {.src = in->data, .dst = buf[d], .base = t};
                     ew_bcast_walk(&in->bc, t, t + m, gather_run, &g);
                     reg[d] = buf[d];
@@ -153,6 +158,24 @@ static void fused_chunk(void *arg, int64_t begin, int64_t end) {
     }
 }
 
+/* numel(x) when x, leading 1s dropped, equals y's trailing dims (so x repeats every numel(x)
+ * elements of y), else 0. */
+static int64_t trailing_period(const kn_shape *x, const kn_shape *y) {
+    int lead = 0;
+    while (lead < x->rank && x->d[lead] == 1)
+        lead++;
+    int n = x->rank - lead;
+    if (n > y->rank)
+        return 0;
+    int64_t p = 1;
+    for (int i = 0; i < n; i++) {
+        if (x->d[lead + i] != y->d[y->rank - n + i])
+            return 0;
+        p *= x->d[lead + i];
+    }
+    return p;
+}
+
 static kiln_status fused_run(kn_kernel_ctx *k, const fused_prog *prog) {
     kn_tensor *y = &k->out[0];
     int64_t numel = kn_tensor_numel(y);
@@ -170,6 +193,7 @@ static kiln_status fused_run(kn_kernel_ctx *k, const fused_prog *prog) {
         } else {
             const kn_shape *s[1] = {&x->shape};
             in[i].gather = true;
+            in[i].period = trailing_period(&x->shape, &y->shape);
             ew_bcast_init(&in[i].bc, &y->shape, 1, s);
         }
     }
