@@ -270,6 +270,11 @@ static void test_conv2d_sweep(void **state) {
         {2, 1, 4, 4, 4, {7, 7}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, true},
         {2, 1, 4, 4, 4, {13, 15}, {3, 3}, {2, 2}, {2, 2}, {2, 1}, {1, 2}, NULL, true, true},
         {2, 2, 2, 2, 2, {11, 12}, {5, 5}, {2, 2}, {1, 1}, {2, 2}, {2, 2}, NULL, false, false},
+        /* depthwise 3x3 rows of >= 12 outputs (stride 1 and 2): two- and one-block steps */
+        {2, 1, 16, 16, 16, {30, 40}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, NULL, true, true},
+        {2, 2, 8, 8, 8, {20, 50}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, true},
+        {2, 1, 8, 8, 8, {25, 37}, {3, 3}, {2, 2}, {1, 1}, {0, 1}, {1, 0}, NULL, false, true},
+        {2, 1, 4, 4, 4, {14, 14}, {3, 3}, {1, 1}, {1, 1}, {0, 0}, {0, 0}, NULL, true, false},
     };
     const char *isas[] = {"avx512", "avx2", "scalar"};
     const char *orig = kn_gemm_isa();

@@ -23,6 +23,7 @@ typedef struct dw_job {
     bool pad;
     bool flat;                /* whole planes through kn_cpu_dw_plane_flat_avx512 */
     bool phases;              /* stride 2: the padded plane is split into phase planes first */
+    bool dw3;                 /* 3x3 undilated: kn_cpu_dw3_plane_avx512 instead of flat */
     kn_conv2d cp;             /* geometry over the padded plane */
     const int64_t *off;       /* flat-plane tap offsets */
     int64_t flat_wp;          /* flat-plane row stride */
@@ -98,8 +99,12 @@ static void flat_plane(const dw_job *j, int64_t plane, const float *x, float *tm
                     .hi = ep->act == KN_ACT_RELU ? INFINITY : ep->beta,
                     .res = ep->residual != NULL ? ep->residual + plane * os : NULL,
                     .tmp = tmp,
-                    .y = j->y + plane * os};
-    kn_cpu_dw_plane_flat_avx512(&f);
+                    .y = j->y + plane * os,
+                    .phase = (j->cp.h / 2) * (j->cp.w / 2)};
+    if (j->dw3)
+        kn_cpu_dw3_plane_avx512(&f, j->phases ? 2 : 1);
+    else
+        kn_cpu_dw_plane_flat_avx512(&f);
     if (ep->act != KN_ACT_NONE && !f.clamp)
         kn_act_apply(ep->act, ep->alpha, ep->beta, f.y, os);
 }
@@ -222,6 +227,8 @@ kiln_status kn_cpu_conv_depthwise(kn_threadpool *pool, const kn_conv_geom *g, co
             (c.ph > 0 || c.pw > 0 || need_h > c.h || need_w > c.w || j.left > 0 || j.right < c.ow);
     j.phases = j.avx512 && c.sw == 2 && c.sh == 2;
     j.flat = j.avx512 && ((c.sw == 1 && c.sh == 1) || j.phases);
+    /* Rows narrower than most of a vector fill lanes better through the flat kernel. */
+    j.dw3 = j.flat && c.kh == 3 && c.kw == 3 && c.dh == 1 && c.dw == 1 && c.ow >= 12;
     if (j.phases) {
         j.cp.h += j.cp.h % 2;
         j.cp.w += j.cp.w % 2;

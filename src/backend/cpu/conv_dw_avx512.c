@@ -197,6 +197,104 @@ void kn_cpu_dw_plane_flat_avx512(const kn_dw_flat *f) {
     plane_flat(f);
 }
 
+/* 3x3 undilated kernel, row by row over a padded plane (stride 1) or over the four phase planes
+ * of one (stride 2: kernel column 0 and 2 read the even-column plane at ow and ow + 1, column 1
+ * the odd one). Nine weights stay in registers; a row's three taps come from one load pair and
+ * two lane shifts (valignd) instead of three unaligned loads; 32 outputs per step in six
+ * independent accumulator chains; the epilogue is applied before the only store. */
+#define DW3_BLOCK(NB)                                                                              \
+    do {                                                                                           \
+        __m512 acc[2][3];                                                                          \
+        for (int b = 0; b < 2; b++)                                                                \
+            for (int ky = 0; ky < 3; ky++)                                                         \
+                acc[b][ky] = _mm512_setzero_ps();                                                  \
+        for (int ky = 0; ky < 3; ky++) {                                                           \
+            __m512 t0[2], t1[2], t2[2];                                                            \
+            if (!s2) {                                                                             \
+                const float *r = src[ky][0] + ow0;                                                 \
+                int64_t av = f->wp - ow0;                                                          \
+                __m512 v0 = _mm512_maskz_loadu_ps(lanes(av), r);                                   \
+                __m512 v1 = _mm512_maskz_loadu_ps(lanes(av - 16), r + 16);                         \
+                t0[0] = v0;                                                                        \
+                t1[0] = _mm512_castsi512_ps(                                                       \
+                    _mm512_alignr_epi32(_mm512_castps_si512(v1), _mm512_castps_si512(v0), 1));     \
+                t2[0] = _mm512_castsi512_ps(                                                       \
+                    _mm512_alignr_epi32(_mm512_castps_si512(v1), _mm512_castps_si512(v0), 2));     \
+                if (NB == 2) {                                                                     \
+                    av -= 32;                                                                      \
+                    __m512 v2 = _mm512_maskz_loadu_ps(lanes(av < 2 ? av : 2), r + 32);             \
+                    t0[1] = v1;                                                                    \
+                    t1[1] = _mm512_castsi512_ps(                                                   \
+                        _mm512_alignr_epi32(_mm512_castps_si512(v2), _mm512_castps_si512(v1), 1)); \
+                    t2[1] = _mm512_castsi512_ps(                                                   \
+                        _mm512_alignr_epi32(_mm512_castps_si512(v2), _mm512_castps_si512(v1), 2)); \
+                }                                                                                  \
+            } else {                                                                               \
+                const float *e = src[ky][0] + ow0, *o = src[ky][1] + ow0;                          \
+                int64_t av = f->wp - ow0;                                                          \
+                __m512 e0 = _mm512_maskz_loadu_ps(lanes(av), e);                                   \
+                __m512 e1 = _mm512_maskz_loadu_ps(lanes(av - 16), e + 16);                         \
+                t0[0] = e0;                                                                        \
+                t1[0] = _mm512_maskz_loadu_ps(lanes(av), o);                                       \
+                t2[0] = _mm512_castsi512_ps(                                                       \
+                    _mm512_alignr_epi32(_mm512_castps_si512(e1), _mm512_castps_si512(e0), 1));     \
+                if (NB == 2) {                                                                     \
+                    av -= 32;                                                                      \
+                    __m512 e2 = _mm512_maskz_loadu_ps(lanes(av < 1 ? av : 1), e + 32);             \
+                    t0[1] = e1;                                                                    \
+                    t1[1] = _mm512_maskz_loadu_ps(lanes(av + 16), o + 16);                         \
+                    t2[1] = _mm512_castsi512_ps(                                                   \
+                        _mm512_alignr_epi32(_mm512_castps_si512(e2), _mm512_castps_si512(e1), 1)); \
+                }                                                                                  \
+            }                                                                                      \
+            for (int b = 0; b < NB; b++) {                                                         \
+                acc[b][ky] = _mm512_fmadd_ps(w[ky * 3], t0[b], acc[b][ky]);                        \
+                acc[b][ky] = _mm512_fmadd_ps(w[ky * 3 + 1], t1[b], acc[b][ky]);                    \
+                acc[b][ky] = _mm512_fmadd_ps(w[ky * 3 + 2], t2[b], acc[b][ky]);                    \
+            }                                                                                      \
+        }                                                                                          \
+        for (int b = 0; b < NB; b++) {                                                             \
+            __mmask16 m = lanes(f->ow - ow0 - 16 * b);                                             \
+            __m512 v =                                                                             \
+                _mm512_add_ps(_mm512_add_ps(acc[b][0], acc[b][1]), _mm512_add_ps(acc[b][2], vb));  \
+            if (res != NULL)                                                                       \
+                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, res + ow0 + 16 * b));                \
+            if (f->clamp)                                                                          \
+                v = _mm512_min_ps(_mm512_max_ps(v, vlo), vhi);                                     \
+            _mm512_mask_storeu_ps(y + ow0 + 16 * b, m, v);                                         \
+        }                                                                                          \
+    } while (0)
+
+AVX512 static void dw3_plane(const kn_dw_flat *f, int s2) {
+    __m512 w[9];
+    for (int t = 0; t < 9; t++)
+        w[t] = _mm512_set1_ps(f->w[t]);
+    __m512 vlo = _mm512_set1_ps(f->lo), vhi = _mm512_set1_ps(f->hi), vb = _mm512_set1_ps(f->bias);
+    for (int64_t oh = 0; oh < f->oh; oh++) {
+        const float *src[3][2];
+        for (int ky = 0; ky < 3; ky++) {
+            if (!s2) {
+                src[ky][0] = src[ky][1] = f->x + (oh + ky) * f->wp;
+            } else {
+                const float *pl = f->x + (ky % 2) * 2 * f->phase;
+                src[ky][0] = pl + (oh + ky / 2) * f->wp;
+                src[ky][1] = src[ky][0] + f->phase;
+            }
+        }
+        float *y = f->y + oh * f->ow;
+        const float *res = f->res != NULL ? f->res + oh * f->ow : NULL;
+        int64_t ow0 = 0;
+        for (; f->ow - ow0 > 16; ow0 += 32)
+            DW3_BLOCK(2);
+        if (ow0 < f->ow)
+            DW3_BLOCK(1);
+    }
+}
+
+void kn_cpu_dw3_plane_avx512(const kn_dw_flat *f, int stride) {
+    dw3_plane(f, stride == 2);
+}
+
 AVX512 static void split_phases(const float *x, int64_t hq, int64_t wq, float *out) {
     __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
     __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
@@ -226,6 +324,11 @@ void kn_cpu_dw_row_avx512(const kn_dw_row *r) {
 
 void kn_cpu_dw_plane_flat_avx512(const kn_dw_flat *f) {
     (void)f;
+}
+
+void kn_cpu_dw3_plane_avx512(const kn_dw_flat *f, int stride) {
+    (void)f;
+    (void)stride;
 }
 
 void kn_cpu_dw_split_phases_avx512(const float *x, int64_t hq, int64_t wq, float *out) {

@@ -76,9 +76,13 @@ typedef struct kn_dw_flat {
     const float *res; /* residual plane (oh x ow), or NULL */
     float *tmp;       /* oh * wp + 32 floats */
     float *y;         /* output plane (oh x ow) */
+    int64_t phase;    /* floats between phase planes (stride 2) */
 } kn_dw_flat;
 
 void kn_cpu_dw_plane_flat_avx512(const kn_dw_flat *f);
+/* 3x3 undilated, stride 1 (x: padded plane, row stride wp) or stride 2 (x: the four phase
+ * planes, row stride wp, `phase` apart); row by row straight into y, no tmp. */
+void kn_cpu_dw3_plane_avx512(const kn_dw_flat *f, int stride);
 /* Split a (2*hq) x (2*wq) plane into its four phase planes (row parity, column parity), each
  * hq x wq, stored one after another: a stride-2 convolution becomes a stride-1 one. */
 void kn_cpu_dw_split_phases_avx512(const float *x, int64_t hq, int64_t wq, float *out);
