@@ -299,8 +299,12 @@ void kn_tensor_set_f64(kn_tensor *t, int64_t i, double v) {
     case KILN_DTYPE_BOOL:
         ((uint8_t *)p)[i] = v != 0;
         break;
-    default:
-        kn_tensor_set_i64(t, i, (int64_t)v);
+    default: /* saturated, NaN to 0: an out-of-range conversion is undefined */
+        kn_tensor_set_i64(t, i,
+                          v != v        ? 0
+                          : v >= 0x1p63 ? INT64_MAX
+                          : v < -0x1p63 ? INT64_MIN
+                                        : (int64_t)v);
         break;
     }
 }

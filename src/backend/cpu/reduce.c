@@ -75,11 +75,13 @@ static inline int64_t red_decompose(int64_t idx, int n, const int64_t *dim, cons
 
 #define RT_T int64_t
 #define RT_ACC int64_t
+#define RT_WRAP
 #define RT_SUFFIX i64
 #define RT_LOWEST INT64_MIN
 #define RT_HIGHEST INT64_MAX
 #define RT_EMPTY_MEAN 0
 #include "backend/cpu/reduce_tmpl.h"
+#undef RT_WRAP
 #undef RT_T
 #undef RT_ACC
 #undef RT_SUFFIX

@@ -5,6 +5,22 @@
 #define RT_CAT(a, b) RT_CAT_(a, b)
 #define RT_FN(name) RT_CAT(name, RT_SUFFIX)
 
+/* With RT_WRAP (integer accumulators) sums and products wrap around as numpy's do, where plain
+ * signed arithmetic would overflow (undefined), and results computed in double are saturated
+ * into range (NaN to 0) instead of converted out of range. */
+#ifdef RT_WRAP
+#define RT_ADD(a, b) ((RT_ACC)((uint64_t)(a) + (uint64_t)(b)))
+#define RT_MUL(a, b) ((RT_ACC)((uint64_t)(a) * (uint64_t)(b)))
+#define RT_NEG(a) ((RT_ACC)(0 - (uint64_t)(a)))
+#define RT_FROM_F64(v)                                                                             \
+    ((v) > -0x1p63 ? ((v) < 0x1p63 ? (RT_ACC)(v) : RT_HIGHEST) : (v) == (v) ? RT_LOWEST : 0)
+#else
+#define RT_ADD(a, b) ((a) + (b))
+#define RT_MUL(a, b) ((a) * (b))
+#define RT_NEG(a) (-(a))
+#define RT_FROM_F64(v) ((RT_ACC)(v))
+#endif
+
 /* Eight independent partial sums let the compiler vectorize without reassociating. */
 #define RT_DEFINE_SUM(name, F)                                                                     \
     static RT_ACC RT_FN(name)(const RT_T *p, int64_t n) {                                          \
@@ -13,21 +29,21 @@
         for (; i + 8 <= n; i += 8)                                                                 \
             for (int j = 0; j < 8; j++) {                                                          \
                 RT_ACC v = (RT_ACC)p[i + j];                                                       \
-                s[j] += F(v);                                                                      \
+                s[j] = RT_ADD(s[j], F(v));                                                         \
             }                                                                                      \
         RT_ACC t = 0;                                                                              \
         for (int j = 0; j < 8; j++)                                                                \
-            t += s[j];                                                                             \
+            t = RT_ADD(t, s[j]);                                                                   \
         for (; i < n; i++) {                                                                       \
             RT_ACC v = (RT_ACC)p[i];                                                               \
-            t += F(v);                                                                             \
+            t = RT_ADD(t, F(v));                                                                   \
         }                                                                                          \
         return t;                                                                                  \
     }
 
 #define RT_ID(v) (v)
-#define RT_ABS(v) ((v) < 0 ? -(v) : (v))
-#define RT_SQ(v) ((v) * (v))
+#define RT_ABS(v) ((v) < 0 ? RT_NEG(v) : (v))
+#define RT_SQ(v) RT_MUL(v, v)
 RT_DEFINE_SUM(rt_sum, RT_ID)
 RT_DEFINE_SUM(rt_sumabs, RT_ABS)
 RT_DEFINE_SUM(rt_sumsq, RT_SQ)
@@ -46,7 +62,7 @@ static RT_ACC RT_FN(rt_init)(int op) {
 }
 
 static RT_ACC RT_FN(rt_shift)(const red_plan *p, int64_t o) {
-    return p->shift == NULL ? 0 : (RT_ACC)p->shift[o];
+    return p->shift == NULL ? 0 : RT_FROM_F64(p->shift[o]);
 }
 
 /* Folds n contiguous elements into acc. */
@@ -55,19 +71,21 @@ static RT_ACC RT_FN(rt_fold)(int op, RT_ACC acc, const RT_T *x, int64_t n, RT_AC
     case RED_SUM:
     case RED_MEAN:
     case RED_LOGSUM:
-        return acc + RT_FN(rt_sum)(x, n);
+        return RT_ADD(acc, RT_FN(rt_sum)(x, n));
     case RED_L1:
-        return acc + RT_FN(rt_sumabs)(x, n);
+        return RT_ADD(acc, RT_FN(rt_sumabs)(x, n));
     case RED_L2:
     case RED_SUMSQ:
-        return acc + RT_FN(rt_sumsq)(x, n);
+        return RT_ADD(acc, RT_FN(rt_sumsq)(x, n));
     case RED_LSE:
-        for (int64_t i = 0; i < n; i++)
-            acc += (RT_ACC)exp((double)((RT_ACC)x[i] - shift));
+        for (int64_t i = 0; i < n; i++) {
+            double e = exp((double)x[i] - (double)shift);
+            acc = RT_ADD(acc, RT_FROM_F64(e));
+        }
         return acc;
     case RED_PROD:
         for (int64_t i = 0; i < n; i++)
-            acc *= (RT_ACC)x[i];
+            acc = RT_MUL(acc, (RT_ACC)x[i]);
         return acc;
     case RED_MAX:
         for (int64_t i = 0; i < n; i++)
@@ -87,24 +105,26 @@ static void RT_FN(rt_fold_row)(int op, RT_ACC *acc, const RT_T *x, int64_t n, co
     case RED_MEAN:
     case RED_LOGSUM:
         for (int64_t i = 0; i < n; i++)
-            acc[i] += (RT_ACC)x[i];
+            acc[i] = RT_ADD(acc[i], (RT_ACC)x[i]);
         break;
     case RED_L1:
         for (int64_t i = 0; i < n; i++)
-            acc[i] += RT_ABS((RT_ACC)x[i]);
+            acc[i] = RT_ADD(acc[i], RT_ABS((RT_ACC)x[i]));
         break;
     case RED_L2:
     case RED_SUMSQ:
         for (int64_t i = 0; i < n; i++)
-            acc[i] += (RT_ACC)x[i] * (RT_ACC)x[i];
+            acc[i] = RT_ADD(acc[i], RT_SQ((RT_ACC)x[i]));
         break;
     case RED_LSE:
-        for (int64_t i = 0; i < n; i++)
-            acc[i] += (RT_ACC)exp((double)x[i] - shift[i]);
+        for (int64_t i = 0; i < n; i++) {
+            double e = exp((double)x[i] - shift[i]);
+            acc[i] = RT_ADD(acc[i], RT_FROM_F64(e));
+        }
         break;
     case RED_PROD:
         for (int64_t i = 0; i < n; i++)
-            acc[i] *= (RT_ACC)x[i];
+            acc[i] = RT_MUL(acc[i], (RT_ACC)x[i]);
         break;
     case RED_MAX:
         for (int64_t i = 0; i < n; i++)
@@ -121,12 +141,18 @@ static RT_ACC RT_FN(rt_finish)(int op, RT_ACC acc, int64_t count, RT_ACC shift) 
     switch (op) {
     case RED_MEAN:
         return count > 0 ? acc / (RT_ACC)count : RT_EMPTY_MEAN;
-    case RED_L2:
-        return (RT_ACC)sqrt((double)acc);
-    case RED_LOGSUM:
-        return (RT_ACC)log((double)acc);
-    case RED_LSE:
-        return (RT_ACC)(log((double)acc) + (double)shift);
+    case RED_L2: {
+        double r = sqrt((double)acc);
+        return RT_FROM_F64(r);
+    }
+    case RED_LOGSUM: {
+        double r = log((double)acc);
+        return RT_FROM_F64(r);
+    }
+    case RED_LSE: {
+        double r = log((double)acc) + (double)shift;
+        return RT_FROM_F64(r);
+    }
     default:
         return acc;
     }
@@ -170,6 +196,10 @@ KN_RED_CLONES static void RT_FN(rt_cols)(void *arg, int64_t begin, int64_t end) 
     }
 }
 
+#undef RT_ADD
+#undef RT_MUL
+#undef RT_NEG
+#undef RT_FROM_F64
 #undef RT_DEFINE_SUM
 #undef RT_ID
 #undef RT_ABS
