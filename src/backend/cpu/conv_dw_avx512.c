@@ -316,6 +316,58 @@ void kn_cpu_dw_split_phases_avx512(const float *x, int64_t hq, int64_t wq, float
     split_phases(x, hq, wq, out);
 }
 
+/* Input column 2k + par goes to column k + d of the phase plane with column parity cp, where
+ * par = (cp - pw) mod 2 and d = (pw + par - cp) / 2. */
+/* Short runs: a libc call per border column costs more than the row. */
+AVX512 static inline void zero(float *p, int64_t n) {
+    for (int64_t q = 0; q < n; q += 16)
+        _mm512_mask_storeu_ps(p + q, lanes(n - q), _mm512_setzero_ps());
+}
+
+AVX512 static void pad_split(const float *x, int64_t h, int64_t w, int64_t ph, int64_t pw,
+                             int64_t hq, int64_t wq, float *out) {
+    __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    int64_t ps = hq * wq;
+    for (int64_t r = 0; r < 2 * hq; r++) {
+        float *rows[2] = {out + (r % 2) * 2 * ps + (r / 2) * wq,
+                          out + ((r % 2) * 2 + 1) * ps + (r / 2) * wq};
+        int64_t ih = r - ph;
+        if (ih < 0 || ih >= h) {
+            zero(rows[0], wq);
+            zero(rows[1], wq);
+            continue;
+        }
+        const float *src = x + ih * w;
+        float *dst[2];
+        int64_t n[2];
+        for (int par = 0; par < 2; par++) {
+            int cp = (par + (int)(pw % 2)) % 2;
+            int64_t d = (pw + par - cp) / 2;
+            int64_t cnt = (w - par + 1) / 2;
+            cnt = cnt < wq - d ? cnt : wq - d;
+            cnt = cnt > 0 ? cnt : 0;
+            d = d < wq ? d : wq;
+            zero(rows[cp], d);
+            zero(rows[cp] + d + cnt, wq - d - cnt);
+            dst[par] = rows[cp] + d;
+            n[par] = cnt;
+        }
+        for (int64_t k = 0; k < n[0] || k < n[1]; k += 16) {
+            __m512 lo = _mm512_maskz_loadu_ps(lanes(w - 2 * k), src + 2 * k);
+            __m512 hi = _mm512_maskz_loadu_ps(lanes(w - 2 * k - 16), src + 2 * k + 16);
+            _mm512_mask_storeu_ps(dst[0] + k, lanes(n[0] - k),
+                                  _mm512_permutex2var_ps(lo, even, hi));
+            _mm512_mask_storeu_ps(dst[1] + k, lanes(n[1] - k), _mm512_permutex2var_ps(lo, odd, hi));
+        }
+    }
+}
+
+void kn_cpu_dw_pad_split_avx512(const float *x, int64_t h, int64_t w, int64_t ph, int64_t pw,
+                                int64_t hq, int64_t wq, float *out) {
+    pad_split(x, h, w, ph, pw, hq, wq, out);
+}
+
 #else
 
 void kn_cpu_dw_row_avx512(const kn_dw_row *r) {
@@ -333,6 +385,18 @@ void kn_cpu_dw3_plane_avx512(const kn_dw_flat *f, int stride) {
 
 void kn_cpu_dw_split_phases_avx512(const float *x, int64_t hq, int64_t wq, float *out) {
     (void)x;
+    (void)hq;
+    (void)wq;
+    (void)out;
+}
+
+void kn_cpu_dw_pad_split_avx512(const float *x, int64_t h, int64_t w, int64_t ph, int64_t pw,
+                                int64_t hq, int64_t wq, float *out) {
+    (void)x;
+    (void)h;
+    (void)w;
+    (void)ph;
+    (void)pw;
     (void)hq;
     (void)wq;
     (void)out;

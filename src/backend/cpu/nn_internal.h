@@ -86,6 +86,10 @@ void kn_cpu_dw3_plane_avx512(const kn_dw_flat *f, int stride);
 /* Split a (2*hq) x (2*wq) plane into its four phase planes (row parity, column parity), each
  * hq x wq, stored one after another: a stride-2 convolution becomes a stride-1 one. */
 void kn_cpu_dw_split_phases_avx512(const float *x, int64_t hq, int64_t wq, float *out);
+/* The same phase planes of x (h x w) zero-padded by ph rows above and pw columns left to
+ * (2*hq) x (2*wq), written in one pass without the padded copy. */
+void kn_cpu_dw_pad_split_avx512(const float *x, int64_t h, int64_t w, int64_t ph, int64_t pw,
+                                int64_t hq, int64_t wq, float *out);
 
 /* Depthwise (group == C_in == C_out) 1-D/2-D convolution without GEMM. */
 kiln_status kn_cpu_conv_depthwise(kn_threadpool *pool, const kn_conv_geom *g, const float *x,
