@@ -1,6 +1,6 @@
 /* Kernels and fusions on the transformer encoder's hot path: float32 Erf and Gelu against
- * libm's double erf over a dense sweep, and element-wise fusion of graphs shaped like an
- * exported encoder layer. */
+ * libm's double erf over a dense sweep, element-wise fusion of graphs shaped like an exported
+ * encoder layer, and Softmax and LayerNormalization rows against double references. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -292,12 +292,65 @@ static void test_softmax_rows(void **state) {
     }
 }
 
+/* LayerNormalization over the last axis for row lengths with and without a vector tail,
+ * against mean and variance computed in double; rows carry a large offset so a one-pass
+ * E[x^2] - mean^2 in float would lose the variance. */
+static void test_layernorm_rows(void **state) {
+    (void)state;
+    const int64_t lens[] = {7, 16, 37, 256};
+    for (size_t c = 0; c < sizeof lens / sizeof lens[0]; c++) {
+        int64_t rows = 5, d = lens[c];
+        float *x = kn_malloc((size_t)(rows * d) * sizeof(float));
+        float *y = kn_malloc((size_t)(rows * d) * sizeof(float));
+        float *sc = kn_malloc((size_t)d * sizeof(float)), *b = kn_malloc((size_t)d * sizeof(float));
+        for (int64_t i = 0; i < rows * d; i++)
+            x[i] = (float)((i * 29) % 17) * 0.25f + (float)(i / d) * 100.0f;
+        for (int64_t j = 0; j < d; j++) {
+            sc[j] = 0.5f + (float)j / (float)d;
+            b[j] = (float)(j % 5) - 2.0f;
+        }
+        kn_tensor in[3] = {{.dtype = KILN_DTYPE_FLOAT32, .data = x},
+                           {.dtype = KILN_DTYPE_FLOAT32, .data = sc},
+                           {.dtype = KILN_DTYPE_FLOAT32, .data = b}};
+        in[0].shape.rank = 2;
+        in[0].shape.d[0] = rows;
+        in[0].shape.d[1] = d;
+        for (int i = 1; i < 3; i++) {
+            in[i].shape.rank = 1;
+            in[i].shape.d[0] = d;
+        }
+        kn_tensor out = {0};
+        out.data = y;
+        run_f32("", "LayerNormalization", 17, 3, in, &out);
+        for (int64_t r = 0; r < rows; r++) {
+            const float *xr = x + r * d;
+            double m = 0, v = 0;
+            for (int64_t j = 0; j < d; j++)
+                m += xr[j];
+            m /= (double)d;
+            for (int64_t j = 0; j < d; j++)
+                v += ((double)xr[j] - m) * ((double)xr[j] - m);
+            v /= (double)d;
+            for (int64_t j = 0; j < d; j++) {
+                double want = ((double)xr[j] - m) / sqrt(v + 1e-5) * sc[j] + b[j];
+                if (fabs(y[r * d + j] - want) > 5e-5 * (1.0 + fabs(want)))
+                    fail_msg("d %lld row %lld col %lld: got %.9g want %.9g", (long long)d,
+                             (long long)r, (long long)j, y[r * d + j], want);
+            }
+        }
+        kn_free(x);
+        kn_free(y);
+        kn_free(sc);
+        kn_free(b);
+    }
+}
+
 int main(void) {
     g_pool = kn_threadpool_create(3);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_erf_accuracy),    cmocka_unit_test(test_gelu_accuracy),
         cmocka_unit_test(test_fuse_gelu_chain), cmocka_unit_test(test_fuse_gelu_lookalike),
-        cmocka_unit_test(test_softmax_rows),
+        cmocka_unit_test(test_softmax_rows),    cmocka_unit_test(test_layernorm_rows),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     kn_threadpool_destroy(g_pool);
