@@ -105,6 +105,11 @@ static kiln_status transpose_pads(const kn_node *node, const char *ap, kn_conv_g
     for (int i = 0; i < g->nsp; i++) {
         if (opad[i] < 0 || opad[i] > KN_MAX_ELEMENTS)
             return kn_error(KILN_ERR_MODEL, "output_padding[%d] is negative or exceeds 2^40", i);
+        if (opad[i] > 0 && opad[i] >= g->stride[i] && opad[i] >= g->dil[i])
+            return kn_error(KILN_ERR_MODEL,
+                            "output_padding[%d] = %lld must be smaller than the stride (%lld) or "
+                            "the dilation (%lld) of that axis",
+                            i, (long long)opad[i], (long long)g->stride[i], (long long)g->dil[i]);
         if (g->in[i] > 1 && g->stride[i] > KN_MAX_ELEMENTS / (g->in[i] - 1))
             return kn_error(KILN_ERR_SHAPE, "spatial dim %d: output size exceeds 2^40", i);
         int64_t full = g->stride[i] * (g->in[i] - 1) + opad[i] + (g->k[i] - 1) * g->dil[i] + 1;

@@ -309,9 +309,7 @@ def write_inputs(tmp_path, model_proto, feeds=None):
 
 
 # Known gaps, each a spec rule kiln does not check yet.
-KNOWN_GAPS = {
-    "convtranspose_output_padding_too_big": "output_padding must be less than stride (ONNX spec)",
-}
+KNOWN_GAPS = {}
 
 
 @pytest.mark.parametrize("kind", [
