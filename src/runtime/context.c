@@ -210,8 +210,30 @@ kiln_status kn_context_plugin_shapes(kiln_context *c, int node) {
     return kn_plugin_shapes_changed(n, &c->runs[node], in, out);
 }
 
-/* Reshape, Flatten, Squeeze, Unsqueeze and Identity only relabel their input's bytes: their
- * output shares the input's arena memory, and the executor skips them. */
+/* A Transpose that only moves size-1 dims keeps every byte where it is. */
+static bool transpose_is_view(const kn_node *n, const kn_shape *in) {
+    if (strcmp(n->op_type, "Transpose") != 0 || n->domain[0] != '\0')
+        return false;
+    const int64_t *perm;
+    int64_t np = kn_attr_ints(n, "perm", &perm);
+    if (np != in->rank)
+        return false;
+    int64_t last = -1;
+    for (int64_t i = 0; i < np; i++) {
+        if (perm[i] < 0 || perm[i] >= in->rank)
+            return false;
+        if (in->d[perm[i]] == 1)
+            continue;
+        if (perm[i] < last)
+            return false;
+        last = perm[i];
+    }
+    return true;
+}
+
+/* Reshape, Flatten, Squeeze, Unsqueeze, Identity, and Transposes that move only size-1 dims,
+ * only relabel their input's bytes: their output shares the input's arena memory, and the
+ * executor skips them. */
 static void alias_views(kiln_context *c) {
     const kn_graph *g = c->e->plan.graph;
     for (int v = 0; v < g->n_values; v++)
@@ -222,9 +244,9 @@ static void alias_views(kiln_context *c) {
             n->out[0] < 0 || !c->in_arena[n->out[0]])
             continue;
         const kn_op_schema *op = kn_op_find(n->domain, n->op_type);
-        if (op == NULL || !(op->flags & KN_OP_VIEW))
-            continue;
         int x = n->in[0], y = n->out[0];
+        if (op == NULL || (!(op->flags & KN_OP_VIEW) && !transpose_is_view(n, &c->vals[x].t.shape)))
+            continue;
         int root = c->alias[x] >= 0 ? c->alias[x] : x;
         if (!c->in_arena[root] ||
             kn_tensor_nbytes(&c->vals[y].t) != kn_tensor_nbytes(&c->vals[root].t))

@@ -171,10 +171,68 @@ static void test_invalid_network_calls(void **state) {
     kiln_builder_destroy(b);
 }
 
+/* Transposes: one that moves only size-1 dims shares its input's memory, one that reorders
+ * real dims copies; both must give the transposed values. */
+static void test_transpose_views(void **state) {
+    (void)state;
+    kiln_builder *b;
+    assert_int_equal(kiln_builder_create(&b), KILN_OK);
+    kiln_network *net;
+    assert_int_equal(kiln_network_create(b, 17, &net), KILN_OK);
+    int64_t dims[4] = {1, 4, 1, 3};
+    int32_t x, a, t1, t2, y1, y2, one;
+    float onef = 1.0f;
+    assert_int_equal(kiln_network_add_input(net, "x", KILN_DTYPE_FLOAT32, 4, dims, NULL, &x),
+                     KILN_OK);
+    assert_int_equal(
+        kiln_network_add_constant(net, NULL, KILN_DTYPE_FLOAT32, 0, NULL, &onef, 1, &one), KILN_OK);
+    assert_int_equal(kiln_network_add_elementwise(net, "a", x, one, KILN_EW_ADD, &a), KILN_OK);
+    int64_t p1[4] = {2, 1, 0, 3}, p2[4] = {0, 3, 2, 1};
+    assert_int_equal(kiln_network_add_transpose(net, "t1", a, 4, p1, &t1), KILN_OK);
+    assert_int_equal(kiln_network_add_transpose(net, "t2", a, 4, p2, &t2), KILN_OK);
+    assert_int_equal(kiln_network_add_elementwise(net, "y1", t1, one, KILN_EW_MUL, &y1), KILN_OK);
+    assert_int_equal(kiln_network_add_elementwise(net, "y2", t2, one, KILN_EW_MUL, &y2), KILN_OK);
+    assert_int_equal(kiln_network_set_tensor_name(net, y1, "y1"), KILN_OK);
+    assert_int_equal(kiln_network_set_tensor_name(net, y2, "y2"), KILN_OK);
+    assert_int_equal(kiln_network_mark_output(net, y1), KILN_OK);
+    assert_int_equal(kiln_network_mark_output(net, y2), KILN_OK);
+    kiln_build_config *cfg;
+    assert_int_equal(kiln_build_config_create(&cfg), KILN_OK);
+    void *bytes;
+    size_t size;
+    assert_int_equal(kiln_build(b, net, cfg, &bytes, &size), KILN_OK);
+    kiln_engine *e;
+    assert_int_equal(kiln_engine_load_memory(bytes, size, NULL, &e), KILN_OK);
+    kiln_free(bytes);
+    kiln_context *ctx;
+    assert_int_equal(kiln_context_create(e, &ctx), KILN_OK);
+    float in[12];
+    for (int i = 0; i < 12; i++)
+        in[i] = (float)(i * i) - 20.0f;
+    assert_int_equal(kiln_context_set_input(ctx, "x", in, sizeof in), KILN_OK);
+    assert_int_equal(kiln_context_execute(ctx), KILN_OK);
+    kiln_tensor_view v1, v2;
+    assert_int_equal(kiln_context_get_output(ctx, "y1", &v1), KILN_OK);
+    assert_int_equal(kiln_context_get_output(ctx, "y2", &v2), KILN_OK);
+    const float *o1 = v1.data, *o2 = v2.data;
+    for (int c = 0; c < 4; c++)
+        for (int w = 0; w < 3; w++) {
+            float want = in[c * 3 + w] + 1.0f;
+            assert_true(o1[c * 3 + w] == want); /* [1, 4, 1, 3]: same layout */
+            assert_true(o2[w * 4 + c] == want); /* [1, 3, 1, 4]: reordered */
+        }
+    kiln_context_destroy(ctx);
+    kiln_engine_destroy(e);
+    kiln_build_config_destroy(cfg);
+    kiln_network_destroy(net);
+    kiln_builder_destroy(b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shape_subgraph_folds_and_runs),
         cmocka_unit_test(test_invalid_network_calls),
+        cmocka_unit_test(test_transpose_views),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
