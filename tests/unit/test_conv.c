@@ -275,6 +275,9 @@ static void test_conv2d_sweep(void **state) {
         {2, 2, 8, 8, 8, {20, 50}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, true},
         {2, 1, 8, 8, 8, {25, 37}, {3, 3}, {2, 2}, {1, 1}, {0, 1}, {1, 0}, NULL, false, true},
         {2, 1, 4, 4, 4, {14, 14}, {3, 3}, {1, 1}, {1, 1}, {0, 0}, {0, 0}, NULL, true, false},
+        /* narrow depthwise rows, two per step (odd row counts too) */
+        {2, 1, 8, 8, 8, {27, 26}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, NULL, true, true},
+        {2, 1, 4, 4, 4, {15, 15}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, true},
         /* wide stride-2 depthwise planes are padded and phase-split in one pass */
         {2, 1, 4, 4, 4, {9, 101}, {3, 3}, {2, 2}, {1, 1}, {1, 0}, {0, 1}, NULL, true, true},
         {2, 1, 4, 4, 4, {8, 112}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, NULL, false, false},

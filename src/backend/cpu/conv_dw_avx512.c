@@ -265,12 +265,75 @@ void kn_cpu_dw_plane_flat_avx512(const kn_dw_flat *f) {
         }                                                                                          \
     } while (0)
 
+/* Rows of at most 16 outputs: two rows per step, so six accumulator chains are in flight
+ * instead of three (a lone short row waits on its FMA latency). */
+#define DW3_TWO_ROWS()                                                                             \
+    do {                                                                                           \
+        __m512 acc[2][3];                                                                          \
+        for (int b = 0; b < 2; b++)                                                                \
+            for (int ky = 0; ky < 3; ky++)                                                         \
+                acc[b][ky] = _mm512_setzero_ps();                                                  \
+        for (int ky = 0; ky < 3; ky++)                                                             \
+            for (int b = 0; b < 2; b++) {                                                          \
+                __m512 t0, t1, t2;                                                                 \
+                int64_t av = f->wp;                                                                \
+                if (!s2) {                                                                         \
+                    const float *r = src2[b][ky][0];                                               \
+                    __m512 v0 = _mm512_maskz_loadu_ps(lanes(av), r);                               \
+                    __m512 v1 = _mm512_maskz_loadu_ps(lanes(av - 16), r + 16);                     \
+                    t0 = v0;                                                                       \
+                    t1 = _mm512_castsi512_ps(                                                      \
+                        _mm512_alignr_epi32(_mm512_castps_si512(v1), _mm512_castps_si512(v0), 1)); \
+                    t2 = _mm512_castsi512_ps(                                                      \
+                        _mm512_alignr_epi32(_mm512_castps_si512(v1), _mm512_castps_si512(v0), 2)); \
+                } else {                                                                           \
+                    const float *e = src2[b][ky][0], *o = src2[b][ky][1];                          \
+                    __m512 e0 = _mm512_maskz_loadu_ps(lanes(av), e);                               \
+                    __m512 e1 = _mm512_maskz_loadu_ps(lanes(av - 16), e + 16);                     \
+                    t0 = e0;                                                                       \
+                    t1 = _mm512_maskz_loadu_ps(lanes(av), o);                                      \
+                    t2 = _mm512_castsi512_ps(                                                      \
+                        _mm512_alignr_epi32(_mm512_castps_si512(e1), _mm512_castps_si512(e0), 1)); \
+                }                                                                                  \
+                acc[b][ky] = _mm512_fmadd_ps(w[ky * 3], t0, acc[b][ky]);                           \
+                acc[b][ky] = _mm512_fmadd_ps(w[ky * 3 + 1], t1, acc[b][ky]);                       \
+                acc[b][ky] = _mm512_fmadd_ps(w[ky * 3 + 2], t2, acc[b][ky]);                       \
+            }                                                                                      \
+        __mmask16 m = lanes(f->ow);                                                                \
+        for (int b = 0; b < 2; b++) {                                                              \
+            __m512 v =                                                                             \
+                _mm512_add_ps(_mm512_add_ps(acc[b][0], acc[b][1]), _mm512_add_ps(acc[b][2], vb));  \
+            if (f->res != NULL)                                                                    \
+                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, f->res + (oh + b) * f->ow));         \
+            if (f->clamp)                                                                          \
+                v = _mm512_min_ps(_mm512_max_ps(v, vlo), vhi);                                     \
+            _mm512_mask_storeu_ps(f->y + (oh + b) * f->ow, m, v);                                  \
+        }                                                                                          \
+    } while (0)
+
 AVX512 static void dw3_plane(const kn_dw_flat *f, int s2) {
     __m512 w[9];
     for (int t = 0; t < 9; t++)
         w[t] = _mm512_set1_ps(f->w[t]);
     __m512 vlo = _mm512_set1_ps(f->lo), vhi = _mm512_set1_ps(f->hi), vb = _mm512_set1_ps(f->bias);
-    for (int64_t oh = 0; oh < f->oh; oh++) {
+    int64_t oh = 0;
+    if (f->ow <= 16) {
+        for (; oh + 1 < f->oh; oh += 2) {
+            const float *src2[2][3][2];
+            for (int b = 0; b < 2; b++)
+                for (int ky = 0; ky < 3; ky++) {
+                    if (!s2) {
+                        src2[b][ky][0] = src2[b][ky][1] = f->x + (oh + b + ky) * f->wp;
+                    } else {
+                        const float *pl = f->x + (ky % 2) * 2 * f->phase;
+                        src2[b][ky][0] = pl + (oh + b + ky / 2) * f->wp;
+                        src2[b][ky][1] = src2[b][ky][0] + f->phase;
+                    }
+                }
+            DW3_TWO_ROWS();
+        }
+    }
+    for (; oh < f->oh; oh++) {
         const float *src[3][2];
         for (int ky = 0; ky < 3; ky++) {
             if (!s2) {
