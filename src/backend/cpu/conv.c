@@ -212,6 +212,44 @@ static void pack_im2col_2d(void *arg, int64_t k0, int64_t kc, int64_t n0, int64_
     }
 }
 
+static void pack_im2col_fast(void *arg, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
+                             float *dst) {
+    kn_cpu_im2col_pack_avx512(arg, k0, kc, n0, nc, dst);
+}
+
+/* The fast packer's geometry, or false when it does not apply (other strides, wide kernels, a
+ * GEMM without AVX-512 panels). */
+static bool fast_im2col(const kn_conv2d *c, const float *xg, const float *xs, int64_t w2,
+                        kn_im2col2d *f) {
+    if (kn_gemm_nr() != 32 || strcmp(kn_gemm_isa(), "avx512") != 0 || c->kw > KN_IM2COL_MAX_KW ||
+        !(c->sw == 1 || xs != NULL))
+        return false;
+    *f = (kn_im2col2d){.x = xs != NULL ? xs : xg,
+                       .plane = xs != NULL ? c->h * 2 * w2 : c->h * c->w,
+                       .row = xs != NULL ? 2 * w2 : c->w,
+                       .h = c->h,
+                       .ow = c->ow,
+                       .kh = c->kh,
+                       .kw = c->kw,
+                       .sh = c->sh,
+                       .ph = c->ph,
+                       .dh = c->dh};
+    for (int64_t kx = 0; kx < c->kw; kx++) {
+        int64_t dx = kx * c->dw - c->pw;
+        if (xs == NULL) {
+            f->xoff[kx] = dx;
+            f->hoff[kx] = 0;
+            f->width[kx] = c->w;
+        } else {
+            int64_t par = dx & 1; /* see gather_segment */
+            f->xoff[kx] = (dx - par) / 2;
+            f->hoff[kx] = par * w2;
+            f->width[kx] = par != 0 ? c->w / 2 : (c->w + 1) / 2;
+        }
+    }
+    return true;
+}
+
 /* Any number of spatial dims, one element at a time: the rare 3-D case. */
 static void pack_im2col_nd(void *arg, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float *dst) {
     const im2col_arg *a = arg;
@@ -320,9 +358,12 @@ kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
                 kn_parallel_for(k->pool, cig * c2.h, 16, split_rows, &sj);
             }
             kn_gemm_operand b = {.p = xg, .ld = is};
+            kn_im2col2d fast;
             if (!pointwise)
                 b = (kn_gemm_operand){.pack = g.nsp <= 2 ? pack_im2col_2d : pack_im2col_nd,
                                       .pack_arg = &ia};
+            if (!pointwise && g.nsp <= 2 && fast_im2col(&c2, xg, xs, w2, &fast))
+                b = (kn_gemm_operand){.pack = pack_im2col_fast, .pack_arg = &fast};
             kn_epilogue e = ep;
             int64_t off = (n * g.c_out + gi * cog) * os;
             e.bias = bias != NULL ? bias + gi * cog : NULL;

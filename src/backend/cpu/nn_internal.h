@@ -34,6 +34,21 @@ static inline void kn_conv_as_2d(const kn_conv_geom *g, kn_conv2d *c) {
 
 /* Activation and residual from the node's fused attributes; the residual is input
  * `residual_at` when kiln_residual is set (ep->ldr is left for the caller). */
+/* im2col geometry for kn_cpu_im2col_pack_avx512: element (k, col) of the column matrix, with
+ * k = (ci, ky, kx) and col = (oh, ow), is x[ci * plane + hoff[kx] + ih * row + ow + xoff[kx]]
+ * where ih = oh * sh - ph + ky * dh, or zero when ih is outside [0, h) or the column outside
+ * [0, width[kx]). Covers stride 1, and stride 2 over rows split into even and odd halves. */
+#define KN_IM2COL_MAX_KW 16
+typedef struct kn_im2col2d {
+    const float *x;
+    int64_t plane, row, h, ow, kh, kw, sh, ph, dh;
+    int64_t xoff[KN_IM2COL_MAX_KW], hoff[KN_IM2COL_MAX_KW], width[KN_IM2COL_MAX_KW];
+} kn_im2col2d;
+
+/* A kn_gemm_pack_fn for 32-wide panels (the AVX-512 GEMM). */
+void kn_cpu_im2col_pack_avx512(const kn_im2col2d *g, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
+                               float *dst);
+
 kiln_status kn_cpu_fused_epilogue(const kn_kernel_ctx *k, int residual_at, kn_epilogue *ep);
 
 kiln_status kn_cpu_conv_run(kn_kernel_ctx *k);
