@@ -306,6 +306,11 @@ static void test_conv_winograd(void **state) {
         {2, 1, 64, 70, 1, {14, 14}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, true},
         {2, 1, 20, 16, 1, {6, 70}, {3, 3}, {1, 1}, {1, 1}, {0}, {0}, "SAME_UPPER", true, false},
         {2, 1, 16, 17, 1, {3, 90}, {3, 3}, {1, 1}, {1, 1}, {4, 1}, {3, 0}, NULL, false, true},
+        /* maps too small for 8 tiles of 4x4 take 2x2 tiles (shapes known at prepare) */
+        {2, 1, 32, 24, 1, {7, 7}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, true},
+        {2, 2, 16, 16, 1, {5, 9}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, false, true},
+        {2, 1, 16, 16, 1, {9, 8}, {3, 3}, {1, 1}, {1, 1}, {1, 0}, {0, 1}, NULL, true, false},
+        {2, 1, 20, 17, 1, {8, 6}, {3, 3}, {1, 1}, {1, 1}, {0, 0}, {0, 0}, NULL, true, true},
     };
     const char *isas[] = {"avx512", "avx2", "scalar"};
     const char *orig = kn_gemm_isa();

@@ -38,6 +38,25 @@ static bool wino_candidate(const kn_node *node, const kn_shape *w, int64_t group
            attr_all_ones(node, "strides") && attr_all_ones(node, "dilations");
 }
 
+static int64_t wino_tiles(const kn_conv_geom *g, int tile) {
+    return ((g->out[0] + tile - 1) / tile) * ((g->out[1] + tile - 1) / tile);
+}
+
+/* 4x4 tiles, unless the input's shape is known at prepare and leaves fewer than
+ * WINO_MIN_TILES of them (7x7 maps): then 2x2 tiles, whose 16 tiles fill the GEMM's 16-column
+ * edge kernel, and whose weights take 16/36 of the memory traffic. 0: none. */
+static int wino_tile(const kn_node *node, const kn_tensor *x, const kn_shape *w) {
+    kn_conv_geom g;
+    bool known = x->shape.rank == 4;
+    for (int i = 0; i < x->shape.rank; i++)
+        known = known && x->shape.d[i] > 0;
+    if (!known || kn_conv_geom_init(node, &x->shape, w, false, &g) != KILN_OK)
+        return 4; /* run reports a bad shape */
+    if (wino_tiles(&g, 4) >= WINO_MIN_TILES)
+        return 4;
+    return wino_tiles(&g, 2) >= WINO_MIN_TILES ? 2 : 0;
+}
+
 static bool is_depthwise(const kn_conv_geom *g) {
     return g->group == g->c_in && g->c_out == g->c_in && g->nsp <= 2;
 }
@@ -65,8 +84,9 @@ kiln_status kn_cpu_conv_prepare(const kn_node *node, int n_in, const kn_tensor *
             return rc;
         }
     }
-    if (wino_candidate(node, w, group)) {
-        kiln_status rc = kn_cpu_wino_prepare(wd, w->d[0], w->d[1], &st->wino);
+    int tile = wino_candidate(node, w, group) ? wino_tile(node, &in[0], w) : 0;
+    if (tile != 0) {
+        kiln_status rc = kn_cpu_wino_prepare(wd, w->d[0], w->d[1], tile, &st->wino);
         if (rc != KILN_OK) {
             kn_cpu_conv_release(st);
             return rc;
@@ -329,7 +349,7 @@ kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
     }
     const conv_state *st = k->state;
     if (st != NULL && st->wino != NULL && kn_cpu_wino_applies(&g) &&
-        ((g.out[0] + 3) / 4) * ((g.out[1] + 3) / 4) >= WINO_MIN_TILES) {
+        wino_tiles(&g, kn_cpu_wino_tile(st->wino)) >= WINO_MIN_TILES) {
         ep.bias = bias;
         return kn_cpu_conv_winograd(k->pool, st->wino, &g, x, &ep, y);
     }

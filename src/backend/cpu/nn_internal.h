@@ -110,10 +110,13 @@ void kn_cpu_dw_pad_split_avx512(const float *x, int64_t h, int64_t w, int64_t ph
 kiln_status kn_cpu_conv_depthwise(kn_threadpool *pool, const kn_conv_geom *g, const float *x,
                                   const float *w, const kn_epilogue *ep, float *y);
 
-/* Winograd F(4x4, 3x3) weights: the 36 transformed C_out x C_in matrices, packed. */
+/* Winograd F(tile x tile, 3x3) weights, tile 4 or 2: the (tile + 2)^2 transformed
+ * C_out x C_in matrices, packed. */
 typedef struct kn_wino kn_wino;
 /* w: c_out x c_in x 3 x 3. */
-kiln_status kn_cpu_wino_prepare(const float *w, int64_t c_out, int64_t c_in, kn_wino **out);
+kiln_status kn_cpu_wino_prepare(const float *w, int64_t c_out, int64_t c_in, int tile,
+                                kn_wino **out);
+int kn_cpu_wino_tile(const kn_wino *w);
 void kn_cpu_wino_free(kn_wino *w);
 /* 2-D, 3x3, stride 1, dilation 1, one group (any padding). */
 bool kn_cpu_wino_applies(const kn_conv_geom *g);
