@@ -280,6 +280,7 @@ kiln_status kiln_network_set_tensor_name(kiln_network *net, int32_t tensor, cons
         return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     kn_free(g->values[tensor].name);
     g->values[tensor].name = copy;
+    kn_graph_names_changed(g);
     return KILN_OK;
 }
 

@@ -60,6 +60,7 @@ void kn_graph_destroy(kn_graph *g) {
     kn_free(g->outputs);
     kn_free(g->opsets);
     kn_free(g->name);
+    kn_free(g->name_index);
     kn_free(g);
 }
 
@@ -78,7 +79,57 @@ static bool grow(void **arr, int *cap, int need, size_t elem) {
     return true;
 }
 
+static uint64_t name_hash(const char *s) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+void kn_graph_names_changed(kn_graph *g) {
+    g->n_indexed = 0;
+    if (g->name_index != NULL)
+        for (int i = 0; i < g->name_cap; i++)
+            g->name_index[i] = -1;
+}
+
+/* Bring the index up to date with every value; false when memory ran out (lookups then fall
+ * back to a scan). */
+static bool index_values(kn_graph *g) {
+    if (g->n_indexed == g->n_values && g->name_index != NULL)
+        return true;
+    if (g->name_index == NULL || (int64_t)g->n_values * 2 > g->name_cap) {
+        int cap = 64;
+        while (cap < g->n_values * 4)
+            cap *= 2;
+        int *idx = kn_malloc((size_t)cap * sizeof(int));
+        if (idx == NULL)
+            return false;
+        kn_free(g->name_index);
+        g->name_index = idx;
+        g->name_cap = cap;
+        kn_graph_names_changed(g);
+    }
+    for (; g->n_indexed < g->n_values; g->n_indexed++) {
+        size_t mask = (size_t)g->name_cap - 1;
+        size_t at = (size_t)name_hash(g->values[g->n_indexed].name) & mask;
+        while (g->name_index[at] >= 0)
+            at = (at + 1) & mask;
+        g->name_index[at] = g->n_indexed;
+    }
+    return true;
+}
+
 int kn_graph_find_value(const kn_graph *g, const char *name) {
+    kn_graph *mg = (kn_graph *)g; /* the index is a cache, not part of the graph's value */
+    if (index_values(mg)) {
+        size_t mask = (size_t)g->name_cap - 1;
+        for (size_t at = (size_t)name_hash(name) & mask; g->name_index[at] >= 0;
+             at = (at + 1) & mask)
+            if (strcmp(g->values[g->name_index[at]].name, name) == 0)
+                return g->name_index[at];
+        return -1;
+    }
     for (int i = g->n_values - 1; i >= 0; i--)
         if (strcmp(g->values[i].name, name) == 0)
             return i;
@@ -303,15 +354,49 @@ kn_tensor kn_value_tensor(const kn_value *v) {
     return t;
 }
 
-/* Kahn's algorithm, preferring the original order so sorted graphs stay as they are. */
+/* Min-heap of node indices: Kahn's algorithm always takes the earliest ready node, so an
+ * already sorted graph keeps its order. */
+static void heap_push(int *h, int *n, int v) {
+    int i = (*n)++;
+    while (i > 0 && h[(i - 1) / 2] > v) {
+        h[i] = h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h[i] = v;
+}
+
+static int heap_pop(int *h, int *n) {
+    int top = h[0], v = h[--(*n)], i = 0;
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= *n)
+            break;
+        if (c + 1 < *n && h[c + 1] < h[c])
+            c++;
+        if (h[c] >= v)
+            break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (*n > 0)
+        h[i] = v;
+    return top;
+}
+
 kiln_status kn_graph_toposort(kn_graph *g) {
-    int n = g->n_nodes;
+    int n = g->n_nodes, nv = g->n_values, n_edges = 0;
     kiln_status rc = KILN_OK;
+    for (int i = 0; i < n; i++)
+        n_edges += g->nodes[i].n_in;
+    /* Consumers of each value as one flat list (CSR): users[first[v] .. first[v + 1]). */
     int *indeg = kn_calloc((size_t)n + 1, sizeof(int));
     int *order = kn_calloc((size_t)n + 1, sizeof(int));
-    bool *done = kn_calloc((size_t)n + 1, sizeof(bool));
+    int *heap = kn_calloc((size_t)n + 1, sizeof(int));
+    int *first = kn_calloc((size_t)nv + 2, sizeof(int));
+    int *cursor = kn_calloc((size_t)nv + 1, sizeof(int));
+    int *users = kn_calloc((size_t)n_edges + 1, sizeof(int));
     kn_node *sorted = kn_calloc((size_t)n + 1, sizeof(kn_node));
-    if (!indeg || !order || !done || !sorted) {
+    if (!indeg || !order || !heap || !first || !cursor || !users || !sorted) {
         rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory sorting the graph");
         goto out_free;
     }
@@ -322,9 +407,10 @@ kiln_status kn_graph_toposort(kn_graph *g) {
             if (v < 0)
                 continue;
             const kn_value *val = &g->values[v];
-            if (val->producer >= 0)
+            if (val->producer >= 0) {
                 indeg[i]++;
-            else if (!val->is_input && val->data == NULL) {
+                first[v + 1]++;
+            } else if (!val->is_input && val->data == NULL) {
                 rc = kn_error(KILN_ERR_MODEL,
                               "node '%s' (%s) reads '%s', which no node, input or "
                               "initializer defines",
@@ -333,40 +419,43 @@ kiln_status kn_graph_toposort(kn_graph *g) {
             }
         }
     }
-    /* Repeated scans keep the result stable; graphs are small enough for O(n^2) worst. */
-    int count = 0, start = 0;
-    while (count < n) {
-        int pick = -1;
-        for (int i = start; i < n; i++)
-            if (!done[i] && indeg[i] == 0) {
-                pick = i;
-                break;
-            }
-        if (pick < 0)
-            for (int i = 0; i < start && pick < 0; i++)
-                if (!done[i] && indeg[i] == 0)
-                    pick = i;
-        if (pick < 0) {
-            for (int i = 0; i < n; i++)
-                if (!done[i]) {
-                    rc = kn_error(KILN_ERR_MODEL, "the graph has a cycle through node '%s' (%s)",
-                                  g->nodes[i].name, g->nodes[i].op_type);
-                    break;
-                }
-            goto out_free;
+    for (int v = 0; v < nv; v++) {
+        first[v + 1] += first[v];
+        cursor[v] = first[v];
+    }
+    for (int i = 0; i < n; i++) {
+        const kn_node *nd = &g->nodes[i];
+        for (int j = 0; j < nd->n_in; j++) {
+            int v = nd->in[j];
+            if (v >= 0 && g->values[v].producer >= 0)
+                users[cursor[v]++] = i;
         }
-        done[pick] = true;
+    }
+    int n_heap = 0, count = 0;
+    for (int i = 0; i < n; i++)
+        if (indeg[i] == 0)
+            heap_push(heap, &n_heap, i);
+    while (n_heap > 0) {
+        int pick = heap_pop(heap, &n_heap);
         order[count++] = pick;
-        start = pick;
         const kn_node *nd = &g->nodes[pick];
         for (int o = 0; o < nd->n_out; o++) {
-            if (nd->out[o] < 0)
+            int v = nd->out[o];
+            if (v < 0)
                 continue;
-            for (int i = 0; i < n; i++)
-                for (int j = 0; j < g->nodes[i].n_in; j++)
-                    if (g->nodes[i].in[j] == nd->out[o])
-                        indeg[i]--;
+            for (int u = first[v]; u < first[v + 1]; u++)
+                if (--indeg[users[u]] == 0)
+                    heap_push(heap, &n_heap, users[u]);
         }
+    }
+    if (count < n) {
+        for (int i = 0; i < n; i++)
+            if (indeg[i] > 0) {
+                rc = kn_error(KILN_ERR_MODEL, "the graph has a cycle through node '%s' (%s)",
+                              g->nodes[i].name, g->nodes[i].op_type);
+                break;
+            }
+        goto out_free;
     }
     for (int i = 0; i < n; i++)
         sorted[i] = g->nodes[order[i]];
@@ -379,7 +468,10 @@ kiln_status kn_graph_toposort(kn_graph *g) {
 out_free:
     kn_free(indeg);
     kn_free(order);
-    kn_free(done);
+    kn_free(heap);
+    kn_free(first);
+    kn_free(cursor);
+    kn_free(users);
     kn_free(sorted);
     return rc;
 }
@@ -389,6 +481,7 @@ void kn_graph_truncate(kn_graph *g, int n_values, int n_nodes) {
         node_free(&g->nodes[--g->n_nodes]);
     while (g->n_values > n_values)
         value_free(&g->values[--g->n_values]);
+    kn_graph_names_changed(g);
 }
 
 kiln_status kn_graph_compact(kn_graph *g) {
@@ -432,6 +525,7 @@ kiln_status kn_graph_compact(kn_graph *g) {
         g->values[nv++] = g->values[v];
     }
     g->n_values = nv;
+    kn_graph_names_changed(g);
     for (int v = 0; v < nv; v++)
         g->values[v].producer = -1;
     for (int i = 0; i < nn; i++) {

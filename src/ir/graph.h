@@ -87,6 +87,11 @@ typedef struct kn_graph {
     kn_opset_import *opsets;
     int n_opsets;
     int64_t ir_version;
+    /* Name -> value index hash (open addressing, -1 empty), covering values [0, n_indexed).
+     * Rebuilt lazily; kn_graph_names_changed() drops it after a rename or renumbering. */
+    int *name_index;
+    int name_cap;
+    int n_indexed;
 } kn_graph;
 
 kn_graph *kn_graph_create(void);
@@ -96,6 +101,8 @@ void kn_graph_destroy(kn_graph *g);
  * Fails (returns -1, error set) if the name is already taken. */
 int kn_graph_add_value(kn_graph *g, const char *name);
 int kn_graph_find_value(const kn_graph *g, const char *name); /* -1 if absent */
+/* Call after renaming or renumbering values outside kn_graph_add_value. */
+void kn_graph_names_changed(kn_graph *g);
 /* Add a node with n_in/n_out value indices (copied). Returns node index or -1. Sets the
  * producer of each output. Attributes are added with kn_node_add_attr. */
 int kn_graph_add_node(kn_graph *g, const char *name, const char *op_type, const char *domain,
