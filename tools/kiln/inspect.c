@@ -248,6 +248,9 @@ int cmd_inspect(int argc, char **argv) {
             weights += kn_tensor_nbytes(&t);
         }
     size_t arena = arena_at_max(e);
+    /* The picture first: a bad --dot path fails before anything is printed. */
+    if (o.dot && (rc = write_dot(g, o.dot)) != 0)
+        goto out;
     if (o.json) {
         printf("{");
         print_io(e, g, true);
@@ -286,8 +289,6 @@ int cmd_inspect(int argc, char **argv) {
         print_plugins(g, false);
         printf("\n");
     }
-    if (o.dot)
-        rc = write_dot(g, o.dot);
 out:
     kiln_engine_destroy(e);
     cli_opts_free(&o);
