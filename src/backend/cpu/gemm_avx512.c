@@ -6,6 +6,7 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define MR 12
 #define NR 32
@@ -98,18 +99,19 @@ VARIANT(ukr_half_mn, 6, 0)
 /* Up to NARROW columns: one accumulator per column holds the tile's 12 rows (a[k*MR..] is one
  * masked load); two sets over even and odd k hide the FMA latency. The few results go through a
  * small buffer to the scalar epilogue. */
-__attribute__((target("avx512f"))) static void ukr_narrow(int64_t kc, const float *a,
-                                                          const float *b, float *c, int64_t ldc,
-                                                          float alpha, float beta, int mr, int nr,
-                                                          const kn_ukr_ep *ep) {
+__attribute__((target("avx512f"), always_inline)) static inline void
+narrow_body(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, float alpha,
+            float beta, int mr, const int nr, const kn_ukr_ep *ep) {
     const __mmask16 rows = (__mmask16)((1u << MR) - 1);
     __m512 e[NARROW], o[NARROW];
+    _Pragma("GCC unroll 4")
     for (int j = 0; j < NARROW; j++)
         e[j] = o[j] = _mm512_setzero_ps();
     int64_t k = 0;
     for (; k + 1 < kc; k += 2) {
         __m512 a0 = _mm512_maskz_loadu_ps(rows, a + k * MR);
         __m512 a1 = _mm512_maskz_loadu_ps(rows, a + (k + 1) * MR);
+        _Pragma("GCC unroll 4")
         for (int j = 0; j < NARROW; j++)
             if (j < nr) {
                 e[j] = _mm512_fmadd_ps(a0, _mm512_set1_ps(b[k * NR + j]), e[j]);
@@ -118,19 +120,79 @@ __attribute__((target("avx512f"))) static void ukr_narrow(int64_t kc, const floa
     }
     if (k < kc) {
         __m512 a0 = _mm512_maskz_loadu_ps(rows, a + k * MR);
+        _Pragma("GCC unroll 4")
         for (int j = 0; j < NARROW; j++)
             if (j < nr)
                 e[j] = _mm512_fmadd_ps(a0, _mm512_set1_ps(b[k * NR + j]), e[j]);
     }
+    __m512 va = _mm512_set1_ps(alpha);
+    const float *res = ep != NULL ? ep->res : NULL;
+    if (ldc <= INT32_MAX / MR && (res == NULL || ep->ldr <= INT32_MAX / MR)) {
+        /* Columns go out as scatters, the epilogue applied in registers: a scalar epilogue
+         * cost more than the product when k is short. */
+        __mmask16 m = (__mmask16)((1u << mr) - 1);
+        __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+        __m512i ic = _mm512_mullo_epi32(iota, _mm512_set1_epi32((int)ldc));
+        __m512i ir = res != NULL ? _mm512_mullo_epi32(iota, _mm512_set1_epi32((int)ep->ldr)) : iota;
+        __m512 br = ep != NULL && ep->bias_row != NULL ? _mm512_maskz_loadu_ps(m, ep->bias_row)
+                                                       : _mm512_setzero_ps();
+        __m512 lo = _mm512_set1_ps(ep != NULL ? ep->lo : 0.0f);
+        __m512 hi = _mm512_set1_ps(ep != NULL ? ep->hi : 0.0f);
+        _Pragma("GCC unroll 4")
+        for (int j = 0; j < NARROW; j++) {
+            if (j >= nr)
+                break;
+            __m512 v = _mm512_mul_ps(va, _mm512_add_ps(e[j], o[j]));
+            if (beta != 0.0f)
+                v = _mm512_fmadd_ps(_mm512_set1_ps(beta),
+                                    _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, ic, c + j, 4),
+                                    v);
+            if (ep != NULL) {
+                v = _mm512_add_ps(v, br);
+                if (ep->bias_col != NULL)
+                    v = _mm512_add_ps(v, _mm512_set1_ps(ep->bias_col[j]));
+                if (res != NULL)
+                    v = _mm512_add_ps(
+                        v, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, ir, res + j, 4));
+                if (ep->clamp)
+                    v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+            }
+            _mm512_mask_i32scatter_ps(c + j, m, ic, v, 4);
+        }
+        return;
+    }
     float t[NARROW][16];
+    _Pragma("GCC unroll 4")
     for (int j = 0; j < NARROW; j++)
         if (j < nr)
-            _mm512_storeu_ps(t[j], _mm512_mul_ps(_mm512_set1_ps(alpha), _mm512_add_ps(e[j], o[j])));
+            _mm512_storeu_ps(t[j], _mm512_mul_ps(va, _mm512_add_ps(e[j], o[j])));
     for (int i = 0; i < mr; i++)
+        _Pragma("GCC unroll 4")
         for (int j = 0; j < nr; j++)
             c[i * ldc + j] = beta != 0.0f ? t[j][i] + beta * c[i * ldc + j] : t[j][i];
     if (ep != NULL)
         kn_ukr_ep_apply(ep, c, ldc, mr, nr);
+}
+
+/* One instance per column count, so the accumulators stay in registers. */
+__attribute__((target("avx512f"))) static void ukr_narrow(int64_t kc, const float *a,
+                                                          const float *b, float *c, int64_t ldc,
+                                                          float alpha, float beta, int mr, int nr,
+                                                          const kn_ukr_ep *ep) {
+    switch (nr) {
+    case 1:
+        narrow_body(kc, a, b, c, ldc, alpha, beta, mr, 1, ep);
+        break;
+    case 2:
+        narrow_body(kc, a, b, c, ldc, alpha, beta, mr, 2, ep);
+        break;
+    case 3:
+        narrow_body(kc, a, b, c, ldc, alpha, beta, mr, 3, ep);
+        break;
+    default:
+        narrow_body(kc, a, b, c, ldc, alpha, beta, mr, 4, ep);
+        break;
+    }
 }
 
 const kn_gemm_ukr kn_gemm_ukr_avx512 = {.name = "avx512",
