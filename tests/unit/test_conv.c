@@ -278,6 +278,10 @@ static void test_conv2d_sweep(void **state) {
         /* narrow depthwise rows, two per step (odd row counts too) */
         {2, 1, 8, 8, 8, {27, 26}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, NULL, true, true},
         {2, 1, 4, 4, 4, {15, 15}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, true},
+        /* depthwise by blocks of 16 channels: several blocks, a partial one, two images */
+        {2, 2, 20, 20, 20, {9, 11}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, true},
+        {2, 1, 33, 33, 33, {14, 40}, {3, 3}, {2, 2}, {1, 1}, {1, 0}, {0, 1}, NULL, false, true},
+        {2, 2, 17, 17, 17, {20, 28}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
         /* wide stride-2 depthwise planes are padded and phase-split in one pass */
         {2, 1, 4, 4, 4, {9, 101}, {3, 3}, {2, 2}, {1, 1}, {1, 0}, {0, 1}, NULL, true, true},
         {2, 1, 4, 4, 4, {8, 112}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, NULL, false, false},

@@ -358,6 +358,110 @@ void kn_cpu_dw3_plane_avx512(const kn_dw_flat *f, int stride) {
     dw3_plane(f, stride == 2);
 }
 
+/* In-register transpose of a 16 x 16 block: r[i] lane j <-> r[j] lane i. */
+AVX512 static inline void transpose16(__m512 r[16]) {
+    __m512 t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+        r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+        r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int i = 0; i < 4; i++) {
+        t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+        t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xDD);
+        t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+        t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xDD);
+    }
+    for (int i = 0; i < 8; i++) {
+        r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+        r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);
+    }
+}
+
+/* 3x3 depthwise over a block of 16 channels, one channel per lane (small planes, where per-plane
+ * set-up dominates): input rows are transposed 16 x 16 into `t`, one vector per padded
+ * position, so every output is nine aligned FMAs; each output row is transposed back before
+ * the epilogue and the stores. */
+AVX512 static void dw3_c16(const kn_dw3c *f, int64_t c0) {
+    int64_t n = f->channels - c0 < 16 ? f->channels - c0 : 16;
+    int s = f->stride;
+    int64_t hw = f->h * f->w, os = f->oh * f->ow;
+    int64_t hp = (f->oh - 1) * s + 3, wp = (f->ow - 1) * s + 3;
+    const float *x = f->x + c0 * hw;
+    float *t = f->buf;
+    for (int64_t i = 0; i < hp * wp; i++)
+        _mm512_store_ps(t + i * 16, _mm512_setzero_ps());
+    for (int64_t ih = 0; ih < f->h; ih++) {
+        int64_t r = ih + f->ph;
+        if (r >= hp)
+            break;
+        for (int64_t w0 = 0; w0 < f->w; w0 += 16) {
+            __m512 v[16];
+            __mmask16 cols = lanes(f->w - w0);
+            for (int l = 0; l < 16; l++)
+                v[l] = l < n ? _mm512_maskz_loadu_ps(cols, x + l * hw + ih * f->w + w0)
+                             : _mm512_setzero_ps();
+            transpose16(v);
+            for (int k = 0; k < 16 && w0 + k < f->w; k++) {
+                int64_t c = w0 + k + f->pw;
+                if (c < wp)
+                    _mm512_store_ps(t + (r * wp + c) * 16, v[k]);
+            }
+        }
+    }
+    __m512 wv[9];
+    {
+        __m512 v[16];
+        for (int l = 0; l < 16; l++)
+            v[l] = l < n ? _mm512_maskz_loadu_ps(0x1FF, f->wt + (c0 + l) * 9) : _mm512_setzero_ps();
+        transpose16(v);
+        for (int k = 0; k < 9; k++)
+            wv[k] = v[k];
+    }
+    __mmask16 m = (__mmask16)((1u << n) - 1);
+    __m512 vb = f->bias != NULL ? _mm512_maskz_loadu_ps(m, f->bias + c0) : _mm512_setzero_ps();
+    __m512 vlo = _mm512_set1_ps(f->lo), vhi = _mm512_set1_ps(f->hi);
+    for (int64_t oh = 0; oh < f->oh; oh++)
+        for (int64_t ow0 = 0; ow0 < f->ow; ow0 += 16) {
+            __m512 out[16];
+            for (int64_t ow = ow0; ow < ow0 + 16; ow += 4) {
+                __m512 acc[4] = {vb, vb, vb, vb};
+                if (ow < f->ow)
+                    for (int ky = 0; ky < 3; ky++) {
+                        const float *row = t + ((oh * s + ky) * wp + ow * s) * 16;
+                        for (int kx = 0; kx < 3; kx++)
+                            for (int q = 0; q < 4; q++)
+                                if (ow + q < f->ow)
+                                    acc[q] = _mm512_fmadd_ps(
+                                        wv[ky * 3 + kx], _mm512_load_ps(row + (q * s + kx) * 16),
+                                        acc[q]);
+                    }
+                for (int q = 0; q < 4; q++)
+                    out[ow - ow0 + q] = acc[q];
+            }
+            transpose16(out);
+            __mmask16 om = lanes(f->ow - ow0);
+            for (int l = 0; l < n; l++) {
+                int64_t o = (c0 + l) * os + oh * f->ow + ow0;
+                __m512 v = out[l];
+                if (f->res != NULL)
+                    v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(om, f->res + o));
+                if (f->clamp)
+                    v = _mm512_min_ps(_mm512_max_ps(v, vlo), vhi);
+                _mm512_mask_storeu_ps(f->y + o, om, v);
+            }
+        }
+}
+
+void kn_cpu_dw3_c16_avx512(const kn_dw3c *f, int64_t c0) {
+    dw3_c16(f, c0);
+}
+
 AVX512 static void split_phases(const float *x, int64_t hq, int64_t wq, float *out) {
     __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
     __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
@@ -444,6 +548,11 @@ void kn_cpu_dw_plane_flat_avx512(const kn_dw_flat *f) {
 void kn_cpu_dw3_plane_avx512(const kn_dw_flat *f, int stride) {
     (void)f;
     (void)stride;
+}
+
+void kn_cpu_dw3_c16_avx512(const kn_dw3c *f, int64_t c0) {
+    (void)f;
+    (void)c0;
 }
 
 void kn_cpu_dw_split_phases_avx512(const float *x, int64_t hq, int64_t wq, float *out) {
