@@ -397,6 +397,30 @@ static bool job_init(gemm_job *j, int threads, int64_t m, int64_t n, int64_t k, 
     return true;
 }
 
+/* B packed once up front, for grids that split rows: every row task would otherwise pack the
+ * same B panels again (for im2col B, the gather). */
+typedef struct prepack_job {
+    const gemm_job *j;
+    const kn_gemm_operand *b;
+    int64_t panels, pad;
+    float *data;
+} prepack_job;
+
+static void prepack_range(void *arg, int64_t begin, int64_t end) {
+    const prepack_job *pj = arg;
+    const gemm_job *j = pj->j;
+    int nr = j->u->nr;
+    for (int64_t t = begin; t < end; t++) {
+        int64_t pc = t / pj->panels * KC, p = t % pj->panels;
+        int64_t kc = min64(KC, j->k - pc), n0 = p * nr, nc = min64(nr, j->n - n0);
+        float *dst = pj->data + pc * pj->pad + n0 * kc;
+        if (pj->b->pack != NULL)
+            pj->b->pack(pj->b->pack_arg, pc, kc, n0, nc, dst);
+        else
+            pack_b(pj->b->p, pj->b->ld, pj->b->trans, pc, kc, n0, nc, nr, dst);
+    }
+}
+
 kiln_status kn_gemm(kn_threadpool *pool, int64_t m, int64_t n, int64_t k, float alpha,
                     const kn_gemm_operand *a, const kn_gemm_operand *b, float beta, float *c,
                     int64_t ldc, const kn_epilogue *ep) {
@@ -404,13 +428,25 @@ kiln_status kn_gemm(kn_threadpool *pool, int64_t m, int64_t n, int64_t k, float 
     if (!job_init(&j, kn_threadpool_size(pool), m, n, k, alpha, a, b, beta, c, ldc, ep))
         return KILN_OK;
     int64_t tasks = j.tm * j.tn;
-    size_t bytes = (size_t)(tasks * (j.scratch_a + j.scratch_b)) * sizeof(float);
-    float *own = NULL;
-    j.scratch = bytes > 0 ? kn_threadpool_scratch(pool, bytes) : NULL;
-    if (bytes > 0 && j.scratch == NULL) {
-        j.scratch = own = kn_aligned_alloc(bytes, 64);
+    bool prepack = j.tm > 1 && b->packed == NULL;
+    kn_gemm_packed pb = {.ukr = j.u, .rows = n, .k = k, .pad = round_up(n, j.u->nr)};
+    kn_gemm_operand bp = {.packed = &pb};
+    int64_t pb_floats = prepack ? round_up(pb.pad * k, 16) : 0;
+    if (prepack)
+        j.scratch_b = 0;
+    size_t bytes = (size_t)(pb_floats + tasks * (j.scratch_a + j.scratch_b)) * sizeof(float);
+    float *own = NULL, *buf = bytes > 0 ? kn_threadpool_scratch(pool, bytes) : NULL;
+    if (bytes > 0 && buf == NULL) {
+        buf = own = kn_aligned_alloc(bytes, 64);
         if (own == NULL)
             return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory for GEMM packing buffers");
+    }
+    j.scratch = buf + pb_floats;
+    if (prepack) {
+        pb.data = buf;
+        prepack_job pj = {.j = &j, .b = b, .panels = j.units_n, .pad = pb.pad, .data = buf};
+        kn_parallel_for(pool, (k + KC - 1) / KC * j.units_n, 1, prepack_range, &pj);
+        j.b = &bp;
     }
     kn_parallel_for(tasks > 1 ? pool : NULL, tasks, 1, run_tasks, &j);
     kn_free(own);
