@@ -282,6 +282,9 @@ static void test_conv2d_sweep(void **state) {
         {2, 2, 20, 20, 20, {9, 11}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, true},
         {2, 1, 33, 33, 33, {14, 40}, {3, 3}, {2, 2}, {1, 1}, {1, 0}, {0, 1}, NULL, false, true},
         {2, 2, 17, 17, 17, {20, 28}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
+        /* channel blocks with buffers over 1024 positions (only the padding is cleared) */
+        {2, 1, 4, 4, 4, {40, 60}, {3, 3}, {2, 2}, {1, 1}, {1, 0}, {0, 1}, NULL, true, true},
+        {2, 1, 3, 3, 3, {36, 28}, {3, 3}, {1, 1}, {1, 1}, {0, 1}, {1, 0}, NULL, true, false},
         /* wide stride-2 depthwise planes are padded and phase-split in one pass */
         {2, 1, 4, 4, 4, {9, 101}, {3, 3}, {2, 2}, {1, 1}, {1, 0}, {0, 1}, NULL, true, true},
         {2, 1, 4, 4, 4, {8, 112}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, NULL, false, false},
