@@ -139,8 +139,9 @@ static void run_case(kn_threadpool *pool, const gemm_case *t) {
 }
 
 static const int64_t sizes[][3] = {
-    {1, 1, 1},    {1, 7, 3},      {5, 1, 9},     {13, 33, 17},   {12, 32, 256}, {25, 65, 257},
-    {64, 49, 64}, {121, 70, 300}, {3, 100, 513}, {130, 2100, 5}, {37, 31, 600},
+    {1, 1, 1},     {1, 7, 3},     {5, 1, 9},      {13, 33, 17},  {12, 32, 256},
+    {25, 65, 257}, {64, 49, 64},  {121, 70, 300}, {3, 100, 513}, {130, 2100, 5},
+    {37, 31, 600}, {24, 97, 200}, {7, 2500, 16},
 };
 
 static void sweep(kn_threadpool *pool) {
@@ -168,13 +169,14 @@ static void sweep(kn_threadpool *pool) {
 static void epilogue_cases(kn_threadpool *pool) {
     int acts[] = {KN_ACT_NONE,    KN_ACT_RELU,  KN_ACT_CLIP,
                   KN_ACT_SIGMOID, KN_ACT_SWISH, KN_ACT_LEAKY_RELU};
-    /* 75 = 64 + 11 (half-width edge), 49 = 32 + 16 + 1 and 36 = 32 + 4 (narrow edges). */
+    /* 75 = 64 + 11 (half-width edge), 49 = 32 + 16 + 1 and 36 = 32 + 4 (narrow edges); 20 rows
+     * read a plain B in place when k is small. */
     const int64_t ns[] = {75, 49, 36};
     for (size_t ai = 0; ai < sizeof acts / sizeof acts[0]; ai++)
-        for (int vi = 0; vi < 4 * 3; vi++) {
+        for (int vi = 0; vi < 4 * 3 * 2; vi++) {
             int variant = vi % 4;
-            gemm_case t = {.m = 29,
-                           .n = ns[vi / 4],
+            gemm_case t = {.m = vi >= 12 ? 20 : 29,
+                           .n = ns[vi % 12 / 4],
                            .k = variant % 2 ? 300 : 40,
                            .alpha = 1.0f,
                            .beta = variant == 2 ? 0.5f : 0.0f,

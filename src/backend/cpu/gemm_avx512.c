@@ -56,17 +56,21 @@
     }
 
 __attribute__((target("avx512f"), always_inline)) static inline void
-body(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, float alpha, float beta,
-     int mr, int nr, const kn_ukr_ep *ep, const int ROWS_N, const int TWO) {
-    ROWS(DECL)
-    for (int64_t k = 0; k < kc; k++) {
-        __m512 b0 = _mm512_loadu_ps(b), b1 = TWO ? _mm512_loadu_ps(b + 16) : b0;
-        ROWS(FMA)
-        a += MR;
-        b += NR;
-    }
+body(int64_t kc, const float *a, const float *b, int64_t ldb, float *c, int64_t ldc, float alpha,
+     float beta, int mr, int nr, const kn_ukr_ep *ep, const int ROWS_N, const int TWO,
+     const int DIRECT) {
     __mmask16 m0 = nr >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nr) - 1);
     __mmask16 m1 = nr <= 16 ? (__mmask16)0 : (__mmask16)((1u << (nr - 16)) - 1);
+    ROWS(DECL)
+    for (int64_t k = 0; k < kc; k++) {
+        /* Packed panels are zero-padded; rows of an unpacked B are read only where they exist. */
+        __m512 b0 = DIRECT ? _mm512_maskz_loadu_ps(m0, b) : _mm512_loadu_ps(b);
+        __m512 b1 =
+            TWO ? (DIRECT ? _mm512_maskz_loadu_ps(m1, b + 16) : _mm512_loadu_ps(b + 16)) : b0;
+        ROWS(FMA)
+        a += MR;
+        b += DIRECT ? ldb : NR;
+    }
     __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
     __m512 bc0 = _mm512_setzero_ps(), bc1 = _mm512_setzero_ps();
     __m512 vlo = _mm512_setzero_ps(), vhi = _mm512_setzero_ps();
@@ -86,13 +90,24 @@ body(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, float al
     __attribute__((target("avx512f"))) static void name(                                           \
         int64_t kc, const float *a, const float *b, float *c, int64_t ldc, float alpha,            \
         float beta, int mr, int nr, const kn_ukr_ep *ep) {                                         \
-        body(kc, a, b, c, ldc, alpha, beta, mr, nr, ep, rows, two);                                \
+        body(kc, a, b, NR, c, ldc, alpha, beta, mr, nr, ep, rows, two, 0);                         \
     }
 
 VARIANT(ukr, 12, 1)
 VARIANT(ukr_half_m, 6, 1)
 VARIANT(ukr_half_n, 12, 0)
 VARIANT(ukr_half_mn, 6, 0)
+
+/* B read in place from a row-major matrix (row stride ldb), for small k: no packing pass. */
+__attribute__((target("avx512f"))) static void ukr_direct(int64_t kc, const float *a,
+                                                          const float *b, int64_t ldb, float *c,
+                                                          int64_t ldc, float alpha, float beta,
+                                                          int mr, int nr, const kn_ukr_ep *ep) {
+    if (2 * mr <= MR)
+        body(kc, a, b, ldb, c, ldc, alpha, beta, mr, nr, ep, 6, 1, 1);
+    else
+        body(kc, a, b, ldb, c, ldc, alpha, beta, mr, nr, ep, 12, 1, 1);
+}
 
 #define NARROW 4
 
@@ -104,26 +119,20 @@ narrow_body(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, f
             float beta, int mr, const int nr, const kn_ukr_ep *ep) {
     const __mmask16 rows = (__mmask16)((1u << MR) - 1);
     __m512 e[NARROW], o[NARROW];
-    _Pragma("GCC unroll 4")
-    for (int j = 0; j < NARROW; j++)
-        e[j] = o[j] = _mm512_setzero_ps();
+    _Pragma("GCC unroll 4") for (int j = 0; j < NARROW; j++) e[j] = o[j] = _mm512_setzero_ps();
     int64_t k = 0;
     for (; k + 1 < kc; k += 2) {
         __m512 a0 = _mm512_maskz_loadu_ps(rows, a + k * MR);
         __m512 a1 = _mm512_maskz_loadu_ps(rows, a + (k + 1) * MR);
-        _Pragma("GCC unroll 4")
-        for (int j = 0; j < NARROW; j++)
-            if (j < nr) {
-                e[j] = _mm512_fmadd_ps(a0, _mm512_set1_ps(b[k * NR + j]), e[j]);
-                o[j] = _mm512_fmadd_ps(a1, _mm512_set1_ps(b[(k + 1) * NR + j]), o[j]);
-            }
+        _Pragma("GCC unroll 4") for (int j = 0; j < NARROW; j++) if (j < nr) {
+            e[j] = _mm512_fmadd_ps(a0, _mm512_set1_ps(b[k * NR + j]), e[j]);
+            o[j] = _mm512_fmadd_ps(a1, _mm512_set1_ps(b[(k + 1) * NR + j]), o[j]);
+        }
     }
     if (k < kc) {
         __m512 a0 = _mm512_maskz_loadu_ps(rows, a + k * MR);
-        _Pragma("GCC unroll 4")
-        for (int j = 0; j < NARROW; j++)
-            if (j < nr)
-                e[j] = _mm512_fmadd_ps(a0, _mm512_set1_ps(b[k * NR + j]), e[j]);
+        _Pragma("GCC unroll 4") for (int j = 0; j < NARROW; j++) if (j < nr) e[j] =
+            _mm512_fmadd_ps(a0, _mm512_set1_ps(b[k * NR + j]), e[j]);
     }
     __m512 va = _mm512_set1_ps(alpha);
     const float *res = ep != NULL ? ep->res : NULL;
@@ -138,8 +147,7 @@ narrow_body(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, f
                                                        : _mm512_setzero_ps();
         __m512 lo = _mm512_set1_ps(ep != NULL ? ep->lo : 0.0f);
         __m512 hi = _mm512_set1_ps(ep != NULL ? ep->hi : 0.0f);
-        _Pragma("GCC unroll 4")
-        for (int j = 0; j < NARROW; j++) {
+        _Pragma("GCC unroll 4") for (int j = 0; j < NARROW; j++) {
             if (j >= nr)
                 break;
             __m512 v = _mm512_mul_ps(va, _mm512_add_ps(e[j], o[j]));
@@ -162,14 +170,11 @@ narrow_body(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, f
         return;
     }
     float t[NARROW][16];
-    _Pragma("GCC unroll 4")
-    for (int j = 0; j < NARROW; j++)
-        if (j < nr)
-            _mm512_storeu_ps(t[j], _mm512_mul_ps(va, _mm512_add_ps(e[j], o[j])));
+    _Pragma("GCC unroll 4") for (int j = 0; j < NARROW; j++) if (j < nr)
+        _mm512_storeu_ps(t[j], _mm512_mul_ps(va, _mm512_add_ps(e[j], o[j])));
     for (int i = 0; i < mr; i++)
-        _Pragma("GCC unroll 4")
-        for (int j = 0; j < nr; j++)
-            c[i * ldc + j] = beta != 0.0f ? t[j][i] + beta * c[i * ldc + j] : t[j][i];
+        _Pragma("GCC unroll 4") for (int j = 0; j < nr; j++) c[i * ldc + j] =
+            beta != 0.0f ? t[j][i] + beta * c[i * ldc + j] : t[j][i];
     if (ep != NULL)
         kn_ukr_ep_apply(ep, c, ldc, mr, nr);
 }
@@ -203,7 +208,8 @@ const kn_gemm_ukr kn_gemm_ukr_avx512 = {.name = "avx512",
                                         .fn_half_n = ukr_half_n,
                                         .fn_half_mn = ukr_half_mn,
                                         .fn_narrow_n = ukr_narrow,
-                                        .narrow_n = NARROW};
+                                        .narrow_n = NARROW,
+                                        .fn_direct = ukr_direct};
 
 #else
 

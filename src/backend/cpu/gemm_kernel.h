@@ -35,6 +35,10 @@ typedef struct kn_gemm_ukr {
      * has the panel's NR stride. */
     kn_gemm_ukr_fn fn_narrow_n;
     int narrow_n;
+    /* Optional: any mr x nr tile with B read in place (b[k * ldb + j], only j < nr touched) for
+     * a plain row-major B, so small-k products skip packing B. */
+    void (*fn_direct)(int64_t kc, const float *a, const float *b, int64_t ldb, float *c,
+                      int64_t ldc, float alpha, float beta, int mr, int nr, const kn_ukr_ep *ep);
 } kn_gemm_ukr;
 
 extern const kn_gemm_ukr kn_gemm_ukr_avx512;
