@@ -235,6 +235,8 @@ typedef struct gemm_job {
 
 static kn_gemm_ukr_fn pick(const kn_gemm_ukr *u, int mr, int nr) {
     bool hm = 2 * mr <= u->mr, hn = 2 * nr <= u->nr;
+    if (mr == 1 && u->fn_m1 != NULL)
+        return u->fn_m1;
     if (hm && hn && u->fn_half_mn != NULL)
         return u->fn_half_mn;
     if (hm && u->fn_half_m != NULL)

@@ -109,6 +109,51 @@ __attribute__((target("avx512f"))) static void ukr_direct(int64_t kc, const floa
         body(kc, a, b, ldb, c, ldc, alpha, beta, mr, nr, ep, 12, 1, 1);
 }
 
+/* One row (batch-1 fully connected layers): the 12-row kernel would do 12x the multiplies.
+ * Four k phases keep eight independent accumulators in flight. */
+__attribute__((target("avx512f"))) static void ukr_m1(int64_t kc, const float *a, const float *b,
+                                                      float *c, int64_t ldc, float alpha,
+                                                      float beta, int mr, int nr,
+                                                      const kn_ukr_ep *ep) {
+    (void)ldc;
+    (void)mr;
+    __m512 acc[4][2];
+    for (int p = 0; p < 4; p++)
+        acc[p][0] = acc[p][1] = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 3 < kc; k += 4)
+        for (int p = 0; p < 4; p++) {
+            __m512 av = _mm512_set1_ps(a[(k + p) * MR]);
+            acc[p][0] = _mm512_fmadd_ps(av, _mm512_loadu_ps(b + (k + p) * NR), acc[p][0]);
+            acc[p][1] = _mm512_fmadd_ps(av, _mm512_loadu_ps(b + (k + p) * NR + 16), acc[p][1]);
+        }
+    for (; k < kc; k++) {
+        __m512 av = _mm512_set1_ps(a[k * MR]);
+        acc[0][0] = _mm512_fmadd_ps(av, _mm512_loadu_ps(b + k * NR), acc[0][0]);
+        acc[0][1] = _mm512_fmadd_ps(av, _mm512_loadu_ps(b + k * NR + 16), acc[0][1]);
+    }
+    __mmask16 m[2] = {nr >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nr) - 1),
+                      nr <= 16 ? (__mmask16)0 : (__mmask16)((1u << (nr - 16)) - 1)};
+    for (int h = 0; h < 2; h++) {
+        __m512 v =
+            _mm512_add_ps(_mm512_add_ps(acc[0][h], acc[1][h]), _mm512_add_ps(acc[2][h], acc[3][h]));
+        v = _mm512_mul_ps(_mm512_set1_ps(alpha), v);
+        if (beta != 0.0f)
+            v = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(m[h], c + 16 * h), v);
+        if (ep != NULL) {
+            if (ep->bias_row != NULL)
+                v = _mm512_add_ps(v, _mm512_set1_ps(ep->bias_row[0]));
+            if (ep->bias_col != NULL)
+                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m[h], ep->bias_col + 16 * h));
+            if (ep->res != NULL)
+                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m[h], ep->res + 16 * h));
+            if (ep->clamp)
+                v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(ep->lo)), _mm512_set1_ps(ep->hi));
+        }
+        _mm512_mask_storeu_ps(c + 16 * h, m[h], v);
+    }
+}
+
 #define NARROW 4
 
 /* Up to NARROW columns: one accumulator per column holds the tile's 12 rows (a[k*MR..] is one
@@ -209,7 +254,8 @@ const kn_gemm_ukr kn_gemm_ukr_avx512 = {.name = "avx512",
                                         .fn_half_mn = ukr_half_mn,
                                         .fn_narrow_n = ukr_narrow,
                                         .narrow_n = NARROW,
-                                        .fn_direct = ukr_direct};
+                                        .fn_direct = ukr_direct,
+                                        .fn_m1 = ukr_m1};
 
 #else
 

@@ -39,6 +39,8 @@ typedef struct kn_gemm_ukr {
      * a plain row-major B, so small-k products skip packing B. */
     void (*fn_direct)(int64_t kc, const float *a, const float *b, int64_t ldb, float *c,
                       int64_t ldc, float alpha, float beta, int mr, int nr, const kn_ukr_ep *ep);
+    /* Optional kernel for single-row tiles (mr == 1), same packed layout. */
+    kn_gemm_ukr_fn fn_m1;
 } kn_gemm_ukr;
 
 extern const kn_gemm_ukr kn_gemm_ukr_avx512;
