@@ -158,8 +158,9 @@ void kn_parallel_for(kn_threadpool *pool, int64_t n, int64_t grain, kn_range_fn 
         fn(arg, 0, n);
         return;
     }
-    /* A few chunks per thread balance uneven chunk costs without much claiming overhead. */
-    int64_t chunk = (n + (int64_t)threads * 4 - 1) / ((int64_t)threads * 4);
+    /* Several chunks per thread balance uneven chunk costs (and a descheduled thread) without
+     * much claiming overhead. */
+    int64_t chunk = (n + (int64_t)threads * 8 - 1) / ((int64_t)threads * 8);
     if (chunk < grain)
         chunk = grain;
     int64_t n_chunks = (n + chunk - 1) / chunk;
