@@ -1,7 +1,12 @@
-/* AVX-512 depthwise row kernel: 16 outputs per vector, every tap accumulated in a register, the
- * bias, residual and clamp applied before the single store. Stride 2 de-interleaves two loads.
- * Near the borders only the lanes whose tap is inside the input are loaded (expand-load or a
- * masked gather from the first valid element), so no address outside the input is formed. */
+/* AVX-512 depthwise kernels:
+ * - the general row kernel: 16 outputs per vector, every tap accumulated in a register, the
+ *   bias, residual and clamp applied before the single store. Stride 2 de-interleaves two loads.
+ *   Near the borders only the lanes whose tap is inside the input are loaded (expand-load or a
+ *   masked gather from the first valid element), so no address outside the input is formed;
+ * - the flat-plane kernel over padded (or phase-split) planes, for small planes;
+ * - the 3x3 row kernel with the weights in registers and valignd taps (dw3_plane);
+ * - the 3x3 channel-block kernel, one channel per lane after 16x16 transposes (dw3_c16);
+ * - the padding and phase-splitting passes that feed them. */
 #include "backend/cpu/nn_internal.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)

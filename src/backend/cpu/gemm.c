@@ -1,8 +1,10 @@
 /* GEMM driver: BLIS-style blocking. For each NC-wide column block and KC-deep slice, B is packed
  * into NR-wide panels (kept in L3/L2), then for each MC-tall row block A is packed into MR-tall
  * panels (kept in L2) and the micro-kernel sweeps MR x NR tiles, B's micro-panel staying in L1.
- * Threads split the output into a grid of disjoint blocks, so no two threads write the same C.
- * Epilogues run on each tile right after its last K slice, while it is still in L1. */
+ * Threads split the output into a few disjoint blocks per thread, claimed dynamically, so no
+ * two threads write the same C; when the split cuts rows, B is packed once up front instead of
+ * once per row block. Short products with few rows read a plain B in place. Epilogues run on
+ * each tile right after its last K slice, while it is still in L1. */
 #include "backend/cpu/gemm.h"
 
 #include "backend/cpu/gemm_kernel.h"

@@ -1,6 +1,8 @@
-/* AVX-512 micro-kernel: 12 x 32 tile held in 24 zmm accumulators; B rows are two vector loads,
+/* AVX-512 micro-kernels: 12 x 32 tile held in 24 zmm accumulators; B rows are two vector loads,
  * A elements are broadcast. Edge tiles use masked loads and stores, so no temporary tile is
- * needed, and the epilogue's bias, residual and clamp are applied before the only store. */
+ * needed, and the epilogue's bias, residual and clamp are applied before the only store.
+ * Variants: 6-row and 16-column edge tiles, a narrow kernel for the last <= 4 columns of a
+ * panel, a one-row kernel, and one that reads an unpacked B in place. */
 #include "backend/cpu/gemm_kernel.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
