@@ -270,6 +270,9 @@ static void test_conv2d_sweep(void **state) {
         {2, 1, 4, 4, 4, {7, 7}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, true},
         {2, 1, 4, 4, 4, {13, 15}, {3, 3}, {2, 2}, {2, 2}, {2, 1}, {1, 2}, NULL, true, true},
         {2, 2, 2, 2, 2, {11, 12}, {5, 5}, {2, 2}, {1, 1}, {2, 2}, {2, 2}, NULL, false, false},
+        /* strided 1x1 convs run on a subsampled copy of the input */
+        {2, 2, 4, 6, 2, {10, 11}, {1, 1}, {3, 2}, {1, 1}, {0, 0}, {0, 0}, NULL, true, true},
+        {2, 1, 24, 40, 1, {13, 14}, {1, 1}, {2, 2}, {1, 1}, {0, 0}, {0, 0}, NULL, false, true},
         /* depthwise 3x3 rows of >= 12 outputs (stride 1 and 2): two- and one-block steps */
         {2, 1, 16, 16, 16, {30, 40}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, NULL, true, true},
         {2, 2, 8, 8, 8, {20, 50}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, true},
@@ -336,6 +339,7 @@ static void test_conv1d_3d(void **state) {
         {1, 2, 4, 6, 1, {20}, {3}, {2}, {1}, {1}, {2}, NULL, true, false},
         {1, 1, 6, 6, 6, {17}, {5}, {1}, {2}, {4}, {4}, NULL, true, true},
         {1, 1, 4, 4, 2, {9}, {2}, {1}, {1}, {0}, {0}, "SAME_UPPER", false, false},
+        {1, 1, 4, 6, 1, {20}, {1}, {2}, {1}, {0}, {0}, NULL, true, false},
         {3,
          1,
          3,

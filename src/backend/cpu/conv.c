@@ -127,6 +127,28 @@ KN_CLONES static void split_row(const float *s, int64_t w, float *even, float *o
         even[w / 2] = s[w - 1];
 }
 
+/* A strided 1x1 conv reads only every sw-th column of every sh-th row: gather those once into a
+ * dense C x OH x OW matrix and run the plain GEMM on it. */
+KN_CLONES static void subsample_row(const float *s, int64_t sw, int64_t n, float *d) {
+    for (int64_t i = 0; i < n; i++)
+        d[i] = s[i * sw];
+}
+
+typedef struct subsample_job {
+    const float *x;
+    float *xs;
+    const kn_conv2d *c;
+} subsample_job;
+
+static void subsample_rows(void *arg, int64_t begin, int64_t end) {
+    const subsample_job *j = arg;
+    const kn_conv2d *c = j->c;
+    for (int64_t r = begin; r < end; r++) {
+        int64_t ci = r / c->oh, oh = r % c->oh;
+        subsample_row(j->x + (ci * c->h + oh * c->sh) * c->w, c->sw, c->ow, j->xs + r * c->ow);
+    }
+}
+
 typedef struct split_job {
     const float *x;
     float *xs;
@@ -357,11 +379,16 @@ kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
     kn_conv2d c2;
     if (g.nsp <= 2)
         kn_conv_as_2d(&g, &c2);
-    bool split = !pointwise && g.nsp <= 2 && c2.sw == 2;
+    bool unpadded = true;
+    for (int i = 0; i < g.nsp; i++)
+        unpadded = unpadded && g.pad_b[i] == 0 && g.pad_e[i] == 0;
+    bool sub = !pointwise && g.nsp <= 2 && c2.kh == 1 && c2.kw == 1 && unpadded;
+    bool split = !pointwise && !sub && g.nsp <= 2 && c2.sw == 2;
     int64_t w2 = split ? (c2.w + 1) / 2 : 0;
     float *xs = NULL;
-    if (split) {
-        xs = kn_aligned_alloc((size_t)(cig * c2.h * 2 * w2) * sizeof(float), 64);
+    if (split || sub) {
+        size_t floats = sub ? (size_t)(cig * os) : (size_t)(cig * c2.h * 2 * w2);
+        xs = kn_aligned_alloc(floats * sizeof(float), 64);
         if (xs == NULL)
             return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory in Conv");
     }
@@ -379,10 +406,14 @@ kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
             }
             kn_gemm_operand b = {.p = xg, .ld = is};
             kn_im2col2d fast;
-            if (!pointwise)
+            if (sub) {
+                subsample_job sj = {.x = xg, .xs = xs, .c = &c2};
+                kn_parallel_for(k->pool, cig * c2.oh, 16, subsample_rows, &sj);
+                b = (kn_gemm_operand){.p = xs, .ld = os};
+            } else if (!pointwise)
                 b = (kn_gemm_operand){.pack = g.nsp <= 2 ? pack_im2col_2d : pack_im2col_nd,
                                       .pack_arg = &ia};
-            if (!pointwise && g.nsp <= 2 && fast_im2col(&c2, xg, xs, w2, &fast))
+            if (!pointwise && !sub && g.nsp <= 2 && fast_im2col(&c2, xg, xs, w2, &fast))
                 b = (kn_gemm_operand){.pack = pack_im2col_fast, .pack_arg = &fast};
             kn_epilogue e = ep;
             int64_t off = (n * g.c_out + gi * cog) * os;
