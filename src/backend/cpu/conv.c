@@ -1,8 +1,11 @@
 /* Conv as GEMM: Y_g (C_out/g x OS) = W_g (C_out/g x K) * cols_g (K x OS), K = C_in/g * prod(k).
  * Weights are packed once in prepare. The column matrix is never materialised: the GEMM asks
- * for K x NR panels and they are gathered straight from the image. A 1x1, stride-1, unpadded
- * conv reads the image as B directly; depthwise convs take a direct kernel. Bias, residual and
- * activation run in the GEMM epilogue. */
+ * for K x NR panels and they are gathered straight from the image (with AVX-512 by
+ * kn_cpu_im2col_pack_avx512; stride-2 inputs are first split into even and odd column halves so
+ * every tap reads a contiguous run). A 1x1, stride-1, unpadded conv reads the image as B
+ * directly; a strided unpadded 1x1 conv reads a subsampled copy. 3x3 stride-1 convs with enough
+ * channels take Winograd (conv_winograd.c), depthwise convs a direct kernel (conv_dw.c). Bias,
+ * residual and activation run in the GEMM epilogue. */
 #include "backend/cpu/nn_internal.h"
 
 #include "core/alloc.h"
