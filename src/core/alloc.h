@@ -4,8 +4,8 @@
 
 #include <stddef.h>
 
-void *kn_malloc(size_t size);            /* 16-byte aligned; NULL on failure */
-void *kn_calloc(size_t n, size_t size);  /* zeroed; checks n*size for overflow */
+void *kn_malloc(size_t size);           /* 16-byte aligned; NULL on failure */
+void *kn_calloc(size_t n, size_t size); /* zeroed; checks n*size for overflow */
 void *kn_aligned_alloc(size_t size, size_t align);
 void *kn_realloc(void *ptr, size_t old_size, size_t new_size);
 void kn_free(void *ptr);

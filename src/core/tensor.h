@@ -26,7 +26,7 @@ typedef struct kn_tensor {
     void *data;
 } kn_tensor;
 
-int64_t kn_shape_numel(const kn_shape *s);      /* 1 for rank 0 */
+int64_t kn_shape_numel(const kn_shape *s); /* 1 for rank 0 */
 bool kn_shape_equal(const kn_shape *a, const kn_shape *b);
 /* Checks every dim is >= 0 and the product of the non-zero dims is <= KN_MAX_ELEMENTS. */
 bool kn_shape_valid(const kn_shape *s);

@@ -195,9 +195,8 @@ static void test_allocation_failures(void **state) {
         kn_alloc_fail_after(0);
         if (rc == KILN_OK)
             successes++;
-        else
-            if (!(rc == KILN_ERR_OUT_OF_MEMORY || strstr(kiln_last_error(), "memory")))
-                fail_msg("n=%ld rc=%d: %s", n, rc, kiln_last_error());
+        else if (!(rc == KILN_ERR_OUT_OF_MEMORY || strstr(kiln_last_error(), "memory")))
+            fail_msg("n=%ld rc=%d: %s", n, rc, kiln_last_error());
     }
     assert_true(successes > 0);
     kn_free(x.data);
