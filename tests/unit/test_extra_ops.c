@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "core/alloc.h"
 #include "ops/op.h"
+#include "op_test_util.h"
 
 #include <math.h>
 #include <string.h>
@@ -22,33 +23,7 @@ typedef struct op_run {
     int n_out;
 } op_run;
 
-static kn_tensor tens(int32_t dtype, const void *data, int rank, ...) {
-    kn_tensor t = {.dtype = dtype, .data = (void *)data};
-    t.shape.rank = rank;
-    va_list ap;
-    va_start(ap, rank);
-    for (int i = 0; i < rank; i++)
-        t.shape.d[i] = va_arg(ap, int64_t);
-    va_end(ap);
-    return t;
-}
-#define F32(data, rank, ...) tens(KILN_DTYPE_FLOAT32, data, rank, __VA_ARGS__)
 #define I64(data, rank, ...) tens(KILN_DTYPE_INT64, data, rank, __VA_ARGS__)
-#define NONE ((kn_tensor){0})
-
-static kn_attr attr_i(const char *name, int64_t v) {
-    return (kn_attr){.name = (char *)name, .type = KN_ATTR_INT, .i = v};
-}
-static kn_attr attr_f(const char *name, float v) {
-    return (kn_attr){.name = (char *)name, .type = KN_ATTR_FLOAT, .f = v};
-}
-static kn_attr attr_s(const char *name, const char *v) {
-    return (kn_attr){
-        .name = (char *)name, .type = KN_ATTR_STRING, .s = (char *)v, .slen = strlen(v)};
-}
-static kn_attr attr_ints(const char *name, int64_t n, const int64_t *v) {
-    return (kn_attr){.name = (char *)name, .type = KN_ATTR_INTS, .n = n, .ints = (int64_t *)v};
-}
 
 /* Infers the node, allocates its outputs and runs its CPU kernel, as the runtime would. */
 static kiln_status run_op_in(op_run *r, const char *domain, const char *op, int opset,
