@@ -218,24 +218,7 @@ static kiln_status infer_clip(kn_infer_ctx *c) {
 }
 
 bool kn_ew_cast_supported(int32_t dtype) {
-    switch (dtype) {
-    case KILN_DTYPE_FLOAT32:
-    case KILN_DTYPE_UINT8:
-    case KILN_DTYPE_INT8:
-    case KILN_DTYPE_UINT16:
-    case KILN_DTYPE_INT16:
-    case KILN_DTYPE_INT32:
-    case KILN_DTYPE_INT64:
-    case KILN_DTYPE_BOOL:
-    case KILN_DTYPE_FLOAT16:
-    case KILN_DTYPE_FLOAT64:
-    case KILN_DTYPE_UINT32:
-    case KILN_DTYPE_UINT64:
-    case KILN_DTYPE_BFLOAT16:
-        return true;
-    default:
-        return false;
-    }
+    return kn_dtype_size(dtype) != 0; /* every numeric dtype and bool; not strings */
 }
 
 static kiln_status cast_to(kn_infer_ctx *c, int64_t to) {
