@@ -169,13 +169,14 @@ static void sweep(kn_threadpool *pool) {
 static void epilogue_cases(kn_threadpool *pool) {
     int acts[] = {KN_ACT_NONE,    KN_ACT_RELU,  KN_ACT_CLIP,
                   KN_ACT_SIGMOID, KN_ACT_SWISH, KN_ACT_LEAKY_RELU};
-    /* 75 = 64 + 11 (half-width edge), 49 = 32 + 16 + 1 and 36 = 32 + 4 (narrow edges); 13 rows
-     * read a plain B in place when k is small; 13 = 12 + 1 ends in a one-row tile. */
-    const int64_t ns[] = {75, 49, 36};
+    /* 75 = 64 + 11 (half-width edge), 49 = 32 + 16 + 1 and 36 = 32 + 4 (narrow edges). Rows:
+     * 29 ends in a 5-row tile, 13 in a one-row tile, 20 in an 8-row and 16 in a 4-row one; up
+     * to 24 rows read a plain B in place when k is small. */
+    const int64_t ns[] = {75, 49, 36}, ms[] = {29, 13, 20, 16};
     for (size_t ai = 0; ai < sizeof acts / sizeof acts[0]; ai++)
-        for (int vi = 0; vi < 4 * 3 * 2; vi++) {
+        for (int vi = 0; vi < 4 * 3 * 4; vi++) {
             int variant = vi % 4;
-            gemm_case t = {.m = vi >= 12 ? 13 : 29,
+            gemm_case t = {.m = ms[vi / 12],
                            .n = ns[vi % 12 / 4],
                            .k = variant % 2 ? 300 : 40,
                            .alpha = 1.0f,

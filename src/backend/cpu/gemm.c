@@ -239,6 +239,10 @@ static kn_gemm_ukr_fn pick(const kn_gemm_ukr *u, int mr, int nr) {
     bool hm = 2 * mr <= u->mr, hn = 2 * nr <= u->nr;
     if (mr == 1 && u->fn_m1 != NULL)
         return u->fn_m1;
+    if (mr <= 4 && u->fn_rows4 != NULL)
+        return hn ? u->fn_rows4_half_n : u->fn_rows4;
+    if (mr > u->mr / 2 && mr <= 8 && u->fn_rows8 != NULL)
+        return hn ? u->fn_rows8_half_n : u->fn_rows8;
     if (hm && hn && u->fn_half_mn != NULL)
         return u->fn_half_mn;
     if (hm && u->fn_half_m != NULL)

@@ -99,14 +99,23 @@ VARIANT(ukr, 12, 1)
 VARIANT(ukr_half_m, 6, 1)
 VARIANT(ukr_half_n, 12, 0)
 VARIANT(ukr_half_mn, 6, 0)
+/* 8- and 4-row edges (M = 32, 64, 128, ... end in them) would otherwise run as 12 and 6 rows. */
+VARIANT(ukr_rows8, 8, 1)
+VARIANT(ukr_rows8_half_n, 8, 0)
+VARIANT(ukr_rows4, 4, 1)
+VARIANT(ukr_rows4_half_n, 4, 0)
 
 /* B read in place from a row-major matrix (row stride ldb), for small k: no packing pass. */
 __attribute__((target("avx512f"))) static void ukr_direct(int64_t kc, const float *a,
                                                           const float *b, int64_t ldb, float *c,
                                                           int64_t ldc, float alpha, float beta,
                                                           int mr, int nr, const kn_ukr_ep *ep) {
-    if (2 * mr <= MR)
+    if (mr <= 4)
+        body(kc, a, b, ldb, c, ldc, alpha, beta, mr, nr, ep, 4, 1, 1);
+    else if (mr <= 6)
         body(kc, a, b, ldb, c, ldc, alpha, beta, mr, nr, ep, 6, 1, 1);
+    else if (mr <= 8)
+        body(kc, a, b, ldb, c, ldc, alpha, beta, mr, nr, ep, 8, 1, 1);
     else
         body(kc, a, b, ldb, c, ldc, alpha, beta, mr, nr, ep, 12, 1, 1);
 }
@@ -257,7 +266,11 @@ const kn_gemm_ukr kn_gemm_ukr_avx512 = {.name = "avx512",
                                         .fn_narrow_n = ukr_narrow,
                                         .narrow_n = NARROW,
                                         .fn_direct = ukr_direct,
-                                        .fn_m1 = ukr_m1};
+                                        .fn_m1 = ukr_m1,
+                                        .fn_rows8 = ukr_rows8,
+                                        .fn_rows8_half_n = ukr_rows8_half_n,
+                                        .fn_rows4 = ukr_rows4,
+                                        .fn_rows4_half_n = ukr_rows4_half_n};
 
 #else
 

@@ -41,6 +41,8 @@ typedef struct kn_gemm_ukr {
                       int64_t ldc, float alpha, float beta, int mr, int nr, const kn_ukr_ep *ep);
     /* Optional kernel for single-row tiles (mr == 1), same packed layout. */
     kn_gemm_ukr_fn fn_m1;
+    /* Optional kernels for edge tiles of <= 8 and <= 4 rows (full width and half width). */
+    kn_gemm_ukr_fn fn_rows8, fn_rows8_half_n, fn_rows4, fn_rows4_half_n;
 } kn_gemm_ukr;
 
 extern const kn_gemm_ukr kn_gemm_ukr_avx512;
