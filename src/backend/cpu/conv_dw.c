@@ -83,6 +83,10 @@ static void portable_row(const dw_job *j, const kn_dw_row *r) {
 
 static void pad_plane(const dw_job *j, const float *x, float *buf) {
     const kn_conv2d *c = j->c, *p = &j->cp;
+    if (j->avx512 && c->w >= 32) { /* measured: faster on wide planes, slower on small ones */
+        kn_cpu_dw_pad_avx512(x, c->h, c->w, c->ph, c->pw, p->h, p->w, buf);
+        return;
+    }
     memset(buf, 0, (size_t)(p->h * p->w) * sizeof(float));
     for (int64_t i = 0; i < c->h; i++)
         memcpy(buf + (i + c->ph) * p->w + c->pw, x + i * c->w, (size_t)c->w * sizeof(float));

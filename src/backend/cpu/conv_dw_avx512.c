@@ -555,6 +555,29 @@ void kn_cpu_dw_pad_split_avx512(const float *x, int64_t h, int64_t w, int64_t ph
     pad_split(x, h, w, ph, pw, hq, wq, out);
 }
 
+AVX512 static void pad(const float *x, int64_t h, int64_t w, int64_t ph, int64_t pw, int64_t hp,
+                       int64_t wp, float *out) {
+    for (int64_t r = 0; r < hp; r++) {
+        float *d = out + r * wp;
+        int64_t ih = r - ph;
+        if (ih < 0 || ih >= h) {
+            zero(d, wp);
+            continue;
+        }
+        zero(d, pw);
+        const float *s = x + ih * w;
+        for (int64_t c = 0; c < w; c += 16)
+            _mm512_mask_storeu_ps(d + pw + c, lanes(w - c),
+                                  _mm512_maskz_loadu_ps(lanes(w - c), s + c));
+        zero(d + pw + w, wp - pw - w);
+    }
+}
+
+void kn_cpu_dw_pad_avx512(const float *x, int64_t h, int64_t w, int64_t ph, int64_t pw, int64_t hp,
+                          int64_t wp, float *out) {
+    pad(x, h, w, ph, pw, hp, wp, out);
+}
+
 #else
 
 void kn_cpu_dw_row_avx512(const kn_dw_row *r) {
@@ -579,6 +602,18 @@ void kn_cpu_dw_split_phases_avx512(const float *x, int64_t hq, int64_t wq, float
     (void)x;
     (void)hq;
     (void)wq;
+    (void)out;
+}
+
+void kn_cpu_dw_pad_avx512(const float *x, int64_t h, int64_t w, int64_t ph, int64_t pw, int64_t hp,
+                          int64_t wp, float *out) {
+    (void)x;
+    (void)h;
+    (void)w;
+    (void)ph;
+    (void)pw;
+    (void)hp;
+    (void)wp;
     (void)out;
 }
 

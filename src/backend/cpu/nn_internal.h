@@ -118,6 +118,10 @@ void kn_cpu_dw3_c16_avx512(const kn_dw3c *f, int64_t c0);
 /* Split a (2*hq) x (2*wq) plane into its four phase planes (row parity, column parity), each
  * hq x wq, stored one after another: a stride-2 convolution becomes a stride-1 one. */
 void kn_cpu_dw_split_phases_avx512(const float *x, int64_t hq, int64_t wq, float *out);
+/* x (h x w) into the zero-padded hp x wp plane at row ph, column pw, with masked vector copies
+ * instead of a memset and a memcpy per row. */
+void kn_cpu_dw_pad_avx512(const float *x, int64_t h, int64_t w, int64_t ph, int64_t pw, int64_t hp,
+                          int64_t wp, float *out);
 /* The same phase planes of x (h x w) zero-padded by ph rows above and pw columns left to
  * (2*hq) x (2*wq), written in one pass without the padded copy. */
 void kn_cpu_dw_pad_split_avx512(const float *x, int64_t h, int64_t w, int64_t ph, int64_t pw,
