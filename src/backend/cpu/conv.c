@@ -48,13 +48,15 @@ static int64_t wino_tiles(const kn_conv_geom *g, int tile) {
 /* 4x4 tiles, unless the input's shape is known at prepare and leaves fewer than
  * WINO_MIN_TILES of them (7x7 maps): then 2x2 tiles, whose 16 tiles fill the GEMM's 16-column
  * edge kernel, and whose weights take 16/36 of the memory traffic. 0: none. */
-static int wino_tile(const kn_node *node, const kn_tensor *x, const kn_shape *w) {
+static int wino_tile(const kn_node *node, const kn_tensor *x, const kn_shape *w, bool *known) {
     kn_conv_geom g;
-    bool known = x->shape.rank == 4;
+    *known = x->shape.rank == 4;
     for (int i = 0; i < x->shape.rank; i++)
-        known = known && x->shape.d[i] > 0;
-    if (!known || kn_conv_geom_init(node, &x->shape, w, false, &g) != KILN_OK)
-        return 4; /* run reports a bad shape */
+        *known = *known && x->shape.d[i] > 0;
+    if (*known && kn_conv_geom_init(node, &x->shape, w, false, &g) != KILN_OK)
+        *known = false; /* run reports the bad shape */
+    if (!*known)
+        return 4;
     if (wino_tiles(&g, 4) >= WINO_MIN_TILES)
         return 4;
     return wino_tiles(&g, 2) >= WINO_MIN_TILES ? 2 : 0;
@@ -80,14 +82,16 @@ kiln_status kn_cpu_conv_prepare(const kn_node *node, int n_in, const kn_tensor *
         return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory packing conv weights");
     st->group = group;
     const float *wd = in[1].data;
-    for (int64_t g = 0; g < group; g++) {
+    bool known = false;
+    int tile = wino_candidate(node, w, group) ? wino_tile(node, &in[0], w, &known) : 0;
+    /* With the input shape fixed, a Winograd conv never takes the GEMM path: no packed copy. */
+    for (int64_t g = 0; g < group && !(known && tile != 0); g++) {
         kiln_status rc = kn_gemm_pack_a(wd + g * cog * kdim, kdim, false, cog, kdim, &st->w[g]);
         if (rc != KILN_OK) {
             kn_cpu_conv_release(st);
             return rc;
         }
     }
-    int tile = wino_candidate(node, w, group) ? wino_tile(node, &in[0], w) : 0;
     if (tile != 0) {
         kiln_status rc = kn_cpu_wino_prepare(wd, w->d[0], w->d[1], tile, &st->wino);
         if (rc != KILN_OK) {
@@ -400,7 +404,7 @@ kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
         for (int64_t gi = 0; gi < g.group && rc == KILN_OK; gi++) {
             const float *xg = x + (n * g.c_in + gi * cig) * is;
             kn_gemm_operand a = {.p = w + gi * cog * kdim, .ld = kdim};
-            if (st != NULL && st->group == g.group)
+            if (st != NULL && st->group == g.group && st->w[gi] != NULL)
                 a = (kn_gemm_operand){.packed = st->w[gi]};
             im2col_arg ia = {.x = xg, .g = &g, .nr = kn_gemm_nr(), .c = c2, .xs = xs, .w2 = w2};
             if (split) {
