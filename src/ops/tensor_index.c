@@ -98,7 +98,8 @@ kiln_status tensor_infer_gather_nd(kn_infer_ctx *c) {
     return KILN_OK;
 }
 
-kiln_status tensor_infer_scatter_elements(kn_infer_ctx *c) {
+/* data, indices and updates present; data movable, indices int32/int64, updates like data. */
+static kiln_status check_scatter_inputs(const kn_infer_ctx *c) {
     KN_TRY(tensor_need_input(c, 0, "data"));
     KN_TRY(tensor_need_input(c, 1, "indices"));
     KN_TRY(tensor_need_input(c, 2, "updates"));
@@ -108,6 +109,12 @@ kiln_status tensor_infer_scatter_elements(kn_infer_ctx *c) {
     if (upd->dtype != x->dtype)
         return kn_error(KILN_ERR_DTYPE, "input 'updates' is %s, data is %s",
                         kn_dtype_name(upd->dtype), kn_dtype_name(x->dtype));
+    return KILN_OK;
+}
+
+kiln_status tensor_infer_scatter_elements(kn_infer_ctx *c) {
+    KN_TRY(check_scatter_inputs(c));
+    const kn_tensor *x = &c->in[0], *ind = &c->in[1], *upd = &c->in[2];
     if (x->shape.rank < 1 || ind->shape.rank != x->shape.rank)
         return kn_error(KILN_ERR_SHAPE, "input 'indices' must have the rank of 'data' (%d)",
                         (int)x->shape.rank);
@@ -123,15 +130,8 @@ kiln_status tensor_infer_scatter_elements(kn_infer_ctx *c) {
 }
 
 kiln_status tensor_infer_scatter_nd(kn_infer_ctx *c) {
-    KN_TRY(tensor_need_input(c, 0, "data"));
-    KN_TRY(tensor_need_input(c, 1, "indices"));
-    KN_TRY(tensor_need_input(c, 2, "updates"));
+    KN_TRY(check_scatter_inputs(c));
     const kn_tensor *x = &c->in[0], *ind = &c->in[1], *upd = &c->in[2];
-    KN_TRY(tensor_check_movable(x, "input 'data'"));
-    KN_TRY(check_index_dtype(ind, "input 'indices'"));
-    if (upd->dtype != x->dtype)
-        return kn_error(KILN_ERR_DTYPE, "input 'updates' is %s, data is %s",
-                        kn_dtype_name(upd->dtype), kn_dtype_name(x->dtype));
     int32_t r = x->shape.rank, q = ind->shape.rank;
     if (r < 1 || q < 1)
         return kn_error(KILN_ERR_SHAPE, "inputs 'data' and 'indices' must have rank >= 1");
