@@ -155,6 +155,40 @@ static void test_profile_and_name_errors(void **state) {
     kiln_engine_destroy(e);
 }
 
+/* An output bound to the caller's buffer is written there; a buffer too small is refused. */
+static void test_bound_output(void **state) {
+    (void)state;
+    void *plan;
+    size_t size;
+    assert_int_equal(build_resnet(&plan, &size), KILN_OK);
+    kiln_engine *e;
+    assert_int_equal(kiln_engine_load_memory(plan, size, NULL, &e), KILN_OK);
+    kiln_free(plan);
+    kn_tensor x, ref;
+    assert_int_equal(kn_npy_read(path(MODEL "/case0_1x3x64x64/input.npy"), &x), KILN_OK);
+    assert_int_equal(kn_npy_read(path(MODEL "/case0_1x3x64x64/logits.npy"), &ref), KILN_OK);
+    kiln_context *ctx;
+    assert_int_equal(kiln_context_create(e, &ctx), KILN_OK);
+    assert_int_equal(kiln_context_set_input_shape(ctx, "input", 4, x.shape.d), KILN_OK);
+    assert_int_equal(kiln_context_set_input(ctx, "input", x.data, kn_tensor_nbytes(&x)), KILN_OK);
+    float small[4], out[10];
+    assert_int_equal(kiln_context_set_output(ctx, "logits", small, sizeof small), KILN_OK);
+    assert_int_equal(kiln_context_execute(ctx), KILN_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(kiln_last_error(), "output 'logits' needs 40 bytes"));
+    assert_int_equal(kiln_context_set_output(ctx, "logits", out, sizeof out), KILN_OK);
+    assert_int_equal(kiln_context_execute(ctx), KILN_OK);
+    kiln_tensor_view v;
+    assert_int_equal(kiln_context_get_output(ctx, "logits", &v), KILN_OK);
+    assert_ptr_equal(v.data, out);
+    const float *r = ref.data;
+    for (int i = 0; i < 10; i++)
+        assert_true(fabsf(out[i] - r[i]) <= 1e-3f + 1e-3f * fabsf(r[i]));
+    kiln_context_destroy(ctx);
+    kiln_engine_destroy(e);
+    kn_free(x.data);
+    kn_free(ref.data);
+}
+
 static void test_bad_plans_refused(void **state) {
     (void)state;
     void *plan;
@@ -207,6 +241,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_build_plan_run_matches_pytorch),
         cmocka_unit_test(test_profile_and_name_errors),
+        cmocka_unit_test(test_bound_output),
         cmocka_unit_test(test_bad_plans_refused),
         cmocka_unit_test(test_allocation_failures),
     };
