@@ -126,11 +126,13 @@ static void name_dim(const kn_graph *g, const kn_resolved *lo, const kn_resolved
                 }
             }
         }
-    for (int i = 0; i < n; i++) {
+    /* A symbol itself beats any expression of another one. */
+    for (int i = 0; i < n; i++)
         if (a == sl[i] && b == sh[i]) {
             snprintf(out, size, "%s", sym[i]);
             return;
         }
+    for (int i = 0; i < n; i++) {
         for (int64_t k = 2; k <= 64; k++) {
             if (a == sl[i] * k && b == sh[i] * k) {
                 snprintf(out, size, "%s*%lld", sym[i], (long long)k);

@@ -108,7 +108,8 @@ static kiln_status infer_gemm(kn_infer_ctx *c) {
 }
 
 static kiln_status infer_matmul(kn_infer_ctx *c) {
-    KN_TRY(check_arity(c, 2, 3));
+    bool bias = kn_attr_int(c->node, "kiln_bias", 0) != 0;
+    KN_TRY(check_arity(c, 2, bias ? 4 : 3));
     KN_TRY(check_f32(c, 0, "A"));
     KN_TRY(check_f32(c, 1, "B"));
     kn_shape a = c->in[0].shape, b = c->in[1].shape;
@@ -148,6 +149,17 @@ static kiln_status infer_matmul(kn_infer_ctx *c) {
         out.d[out.rank++] = n;
     c->out[0].dtype = KILN_DTYPE_FLOAT32;
     c->out[0].shape = out;
+    if (bias) {
+        /* kiln_bias (see passes.h): input 3 is a float32 vector of N values added per column;
+         * slot 2 (the residual) stays empty. */
+        if (c->n_in != 4 || kn_has_input(c, 2) || !kn_has_input(c, 3) ||
+            c->in[3].dtype != KILN_DTYPE_FLOAT32 || kn_tensor_numel(&c->in[3]) != n || b1d)
+            return kn_error(KILN_ERR_MODEL,
+                            "kiln_bias needs input 3 to hold %lld float32 "
+                            "values and input 2 to be empty",
+                            (long long)n);
+        return kn_fused_attrs(c->node, &(int){0}, &(float){0}, &(float){0}, &(bool){0});
+    }
     int n_main;
     KN_TRY(check_fused(c, 2, &n_main));
     if (n_main > 2)

@@ -107,6 +107,44 @@ static kiln_status try_residual(fuser *f, int pi) {
     return KILN_OK;
 }
 
+/* MatMul(A, B[K, N]) + constant [N] (or [1, ..., 1, N]): the Add becomes the GEMM's column
+ * bias. */
+static kiln_status try_bias(fuser *f, int pi) {
+    kn_graph *g = f->g;
+    kn_node *p = &g->nodes[pi];
+    if (!is_op(p, "MatMul") || p->n_in != 2 || p->in[1] < 0)
+        return KILN_OK;
+    const kn_value *b = &g->values[p->in[1]];
+    int y = p->out[0], ci = sole_consumer(f, y);
+    if (b->rank != 2 || b->dims[1].sym != NULL || ci < 0 || !is_op(&g->nodes[ci], "Add") ||
+        g->nodes[ci].n_in != 2 || g->nodes[ci].n_out != 1 ||
+        g->values[y].dtype != KILN_DTYPE_FLOAT32 ||
+        !same_shape(&g->values[y], &g->values[g->nodes[ci].out[0]]))
+        return KILN_OK;
+    const kn_node *add = &g->nodes[ci];
+    int other = add->in[0] == y ? add->in[1] : add->in[0];
+    if (other < 0 || other == y)
+        return KILN_OK;
+    const kn_value *v = &g->values[other];
+    if (v->data == NULL || v->dtype != KILN_DTYPE_FLOAT32 || v->rank < 1 ||
+        v->rank > g->values[y].rank || v->dims[v->rank - 1].value != b->dims[1].value)
+        return KILN_OK;
+    for (int d = 0; d + 1 < v->rank; d++)
+        if (v->dims[d].value != 1)
+            return KILN_OK;
+    int *in = kn_realloc(p->in, (size_t)p->n_in * sizeof(int), 4 * sizeof(int));
+    if (in == NULL)
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory fusing a bias Add");
+    in[2] = -1;
+    in[3] = other;
+    p->in = in;
+    p->n_in = 4;
+    f->uses[other]++;
+    KN_TRY(add_attr(g, pi, (kn_attr){.name = "kiln_bias", .type = KN_ATTR_INT, .i = 1}));
+    take_output(f, pi, ci);
+    return KILN_OK;
+}
+
 static bool const_scalar(const kn_graph *g, int v, float *out) {
     kn_shape s;
     if (v < 0 || g->values[v].dtype != KILN_DTYPE_FLOAT32 || !kn_value_is_const(&g->values[v]) ||
@@ -220,6 +258,10 @@ kiln_status kn_pass_fuse_activations(kn_graph *g) {
             continue;
         if (kn_node_attr(&g->nodes[i], "kiln_activation") == NULL &&
             kn_node_attr(&g->nodes[i], "kiln_residual") == NULL)
+            rc = try_bias(&f, i);
+        if (rc == KILN_OK && kn_node_attr(&g->nodes[i], "kiln_activation") == NULL &&
+            kn_node_attr(&g->nodes[i], "kiln_residual") == NULL &&
+            kn_node_attr(&g->nodes[i], "kiln_bias") == NULL)
             rc = try_residual(&f, i);
         if (rc == KILN_OK && kn_node_attr(&g->nodes[i], "kiln_activation") == NULL)
             rc = try_activation(&f, i);

@@ -25,6 +25,8 @@ kiln_status kn_pass_fold_batchnorm(kn_graph *g);
  *   kiln_residual (int) = 1: one more input, of the output's dtype and shape, is added before
  *     the activation; it sits at index 3 for Conv and Gemm (an absent bias/C is -1) and at
  *     index 2 for MatMul.
+ *   kiln_bias (int) = 1, MatMul only: input 3 is a constant float32 vector of N values added
+ *     to every row (an Add of a per-column bias folded in); input 2 stays -1.
  * y = act(product + bias + residual). */
 kiln_status kn_pass_fuse_activations(kn_graph *g);
 /* Collapse chains of element-wise ops into one kiln.FusedElementwise node. */

@@ -10,6 +10,7 @@
 #include "builder/builder.h"
 #include "kiln/kiln.h"
 
+#include <math.h>
 #include <string.h>
 
 static int32_t scalar_i64(kiln_network *net, int64_t v) {
@@ -228,11 +229,75 @@ static void test_transpose_views(void **state) {
     kiln_builder_destroy(b);
 }
 
+/* MatMul by constant weights followed by Add of a constant [N] vector: one MatMul with the
+ * bias in its epilogue, same values. */
+static void test_matmul_bias_fused(void **state) {
+    (void)state;
+    kiln_builder *b;
+    assert_int_equal(kiln_builder_create(&b), KILN_OK);
+    kiln_network *net;
+    assert_int_equal(kiln_network_create(b, 17, &net), KILN_OK);
+    int64_t xd[3] = {2, 5, 3}, wd[2] = {3, 4}, bd[1] = {4};
+    float w[12], bias[4];
+    for (int i = 0; i < 12; i++)
+        w[i] = 0.25f * (float)(i - 5);
+    for (int i = 0; i < 4; i++)
+        bias[i] = (float)i - 1.5f;
+    int32_t x, wt, bt, mm, y;
+    assert_int_equal(kiln_network_add_input(net, "x", KILN_DTYPE_FLOAT32, 3, xd, NULL, &x),
+                     KILN_OK);
+    assert_int_equal(kiln_network_add_constant(net, "w", KILN_DTYPE_FLOAT32, 2, wd, w, 1, &wt),
+                     KILN_OK);
+    assert_int_equal(kiln_network_add_constant(net, "b", KILN_DTYPE_FLOAT32, 1, bd, bias, 1, &bt),
+                     KILN_OK);
+    assert_int_equal(kiln_network_add_matmul(net, "mm", x, wt, -1, 0, &mm), KILN_OK);
+    assert_int_equal(kiln_network_add_elementwise(net, "add", bt, mm, KILN_EW_ADD, &y), KILN_OK);
+    assert_int_equal(kiln_network_set_tensor_name(net, y, "y"), KILN_OK);
+    assert_int_equal(kiln_network_mark_output(net, y), KILN_OK);
+    kiln_build_config *cfg;
+    assert_int_equal(kiln_build_config_create(&cfg), KILN_OK);
+    kn_plan plan;
+    assert_int_equal(kn_build_plan(b, net, cfg, &plan), KILN_OK);
+    assert_int_equal(plan.graph->n_nodes, 1);
+    assert_string_equal(plan.graph->nodes[0].op_type, "MatMul");
+    assert_int_equal(kn_attr_int(&plan.graph->nodes[0], "kiln_bias", 0), 1);
+    kn_plan_clear(&plan);
+    void *bytes;
+    size_t size;
+    assert_int_equal(kiln_build(b, net, cfg, &bytes, &size), KILN_OK);
+    kiln_engine *e;
+    assert_int_equal(kiln_engine_load_memory(bytes, size, NULL, &e), KILN_OK);
+    kiln_free(bytes);
+    kiln_context *ctx;
+    assert_int_equal(kiln_context_create(e, &ctx), KILN_OK);
+    float in[30];
+    for (int i = 0; i < 30; i++)
+        in[i] = (float)((i * 7) % 11) - 5.0f;
+    assert_int_equal(kiln_context_set_input(ctx, "x", in, sizeof in), KILN_OK);
+    assert_int_equal(kiln_context_execute(ctx), KILN_OK);
+    kiln_tensor_view v;
+    assert_int_equal(kiln_context_get_output(ctx, "y", &v), KILN_OK);
+    const float *out = v.data;
+    for (int r = 0; r < 10; r++)
+        for (int c = 0; c < 4; c++) {
+            float want = bias[c];
+            for (int k = 0; k < 3; k++)
+                want += in[r * 3 + k] * w[k * 4 + c];
+            assert_true(fabsf(out[r * 4 + c] - want) <= 1e-5f);
+        }
+    kiln_context_destroy(ctx);
+    kiln_engine_destroy(e);
+    kiln_build_config_destroy(cfg);
+    kiln_network_destroy(net);
+    kiln_builder_destroy(b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shape_subgraph_folds_and_runs),
         cmocka_unit_test(test_invalid_network_calls),
         cmocka_unit_test(test_transpose_views),
+        cmocka_unit_test(test_matmul_bias_fused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

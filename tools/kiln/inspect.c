@@ -57,10 +57,13 @@ static void jstr(const char *s) {
 static void kernel_text(const kn_node *n, char *buf, size_t size) {
     const char *act = kn_attr_string(n, "kiln_activation", NULL);
     int residual = (int)kn_attr_int(n, "kiln_residual", 0);
+    bool bias = kn_attr_int(n, "kiln_bias", 0) != 0;
     snprintf(buf, size, "%s:%s%s%s%s", kn_is_plugin_node(n) ? "plugin" : "cpu",
              n->domain[0] && !kn_is_plugin_node(n) ? n->domain : "",
              n->domain[0] && !kn_is_plugin_node(n) ? "." : "", n->op_type,
-             residual ? "+residual" : "");
+             bias       ? "+bias"
+             : residual ? "+residual"
+                        : "");
     if (act) {
         size_t l = strlen(buf);
         snprintf(buf + l, size - l, "+%s", act);

@@ -149,6 +149,8 @@ static kiln_status matmul_run(kn_kernel_ctx *k) {
     }
     kn_epilogue ep = {0};
     KN_TRY(kn_cpu_fused_epilogue(k, 2, &ep));
+    if (kn_attr_int(k->node, "kiln_bias", 0) != 0 && k->n_in > 3)
+        ep.bias = k->in[3].data; /* one value per column */
     matmul_job j = {.m = as.d[as.rank - 2],
                     .k = as.d[as.rank - 1],
                     .n = bs.d[bs.rank - 1],
