@@ -20,6 +20,17 @@ static int32_t scalar_i64(kiln_network *net, int64_t v) {
     return t;
 }
 
+/* Build net into memory and load the plan. */
+static kiln_engine *built_engine(kiln_builder *b, kiln_network *net, kiln_build_config *cfg) {
+    void *bytes;
+    size_t size;
+    assert_int_equal(kiln_build(b, net, cfg, &bytes, &size), KILN_OK);
+    kiln_engine *e;
+    assert_int_equal(kiln_engine_load_memory(bytes, size, NULL, &e), KILN_OK);
+    kiln_free(bytes);
+    return e;
+}
+
 /* y = Reshape(x, [Shape(x)[0], Shape(x)[1] / 2, 2]) * 2 */
 static kiln_network *reshape_net(kiln_builder *b) {
     kiln_network *net;
@@ -87,12 +98,7 @@ static void test_shape_subgraph_folds_and_runs(void **state) {
     assert_false(has_dim1);
     kn_plan_clear(&plan);
 
-    void *bytes;
-    size_t size;
-    assert_int_equal(kiln_build(b, net, cfg, &bytes, &size), KILN_OK);
-    kiln_engine *e;
-    assert_int_equal(kiln_engine_load_memory(bytes, size, NULL, &e), KILN_OK);
-    kiln_free(bytes);
+    kiln_engine *e = built_engine(b, net, cfg);
     kiln_context *ctx;
     assert_int_equal(kiln_context_create(e, &ctx), KILN_OK);
     for (int64_t batch = 1; batch <= 8; batch += 3) {
@@ -199,12 +205,7 @@ static void test_transpose_views(void **state) {
     assert_int_equal(kiln_network_mark_output(net, y2), KILN_OK);
     kiln_build_config *cfg;
     assert_int_equal(kiln_build_config_create(&cfg), KILN_OK);
-    void *bytes;
-    size_t size;
-    assert_int_equal(kiln_build(b, net, cfg, &bytes, &size), KILN_OK);
-    kiln_engine *e;
-    assert_int_equal(kiln_engine_load_memory(bytes, size, NULL, &e), KILN_OK);
-    kiln_free(bytes);
+    kiln_engine *e = built_engine(b, net, cfg);
     kiln_context *ctx;
     assert_int_equal(kiln_context_create(e, &ctx), KILN_OK);
     float in[12];
@@ -262,12 +263,7 @@ static void test_matmul_bias_fused(void **state) {
     assert_string_equal(plan.graph->nodes[0].op_type, "MatMul");
     assert_int_equal(kn_attr_int(&plan.graph->nodes[0], "kiln_bias", 0), 1);
     kn_plan_clear(&plan);
-    void *bytes;
-    size_t size;
-    assert_int_equal(kiln_build(b, net, cfg, &bytes, &size), KILN_OK);
-    kiln_engine *e;
-    assert_int_equal(kiln_engine_load_memory(bytes, size, NULL, &e), KILN_OK);
-    kiln_free(bytes);
+    kiln_engine *e = built_engine(b, net, cfg);
     kiln_context *ctx;
     assert_int_equal(kiln_context_create(e, &ctx), KILN_OK);
     float in[30];

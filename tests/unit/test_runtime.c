@@ -47,6 +47,17 @@ static kiln_status build_resnet(void **plan, size_t *size) {
     return rc;
 }
 
+/* The resnet plan built in memory and loaded. */
+static kiln_engine *resnet_engine(void) {
+    void *plan;
+    size_t size;
+    assert_int_equal(build_resnet(&plan, &size), KILN_OK);
+    kiln_engine *e;
+    assert_int_equal(kiln_engine_load_memory(plan, size, NULL, &e), KILN_OK);
+    kiln_free(plan);
+    return e;
+}
+
 typedef struct job {
     kiln_engine *e;
     const kn_tensor *x;
@@ -92,12 +103,7 @@ static void *thread_main(void *arg) {
 
 static void test_build_plan_run_matches_pytorch(void **state) {
     (void)state;
-    void *plan;
-    size_t size;
-    assert_int_equal(build_resnet(&plan, &size), KILN_OK);
-    kiln_engine *e;
-    assert_int_equal(kiln_engine_load_memory(plan, size, NULL, &e), KILN_OK);
-    kiln_free(plan);
+    kiln_engine *e = resnet_engine();
     kn_tensor x, ref;
     assert_int_equal(kn_npy_read(path(MODEL "/case1_3x3x48x80/input.npy"), &x), KILN_OK);
     assert_int_equal(kn_npy_read(path(MODEL "/case1_3x3x48x80/logits.npy"), &ref), KILN_OK);
@@ -125,12 +131,7 @@ static void test_build_plan_run_matches_pytorch(void **state) {
 
 static void test_profile_and_name_errors(void **state) {
     (void)state;
-    void *plan;
-    size_t size;
-    assert_int_equal(build_resnet(&plan, &size), KILN_OK);
-    kiln_engine *e;
-    assert_int_equal(kiln_engine_load_memory(plan, size, NULL, &e), KILN_OK);
-    kiln_free(plan);
+    kiln_engine *e = resnet_engine();
     kiln_context *ctx;
     assert_int_equal(kiln_context_create(e, &ctx), KILN_OK);
     int64_t big[] = {8, 3, 64, 64};
@@ -158,12 +159,7 @@ static void test_profile_and_name_errors(void **state) {
 /* An output bound to the caller's buffer is written there; a buffer too small is refused. */
 static void test_bound_output(void **state) {
     (void)state;
-    void *plan;
-    size_t size;
-    assert_int_equal(build_resnet(&plan, &size), KILN_OK);
-    kiln_engine *e;
-    assert_int_equal(kiln_engine_load_memory(plan, size, NULL, &e), KILN_OK);
-    kiln_free(plan);
+    kiln_engine *e = resnet_engine();
     kn_tensor x, ref;
     assert_int_equal(kn_npy_read(path(MODEL "/case0_1x3x64x64/input.npy"), &x), KILN_OK);
     assert_int_equal(kn_npy_read(path(MODEL "/case0_1x3x64x64/logits.npy"), &ref), KILN_OK);
