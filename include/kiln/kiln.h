@@ -305,6 +305,12 @@ KILN_API kiln_status kiln_build_config_prefer_plugin(kiln_build_config *config,
                                                      const char *op_type);
 /* Progress callback for long builds: stage name and fraction done in [0, 1]. */
 typedef void (*kiln_progress_fn)(void *user, const char *stage, double fraction);
+/* The backends to place nodes on, in order of preference (each node goes to the first that
+ * runs it at the profile's min, opt and max shapes); the host ("cpu") is always the last
+ * resort, whether listed or not. Names are checked at build: an unknown or unavailable
+ * backend fails the build with the reason. Default: "cpu" alone. */
+KILN_API kiln_status kiln_build_config_set_backends(kiln_build_config *config,
+                                                    const char *const *names, int count);
 KILN_API kiln_status kiln_build_config_set_progress(kiln_build_config *config, kiln_progress_fn fn,
                                                     void *user);
 
@@ -373,6 +379,26 @@ KILN_API kiln_status kiln_context_set_input(kiln_context *ctx, const char *name,
 KILN_API kiln_status kiln_context_set_output(kiln_context *ctx, const char *name, void *data,
                                              size_t size);
 
+/* Where a bound buffer lives: host memory, or device memory of the plan's device backend
+ * (a CUDA device pointer for a plan built with --backend cuda). */
+typedef enum kiln_memory { KILN_MEMORY_HOST = 0, KILN_MEMORY_DEVICE = 2 } kiln_memory;
+
+/* As kiln_context_set_input / _set_output, with the memory the buffer lives in. A device
+ * input may only feed nodes placed on the device (the plan's copy to the device then moves it
+ * device to device); a host node reading it is refused at execute with the node's name. */
+KILN_API kiln_status kiln_context_set_input_memory(kiln_context *ctx, const char *name,
+                                                   const void *data, size_t size,
+                                                   kiln_memory memory);
+KILN_API kiln_status kiln_context_set_output_memory(kiln_context *ctx, const char *name, void *data,
+                                                    size_t size, kiln_memory memory);
+
+/* Run the plan: execute = enqueue + synchronize. enqueue starts the work (on a device
+ * backend it returns once the work is queued on the context's streams); bound inputs must stay
+ * valid and unchanged, and outputs are not ready, until synchronize returns. On a plan that
+ * runs on the host only, enqueue does all the work. One enqueue may be in flight per context:
+ * a second enqueue first waits for the one before. */
+KILN_API kiln_status kiln_context_enqueue(kiln_context *ctx);
+KILN_API kiln_status kiln_context_synchronize(kiln_context *ctx);
 KILN_API kiln_status kiln_context_execute(kiln_context *ctx);
 
 typedef struct kiln_tensor_view {

@@ -41,7 +41,7 @@
 extern "C" {
 #endif
 
-#define KILN_PLUGIN_ABI_VERSION 1
+#define KILN_PLUGIN_ABI_VERSION 2
 #define KILN_PLUGIN_MAX_RANK 8
 
 #if defined(__GNUC__)
@@ -186,7 +186,18 @@ typedef struct kiln_plugin_ops {
      * be thread-safe. */
     void *(*clone)(void *self);
     void (*destroy)(void *self);
+
+    /* --- abi_version 2 --- */
+    /* Whether enqueue can run on the named backend's stream with that backend's memory
+     * ("cpu", "cuda", ...). Optional (or an older plugin): the CPU only. */
+    int32_t (*supports_backend)(void *self, const char *backend);
+    /* KILN_PLUGIN_FLAG_* bits. */
+    uint32_t flags;
 } kiln_plugin_ops;
+
+/* enqueue only enqueues work on its stream: it never synchronizes, allocates or reads device
+ * memory on the host, so it may be recorded into a stream graph (a CUDA graph). */
+#define KILN_PLUGIN_FLAG_GRAPH_SAFE 1u
 
 typedef struct kiln_plugin_instance {
     const kiln_plugin_ops *ops;

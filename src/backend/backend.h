@@ -1,6 +1,16 @@
-/* The backend interface. A backend offers kernels for (domain, op_type) pairs; the runtime binds
- * each node to one at engine creation. Streams are part of the interface from the start: the CPU
- * stream is synchronous, a CUDA stream slots in without changing callers. */
+/* The backend interface. A backend is an object, {iface, device, context} as ggml's backends
+ * are: the iface is a table of functions shared by every instance of one kind of backend, the
+ * device says which device an instance drives, the context is the backend's own state.
+ *
+ * A backend owns a memory space (host, pinned host or device), offers kernels for
+ * (domain, op_type) pairs and answers, per node, whether it can run it with these dtypes,
+ * layouts and shapes. Streams and events order its work: the CPU's stream is synchronous, a
+ * device's stream is a queue that a kernel's run only enqueues on. The builder places every
+ * node on one backend and inserts explicit copies where memory spaces meet; the runtime only
+ * follows that placement. Nothing here names a device API: a CUDA backend keeps its types
+ * behind kn_stream, kn_event and kn_buffer.impl.
+ *
+ * Optional slots may be NULL; each says what the host does then. */
 #ifndef KN_BACKEND_H
 #define KN_BACKEND_H
 
@@ -9,24 +19,58 @@
 #include "core/threadpool.h"
 #include "ir/graph.h"
 
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Where a tensor's bytes live. Host and pinned host memory are addressable by the CPU;
+ * device memory is not (its pointers are only meaningful to the owning backend). */
+typedef enum kn_mem {
+    KN_MEM_HOST = 0,
+    KN_MEM_PINNED = 1,
+    KN_MEM_DEVICE = 2,
+} kn_mem;
+
+static inline bool kn_mem_host_visible(kn_mem m) {
+    return m != KN_MEM_DEVICE;
+}
+
+/* Layout bits a backend can accept or produce (kiln_plugin.h's KILN_LAYOUT_* as bits). */
+enum { KN_LAYOUT_LINEAR_BIT = 1u << 0, KN_LAYOUT_NHWC_BIT = 1u << 1 };
+
 typedef struct kn_stream kn_stream; /* backend-defined; NULL on the CPU */
+typedef struct kn_event kn_event;   /* backend-defined */
+typedef struct kn_backend kn_backend;
+
+/* A block of one memory space. base is what tensors point into (a device address for device
+ * memory); impl is the backend's own handle. */
+typedef struct kn_buffer {
+    void *base;
+    size_t size;
+    kn_mem mem;
+    void *impl;
+} kn_buffer;
 
 typedef struct kn_kernel_ctx {
     const kn_node *node;
     int n_in;
     const kn_tensor *in; /* every present input has data; omitted ones have dtype 0 */
     int n_out;
-    kn_tensor *out; /* dtype/shape from inference; data allocated by the runtime */
-    void *state;    /* what prepare returned (NULL if no prepare) */
-    kn_threadpool *pool;
-    kn_stream *stream;
+    kn_tensor *out;      /* dtype/shape from inference; data allocated by the runtime */
+    void *state;         /* what prepare returned (NULL if no prepare) */
+    kn_threadpool *pool; /* the context's CPU threads */
+    kn_stream *stream;   /* the context's stream of the node's backend (NULL on the CPU) */
+    kn_backend *backend; /* the node's backend */
 } kn_kernel_ctx;
 
+/* Runs the node (the CPU) or enqueues it on k->stream (a device). Pointers in k->in and k->out
+ * are in the backend's memory space, except inputs the backend reads on the host (caps.host_in),
+ * which are host memory and complete when run is called. */
 typedef kiln_status (*kn_kernel_fn)(kn_kernel_ctx *k);
 /* Called once per node when an engine is created (or a graph is folded). `in` holds every
  * input's dtype; constant inputs (weights) also have shape and data, others have data NULL.
- * May precompute (e.g. pack weights) into *state. The engine is immutable afterwards: state
- * is read-only during execution and shared by all contexts. */
+ * Constant data is host memory here. May precompute (e.g. pack weights) into *state. The
+ * engine is immutable afterwards: state is read-only during execution and shared by all
+ * contexts. */
 typedef kiln_status (*kn_prepare_fn)(const kn_node *node, int n_in, const kn_tensor *in,
                                      void **state);
 typedef void (*kn_release_fn)(void *state);
@@ -39,15 +83,104 @@ typedef struct kn_kernel {
     kn_release_fn release; /* optional; required when prepare allocates */
 } kn_kernel;
 
+/* A backend's answer for one node (see supports). */
+typedef struct kn_caps {
+    uint64_t host_in;  /* bit j: input j is read on the host (a Reshape's shape, TopK's k) */
+    uint32_t layouts;  /* KN_LAYOUT_*_BIT the kernel accepts; 0 means linear */
+    bool capture_safe; /* the kernel may be recorded into a stream graph */
+    char reason[160];  /* when unsupported: why, for kiln inspect */
+} kn_caps;
+
 typedef struct kn_backend_iface {
     const char *name;
-    /* NULL if the backend has no kernel for this op. */
-    const kn_kernel *(*find_kernel)(const char *domain, const char *name);
-    kiln_status (*stream_create)(kn_stream **out);
-    void (*stream_destroy)(kn_stream *s);
-    kiln_status (*stream_sync)(kn_stream *s);
+    kn_mem mem; /* where this backend's tensors live */
+
+    /* --- kernels --- */
+    /* The kernel for (domain, name), or NULL when the backend has none. */
+    const kn_kernel *(*find_kernel)(kn_backend *b, const char *domain, const char *name);
+    /* Whether the backend runs node n with these inputs and outputs: dtypes and shapes are
+     * set; data is set (host memory) for inputs whose values are known at build. Fill caps.
+     * Optional: NULL means "every node find_kernel has a kernel for". */
+    bool (*supports)(kn_backend *b, const kn_node *n, int n_in, const kn_tensor *in, int n_out,
+                     const kn_tensor *out, kn_caps *caps);
+    /* The kernel that runs a plugin node on this backend, given the host's kernel that calls
+     * the plugin's enqueue with the backend's stream. Optional: NULL uses the host's kernel. */
+    const kn_kernel *(*plugin_kernel)(kn_backend *b, const kn_kernel *host_kernel);
+
+    /* --- memory --- */
+    /* Allocate size bytes (64-byte aligned) of space mem. Required for backends whose mem is
+     * not host memory; optional otherwise (NULL: the host allocator). */
+    kiln_status (*buffer_alloc)(kn_backend *b, kn_mem mem, size_t size, kn_buffer *out);
+    void (*buffer_free)(kn_backend *b, kn_buffer *buf);
+    /* Copy n bytes between spaces, ordered on stream s (asynchronous on a device: host memory
+     * must stay valid and unchanged until an event recorded after it completes). Required for
+     * device backends. */
+    kiln_status (*copy)(kn_backend *b, kn_stream *s, void *dst, kn_mem dst_mem, const void *src,
+                        kn_mem src_mem, size_t n);
+
+    /* --- streams --- */
+    /* Optional (NULL: the stream is NULL and synchronous, as on the CPU). */
+    kiln_status (*stream_create)(kn_backend *b, kn_stream **out);
+    void (*stream_destroy)(kn_backend *b, kn_stream *s);
+    /* Wait until everything enqueued on s has run; reports a failure of enqueued work. */
+    kiln_status (*stream_sync)(kn_backend *b, kn_stream *s);
+    /* The native handle a plugin's enqueue gets in kiln_stream.handle (a cudaStream_t), and
+     * the kiln_stream.backend value (KILN_BACKEND_*). Optional: NULL handle, KILN_BACKEND_CPU. */
+    void *(*stream_native)(kn_backend *b, kn_stream *s);
+    int32_t plugin_stream_kind;
+
+    /* --- events (optional as a group: NULL when the backend's work is synchronous) --- */
+    kiln_status (*event_create)(kn_backend *b, kn_event **out);
+    void (*event_destroy)(kn_backend *b, kn_event *e);
+    /* Mark the point in s's queue that e completes at. */
+    kiln_status (*event_record)(kn_backend *b, kn_event *e, kn_stream *s);
+    /* Make s wait (without blocking the host) until e has completed. */
+    kiln_status (*event_wait)(kn_backend *b, kn_stream *s, kn_event *e);
+    /* Block the host until e has completed. */
+    kiln_status (*event_sync)(kn_backend *b, kn_event *e);
+    /* Milliseconds between two completed events. */
+    kiln_status (*event_elapsed)(kn_backend *b, kn_event *start, kn_event *end, float *ms);
+
+    /* --- stream graphs (optional as a group: NULL when capture is not offered) --- */
+    kiln_status (*capture_begin)(kn_backend *b, kn_stream *s);
+    kiln_status (*capture_end)(kn_backend *b, kn_stream *s, void **graph);
+    kiln_status (*graph_launch)(kn_backend *b, kn_stream *s, void *graph);
+    void (*graph_destroy)(kn_backend *b, void *graph);
 } kn_backend_iface;
 
-const kn_backend_iface *kn_backend_cpu(void);
+struct kn_backend {
+    const kn_backend_iface *iface;
+    int device;    /* device ordinal (0 on the CPU) */
+    void *context; /* the backend's own state */
+};
+
+/* Name of the host backend; every graph input, output and host-read value lives there. */
+#define KN_BACKEND_HOST "cpu"
+
+/* The backend registry: backends known to this process, found by name. The CPU backend is
+ * built in; others are registered by a module loader or a test. The registry holds one
+ * instance per name (device 0), created on first use and kept for the process's life:
+ * backends are shared by every engine and context, and their state is immutable or guarded.
+ */
+
+/* Find the backend called name. Absent or unusable (no module, no device): KILN_ERR_NOT_FOUND
+ * or KILN_ERR_UNSUPPORTED with a message that says why. */
+kiln_status kn_backend_get(const char *name, kn_backend **out);
+/* The host (CPU) backend; never fails. */
+kn_backend *kn_backend_host(void);
+/* Make b findable by b->iface->name. b must outlive every engine using it. A name that is
+ * already registered is refused. */
+kiln_status kn_backend_register(kn_backend *b);
+static inline const kn_kernel *kn_backend_find_kernel(kn_backend *b, const char *domain,
+                                                      const char *name) {
+    return b->iface->find_kernel(b, domain, name);
+}
+/* Names of the registered backends, comma-separated, for messages. */
+const char *kn_backend_names(char *buf, size_t size);
+
+/* Ask b whether it runs node n (see supports); on a backend without supports, whether it has
+ * a kernel. caps is always filled. */
+bool kn_backend_supports(kn_backend *b, const kn_node *n, int n_in, const kn_tensor *in, int n_out,
+                         const kn_tensor *out, kn_caps *caps);
 
 #endif

@@ -5,8 +5,9 @@
 
 #include "core/alloc.h"
 #include "core/fileio.h"
+#include "ir/placement.h"
 #include "passes/passes.h"
-#include "runtime/resolve.h"
+#include "shape/resolve.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -195,12 +196,71 @@ static kiln_status annotate(kn_graph *g, const kn_resolved *lo, const kn_resolve
 static kiln_status check_kernels(const kn_graph *g) {
     for (int i = 0; i < g->n_nodes; i++) {
         const kn_node *n = &g->nodes[i];
-        if (!n->dead && !kn_is_plugin_node(n) &&
-            kn_backend_cpu()->find_kernel(n->domain, n->op_type) == NULL)
-            return kn_error(KILN_ERR_UNSUPPORTED, "node '%s': op '%s'%s%s has no CPU kernel",
-                            n->name, n->op_type, n->domain[0] ? " in domain " : "", n->domain);
+        if (n->dead || kn_is_plugin_node(n) || kn_node_copy_kind(n) != KN_COPY_NONE)
+            continue;
+        kn_backend *b;
+        KN_TRY(kn_backend_get(kn_node_backend(n), &b));
+        if (b->iface->find_kernel(b, n->domain, n->op_type) == NULL)
+            return kn_error(KILN_ERR_UNSUPPORTED, "node '%s': op '%s'%s%s has no %s kernel",
+                            n->name, n->op_type, n->domain[0] ? " in domain " : "", n->domain,
+                            b->iface->name);
     }
     return KILN_OK;
+}
+
+/* The configured backends, found (a module loads here) so a build for a backend this machine
+ * lacks fails at once with the reason. */
+static kiln_status find_backends(const kiln_build_config *cfg, kn_backend **order, int *n) {
+    *n = 0;
+    for (int i = 0; i < cfg->n_backends; i++) {
+        kiln_status rc = kn_backend_get(cfg->backends[i], &order[*n]);
+        if (rc != KILN_OK)
+            return rc;
+        (*n)++;
+    }
+    return KILN_OK;
+}
+
+/* Place nodes on the configured backends and insert copies between memory spaces. */
+static kiln_status place(kn_graph *g, const kiln_build_config *cfg,
+                         const kn_plugin_table *plugins) {
+    kn_backend *order[8];
+    int n_order;
+    KN_TRY(find_backends(cfg, order, &n_order));
+    bool device = false;
+    for (int k = 0; k < n_order; k++)
+        device |= strcmp(order[k]->iface->name, KN_BACKEND_HOST) != 0;
+    if (!device)
+        return KILN_OK;
+    size_t nv = (size_t)g->n_values + 1, nn = (size_t)g->n_nodes + 1;
+    kn_resolved *at[3] = {NULL, NULL, NULL};
+    bool *deferred[3] = {NULL, NULL, NULL};
+    kiln_status rc = KILN_OK;
+    int done = 0;
+    for (int k = 0; k < 3; k++)
+        if ((at[k] = kn_calloc(nv, sizeof(kn_resolved))) == NULL ||
+            (deferred[k] = kn_calloc(nn, sizeof(bool))) == NULL)
+            rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    for (; rc == KILN_OK && done < 3; done++)
+        rc = resolve_at(g, cfg, plugins, done, at[done], deferred[done]);
+    if (rc == KILN_OK) {
+        kn_placement p = {.order = order,
+                          .n_order = n_order,
+                          .at = (const kn_resolved *const *)at,
+                          .deferred = (const bool *const *)deferred,
+                          .n_at = 3,
+                          .plugin_of = table_plugin,
+                          .plugin_user = (void *)plugins};
+        rc = kn_pass_assign_backends(g, &p);
+    }
+    for (int k = 0; k < 3; k++) {
+        if (at[k] != NULL && k < done)
+            kn_resolved_release(at[k], g->n_values);
+        kn_free(at[k]);
+        kn_free(deferred[k]);
+    }
+    KN_TRY(rc);
+    return kn_pass_insert_copies(g);
 }
 
 /* Resolve at min and max, fold, annotate. */
@@ -263,8 +323,12 @@ kiln_status kn_build_plan(const kiln_builder *b, const kiln_network *net,
         (rc = kn_pass_fuse_activations(g)) != KILN_OK || (rc = tidy(g)) != KILN_OK ||
         (rc = kn_pass_fuse_elementwise(g)) != KILN_OK || (rc = tidy(g)) != KILN_OK)
         goto fail;
-    progress(cfg, "annotating", 0.8);
-    if ((rc = resolve_fold_annotate(g, cfg, &plugins, false)) != KILN_OK ||
+    progress(cfg, "annotating", 0.7);
+    if ((rc = resolve_fold_annotate(g, cfg, &plugins, false)) != KILN_OK)
+        goto fail;
+    progress(cfg, "placing", 0.8);
+    if ((rc = place(g, cfg, &plugins)) != KILN_OK ||
+        (rc = resolve_fold_annotate(g, cfg, &plugins, false)) != KILN_OK ||
         (rc = check_kernels(g)) != KILN_OK)
         goto fail;
     out->graph = g;

@@ -25,6 +25,8 @@ struct kiln_build_config {
     int n_prefer;
     kiln_progress_fn progress;
     void *progress_user;
+    char **backends; /* placement order (the host is always last); empty: host only */
+    int n_backends;
 };
 
 /* Build into a kn_plan (owned by the caller; clear with kn_plan_clear). */

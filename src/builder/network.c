@@ -95,7 +95,41 @@ void kiln_build_config_destroy(kiln_build_config *c) {
     for (int i = 0; i < c->n_prefer; i++)
         kn_free(c->prefer_plugin[i]);
     kn_free(c->prefer_plugin);
+    for (int i = 0; i < c->n_backends; i++)
+        kn_free(c->backends[i]);
+    kn_free(c->backends);
     kn_free(c);
+}
+
+kiln_status kiln_build_config_set_backends(kiln_build_config *c, const char *const *names,
+                                           int count) {
+    if (c == NULL || count < 0 || count > 8 || (count > 0 && names == NULL))
+        return kn_error(KILN_ERR_INVALID_ARGUMENT,
+                        "kiln_build_config_set_backends: NULL config or names, or more than 8");
+    for (int i = 0; i < count; i++) {
+        if (names[i] == NULL || names[i][0] == '\0')
+            return kn_error(KILN_ERR_INVALID_ARGUMENT, "backend %d has an empty name", i);
+        for (int j = 0; j < i; j++)
+            if (strcmp(names[i], names[j]) == 0)
+                return kn_error(KILN_ERR_INVALID_ARGUMENT, "backend '%s' is listed twice",
+                                names[i]);
+    }
+    char **list = kn_calloc((size_t)count + 1, sizeof *list);
+    if (list == NULL)
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    for (int i = 0; i < count; i++)
+        if ((list[i] = kn_strdup(names[i])) == NULL) {
+            for (int j = 0; j < i; j++)
+                kn_free(list[j]);
+            kn_free(list);
+            return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        }
+    for (int i = 0; i < c->n_backends; i++)
+        kn_free(c->backends[i]);
+    kn_free(c->backends);
+    c->backends = list;
+    c->n_backends = count;
+    return KILN_OK;
 }
 
 kiln_status kiln_build_config_set_threads(kiln_build_config *c, int threads) {

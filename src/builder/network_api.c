@@ -4,7 +4,7 @@
 
 #include "core/alloc.h"
 #include "ops/op.h"
-#include "runtime/resolve.h"
+#include "shape/resolve.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -56,6 +56,10 @@ typedef struct kn_value {
     bool data_owned;
 } kn_value;
 
+/* Most inputs or outputs one node may have (the importer and the builder refuse more), so
+ * per-node scratch arrays can be fixed-size. */
+#define KN_MAX_NODE_IO 64
+
 typedef struct kn_node {
     char *name; /* never NULL (generated if the model has none) */
     char *op_type;

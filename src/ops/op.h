@@ -71,5 +71,6 @@ extern const kn_op_schema kn_ops_norm[];   /* batch/instance/layer/group norm, L
 extern const kn_op_schema kn_ops_rnn[];    /* RNN, GRU, LSTM */
 extern const kn_op_schema kn_ops_extra[];  /* attention, signal, quantized linear algebra */
 extern const kn_op_schema kn_ops_misc[];   /* Resize, Einsum, and the rest */
+extern const kn_op_schema kn_ops_memcpy[]; /* copies between memory spaces */
 
 #endif

@@ -4,7 +4,7 @@
 
 static const kn_op_schema *const families[] = {
     kn_ops_elementwise, kn_ops_tensor, kn_ops_reduce, kn_ops_nn,    kn_ops_pool,
-    kn_ops_norm,        kn_ops_rnn,    kn_ops_misc,   kn_ops_extra,
+    kn_ops_norm,        kn_ops_rnn,    kn_ops_misc,   kn_ops_extra, kn_ops_memcpy,
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 

@@ -1,6 +1,6 @@
 #include "passes/passes.h"
 
-#include "runtime/resolve.h"
+#include "shape/resolve.h"
 
 #include <string.h>
 

@@ -3,8 +3,10 @@
 #ifndef KN_PASSES_H
 #define KN_PASSES_H
 
+#include "backend/backend.h"
 #include "core/status.h"
 #include "ir/graph.h"
+#include "kiln/kiln_plugin.h"
 
 struct kn_resolved;
 
@@ -31,5 +33,27 @@ kiln_status kn_pass_fold_batchnorm(kn_graph *g);
 kiln_status kn_pass_fuse_activations(kn_graph *g);
 /* Collapse chains of element-wise ops into one kiln.FusedElementwise node. */
 kiln_status kn_pass_fuse_elementwise(kn_graph *g);
+
+/* What placement needs: the backends in order of preference (the host among them, or
+ * implied last), the graph resolved at the profile's shapes, and the plugin bound to each
+ * plugin node. */
+typedef struct kn_placement {
+    kn_backend *const *order;
+    int n_order;
+    const struct kn_resolved *const *at; /* n_at resolutions (min, max, opt) */
+    const bool *const *deferred;         /* per resolution: nodes deferred to run time */
+    int n_at;
+    const kiln_plugin_instance *(*plugin_of)(void *user, const kn_node *n, int index);
+    void *plugin_user;
+} kn_placement;
+/* Place every node on a backend (see ir/placement.h): records kiln_backend and
+ * kiln_host_inputs, and kiln_placement_reason on nodes a device backend did not take. A
+ * no-op when only the host is asked for. */
+kiln_status kn_pass_assign_backends(kn_graph *g, const kn_placement *p);
+/* Insert a copy node (kiln.MemcpyToDevice / MemcpyToHost) wherever a value crosses between
+ * memory spaces: one per value and direction. Constants are not copied (engines mirror them
+ * on the devices that read them); graph inputs and outputs stay host memory (a device-made
+ * output is produced under a new name and copied to the host under its own). */
+kiln_status kn_pass_insert_copies(kn_graph *g);
 
 #endif

@@ -68,6 +68,9 @@ typedef struct kn_plugin_run {
     size_t ws_size;
 } kn_plugin_run;
 extern const kn_kernel kn_plugin_kernel;
+/* Whether a plugin instance says its enqueue runs on backend (ABI v2's supports_backend; an
+ * older plugin, or one without it, runs on the host only). */
+bool kn_plugin_supports_backend(const kiln_plugin_instance *inst, const char *backend);
 /* Shapes changed: tell the plugin and size its workspace. */
 kiln_status kn_plugin_shapes_changed(const kn_node *n, kn_plugin_run *run, const kn_tensor *in,
                                      const kn_tensor *out);

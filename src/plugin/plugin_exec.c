@@ -182,6 +182,11 @@ static kiln_status plugin_run(kn_kernel_ctx *k) {
         op[i] = k->out[i].data;
     }
     kiln_stream stream = {.backend = KILN_BACKEND_CPU, .handle = NULL, .host_private = k->pool};
+    const kn_backend_iface *bi = k->backend ? k->backend->iface : NULL;
+    if (bi != NULL && bi->stream_native != NULL) {
+        stream.backend = bi->plugin_stream_kind;
+        stream.handle = bi->stream_native(k->backend, k->stream);
+    }
     kn_error(KILN_ERR_PLUGIN, "failed without a reason");
     if (run->inst.ops->enqueue(run->inst.self, k->n_in, din, ip, k->n_out, dout, op,
                                run->ws_size ? run->ws : NULL, &stream) != 0)

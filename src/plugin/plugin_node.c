@@ -421,3 +421,13 @@ kiln_status kn_plugin_create_for_node(const kiln_registry *r, const kn_node *n,
                         n->name, n->op_type, version, ns);
     return create(e, n, false, out);
 }
+
+bool kn_plugin_supports_backend(const kiln_plugin_instance *inst, const char *backend) {
+    if (strcmp(backend, "cpu") == 0)
+        return true;
+    const kiln_plugin_ops *o = inst ? inst->ops : NULL;
+    if (o == NULL || o->abi_version < 2 || !KILN_HAS_MEMBER(o, kiln_plugin_ops, supports_backend) ||
+        o->supports_backend == NULL)
+        return false;
+    return o->supports_backend(inst->self, backend) != 0;
+}

@@ -1,14 +1,12 @@
 #include "core/alloc.h"
 #include "ops/op.h"
 #include "runtime/engine.h"
+#include "ir/placement.h"
 #include "runtime/memory_plan.h"
 
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
-
-/* Host evaluation at shape time is for shape subgraphs: small by nature. */
-#define KN_RUNTIME_EVAL_ELEMS 4096
 
 static int default_threads(const kiln_engine *e) {
     int t = e->plan.threads;
@@ -17,6 +15,49 @@ static int default_threads(const kiln_engine *e) {
         t = n > 0 ? (int)n : 1;
     }
     return t;
+}
+
+/* One stream per backend, one event per copy node (where the backend has events). */
+static kiln_status create_streams(kiln_context *c) {
+    const kiln_engine *e = c->e;
+    for (int k = 1; k < e->n_backends; k++) {
+        kn_backend *b = e->backends[k];
+        if (b->iface->stream_create != NULL)
+            KN_TRY(b->iface->stream_create(b, &c->streams[k]));
+    }
+    const kn_graph *g = e->plan.graph;
+    for (int i = 0; i < g->n_nodes; i++) {
+        kn_backend *b = kn_engine_node_backend(e, i);
+        if (kn_node_copy_kind(&g->nodes[i]) != KN_COPY_NONE && b->iface->event_create != NULL)
+            KN_TRY(b->iface->event_create(b, &c->copy_done[i]));
+    }
+    return KILN_OK;
+}
+
+static void destroy_streams(kiln_context *c) {
+    const kiln_engine *e = c->e;
+    const kn_graph *g = e->plan.graph;
+    for (int k = 1; k < e->n_backends; k++)
+        if (c->streams[k] != NULL && e->backends[k]->iface->stream_sync != NULL)
+            (void)e->backends[k]->iface->stream_sync(e->backends[k], c->streams[k]);
+    if (c->copy_done)
+        for (int i = 0; i < g->n_nodes; i++)
+            if (c->copy_done[i] != NULL) {
+                kn_backend *b = kn_engine_node_backend(e, i);
+                b->iface->event_destroy(b, c->copy_done[i]);
+            }
+    for (int k = 1; k < e->n_backends; k++)
+        if (c->streams[k] != NULL)
+            e->backends[k]->iface->stream_destroy(e->backends[k], c->streams[k]);
+}
+
+static void free_space(kiln_context *c, int k) {
+    kn_space_arena *a = &c->arenas[k];
+    if (k == 0)
+        kn_free(a->base);
+    else if (a->buf.base != NULL)
+        c->e->backends[k]->iface->buffer_free(c->e->backends[k], &a->buf);
+    memset(a, 0, sizeof *a);
 }
 
 kiln_status kiln_context_create(kiln_engine *e, kiln_context **out) {
@@ -45,7 +86,13 @@ kiln_status kiln_context_create(kiln_engine *e, kiln_context **out) {
     c->dyn = kn_calloc(nv, sizeof *c->dyn);
     c->deferred = kn_calloc(nn, sizeof *c->deferred);
     c->runs = kn_calloc(nn, sizeof *c->runs);
-    if (!c->runs || !c->in_shape || !c->in_shape_set || !c->in_data || !c->in_size ||
+    c->dyn_dev = kn_calloc(nv, sizeof *c->dyn_dev);
+    c->copy_done = kn_calloc(nn, sizeof *c->copy_done);
+    c->copy_pending = kn_calloc(nn, sizeof *c->copy_pending);
+    c->in_device = kn_calloc(ni, sizeof *c->in_device);
+    c->out_device = kn_calloc(no, sizeof *c->out_device);
+    if (!c->dyn_dev || !c->copy_done || !c->copy_pending || !c->in_device || !c->out_device ||
+        !c->runs || !c->in_shape || !c->in_shape_set || !c->in_data || !c->in_size ||
         !c->out_user || !c->out_user_size || !c->out_buf || !c->out_cap || !c->vals ||
         !c->in_arena || !c->offsets || !c->alias || !c->dyn || !c->deferred) {
         kiln_context_destroy(c);
@@ -74,6 +121,8 @@ kiln_status kiln_context_create(kiln_engine *e, kiln_context **out) {
         return rc;
     }
     rc = kiln_context_set_threads(c, default_threads(e));
+    if (rc == KILN_OK)
+        rc = create_streams(c);
     if (rc != KILN_OK) {
         kiln_context_destroy(c);
         return rc;
@@ -85,12 +134,19 @@ kiln_status kiln_context_create(kiln_engine *e, kiln_context **out) {
 void kiln_context_destroy(kiln_context *c) {
     if (c == NULL)
         return;
+    destroy_streams(c);
     kn_threadpool_destroy(c->pool);
     if (c->vals)
         kn_resolved_release(c->vals, c->e->plan.graph->n_values);
     if (c->dyn)
         for (int v = 0; v < c->e->plan.graph->n_values; v++)
             kn_free(c->dyn[v]);
+    if (c->dyn_dev)
+        for (int v = 0; v < c->e->plan.graph->n_values; v++)
+            if (c->dyn_dev[v].base != NULL) {
+                kn_backend *b = c->e->backends[c->e->value_space[v]];
+                b->iface->buffer_free(b, &c->dyn_dev[v]);
+            }
     if (c->out_buf)
         for (int i = 0; i < c->e->plan.graph->n_outputs; i++)
             kn_free(c->out_buf[i]);
@@ -116,7 +172,13 @@ void kiln_context_destroy(kiln_context *c) {
     kn_free(c->alias);
     kn_free(c->dyn);
     kn_free(c->deferred);
-    kn_free(c->arena);
+    kn_free(c->dyn_dev);
+    kn_free(c->copy_done);
+    kn_free(c->copy_pending);
+    kn_free(c->in_device);
+    kn_free(c->out_device);
+    for (int k = 0; k < c->e->n_backends; k++)
+        free_space(c, k);
     kn_free(c);
 }
 
@@ -200,8 +262,8 @@ static const kiln_plugin_instance *context_plugin(void *user, const kn_node *n, 
 
 kiln_status kn_context_plugin_shapes(kiln_context *c, int node) {
     const kn_node *n = &c->e->plan.graph->nodes[node];
-    kn_tensor in[64], out[64];
-    if (n->n_in > 64 || n->n_out > 64)
+    kn_tensor in[KN_MAX_NODE_IO], out[KN_MAX_NODE_IO];
+    if (n->n_in > KN_MAX_NODE_IO || n->n_out > KN_MAX_NODE_IO)
         return kn_error(KILN_ERR_PLUGIN, "node '%s' has too many inputs or outputs", n->name);
     for (int j = 0; j < n->n_in; j++)
         in[j] = n->in[j] >= 0 ? c->vals[n->in[j]].t : (kn_tensor){0};
@@ -231,35 +293,187 @@ static bool transpose_is_view(const kn_node *n, const kn_shape *in) {
     return true;
 }
 
+/* What one resolution lays out: which values get arena memory, which share another's, where
+ * each lives in its space's arena, and how large each arena must be. */
+typedef struct kn_layout {
+    const kn_resolved *vals;
+    const bool *deferred;
+    bool *in_arena;
+    int *alias;
+    size_t *offsets;
+    size_t total[KN_MAX_PLAN_BACKENDS];
+} kn_layout;
+
 /* Reshape, Flatten, Squeeze, Unsqueeze, Identity, and Transposes that move only size-1 dims,
- * only relabel their input's bytes: their output shares the input's arena memory, and the
- * executor skips them. */
-static void alias_views(kiln_context *c) {
-    const kn_graph *g = c->e->plan.graph;
+ * only relabel their input's bytes: their output shares the input's arena memory (in the same
+ * memory space), and the executor skips them. */
+static void alias_views(const kiln_engine *e, kn_layout *L) {
+    const kn_graph *g = e->plan.graph;
     for (int v = 0; v < g->n_values; v++)
-        c->alias[v] = -1;
+        L->alias[v] = -1;
     for (int i = 0; i < g->n_nodes; i++) {
         const kn_node *n = &g->nodes[i];
-        if (n->dead || c->deferred[i] || n->n_in < 1 || n->n_out != 1 || n->in[0] < 0 ||
-            n->out[0] < 0 || !c->in_arena[n->out[0]])
+        if (n->dead || L->deferred[i] || n->n_in < 1 || n->n_out != 1 || n->in[0] < 0 ||
+            n->out[0] < 0 || !L->in_arena[n->out[0]])
             continue;
         const kn_op_schema *op = kn_op_find(n->domain, n->op_type);
         int x = n->in[0], y = n->out[0];
-        if (op == NULL || (!(op->flags & KN_OP_VIEW) && !transpose_is_view(n, &c->vals[x].t.shape)))
+        if (op == NULL || (!(op->flags & KN_OP_VIEW) && !transpose_is_view(n, &L->vals[x].t.shape)))
             continue;
-        int root = c->alias[x] >= 0 ? c->alias[x] : x;
-        if (!c->in_arena[root] ||
-            kn_tensor_nbytes(&c->vals[y].t) != kn_tensor_nbytes(&c->vals[root].t))
+        int root = L->alias[x] >= 0 ? L->alias[x] : x;
+        if (!L->in_arena[root] || e->value_space[root] != e->value_space[y] ||
+            kn_tensor_nbytes(&L->vals[y].t) != kn_tensor_nbytes(&L->vals[root].t))
             continue;
-        c->alias[y] = root;
-        c->in_arena[y] = false;
+        L->alias[y] = root;
+        L->in_arena[y] = false;
     }
+}
+
+/* Values in a device space always get arena memory: one the host evaluated at shape time is
+ * uploaded there (see upload_host_values). */
+static kiln_status lay_out(const kiln_engine *e, kn_layout *L, size_t *scratch) {
+    const kn_graph *g = e->plan.graph;
+    for (int v = 0; v < g->n_values; v++) {
+        const kn_resolved *r = &L->vals[v];
+        bool produced = !g->values[v].is_input && g->values[v].producer >= 0;
+        L->in_arena[v] = r->known && produced && (r->t.data == NULL || e->value_space[v] != 0);
+    }
+    alias_views(e, L);
+    bool *mask = (bool *)(scratch + g->n_values);
+    for (int k = 0; k < e->n_backends; k++) {
+        L->total[k] = 0;
+        if (k > 0 && e->backends[k]->iface->mem != KN_MEM_DEVICE)
+            continue;
+        for (int v = 0; v < g->n_values; v++)
+            mask[v] = L->in_arena[v] && e->value_space[v] == k;
+        KN_TRY(kn_memory_plan(g, L->vals, mask, L->alias, scratch, &L->total[k]));
+        for (int v = 0; v < g->n_values; v++)
+            if (mask[v])
+                L->offsets[v] = scratch[v];
+    }
+    return KILN_OK;
+}
+
+static kiln_status grow_space(kiln_context *c, int k, size_t need) {
+    kn_space_arena *a = &c->arenas[k];
+    /* Never left NULL: base + 0 must stay a valid pointer for zero-sized values. */
+    if (need <= a->size && a->base != NULL)
+        return KILN_OK;
+    if (need == 0)
+        need = 1;
+    if (k == 0) {
+        void *p = kn_aligned_alloc(need, KN_ARENA_ALIGN);
+        if (p == NULL)
+            return kn_error(KILN_ERR_OUT_OF_MEMORY, "cannot allocate a %zu-byte activation arena",
+                            need);
+        kn_free(a->base);
+        a->base = p;
+    } else {
+        kn_backend *b = c->e->backends[k];
+        /* Work in flight may still use the old arena. */
+        if (a->base != NULL && b->iface->stream_sync)
+            KN_TRY(b->iface->stream_sync(b, c->streams[k]));
+        kn_buffer nb;
+        kiln_status rc = b->iface->buffer_alloc(b, KN_MEM_DEVICE, need, &nb);
+        if (rc != KILN_OK)
+            return kn_error_prefix(rc, "%s activation arena (%zu bytes): ", b->iface->name, need);
+        if (a->buf.base != NULL)
+            b->iface->buffer_free(b, &a->buf);
+        a->buf = nb;
+        a->base = nb.base;
+    }
+    a->size = need;
+    return KILN_OK;
+}
+
+/* Device arenas are sized once for the profile's max shapes, so they keep their address while
+ * shapes change inside the profile (device work and recorded stream graphs point into them). */
+static kiln_status size_device_spaces_at_max(kiln_context *c, size_t *scratch) {
+    const kiln_engine *e = c->e;
+    const kn_graph *g = e->plan.graph;
+    bool any = false;
+    for (int k = 1; k < e->n_backends; k++)
+        any |= e->backends[k]->iface->mem == KN_MEM_DEVICE && c->arenas[k].base == NULL;
+    if (!any)
+        return KILN_OK;
+    size_t nv = (size_t)g->n_values + 1;
+    kn_resolved *vals = kn_calloc(nv, sizeof *vals);
+    bool *deferred = kn_calloc((size_t)g->n_nodes + 1, sizeof *deferred);
+    bool *in_arena = kn_calloc(nv, sizeof *in_arena);
+    int *alias = kn_calloc(nv, sizeof *alias);
+    size_t *offsets = kn_calloc(nv, sizeof *offsets);
+    kiln_status rc = KILN_OK;
+    if (!vals || !deferred || !in_arena || !alias || !offsets) {
+        rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory resolving shapes");
+        goto out;
+    }
+    for (int i = 0; i < g->n_inputs; i++) {
+        const kn_value *v = &g->values[g->inputs[i]];
+        const kn_profile *p = e->input_profile[i];
+        kn_resolved *r = &vals[g->inputs[i]];
+        r->t.dtype = v->dtype;
+        r->t.shape.rank = v->rank;
+        for (int d = 0; d < v->rank; d++)
+            r->t.shape.d[d] = p != NULL ? p->max[d] : c->in_shape[i].d[d];
+        r->known = true;
+    }
+    kn_resolve_opts opts = {
+        .max_eval_elems = KN_RUNTIME_EVAL_ELEMS, .plugin_of = context_plugin, .plugin_user = c};
+    if ((rc = kn_resolve(g, vals, deferred, &opts)) != KILN_OK)
+        goto out;
+    kn_layout L = {.vals = vals,
+                   .deferred = deferred,
+                   .in_arena = in_arena,
+                   .alias = alias,
+                   .offsets = offsets};
+    if ((rc = lay_out(e, &L, scratch)) != KILN_OK)
+        goto out;
+    for (int k = 1; k < e->n_backends && rc == KILN_OK; k++)
+        if (e->backends[k]->iface->mem == KN_MEM_DEVICE && c->arenas[k].base == NULL)
+            rc = grow_space(c, k, L.total[k]);
+out:
+    if (vals != NULL)
+        kn_resolved_release(vals, g->n_values);
+    kn_free(vals);
+    kn_free(deferred);
+    kn_free(in_arena);
+    kn_free(alias);
+    kn_free(offsets);
+    return rc;
+}
+
+/* A value of a device space that the host computed at shape time (a small shape-dependent
+ * constant) is copied into its arena slot once per resolution. */
+static kiln_status upload_host_values(kiln_context *c) {
+    const kiln_engine *e = c->e;
+    const kn_graph *g = e->plan.graph;
+    for (int v = 0; v < g->n_values; v++) {
+        kn_resolved *r = &c->vals[v];
+        int k = e->value_space[v];
+        if (k == 0 || !c->in_arena[v] || r->t.data == NULL)
+            continue;
+        kn_backend *b = e->backends[k];
+        void *dst = (char *)c->arenas[k].base + c->offsets[v];
+        KN_TRY(b->iface->copy(b, c->streams[k], dst, KN_MEM_DEVICE, r->t.data, KN_MEM_HOST,
+                              kn_tensor_nbytes(&r->t)));
+        if (r->data_owned) {
+            /* The host copy must outlive the asynchronous upload. */
+            if (b->iface->stream_sync)
+                KN_TRY(b->iface->stream_sync(b, c->streams[k]));
+            kn_free(r->t.data);
+            r->data_owned = false;
+        }
+        r->t.data = dst;
+    }
+    return KILN_OK;
 }
 
 kiln_status kn_context_resolve(kiln_context *c) {
     if (c->resolved)
         return KILN_OK;
-    const kn_graph *g = c->e->plan.graph;
+    const kiln_engine *e = c->e;
+    const kn_graph *g = e->plan.graph;
+    KN_TRY(kn_context_finish_work(c));
     release_resolution(c);
     for (int i = 0; i < g->n_inputs; i++) {
         const kn_value *v = &g->values[g->inputs[i]];
@@ -275,27 +489,26 @@ kiln_status kn_context_resolve(kiln_context *c) {
     kn_resolve_opts opts = {
         .max_eval_elems = KN_RUNTIME_EVAL_ELEMS, .plugin_of = context_plugin, .plugin_user = c};
     KN_TRY(kn_resolve(g, c->vals, c->deferred, &opts));
-    for (int v = 0; v < g->n_values; v++) {
-        const kn_resolved *r = &c->vals[v];
-        c->in_arena[v] =
-            r->known && r->t.data == NULL && !g->values[v].is_input && g->values[v].producer >= 0;
-    }
-    alias_views(c);
-    size_t total = 0;
-    KN_TRY(kn_memory_plan(g, c->vals, c->in_arena, c->alias, c->offsets, &total));
-    /* Never left NULL: arena + 0 must stay a valid pointer for zero-sized values. */
-    if (total > c->arena_size || c->arena == NULL) {
-        void *a = kn_aligned_alloc(total > 0 ? total : 1, KN_ARENA_ALIGN);
-        if (a == NULL)
-            return kn_error(KILN_ERR_OUT_OF_MEMORY, "cannot allocate a %zu-byte activation arena",
-                            total);
-        kn_free(c->arena);
-        c->arena = a;
-        c->arena_size = total;
-    }
+    size_t *scratch = kn_malloc(((size_t)g->n_values + 1) * (sizeof(size_t) + sizeof(bool)));
+    if (scratch == NULL)
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory laying out the arena");
+    kn_layout L = {.vals = c->vals,
+                   .deferred = c->deferred,
+                   .in_arena = c->in_arena,
+                   .alias = c->alias,
+                   .offsets = c->offsets};
+    kiln_status rc = lay_out(e, &L, scratch);
+    if (rc == KILN_OK)
+        rc = size_device_spaces_at_max(c, scratch);
+    kn_free(scratch);
+    KN_TRY(rc);
+    for (int k = 0; k < e->n_backends; k++)
+        if (k == 0 || e->backends[k]->iface->mem == KN_MEM_DEVICE)
+            KN_TRY(grow_space(c, k, L.total[k]));
+    KN_TRY(upload_host_values(c));
     for (int v = 0; v < g->n_values; v++)
-        if (c->in_arena[v])
-            c->vals[v].t.data = (char *)c->arena + c->offsets[v];
+        if (c->in_arena[v] && c->vals[v].t.data == NULL)
+            c->vals[v].t.data = (char *)c->arenas[e->value_space[v]].base + c->offsets[v];
     for (int v = 0; v < g->n_values; v++)
         if (c->alias[v] >= 0)
             c->vals[v].t.data = c->vals[c->alias[v]].t.data;
@@ -328,25 +541,48 @@ kiln_status kiln_context_get_output_shape(kiln_context *c, const char *name, int
 
 kiln_status kiln_context_set_input(kiln_context *c, const char *name, const void *data,
                                    size_t size) {
+    return kiln_context_set_input_memory(c, name, data, size, KILN_MEMORY_HOST);
+}
+
+kiln_status kiln_context_set_output(kiln_context *c, const char *name, void *data, size_t size) {
+    return kiln_context_set_output_memory(c, name, data, size, KILN_MEMORY_HOST);
+}
+
+static kiln_status check_memory(kiln_memory m) {
+    if (m != KILN_MEMORY_HOST && m != KILN_MEMORY_DEVICE)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "unknown memory kind %d", (int)m);
+    return KILN_OK;
+}
+
+kiln_status kiln_context_set_input_memory(kiln_context *c, const char *name, const void *data,
+                                          size_t size, kiln_memory memory) {
     if (c == NULL || name == NULL || (data == NULL && size > 0))
         return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_context_set_input: NULL argument");
     const kn_graph *g = c->e->plan.graph;
     int i = find_io(g, g->inputs, g->n_inputs, name);
     if (i < 0)
         return no_such(g, g->inputs, g->n_inputs, "input", name);
+    KN_TRY(check_memory(memory));
     c->in_data[i] = data;
     c->in_size[i] = size;
+    c->in_device[i] = memory == KILN_MEMORY_DEVICE;
     return KILN_OK;
 }
 
-kiln_status kiln_context_set_output(kiln_context *c, const char *name, void *data, size_t size) {
+kiln_status kiln_context_set_output_memory(kiln_context *c, const char *name, void *data,
+                                           size_t size, kiln_memory memory) {
     if (c == NULL || name == NULL)
         return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_context_set_output: NULL argument");
     const kn_graph *g = c->e->plan.graph;
     int i = find_io(g, g->outputs, g->n_outputs, name);
     if (i < 0)
         return no_such(g, g->outputs, g->n_outputs, "output", name);
+    KN_TRY(check_memory(memory));
+    if (memory == KILN_MEMORY_DEVICE && data == NULL)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "output '%s': a device buffer cannot be NULL",
+                        name);
     c->out_user[i] = data;
     c->out_user_size[i] = size;
+    c->out_device[i] = memory == KILN_MEMORY_DEVICE;
     return KILN_OK;
 }

@@ -2,31 +2,39 @@
 
 #include "core/alloc.h"
 #include "core/fileio.h"
+#include "ir/placement.h"
+#include "runtime/memory_plan.h"
 
 #include <string.h>
 
-#define KN_PLUGIN_MAX_IO_ENGINE 64
+#define KN_PLUGIN_MAX_IO_ENGINE KN_MAX_NODE_IO
 
 static kiln_status prepare_node(kiln_engine *e, int i) {
     const kn_graph *g = e->plan.graph;
     const kn_node *n = &g->nodes[i];
+    kn_backend *b = kn_engine_node_backend(e, i);
+    if (kn_node_copy_kind(n) != KN_COPY_NONE)
+        return KILN_OK; /* the executor runs copies through the backend's copy */
     if (kn_is_plugin_node(n)) {
         e->kernels[i] = &kn_plugin_kernel;
+        if (b->iface->plugin_kernel != NULL)
+            e->kernels[i] = b->iface->plugin_kernel(b, &kn_plugin_kernel);
         return kn_plugin_create_for_node(e->registry, n, &e->plugins[i]);
     }
-    const kn_kernel *k = e->backend->find_kernel(n->domain, n->op_type);
+    const kn_kernel *k = b->iface->find_kernel(b, n->domain, n->op_type);
     if (k == NULL)
         return kn_error(KILN_ERR_UNSUPPORTED,
                         "node '%s': the %s backend has no kernel for op "
                         "'%s'%s%s",
-                        n->name, e->backend->name, n->op_type, n->domain[0] ? " in domain " : "",
+                        n->name, b->iface->name, n->op_type, n->domain[0] ? " in domain " : "",
                         n->domain);
     e->kernels[i] = k;
     if (k->prepare == NULL)
         return KILN_OK;
-    kn_tensor in[64];
-    if (n->n_in > 64)
-        return kn_error(KILN_ERR_UNSUPPORTED, "node '%s' has more than 64 inputs", n->name);
+    kn_tensor in[KN_MAX_NODE_IO];
+    if (n->n_in > KN_MAX_NODE_IO)
+        return kn_error(KILN_ERR_UNSUPPORTED, "node '%s' has more than %d inputs", n->name,
+                        KN_MAX_NODE_IO);
     for (int j = 0; j < n->n_in; j++) {
         memset(&in[j], 0, sizeof in[j]);
         if (n->in[j] < 0)
@@ -42,6 +50,137 @@ static kiln_status prepare_node(kiln_engine *e, int i) {
     kiln_status rc = k->prepare(n, n->n_in, in, &e->states[i]);
     if (rc != KILN_OK)
         return kn_error_prefix(rc, "node '%s' (%s): ", n->name, n->op_type);
+    return KILN_OK;
+}
+
+/* Find (or load) every backend the plan places nodes on. */
+static kiln_status bind_backends(kiln_engine *e) {
+    const kn_graph *g = e->plan.graph;
+    e->backends[0] = kn_backend_host();
+    e->n_backends = 1;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const char *name = kn_node_backend(&g->nodes[i]);
+        int k = 0;
+        while (k < e->n_backends && strcmp(e->backends[k]->iface->name, name) != 0)
+            k++;
+        if (k == e->n_backends) {
+            if (k == KN_MAX_PLAN_BACKENDS)
+                return kn_error(KILN_ERR_PLAN, "the plan uses more than %d backends",
+                                KN_MAX_PLAN_BACKENDS);
+            kiln_status rc = kn_backend_get(name, &e->backends[k]);
+            if (rc != KILN_OK)
+                return kn_error_prefix(rc,
+                                       "the plan places node '%s' on backend '%s', which "
+                                       "cannot run here: ",
+                                       g->nodes[i].name, name);
+            e->n_backends++;
+        }
+        e->node_backend[i] = (uint8_t)k;
+    }
+    return KILN_OK;
+}
+
+static int space_of_backend(const kiln_engine *e, int k) {
+    return e->backends[k]->iface->mem == KN_MEM_DEVICE ? k : 0;
+}
+
+/* Which memory space holds each value, and a check that every node reads its inputs from the
+ * space its backend reads them in: a plan whose copies do not match its placement is refused
+ * here rather than handing a kernel a pointer it cannot use. */
+static kiln_status place_values(kiln_engine *e) {
+    const kn_graph *g = e->plan.graph;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kn_node *n = &g->nodes[i];
+        int space =
+            kn_node_copy_kind(n) == KN_COPY_TO_HOST ? 0 : space_of_backend(e, e->node_backend[i]);
+        for (int j = 0; j < n->n_out; j++)
+            if (n->out[j] >= 0)
+                e->value_space[n->out[j]] = (uint8_t)space;
+    }
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kn_node *n = &g->nodes[i];
+        kn_copy_kind copy = kn_node_copy_kind(n);
+        int space = space_of_backend(e, e->node_backend[i]);
+        if (copy != KN_COPY_NONE && space == 0)
+            return kn_error(KILN_ERR_PLAN, "copy node '%s' is not placed on a device backend",
+                            n->name);
+        uint64_t host_in = kn_node_host_inputs(n);
+        for (int j = 0; j < n->n_in; j++) {
+            int v = n->in[j];
+            if (v < 0 || g->values[v].data != NULL)
+                continue; /* constants are mirrored wherever they are read */
+            int want = copy == KN_COPY_TO_DEVICE || (j < 64 && (host_in >> j) & 1) ? 0 : space;
+            if (e->value_space[v] != want)
+                return kn_error(KILN_ERR_PLAN,
+                                "node '%s' (%s) reads '%s' from %s memory but the value lives in "
+                                "%s memory: the plan's copies do not match its placement",
+                                n->name, n->op_type, g->values[v].name,
+                                want ? e->backends[want]->iface->name : "host",
+                                e->value_space[v] ? e->backends[e->value_space[v]]->iface->name
+                                                  : "host");
+        }
+    }
+    for (int i = 0; i < g->n_outputs; i++)
+        if (e->value_space[g->outputs[i]] != 0)
+            return kn_error(KILN_ERR_PLAN, "graph output '%s' is not in host memory",
+                            g->values[g->outputs[i]].name);
+    return KILN_OK;
+}
+
+/* Constants read by nodes of device backend k go into one device buffer, uploaded once: the
+ * engine stays immutable and every context shares the copy. */
+static kiln_status upload_weights(kiln_engine *e, int k) {
+    const kn_graph *g = e->plan.graph;
+    kn_backend *b = e->backends[k];
+    kn_device_weights *w = &e->weights[k];
+    w->ptr = kn_calloc((size_t)g->n_values + 1, sizeof *w->ptr);
+    if (w->ptr == NULL)
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory creating the engine");
+    size_t *at = kn_calloc((size_t)g->n_values + 1, sizeof *at);
+    if (at == NULL)
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory creating the engine");
+    size_t total = 0;
+    for (int v = 0; v < g->n_values; v++)
+        at[v] = KN_NO_OFFSET;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kn_node *n = &g->nodes[i];
+        if (n->dead || e->node_backend[i] != k || kn_node_copy_kind(n) != KN_COPY_NONE)
+            continue;
+        uint64_t host_in = kn_node_host_inputs(n);
+        for (int j = 0; j < n->n_in; j++) {
+            int v = n->in[j];
+            if (v < 0 || g->values[v].data == NULL || at[v] != KN_NO_OFFSET ||
+                (j < 64 && (host_in >> j) & 1))
+                continue;
+            kn_tensor t = kn_value_tensor(&g->values[v]);
+            at[v] = total;
+            total += (kn_tensor_nbytes(&t) + KN_ARENA_ALIGN - 1) / KN_ARENA_ALIGN * KN_ARENA_ALIGN;
+        }
+    }
+    kiln_status rc = KILN_OK;
+    kn_stream *s = NULL;
+    if (total == 0)
+        goto out;
+    if ((rc = b->iface->buffer_alloc(b, KN_MEM_DEVICE, total, &w->buf)) != KILN_OK)
+        goto out;
+    if (b->iface->stream_create && (rc = b->iface->stream_create(b, &s)) != KILN_OK)
+        goto out;
+    for (int v = 0; v < g->n_values && rc == KILN_OK; v++) {
+        if (at[v] == KN_NO_OFFSET)
+            continue;
+        kn_tensor t = kn_value_tensor(&g->values[v]);
+        w->ptr[v] = (char *)w->buf.base + at[v];
+        rc = b->iface->copy(b, s, w->ptr[v], KN_MEM_DEVICE, t.data, KN_MEM_HOST,
+                            kn_tensor_nbytes(&t));
+    }
+    if (rc == KILN_OK && b->iface->stream_sync)
+        rc = b->iface->stream_sync(b, s);
+    if (s != NULL)
+        b->iface->stream_destroy(b, s);
+out:
+    kn_free(at);
+    if (rc != KILN_OK)
+        return kn_error_prefix(rc, "uploading weights to %s: ", b->iface->name);
     return KILN_OK;
 }
 
@@ -67,7 +206,8 @@ static kiln_status configure_plugins(kiln_engine *e) {
         rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
         goto out_free;
     }
-    kn_resolve_opts opts = {.max_eval_elems = 4096, .plugin_of = engine_plugin, .plugin_user = e};
+    kn_resolve_opts opts = {
+        .max_eval_elems = KN_RUNTIME_EVAL_ELEMS, .plugin_of = engine_plugin, .plugin_user = e};
     for (; done < 3 && rc == KILN_OK; done++) {
         for (int i = 0; i < g->n_inputs; i++) {
             const kn_value *v = &g->values[g->inputs[i]];
@@ -114,15 +254,17 @@ kiln_status kn_engine_create(kn_plan *plan, kiln_registry *registry, kiln_engine
         return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory creating the engine");
     e->plan = *plan;
     memset(plan, 0, sizeof *plan);
-    e->backend = kn_backend_cpu();
     e->registry = registry;
     const kn_graph *g = e->plan.graph;
     e->kernels = kn_calloc((size_t)g->n_nodes + 1, sizeof *e->kernels);
     e->states = kn_calloc((size_t)g->n_nodes + 1, sizeof *e->states);
     e->input_profile = kn_calloc((size_t)g->n_inputs + 1, sizeof *e->input_profile);
     e->plugins = kn_calloc((size_t)g->n_nodes + 1, sizeof *e->plugins);
+    e->node_backend = kn_calloc((size_t)g->n_nodes + 1, sizeof *e->node_backend);
+    e->value_space = kn_calloc((size_t)g->n_values + 1, sizeof *e->value_space);
     kiln_status rc = KILN_OK;
-    if (!e->kernels || !e->states || !e->input_profile || !e->plugins) {
+    if (!e->kernels || !e->states || !e->input_profile || !e->plugins || !e->node_backend ||
+        !e->value_space) {
         rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory creating the engine");
         goto fail;
     }
@@ -130,6 +272,11 @@ kiln_status kn_engine_create(kn_plan *plan, kiln_registry *registry, kiln_engine
         for (int p = 0; p < e->plan.n_profiles; p++)
             if (strcmp(e->plan.profiles[p].input, g->values[g->inputs[i]].name) == 0)
                 e->input_profile[i] = &e->plan.profiles[p];
+    if ((rc = bind_backends(e)) != KILN_OK || (rc = place_values(e)) != KILN_OK)
+        goto fail;
+    for (int k = 1; k < e->n_backends; k++)
+        if (space_of_backend(e, k) == k && (rc = upload_weights(e, k)) != KILN_OK)
+            goto fail;
     for (int i = 0; i < g->n_nodes; i++)
         if ((rc = prepare_node(e, i)) != KILN_OK)
             goto fail;
@@ -200,6 +347,14 @@ void kiln_engine_destroy(kiln_engine *e) {
         for (int i = 0; i < e->plan.graph->n_nodes; i++)
             kn_plugin_instance_destroy(&e->plugins[i]);
     kn_free(e->plugins);
+    for (int k = 1; k < e->n_backends; k++) {
+        kn_device_weights *w = &e->weights[k];
+        if (w->buf.base != NULL)
+            e->backends[k]->iface->buffer_free(e->backends[k], &w->buf);
+        kn_free(w->ptr);
+    }
+    kn_free(e->node_backend);
+    kn_free(e->value_space);
     kn_plan_clear(&e->plan);
     kn_free(e->kernels);
     kn_free(e->states);

@@ -5,13 +5,29 @@
 #include "backend/backend.h"
 #include "plan/plan.h"
 #include "plugin/plugin.h"
-#include "runtime/resolve.h"
+#include "shape/resolve.h"
+
+/* Host evaluation at shape time is for shape subgraphs: small by nature. */
+#define KN_RUNTIME_EVAL_ELEMS 4096
+
+/* Most backends one plan may use (the host included). */
+#define KN_MAX_PLAN_BACKENDS 4
+
+/* A constant mirrored into one device backend's memory for the nodes placed there. */
+typedef struct kn_device_weights {
+    kn_buffer buf;
+    void **ptr; /* per value: its device copy, or NULL */
+} kn_device_weights;
 
 struct kiln_engine {
     kn_plan plan;
-    const kn_backend_iface *backend;
-    const kn_kernel **kernels;        /* per node */
-    void **states;                    /* per node, from prepare */
+    int n_backends;
+    kn_backend *backends[KN_MAX_PLAN_BACKENDS]; /* [0] is the host */
+    kn_device_weights weights[KN_MAX_PLAN_BACKENDS];
+    uint8_t *node_backend;     /* per node: index into backends */
+    uint8_t *value_space;      /* per value: the backend whose memory holds it (0: host memory) */
+    const kn_kernel **kernels; /* per node; NULL for copy nodes */
+    void **states;             /* per node, from prepare */
     const kn_profile **input_profile; /* per graph input; NULL when static */
     const void *map;                  /* mapping of a plan file, or NULL */
     size_t map_size;
@@ -20,8 +36,21 @@ struct kiln_engine {
     kiln_plugin_instance *plugins; /* per node: the prototype instance of a plugin node */
 };
 
+/* One memory space of a context: an arena sized so it never moves at the profile's max. */
+typedef struct kn_space_arena {
+    void *base;
+    size_t size;
+    kn_buffer buf; /* device spaces: the backend's buffer behind base */
+} kn_space_arena;
+
 struct kiln_context {
     kiln_engine *e;
+    kn_stream *streams[KN_MAX_PLAN_BACKENDS]; /* per engine backend */
+    kn_event **copy_done;                     /* per node: recorded after a copy node */
+    bool *copy_pending;                       /* per node: copy_done not yet waited for */
+    bool *in_device;                          /* per graph input: data is device memory */
+    bool *out_device;                         /* per graph output: bound buffer is device memory */
+    bool enqueued;                            /* work in flight since the last synchronize */
     kn_threadpool *pool;
     int threads;
     kn_shape *in_shape; /* per graph input */
@@ -37,12 +66,12 @@ struct kiln_context {
     bool *in_arena;      /* per value */
     size_t *offsets;     /* per value */
     int *alias;          /* per value: the value whose memory a view shares, or -1 */
-    void **dyn;          /* per value: heap data of deferred outputs */
+    void **dyn;          /* per value: heap data of deferred host outputs */
+    kn_buffer *dyn_dev;  /* per value: device data of deferred device outputs */
     kn_plugin_run *runs; /* per node: this context's clone of a plugin node */
     bool resolved;
     bool executed;
-    void *arena;
-    size_t arena_size;
+    kn_space_arena arenas[KN_MAX_PLAN_BACKENDS]; /* per memory space (0: host) */
 };
 
 /* Create an engine from a parsed plan (takes ownership of plan's contents). */
@@ -50,6 +79,12 @@ kiln_status kn_engine_create(kn_plan *plan, kiln_registry *registry, kiln_engine
 /* Infer shapes for the context's current input shapes and lay out its arena (no-op when
  * nothing changed). */
 kiln_status kn_context_resolve(kiln_context *c);
+/* Wait for everything the context has enqueued on its streams. */
+kiln_status kn_context_finish_work(kiln_context *c);
+/* The backend (and its stream in context c) of node i. */
+static inline kn_backend *kn_engine_node_backend(const kiln_engine *e, int i) {
+    return e->backends[e->node_backend[i]];
+}
 /* Tell plugin node `node` its current shapes and size its workspace. */
 kiln_status kn_context_plugin_shapes(kiln_context *c, int node);
 

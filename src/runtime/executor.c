@@ -1,9 +1,41 @@
 /* Execution: bind inputs, run every node's kernel in order, copy outputs out. */
 #include "core/alloc.h"
+#include "ir/placement.h"
 #include "ops/op.h"
 #include "runtime/engine.h"
 
 #include <string.h>
+
+/* The first device backend of the plan (where device-bound inputs and outputs live). */
+static int device_space(const kiln_engine *e) {
+    for (int k = 1; k < e->n_backends; k++)
+        if (e->backends[k]->iface->mem == KN_MEM_DEVICE)
+            return k;
+    return 0;
+}
+
+/* A graph input bound as device memory may only be read by copies to the device. */
+static kiln_status check_device_input(const kiln_context *c, int input) {
+    const kn_graph *g = c->e->plan.graph;
+    int v = g->inputs[input];
+    if (device_space(c->e) == 0)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT,
+                        "input '%s' is bound as device memory, but the plan runs on the host "
+                        "only (build it with a device backend)",
+                        g->values[v].name);
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kn_node *n = &g->nodes[i];
+        if (n->dead || kn_node_copy_kind(n) == KN_COPY_TO_DEVICE)
+            continue;
+        for (int j = 0; j < n->n_in; j++)
+            if (n->in[j] == v)
+                return kn_error(KILN_ERR_INVALID_ARGUMENT,
+                                "input '%s' is bound as device memory, but node '%s' (%s) reads "
+                                "it on the host: bind host memory for it",
+                                g->values[v].name, n->name, n->op_type);
+    }
+    return KILN_OK;
+}
 
 static kiln_status bind_inputs(kiln_context *c) {
     const kn_graph *g = c->e->plan.graph;
@@ -23,16 +55,19 @@ static kiln_status bind_inputs(kiln_context *c) {
                             kn_dtype_name(r->t.dtype), kn_shape_str(&r->t.shape, s, sizeof s),
                             c->in_size[i]);
         }
+        if (c->in_device[i])
+            KN_TRY(check_device_input(c, i));
         r->t.data = (void *)c->in_data[i];
     }
     return KILN_OK;
 }
 
 /* A node whose shapes depended on data: infer now, with every input known, and give its
- * outputs heap memory of their own. */
+ * outputs memory of their own in their space. */
 static kiln_status run_deferred_infer(kiln_context *c, int node, const kn_tensor *in,
                                       kn_tensor *out) {
-    const kn_node *n = &c->e->plan.graph->nodes[node];
+    const kiln_engine *e = c->e;
+    const kn_node *n = &e->plan.graph->nodes[node];
     const kiln_plugin_instance *plugin = c->runs[node].inst.ops ? &c->runs[node].inst : NULL;
     kiln_status rc = kn_infer_node(n, plugin, in, out);
     if (rc == KN_NEED_DATA)
@@ -47,12 +82,25 @@ static kiln_status run_deferred_infer(kiln_context *c, int node, const kn_tensor
         if (v < 0)
             continue;
         size_t nb = kn_tensor_nbytes(&out[j]);
-        kn_free(c->dyn[v]);
-        c->dyn[v] = kn_malloc(nb ? nb : 1);
-        if (c->dyn[v] == NULL)
-            return kn_error(KILN_ERR_OUT_OF_MEMORY, "node '%s': out of memory (%zu bytes)", n->name,
-                            nb);
-        out[j].data = c->dyn[v];
+        int k = e->value_space[v];
+        if (k != 0) {
+            kn_backend *b = e->backends[k];
+            if (c->dyn_dev[v].base != NULL && c->dyn_dev[v].size < nb) {
+                KN_TRY(b->iface->stream_sync(b, c->streams[k]));
+                b->iface->buffer_free(b, &c->dyn_dev[v]);
+                memset(&c->dyn_dev[v], 0, sizeof c->dyn_dev[v]);
+            }
+            if (c->dyn_dev[v].base == NULL)
+                KN_TRY(b->iface->buffer_alloc(b, KN_MEM_DEVICE, nb ? nb : 1, &c->dyn_dev[v]));
+            out[j].data = c->dyn_dev[v].base;
+        } else {
+            kn_free(c->dyn[v]);
+            c->dyn[v] = kn_malloc(nb ? nb : 1);
+            if (c->dyn[v] == NULL)
+                return kn_error(KILN_ERR_OUT_OF_MEMORY, "node '%s': out of memory (%zu bytes)",
+                                n->name, nb);
+            out[j].data = c->dyn[v];
+        }
         c->vals[v].t = out[j];
         c->vals[v].known = true;
     }
@@ -61,10 +109,85 @@ static kiln_status run_deferred_infer(kiln_context *c, int node, const kn_tensor
     return KILN_OK;
 }
 
+static kiln_status wait_copy(kiln_context *c, int node) {
+    if (!c->copy_pending[node])
+        return KILN_OK;
+    kn_backend *b = kn_engine_node_backend(c->e, node);
+    c->copy_pending[node] = false;
+    if (c->copy_done[node] != NULL)
+        return b->iface->event_sync(b, c->copy_done[node]);
+    if (b->iface->stream_sync != NULL)
+        return b->iface->stream_sync(b, c->streams[c->e->node_backend[node]]);
+    return KILN_OK;
+}
+
+/* Before node i reads host memory (the inputs in host_mask): copies to the host that made
+ * them must be done. A host node may also overwrite any dead host value, so every copy to the
+ * device still reading host memory must be done before it runs (overwrite). */
+static kiln_status wait_for_host_reads(kiln_context *c, int node, uint64_t host_mask,
+                                       bool overwrite) {
+    const kn_graph *g = c->e->plan.graph;
+    const kn_node *n = &g->nodes[node];
+    for (int j = 0; j < n->n_in && host_mask; j++) {
+        int v = n->in[j];
+        if (v < 0 || (j < 64 && !((host_mask >> j) & 1)))
+            continue;
+        int root = c->alias[v] >= 0 ? c->alias[v] : v;
+        int p = g->values[root].producer;
+        if (p >= 0 && kn_node_copy_kind(&g->nodes[p]) == KN_COPY_TO_HOST)
+            KN_TRY(wait_copy(c, p));
+    }
+    if (overwrite)
+        for (int i = 0; i < node; i++)
+            if (c->copy_pending[i] && kn_node_copy_kind(&g->nodes[i]) == KN_COPY_TO_DEVICE)
+                KN_TRY(wait_copy(c, i));
+    return KILN_OK;
+}
+
+static kiln_status run_copy(kiln_context *c, int i, const kn_tensor *in, const kn_tensor *out) {
+    const kiln_engine *e = c->e;
+    const kn_graph *g = e->plan.graph;
+    const kn_node *n = &g->nodes[i];
+    int k = e->node_backend[i];
+    kn_backend *b = e->backends[k];
+    bool to_host = kn_node_copy_kind(n) == KN_COPY_TO_HOST;
+    kn_mem src_mem = to_host ? KN_MEM_DEVICE : KN_MEM_HOST;
+    if (!to_host && g->values[n->in[0]].is_input)
+        for (int j = 0; j < g->n_inputs; j++)
+            if (g->inputs[j] == n->in[0] && c->in_device[j])
+                src_mem = KN_MEM_DEVICE;
+    const void *src = in[0].data;
+    if (!to_host && g->values[n->in[0]].data != NULL && e->weights[k].ptr != NULL &&
+        e->weights[k].ptr[n->in[0]] != NULL)
+        src = e->weights[k].ptr[n->in[0]], src_mem = KN_MEM_DEVICE;
+    if (!to_host)
+        KN_TRY(wait_for_host_reads(c, i, 1, false));
+    KN_TRY(b->iface->copy(b, c->streams[k], out[0].data, to_host ? KN_MEM_HOST : KN_MEM_DEVICE, src,
+                          src_mem, kn_tensor_nbytes(&in[0])));
+    if (c->copy_done[i] != NULL)
+        KN_TRY(b->iface->event_record(b, c->copy_done[i], c->streams[k]));
+    c->copy_pending[i] = b->iface->stream_sync != NULL || c->copy_done[i] != NULL;
+    return KILN_OK;
+}
+
+/* Input j of node i as its kernel sees it: a constant read on a device is its device copy. */
+static void input_tensor(const kiln_context *c, int i, int j, kn_tensor *t) {
+    const kiln_engine *e = c->e;
+    const kn_node *n = &e->plan.graph->nodes[i];
+    memset(t, 0, sizeof *t);
+    int v = n->in[j];
+    if (v < 0)
+        return;
+    *t = c->vals[v].t;
+    const kn_device_weights *w = &e->weights[e->node_backend[i]];
+    if (w->ptr != NULL && w->ptr[v] != NULL)
+        t->data = w->ptr[v];
+}
+
 static kiln_status run_nodes(kiln_context *c) {
     const kiln_engine *e = c->e;
     const kn_graph *g = e->plan.graph;
-    kn_tensor in[64], out[64];
+    kn_tensor in[KN_MAX_NODE_IO], out[KN_MAX_NODE_IO];
     for (int i = 0; i < g->n_nodes; i++) {
         const kn_node *n = &g->nodes[i];
         if (n->dead)
@@ -75,11 +198,13 @@ static kiln_status run_nodes(kiln_context *c) {
                 done = false;
         if (done) /* evaluated on the host when shapes were resolved */
             continue;
-        for (int j = 0; j < n->n_in; j++) {
-            memset(&in[j], 0, sizeof in[j]);
-            if (n->in[j] >= 0)
-                in[j] = c->vals[n->in[j]].t;
-        }
+        KN_ASSERT(n->n_in <= KN_MAX_NODE_IO && n->n_out <= KN_MAX_NODE_IO);
+        int k = e->node_backend[i];
+        if (kn_node_copy_kind(n) == KN_COPY_NONE)
+            KN_TRY(
+                wait_for_host_reads(c, i, k == 0 ? ~(uint64_t)0 : kn_node_host_inputs(n), k == 0));
+        for (int j = 0; j < n->n_in; j++)
+            input_tensor(c, i, j, &in[j]);
         if (c->deferred[i]) {
             KN_TRY(run_deferred_infer(c, i, in, out));
         } else {
@@ -89,18 +214,53 @@ static kiln_status run_nodes(kiln_context *c) {
                     out[j] = c->vals[n->out[j]].t;
             }
         }
+        if (kn_node_copy_kind(n) != KN_COPY_NONE) {
+            kiln_status rc = run_copy(c, i, in, out);
+            if (rc != KILN_OK)
+                return kn_error_prefix(rc, "node '%s' (%s): ", n->name, n->op_type);
+            continue;
+        }
         kn_kernel_ctx kc = {.node = n,
                             .n_in = n->n_in,
                             .in = in,
                             .n_out = n->n_out,
                             .out = out,
                             .state = c->runs[i].inst.ops ? (void *)&c->runs[i] : e->states[i],
-                            .pool = c->pool};
+                            .pool = c->pool,
+                            .stream = c->streams[k],
+                            .backend = e->backends[k]};
         kiln_status rc = e->kernels[i]->run(&kc);
         if (rc != KILN_OK)
             return kn_error_prefix(rc, "node '%s' (%s): ", n->name, n->op_type);
     }
     return KILN_OK;
+}
+
+kiln_status kn_context_finish_work(kiln_context *c) {
+    const kiln_engine *e = c->e;
+    kiln_status first = KILN_OK;
+    for (int k = 1; k < e->n_backends; k++) {
+        kn_backend *b = e->backends[k];
+        if (b->iface->stream_sync == NULL)
+            continue;
+        kiln_status rc = b->iface->stream_sync(b, c->streams[k]);
+        if (rc != KILN_OK && first == KILN_OK)
+            first = rc;
+    }
+    memset(c->copy_pending, 0, (size_t)e->plan.graph->n_nodes * sizeof *c->copy_pending);
+    c->enqueued = false;
+    return first;
+}
+
+static kiln_status copy_out(kiln_context *c, int i, void *dst, const void *src, size_t nb) {
+    if (!c->out_device[i]) {
+        memcpy(dst, src, nb);
+        return KILN_OK;
+    }
+    int k = device_space(c->e);
+    kn_backend *b = c->e->backends[k];
+    KN_TRY(b->iface->copy(b, c->streams[k], dst, KN_MEM_DEVICE, src, KN_MEM_HOST, nb));
+    return b->iface->stream_sync ? b->iface->stream_sync(b, c->streams[k]) : KILN_OK;
 }
 
 static kiln_status copy_outputs(kiln_context *c) {
@@ -115,7 +275,7 @@ static kiln_status copy_outputs(kiln_context *c) {
                                 "output '%s' needs %zu bytes, the bound buffer has %zu", v->name,
                                 nb, c->out_user_size[i]);
             if (nb)
-                memcpy(c->out_user[i], t->data, nb);
+                KN_TRY(copy_out(c, i, c->out_user[i], t->data, nb));
             continue;
         }
         if (nb > c->out_cap[i]) {
@@ -132,16 +292,41 @@ static kiln_status copy_outputs(kiln_context *c) {
     return KILN_OK;
 }
 
-kiln_status kiln_context_execute(kiln_context *c) {
+kiln_status kiln_context_enqueue(kiln_context *c) {
     if (c == NULL)
-        return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_context_execute: NULL context");
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_context_enqueue: NULL context");
+    if (c->enqueued)
+        KN_TRY(kn_context_finish_work(c));
     c->executed = false;
     KN_TRY(kn_context_resolve(c));
     KN_TRY(bind_inputs(c));
-    KN_TRY(run_nodes(c));
+    c->enqueued = true;
+    kiln_status rc = run_nodes(c);
+    if (rc != KILN_OK) {
+        (void)kn_context_finish_work(c);
+        return rc;
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_context_synchronize(kiln_context *c) {
+    if (c == NULL)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_context_synchronize: NULL context");
+    if (!c->enqueued)
+        return c->executed ? KILN_OK
+                           : kn_error(KILN_ERR_INVALID_ARGUMENT,
+                                      "kiln_context_synchronize: nothing was enqueued");
+    KN_TRY(kn_context_finish_work(c));
     KN_TRY(copy_outputs(c));
     c->executed = true;
     return KILN_OK;
+}
+
+kiln_status kiln_context_execute(kiln_context *c) {
+    if (c == NULL)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_context_execute: NULL context");
+    KN_TRY(kiln_context_enqueue(c));
+    return kiln_context_synchronize(c);
 }
 
 kiln_status kiln_context_get_output(kiln_context *c, const char *name, kiln_tensor_view *view) {

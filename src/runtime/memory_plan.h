@@ -3,7 +3,7 @@
 #ifndef KN_MEMORY_PLAN_H
 #define KN_MEMORY_PLAN_H
 
-#include "runtime/resolve.h"
+#include "shape/resolve.h"
 
 #define KN_ARENA_ALIGN 64
 #define KN_NO_OFFSET ((size_t)-1)

@@ -90,7 +90,7 @@ static kn_tensor run_node(test_node *t, int n_in, const kn_tensor *in, bool pack
     int64_t n = kn_tensor_numel(&out);
     out.data = kn_malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
     assert_non_null(out.data);
-    const kn_kernel *kern = kn_backend_cpu()->find_kernel("", t->node.op_type);
+    const kn_kernel *kern = kn_backend_find_kernel(kn_backend_host(), "", t->node.op_type);
     assert_non_null(kern);
     void *state = NULL;
     if (packed && kern->prepare != NULL) {

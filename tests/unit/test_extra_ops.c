@@ -54,9 +54,9 @@ static kiln_status run_op_in(op_run *r, const char *domain, const char *op, int 
         r->out[i].data = kn_calloc(nb ? nb : 1, 1);
         assert_non_null(r->out[i].data);
     }
-    const kn_kernel *k = kn_backend_cpu()->find_kernel(domain, op);
+    const kn_kernel *k = kn_backend_find_kernel(kn_backend_host(), domain, op);
     assert_non_null(k);
-    kn_kernel_ctx kc = {node, n_in, in, n_out, r->out, NULL, NULL, NULL};
+    kn_kernel_ctx kc = {.node = node, .n_in = n_in, .in = in, .n_out = n_out, .out = r->out};
     return k->run(&kc);
 }
 

@@ -141,7 +141,7 @@ static void test_conv_bn_add_relu(void **state) {
     in[3] = (kn_tensor){.dtype = KILN_DTYPE_FLOAT32, .shape = {4, {1, 8, 6, 5}}, .data = rin};
     float got[240];
     kn_tensor out = {.dtype = KILN_DTYPE_FLOAT32, .shape = {4, {1, 8, 6, 5}}, .data = got};
-    const kn_kernel *k = kn_backend_cpu()->find_kernel("", "Conv");
+    const kn_kernel *k = kn_backend_find_kernel(kn_backend_host(), "", "Conv");
     void *st = NULL;
     assert_int_equal(k->prepare(f, 4, in, &st), KILN_OK);
     kn_kernel_ctx kc = {.node = f, .n_in = 4, .in = in, .n_out = 1, .out = &out, .state = st};
@@ -248,7 +248,7 @@ static void test_gemm_bn_fold(void **state) {
     in[0] = (kn_tensor){.dtype = KILN_DTYPE_FLOAT32, .shape = {2, {2, 3}}, .data = ain};
     float got[8];
     kn_tensor out = {.dtype = KILN_DTYPE_FLOAT32, .shape = {2, {2, 4}}, .data = got};
-    const kn_kernel *k = kn_backend_cpu()->find_kernel("", "Gemm");
+    const kn_kernel *k = kn_backend_find_kernel(kn_backend_host(), "", "Gemm");
     kn_kernel_ctx kc = {.node = f, .n_in = 3, .in = in, .n_out = 1, .out = &out};
     assert_int_equal(k->run(&kc), KILN_OK);
     for (int i = 0; i < 8; i++)

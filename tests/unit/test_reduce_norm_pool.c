@@ -79,7 +79,7 @@ static kiln_status run_case(case_run *r, const char *op, int opset, const kn_att
         r->out[i].data = kn_calloc(1, kn_tensor_nbytes(&r->out[i]) + 1);
         assert_non_null(r->out[i].data);
     }
-    const kn_kernel *kern = kn_backend_cpu()->find_kernel("", op);
+    const kn_kernel *kern = kn_backend_find_kernel(kn_backend_host(), "", op);
     assert_non_null(kern);
     kn_kernel_ctx kc = {
         .node = node, .n_in = n_in, .in = in, .n_out = n_out, .out = r->out, .pool = g_pool};

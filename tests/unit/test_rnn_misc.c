@@ -64,12 +64,13 @@ static kiln_status run_op_mask(op_run *r, const char *op, int opset, const kn_at
         r->out[i].data = kn_calloc(nb ? nb : 1, 1);
         assert_non_null(r->out[i].data);
     }
-    const kn_kernel *k = kn_backend_cpu()->find_kernel("", op);
+    const kn_kernel *k = kn_backend_find_kernel(kn_backend_host(), "", op);
     assert_non_null(k);
     void *state = NULL;
     if (k->prepare != NULL)
         KN_TRY(k->prepare(node, n_in, in, &state));
-    kn_kernel_ctx kc = {node, n_in, in, n_out, r->out, state, NULL, NULL};
+    kn_kernel_ctx kc = {
+        .node = node, .n_in = n_in, .in = in, .n_out = n_out, .out = r->out, .state = state};
     rc = k->run(&kc);
     if (k->release != NULL)
         k->release(state);

@@ -81,7 +81,7 @@ static kiln_status run_op(run *r, const char *op, int opset, const kn_attr *attr
         r->out[i].data = kn_malloc(kn_tensor_nbytes(&r->out[i]) + 8);
         assert_non_null(r->out[i].data);
     }
-    const kn_kernel *k = kn_backend_cpu()->find_kernel("", op);
+    const kn_kernel *k = kn_backend_find_kernel(kn_backend_host(), "", op);
     assert_non_null(k);
     kn_kernel_ctx kc = {
         .node = &r->node, .n_in = n_in, .in = in, .n_out = n_out, .out = r->out, .pool = g_pool};

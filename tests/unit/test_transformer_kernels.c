@@ -32,7 +32,7 @@ static void run_f32(const char *domain, const char *op, int opset, int n_in, con
     const kn_node *node = &g->nodes[ni];
     kn_infer_ctx ic = {.node = node, .n_in = n_in, .in = in, .n_out = 1, .out = out};
     assert_int_equal(kn_op_find(domain, op)->infer(&ic), KILN_OK);
-    const kn_kernel *k = kn_backend_cpu()->find_kernel(domain, op);
+    const kn_kernel *k = kn_backend_find_kernel(kn_backend_host(), domain, op);
     assert_non_null(k);
     void *state = NULL;
     if (k->prepare)
@@ -159,7 +159,7 @@ static void run_fused(const kn_graph *g, const float *x, const float *bias, floa
     assert_int_equal(kn_op_find(KN_DOMAIN, KN_FUSED_OP)->infer(&ic), KILN_OK);
     out.data = y;
     void *state = NULL;
-    const kn_kernel *k = kn_backend_cpu()->find_kernel(KN_DOMAIN, KN_FUSED_OP);
+    const kn_kernel *k = kn_backend_find_kernel(kn_backend_host(), KN_DOMAIN, KN_FUSED_OP);
     assert_int_equal(k->prepare(fn, 2, in, &state), KILN_OK);
     kn_kernel_ctx kc = {.node = fn, .n_in = 2, .in = in, .n_out = 1, .out = &out, .state = state};
     assert_int_equal(k->run(&kc), KILN_OK);

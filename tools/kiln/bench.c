@@ -23,7 +23,10 @@ static const char usage[] =
     "  --json             print one JSON object: {\"latency_ms\": {min, median, mean, p90, p95,\n"
     "                     p99, max}, \"throughput_per_s\": ...}\n"
     "  --plugins LIB.so   load a plugin library (repeatable; KILN_PLUGIN_PATH adds more)\n"
-    "  --prefer-plugin OP let a registered plugin named OP replace the built-in op OP\n";
+    "  --prefer-plugin OP let a registered plugin named OP replace the built-in op OP\n"
+    "  --backend LIST     backends to place nodes on, in order of preference, e.g. cuda,cpu\n"
+    "                     (default cpu; the host takes what no listed backend runs; kiln\n"
+    "                     inspect shows where each layer went)\n";
 
 static double now_ms(void) {
     struct timespec ts;

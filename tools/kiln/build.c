@@ -19,7 +19,10 @@ static const char usage[] =
     "  --threads N        default threads per execution context of the plan (default: cores)\n"
     "  --quiet            no progress output (progress goes to stderr on a terminal only)\n"
     "  --plugins LIB.so   load a plugin library (repeatable; KILN_PLUGIN_PATH adds more)\n"
-    "  --prefer-plugin OP let a registered plugin named OP replace the built-in op OP\n";
+    "  --prefer-plugin OP let a registered plugin named OP replace the built-in op OP\n"
+    "  --backend LIST     backends to place nodes on, in order of preference, e.g. cuda,cpu\n"
+    "                     (default cpu; the host takes what no listed backend runs; kiln\n"
+    "                     inspect shows where each layer went)\n";
 
 static void on_progress(void *user, const char *stage, double fraction) {
     (void)user;

@@ -35,6 +35,7 @@ typedef struct cli_opts {
     int n_plugins;
     const char *prefer[CLI_MAX_ITEMS]; /* --prefer-plugin OP */
     int n_prefer;
+    const char *backends;    /* --backend NAME[,NAME...] */
     kiln_registry *registry; /* from --plugins and KILN_PLUGIN_PATH */
     int threads;             /* 0: default */
     int warmup, iterations;

@@ -169,6 +169,9 @@ int cli_parse(int argc, char **argv, const char *allowed, const char *usage, cli
             if (o->n_prefer == CLI_MAX_ITEMS)
                 return cli_fail("too many --prefer-plugin");
             o->prefer[o->n_prefer++] = val;
+        } else if (strcmp(a, "--backend") == 0) {
+            NEED('p', "--backend");
+            o->backends = val;
         } else if (strcmp(a, "--output-dir") == 0) {
             NEED('d', "--output-dir");
             o->output_dir = val;
@@ -283,6 +286,26 @@ static const cli_input *find_input(const cli_opts *o, const char *name) {
     return NULL;
 }
 
+/* --backend NAME[,NAME...]: the placement order. */
+static int set_backends(kiln_build_config *cfg, const char *spec) {
+    char buf[512];
+    const char *names[8];
+    int n = 0;
+    if (strlen(spec) >= sizeof buf)
+        return cli_fail("--backend '%s': too long", spec);
+    strcpy(buf, spec);
+    for (char *tok = strtok(buf, ","); tok != NULL; tok = strtok(NULL, ",")) {
+        if (n == 8)
+            return cli_fail("--backend '%s': at most 8 backends", spec);
+        names[n++] = tok;
+    }
+    if (n == 0)
+        return cli_fail("--backend needs a name (cpu, or a device backend such as cuda)");
+    if (kiln_build_config_set_backends(cfg, names, n) != KILN_OK)
+        return cli_fail_kiln("--backend");
+    return 0;
+}
+
 int cli_make_config(const cli_opts *o, kiln_network *net, kiln_build_config **out) {
     kiln_build_config *cfg;
     if (kiln_build_config_create(&cfg) != KILN_OK)
@@ -291,6 +314,10 @@ int cli_make_config(const cli_opts *o, kiln_network *net, kiln_build_config **ou
         kiln_build_config_set_threads(cfg, o->threads);
     for (int i = 0; i < o->n_prefer; i++)
         kiln_build_config_prefer_plugin(cfg, o->prefer[i]);
+    if (o->backends != NULL && set_backends(cfg, o->backends) != 0) {
+        kiln_build_config_destroy(cfg);
+        return 1;
+    }
     const kn_graph *g = net->graph;
     for (int i = 0; i < o->n_shapes; i++) {
         int v = kn_graph_find_value(g, o->shapes[i].name);

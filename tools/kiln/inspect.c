@@ -1,6 +1,7 @@
 /* kiln inspect: what a model or plan holds after optimization. */
 #include "cli.h"
 
+#include "ir/placement.h"
 #include "runtime/engine.h"
 
 #include <errno.h>
@@ -11,15 +12,20 @@ static const char usage[] =
     "usage: kiln inspect MODEL|PLAN [--shapes SPEC]... [--json] [--dot FILE]\n"
     "\n"
     "Shows inputs and outputs with their (symbolic) shapes, optimization profiles, the layers\n"
-    "left after optimization with the kernel each runs, weight bytes and the activation arena\n"
-    "size at the profile's largest shapes. An .onnx model is built in memory first (dynamic\n"
+    "left after optimization with the backend and kernel each runs (and, for a node a device\n"
+    "backend did not take, why it stayed on the host), the copies between memory spaces,\n"
+    "weight bytes and the activation arena size of each memory space at the profile's largest\n"
+    "shapes. An .onnx model is built in memory first (dynamic\n"
     "inputs need --shapes).\n"
     "\n"
     "  --shapes SPEC      NAME:DIMS or NAME:MIN,OPT,MAX (see kiln build --help)\n"
     "  --json             print one JSON object instead of text\n"
     "  --dot FILE         write a Graphviz picture of the optimized graph to FILE\n"
     "  --plugins LIB.so   load a plugin library (repeatable; KILN_PLUGIN_PATH adds more)\n"
-    "  --prefer-plugin OP let a registered plugin named OP replace the built-in op OP\n";
+    "  --prefer-plugin OP let a registered plugin named OP replace the built-in op OP\n"
+    "  --backend LIST     backends to place nodes on, in order of preference, e.g. cuda,cpu\n"
+    "                     (default cpu; the host takes what no listed backend runs; kiln\n"
+    "                     inspect shows where each layer went)\n";
 
 static void shape_text(const kn_value *v, char *buf, size_t size) {
     size_t used = 0;
@@ -58,7 +64,7 @@ static void kernel_text(const kn_node *n, char *buf, size_t size) {
     const char *act = kn_attr_string(n, "kiln_activation", NULL);
     int residual = (int)kn_attr_int(n, "kiln_residual", 0);
     bool bias = kn_attr_int(n, "kiln_bias", 0) != 0;
-    snprintf(buf, size, "%s:%s%s%s%s", kn_is_plugin_node(n) ? "plugin" : "cpu",
+    snprintf(buf, size, "%s%s:%s%s%s%s", kn_is_plugin_node(n) ? "plugin@" : "", kn_node_backend(n),
              n->domain[0] && !kn_is_plugin_node(n) ? n->domain : "",
              n->domain[0] && !kn_is_plugin_node(n) ? "." : "", n->op_type,
              bias       ? "+bias"
@@ -76,18 +82,49 @@ static void kernel_text(const kn_node *n, char *buf, size_t size) {
     }
 }
 
-static size_t arena_at_max(kiln_engine *e) {
+/* Arena bytes per memory space (0: host) at the profile's largest shapes. */
+static void arena_at_max(kiln_engine *e, size_t *size) {
+    memset(size, 0, KN_MAX_PLAN_BACKENDS * sizeof *size);
     kiln_context *ctx;
     if (kiln_context_create(e, &ctx) != KILN_OK)
-        return 0;
+        return;
     for (int i = 0; i < kiln_engine_num_inputs(e); i++) {
         kiln_io_info info;
         kiln_engine_input_info(e, i, &info);
         kiln_context_set_input_shape(ctx, info.name, info.rank, info.dims);
     }
-    size_t size = kn_context_resolve(ctx) == KILN_OK ? ctx->arena_size : 0;
+    if (kn_context_resolve(ctx) == KILN_OK)
+        for (int k = 0; k < e->n_backends; k++)
+            size[k] = ctx->arenas[k].size;
     kiln_context_destroy(ctx);
-    return size;
+}
+
+static void print_copies(const kn_graph *g, bool json) {
+    int shown = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kn_node *n = &g->nodes[i];
+        kn_copy_kind kind = kn_node_copy_kind(n);
+        if (kind == KN_COPY_NONE)
+            continue;
+        const char *from = g->values[n->in[0]].name, *to = g->values[n->out[0]].name;
+        const char *dir = kind == KN_COPY_TO_HOST ? "to_host" : "to_device";
+        if (json) {
+            printf("%s{\"name\": ", shown ? ", " : "");
+            jstr(n->name);
+            printf(", \"direction\": \"%s\", \"backend\": ", dir);
+            jstr(kn_node_backend(n));
+            printf(", \"from\": ");
+            jstr(from);
+            printf(", \"to\": ");
+            jstr(to);
+            printf("}");
+        } else {
+            printf("  %-10s %s: %s -> %s\n", dir, kn_node_backend(n), from, to);
+        }
+        shown++;
+    }
+    if (!json && shown == 0)
+        printf("  none\n");
 }
 
 /* A DOT string literal's contents: quotes and backslashes escaped, control bytes dropped. */
@@ -250,7 +287,9 @@ int cmd_inspect(int argc, char **argv) {
             kn_tensor t = kn_value_tensor(&g->values[v]);
             weights += kn_tensor_nbytes(&t);
         }
-    size_t arena = arena_at_max(e);
+    size_t arenas[KN_MAX_PLAN_BACKENDS];
+    arena_at_max(e, arenas);
+    size_t arena = arenas[0];
     /* The picture first: a bad --dot path fails before anything is printed. */
     if (o.dot && (rc = write_dot(g, o.dot)) != 0)
         goto out;
@@ -270,7 +309,22 @@ int cmd_inspect(int argc, char **argv) {
             jstr(n->domain);
             printf(", \"kernel\": ");
             jstr(k);
+            printf(", \"backend\": ");
+            jstr(kn_node_backend(n));
+            const char *why = kn_attr_string(n, KN_ATTR_PLACEMENT_REASON, NULL);
+            if (why) {
+                printf(", \"placement_reason\": ");
+                jstr(why);
+            }
             printf("}");
+        }
+        printf("], \"copies\": [");
+        print_copies(g, true);
+        printf("], \"backends\": [");
+        for (int k = 0; k < e->n_backends; k++) {
+            printf("%s{\"name\": ", k ? ", " : "");
+            jstr(e->backends[k]->iface->name);
+            printf(", \"arena_bytes\": %zu}", arenas[k]);
         }
         printf("], \"weight_bytes\": %zu, \"arena_bytes\": %zu, \"plugins\": [", weights, arena);
         print_plugins(g, true);
@@ -284,7 +338,16 @@ int cmd_inspect(int argc, char **argv) {
             kernel_text(n, k, sizeof k);
             if (n->n_out > 0 && n->out[0] >= 0)
                 shape_text(&g->values[n->out[0]], s, sizeof s);
-            printf("  %4d  %-36s %-34s -> %s\n", i, n->name, k, s);
+            const char *why = kn_attr_string(n, KN_ATTR_PLACEMENT_REASON, NULL);
+            printf("  %4d  %-36s %-34s -> %s%s%s%s\n", i, n->name, k, s, why ? "  (host: " : "",
+                   why ? why : "", why ? ")" : "");
+        }
+        if (e->n_backends > 1) {
+            printf("copies between memory spaces:\n");
+            print_copies(g, false);
+            for (int k = 1; k < e->n_backends; k++)
+                printf("%s activation arena (largest shapes): %zu bytes\n",
+                       e->backends[k]->iface->name, arenas[k]);
         }
         printf("weights: %zu bytes\nactivation arena (largest shapes): %zu bytes\n"
                "plugins required:",

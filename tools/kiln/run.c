@@ -25,7 +25,10 @@ static const char usage[] =
     "  --output-dir DIR   where outputs go (default: current directory; created if missing)\n"
     "  --threads N        threads for execution (default: the plan's setting, else cores)\n"
     "  --plugins LIB.so   load a plugin library (repeatable; KILN_PLUGIN_PATH adds more)\n"
-    "  --prefer-plugin OP let a registered plugin named OP replace the built-in op OP\n";
+    "  --prefer-plugin OP let a registered plugin named OP replace the built-in op OP\n"
+    "  --backend LIST     backends to place nodes on, in order of preference, e.g. cuda,cpu\n"
+    "                     (default cpu; the host takes what no listed backend runs; kiln\n"
+    "                     inspect shows where each layer went)\n";
 
 static void safe_name(const char *name, char *out, size_t size) {
     size_t j = 0;

@@ -15,4 +15,7 @@ extern const kn_kernel kn_cpu_rnn[];
 extern const kn_kernel kn_cpu_misc[];
 extern const kn_kernel kn_cpu_extra[];
 
+/* The CPU backend object (registered in the backend registry as "cpu"). */
+kn_backend *kn_cpu_backend(void);
+
 #endif

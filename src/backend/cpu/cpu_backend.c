@@ -17,28 +17,22 @@ static const kn_kernel *cpu_find_kernel(const char *domain, const char *name) {
     return NULL;
 }
 
-static kiln_status cpu_stream_create(kn_stream **out) {
-    *out = NULL;
-    return KILN_OK;
+static const kn_kernel *cpu_backend_find_kernel(kn_backend *b, const char *domain,
+                                                const char *name) {
+    (void)b;
+    return cpu_find_kernel(domain, name);
 }
 
-static void cpu_stream_destroy(kn_stream *s) {
-    (void)s;
-}
-
-static kiln_status cpu_stream_sync(kn_stream *s) {
-    (void)s;
-    return KILN_OK;
-}
-
+/* The CPU runs every kernel synchronously on the calling thread (and the context's pool):
+ * no stream, no events, host memory from the host allocator. */
 static const kn_backend_iface cpu_iface = {
-    .name = "cpu",
-    .find_kernel = cpu_find_kernel,
-    .stream_create = cpu_stream_create,
-    .stream_destroy = cpu_stream_destroy,
-    .stream_sync = cpu_stream_sync,
+    .name = KN_BACKEND_HOST,
+    .mem = KN_MEM_HOST,
+    .find_kernel = cpu_backend_find_kernel,
 };
 
-const kn_backend_iface *kn_backend_cpu(void) {
-    return &cpu_iface;
+static kn_backend cpu_backend = {.iface = &cpu_iface, .device = 0, .context = NULL};
+
+kn_backend *kn_cpu_backend(void) {
+    return &cpu_backend;
 }

@@ -1,4 +1,4 @@
-#include "runtime/resolve.h"
+#include "shape/resolve.h"
 
 #include "core/alloc.h"
 #include "ops/arity.h"
@@ -62,11 +62,13 @@ kiln_status kn_infer_node(const kn_node *n, const kiln_plugin_instance *plugin, 
     return KILN_OK;
 }
 
-kiln_status kn_eval_node(const kn_node *n, const kn_tensor *in, kn_tensor *out,
+kiln_status kn_eval_node(kn_backend *host, const kn_node *n, const kn_tensor *in, kn_tensor *out,
                          kn_threadpool *pool) {
-    const kn_kernel *k = kn_backend_cpu()->find_kernel(n->domain, n->op_type);
+    KN_ASSERT(kn_mem_host_visible(host->iface->mem));
+    const kn_kernel *k = host->iface->find_kernel(host, n->domain, n->op_type);
     if (k == NULL)
-        return kn_error(KILN_ERR_UNSUPPORTED, "node '%s' (%s): no CPU kernel", n->name, n->op_type);
+        return kn_error(KILN_ERR_UNSUPPORTED, "node '%s' (%s): no %s kernel", n->name, n->op_type,
+                        host->iface->name);
     for (int i = 0; i < n->n_out; i++) {
         out[i].data = NULL;
         if (n->out[i] < 0)
@@ -93,7 +95,8 @@ kiln_status kn_eval_node(const kn_node *n, const kn_tensor *in, kn_tensor *out,
                             .n_out = n->n_out,
                             .out = out,
                             .state = state,
-                            .pool = pool};
+                            .pool = pool,
+                            .backend = host};
         rc = k->run(&kc);
     }
     if (state != NULL && k->release != NULL)
@@ -119,7 +122,8 @@ void kn_resolved_release(kn_resolved *vals, int n) {
 
 kiln_status kn_resolve(const kn_graph *g, kn_resolved *vals, bool *deferred,
                        const kn_resolve_opts *opts) {
-    kn_tensor in[64], out[64];
+    kn_backend *host = opts->host ? opts->host : kn_backend_host();
+    kn_tensor in[KN_MAX_NODE_IO], out[KN_MAX_NODE_IO];
     for (int v = 0; v < g->n_values; v++) {
         const kn_value *val = &g->values[v];
         if (val->data != NULL) {
@@ -136,11 +140,10 @@ kiln_status kn_resolve(const kn_graph *g, kn_resolved *vals, bool *deferred,
             deferred[i] = false;
         if (n->dead)
             continue;
-        if (n->n_in > 64 || n->n_out > 64)
+        if (n->n_in > KN_MAX_NODE_IO || n->n_out > KN_MAX_NODE_IO)
             return kn_error(KILN_ERR_UNSUPPORTED,
-                            "node '%s' (%s) has more than 64 inputs or "
-                            "outputs",
-                            n->name, n->op_type);
+                            "node '%s' (%s) has more than %d inputs or outputs", n->name,
+                            n->op_type, KN_MAX_NODE_IO);
         bool all_known = true, all_data = true;
         for (int j = 0; j < n->n_in; j++) {
             memset(&in[j], 0, sizeof in[j]);
@@ -180,9 +183,9 @@ kiln_status kn_resolve(const kn_graph *g, kn_resolved *vals, bool *deferred,
         bool evaluable = all_data || (op->flags & KN_OP_SHAPE_ONLY);
         if (!evaluable || elems > opts->max_eval_elems)
             continue;
-        if (kn_backend_cpu()->find_kernel(n->domain, n->op_type) == NULL)
+        if (host->iface->find_kernel(host, n->domain, n->op_type) == NULL)
             continue;
-        KN_TRY(kn_eval_node(n, in, out, NULL));
+        KN_TRY(kn_eval_node(host, n, in, out, NULL));
         for (int j = 0; j < n->n_out; j++) {
             if (n->out[j] < 0)
                 continue;

@@ -1,7 +1,9 @@
-/* Shape resolution: walk the graph in order, infer every value's dtype and shape from the
- * input shapes, and evaluate on the host whatever is computable and small (constants, shape
- * subgraphs such as Shape -> Gather -> Concat -> Reshape). Used by the builder (validation,
- * constant folding, annotation) and by each context when its input shapes change. */
+/* Shape resolution (src/shape/ sits above ops, backends and plugins, whose inference and host
+ * kernels it calls, and below the passes, the builder and the runtime, which all use it): walk the
+ * graph in order, infer every value's dtype and shape from the input shapes, and evaluate on the
+ * host whatever is computable and small (constants, shape subgraphs such as Shape -> Gather ->
+ * Concat -> Reshape). Used by the builder (validation, constant folding, annotation) and by each
+ * context when its input shapes change. */
 #ifndef KN_RESOLVE_H
 #define KN_RESOLVE_H
 
@@ -23,6 +25,8 @@ typedef struct kn_resolve_opts {
      * graph has no plugin nodes. */
     const kiln_plugin_instance *(*plugin_of)(void *user, const kn_node *n, int index);
     void *plugin_user;
+    /* The backend that evaluates nodes on the host; NULL: kn_backend_host(). */
+    kn_backend *host;
 } kn_resolve_opts;
 
 /* vals has g->n_values entries. On entry, graph inputs must have t.dtype and t.shape set and
@@ -38,9 +42,9 @@ void kn_resolved_release(kn_resolved *vals, int n);
  * is the instance of a plugin node (NULL for built-in ops). */
 kiln_status kn_infer_node(const kn_node *n, const kiln_plugin_instance *plugin, const kn_tensor *in,
                           kn_tensor *out);
-/* Evaluate one node on the host with the CPU backend (outputs' data allocated with kn_malloc;
- * the caller owns them). */
-kiln_status kn_eval_node(const kn_node *n, const kn_tensor *in, kn_tensor *out,
+/* Evaluate one node on the host with backend host, whose memory must be host-visible (outputs'
+ * data allocated with kn_malloc; the caller owns them). */
+kiln_status kn_eval_node(kn_backend *host, const kn_node *n, const kn_tensor *in, kn_tensor *out,
                          kn_threadpool *pool);
 
 #endif
