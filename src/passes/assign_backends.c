@@ -176,6 +176,9 @@ kiln_status kn_pass_assign_backends(kn_graph *g, const kn_placement *p) {
         if (op != NULL && (op->flags & KN_OP_VIEW) && n->n_in > 0 && n->in[0] >= 0) {
             int prod = g->values[n->in[0]].producer;
             follow = prod >= 0 ? P.chosen[prod] : -1;
+            if (follow < 0)
+                snprintf(P.reason[i], sizeof P.reason[i],
+                         "a view stays with its input, which is host memory");
         }
         for (int k = 0; k < p->n_order; k++) {
             if (strcmp(p->order[k]->iface->name, KN_BACKEND_HOST) == 0)

@@ -35,7 +35,7 @@ static bool same_space(const char *a, const char *b) {
 static int add_copy(kn_graph *g, int v, const char *to, const char *dev) {
     char name[512];
     snprintf(name, sizeof name, "%s:%s", g->values[v].name, to ? to : "host");
-    int out = kn_graph_add_value(g, NULL);
+    int out = kn_graph_add_value(g, kn_graph_find_value(g, name) < 0 ? name : NULL);
     if (out < 0)
         return -1;
     kn_value *src = &g->values[v], *dst = &g->values[out];

@@ -1,0 +1,190 @@
+"""The backend seam, proven with testdev (tests/testdev/testdev.c): a device backend module with
+its own poisoned memory space, a worker thread as its stream and the host's kernels for a subset
+of ops. Every model of tests/models is built with `--backend testdev`, so it splits between the
+device and the host with copies both ways, and must match the host-only build bit for bit.
+
+$KILN is the kiln binary (default build/bin/kiln); $KILN_BACKEND_PATH the folder holding
+libkiln_testdev.so (default build/tests/lib); $KILN_TEST_PLUGIN the TestScale plugin.
+"""
+
+import json
+import os
+import subprocess
+import tempfile
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+MODELS = os.path.join(REPO, "tests", "models")
+KILN = os.environ.get("KILN") or os.path.join(REPO, "build", "bin", "kiln")
+BUILD = os.path.dirname(os.path.dirname(os.path.abspath(KILN)))
+BACKEND_PATH = os.environ.get("KILN_BACKEND_PATH") or os.path.join(BUILD, "tests", "lib")
+PLUGIN = os.environ.get("KILN_TEST_PLUGIN") or os.path.join(
+    BACKEND_PATH, "libkiln_test_scale_plugin.so")
+
+with open(os.path.join(MODELS, "manifest.json")) as _f:
+    MANIFEST = json.load(_f)["models"]
+
+
+def kiln(*args, env_extra=None, check=True):
+    env = dict(os.environ, KILN_BACKEND_PATH=BACKEND_PATH)
+    env.update(env_extra or {})
+    proc = subprocess.run([KILN, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          stdin=subprocess.DEVNULL, timeout=300, env=env)
+    out, err = proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace")
+    if check:
+        assert proc.returncode == 0, f"kiln {' '.join(args)} failed: {err}"
+    return proc.returncode, out, err
+
+
+def shape_args(model):
+    args = []
+    for spec in model["shapes"]:
+        args += ["--shapes", spec]
+    return args
+
+
+def run_plan(plan, inputs, out_dir, extra=()):
+    args = ["run", plan, "--output-dir", out_dir, *extra]
+    for name, path in inputs.items():
+        args += ["--input", f"{name}={path}"]
+    kiln(*args)
+    with open(os.path.join(out_dir, "outputs.json")) as f:
+        index = json.load(f)
+    return {k: np.load(os.path.join(out_dir, v)) for k, v in index.items()}
+
+
+def inspect(plan):
+    return json.loads(kiln("inspect", plan, "--json")[1])
+
+
+@pytest.mark.parametrize("model", MANIFEST, ids=[m["name"] for m in MANIFEST])
+def test_model_split_matches_host_bit_for_bit(model, tmp_path):
+    onnx_path = os.path.join(MODELS, model["model"])
+    host_plan, dev_plan = str(tmp_path / "host.plan"), str(tmp_path / "dev.plan")
+    kiln("build", onnx_path, "-o", host_plan, *shape_args(model))
+    kiln("build", onnx_path, "-o", dev_plan, "--backend", "testdev,cpu", *shape_args(model))
+    info = inspect(dev_plan)
+    backends = {layer["backend"] for layer in info["layers"]}
+    assert "testdev" in backends, f"nothing was placed on testdev: {backends}"
+    assert info["copies"], "a split model needs copies"
+    assert any(c["direction"] == "to_host" for c in info["copies"])
+    assert any(c["direction"] == "to_device" for c in info["copies"])
+    for layer in info["layers"]:
+        if layer["backend"] == "cpu" and not layer["kernel"].startswith("plugin"):
+            assert layer.get("placement_reason"), f"{layer['name']} on the host without a reason"
+    for case in model["cases"]:
+        inputs = {k: os.path.join(MODELS, v) for k, v in case["inputs"].items()}
+        want = run_plan(host_plan, inputs, str(tmp_path / f"h_{case['name']}"))
+        got = run_plan(dev_plan, inputs, str(tmp_path / f"d_{case['name']}"))
+        assert sorted(got) == sorted(want)
+        for name in want:
+            assert got[name].dtype == want[name].dtype and got[name].shape == want[name].shape
+            assert np.array_equal(got[name], want[name], equal_nan=True), (
+                f"{model['name']}/{case['name']}/{name}: max diff "
+                f"{np.abs(got[name].astype(np.float64) - want[name]).max()}")
+
+
+def save(model, path):
+    onnx.checker.check_model(model)
+    onnx.save(model, path)
+    return path
+
+
+def conv_erf_conv(path):
+    """Conv -> Erf -> Conv: with Erf denied to testdev, the middle op runs on the host."""
+    rng = np.random.default_rng(3)
+    w1 = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array(rng.standard_normal((2, 4, 1, 1)).astype(np.float32), "w2")
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1], name="conv1"),
+             helper.make_node("Erf", ["a"], ["b"], name="erf"),
+             helper.make_node("Conv", ["b", "w2"], ["y"], name="conv2")]
+    g = helper.make_graph(nodes, "mixed",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, "h", "w"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 2, "h", "w"])], [w1, w2])
+    return save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def test_middle_op_on_host_copies_both_ways_across_the_profile(tmp_path):
+    model = conv_erf_conv(str(tmp_path / "m.onnx"))
+    shapes = ["--shapes", "x:1x3x4x4,2x3x8x8,3x3x16x12"]
+    host_plan, dev_plan = str(tmp_path / "h.plan"), str(tmp_path / "d.plan")
+    kiln("build", model, "-o", host_plan, *shapes)
+    env = {"KILN_TESTDEV_DENY": "Erf"}
+    kiln("build", model, "-o", dev_plan, "--backend", "testdev", *shapes, env_extra=env)
+    info = inspect(dev_plan)
+    placed = {layer["name"]: layer["backend"] for layer in info["layers"]}
+    assert placed["conv1"] == "testdev" and placed["conv2"] == "testdev"
+    assert placed["erf"] == "cpu"
+    dirs = sorted(c["direction"] for c in info["copies"])
+    assert dirs == ["to_device", "to_device", "to_host", "to_host"], dirs
+    rng = np.random.default_rng(0)
+    for shape in [(1, 3, 4, 4), (2, 3, 8, 8), (3, 3, 16, 12), (2, 3, 5, 7)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        xp = str(tmp_path / "x.npy")
+        np.save(xp, x)
+        want = run_plan(host_plan, {"x": xp}, str(tmp_path / "oh"))["y"]
+        got = run_plan(dev_plan, {"x": xp}, str(tmp_path / "od"))["y"]
+        assert np.array_equal(got, want), f"shape {shape}"
+
+
+def scale_model(path):
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu"),
+             helper.make_node("TestScale", ["a"], ["b"], name="scale", factor=2.5),
+             helper.make_node("Sigmoid", ["b"], ["y"], name="sig")]
+    g = helper.make_graph(nodes, "plugin",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(m, path)
+    return path
+
+
+@pytest.mark.parametrize("backends,where", [("cpu", "cpu"), ("testdev", "testdev")])
+def test_plugin_on_each_backend(tmp_path, backends, where):
+    model = scale_model(str(tmp_path / "p.onnx"))
+    plan = str(tmp_path / "p.plan")
+    kiln("build", model, "-o", plan, "--plugins", PLUGIN, "--backend", backends)
+    info = json.loads(kiln("inspect", plan, "--json", "--plugins", PLUGIN)[1])
+    placed = {layer["name"]: layer["backend"] for layer in info["layers"]}
+    assert placed["scale"] == where and placed["relu"] == where
+    x = np.linspace(-2, 2, 10, dtype=np.float32).reshape(2, 5)
+    xp = str(tmp_path / "x.npy")
+    np.save(xp, x)
+    got = run_plan(plan, {"x": xp}, str(tmp_path / "o"), extra=["--plugins", PLUGIN])["y"]
+    want = 1 / (1 + np.exp(-np.maximum(x, 0) * np.float32(2.5)))
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+def test_unknown_and_unavailable_backends_are_one_line(tmp_path):
+    model = conv_erf_conv(str(tmp_path / "m.onnx"))
+    for backend, words in [("nosuch", "unknown backend 'nosuch'"),
+                           ("Bad Name", "backend names are lowercase"),
+                           ("cpu,cpu", "listed twice")]:
+        rc, out, err = kiln("build", model, "-o", str(tmp_path / "x.plan"), "--backend",
+                            backend, "--shapes", "x:1x3x4x4", check=False)
+        assert rc != 0 and words in err and err.count("\n") == 1, err
+        assert not os.path.exists(tmp_path / "x.plan")
+    rc, out, err = kiln("build", model, "-o", str(tmp_path / "x.plan"), "--backend", "testdev",
+                        "--shapes", "x:1x3x4x4", env_extra={"KILN_TESTDEV_ABSENT": "1"},
+                        check=False)
+    assert rc != 0 and "backend 'testdev' is unavailable: no testdev device" in err, err
+    assert err.count("\n") == 1
+
+
+def test_device_plan_without_its_backend_is_refused(tmp_path):
+    model = conv_erf_conv(str(tmp_path / "m.onnx"))
+    plan = str(tmp_path / "d.plan")
+    kiln("build", model, "-o", plan, "--backend", "testdev", "--shapes", "x:1x3x4x4")
+    x = str(tmp_path / "x.npy")
+    np.save(x, np.zeros((1, 3, 4, 4), np.float32))
+    env = dict(os.environ, KILN_BACKEND_PATH=str(tmp_path))  # no module there
+    proc = subprocess.run([KILN, "run", plan, "--input", f"x={x}"], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, env=env, timeout=60)
+    err = proc.stderr.decode()
+    assert proc.returncode != 0 and "on backend 'testdev', which cannot run here" in err, err
+    assert err.count("\n") == 1
