@@ -6,6 +6,7 @@ PYTHON ?= python3
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
 KILN = $(BUILD)/bin/kiln
 APT_PACKAGES = cmake gcc make pkg-config protobuf-c-compiler libprotobuf-c-dev libcmocka-dev \
                libxxhash-dev
@@ -14,6 +15,7 @@ EXAMPLE_DIR = tests/models/mobilenetv2_mini
 EXAMPLE = $(EXAMPLE_DIR)/model.onnx
 
 .PHONY: all deps build asan run test test-unit test-conformance test-models test-python test-asan \
+        test-tsan \
         bench \
         format clean
 
@@ -61,16 +63,25 @@ test-models: build
 
 test-python: build
 	KILN=$(KILN) KILN_PLUGINS=$(BUILD)/plugins KILN_LIBRARY=$(BUILD)/lib/libkiln.so \
-	  PYTHONPATH=python $(PYTHON) -m pytest -q $$(ls -d tests/python tests/plugins 2>/dev/null)
+	  KILN_BACKEND_PATH=$(CURDIR)/$(BUILD)/tests/lib \
+	  PYTHONPATH=python $(PYTHON) -m pytest -q $$(ls -d tests/python tests/plugins tests/backend 2>/dev/null)
+
+# The backend seam's threads (8 contexts of one engine split across testdev and the host)
+# under ThreadSanitizer: only the libraries and the one test it needs are built.
+test-tsan: deps
+	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_TSAN=ON >/dev/null
+	cmake --build $(TSAN_BUILD) -j$(JOBS) --target test_backend_seam kiln_testdev kiln_test_scale_plugin
+	cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -R test_backend_seam
 
 test-asan: asan
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j$(JOBS)
 	ASAN_OPTIONS=detect_leaks=1 $(PYTHON) tests/conformance/run_node_tests.py \
 	  --kiln $(ASAN_BUILD)/bin/kiln --jobs $(JOBS) --check --timeout 120
 	ASAN_OPTIONS=detect_leaks=1 KILN=$(ASAN_BUILD)/bin/kiln KILN_PLUGINS=$(ASAN_BUILD)/plugins \
-	  $(PYTHON) -m pytest -q tests/models tests/plugins
+	  KILN_BACKEND_PATH=$(CURDIR)/$(ASAN_BUILD)/tests/lib \
+	  $(PYTHON) -m pytest -q tests/models tests/plugins tests/backend
 
-test: test-unit test-conformance test-models test-python test-asan
+test: test-unit test-conformance test-models test-python test-asan test-tsan
 
 bench: build
 	$(PYTHON) bench/bench.py --kiln $(KILN)

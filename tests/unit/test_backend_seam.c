@@ -1,0 +1,288 @@
+/* The backend seam with the testdev module (tests/testdev): its poisoned memory space, copies
+ * and events; a model split across testdev and the host on 8 threads with 8 contexts of one
+ * engine, bit-identical to the host-only plan at several shapes of the profile; enqueue and
+ * synchronize; inputs and outputs bound as device memory. KILN_BACKEND_PATH names the folder of
+ * libkiln_testdev.so (CTest sets it). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "backend/backend.h"
+#include "core/fileio.h"
+#include "kiln/kiln.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MODEL "tests/models/resnet_mini/model.onnx"
+#define THREADS 8
+
+static char *path(const char *rel) {
+    static char buf[1024];
+    const char *root = getenv("KILN_SOURCE_DIR");
+    snprintf(buf, sizeof buf, "%s/%s", root ? root : KILN_SOURCE_DIR, rel);
+    return buf;
+}
+
+static kn_backend *testdev(void) {
+    kn_backend *b = NULL;
+    kiln_status rc = kn_backend_get("testdev", &b);
+    if (rc != KILN_OK)
+        fail_msg("testdev: %s", kiln_last_error());
+    return b;
+}
+
+static void test_poisoned_memory_copies_and_events(void **state) {
+    (void)state;
+    kn_backend *b = testdev();
+    const kn_backend_iface *f = b->iface;
+    assert_int_equal(f->mem, KN_MEM_DEVICE);
+    float host[256], back[256];
+    for (int i = 0; i < 256; i++)
+        host[i] = (float)i * 0.5f;
+    kn_buffer buf;
+    kn_stream *s;
+    kn_event *e0, *e1;
+    assert_int_equal(f->buffer_alloc(b, KN_MEM_DEVICE, sizeof host, &buf), KILN_OK);
+    assert_int_equal(f->stream_create(b, &s), KILN_OK);
+    assert_int_equal(f->event_create(b, &e0), KILN_OK);
+    assert_int_equal(f->event_create(b, &e1), KILN_OK);
+    assert_int_equal(f->event_record(b, e0, s), KILN_OK);
+    assert_int_equal(f->copy(b, s, buf.base, KN_MEM_DEVICE, host, KN_MEM_HOST, sizeof host),
+                     KILN_OK);
+    assert_int_equal(f->event_record(b, e1, s), KILN_OK);
+    assert_int_equal(f->event_sync(b, e1), KILN_OK);
+    /* The host's view of device memory is poison: a kernel reading it directly sees NaN. */
+    const float *view = buf.base;
+    for (int i = 0; i < 256; i++)
+        assert_true(isnan(view[i]));
+    memset(back, 0, sizeof back);
+    assert_int_equal(f->copy(b, s, back, KN_MEM_HOST, buf.base, KN_MEM_DEVICE, sizeof back),
+                     KILN_OK);
+    assert_int_equal(f->stream_sync(b, s), KILN_OK);
+    assert_memory_equal(back, host, sizeof host);
+    float ms = -1;
+    assert_int_equal(f->event_elapsed(b, e0, e1, &ms), KILN_OK);
+    assert_true(ms >= 0);
+    f->event_destroy(b, e0);
+    f->event_destroy(b, e1);
+    f->stream_destroy(b, s);
+    f->buffer_free(b, &buf);
+}
+
+static void build(const char *backend, void **plan, size_t *size) {
+    kiln_builder *b;
+    kiln_network *net;
+    kiln_build_config *cfg;
+    assert_int_equal(kiln_builder_create(&b), KILN_OK);
+    assert_int_equal(kiln_network_from_onnx_file(b, path(MODEL), &net), KILN_OK);
+    assert_int_equal(kiln_build_config_create(&cfg), KILN_OK);
+    int64_t mn[] = {1, 3, 32, 32}, op[] = {2, 3, 64, 64}, mx[] = {4, 3, 96, 96};
+    assert_int_equal(kiln_build_config_add_profile(cfg, "input", 4, mn, op, mx), KILN_OK);
+    if (backend != NULL) {
+        const char *names[] = {backend, "cpu"};
+        assert_int_equal(kiln_build_config_set_backends(cfg, names, 2), KILN_OK);
+    }
+    kiln_status rc = kiln_build(b, net, cfg, plan, size);
+    if (rc != KILN_OK)
+        fail_msg("build: %s", kiln_last_error());
+    kiln_build_config_destroy(cfg);
+    kiln_network_destroy(net);
+    kiln_builder_destroy(b);
+}
+
+static kiln_engine *engine(const char *backend) {
+    void *plan;
+    size_t size;
+    build(backend, &plan, &size);
+    kiln_engine *e;
+    kiln_status rc = kiln_engine_load_memory(plan, size, NULL, &e);
+    if (rc != KILN_OK)
+        fail_msg("load: %s", kiln_last_error());
+    kiln_free(plan);
+    return e;
+}
+
+static const int64_t shapes[3][4] = {{1, 3, 32, 32}, {3, 3, 48, 80}, {4, 3, 96, 96}};
+static float *inputs[3];
+static float *expected[3];
+static size_t out_size[3];
+
+static size_t numel(const int64_t *d) {
+    return (size_t)(d[0] * d[1] * d[2] * d[3]);
+}
+
+/* Run ctx at shape k with enqueue + synchronize; returns a copy of the logits. */
+static float *run_shape(kiln_context *ctx, int k, size_t *size) {
+    if (kiln_context_set_input_shape(ctx, "input", 4, shapes[k]) != KILN_OK ||
+        kiln_context_set_input(ctx, "input", inputs[k], numel(shapes[k]) * sizeof(float)) !=
+            KILN_OK ||
+        kiln_context_enqueue(ctx) != KILN_OK || kiln_context_synchronize(ctx) != KILN_OK)
+        return NULL;
+    kiln_tensor_view v;
+    if (kiln_context_get_output(ctx, "logits", &v) != KILN_OK)
+        return NULL;
+    float *copy = malloc(v.size);
+    if (copy)
+        memcpy(copy, v.data, v.size);
+    *size = v.size;
+    return copy;
+}
+
+static void make_expected(void) {
+    if (expected[0] != NULL)
+        return;
+    unsigned seed = 7;
+    for (int k = 0; k < 3; k++) {
+        inputs[k] = malloc(numel(shapes[k]) * sizeof(float));
+        for (size_t i = 0; i < numel(shapes[k]); i++) {
+            seed = seed * 1103515245u + 12345u;
+            inputs[k][i] = (float)((seed >> 8) & 0xFFFF) / 32768.0f - 1.0f;
+        }
+    }
+    kiln_engine *e = engine(NULL);
+    kiln_context *ctx;
+    assert_int_equal(kiln_context_create(e, &ctx), KILN_OK);
+    for (int k = 0; k < 3; k++) {
+        expected[k] = run_shape(ctx, k, &out_size[k]);
+        assert_non_null(expected[k]);
+    }
+    kiln_context_destroy(ctx);
+    kiln_engine_destroy(e);
+}
+
+typedef struct worker_arg {
+    kiln_engine *e;
+    int id;
+    int mismatches;
+    int failures;
+} worker_arg;
+
+static void *worker(void *p) {
+    worker_arg *w = p;
+    kiln_context *ctx;
+    if (kiln_context_create(w->e, &ctx) != KILN_OK || kiln_context_set_threads(ctx, 1) != KILN_OK) {
+        w->failures++;
+        return NULL;
+    }
+    for (int it = 0; it < 6; it++) {
+        int k = (w->id + it) % 3;
+        size_t size = 0;
+        float *got = run_shape(ctx, k, &size);
+        if (got == NULL)
+            w->failures++;
+        else if (size != out_size[k] || memcmp(got, expected[k], size) != 0)
+            w->mismatches++;
+        free(got);
+    }
+    kiln_context_destroy(ctx);
+    return NULL;
+}
+
+static void test_split_model_on_8_threads_matches_host_bit_for_bit(void **state) {
+    (void)state;
+    make_expected();
+    kiln_engine *e = engine("testdev");
+    pthread_t t[THREADS];
+    worker_arg w[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        w[i] = (worker_arg){.e = e, .id = i};
+        assert_int_equal(pthread_create(&t[i], NULL, worker, &w[i]), 0);
+    }
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(w[i].failures, 0);
+        assert_int_equal(w[i].mismatches, 0);
+    }
+    kiln_engine_destroy(e);
+}
+
+static void test_device_bound_input_and_output(void **state) {
+    (void)state;
+    make_expected();
+    kn_backend *b = testdev();
+    kiln_engine *e = engine("testdev");
+    kiln_context *ctx;
+    assert_int_equal(kiln_context_create(e, &ctx), KILN_OK);
+    size_t in_bytes = numel(shapes[1]) * sizeof(float);
+    kn_buffer din, dout;
+    assert_int_equal(b->iface->buffer_alloc(b, KN_MEM_DEVICE, in_bytes, &din), KILN_OK);
+    assert_int_equal(b->iface->buffer_alloc(b, KN_MEM_DEVICE, out_size[1], &dout), KILN_OK);
+    assert_int_equal(b->iface->copy(b, NULL, din.base, KN_MEM_DEVICE, inputs[1], KN_MEM_HOST,
+                                    in_bytes),
+                     KILN_OK);
+    assert_int_equal(kiln_context_set_input_shape(ctx, "input", 4, shapes[1]), KILN_OK);
+    assert_int_equal(
+        kiln_context_set_input_memory(ctx, "input", din.base, in_bytes, KILN_MEMORY_DEVICE),
+        KILN_OK);
+    assert_int_equal(
+        kiln_context_set_output_memory(ctx, "logits", dout.base, out_size[1], KILN_MEMORY_DEVICE),
+        KILN_OK);
+    kiln_status rc = kiln_context_execute(ctx);
+    if (rc != KILN_OK)
+        fail_msg("execute: %s", kiln_last_error());
+    float *back = malloc(out_size[1]);
+    assert_int_equal(b->iface->copy(b, NULL, back, KN_MEM_HOST, dout.base, KN_MEM_DEVICE,
+                                    out_size[1]),
+                     KILN_OK);
+    assert_memory_equal(back, expected[1], out_size[1]);
+    free(back);
+    kiln_context_destroy(ctx);
+    kiln_engine_destroy(e);
+    b->iface->buffer_free(b, &din);
+    b->iface->buffer_free(b, &dout);
+}
+
+static void test_device_input_read_on_host_is_refused(void **state) {
+    (void)state;
+    make_expected();
+    kiln_engine *e = engine(NULL); /* host only: no device to bind to */
+    kiln_context *ctx;
+    assert_int_equal(kiln_context_create(e, &ctx), KILN_OK);
+    size_t in_bytes = numel(shapes[0]) * sizeof(float);
+    assert_int_equal(kiln_context_set_input_shape(ctx, "input", 4, shapes[0]), KILN_OK);
+    assert_int_equal(
+        kiln_context_set_input_memory(ctx, "input", inputs[0], in_bytes, KILN_MEMORY_DEVICE),
+        KILN_OK);
+    assert_int_equal(kiln_context_execute(ctx), KILN_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(kiln_last_error(), "bound as device memory"));
+    assert_int_equal(kiln_context_synchronize(ctx), KILN_ERR_INVALID_ARGUMENT);
+    assert_int_equal(kiln_context_set_input_memory(ctx, "input", inputs[0], in_bytes, 7),
+                     KILN_ERR_INVALID_ARGUMENT);
+    kiln_context_destroy(ctx);
+    kiln_engine_destroy(e);
+}
+
+static void test_backend_names_and_absent_backends(void **state) {
+    (void)state;
+    kn_backend *b;
+    assert_int_equal(kn_backend_get("cpu", &b), KILN_OK);
+    assert_ptr_equal(b, kn_backend_host());
+    assert_int_not_equal(kn_backend_get("nosuch", &b), KILN_OK);
+    assert_non_null(strstr(kiln_last_error(), "libkiln_nosuch.so"));
+    assert_int_not_equal(kn_backend_get("../etc", &b), KILN_OK);
+    char names[128];
+    testdev();
+    assert_non_null(strstr(kn_backend_names(names, sizeof names), "testdev"));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_poisoned_memory_copies_and_events),
+        cmocka_unit_test(test_split_model_on_8_threads_matches_host_bit_for_bit),
+        cmocka_unit_test(test_device_bound_input_and_output),
+        cmocka_unit_test(test_device_input_read_on_host_is_refused),
+        cmocka_unit_test(test_backend_names_and_absent_backends),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    for (int k = 0; k < 3; k++) {
+        free(inputs[k]);
+        free(expected[k]);
+    }
+    return rc;
+}
