@@ -64,7 +64,7 @@ test-models: build
 test-python: build
 	KILN=$(KILN) KILN_PLUGINS=$(BUILD)/plugins KILN_LIBRARY=$(BUILD)/lib/libkiln.so \
 	  KILN_BACKEND_PATH=$(CURDIR)/$(BUILD)/tests/lib \
-	  PYTHONPATH=python $(PYTHON) -m pytest -q $$(ls -d tests/python tests/plugins tests/backend 2>/dev/null)
+	  PYTHONPATH=python $(PYTHON) -m pytest -q $$(ls -d tests/python tests/plugins tests/backend tests/layout 2>/dev/null)
 
 # The backend seam's threads (8 contexts of one engine split across testdev and the host)
 # under ThreadSanitizer: only the libraries and the one test it needs are built.

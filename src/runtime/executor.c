@@ -114,6 +114,8 @@ static kiln_status wait_copy(kiln_context *c, int node) {
         return KILN_OK;
     kn_backend *b = kn_engine_node_backend(c->e, node);
     c->copy_pending[node] = false;
+    if (kn_node_copy_kind(&c->e->plan.graph->nodes[node]) == KN_COPY_TO_DEVICE)
+        c->pending_to_device--;
     if (c->copy_done[node] != NULL)
         return b->iface->event_sync(b, c->copy_done[node]);
     if (b->iface->stream_sync != NULL)
@@ -137,8 +139,8 @@ static kiln_status wait_for_host_reads(kiln_context *c, int node, uint64_t host_
         if (p >= 0 && kn_node_copy_kind(&g->nodes[p]) == KN_COPY_TO_HOST)
             KN_TRY(wait_copy(c, p));
     }
-    if (overwrite)
-        for (int i = 0; i < node; i++)
+    if (overwrite && c->pending_to_device > 0)
+        for (int i = 0; i < node && c->pending_to_device > 0; i++)
             if (c->copy_pending[i] && kn_node_copy_kind(&g->nodes[i]) == KN_COPY_TO_DEVICE)
                 KN_TRY(wait_copy(c, i));
     return KILN_OK;
@@ -167,6 +169,8 @@ static kiln_status run_copy(kiln_context *c, int i, const kn_tensor *in, const k
     if (c->copy_done[i] != NULL)
         KN_TRY(b->iface->event_record(b, c->copy_done[i], c->streams[k]));
     c->copy_pending[i] = b->iface->stream_sync != NULL || c->copy_done[i] != NULL;
+    if (c->copy_pending[i] && !to_host)
+        c->pending_to_device++;
     return KILN_OK;
 }
 
@@ -200,7 +204,7 @@ static kiln_status run_nodes(kiln_context *c) {
             continue;
         KN_ASSERT(n->n_in <= KN_MAX_NODE_IO && n->n_out <= KN_MAX_NODE_IO);
         int k = e->node_backend[i];
-        if (kn_node_copy_kind(n) == KN_COPY_NONE)
+        if (e->n_backends > 1 && kn_node_copy_kind(n) == KN_COPY_NONE)
             KN_TRY(
                 wait_for_host_reads(c, i, k == 0 ? ~(uint64_t)0 : kn_node_host_inputs(n), k == 0));
         for (int j = 0; j < n->n_in; j++)
@@ -248,6 +252,7 @@ kiln_status kn_context_finish_work(kiln_context *c) {
             first = rc;
     }
     memset(c->copy_pending, 0, (size_t)e->plan.graph->n_nodes * sizeof *c->copy_pending);
+    c->pending_to_device = 0;
     c->enqueued = false;
     return first;
 }
