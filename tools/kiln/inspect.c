@@ -64,8 +64,10 @@ static void kernel_text(const kn_node *n, char *buf, size_t size) {
     const char *act = kn_attr_string(n, "kiln_activation", NULL);
     int residual = (int)kn_attr_int(n, "kiln_residual", 0);
     bool bias = kn_attr_int(n, "kiln_bias", 0) != 0;
-    snprintf(buf, size, "%s%s:%s%s%s%s", kn_is_plugin_node(n) ? "plugin@" : "", kn_node_backend(n),
-             n->domain[0] && !kn_is_plugin_node(n) ? n->domain : "",
+    const char *where = kn_node_backend(n);
+    bool plugin = kn_is_plugin_node(n), host = strcmp(where, "cpu") == 0;
+    snprintf(buf, size, "%s%s%s:%s%s%s%s", plugin ? "plugin" : "", plugin && !host ? "@" : "",
+             plugin && host ? "" : where, n->domain[0] && !kn_is_plugin_node(n) ? n->domain : "",
              n->domain[0] && !kn_is_plugin_node(n) ? "." : "", n->op_type,
              bias       ? "+bias"
              : residual ? "+residual"
