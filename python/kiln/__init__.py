@@ -12,7 +12,8 @@ Every failure raises kiln.KilnError(status, message). See docs/python.md.
 from ._dtypes import DType
 from ._lib import KilnError, LIBRARY_PATH, lib as _clib
 from .hooks import LogLevel, allocated_bytes, dtype_size, set_logger
-from .engine import Context, Engine, IOInfo, build, build_to_file, plan_layers, run
+from .builder import build, build_to_file, plan_layers
+from .engine import Context, Engine, IOInfo, run
 from .network import Activation, ElementWise, Network, Pooling, Tensor
 from .plugin import (
     BYTES,
