@@ -11,7 +11,7 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-BUILD = os.environ.get("KILN_BUILD") or os.path.join(REPO, "build")
+BUILD = os.path.abspath(os.environ.get("KILN_BUILD") or os.path.join(REPO, "build"))
 CC = os.environ.get("CC") or "cc"
 
 
