@@ -10,13 +10,15 @@ TSAN_BUILD ?= build-tsan
 KILN = $(BUILD)/bin/kiln
 APT_PACKAGES = cmake gcc make pkg-config protobuf-c-compiler libprotobuf-c-dev libcmocka-dev \
                libxxhash-dev
-PIP_PACKAGES = onnx==1.19.0 onnxruntime numpy pytest
+PIP_PACKAGES = onnx==1.19.0 onnxruntime numpy pytest scikit-build-core tritonclient[http,grpc]
+# The Triton tests use only the tritonserver binary and libraries this wheel carries, so its
+# Python dependencies (which pin an old numpy) are left out.
+PIP_NODEPS_PACKAGES = nvidia-pytriton
 EXAMPLE_DIR = tests/models/mobilenetv2_mini
 EXAMPLE = $(EXAMPLE_DIR)/model.onnx
 
 .PHONY: all deps build asan run test test-unit test-conformance test-models test-python test-asan \
-        test-tsan \
-        bench \
+        test-tsan test-install test-triton bench \
         format clean
 
 all: build
@@ -29,11 +31,14 @@ deps:
 	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
-	@$(PYTHON) -c "import onnx, onnxruntime, numpy, pytest; assert onnx.__version__ == '1.19.0'" \
+	@$(PYTHON) -c "import onnx, onnxruntime, numpy, pytest, scikit_build_core, tritonclient.http, \
+	  tritonclient.grpc; assert onnx.__version__ == '1.19.0'" \
 	  2>/dev/null || $(PYTHON) -m pip install -q $(PIP_PACKAGES)
+	@$(PYTHON) -c "import importlib.util as u; assert u.find_spec('pytriton')" 2>/dev/null || \
+	  $(PYTHON) -m pip install -q --no-deps $(PIP_NODEPS_PACKAGES)
 
 build: deps
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DKILN_TRITON=ON >/dev/null
 	cmake --build $(BUILD) -j$(JOBS)
 
 asan: deps
@@ -81,7 +86,17 @@ test-asan: asan
 	  KILN_BACKEND_PATH=$(CURDIR)/$(ASAN_BUILD)/tests/lib \
 	  $(PYTHON) -m pytest -q tests/models tests/plugins tests/backend
 
-test: test-unit test-conformance test-models test-python test-asan test-tsan
+# cmake --install and pip install . (an outside program and plugin, a fresh virtualenv).
+test-install: build
+	KILN_BUILD=$(BUILD) $(PYTHON) -m pytest -q tests/install
+
+# The Triton backend under the real tritonserver; prints the load test's figures.
+test-triton: build
+	KILN_BUILD=$(BUILD) $(PYTHON) -m pytest -q tests/triton
+	@cat $(BUILD)/triton/load_report.txt
+
+test: test-unit test-conformance test-models test-python test-install test-triton test-asan \
+      test-tsan
 
 bench: build
 	$(PYTHON) bench/bench.py --kiln $(KILN)

@@ -1,7 +1,8 @@
 """ctypes declarations of libkiln's public C API (include/kiln/kiln.h, kiln_plugin.h).
 
-The library is found through the KILN_LIBRARY environment variable, else at
-<repo>/build/lib/libkiln.so relative to this package.
+The library is found through the KILN_LIBRARY environment variable, else inside the installed
+package (kiln/lib/libkiln.so, where the wheel puts it), else at <repo>/build/lib/libkiln.so
+relative to this package in a source tree.
 """
 
 import ctypes
@@ -68,13 +69,22 @@ class KilnError(RuntimeError):
         return STATUS_NAMES.get(self.status, str(self.status))
 
 
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+# In a source tree the package is <repo>/python/kiln; installed, these paths do not exist.
+REPO_DIR = os.path.dirname(os.path.dirname(PACKAGE_DIR))
+
+
+def installed(*parts):
+    """A path inside the installed package (the wheel's CMake prefix), or None."""
+    path = os.path.join(PACKAGE_DIR, *parts)
+    return path if os.path.exists(path) else None
+
+
 def _find_library():
     env = os.environ.get("KILN_LIBRARY")
     if env:
         return env
-    here = os.path.dirname(os.path.abspath(__file__))
-    repo = os.path.dirname(os.path.dirname(here))
-    return os.path.join(repo, "build", "lib", "libkiln.so")
+    return installed("lib", "libkiln.so") or os.path.join(REPO_DIR, "build", "lib", "libkiln.so")
 
 
 LIBRARY_PATH = _find_library()

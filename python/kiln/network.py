@@ -10,6 +10,7 @@ from . import _dtypes
 from . import _lib
 from . import plugin as _plugin
 from . import registry as _registry
+from ._build_config import build_plan
 from ._lib import ERR_INVALID_ARGUMENT, KilnError, check, encode, int64_array, lib
 
 
@@ -481,11 +482,7 @@ class Network:
 
     def build(self, shapes=None, threads=None, prefer_plugins=None, progress=None):
         """The plan (bytes); see kiln.build."""
-        from .engine import build
-
-        return build(
-            self, shapes=shapes, threads=threads, prefer_plugins=prefer_plugins, progress=progress
-        )
+        return build_plan(self._b, self._h, shapes, threads, prefer_plugins, progress)
 
     def __del__(self):
         for attr in ("_hobj", "_bobj"):

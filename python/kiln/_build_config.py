@@ -1,0 +1,88 @@
+"""Build configurations (profiles, threads, preferred plugins, progress) and the one call that
+turns a C network into a plan. Both kiln.build and kiln.Network.build end here, so this module
+sits below them and imports neither."""
+
+import ctypes
+import os
+
+import numpy as np
+
+from . import _lib
+from ._lib import ERR_INVALID_ARGUMENT, KilnError, check, encode, int64_array, lib
+
+
+def _profile(name, spec):
+    """(min, opt, max) tuples from a shape or a (min, opt, max) triple."""
+    spec = list(spec)
+    if len(spec) == 3 and all(isinstance(s, (tuple, list)) for s in spec):
+        mn, op, mx = (tuple(int(d) for d in s) for s in spec)
+    elif all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in spec):
+        mn = op = mx = tuple(int(d) for d in spec)
+    else:
+        raise KilnError(
+            ERR_INVALID_ARGUMENT,
+            f"shapes['{name}']: give a shape (ints) or a (min, opt, max) triple of shapes, "
+            f"got {spec!r}",
+        )
+    if not len(mn) == len(op) == len(mx):
+        raise KilnError(
+            ERR_INVALID_ARGUMENT, f"shapes['{name}']: min, opt and max have different ranks"
+        )
+    return mn, op, mx
+
+
+class _Config:
+    def __init__(self, shapes, threads, prefer_plugins, progress=None):
+        h = ctypes.c_void_p()
+        check(lib.kiln_build_config_create(ctypes.byref(h)))
+        self.h = h
+        self.progress = None
+        try:
+            if progress is not None:
+
+                def call(user, stage, fraction):
+                    try:
+                        progress(stage.decode("utf-8", "replace") if stage else "", fraction)
+                    except BaseException:
+                        pass  # a progress display must not fail the build
+
+                self.progress = _lib.PROGRESS_FN(call)
+                check(lib.kiln_build_config_set_progress(h, self.progress, None))
+            if threads is not None:
+                check(lib.kiln_build_config_set_threads(h, int(threads)))
+            for name, spec in dict(shapes or {}).items():
+                mn, op, mx = _profile(name, spec)
+                check(
+                    lib.kiln_build_config_add_profile(
+                        h, encode(name), len(mn), int64_array(mn), int64_array(op), int64_array(mx)
+                    )
+                )
+            if isinstance(prefer_plugins, str):
+                prefer_plugins = [prefer_plugins]
+            for op_type in prefer_plugins or ():
+                check(lib.kiln_build_config_prefer_plugin(h, encode(op_type)))
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self):
+        if self.h:
+            lib.kiln_build_config_destroy(self.h)
+            self.h = None
+
+
+
+def build_plan(builder, net, shapes, threads, prefer_plugins, progress=None, path=None):
+    cfg = _Config(shapes, threads, prefer_plugins, progress)
+    data, size = ctypes.c_void_p(), ctypes.c_size_t()
+    try:
+        if path is not None:
+            check(lib.kiln_build_to_file(builder, net, cfg.h, encode(os.fspath(path))))
+            return None
+        check(lib.kiln_build(builder, net, cfg.h, ctypes.byref(data), ctypes.byref(size)))
+        try:
+            return ctypes.string_at(data, size.value)
+        finally:
+            lib.kiln_free(data)
+    finally:
+        cfg.close()

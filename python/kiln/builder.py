@@ -1,0 +1,85 @@
+"""kiln.build and kiln.build_to_file: ONNX models and kiln.Networks to plans."""
+
+import ctypes
+import os
+
+from . import _plan
+from . import registry as _registry
+from ._build_config import build_plan
+from ._lib import ERR_INVALID_ARGUMENT, KilnError, check, encode, lib
+from .network import Network
+
+
+def _is_path(x):
+    return isinstance(x, (str, os.PathLike))
+
+
+def _model_bytes(model):
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        return bytes(model)
+    if hasattr(model, "SerializeToString"):  # an onnx.ModelProto
+        return model.SerializeToString()
+    return None
+
+
+def build(model, shapes=None, threads=None, plugins=None, prefer_plugins=None, progress=None):
+    """Build a plan and return it as bytes.
+
+    model: a path to an .onnx file, the bytes of an ONNX model (or an onnx.ModelProto), or a
+    kiln.Network. shapes: {input: shape} or {input: (min, opt, max)} for inputs with dynamic
+    dims. threads: default threads of the engine's contexts. plugins: a kiln.Registry, or
+    library paths / kiln.Plugin subclasses added to the default registry. prefer_plugins: op
+    types a plugin of the same name may replace. progress: called as progress(stage, fraction)
+    during the build."""
+    return _build(model, None, shapes, threads, plugins, prefer_plugins, progress)
+
+
+def build_to_file(
+    model, path, shapes=None, threads=None, plugins=None, prefer_plugins=None, progress=None
+):
+    """Build a plan straight into a file (written beside it, then renamed, so a failed build
+    never damages an existing plan). Arguments as for kiln.build."""
+    _build(model, path, shapes, threads, plugins, prefer_plugins, progress)
+
+
+def _build(model, path, shapes, threads, plugins, prefer_plugins, progress):
+    if isinstance(model, Network):
+        if isinstance(plugins, _registry.Registry) and plugins is not model.registry:
+            raise KilnError(
+                ERR_INVALID_ARGUMENT,
+                "build: a kiln.Network uses the registry it was created with "
+                "(kiln.Network(registry=...)); another was given",
+            )
+        if plugins is not None:
+            model.registry.add(plugins)
+        return build_plan(model._b, model._h, shapes, threads, prefer_plugins, progress, path)
+    reg = _registry.resolve(plugins)
+    b = ctypes.c_void_p()
+    check(lib.kiln_builder_create(ctypes.byref(b)))
+    net = ctypes.c_void_p()
+    try:
+        check(lib.kiln_builder_set_registry(b, reg.handle))
+        data = _model_bytes(model)
+        if data is not None:
+            check(lib.kiln_network_from_onnx_memory(b, data, len(data), ctypes.byref(net)))
+        elif _is_path(model):
+            check(lib.kiln_network_from_onnx_file(b, encode(os.fspath(model)), ctypes.byref(net)))
+        else:
+            raise KilnError(
+                ERR_INVALID_ARGUMENT,
+                f"build: model must be a path, ONNX bytes or a kiln.Network, got "
+                f"{type(model).__name__}",
+            )
+        return build_plan(b, net, shapes, threads, prefer_plugins, progress, path)
+    finally:
+        if net:
+            lib.kiln_network_destroy(net)
+        lib.kiln_builder_destroy(b)
+
+
+def plan_layers(plan):
+    """[(name, op_type, domain)] of a plan's live layers (plan: bytes or a path)."""
+    if _is_path(plan):
+        with open(plan, "rb") as f:
+            plan = f.read()
+    return _plan.layers(plan)
