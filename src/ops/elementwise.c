@@ -94,46 +94,46 @@ static kiln_status infer_variadic(kn_infer_ctx *c, unsigned mask) {
 }
 
 #define UNARY(fn, mask, out)                                                                       \
-    static kiln_status fn(kn_infer_ctx *c) {                                                       \
+    kiln_status fn(kn_infer_ctx *c) {                                                              \
         return infer_unary(c, mask, out);                                                          \
     }
 #define BINARY(fn, mask, out)                                                                      \
-    static kiln_status fn(kn_infer_ctx *c) {                                                       \
+    kiln_status fn(kn_infer_ctx *c) {                                                              \
         return infer_binary(c, mask, out);                                                         \
     }
 #define VARIADIC(fn, mask)                                                                         \
-    static kiln_status fn(kn_infer_ctx *c) {                                                       \
+    kiln_status fn(kn_infer_ctx *c) {                                                              \
         return infer_variadic(c, mask);                                                            \
     }
 
-UNARY(infer_float, M_FLT, 0)
-UNARY(infer_signed, M_FLT | M_SINT, 0)
-UNARY(infer_numeric, M_NUM, 0)
-UNARY(infer_bool, M_BOOL, 0)
-UNARY(infer_int, M_INT, 0)
-UNARY(infer_is_nan, M_FLT, KILN_DTYPE_BOOL)
-UNARY(infer_is_inf, M_FLT, KILN_DTYPE_BOOL)
-BINARY(infer_arith, M_NUM, 0)
-BINARY(infer_compare, M_NUM | M_BOOL, KILN_DTYPE_BOOL)
-BINARY(infer_logical, M_BOOL, KILN_DTYPE_BOOL)
-BINARY(infer_bitwise, M_INT, 0)
-VARIADIC(infer_var_numeric, M_NUM)
-VARIADIC(infer_var_float, M_FLT)
+UNARY(kn_ew_infer_float, M_FLT, 0)
+UNARY(kn_ew_infer_signed, M_FLT | M_SINT, 0)
+UNARY(kn_ew_infer_numeric, M_NUM, 0)
+UNARY(kn_ew_infer_bool, M_BOOL, 0)
+UNARY(kn_ew_infer_int, M_INT, 0)
+UNARY(kn_ew_infer_is_nan, M_FLT, KILN_DTYPE_BOOL)
+UNARY(kn_ew_infer_is_inf, M_FLT, KILN_DTYPE_BOOL)
+BINARY(kn_ew_infer_arith, M_NUM, 0)
+BINARY(kn_ew_infer_compare, M_NUM | M_BOOL, KILN_DTYPE_BOOL)
+BINARY(kn_ew_infer_logical, M_BOOL, KILN_DTYPE_BOOL)
+BINARY(kn_ew_infer_bitwise, M_INT, 0)
+VARIADIC(kn_ew_infer_var_numeric, M_NUM)
+VARIADIC(kn_ew_infer_var_float, M_FLT)
 
-static kiln_status infer_celu(kn_infer_ctx *c) {
+kiln_status kn_infer_celu(kn_infer_ctx *c) {
     if (kn_attr_float(c->node, "alpha", 1.0f) == 0.0f)
         return kn_error(KILN_ERR_MODEL, "attribute alpha must not be 0");
     return infer_unary(c, M_FLT, 0);
 }
 
-static kiln_status infer_gelu(kn_infer_ctx *c) {
+kiln_status kn_infer_gelu(kn_infer_ctx *c) {
     const char *a = kn_attr_string(c->node, "approximate", "none");
     if (strcmp(a, "none") != 0 && strcmp(a, "tanh") != 0)
         return kn_error(KILN_ERR_MODEL, "attribute approximate is '%s'; expected none or tanh", a);
     return infer_unary(c, M_FLT, 0);
 }
 
-static kiln_status infer_prelu(kn_infer_ctx *c) {
+kiln_status kn_infer_prelu(kn_infer_ctx *c) {
     KN_TRY(infer_binary(c, M_FLT | M_SINT | M_UINT, 0));
     char b1[96], b2[96];
     if (!kn_shape_equal(&c->out[0].shape, &c->in[0].shape))
@@ -143,15 +143,15 @@ static kiln_status infer_prelu(kn_infer_ctx *c) {
     return KILN_OK;
 }
 
-static kiln_status infer_equal(kn_infer_ctx *c) {
+kiln_status kn_infer_equal(kn_infer_ctx *c) {
     return infer_binary(c, M_NUM | M_BOOL, KILN_DTYPE_BOOL);
 }
 
-static kiln_status infer_div(kn_infer_ctx *c) {
+kiln_status kn_infer_div(kn_infer_ctx *c) {
     return infer_binary(c, M_NUM, 0);
 }
 
-static kiln_status infer_mod(kn_infer_ctx *c) {
+kiln_status kn_infer_mod(kn_infer_ctx *c) {
     int64_t fmod = kn_attr_int(c->node, "fmod", 0);
     if (fmod != 0 && fmod != 1)
         return kn_error(KILN_ERR_MODEL, "attribute fmod is %lld; expected 0 or 1", (long long)fmod);
@@ -162,14 +162,14 @@ static kiln_status infer_mod(kn_infer_ctx *c) {
     return KILN_OK;
 }
 
-static kiln_status infer_bitshift(kn_infer_ctx *c) {
+kiln_status kn_infer_bitshift(kn_infer_ctx *c) {
     const char *d = kn_attr_string(c->node, "direction", "");
     if (strcmp(d, "LEFT") != 0 && strcmp(d, "RIGHT") != 0)
         return kn_error(KILN_ERR_MODEL, "attribute direction is '%s'; expected LEFT or RIGHT", d);
     return infer_binary(c, M_UINT, 0);
 }
 
-static kiln_status infer_pow(kn_infer_ctx *c) {
+kiln_status kn_infer_pow(kn_infer_ctx *c) {
     KN_TRY(ew_check_arity(c, 2, 2));
     unsigned base = DT(INT32) | DT(INT64) | M_FLT;
     unsigned expo = M_NUM;
@@ -183,7 +183,7 @@ static kiln_status infer_pow(kn_infer_ctx *c) {
     return KILN_OK;
 }
 
-static kiln_status infer_where(kn_infer_ctx *c) {
+kiln_status kn_infer_where(kn_infer_ctx *c) {
     KN_TRY(ew_check_arity(c, 3, 3));
     KN_TRY(ew_check_dtype(c, 0, M_BOOL));
     KN_TRY(ew_check_dtype(c, 1, M_NUM | M_BOOL));
@@ -196,7 +196,7 @@ static kiln_status infer_where(kn_infer_ctx *c) {
     return KILN_OK;
 }
 
-static kiln_status infer_clip(kn_infer_ctx *c) {
+kiln_status kn_infer_clip(kn_infer_ctx *c) {
     if (c->node->opset < 11)
         return infer_unary(c, M_FLT, 0);
     KN_TRY(ew_check_arity(c, 1, 3));
@@ -233,89 +233,15 @@ static kiln_status cast_to(kn_infer_ctx *c, int64_t to) {
     return KILN_OK;
 }
 
-static kiln_status infer_cast(kn_infer_ctx *c) {
+kiln_status kn_infer_cast(kn_infer_ctx *c) {
     KN_TRY(ew_check_arity(c, 1, 1));
     if (kn_node_attr(c->node, "to") == NULL)
         return kn_error(KILN_ERR_MODEL, "attribute 'to' is required");
     return cast_to(c, kn_attr_int(c->node, "to", 0));
 }
 
-static kiln_status infer_cast_like(kn_infer_ctx *c) {
+kiln_status kn_infer_cast_like(kn_infer_ctx *c) {
     KN_TRY(ew_check_arity(c, 2, 2));
     return cast_to(c, c->in[1].dtype);
 }
 
-#define EW KN_OP_ELEMENTWISE
-
-const kn_op_schema kn_ops_elementwise[] = {
-    {"", "Abs", 6, EW, infer_numeric},
-    {"", "Neg", 6, EW, infer_signed},
-    {"", "Reciprocal", 6, EW, infer_float},
-    {"", "Floor", 6, EW, infer_float},
-    {"", "Ceil", 6, EW, infer_float},
-    {"", "Round", 11, EW, infer_float},
-    {"", "Sqrt", 6, EW, infer_float},
-    {"", "Exp", 6, EW, infer_float},
-    {"", "Log", 6, EW, infer_float},
-    {"", "Sin", 7, EW, infer_float},
-    {"", "Cos", 7, EW, infer_float},
-    {"", "Tan", 7, EW, infer_float},
-    {"", "Asin", 7, EW, infer_float},
-    {"", "Acos", 7, EW, infer_float},
-    {"", "Atan", 7, EW, infer_float},
-    {"", "Sinh", 9, EW, infer_float},
-    {"", "Cosh", 9, EW, infer_float},
-    {"", "Asinh", 9, EW, infer_float},
-    {"", "Acosh", 9, EW, infer_float},
-    {"", "Atanh", 9, EW, infer_float},
-    {"", "Erf", 9, EW, infer_float},
-    {"", "Sign", 9, EW, infer_numeric},
-    {"", "Not", 1, EW, infer_bool},
-    {"", "IsNaN", 9, EW, infer_is_nan},
-    {"", "IsInf", 10, EW, infer_is_inf},
-    {"", "BitwiseNot", 18, EW, infer_int},
-    {"", "Relu", 6, EW, infer_signed},
-    {"", "LeakyRelu", 6, EW, infer_float},
-    {"", "PRelu", 7, EW, infer_prelu},
-    {"", "Elu", 6, EW, infer_float},
-    {"", "Selu", 6, EW, infer_float},
-    {"", "Celu", 12, EW, infer_celu},
-    {"", "Sigmoid", 6, EW, infer_float},
-    {"", "HardSigmoid", 6, EW, infer_float},
-    {"", "HardSwish", 14, EW, infer_float},
-    {"", "Tanh", 6, EW, infer_float},
-    {"", "Softplus", 1, EW, infer_float},
-    {"", "Softsign", 1, EW, infer_float},
-    {"", "ThresholdedRelu", 10, EW, infer_float},
-    {"", "Gelu", 20, EW, infer_gelu},
-    {"", "Mish", 18, EW, infer_float},
-    {"", "Shrink", 9, EW, infer_numeric},
-    {"", "Clip", 6, EW, infer_clip},
-    {"", "Add", 7, EW, infer_arith},
-    {"", "Sub", 7, EW, infer_arith},
-    {"", "Mul", 7, EW, infer_arith},
-    {"", "Div", 7, EW, infer_div},
-    {"", "Pow", 7, EW, infer_pow},
-    {"", "Mod", 10, EW, infer_mod},
-    {"", "Equal", 7, EW, infer_equal},
-    {"", "Less", 7, EW, infer_compare},
-    {"", "LessOrEqual", 12, EW, infer_compare},
-    {"", "Greater", 7, EW, infer_compare},
-    {"", "GreaterOrEqual", 12, EW, infer_compare},
-    {"", "And", 7, EW, infer_logical},
-    {"", "Or", 7, EW, infer_logical},
-    {"", "Xor", 7, EW, infer_logical},
-    {"", "BitShift", 11, EW, infer_bitshift},
-    {"", "BitwiseAnd", 18, EW, infer_bitwise},
-    {"", "BitwiseOr", 18, EW, infer_bitwise},
-    {"", "BitwiseXor", 18, EW, infer_bitwise},
-    {"", "Max", 6, EW, infer_var_numeric},
-    {"", "Min", 6, EW, infer_var_numeric},
-    {"", "Sum", 6, EW, infer_var_float},
-    {"", "Mean", 6, EW, infer_var_float},
-    {"", "Where", 9, EW, infer_where},
-    {"", "Cast", 6, EW, infer_cast},
-    {"", "CastLike", 15, EW, infer_cast_like},
-    {KN_DOMAIN, KN_FUSED_OP, 1, EW, kn_ew_infer_fused},
-    {0},
-};

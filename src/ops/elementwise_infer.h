@@ -19,6 +19,4 @@ kiln_status ew_broadcast(const kn_infer_ctx *c, int n, const int *idx, kn_shape 
 /* The dtypes Cast converts between. */
 bool kn_ew_cast_supported(int32_t dtype);
 
-kiln_status kn_ew_infer_fused(kn_infer_ctx *c);
-
 #endif

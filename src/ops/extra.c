@@ -34,7 +34,7 @@ kiln_status kn_extra_scalar_i64(const kn_infer_ctx *c, int i, const char *name, 
     return KILN_OK;
 }
 
-static kiln_status infer_affine_grid(kn_infer_ctx *c) {
+kiln_status kn_infer_affine_grid(kn_infer_ctx *c) {
     KN_TRY(kn_extra_need(c, 2, 2, 1));
     const kn_tensor *theta = &c->in[0], *size = &c->in[1];
     if (!kn_extra_is_float(theta->dtype))
@@ -64,30 +64,3 @@ static kiln_status infer_affine_grid(kn_infer_ctx *c) {
     c->out[0].shape = out;
     return KILN_OK;
 }
-
-const kn_op_schema kn_ops_extra[] = {
-    {"", "Attention", 23, 0, kn_infer_attention},
-    {"", "RotaryEmbedding", 23, 0, kn_infer_rotary_embedding},
-    {"", "HannWindow", 17, 0, kn_infer_window},
-    {"", "HammingWindow", 17, 0, kn_infer_window},
-    {"", "BlackmanWindow", 17, 0, kn_infer_window},
-    {"", "DFT", 17, 0, kn_infer_dft},
-    {"", "STFT", 17, 0, kn_infer_stft},
-    {"", "MelWeightMatrix", 17, 0, kn_infer_mel_weight_matrix},
-    {"", "QLinearMatMul", 10, 0, kn_infer_qlinear_matmul},
-    {"", "ConvInteger", 10, 0, kn_infer_conv_integer},
-    {"", "QLinearConv", 10, 0, kn_infer_qlinear_conv},
-    {"", "DeformConv", 19, 0, kn_infer_deform_conv},
-    {"", "AffineGrid", 20, 0, infer_affine_grid},
-    {"", "Swish", 24, 0, kn_infer_swish},
-    {"", "OptionalHasElement", 15, 0, kn_infer_optional_has_element},
-    {"", "OptionalGetElement", 15, 0, kn_infer_optional_get_element},
-    {"", "TfIdfVectorizer", 9, 0, kn_infer_tfidf},
-    {"ai.onnx.preview.training", "Adagrad", 1, 0, kn_infer_optimizer},
-    {"ai.onnx.preview.training", "Momentum", 1, 0, kn_infer_optimizer},
-    {"ai.onnx.preview.training", "Adam", 1, 0, kn_infer_optimizer},
-    {"ai.onnx.ml", "Binarizer", 1, 0, kn_infer_binarizer},
-    {"ai.onnx.ml", "ArrayFeatureExtractor", 1, 0, kn_infer_array_feature_extractor},
-    {"ai.onnx.ml", "TreeEnsemble", 5, 0, kn_infer_tree_ensemble},
-    {0},
-};

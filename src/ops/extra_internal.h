@@ -12,26 +12,4 @@ bool kn_extra_is_float(int32_t dt);
 /* Reads a scalar (or one-element) integer input whose data is known; KN_NEED_DATA if not. */
 kiln_status kn_extra_scalar_i64(const kn_infer_ctx *c, int i, const char *name, int64_t *v);
 
-kiln_status kn_infer_attention(kn_infer_ctx *c);
-kiln_status kn_infer_rotary_embedding(kn_infer_ctx *c);
-
-kiln_status kn_infer_window(kn_infer_ctx *c);
-kiln_status kn_infer_dft(kn_infer_ctx *c);
-kiln_status kn_infer_stft(kn_infer_ctx *c);
-kiln_status kn_infer_mel_weight_matrix(kn_infer_ctx *c);
-
-kiln_status kn_infer_qlinear_matmul(kn_infer_ctx *c);
-kiln_status kn_infer_conv_integer(kn_infer_ctx *c);
-kiln_status kn_infer_qlinear_conv(kn_infer_ctx *c);
-kiln_status kn_infer_deform_conv(kn_infer_ctx *c);
-
-kiln_status kn_infer_swish(kn_infer_ctx *c);
-kiln_status kn_infer_optional_has_element(kn_infer_ctx *c);
-kiln_status kn_infer_optional_get_element(kn_infer_ctx *c);
-kiln_status kn_infer_optimizer(kn_infer_ctx *c);
-kiln_status kn_infer_tfidf(kn_infer_ctx *c);
-kiln_status kn_infer_binarizer(kn_infer_ctx *c);
-kiln_status kn_infer_array_feature_extractor(kn_infer_ctx *c);
-kiln_status kn_infer_tree_ensemble(kn_infer_ctx *c);
-
 #endif

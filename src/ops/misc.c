@@ -65,7 +65,7 @@ static kiln_status check_qparams(const kn_infer_ctx *c, const char *sname, const
     return KILN_OK;
 }
 
-static kiln_status infer_quantize(kn_infer_ctx *c) {
+kiln_status kn_infer_quantize(kn_infer_ctx *c) {
     KN_TRY(need_inputs(c, 2, 3, 1));
     const kn_tensor *x = &c->in[0];
     if (!is_float(x->dtype) && x->dtype != KILN_DTYPE_INT32)
@@ -90,7 +90,7 @@ static kiln_status infer_quantize(kn_infer_ctx *c) {
     return KILN_OK;
 }
 
-static kiln_status infer_dequantize(kn_infer_ctx *c) {
+kiln_status kn_infer_dequantize(kn_infer_ctx *c) {
     KN_TRY(need_inputs(c, 2, 3, 1));
     const kn_tensor *x = &c->in[0];
     if (!is_quant_int(x->dtype) && x->dtype != KILN_DTYPE_INT32)
@@ -107,7 +107,7 @@ static kiln_status infer_dequantize(kn_infer_ctx *c) {
     return KILN_OK;
 }
 
-static kiln_status infer_dynamic_quantize(kn_infer_ctx *c) {
+kiln_status kn_infer_dynamic_quantize(kn_infer_ctx *c) {
     KN_TRY(need_inputs(c, 1, 1, 3));
     if (c->in[0].dtype != KILN_DTYPE_FLOAT32)
         return kn_error(KILN_ERR_DTYPE, "input x must be float32, got %s",
@@ -150,7 +150,7 @@ static kiln_status matmul_shape(const kn_shape *a, const kn_shape *b, kn_shape *
     return KILN_OK;
 }
 
-static kiln_status infer_matmul_integer(kn_infer_ctx *c) {
+kiln_status kn_infer_matmul_integer(kn_infer_ctx *c) {
     KN_TRY(need_inputs(c, 2, 4, 1));
     for (int i = 0; i < c->n_in; i++)
         if (kn_has_input(c, i) && c->in[i].dtype != KILN_DTYPE_UINT8 &&
@@ -177,7 +177,7 @@ static kiln_status infer_matmul_integer(kn_infer_ctx *c) {
     return matmul_shape(a, b, &c->out[0].shape);
 }
 
-static kiln_status infer_det(kn_infer_ctx *c) {
+kiln_status kn_infer_det(kn_infer_ctx *c) {
     KN_TRY(need_inputs(c, 1, 1, 1));
     const kn_tensor *x = &c->in[0];
     if (!is_float(x->dtype))
@@ -191,7 +191,7 @@ static kiln_status infer_det(kn_infer_ctx *c) {
     return KILN_OK;
 }
 
-static kiln_status infer_roi_align(kn_infer_ctx *c) {
+kiln_status kn_infer_roi_align(kn_infer_ctx *c) {
     KN_TRY(need_inputs(c, 3, 3, 1));
     const kn_node *n = c->node;
     const kn_tensor *x = &c->in[0], *rois = &c->in[1], *bi = &c->in[2];
@@ -231,7 +231,7 @@ static kiln_status infer_roi_align(kn_infer_ctx *c) {
     return KILN_OK;
 }
 
-static kiln_status infer_grid_sample(kn_infer_ctx *c) {
+kiln_status kn_infer_grid_sample(kn_infer_ctx *c) {
     KN_TRY(need_inputs(c, 2, 2, 1));
     const kn_node *n = c->node;
     const kn_tensor *x = &c->in[0], *g = &c->in[1];
@@ -260,7 +260,7 @@ static kiln_status infer_grid_sample(kn_infer_ctx *c) {
     return KILN_OK;
 }
 
-static kiln_status infer_col2im(kn_infer_ctx *c) {
+kiln_status kn_infer_col2im(kn_infer_ctx *c) {
     KN_TRY(need_inputs(c, 3, 3, 1));
     const kn_node *n = c->node;
     const kn_tensor *x = &c->in[0], *img = &c->in[1], *blk = &c->in[2];
@@ -308,19 +308,3 @@ static kiln_status infer_col2im(kn_infer_ctx *c) {
         c->out[0].shape.d[2 + i] = is[i];
     return KILN_OK;
 }
-
-const kn_op_schema kn_ops_misc[] = {
-    {"", "Resize", 10, 0, kn_infer_resize},
-    {"", "Upsample", 7, 0, kn_infer_resize},
-    {"", "Einsum", 12, 0, kn_infer_einsum},
-    {"", "NonMaxSuppression", 10, 0, kn_infer_nms},
-    {"", "RoiAlign", 10, 0, infer_roi_align},
-    {"", "GridSample", 16, 0, infer_grid_sample},
-    {"", "Col2Im", 18, 0, infer_col2im},
-    {"", "QuantizeLinear", 10, 0, infer_quantize},
-    {"", "DequantizeLinear", 10, 0, infer_dequantize},
-    {"", "DynamicQuantizeLinear", 11, 0, infer_dynamic_quantize},
-    {"", "MatMulInteger", 10, 0, infer_matmul_integer},
-    {"", "Det", 11, 0, infer_det},
-    {0},
-};

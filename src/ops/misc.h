@@ -53,13 +53,9 @@ typedef struct kn_einsum {
 
 kiln_status kn_einsum_parse(const char *equation, int n_in, const kn_tensor *in, kn_einsum *e);
 
-kiln_status kn_infer_resize(kn_infer_ctx *c);
-kiln_status kn_infer_einsum(kn_infer_ctx *c);
-
 /* NonMaxSuppression: the selected (batch, class, box) triples in output order, kn_malloc'd
  * into *sel (3 * *count values; NULL when none). Returns KN_NEED_DATA if any input's data is
  * not known yet. */
 kiln_status kn_nms_select(const kn_node *n, int n_in, const kn_tensor *in, int64_t **sel,
                           int64_t *count);
-kiln_status kn_infer_nms(kn_infer_ctx *c);
 #endif

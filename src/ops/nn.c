@@ -65,15 +65,15 @@ static kiln_status infer_conv_common(kn_infer_ctx *c, bool transpose) {
     return KILN_OK;
 }
 
-static kiln_status infer_conv(kn_infer_ctx *c) {
+kiln_status kn_infer_conv(kn_infer_ctx *c) {
     return infer_conv_common(c, false);
 }
 
-static kiln_status infer_conv_transpose(kn_infer_ctx *c) {
+kiln_status kn_infer_conv_transpose(kn_infer_ctx *c) {
     return infer_conv_common(c, true);
 }
 
-static kiln_status infer_gemm(kn_infer_ctx *c) {
+kiln_status kn_infer_gemm(kn_infer_ctx *c) {
     KN_TRY(check_arity(c, 2, 4));
     KN_TRY(check_f32(c, 0, "A"));
     KN_TRY(check_f32(c, 1, "B"));
@@ -107,7 +107,7 @@ static kiln_status infer_gemm(kn_infer_ctx *c) {
     return KILN_OK;
 }
 
-static kiln_status infer_matmul(kn_infer_ctx *c) {
+kiln_status kn_infer_matmul(kn_infer_ctx *c) {
     bool bias = kn_attr_int(c->node, "kiln_bias", 0) != 0;
     KN_TRY(check_arity(c, 2, bias ? 4 : 3));
     KN_TRY(check_f32(c, 0, "A"));
@@ -166,11 +166,3 @@ static kiln_status infer_matmul(kn_infer_ctx *c) {
         return kn_error(KILN_ERR_MODEL, "expects 2 inputs, has %d", c->n_in);
     return KILN_OK;
 }
-
-const kn_op_schema kn_ops_nn[] = {
-    {"", "Conv", 1, 0, infer_conv},
-    {"", "ConvTranspose", 1, 0, infer_conv_transpose},
-    {"", "Gemm", 1, 0, infer_gemm},
-    {"", "MatMul", 1, 0, infer_matmul},
-    {0},
-};

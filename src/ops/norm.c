@@ -36,7 +36,7 @@ static bool output_present(const kn_infer_ctx *c, int i) {
     return i < c->n_out && c->node->out[i] >= 0;
 }
 
-static kiln_status infer_batchnorm(kn_infer_ctx *c) {
+kiln_status kn_infer_batchnorm(kn_infer_ctx *c) {
     const kn_tensor *x = &c->in[0];
     KN_TRY(need_nc(x, 2));
     int64_t ch = x->shape.d[1];
@@ -62,7 +62,7 @@ static kiln_status infer_batchnorm(kn_infer_ctx *c) {
     return KILN_OK;
 }
 
-static kiln_status infer_instancenorm(kn_infer_ctx *c) {
+kiln_status kn_infer_instancenorm(kn_infer_ctx *c) {
     const kn_tensor *x = &c->in[0];
     KN_TRY(need_nc(x, 2));
     KN_TRY(need_vector(c, 1, "scale", x->shape.d[1]));
@@ -90,7 +90,7 @@ fail:
                     i, kn_shape_str(&t->shape, buf, sizeof buf), (long long)axis);
 }
 
-static kiln_status infer_layernorm(kn_infer_ctx *c) {
+kiln_status kn_infer_layernorm(kn_infer_ctx *c) {
     const kn_tensor *x = &c->in[0];
     KN_TRY(need_nc(x, 1));
     int64_t axis;
@@ -117,7 +117,7 @@ static kiln_status infer_layernorm(kn_infer_ctx *c) {
     return KILN_OK;
 }
 
-static kiln_status infer_groupnorm(kn_infer_ctx *c) {
+kiln_status kn_infer_groupnorm(kn_infer_ctx *c) {
     const kn_tensor *x = &c->in[0];
     KN_TRY(need_nc(x, 2));
     const kn_attr *g = kn_node_attr(c->node, "num_groups");
@@ -136,7 +136,7 @@ static kiln_status infer_groupnorm(kn_infer_ctx *c) {
     return KILN_OK;
 }
 
-static kiln_status infer_lpnorm(kn_infer_ctx *c) {
+kiln_status kn_infer_lpnorm(kn_infer_ctx *c) {
     const kn_tensor *x = &c->in[0];
     KN_TRY(need_nc(x, 1));
     int64_t axis, p = kn_attr_int(c->node, "p", 2);
@@ -148,7 +148,7 @@ static kiln_status infer_lpnorm(kn_infer_ctx *c) {
     return KILN_OK;
 }
 
-static kiln_status infer_mvn(kn_infer_ctx *c) {
+kiln_status kn_infer_mvn(kn_infer_ctx *c) {
     const kn_tensor *x = &c->in[0];
     KN_TRY(need_nc(x, 1));
     const int64_t *axes;
@@ -169,7 +169,7 @@ static kiln_status infer_mvn(kn_infer_ctx *c) {
     return KILN_OK;
 }
 
-static kiln_status infer_lrn(kn_infer_ctx *c) {
+kiln_status kn_infer_lrn(kn_infer_ctx *c) {
     const kn_tensor *x = &c->in[0];
     KN_TRY(need_nc(x, 2));
     const kn_attr *size = kn_node_attr(c->node, "size");
@@ -179,15 +179,3 @@ static kiln_status infer_lrn(kn_infer_ctx *c) {
     c->out[0].shape = x->shape;
     return KILN_OK;
 }
-
-const kn_op_schema kn_ops_norm[] = {
-    {"", "BatchNormalization", 6, 0, infer_batchnorm},
-    {"", "InstanceNormalization", 6, 0, infer_instancenorm},
-    {"", "LayerNormalization", 17, 0, infer_layernorm},
-    {"", "RMSNormalization", 23, 0, infer_layernorm},
-    {"", "GroupNormalization", 18, 0, infer_groupnorm},
-    {"", "LpNormalization", 1, 0, infer_lpnorm},
-    {"", "MeanVarianceNormalization", 9, 0, infer_mvn},
-    {"", "LRN", 1, 0, infer_lrn},
-    {0},
-};

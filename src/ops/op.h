@@ -50,7 +50,7 @@ typedef struct kn_op_schema {
 
 /* NULL if no built-in op has this (domain, name). "ai.onnx" is treated as "". */
 const kn_op_schema *kn_op_find(const char *domain, const char *name);
-/* Every schema, for listing (terminated by a zeroed entry per family; use the iterator). */
+/* Every schema in op_list.h order, for listing. */
 const kn_op_schema *kn_op_next(const kn_op_schema *prev); /* NULL starts; NULL ends */
 
 /* Helpers shared by infer functions. */
@@ -61,16 +61,10 @@ static inline int kn_has_input(const kn_infer_ctx *c, int i) {
     return i < c->n_in && c->in[i].dtype != 0;
 }
 
-/* Op families: each file in src/ops/ defines one array, terminated by a zeroed entry. */
-extern const kn_op_schema kn_ops_elementwise[];
-extern const kn_op_schema kn_ops_tensor[]; /* shape, movement, indexing */
-extern const kn_op_schema kn_ops_reduce[]; /* reductions, softmax, argmax, topk */
-extern const kn_op_schema kn_ops_nn[];     /* conv, conv-transpose, gemm, matmul */
-extern const kn_op_schema kn_ops_pool[];   /* max/average/global/lp pooling */
-extern const kn_op_schema kn_ops_norm[];   /* batch/instance/layer/group norm, LRN */
-extern const kn_op_schema kn_ops_rnn[];    /* RNN, GRU, LSTM */
-extern const kn_op_schema kn_ops_extra[];  /* attention, signal, quantized linear algebra */
-extern const kn_op_schema kn_ops_misc[];   /* Resize, Einsum, and the rest */
-extern const kn_op_schema kn_ops_memcpy[]; /* copies between memory spaces */
+/* The infer function of every op in op_list.h. */
+#define KN_OP(domain, name, since, flags, infer, min_in, max_in, min_out, max_out)                 \
+    kiln_status infer(kn_infer_ctx *c);
+#include "ops/op_list.h"
+#undef KN_OP
 
 #endif

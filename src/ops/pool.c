@@ -98,7 +98,7 @@ static kiln_status need_pool_dtype(const kn_tensor *x, bool ints_ok) {
     return KILN_OK;
 }
 
-static kiln_status infer_pool(kn_infer_ctx *c) {
+kiln_status kn_infer_pool(kn_infer_ctx *c) {
     const kn_tensor *x = &c->in[0];
     bool is_max = strcmp(c->node->op_type, "MaxPool") == 0;
     KN_TRY(need_pool_dtype(x, is_max));
@@ -118,7 +118,7 @@ static kiln_status infer_pool(kn_infer_ctx *c) {
     return KILN_OK;
 }
 
-static kiln_status infer_global_pool(kn_infer_ctx *c) {
+kiln_status kn_infer_global_pool(kn_infer_ctx *c) {
     const kn_tensor *x = &c->in[0];
     KN_TRY(need_pool_dtype(x, false));
     if (x->shape.rank < 2)
@@ -130,7 +130,7 @@ static kiln_status infer_global_pool(kn_infer_ctx *c) {
     return KILN_OK;
 }
 
-static kiln_status infer_max_roi_pool(kn_infer_ctx *c) {
+kiln_status kn_infer_max_roi_pool(kn_infer_ctx *c) {
     const kn_tensor *x = &c->in[0], *rois = &c->in[1];
     KN_TRY(need_pool_dtype(x, false));
     if (x->shape.rank != 4)
@@ -150,7 +150,7 @@ static kiln_status infer_max_roi_pool(kn_infer_ctx *c) {
     return KILN_OK;
 }
 
-static kiln_status infer_max_unpool(kn_infer_ctx *c) {
+kiln_status kn_infer_max_unpool(kn_infer_ctx *c) {
     const kn_tensor *x = &c->in[0];
     KN_TRY(need_pool_dtype(x, false));
     if (!kn_has_input(c, 1) || c->in[1].dtype != KILN_DTYPE_INT64 ||
@@ -190,15 +190,3 @@ static kiln_status infer_max_unpool(kn_infer_ctx *c) {
     }
     return KILN_OK;
 }
-
-const kn_op_schema kn_ops_pool[] = {
-    {"", "MaxPool", 1, 0, infer_pool},
-    {"", "AveragePool", 1, 0, infer_pool},
-    {"", "LpPool", 1, 0, infer_pool},
-    {"", "GlobalAveragePool", 1, 0, infer_global_pool},
-    {"", "GlobalMaxPool", 1, 0, infer_global_pool},
-    {"", "GlobalLpPool", 1, 0, infer_global_pool},
-    {"", "MaxRoiPool", 1, 0, infer_max_roi_pool},
-    {"", "MaxUnpool", 9, 0, infer_max_unpool},
-    {0},
-};

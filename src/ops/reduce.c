@@ -120,7 +120,7 @@ kiln_status kn_softmax_geometry(const kn_node *node, const kn_shape *x, int64_t 
     return KILN_OK;
 }
 
-static kiln_status infer_reduce(kn_infer_ctx *c) {
+kiln_status kn_infer_reduce(kn_infer_ctx *c) {
     const kn_tensor *x = &c->in[0];
     const char *op = c->node->op_type;
     bool minmax = strcmp(op, "ReduceMax") == 0 || strcmp(op, "ReduceMin") == 0;
@@ -138,7 +138,7 @@ static kiln_status infer_reduce(kn_infer_ctx *c) {
     return KILN_OK;
 }
 
-static kiln_status infer_softmax(kn_infer_ctx *c) {
+kiln_status kn_infer_softmax(kn_infer_ctx *c) {
     const kn_tensor *x = &c->in[0];
     if (!is_float_dtype(x->dtype))
         return kn_error(KILN_ERR_DTYPE, "input 0 must be a float type, got %s",
@@ -150,7 +150,7 @@ static kiln_status infer_softmax(kn_infer_ctx *c) {
     return KILN_OK;
 }
 
-static kiln_status infer_arg(kn_infer_ctx *c) {
+kiln_status kn_infer_arg(kn_infer_ctx *c) {
     const kn_tensor *x = &c->in[0];
     if (!is_numeric_dtype(x->dtype))
         return kn_error(KILN_ERR_DTYPE, "input 0 has unsupported type %s", kn_dtype_name(x->dtype));
@@ -196,7 +196,7 @@ static kiln_status topk_k(const kn_infer_ctx *c, int64_t *k) {
     return KILN_OK;
 }
 
-static kiln_status infer_topk(kn_infer_ctx *c) {
+kiln_status kn_infer_topk(kn_infer_ctx *c) {
     const kn_tensor *x = &c->in[0];
     if (!is_numeric_dtype(x->dtype))
         return kn_error(KILN_ERR_DTYPE, "input 0 has unsupported type %s", kn_dtype_name(x->dtype));
@@ -220,7 +220,7 @@ static kiln_status infer_topk(kn_infer_ctx *c) {
 
 /* NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss: input [N, C, d...], target
  * [N, d...], optional weight [C]. */
-static kiln_status infer_loss(kn_infer_ctx *c) {
+kiln_status kn_infer_loss(kn_infer_ctx *c) {
     const kn_tensor *x = &c->in[0], *t = &c->in[1];
     char b1[48], b2[48];
     if (!is_float_dtype(x->dtype))
@@ -256,25 +256,3 @@ static kiln_status infer_loss(kn_infer_ctx *c) {
     }
     return KILN_OK;
 }
-
-const kn_op_schema kn_ops_reduce[] = {
-    {"", "ReduceSum", 1, 0, infer_reduce},
-    {"", "ReduceMean", 1, 0, infer_reduce},
-    {"", "ReduceMax", 1, 0, infer_reduce},
-    {"", "ReduceMin", 1, 0, infer_reduce},
-    {"", "ReduceProd", 1, 0, infer_reduce},
-    {"", "ReduceL1", 1, 0, infer_reduce},
-    {"", "ReduceL2", 1, 0, infer_reduce},
-    {"", "ReduceLogSum", 1, 0, infer_reduce},
-    {"", "ReduceLogSumExp", 1, 0, infer_reduce},
-    {"", "ReduceSumSquare", 1, 0, infer_reduce},
-    {"", "ArgMax", 1, 0, infer_arg},
-    {"", "ArgMin", 1, 0, infer_arg},
-    {"", "TopK", 1, 0, infer_topk},
-    {"", "Softmax", 1, 0, infer_softmax},
-    {"", "LogSoftmax", 1, 0, infer_softmax},
-    {"", "Hardmax", 1, 0, infer_softmax},
-    {"", "NegativeLogLikelihoodLoss", 12, 0, infer_loss},
-    {"", "SoftmaxCrossEntropyLoss", 12, 0, infer_loss},
-    {0},
-};

@@ -2,11 +2,16 @@
 
 #include <string.h>
 
-static const kn_op_schema *const families[] = {
-    kn_ops_elementwise, kn_ops_tensor, kn_ops_reduce, kn_ops_nn,    kn_ops_pool,
-    kn_ops_norm,        kn_ops_rnn,    kn_ops_misc,   kn_ops_extra, kn_ops_memcpy,
+#include "ir/placement.h"
+#include "ops/fused_elementwise.h"
+
+static const kn_op_schema schemas[] = {
+#define KN_OP(domain, name, since, flags, infer, min_in, max_in, min_out, max_out)                 \
+    {domain, name, since, flags, infer},
+#include "ops/op_list.h"
+#undef KN_OP
 };
-#define N_FAMILIES (sizeof families / sizeof families[0])
+#define N_SCHEMAS (sizeof schemas / sizeof schemas[0])
 
 static const char *canonical_domain(const char *d) {
     if (d == NULL || strcmp(d, "ai.onnx") == 0)
@@ -16,32 +21,18 @@ static const char *canonical_domain(const char *d) {
 
 const kn_op_schema *kn_op_find(const char *domain, const char *name) {
     domain = canonical_domain(domain);
-    for (size_t f = 0; f < N_FAMILIES; f++)
-        for (const kn_op_schema *s = families[f]; s->name != NULL; s++)
-            if (strcmp(s->name, name) == 0 && strcmp(s->domain, domain) == 0)
-                return s;
+    for (size_t i = 0; i < N_SCHEMAS; i++)
+        if (strcmp(schemas[i].name, name) == 0 && strcmp(schemas[i].domain, domain) == 0)
+            return &schemas[i];
     return NULL;
 }
 
 const kn_op_schema *kn_op_next(const kn_op_schema *prev) {
-    size_t f = 0;
-    if (prev != NULL) {
-        for (f = 0; f < N_FAMILIES; f++) {
-            const kn_op_schema *s = families[f];
-            while (s->name != NULL && s != prev)
-                s++;
-            if (s == prev)
-                break;
-        }
-        if (f == N_FAMILIES)
-            return NULL;
-        if ((prev + 1)->name != NULL)
-            return prev + 1;
-        f++;
-    }
-    for (; f < N_FAMILIES; f++)
-        if (families[f]->name != NULL)
-            return families[f];
+    if (prev == NULL)
+        return &schemas[0];
+    for (size_t i = 0; i + 1 < N_SCHEMAS; i++)
+        if (&schemas[i] == prev)
+            return &schemas[i + 1];
     return NULL;
 }
 

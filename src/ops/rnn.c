@@ -178,21 +178,14 @@ static kiln_status infer_rnn_common(kn_infer_ctx *c, const rnn_kind *k) {
     return KILN_OK;
 }
 
-static kiln_status infer_rnn(kn_infer_ctx *c) {
+kiln_status kn_infer_rnn(kn_infer_ctx *c) {
     return infer_rnn_common(c, &kind_rnn);
 }
 
-static kiln_status infer_gru(kn_infer_ctx *c) {
+kiln_status kn_infer_gru(kn_infer_ctx *c) {
     return infer_rnn_common(c, &kind_gru);
 }
 
-static kiln_status infer_lstm(kn_infer_ctx *c) {
+kiln_status kn_infer_lstm(kn_infer_ctx *c) {
     return infer_rnn_common(c, &kind_lstm);
 }
-
-const kn_op_schema kn_ops_rnn[] = {
-    {"", "RNN", 7, 0, infer_rnn},
-    {"", "GRU", 7, 0, infer_gru},
-    {"", "LSTM", 7, 0, infer_lstm},
-    {0},
-};

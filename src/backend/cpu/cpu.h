@@ -1,19 +1,17 @@
-/* CPU backend internals: kernel families and shared helpers. */
+/* CPU backend internals: the kernel functions of kernel_list.h. */
 #ifndef KN_CPU_H
 #define KN_CPU_H
 
 #include "backend/backend.h"
 
-/* Kernel families: each file defines one array terminated by a zeroed entry. */
-extern const kn_kernel kn_cpu_elementwise[];
-extern const kn_kernel kn_cpu_tensor[];
-extern const kn_kernel kn_cpu_reduce[];
-extern const kn_kernel kn_cpu_nn[];
-extern const kn_kernel kn_cpu_pool[];
-extern const kn_kernel kn_cpu_norm[];
-extern const kn_kernel kn_cpu_rnn[];
-extern const kn_kernel kn_cpu_misc[];
-extern const kn_kernel kn_cpu_extra[];
+#define KN_CPU_KERNEL(domain, name, run) kiln_status run(kn_kernel_ctx *k);
+#define KN_CPU_KERNEL_STATE(domain, name, run, prepare, release)                                   \
+    kiln_status run(kn_kernel_ctx *k);                                                             \
+    kiln_status prepare(const kn_node *node, int n_in, const kn_tensor *in, void **state);         \
+    void release(void *state);
+#include "backend/cpu/kernel_list.h"
+#undef KN_CPU_KERNEL
+#undef KN_CPU_KERNEL_STATE
 
 /* The CPU backend object (registered in the backend registry as "cpu"). */
 kn_backend *kn_cpu_backend(void);

@@ -1,19 +1,24 @@
 #include "backend/cpu/cpu.h"
 
+#include "ops/fused_elementwise.h"
+
 #include <string.h>
 
-static const kn_kernel *const families[] = {
-    kn_cpu_elementwise, kn_cpu_tensor, kn_cpu_reduce, kn_cpu_nn,    kn_cpu_pool,
-    kn_cpu_norm,        kn_cpu_rnn,    kn_cpu_misc,   kn_cpu_extra,
+static const kn_kernel kernels[] = {
+#define KN_CPU_KERNEL(domain, name, run) {domain, name, run, NULL, NULL},
+#define KN_CPU_KERNEL_STATE(domain, name, run, prepare, release)                                   \
+    {domain, name, run, prepare, release},
+#include "backend/cpu/kernel_list.h"
+#undef KN_CPU_KERNEL
+#undef KN_CPU_KERNEL_STATE
 };
 
 static const kn_kernel *cpu_find_kernel(const char *domain, const char *name) {
     if (domain == NULL || strcmp(domain, "ai.onnx") == 0)
         domain = "";
-    for (size_t f = 0; f < sizeof families / sizeof families[0]; f++)
-        for (const kn_kernel *k = families[f]; k->name != NULL; k++)
-            if (strcmp(k->name, name) == 0 && strcmp(k->domain, domain) == 0)
-                return k;
+    for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++)
+        if (strcmp(kernels[i].name, name) == 0 && strcmp(kernels[i].domain, domain) == 0)
+            return &kernels[i];
     return NULL;
 }
 

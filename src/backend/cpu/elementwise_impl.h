@@ -86,42 +86,4 @@ kiln_status ew_binary(kn_kernel_ctx *k, const kn_tensor *a, const kn_tensor *b, 
 /* Copy x into y, broadcasting x to y's shape (same dtype). */
 void ew_broadcast_copy(kn_kernel_ctx *k, const kn_tensor *x, kn_tensor *y);
 
-/* Kernels (run functions) of the table in elementwise.c. */
-kiln_status ew_k_unary(kn_kernel_ctx *k);
-kiln_status ew_k_clip(kn_kernel_ctx *k);
-kiln_status ew_k_not(kn_kernel_ctx *k);
-kiln_status ew_k_bitwise_not(kn_kernel_ctx *k);
-kiln_status ew_k_is_nan(kn_kernel_ctx *k);
-kiln_status ew_k_is_inf(kn_kernel_ctx *k);
-
-kiln_status ew_k_add(kn_kernel_ctx *k);
-kiln_status ew_k_sub(kn_kernel_ctx *k);
-kiln_status ew_k_mul(kn_kernel_ctx *k);
-kiln_status ew_k_div(kn_kernel_ctx *k);
-kiln_status ew_k_mod(kn_kernel_ctx *k);
-kiln_status ew_k_pow(kn_kernel_ctx *k);
-kiln_status ew_k_prelu(kn_kernel_ctx *k);
-kiln_status ew_k_equal(kn_kernel_ctx *k);
-kiln_status ew_k_less(kn_kernel_ctx *k);
-kiln_status ew_k_less_equal(kn_kernel_ctx *k);
-kiln_status ew_k_greater(kn_kernel_ctx *k);
-kiln_status ew_k_greater_equal(kn_kernel_ctx *k);
-kiln_status ew_k_and(kn_kernel_ctx *k);
-kiln_status ew_k_or(kn_kernel_ctx *k);
-kiln_status ew_k_xor(kn_kernel_ctx *k);
-kiln_status ew_k_bitwise_and(kn_kernel_ctx *k);
-kiln_status ew_k_bitwise_or(kn_kernel_ctx *k);
-kiln_status ew_k_bitwise_xor(kn_kernel_ctx *k);
-kiln_status ew_k_bitshift(kn_kernel_ctx *k);
-kiln_status ew_k_max(kn_kernel_ctx *k);
-kiln_status ew_k_min(kn_kernel_ctx *k);
-kiln_status ew_k_sum(kn_kernel_ctx *k);
-kiln_status ew_k_mean(kn_kernel_ctx *k);
-kiln_status ew_k_where(kn_kernel_ctx *k);
-kiln_status ew_k_cast(kn_kernel_ctx *k);
-
-kiln_status ew_k_fused(kn_kernel_ctx *k);
-kiln_status ew_fused_prepare(const kn_node *node, int n_in, const kn_tensor *in, void **state);
-void ew_fused_release(void *state);
-
 #endif

@@ -53,30 +53,3 @@ void cpu_extra_release(cpu_xf32 *v) {
 bool cpu_extra_has_out(const kn_kernel_ctx *k, int i) {
     return i < k->n_out && k->node->out[i] >= 0 && k->out[i].data != NULL;
 }
-
-const kn_kernel kn_cpu_extra[] = {
-    {"", "Attention", cpu_extra_attention, NULL, NULL},
-    {"", "RotaryEmbedding", cpu_extra_rotary, NULL, NULL},
-    {"", "HannWindow", cpu_extra_window, NULL, NULL},
-    {"", "HammingWindow", cpu_extra_window, NULL, NULL},
-    {"", "BlackmanWindow", cpu_extra_window, NULL, NULL},
-    {"", "DFT", cpu_extra_dft, NULL, NULL},
-    {"", "STFT", cpu_extra_stft, NULL, NULL},
-    {"", "MelWeightMatrix", cpu_extra_mel, NULL, NULL},
-    {"", "QLinearMatMul", cpu_extra_qlinear_matmul, NULL, NULL},
-    {"", "ConvInteger", cpu_extra_conv_integer, NULL, NULL},
-    {"", "QLinearConv", cpu_extra_qlinear_conv, NULL, NULL},
-    {"", "DeformConv", cpu_extra_deform_conv, NULL, NULL},
-    {"", "AffineGrid", cpu_extra_affine_grid, NULL, NULL},
-    {"", "Swish", cpu_extra_swish, NULL, NULL},
-    {"", "OptionalHasElement", cpu_extra_optional_has_element, NULL, NULL},
-    {"", "OptionalGetElement", cpu_extra_optional_get_element, NULL, NULL},
-    {"", "TfIdfVectorizer", cpu_extra_tfidf, NULL, NULL},
-    {"ai.onnx.preview.training", "Adagrad", cpu_extra_optimizer, NULL, NULL},
-    {"ai.onnx.preview.training", "Momentum", cpu_extra_optimizer, NULL, NULL},
-    {"ai.onnx.preview.training", "Adam", cpu_extra_optimizer, NULL, NULL},
-    {"ai.onnx.ml", "Binarizer", cpu_extra_binarizer, NULL, NULL},
-    {"ai.onnx.ml", "ArrayFeatureExtractor", cpu_extra_array_feature_extractor, NULL, NULL},
-    {"ai.onnx.ml", "TreeEnsemble", cpu_extra_tree_ensemble, NULL, NULL},
-    {0},
-};

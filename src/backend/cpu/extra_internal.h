@@ -22,27 +22,4 @@ void cpu_extra_release(cpu_xf32 *v);
 /* True when output i exists and has storage. */
 bool cpu_extra_has_out(const kn_kernel_ctx *k, int i);
 
-kiln_status cpu_extra_attention(kn_kernel_ctx *k);
-kiln_status cpu_extra_rotary(kn_kernel_ctx *k);
-
-kiln_status cpu_extra_window(kn_kernel_ctx *k);
-kiln_status cpu_extra_dft(kn_kernel_ctx *k);
-kiln_status cpu_extra_stft(kn_kernel_ctx *k);
-kiln_status cpu_extra_mel(kn_kernel_ctx *k);
-
-kiln_status cpu_extra_qlinear_matmul(kn_kernel_ctx *k);
-kiln_status cpu_extra_conv_integer(kn_kernel_ctx *k);
-kiln_status cpu_extra_qlinear_conv(kn_kernel_ctx *k);
-kiln_status cpu_extra_deform_conv(kn_kernel_ctx *k);
-kiln_status cpu_extra_affine_grid(kn_kernel_ctx *k);
-
-kiln_status cpu_extra_swish(kn_kernel_ctx *k);
-kiln_status cpu_extra_optional_has_element(kn_kernel_ctx *k);
-kiln_status cpu_extra_optional_get_element(kn_kernel_ctx *k);
-kiln_status cpu_extra_optimizer(kn_kernel_ctx *k);
-kiln_status cpu_extra_tfidf(kn_kernel_ctx *k);
-kiln_status cpu_extra_binarizer(kn_kernel_ctx *k);
-kiln_status cpu_extra_array_feature_extractor(kn_kernel_ctx *k);
-kiln_status cpu_extra_tree_ensemble(kn_kernel_ctx *k);
-
 #endif

@@ -102,19 +102,3 @@ kiln_status cpu_misc_nms(kn_kernel_ctx *k) {
     kn_free(sel);
     return KILN_OK;
 }
-
-const kn_kernel kn_cpu_misc[] = {
-    {"", "Resize", cpu_misc_resize, NULL, NULL},
-    {"", "Upsample", cpu_misc_resize, NULL, NULL},
-    {"", "Einsum", cpu_misc_einsum, NULL, NULL},
-    {"", "NonMaxSuppression", cpu_misc_nms, NULL, NULL},
-    {"", "RoiAlign", cpu_misc_roi_align, NULL, NULL},
-    {"", "GridSample", cpu_misc_grid_sample, NULL, NULL},
-    {"", "Col2Im", cpu_misc_col2im, NULL, NULL},
-    {"", "QuantizeLinear", cpu_misc_quantize, NULL, NULL},
-    {"", "DequantizeLinear", cpu_misc_dequantize, NULL, NULL},
-    {"", "DynamicQuantizeLinear", cpu_misc_dynamic_quantize, NULL, NULL},
-    {"", "MatMulInteger", cpu_misc_matmul_integer, NULL, NULL},
-    {"", "Det", cpu_misc_det, NULL, NULL},
-    {0},
-};

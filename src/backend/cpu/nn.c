@@ -7,11 +7,11 @@
 #include <stdatomic.h>
 #include <string.h>
 
-static void packed_release(void *state) {
+void kn_cpu_packed_release(void *state) {
     kn_gemm_packed_free(state);
 }
 
-static kiln_status gemm_prepare(const kn_node *node, int n_in, const kn_tensor *in, void **state) {
+kiln_status kn_cpu_gemm_prepare(const kn_node *node, int n_in, const kn_tensor *in, void **state) {
     *state = NULL;
     if (n_in < 2 || in[1].data == NULL || in[1].dtype != KILN_DTYPE_FLOAT32 ||
         in[1].shape.rank != 2)
@@ -54,7 +54,7 @@ static kiln_status gemm_bias(const kn_tensor *ct, float beta, int64_t m, int64_t
     return KILN_OK;
 }
 
-static kiln_status gemm_run(kn_kernel_ctx *k) {
+kiln_status kn_cpu_gemm_run(kn_kernel_ctx *k) {
     const kn_shape *as = &k->in[0].shape, *bs = &k->in[1].shape;
     bool ta = kn_attr_int(k->node, "transA", 0) != 0, tb = kn_attr_int(k->node, "transB", 0) != 0;
     float alpha = kn_attr_float(k->node, "alpha", 1.0f),
@@ -76,7 +76,7 @@ static kiln_status gemm_run(kn_kernel_ctx *k) {
     return rc;
 }
 
-static kiln_status matmul_prepare(const kn_node *node, int n_in, const kn_tensor *in,
+kiln_status kn_cpu_matmul_prepare(const kn_node *node, int n_in, const kn_tensor *in,
                                   void **state) {
     (void)node;
     *state = NULL;
@@ -139,7 +139,7 @@ static void batch_strides(const kn_shape *s, int64_t mat, int32_t out_rank, int6
     }
 }
 
-static kiln_status matmul_run(kn_kernel_ctx *k) {
+kiln_status kn_cpu_matmul_run(kn_kernel_ctx *k) {
     kn_shape as = k->in[0].shape, bs = k->in[1].shape;
     if (as.rank == 1) {
         as = (kn_shape){.rank = 2, .d = {1, as.d[0]}};
@@ -194,12 +194,3 @@ static kiln_status matmul_run(kn_kernel_ctx *k) {
         return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory in MatMul");
     return KILN_OK;
 }
-
-const kn_kernel kn_cpu_nn[] = {
-    {"", "Conv", kn_cpu_conv_run, kn_cpu_conv_prepare, kn_cpu_conv_release},
-    {"", "ConvTranspose", kn_cpu_conv_transpose_run, kn_cpu_conv_transpose_prepare,
-     kn_cpu_conv_transpose_release},
-    {"", "Gemm", gemm_run, gemm_prepare, packed_release},
-    {"", "MatMul", matmul_run, matmul_prepare, packed_release},
-    {0},
-};

@@ -51,10 +51,6 @@ void kn_cpu_im2col_pack_avx512(const kn_im2col2d *g, int64_t k0, int64_t kc, int
 
 kiln_status kn_cpu_fused_epilogue(const kn_kernel_ctx *k, int residual_at, kn_epilogue *ep);
 
-kiln_status kn_cpu_conv_run(kn_kernel_ctx *k);
-kiln_status kn_cpu_conv_prepare(const kn_node *node, int n_in, const kn_tensor *in, void **state);
-void kn_cpu_conv_release(void *state);
-
 /* One output row of a depthwise convolution, for the per-ISA row kernels. */
 typedef struct kn_dw_row {
     const kn_conv2d *c;
@@ -144,10 +140,5 @@ bool kn_cpu_wino_applies(const kn_conv_geom *g);
 /* The whole convolution, epilogue (bias per output channel) included. */
 kiln_status kn_cpu_conv_winograd(kn_threadpool *pool, const kn_wino *w, const kn_conv_geom *g,
                                  const float *x, const kn_epilogue *ep, float *y);
-
-kiln_status kn_cpu_conv_transpose_run(kn_kernel_ctx *k);
-kiln_status kn_cpu_conv_transpose_prepare(const kn_node *node, int n_in, const kn_tensor *in,
-                                          void **state);
-void kn_cpu_conv_transpose_release(void *state);
 
 #endif

@@ -142,7 +142,7 @@ static void bn_training(kn_kernel_ctx *k, const float *x, int64_t n, int64_t ch,
     }
 }
 
-static kiln_status cpu_norm_batchnorm(kn_kernel_ctx *k) {
+kiln_status kn_cpu_cpu_norm_batchnorm(kn_kernel_ctx *k) {
     const kn_tensor *x = &k->in[0];
     int64_t n = x->shape.d[0], ch = x->shape.d[1],
             plane = kn_tensor_numel(x) / (n * ch > 0 ? n * ch : 1);
@@ -179,7 +179,7 @@ out:
 }
 
 /* InstanceNormalization (one group per channel) and GroupNormalization. */
-static kiln_status cpu_norm_grouped(kn_kernel_ctx *k) {
+kiln_status kn_cpu_cpu_norm_grouped(kn_kernel_ctx *k) {
     const kn_tensor *x = &k->in[0];
     bool group = k->node->op_type[0] == 'G';
     int64_t n = x->shape.d[0], ch = x->shape.d[1];
@@ -211,15 +211,3 @@ out:
     views_release(&vs);
     return rc;
 }
-
-const kn_kernel kn_cpu_norm[] = {
-    {"", "BatchNormalization", cpu_norm_batchnorm, NULL, NULL},
-    {"", "InstanceNormalization", cpu_norm_grouped, NULL, NULL},
-    {"", "LayerNormalization", cpu_norm_layernorm, NULL, NULL},
-    {"", "RMSNormalization", cpu_norm_layernorm, NULL, NULL},
-    {"", "GroupNormalization", cpu_norm_grouped, NULL, NULL},
-    {"", "LpNormalization", cpu_norm_lpnorm, NULL, NULL},
-    {"", "MeanVarianceNormalization", cpu_norm_mvn, NULL, NULL},
-    {"", "LRN", cpu_norm_lrn, NULL, NULL},
-    {0},
-};

@@ -240,7 +240,7 @@ static int64_t plane_grain(int64_t work) {
     return work >= 16384 ? 1 : 16384 / (work > 0 ? work : 1);
 }
 
-static kiln_status cpu_pool_window(kn_kernel_ctx *k) {
+kiln_status kn_cpu_cpu_pool_window(kn_kernel_ctx *k) {
     const kn_tensor *x = &k->in[0];
     kn_pool_geom g;
     KN_TRY(kn_pool_geom_read(k->node, &x->shape, &g));
@@ -320,7 +320,7 @@ KN_RED_CLONES static void global_planes(void *arg, int64_t begin, int64_t end) {
     }
 }
 
-static kiln_status cpu_pool_global(kn_kernel_ctx *k) {
+kiln_status kn_cpu_cpu_pool_global(kn_kernel_ctx *k) {
     const kn_tensor *x = &k->in[0];
     const char *op = k->node->op_type;
     global_args a = {0};
@@ -348,15 +348,3 @@ static kiln_status cpu_pool_global(kn_kernel_ctx *k) {
     cpu_red_f32_release(&xv);
     return rc;
 }
-
-const kn_kernel kn_cpu_pool[] = {
-    {"", "MaxPool", cpu_pool_window, NULL, NULL},
-    {"", "AveragePool", cpu_pool_window, NULL, NULL},
-    {"", "LpPool", cpu_pool_window, NULL, NULL},
-    {"", "GlobalAveragePool", cpu_pool_global, NULL, NULL},
-    {"", "GlobalMaxPool", cpu_pool_global, NULL, NULL},
-    {"", "GlobalLpPool", cpu_pool_global, NULL, NULL},
-    {"", "MaxRoiPool", cpu_pool_roi, NULL, NULL},
-    {"", "MaxUnpool", cpu_pool_unpool, NULL, NULL},
-    {0},
-};

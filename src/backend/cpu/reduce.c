@@ -274,25 +274,3 @@ out_free_input:
     kn_free(xbuf);
     return rc;
 }
-
-const kn_kernel kn_cpu_reduce[] = {
-    {"", "ReduceSum", cpu_red_reduce, NULL, NULL},
-    {"", "ReduceMean", cpu_red_reduce, NULL, NULL},
-    {"", "ReduceMax", cpu_red_reduce, NULL, NULL},
-    {"", "ReduceMin", cpu_red_reduce, NULL, NULL},
-    {"", "ReduceProd", cpu_red_reduce, NULL, NULL},
-    {"", "ReduceL1", cpu_red_reduce, NULL, NULL},
-    {"", "ReduceL2", cpu_red_reduce, NULL, NULL},
-    {"", "ReduceLogSum", cpu_red_reduce, NULL, NULL},
-    {"", "ReduceLogSumExp", cpu_red_reduce, NULL, NULL},
-    {"", "ReduceSumSquare", cpu_red_reduce, NULL, NULL},
-    {"", "ArgMax", cpu_red_argmax, NULL, NULL},
-    {"", "ArgMin", cpu_red_argmax, NULL, NULL},
-    {"", "TopK", cpu_red_topk, NULL, NULL},
-    {"", "Softmax", cpu_red_softmax, NULL, NULL},
-    {"", "LogSoftmax", cpu_red_softmax, NULL, NULL},
-    {"", "Hardmax", cpu_red_softmax, NULL, NULL},
-    {"", "NegativeLogLikelihoodLoss", cpu_red_loss, NULL, NULL},
-    {"", "SoftmaxCrossEntropyLoss", cpu_red_loss, NULL, NULL},
-    {0},
-};

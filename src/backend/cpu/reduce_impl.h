@@ -16,20 +16,6 @@
 #define KN_RED_CLONES
 #endif
 
-kiln_status cpu_red_reduce(kn_kernel_ctx *k);
-kiln_status cpu_red_softmax(kn_kernel_ctx *k);
-kiln_status cpu_red_argmax(kn_kernel_ctx *k);
-kiln_status cpu_red_topk(kn_kernel_ctx *k);
-kiln_status cpu_red_loss(kn_kernel_ctx *k);
-
-kiln_status cpu_norm_layernorm(kn_kernel_ctx *k);
-kiln_status cpu_norm_lpnorm(kn_kernel_ctx *k);
-kiln_status cpu_norm_mvn(kn_kernel_ctx *k);
-kiln_status cpu_norm_lrn(kn_kernel_ctx *k);
-
-kiln_status cpu_pool_roi(kn_kernel_ctx *k);
-kiln_status cpu_pool_unpool(kn_kernel_ctx *k);
-
 /* Mean and (population) variance of n contiguous floats, accumulated in double. */
 void cpu_norm_moments(const float *x, int64_t n, double *mean, double *var);
 

@@ -394,19 +394,19 @@ static kiln_status run_common(kn_kernel_ctx *k, int kind) {
     return rc;
 }
 
-static kiln_status run_rnn(kn_kernel_ctx *k) {
+kiln_status kn_cpu_run_rnn(kn_kernel_ctx *k) {
     return run_common(k, KIND_RNN);
 }
 
-static kiln_status run_gru(kn_kernel_ctx *k) {
+kiln_status kn_cpu_run_gru(kn_kernel_ctx *k) {
     return run_common(k, KIND_GRU);
 }
 
-static kiln_status run_lstm(kn_kernel_ctx *k) {
+kiln_status kn_cpu_run_lstm(kn_kernel_ctx *k) {
     return run_common(k, KIND_LSTM);
 }
 
-static void rnn_release(void *state) {
+void kn_cpu_rnn_release(void *state) {
     rnn_packed *p = state;
     if (p == NULL)
         return;
@@ -418,7 +418,7 @@ static void rnn_release(void *state) {
     kn_free(p);
 }
 
-static kiln_status rnn_prepare(const kn_node *node, int n_in, const kn_tensor *in, void **state) {
+kiln_status kn_cpu_rnn_prepare(const kn_node *node, int n_in, const kn_tensor *in, void **state) {
     *state = NULL;
     if (n_in < 3 || in[0].dtype != KILN_DTYPE_FLOAT32 || !in[1].data || !in[2].data)
         return KILN_OK;
@@ -443,16 +443,9 @@ static kiln_status rnn_prepare(const kn_node *node, int n_in, const kn_tensor *i
             rc = kn_gemm_pack_b(r + 2 * hs * hs, hs, true, hs, hs, &p->rh[d]);
     }
     if (rc != KILN_OK) {
-        rnn_release(p);
+        kn_cpu_rnn_release(p);
         return rc;
     }
     *state = p;
     return KILN_OK;
 }
-
-const kn_kernel kn_cpu_rnn[] = {
-    {"", "RNN", run_rnn, rnn_prepare, rnn_release},
-    {"", "GRU", run_gru, rnn_prepare, rnn_release},
-    {"", "LSTM", run_lstm, rnn_prepare, rnn_release},
-    {0},
-};

@@ -24,44 +24,4 @@ void cpu_tensor_reduce_elem(int32_t dtype, int red, void *dst, const void *src);
 
 /* ---- kernels -------------------------------------------------------------------------------- */
 
-/* tensor_move.c */
-kiln_status cpu_tensor_run_copy(kn_kernel_ctx *k);
-kiln_status cpu_tensor_run_transpose(kn_kernel_ctx *k);
-kiln_status cpu_tensor_run_concat(kn_kernel_ctx *k);
-kiln_status cpu_tensor_run_split(kn_kernel_ctx *k);
-kiln_status cpu_tensor_run_slice(kn_kernel_ctx *k);
-kiln_status cpu_tensor_run_expand(kn_kernel_ctx *k);
-kiln_status cpu_tensor_run_tile(kn_kernel_ctx *k);
-kiln_status cpu_tensor_run_depth_to_space(kn_kernel_ctx *k);
-kiln_status cpu_tensor_run_space_to_depth(kn_kernel_ctx *k);
-
-/* tensor_pad.c */
-kiln_status cpu_tensor_run_pad(kn_kernel_ctx *k);
-kiln_status cpu_tensor_run_center_crop_pad(kn_kernel_ctx *k);
-
-/* tensor_index.c */
-kiln_status cpu_tensor_run_gather(kn_kernel_ctx *k);
-kiln_status cpu_tensor_run_gather_elements(kn_kernel_ctx *k);
-kiln_status cpu_tensor_run_gather_nd(kn_kernel_ctx *k);
-kiln_status cpu_tensor_run_scatter_elements(kn_kernel_ctx *k);
-kiln_status cpu_tensor_run_scatter_nd(kn_kernel_ctx *k);
-kiln_status cpu_tensor_run_tensor_scatter(kn_kernel_ctx *k);
-
-/* tensor_gen.c */
-kiln_status cpu_tensor_run_shape(kn_kernel_ctx *k);
-kiln_status cpu_tensor_run_size(kn_kernel_ctx *k);
-kiln_status cpu_tensor_run_dropout(kn_kernel_ctx *k);
-kiln_status cpu_tensor_run_constant_of_shape(kn_kernel_ctx *k);
-kiln_status cpu_tensor_run_range(kn_kernel_ctx *k);
-kiln_status cpu_tensor_run_eye_like(kn_kernel_ctx *k);
-kiln_status cpu_tensor_run_trilu(kn_kernel_ctx *k);
-kiln_status cpu_tensor_run_cumsum(kn_kernel_ctx *k);
-kiln_status cpu_tensor_run_one_hot(kn_kernel_ctx *k);
-
-/* tensor_select.c */
-kiln_status cpu_tensor_run_non_zero(kn_kernel_ctx *k);
-kiln_status cpu_tensor_run_compress(kn_kernel_ctx *k);
-kiln_status cpu_tensor_run_unique(kn_kernel_ctx *k);
-kiln_status cpu_tensor_run_reverse_sequence(kn_kernel_ctx *k);
-
 #endif

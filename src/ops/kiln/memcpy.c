@@ -3,16 +3,10 @@
 #include "ir/placement.h"
 #include "ops/op.h"
 
-static kiln_status infer_copy(kn_infer_ctx *c) {
+kiln_status kn_infer_copy(kn_infer_ctx *c) {
     if (c->n_in != 1 || c->n_out != 1 || c->in[0].dtype == 0)
         return kn_error(KILN_ERR_MODEL, "a copy takes one input and makes one output");
     c->out[0].dtype = c->in[0].dtype;
     c->out[0].shape = c->in[0].shape;
     return KILN_OK;
 }
-
-const kn_op_schema kn_ops_memcpy[] = {
-    {KN_COPY_DOMAIN, KN_OP_COPY_TO_DEVICE, 1, 0, infer_copy},
-    {KN_COPY_DOMAIN, KN_OP_COPY_TO_HOST, 1, 0, infer_copy},
-    {0},
-};
