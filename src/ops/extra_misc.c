@@ -1,7 +1,7 @@
 /* Small ops of the extra family: Swish, the Optional ops on plain tensors, the optimizers of
  * ai.onnx.preview.training, TfIdfVectorizer over integers, and the ai.onnx.ml Binarizer and
  * ArrayFeatureExtractor: shape inference. */
-#include "ops/extra_internal.h"
+#include "ops/infer_util.h"
 
 #include <string.h>
 

@@ -1,8 +1,8 @@
 /* Quantized and deformable linear algebra: QLinearMatMul, ConvInteger, QLinearConv,
  * DeformConv: shape inference. Convolution geometry comes from conv_geom so inference and
  * kernels agree. */
-#include "ops/conv_geom.h"
-#include "ops/extra_internal.h"
+#include "ops/nn/conv_geom.h"
+#include "ops/infer_util.h"
 
 static bool is_q8(int32_t dt) {
     return dt == KILN_DTYPE_INT8 || dt == KILN_DTYPE_UINT8;

@@ -7,9 +7,9 @@
 #include <cmocka.h>
 
 #include "backend/backend.h"
-#include "backend/cpu/gemm.h"
+#include "backend/cpu/math/gemm.h"
 #include "core/alloc.h"
-#include "ops/conv_geom.h"
+#include "ops/nn/conv_geom.h"
 #include "ops/op.h"
 
 #include <math.h>

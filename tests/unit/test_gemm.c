@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "backend/cpu/gemm.h"
+#include "backend/cpu/math/gemm.h"
 #include "core/alloc.h"
 #include "core/threadpool.h"
 

@@ -7,7 +7,7 @@
  * - the 3x3 row kernel with the weights in registers and valignd taps (dw3_plane);
  * - the 3x3 channel-block kernel, one channel per lane after 16x16 transposes (dw3_c16);
  * - the padding and phase-splitting passes that feed them. */
-#include "backend/cpu/nn_internal.h"
+#include "backend/cpu/nn/conv.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>

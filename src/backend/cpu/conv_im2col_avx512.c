@@ -3,7 +3,7 @@
  * segments is computed once and reused for every kernel row; each segment is copied with masked
  * loads and stores instead of a library call, which on short segments (28- or 14-wide maps,
  * 32-wide panels) cost more than the copy itself. */
-#include "backend/cpu/nn_internal.h"
+#include "backend/cpu/nn/conv.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>

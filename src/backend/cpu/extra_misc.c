@@ -1,6 +1,6 @@
 /* Small kernels of the extra family: Swish, Optional ops on tensors, training optimizers,
  * TfIdfVectorizer over integers, Binarizer and ArrayFeatureExtractor. */
-#include "backend/cpu/extra_internal.h"
+#include "backend/cpu/f32_stage.h"
 #include "core/alloc.h"
 
 #include <math.h>

@@ -1,9 +1,9 @@
 /* Quantized kernels: QLinearMatMul, ConvInteger and QLinearConv. Products accumulate exactly
  * in int64 after the zero points are subtracted; requantization rounds half to even and
  * saturates to the output type. */
-#include "backend/cpu/extra_internal.h"
+#include "backend/cpu/f32_stage.h"
 #include "core/alloc.h"
-#include "ops/conv_geom.h"
+#include "ops/nn/conv_geom.h"
 
 #include <math.h>
 #include <stdatomic.h>

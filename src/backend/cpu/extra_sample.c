@@ -1,8 +1,8 @@
 /* Kernels that sample an input at computed coordinates: DeformConv (2-D, bilinear samples at
  * offset kernel taps, zero outside the image) and AffineGrid. */
-#include "backend/cpu/extra_internal.h"
+#include "backend/cpu/f32_stage.h"
 #include "core/alloc.h"
-#include "ops/conv_geom.h"
+#include "ops/nn/conv_geom.h"
 
 #include <math.h>
 

@@ -1,7 +1,7 @@
 /* AVX2+FMA micro-kernel: 6 x 16 tile in 12 ymm accumulators. Edge tiles go through a small
  * buffer since AVX2 has no cheap per-lane masking for stores of partial rows; the epilogue runs
  * on the stored tile. */
-#include "backend/cpu/gemm_kernel.h"
+#include "backend/cpu/math/gemm_kernel.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>

@@ -3,7 +3,7 @@
  * needed, and the epilogue's bias, residual and clamp are applied before the only store.
  * Variants: 6-row and 16-column edge tiles, a narrow kernel for the last <= 4 columns of a
  * panel, a one-row kernel, and one that reads an unpacked B in place. */
-#include "backend/cpu/gemm_kernel.h"
+#include "backend/cpu/math/gemm_kernel.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>

@@ -1,0 +1,196 @@
+/* nn kernel family: Conv, ConvTranspose (conv.c, conv_dw.c, conv_transpose.c), Gemm and MatMul.
+ * Constant B operands (weights) are packed once in prepare. */
+#include "backend/cpu/nn/conv.h"
+
+#include "core/alloc.h"
+
+#include <stdatomic.h>
+#include <string.h>
+
+void kn_cpu_packed_release(void *state) {
+    kn_gemm_packed_free(state);
+}
+
+kiln_status kn_cpu_gemm_prepare(const kn_node *node, int n_in, const kn_tensor *in, void **state) {
+    *state = NULL;
+    if (n_in < 2 || in[1].data == NULL || in[1].dtype != KILN_DTYPE_FLOAT32 ||
+        in[1].shape.rank != 2)
+        return KILN_OK;
+    bool tb = kn_attr_int(node, "transB", 0) != 0;
+    int64_t r = in[1].shape.d[0], c = in[1].shape.d[1];
+    kn_gemm_packed *p;
+    KN_TRY(kn_gemm_pack_b(in[1].data, c, tb, tb ? c : r, tb ? r : c, &p));
+    *state = p;
+    return KILN_OK;
+}
+
+/* Folds beta*C into the epilogue bias when C is a row or column vector; otherwise writes the
+ * broadcast beta*C into y and returns the GEMM's beta as 1. *scaled is owned by the caller. */
+static kiln_status gemm_bias(const kn_tensor *ct, float beta, int64_t m, int64_t n, float *y,
+                             kn_epilogue *ep, float **scaled, float *gemm_beta) {
+    const kn_shape *s = &ct->shape;
+    const float *c = ct->data;
+    int64_t rows = s->rank == 2 ? s->d[0] : 1, cols = s->rank >= 1 ? s->d[s->rank - 1] : 1;
+    *gemm_beta = 0.0f;
+    bool per_col = rows == 1 && cols == n && n > 1, per_row = cols == 1 && rows == m && m > 1;
+    if (per_col || per_row) {
+        int64_t len = per_col ? n : m;
+        if (beta != 1.0f) {
+            *scaled = kn_malloc((size_t)len * sizeof(float));
+            if (*scaled == NULL)
+                return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory for Gemm bias");
+            for (int64_t i = 0; i < len; i++)
+                (*scaled)[i] = beta * c[i];
+            c = *scaled;
+        }
+        ep->bias = c;
+        ep->bias_per_row = per_row;
+        return KILN_OK;
+    }
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++)
+            y[i * n + j] = beta * c[(rows == 1 ? 0 : i) * cols + (cols == 1 ? 0 : j)];
+    *gemm_beta = 1.0f;
+    return KILN_OK;
+}
+
+kiln_status kn_cpu_gemm_run(kn_kernel_ctx *k) {
+    const kn_shape *as = &k->in[0].shape, *bs = &k->in[1].shape;
+    bool ta = kn_attr_int(k->node, "transA", 0) != 0, tb = kn_attr_int(k->node, "transB", 0) != 0;
+    float alpha = kn_attr_float(k->node, "alpha", 1.0f),
+          beta = kn_attr_float(k->node, "beta", 1.0f);
+    int64_t m = ta ? as->d[1] : as->d[0], kk = ta ? as->d[0] : as->d[1];
+    int64_t n = tb ? bs->d[0] : bs->d[1];
+    kn_epilogue ep = {0};
+    KN_TRY(kn_cpu_fused_epilogue(k, 3, &ep));
+    ep.ldr = n;
+    float *y = k->out[0].data, *scaled = NULL, gemm_beta = 0.0f;
+    if (k->n_in > 2 && k->in[2].dtype != 0 && beta != 0.0f && kn_tensor_numel(&k->in[2]) > 0)
+        KN_TRY(gemm_bias(&k->in[2], beta, m, n, y, &ep, &scaled, &gemm_beta));
+    kn_gemm_operand a = {.p = k->in[0].data, .ld = as->d[1], .trans = ta};
+    kn_gemm_operand b = {.p = k->in[1].data, .ld = bs->d[1], .trans = tb};
+    if (k->state != NULL)
+        b = (kn_gemm_operand){.packed = k->state};
+    kiln_status rc = kn_gemm(k->pool, m, n, kk, alpha, &a, &b, gemm_beta, y, n, &ep);
+    kn_free(scaled);
+    return rc;
+}
+
+kiln_status kn_cpu_matmul_prepare(const kn_node *node, int n_in, const kn_tensor *in,
+                                  void **state) {
+    (void)node;
+    *state = NULL;
+    if (n_in < 2 || in[1].data == NULL || in[1].dtype != KILN_DTYPE_FLOAT32 ||
+        in[1].shape.rank != 2)
+        return KILN_OK;
+    kn_gemm_packed *p;
+    KN_TRY(kn_gemm_pack_b(in[1].data, in[1].shape.d[1], false, in[1].shape.d[0], in[1].shape.d[1],
+                          &p));
+    *state = p;
+    return KILN_OK;
+}
+
+typedef struct matmul_job {
+    int64_t m, n, k;
+    const float *a, *b;
+    float *y;
+    const kn_epilogue *ep;
+    int32_t rank;                             /* batch rank of the output */
+    int64_t dims[KN_MAX_RANK];                /* output batch dims */
+    int64_t sa[KN_MAX_RANK], sb[KN_MAX_RANK]; /* batch strides in A and B (0 = broadcast) */
+    kn_threadpool *pool; /* for each product; NULL when batches run in parallel */
+    atomic_int failed;
+} matmul_job;
+
+static kiln_status matmul_one(matmul_job *j, int64_t t) {
+    int64_t oa = 0, ob = 0, u = t;
+    for (int i = j->rank - 1; i >= 0; i--) {
+        int64_t c = u % j->dims[i];
+        u /= j->dims[i];
+        oa += c * j->sa[i];
+        ob += c * j->sb[i];
+    }
+    kn_gemm_operand a = {.p = j->a + oa, .ld = j->k}, b = {.p = j->b + ob, .ld = j->n};
+    kn_epilogue e = *j->ep;
+    if (e.residual != NULL)
+        e.residual += t * j->m * j->n;
+    return kn_gemm(j->pool, j->m, j->n, j->k, 1.0f, &a, &b, 0.0f, j->y + t * j->m * j->n, j->n, &e);
+}
+
+static void matmul_range(void *arg, int64_t begin, int64_t end) {
+    matmul_job *j = arg;
+    for (int64_t t = begin; t < end; t++)
+        if (matmul_one(j, t) != KILN_OK)
+            atomic_store(&j->failed, 1);
+}
+
+/* Right-aligned batch strides of an operand with `rank` dims whose last two are the matrix. */
+static void batch_strides(const kn_shape *s, int64_t mat, int32_t out_rank, int64_t *st) {
+    int32_t br = s->rank - 2;
+    int64_t stride = mat;
+    for (int i = out_rank - 1; i >= 0; i--) {
+        int bi = i - (out_rank - br);
+        if (bi < 0) {
+            st[i] = 0;
+            continue;
+        }
+        st[i] = s->d[bi] == 1 ? 0 : stride;
+        stride *= s->d[bi];
+    }
+}
+
+kiln_status kn_cpu_matmul_run(kn_kernel_ctx *k) {
+    kn_shape as = k->in[0].shape, bs = k->in[1].shape;
+    if (as.rank == 1) {
+        as = (kn_shape){.rank = 2, .d = {1, as.d[0]}};
+    }
+    if (bs.rank == 1) {
+        bs = (kn_shape){.rank = 2, .d = {bs.d[0], 1}};
+    }
+    kn_epilogue ep = {0};
+    KN_TRY(kn_cpu_fused_epilogue(k, 2, &ep));
+    if (kn_attr_int(k->node, "kiln_bias", 0) != 0 && k->n_in > 3)
+        ep.bias = k->in[3].data; /* one value per column */
+    matmul_job j = {.m = as.d[as.rank - 2],
+                    .k = as.d[as.rank - 1],
+                    .n = bs.d[bs.rank - 1],
+                    .a = k->in[0].data,
+                    .b = k->in[1].data,
+                    .y = k->out[0].data,
+                    .ep = &ep,
+                    .pool = k->pool};
+    ep.ldr = j.n;
+    atomic_init(&j.failed, 0);
+    if (bs.rank == 2) {
+        /* B is shared by every batch: one GEMM over all rows of A. */
+        int64_t rows = 1;
+        for (int i = 0; i < as.rank - 1; i++)
+            rows *= as.d[i];
+        kn_gemm_operand a = {.p = j.a, .ld = j.k}, b = {.p = j.b, .ld = j.n};
+        if (k->state != NULL)
+            b = (kn_gemm_operand){.packed = k->state};
+        return kn_gemm(k->pool, rows, j.n, j.k, 1.0f, &a, &b, 0.0f, j.y, j.n, &ep);
+    }
+    j.rank = (as.rank > bs.rank ? as.rank : bs.rank) - 2;
+    int64_t batches = 1;
+    for (int i = 0; i < j.rank; i++) {
+        int ia = i - (j.rank - (as.rank - 2)), ib = i - (j.rank - (bs.rank - 2));
+        int64_t da = ia >= 0 ? as.d[ia] : 1, db = ib >= 0 ? bs.d[ib] : 1;
+        j.dims[i] = da > db ? da : db;
+        if (da == 0 || db == 0)
+            j.dims[i] = 0;
+        batches *= j.dims[i];
+    }
+    batch_strides(&as, j.m * j.k, j.rank, j.sa);
+    batch_strides(&bs, j.k * j.n, j.rank, j.sb);
+    int threads = kn_threadpool_size(k->pool);
+    if (threads > 1 && batches >= threads && j.m * j.n * j.k < ((int64_t)1 << 22)) {
+        j.pool = NULL;
+        kn_parallel_for(k->pool, batches, 1, matmul_range, &j);
+    } else {
+        matmul_range(&j, 0, batches);
+    }
+    if (atomic_load(&j.failed))
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory in MatMul");
+    return KILN_OK;
+}

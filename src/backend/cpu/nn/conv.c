@@ -1,0 +1,436 @@
+/* Conv as GEMM: Y_g (C_out/g x OS) = W_g (C_out/g x K) * cols_g (K x OS), K = C_in/g * prod(k).
+ * Weights are packed once in prepare. The column matrix is never materialised: the GEMM asks
+ * for K x NR panels and they are gathered straight from the image (with AVX-512 by
+ * kn_cpu_im2col_pack_avx512; stride-2 inputs are first split into even and odd column halves so
+ * every tap reads a contiguous run). A 1x1, stride-1, unpadded conv reads the image as B
+ * directly; a strided unpadded 1x1 conv reads a subsampled copy. 3x3 stride-1 convs with enough
+ * channels take Winograd (conv_winograd.c), depthwise convs a direct kernel (conv_dw.c). Bias,
+ * residual and activation run in the GEMM epilogue. */
+#include "backend/cpu/nn/conv.h"
+
+#include "core/alloc.h"
+
+#include <string.h>
+
+typedef struct conv_state {
+    kn_wino *wino; /* 3x3 stride-1 weights for Winograd, or NULL */
+    int64_t group;
+    kn_gemm_packed *w[]; /* one per group */
+} conv_state;
+
+/* Winograd pays for its transforms only with enough channels to share them and enough tiles
+ * to fill the GEMM's columns. */
+#define WINO_MIN_CHANNELS 16
+#define WINO_MIN_TILES 8
+
+static bool attr_all_ones(const kn_node *node, const char *name) {
+    const kn_attr *a = kn_node_attr(node, name);
+    if (a == NULL)
+        return true;
+    if (a->type != KN_ATTR_INTS)
+        return false;
+    for (int64_t i = 0; i < a->n; i++)
+        if (a->ints[i] != 1)
+            return false;
+    return true;
+}
+
+static bool wino_candidate(const kn_node *node, const kn_shape *w, int64_t group) {
+    return group == 1 && w->rank == 4 && w->d[2] == 3 && w->d[3] == 3 &&
+           w->d[0] >= WINO_MIN_CHANNELS && w->d[1] >= WINO_MIN_CHANNELS &&
+           attr_all_ones(node, "strides") && attr_all_ones(node, "dilations");
+}
+
+static int64_t wino_tiles(const kn_conv_geom *g, int tile) {
+    return ((g->out[0] + tile - 1) / tile) * ((g->out[1] + tile - 1) / tile);
+}
+
+/* 4x4 tiles, unless the input's shape is known at prepare and leaves fewer than
+ * WINO_MIN_TILES of them (7x7 maps): then 2x2 tiles, whose 16 tiles fill the GEMM's 16-column
+ * edge kernel, and whose weights take 16/36 of the memory traffic. 0: none. */
+static int wino_tile(const kn_node *node, const kn_tensor *x, const kn_shape *w, bool *known) {
+    kn_conv_geom g;
+    *known = x->shape.rank == 4;
+    for (int i = 0; i < x->shape.rank; i++)
+        *known = *known && x->shape.d[i] > 0;
+    if (*known && kn_conv_geom_init(node, &x->shape, w, false, &g) != KILN_OK)
+        *known = false; /* run reports the bad shape */
+    if (!*known)
+        return 4;
+    if (wino_tiles(&g, 4) >= WINO_MIN_TILES)
+        return 4;
+    return wino_tiles(&g, 2) >= WINO_MIN_TILES ? 2 : 0;
+}
+
+static bool is_depthwise(const kn_conv_geom *g) {
+    return g->group == g->c_in && g->c_out == g->c_in && g->nsp <= 2;
+}
+
+kiln_status kn_cpu_conv_prepare(const kn_node *node, int n_in, const kn_tensor *in, void **state) {
+    *state = NULL;
+    if (n_in < 2 || in[1].data == NULL || in[1].dtype != KILN_DTYPE_FLOAT32 || in[1].shape.rank < 3)
+        return KILN_OK;
+    const kn_shape *w = &in[1].shape;
+    int64_t group = kn_attr_int(node, "group", 1);
+    if (group < 1 || w->d[0] % group != 0)
+        return KILN_OK; /* run reports the error with the input shapes */
+    if (group == w->d[0] && w->d[1] == 1 && w->rank <= 4)
+        return KILN_OK; /* depthwise: direct kernel reads W as is */
+    int64_t cog = w->d[0] / group, kdim = kn_shape_numel(w) / w->d[0];
+    conv_state *st = kn_calloc(1, sizeof *st + (size_t)group * sizeof st->w[0]);
+    if (st == NULL)
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory packing conv weights");
+    st->group = group;
+    const float *wd = in[1].data;
+    bool known = false;
+    int tile = wino_candidate(node, w, group) ? wino_tile(node, &in[0], w, &known) : 0;
+    /* With the input shape fixed, a Winograd conv never takes the GEMM path: no packed copy. */
+    for (int64_t g = 0; g < group && !(known && tile != 0); g++) {
+        kiln_status rc = kn_gemm_pack_a(wd + g * cog * kdim, kdim, false, cog, kdim, &st->w[g]);
+        if (rc != KILN_OK) {
+            kn_cpu_conv_release(st);
+            return rc;
+        }
+    }
+    if (tile != 0) {
+        kiln_status rc = kn_cpu_wino_prepare(wd, w->d[0], w->d[1], tile, &st->wino);
+        if (rc != KILN_OK) {
+            kn_cpu_conv_release(st);
+            return rc;
+        }
+    }
+    *state = st;
+    return KILN_OK;
+}
+
+void kn_cpu_conv_release(void *state) {
+    conv_state *st = state;
+    if (st == NULL)
+        return;
+    for (int64_t g = 0; g < st->group; g++)
+        kn_gemm_packed_free(st->w[g]);
+    kn_cpu_wino_free(st->wino);
+    kn_free(st);
+}
+
+typedef struct im2col_arg {
+    const float *x; /* first channel of the group in this image */
+    const kn_conv_geom *g;
+    kn_conv2d c;
+    int nr;
+    /* Stride-2 columns: every input row split into its even columns then its odd columns, each
+     * half w2 = ceil(w/2) wide, so taps gather contiguous runs (no per-element stride, no
+     * divisions for the bounds). NULL otherwise. */
+    const float *xs;
+    int64_t w2;
+} im2col_arg;
+
+KN_CLONES static void split_row(const float *s, int64_t w, float *even, float *odd) {
+    for (int64_t i = 0; i < w / 2; i++) {
+        even[i] = s[2 * i];
+        odd[i] = s[2 * i + 1];
+    }
+    if (w % 2 != 0)
+        even[w / 2] = s[w - 1];
+}
+
+/* A strided 1x1 conv reads only every sw-th column of every sh-th row: gather those once into a
+ * dense C x OH x OW matrix and run the plain GEMM on it. */
+KN_CLONES static void subsample_row(const float *s, int64_t sw, int64_t n, float *d) {
+    for (int64_t i = 0; i < n; i++)
+        d[i] = s[i * sw];
+}
+
+typedef struct subsample_job {
+    const float *x;
+    float *xs;
+    const kn_conv2d *c;
+} subsample_job;
+
+static void subsample_rows(void *arg, int64_t begin, int64_t end) {
+    const subsample_job *j = arg;
+    const kn_conv2d *c = j->c;
+    for (int64_t r = begin; r < end; r++) {
+        int64_t ci = r / c->oh, oh = r % c->oh;
+        subsample_row(j->x + (ci * c->h + oh * c->sh) * c->w, c->sw, c->ow, j->xs + r * c->ow);
+    }
+}
+
+typedef struct split_job {
+    const float *x;
+    float *xs;
+    int64_t w, w2;
+} split_job;
+
+static void split_rows(void *arg, int64_t begin, int64_t end) {
+    const split_job *j = arg;
+    for (int64_t r = begin; r < end; r++) {
+        float *d = j->xs + r * 2 * j->w2;
+        split_row(j->x + r * j->w, j->w, d, d + j->w2);
+    }
+}
+
+static void zero(float *p, int64_t n) {
+    if (n > 0)
+        memset(p, 0, (size_t)n * sizeof *p);
+}
+
+/* One output-row segment of one im2col row: seg columns starting at output (oh, ow). */
+static void gather_segment(const im2col_arg *a, const float *xc, int64_t ky, int64_t kx, int64_t oh,
+                           int64_t ow, int64_t seg, float *dst) {
+    const kn_conv2d *c = &a->c;
+    int64_t ih = oh * c->sh - c->ph + ky * c->dh;
+    if (ih < 0 || ih >= c->h) {
+        zero(dst, seg);
+        return;
+    }
+    const float *xr = xc + ih * c->w;
+    int64_t iw0 = ow * c->sw - c->pw + kx * c->dw, width = c->w, sw = c->sw;
+    if (a->xs != NULL) {
+        /* Input column 2 * ow + dx is column ow + (dx - par) / 2 of the parity-par half. */
+        int64_t dx = kx * c->dw - c->pw, par = dx & 1;
+        xr = xc + ih * 2 * a->w2 + par * a->w2;
+        iw0 = ow + (dx - par) / 2;
+        width = par != 0 ? c->w / 2 : (c->w + 1) / 2;
+        sw = 1;
+    }
+    int64_t lo, hi;
+    if (sw == 1) {
+        lo = iw0 >= 0 ? 0 : -iw0;
+        hi = iw0 >= width ? 0 : width - iw0;
+    } else {
+        lo = iw0 >= 0 ? 0 : (-iw0 + sw - 1) / sw;
+        hi = iw0 >= width ? 0 : (width - iw0 + sw - 1) / sw;
+    }
+    lo = lo < seg ? lo : seg;
+    hi = hi < seg ? hi : seg;
+    hi = hi > lo ? hi : lo;
+    if (sw == 1 && lo == 0 && hi == 32) {
+        memcpy(dst, xr + iw0, 32 * sizeof *dst); /* the common full panel, inlined */
+        zero(dst + 32, seg - 32);
+        return;
+    }
+    zero(dst, lo);
+    if (sw == 1) {
+        memcpy(dst + lo, xr + iw0 + lo, (size_t)(hi - lo) * sizeof *dst);
+    } else {
+        const float *s = xr + iw0;
+        for (int64_t t = lo; t < hi; t++)
+            dst[t] = s[t * sw];
+    }
+    zero(dst + hi, seg - hi);
+}
+
+static void pack_im2col_2d(void *arg, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float *dst) {
+    const im2col_arg *a = arg;
+    const kn_conv2d *c = &a->c;
+    int nr = a->nr;
+    for (int64_t p = 0; p * nr < nc; p++) {
+        float *d = dst + p * kc * nr;
+        int64_t col0 = n0 + p * nr;
+        int64_t cols = nc - p * nr < nr ? nc - p * nr : nr;
+        int64_t oh0 = col0 / c->ow, ow0 = col0 % c->ow;
+        /* (ci, ky, kx) of row k advance with counters: divisions per row cost more than the
+         * copy itself for short panels. */
+        int64_t kx = k0 % c->kw, t = k0 / c->kw, ky = t % c->kh, ci = t / c->kh;
+        int64_t plane = a->xs != NULL ? c->h * 2 * a->w2 : c->h * c->w;
+        const float *x = a->xs != NULL ? a->xs : a->x;
+        for (int64_t kk = 0; kk < kc; kk++) {
+            const float *xc = x + ci * plane;
+            float *row = d + kk * nr;
+            int64_t oh = oh0, ow = ow0;
+            for (int64_t j = 0; j < cols;) {
+                int64_t seg = cols - j < c->ow - ow ? cols - j : c->ow - ow;
+                gather_segment(a, xc, ky, kx, oh, ow, seg, row + j);
+                j += seg;
+                ow += seg;
+                if (ow == c->ow) {
+                    ow = 0;
+                    oh++;
+                }
+            }
+            zero(row + cols, nr - cols);
+            if (++kx == c->kw) {
+                kx = 0;
+                if (++ky == c->kh) {
+                    ky = 0;
+                    ci++;
+                }
+            }
+        }
+    }
+}
+
+static void pack_im2col_fast(void *arg, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
+                             float *dst) {
+    kn_cpu_im2col_pack_avx512(arg, k0, kc, n0, nc, dst);
+}
+
+/* The fast packer's geometry, or false when it does not apply (other strides, wide kernels, a
+ * GEMM without AVX-512 panels). */
+static bool fast_im2col(const kn_conv2d *c, const float *xg, const float *xs, int64_t w2,
+                        kn_im2col2d *f) {
+    if (kn_gemm_nr() != 32 || strcmp(kn_gemm_isa(), "avx512") != 0 || c->kw > KN_IM2COL_MAX_KW ||
+        !(c->sw == 1 || xs != NULL))
+        return false;
+    *f = (kn_im2col2d){.x = xs != NULL ? xs : xg,
+                       .plane = xs != NULL ? c->h * 2 * w2 : c->h * c->w,
+                       .row = xs != NULL ? 2 * w2 : c->w,
+                       .h = c->h,
+                       .ow = c->ow,
+                       .kh = c->kh,
+                       .kw = c->kw,
+                       .sh = c->sh,
+                       .ph = c->ph,
+                       .dh = c->dh};
+    for (int64_t kx = 0; kx < c->kw; kx++) {
+        int64_t dx = kx * c->dw - c->pw;
+        if (xs == NULL) {
+            f->xoff[kx] = dx;
+            f->hoff[kx] = 0;
+            f->width[kx] = c->w;
+        } else {
+            int64_t par = dx & 1; /* see gather_segment */
+            f->xoff[kx] = (dx - par) / 2;
+            f->hoff[kx] = par * w2;
+            f->width[kx] = par != 0 ? c->w / 2 : (c->w + 1) / 2;
+        }
+    }
+    return true;
+}
+
+/* Any number of spatial dims, one element at a time: the rare 3-D case. */
+static void pack_im2col_nd(void *arg, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float *dst) {
+    const im2col_arg *a = arg;
+    const kn_conv_geom *g = a->g;
+    int nr = a->nr;
+    int64_t in_sp = 1;
+    for (int i = 0; i < g->nsp; i++)
+        in_sp *= g->in[i];
+    for (int64_t p = 0; p * nr < nc; p++) {
+        float *d = dst + p * kc * nr;
+        for (int64_t kk = 0; kk < kc; kk++) {
+            int64_t koff[KN_CONV_MAX_SP], t = k0 + kk;
+            for (int i = g->nsp - 1; i >= 0; i--) {
+                koff[i] = t % g->k[i];
+                t /= g->k[i];
+            }
+            const float *xc = a->x + t * in_sp;
+            for (int64_t j = 0; j < nr; j++) {
+                int64_t col = n0 + p * nr + j;
+                float v = 0.0f;
+                if (col < n0 + nc) {
+                    int64_t idx = 0, u = col;
+                    int64_t pos[KN_CONV_MAX_SP];
+                    for (int i = g->nsp - 1; i >= 0; i--) {
+                        pos[i] = u % g->out[i];
+                        u /= g->out[i];
+                    }
+                    bool inside = true;
+                    for (int i = 0; i < g->nsp; i++) {
+                        int64_t q = pos[i] * g->stride[i] - g->pad_b[i] + koff[i] * g->dil[i];
+                        inside = inside && q >= 0 && q < g->in[i];
+                        idx = idx * g->in[i] + q;
+                    }
+                    if (inside)
+                        v = xc[idx];
+                }
+                d[kk * nr + j] = v;
+            }
+        }
+    }
+}
+
+kiln_status kn_cpu_fused_epilogue(const kn_kernel_ctx *k, int residual_at, kn_epilogue *ep) {
+    bool residual;
+    KN_TRY(kn_fused_attrs(k->node, &ep->act, &ep->alpha, &ep->beta, &residual));
+    ep->residual = NULL;
+    if (residual) {
+        if (residual_at >= k->n_in || k->in[residual_at].data == NULL)
+            return kn_error(KILN_ERR_MODEL, "kiln_residual is set but input %d is missing",
+                            residual_at);
+        ep->residual = k->in[residual_at].data;
+    }
+    return KILN_OK;
+}
+
+kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
+    kn_conv_geom g;
+    KN_TRY(kn_conv_geom_init(k->node, &k->in[0].shape, &k->in[1].shape, false, &g));
+    kn_epilogue ep = {0};
+    KN_TRY(kn_cpu_fused_epilogue(k, 3, &ep));
+    const float *x = k->in[0].data, *w = k->in[1].data;
+    const float *bias = k->n_in > 2 && k->in[2].dtype != 0 ? k->in[2].data : NULL;
+    const float *res = ep.residual;
+    float *y = k->out[0].data;
+    int64_t os = 1, is = 1, kprod = 1;
+    bool pointwise = true;
+    for (int i = 0; i < g.nsp; i++) {
+        os *= g.out[i];
+        is *= g.in[i];
+        kprod *= g.k[i];
+        pointwise =
+            pointwise && g.k[i] == 1 && g.stride[i] == 1 && g.pad_b[i] == 0 && g.pad_e[i] == 0;
+    }
+    if (is_depthwise(&g)) {
+        ep.bias = bias;
+        return kn_cpu_conv_depthwise(k->pool, &g, x, w, &ep, y);
+    }
+    const conv_state *st = k->state;
+    if (st != NULL && st->wino != NULL && kn_cpu_wino_applies(&g) &&
+        wino_tiles(&g, kn_cpu_wino_tile(st->wino)) >= WINO_MIN_TILES) {
+        ep.bias = bias;
+        return kn_cpu_conv_winograd(k->pool, st->wino, &g, x, &ep, y);
+    }
+    int64_t cig = g.c_in / g.group, cog = g.c_out / g.group, kdim = cig * kprod;
+    kn_conv2d c2;
+    if (g.nsp <= 2)
+        kn_conv_as_2d(&g, &c2);
+    bool unpadded = true;
+    for (int i = 0; i < g.nsp; i++)
+        unpadded = unpadded && g.pad_b[i] == 0 && g.pad_e[i] == 0;
+    bool sub = !pointwise && g.nsp <= 2 && c2.kh == 1 && c2.kw == 1 && unpadded;
+    bool split = !pointwise && !sub && g.nsp <= 2 && c2.sw == 2;
+    int64_t w2 = split ? (c2.w + 1) / 2 : 0;
+    float *xs = NULL;
+    if (split || sub) {
+        size_t floats = sub ? (size_t)(cig * os) : (size_t)(cig * c2.h * 2 * w2);
+        xs = kn_aligned_alloc(floats * sizeof(float), 64);
+        if (xs == NULL)
+            return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory in Conv");
+    }
+    kiln_status rc = KILN_OK;
+    for (int64_t n = 0; n < g.n && rc == KILN_OK; n++) {
+        for (int64_t gi = 0; gi < g.group && rc == KILN_OK; gi++) {
+            const float *xg = x + (n * g.c_in + gi * cig) * is;
+            kn_gemm_operand a = {.p = w + gi * cog * kdim, .ld = kdim};
+            if (st != NULL && st->group == g.group && st->w[gi] != NULL)
+                a = (kn_gemm_operand){.packed = st->w[gi]};
+            im2col_arg ia = {.x = xg, .g = &g, .nr = kn_gemm_nr(), .c = c2, .xs = xs, .w2 = w2};
+            if (split) {
+                split_job sj = {.x = xg, .xs = xs, .w = c2.w, .w2 = w2};
+                kn_parallel_for(k->pool, cig * c2.h, 16, split_rows, &sj);
+            }
+            kn_gemm_operand b = {.p = xg, .ld = is};
+            kn_im2col2d fast;
+            if (sub) {
+                subsample_job sj = {.x = xg, .xs = xs, .c = &c2};
+                kn_parallel_for(k->pool, cig * c2.oh, 16, subsample_rows, &sj);
+                b = (kn_gemm_operand){.p = xs, .ld = os};
+            } else if (!pointwise)
+                b = (kn_gemm_operand){.pack = g.nsp <= 2 ? pack_im2col_2d : pack_im2col_nd,
+                                      .pack_arg = &ia};
+            if (!pointwise && !sub && g.nsp <= 2 && fast_im2col(&c2, xg, xs, w2, &fast))
+                b = (kn_gemm_operand){.pack = pack_im2col_fast, .pack_arg = &fast};
+            kn_epilogue e = ep;
+            int64_t off = (n * g.c_out + gi * cog) * os;
+            e.bias = bias != NULL ? bias + gi * cog : NULL;
+            e.bias_per_row = true;
+            e.residual = res != NULL ? res + off : NULL;
+            e.ldr = os;
+            rc = kn_gemm(k->pool, cog, os, kdim, 1.0f, &a, &b, 0.0f, y + off, os, &e);
+        }
+    }
+    kn_free(xs);
+    return rc;
+}

@@ -1,0 +1,144 @@
+/* CPU kernels for the nn family (Conv, ConvTranspose, Gemm, MatMul): shared declarations. */
+#ifndef KN_CPU_NN_INTERNAL_H
+#define KN_CPU_NN_INTERNAL_H
+
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/math/gemm.h"
+#include "ops/nn/conv_geom.h"
+
+/* Per-ISA clones of simple loops so they vectorize on AVX2/AVX-512 machines. ThreadSanitizer
+ * instruments ifunc resolvers, which run before it is initialised, so clones stay out there. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
+#define KN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define KN_CLONES
+#endif
+
+/* A 1-D or 2-D convolution seen as 2-D (a 1-D one has height 1). */
+typedef struct kn_conv2d {
+    int64_t h, w, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw;
+} kn_conv2d;
+
+static inline void kn_conv_as_2d(const kn_conv_geom *g, kn_conv2d *c) {
+    int o = g->nsp == 1 ? 0 : 1; /* index of the width dim; height is dim 0 when 2-D */
+    c->w = g->in[o], c->ow = g->out[o], c->kw = g->k[o], c->sw = g->stride[o], c->dw = g->dil[o];
+    c->pw = g->pad_b[o];
+    if (g->nsp == 1) {
+        c->h = c->oh = c->kh = c->sh = c->dh = 1;
+        c->ph = 0;
+    } else {
+        c->h = g->in[0], c->oh = g->out[0], c->kh = g->k[0], c->sh = g->stride[0];
+        c->dh = g->dil[0], c->ph = g->pad_b[0];
+    }
+}
+
+/* Activation and residual from the node's fused attributes; the residual is input
+ * `residual_at` when kiln_residual is set (ep->ldr is left for the caller). */
+/* im2col geometry for kn_cpu_im2col_pack_avx512: element (k, col) of the column matrix, with
+ * k = (ci, ky, kx) and col = (oh, ow), is x[ci * plane + hoff[kx] + ih * row + ow + xoff[kx]]
+ * where ih = oh * sh - ph + ky * dh, or zero when ih is outside [0, h) or the column outside
+ * [0, width[kx]). Covers stride 1, and stride 2 over rows split into even and odd halves. */
+#define KN_IM2COL_MAX_KW 16
+typedef struct kn_im2col2d {
+    const float *x;
+    int64_t plane, row, h, ow, kh, kw, sh, ph, dh;
+    int64_t xoff[KN_IM2COL_MAX_KW], hoff[KN_IM2COL_MAX_KW], width[KN_IM2COL_MAX_KW];
+} kn_im2col2d;
+
+/* A kn_gemm_pack_fn for 32-wide panels (the AVX-512 GEMM). */
+void kn_cpu_im2col_pack_avx512(const kn_im2col2d *g, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
+                               float *dst);
+
+kiln_status kn_cpu_fused_epilogue(const kn_kernel_ctx *k, int residual_at, kn_epilogue *ep);
+
+/* One output row of a depthwise convolution, for the per-ISA row kernels. */
+typedef struct kn_dw_row {
+    const kn_conv2d *c;
+    const float *x; /* the channel's input plane */
+    const float *w; /* the channel's kh x kw weights */
+    int64_t oh;
+    int64_t ky0, ky1;       /* kernel rows that land inside the input */
+    const int64_t *lo, *hi; /* per kernel column: output columns whose tap is inside */
+    int64_t left, right;    /* columns [left, right) have every tap inside */
+    float bias;
+    const float *res; /* residual row, or NULL */
+    int clamp;
+    float lo_clamp, hi_clamp;
+    float *y; /* output row */
+} kn_dw_row;
+
+/* The whole output row, epilogue included. Only called when the GEMM runs its AVX-512 kernel
+ * (kn_gemm_isa()), so the machine has AVX-512. */
+void kn_cpu_dw_row_avx512(const kn_dw_row *r);
+
+/* A whole depthwise plane as a stride-1 correlation over flattened planes whose every tap is
+ * inside (padded, and for stride 2 split into four phase planes): output (oh, ow) sits at flat
+ * index oh * wp + ow and tap t reads x[index + off[t]]. Columns that cross a row end are
+ * computed and thrown away, so even 7x7 planes fill whole vectors. */
+typedef struct kn_dw_flat {
+    const float *x;
+    int64_t wp;
+    const float *w;     /* ntaps weights */
+    const int64_t *off; /* ntaps offsets */
+    int64_t ntaps, oh, ow;
+    float bias;
+    int clamp;
+    float lo, hi;
+    const float *res; /* residual plane (oh x ow), or NULL */
+    float *tmp;       /* oh * wp + 32 floats */
+    float *y;         /* output plane (oh x ow) */
+    int64_t phase;    /* floats between phase planes (stride 2) */
+} kn_dw_flat;
+
+void kn_cpu_dw_plane_flat_avx512(const kn_dw_flat *f);
+/* 3x3 undilated, stride 1 (x: padded plane, row stride wp) or stride 2 (x: the four phase
+ * planes, row stride wp, `phase` apart); row by row straight into y, no tmp. */
+void kn_cpu_dw3_plane_avx512(const kn_dw_flat *f, int stride);
+/* 3x3 undilated depthwise, stride 1 or 2, over the channel block [c0, c0 + 16) of one image,
+ * one channel per vector lane; for small planes, where per-plane set-up dominates. */
+typedef struct kn_dw3c {
+    const float *x; /* the image: channels x h x w */
+    int64_t channels, h, w, ph, pw, oh, ow;
+    int stride;
+    const float *wt;   /* channels x 9 */
+    const float *bias; /* or NULL */
+    int clamp;
+    float lo, hi;
+    const float *res; /* residual image, or NULL */
+    float *y;
+    float *buf; /* 64-byte aligned, 16 * ((oh-1)*stride+3) * ((ow-1)*stride+3) floats */
+} kn_dw3c;
+
+void kn_cpu_dw3_c16_avx512(const kn_dw3c *f, int64_t c0);
+
+/* Split a (2*hq) x (2*wq) plane into its four phase planes (row parity, column parity), each
+ * hq x wq, stored one after another: a stride-2 convolution becomes a stride-1 one. */
+void kn_cpu_dw_split_phases_avx512(const float *x, int64_t hq, int64_t wq, float *out);
+/* x (h x w) into the zero-padded hp x wp plane at row ph, column pw, with masked vector copies
+ * instead of a memset and a memcpy per row. */
+void kn_cpu_dw_pad_avx512(const float *x, int64_t h, int64_t w, int64_t ph, int64_t pw, int64_t hp,
+                          int64_t wp, float *out);
+/* The same phase planes of x (h x w) zero-padded by ph rows above and pw columns left to
+ * (2*hq) x (2*wq), written in one pass without the padded copy. */
+void kn_cpu_dw_pad_split_avx512(const float *x, int64_t h, int64_t w, int64_t ph, int64_t pw,
+                                int64_t hq, int64_t wq, float *out);
+
+/* Depthwise (group == C_in == C_out) 1-D/2-D convolution without GEMM. */
+kiln_status kn_cpu_conv_depthwise(kn_threadpool *pool, const kn_conv_geom *g, const float *x,
+                                  const float *w, const kn_epilogue *ep, float *y);
+
+/* Winograd F(tile x tile, 3x3) weights, tile 4 or 2: the (tile + 2)^2 transformed
+ * C_out x C_in matrices, packed. */
+typedef struct kn_wino kn_wino;
+/* w: c_out x c_in x 3 x 3. */
+kiln_status kn_cpu_wino_prepare(const float *w, int64_t c_out, int64_t c_in, int tile,
+                                kn_wino **out);
+int kn_cpu_wino_tile(const kn_wino *w);
+void kn_cpu_wino_free(kn_wino *w);
+/* 2-D, 3x3, stride 1, dilation 1, one group (any padding). */
+bool kn_cpu_wino_applies(const kn_conv_geom *g);
+/* The whole convolution, epilogue (bias per output channel) included. */
+kiln_status kn_cpu_conv_winograd(kn_threadpool *pool, const kn_wino *w, const kn_conv_geom *g,
+                                 const float *x, const kn_epilogue *ep, float *y);
+
+#endif

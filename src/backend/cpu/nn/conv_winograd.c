@@ -1,0 +1,399 @@
+/* Winograd F(4x4, 3x3), and F(2x2, 3x3) for small maps, for 3x3, stride-1, undilated,
+ * ungrouped 2-D convolutions. Each 4x4 output tile comes from a 6x6 input tile (2x2 from 4x4):
+ * V = Bt d B, M = U .* V with U = G g Gt, Y = At M A. Summed over input channels, each of the
+ * 36 (16) element positions xi is a matrix product M_xi (C_out x tiles) = U_xi (C_out x C_in) *
+ * V_xi (C_in x tiles), run through the packed GEMM with U packed once in prepare: 36 multiplies
+ * per 16 outputs instead of 144 (16 per 4 instead of 36).
+ *
+ * Tiles are processed in blocks of whole tile rows so V and M stay in cache for large images.
+ * Per block: input transform (threads split channels), one GEMM per position (threads split
+ * positions), output transform and epilogue (threads split output channels). The transforms run
+ * across tiles, one tile per vector lane: the input tiles are first gathered into one array of
+ * `tiles` floats per element position, so every transform step is a contiguous vector operation.
+ *
+ * The points 0, +-1, +-2 and infinity keep the transform constants small. Rounding grows with
+ * the size of the sums (tests/unit/test_conv.c scales its tolerance with sqrt(C_in * 9)); on
+ * ResNet-50 the max relative difference to onnxruntime is 4.8e-5 (1.9e-5 without Winograd). */
+#include "backend/cpu/nn/conv.h"
+
+#include "core/alloc.h"
+
+#include <stdatomic.h>
+#include <string.h>
+
+/* F(4x4, 3x3): 4x4 output tiles from 6x6 input tiles. F(2x2, 3x3) (2x2 from 4x4) for small
+ * maps, where 4x4 tiles would leave the GEMM's columns mostly empty. */
+#define MAX_ALPHA 6
+#define MAX_NPOS 36
+/* V and M of one block should stay in L3 (floats). */
+#define BLOCK_FLOATS ((int64_t)1 << 19)
+
+struct kn_wino {
+    int64_t c_out, c_in;
+    int tile, alpha, npos; /* output tile side, input tile side, alpha * alpha */
+    kn_gemm_packed *u[MAX_NPOS];
+};
+
+int kn_cpu_wino_tile(const kn_wino *w) {
+    return w->tile;
+}
+
+void kn_cpu_wino_free(kn_wino *w) {
+    if (w == NULL)
+        return;
+    for (int i = 0; i < MAX_NPOS; i++)
+        kn_gemm_packed_free(w->u[i]);
+    kn_free(w);
+}
+
+/* u (alpha^2 x c_out x c_in) = G g Gt for every 3x3 kernel g of w (c_out x c_in x 3 x 3). */
+static void transform_weights(const float *w, int64_t c_out, int64_t c_in, int alpha, float *u) {
+    static const double G4[6][3] = {{1.0 / 4, 0, 0},
+                                    {-1.0 / 6, -1.0 / 6, -1.0 / 6},
+                                    {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+                                    {1.0 / 24, 1.0 / 12, 1.0 / 6},
+                                    {1.0 / 24, -1.0 / 12, 1.0 / 6},
+                                    {0, 0, 1}};
+    static const double G2[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+    const double(*G)[3] = alpha == 6 ? G4 : G2;
+    int64_t plane = c_out * c_in;
+    for (int64_t o = 0; o < plane; o++) {
+        const float *g = w + o * 9;
+        double t[MAX_ALPHA][3];
+        for (int a = 0; a < alpha; a++)
+            for (int j = 0; j < 3; j++)
+                t[a][j] = G[a][0] * g[j] + G[a][1] * g[3 + j] + G[a][2] * g[6 + j];
+        for (int a = 0; a < alpha; a++)
+            for (int b = 0; b < alpha; b++)
+                u[(a * alpha + b) * plane + o] =
+                    (float)(t[a][0] * G[b][0] + t[a][1] * G[b][1] + t[a][2] * G[b][2]);
+    }
+}
+
+kiln_status kn_cpu_wino_prepare(const float *w, int64_t c_out, int64_t c_in, int tile,
+                                kn_wino **out) {
+    *out = NULL;
+    int alpha = tile + 2, npos = alpha * alpha;
+    kn_wino *wi = kn_calloc(1, sizeof *wi);
+    float *u = kn_malloc((size_t)(npos * c_out * c_in) * sizeof(float));
+    if (wi == NULL || u == NULL) {
+        kn_free(wi);
+        kn_free(u);
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory transforming conv weights");
+    }
+    wi->c_out = c_out;
+    wi->c_in = c_in;
+    wi->tile = tile;
+    wi->alpha = alpha;
+    wi->npos = npos;
+    transform_weights(w, c_out, c_in, alpha, u);
+    kiln_status rc = KILN_OK;
+    for (int i = 0; i < npos && rc == KILN_OK; i++)
+        rc = kn_gemm_pack_a(u + i * c_out * c_in, c_in, false, c_out, c_in, &wi->u[i]);
+    kn_free(u);
+    if (rc != KILN_OK) {
+        kn_cpu_wino_free(wi);
+        return rc;
+    }
+    *out = wi;
+    return KILN_OK;
+}
+
+bool kn_cpu_wino_applies(const kn_conv_geom *g) {
+    return g->nsp == 2 && g->group == 1 && g->k[0] == 3 && g->k[1] == 3 && g->stride[0] == 1 &&
+           g->stride[1] == 1 && g->dil[0] == 1 && g->dil[1] == 1;
+}
+
+/* One block of tile rows [ty0, ty1) of one image. */
+typedef struct wino_job {
+    const kn_wino *w;
+    kn_conv2d c;
+    const float *x; /* the image */
+    float *y;
+    kn_epilogue ep; /* residual already offset to the image */
+    int64_t tw, ty0, ty1, tb;
+    int64_t tp;         /* tb rounded up to LANES: the row length of every tile array */
+    int64_t wp;         /* padded band width: tile * tw + 2 */
+    float *v, *m;       /* V: npos x c_in x tp; M: npos x c_out x tp */
+    float *thr;         /* scratch slots */
+    int64_t thr_floats; /* per slot */
+    int slots;          /* one per thread: at most that many ranges run at once */
+    atomic_int *slot_busy;
+    void (*fn)(struct wino_job *j, int64_t begin, int64_t end, float *scratch);
+} wino_job;
+
+/* Ranges are claimed dynamically (a descheduled thread delays only its own chunk), so a range
+ * takes whichever scratch slot is free. */
+static void run_range(void *arg, int64_t begin, int64_t end) {
+    wino_job *j = arg;
+    int s = 0;
+    while (atomic_exchange_explicit(&j->slot_busy[s], 1, memory_order_acquire) != 0)
+        s = s + 1 < j->slots ? s + 1 : 0;
+    j->fn(j, begin, end, j->thr + s * j->thr_floats);
+    atomic_store_explicit(&j->slot_busy[s], 0, memory_order_release);
+}
+
+static void parallel(kn_threadpool *pool, wino_job *j, int64_t items,
+                     void (*fn)(wino_job *, int64_t, int64_t, float *)) {
+    j->fn = fn;
+    kn_parallel_for(pool, items, 1, run_range, j);
+}
+
+/* 16 lanes (one tile each); GCC splits it into narrower registers where AVX-512 is missing. */
+typedef float vf __attribute__((vector_size(64), aligned(4)));
+#define LANES 16
+
+/* Macros, not functions: a vector argument or result would change the ABI between clones. */
+#define ld(p) (*(const vf *)(p))
+#define st(p, v) (*(vf *)(p) = (v))
+
+/* p holds 36 arrays of n floats (element (i, j) of every tile), n a multiple of LANES; writes
+ * Bt d B to v, position xi at v + xi * vstride. */
+KN_CLONES static void input_tiles_f4(const float *p, int64_t n, float *v, int64_t vstride) {
+    for (int64_t t = 0; t < n; t += LANES) {
+        vf r[6][6];
+        for (int j = 0; j < 6; j++) {
+            vf d0 = ld(p + (0 * 6 + j) * n + t), d1 = ld(p + (1 * 6 + j) * n + t);
+            vf d2 = ld(p + (2 * 6 + j) * n + t), d3 = ld(p + (3 * 6 + j) * n + t);
+            vf d4 = ld(p + (4 * 6 + j) * n + t), d5 = ld(p + (5 * 6 + j) * n + t);
+            r[0][j] = 4.0f * d0 - 5.0f * d2 + d4;
+            r[1][j] = -4.0f * (d1 + d2) + d3 + d4;
+            r[2][j] = 4.0f * (d1 - d2) - d3 + d4;
+            r[3][j] = 2.0f * (d3 - d1) - d2 + d4;
+            r[4][j] = 2.0f * (d1 - d3) - d2 + d4;
+            r[5][j] = 4.0f * d1 - 5.0f * d3 + d5;
+        }
+        for (int a = 0; a < 6; a++) {
+            vf d0 = r[a][0], d1 = r[a][1], d2 = r[a][2], d3 = r[a][3], d4 = r[a][4], d5 = r[a][5];
+            float *o = v + (int64_t)(a * 6) * vstride + t;
+            st(o + 0 * vstride, 4.0f * d0 - 5.0f * d2 + d4);
+            st(o + 1 * vstride, -4.0f * (d1 + d2) + d3 + d4);
+            st(o + 2 * vstride, 4.0f * (d1 - d2) - d3 + d4);
+            st(o + 3 * vstride, 2.0f * (d3 - d1) - d2 + d4);
+            st(o + 4 * vstride, 2.0f * (d1 - d3) - d2 + d4);
+            st(o + 5 * vstride, 4.0f * d1 - 5.0f * d3 + d5);
+        }
+    }
+}
+
+/* m holds position xi at m + xi * mstride (n tiles each, n a multiple of LANES); writes At M A
+ * to q as 16 arrays of n floats (output element (a, b) of every tile). */
+KN_CLONES static void output_tiles_f4(const float *m, int64_t mstride, int64_t n, float *q) {
+    for (int64_t t = 0; t < n; t += LANES) {
+        vf r[4][6];
+        for (int j = 0; j < 6; j++) {
+            const float *s = m + j * mstride + t;
+            vf m0 = ld(s), m1 = ld(s + 6 * mstride), m2 = ld(s + 12 * mstride);
+            vf m3 = ld(s + 18 * mstride), m4 = ld(s + 24 * mstride), m5 = ld(s + 30 * mstride);
+            vf a12 = m1 + m2, s12 = m1 - m2, a34 = m3 + m4, s34 = m3 - m4;
+            r[0][j] = m0 + a12 + a34;
+            r[1][j] = s12 + 2.0f * s34;
+            r[2][j] = a12 + 4.0f * a34;
+            r[3][j] = s12 + 8.0f * s34 + m5;
+        }
+        for (int a = 0; a < 4; a++) {
+            vf m0 = r[a][0], m1 = r[a][1], m2 = r[a][2], m3 = r[a][3], m4 = r[a][4], m5 = r[a][5];
+            vf a12 = m1 + m2, s12 = m1 - m2, a34 = m3 + m4, s34 = m3 - m4;
+            float *o = q + (int64_t)(a * 4) * n + t;
+            st(o + 0 * n, m0 + a12 + a34);
+            st(o + 1 * n, s12 + 2.0f * s34);
+            st(o + 2 * n, a12 + 4.0f * a34);
+            st(o + 3 * n, s12 + 8.0f * s34 + m5);
+        }
+    }
+}
+
+/* F(2x2, 3x3): Bt rows (1, 0, -1, 0), (0, 1, 1, 0), (0, -1, 1, 0), (0, 1, 0, -1). */
+KN_CLONES static void input_tiles_f2(const float *p, int64_t n, float *v, int64_t vstride) {
+    for (int64_t t = 0; t < n; t += LANES) {
+        vf r[4][4];
+        for (int j = 0; j < 4; j++) {
+            vf d0 = ld(p + (0 * 4 + j) * n + t), d1 = ld(p + (1 * 4 + j) * n + t);
+            vf d2 = ld(p + (2 * 4 + j) * n + t), d3 = ld(p + (3 * 4 + j) * n + t);
+            r[0][j] = d0 - d2;
+            r[1][j] = d1 + d2;
+            r[2][j] = d2 - d1;
+            r[3][j] = d1 - d3;
+        }
+        for (int a = 0; a < 4; a++) {
+            vf d0 = r[a][0], d1 = r[a][1], d2 = r[a][2], d3 = r[a][3];
+            float *o = v + (int64_t)(a * 4) * vstride + t;
+            st(o + 0 * vstride, d0 - d2);
+            st(o + 1 * vstride, d1 + d2);
+            st(o + 2 * vstride, d2 - d1);
+            st(o + 3 * vstride, d1 - d3);
+        }
+    }
+}
+
+/* At rows (1, 1, 1, 0), (0, 1, -1, -1). */
+KN_CLONES static void output_tiles_f2(const float *m, int64_t mstride, int64_t n, float *q) {
+    for (int64_t t = 0; t < n; t += LANES) {
+        vf r[2][4];
+        for (int j = 0; j < 4; j++) {
+            const float *s = m + j * mstride + t;
+            vf m0 = ld(s), m1 = ld(s + 4 * mstride), m2 = ld(s + 8 * mstride);
+            vf m3 = ld(s + 12 * mstride);
+            r[0][j] = m0 + m1 + m2;
+            r[1][j] = m1 - m2 - m3;
+        }
+        for (int a = 0; a < 2; a++) {
+            vf m0 = r[a][0], m1 = r[a][1], m2 = r[a][2], m3 = r[a][3];
+            float *o = q + (int64_t)(a * 2) * n + t;
+            st(o + 0 * n, m0 + m1 + m2);
+            st(o + 1 * n, m1 - m2 - m3);
+        }
+    }
+}
+
+/* Element (i, jj) of every tile of the band into p's arrays. Inlined with a constant tile size
+ * so the strided reads compile to fixed strides. */
+static inline __attribute__((always_inline)) void
+gather(const float *band, int64_t wp, int64_t rows, int64_t tw, int64_t tp, const int m, float *p) {
+    for (int64_t ty = 0; ty < rows; ty++)
+        for (int i = 0; i < m + 2; i++) {
+            const float *src = band + (m * ty + i) * wp;
+            for (int jj = 0; jj < m + 2; jj++) {
+                float *d = p + (i * (m + 2) + jj) * tp + ty * tw;
+                for (int64_t tx = 0; tx < tw; tx++)
+                    d[tx] = src[m * tx + jj];
+            }
+        }
+}
+
+/* Output element (a, b) of every tile from q into the output rows [oh0, oh1) of a plane. */
+static inline __attribute__((always_inline)) void scatter(const float *q, int64_t tp, int64_t ty0,
+                                                          int64_t rows, int64_t tw, int64_t oh,
+                                                          int64_t ow, const int m, float *yc) {
+    for (int64_t ty = 0; ty < rows; ty++)
+        for (int a = 0; a < m; a++) {
+            int64_t r = m * (ty0 + ty) + a;
+            if (r >= oh)
+                break;
+            float *yr = yc + r * ow;
+            for (int b = 0; b < m; b++) {
+                const float *s = q + (a * m + b) * tp + ty * tw;
+                int64_t full = (ow - b + m - 1) / m; /* tiles with column b inside */
+                for (int64_t tx = 0; tx < full; tx++)
+                    yr[m * tx + b] = s[tx];
+            }
+        }
+}
+
+/* Input channels [c0, c1): zero-padded band of input rows, gathered tiles, transform into V. */
+static void input_stage(wino_job *j, int64_t c0, int64_t c1, float *scratch) {
+    const kn_conv2d *c = &j->c;
+    int m = j->w->tile;
+    int64_t rows = m * (j->ty1 - j->ty0) + 2, wp = j->wp, tp = j->tp;
+    float *band = scratch, *p = scratch + rows * wp;
+    for (int i = 0; i < j->w->npos; i++) /* lanes past the last tile stay zero */
+        memset(p + i * tp + j->tb, 0, (size_t)(tp - j->tb) * sizeof *p);
+    for (int64_t ci = c0; ci < c1; ci++) {
+        const float *xc = j->x + ci * c->h * c->w;
+        for (int64_t r = 0; r < rows; r++) {
+            float *dst = band + r * wp;
+            int64_t ih = m * j->ty0 - c->ph + r;
+            if (ih < 0 || ih >= c->h) {
+                memset(dst, 0, (size_t)wp * sizeof *dst);
+                continue;
+            }
+            int64_t lo = c->pw, hi = c->pw + c->w < wp ? c->pw + c->w : wp;
+            memset(dst, 0, (size_t)lo * sizeof *dst);
+            memcpy(dst + lo, xc + ih * c->w, (size_t)(hi - lo) * sizeof *dst);
+            memset(dst + hi, 0, (size_t)(wp - hi) * sizeof *dst);
+        }
+        if (m == 4)
+            gather(band, wp, j->ty1 - j->ty0, j->tw, tp, 4, p);
+        else
+            gather(band, wp, j->ty1 - j->ty0, j->tw, tp, 2, p);
+        if (m == 4)
+            input_tiles_f4(p, tp, j->v + ci * tp, j->w->c_in * tp);
+        else
+            input_tiles_f2(p, tp, j->v + ci * tp, j->w->c_in * tp);
+    }
+}
+
+static void gemm_stage(wino_job *j, int64_t p0, int64_t p1, float *scratch) {
+    int64_t co = j->w->c_out, ci = j->w->c_in, tp = j->tp;
+    for (int64_t xi = p0; xi < p1; xi++) {
+        kn_gemm_operand a = {.packed = j->w->u[xi]};
+        kn_gemm_operand b = {.p = j->v + xi * ci * tp, .ld = tp};
+        kn_gemm_serial(co, tp, ci, 1.0f, &a, &b, 0.0f, j->m + xi * co * tp, tp, NULL, scratch);
+    }
+}
+
+/* Output channels [c0, c1): inverse transform, scatter into the output rows, epilogue. */
+static void output_stage(wino_job *j, int64_t c0, int64_t c1, float *q) {
+    const kn_conv2d *c = &j->c;
+    int m = j->w->tile;
+    int64_t tp = j->tp, os = c->oh * c->ow;
+    int64_t oh0 = m * j->ty0, oh1 = m * j->ty1 < c->oh ? m * j->ty1 : c->oh;
+    for (int64_t co = c0; co < c1; co++) {
+        if (m == 4)
+            output_tiles_f4(j->m + co * tp, j->w->c_out * tp, tp, q);
+        else
+            output_tiles_f2(j->m + co * tp, j->w->c_out * tp, tp, q);
+        float *yc = j->y + co * os;
+        if (m == 4)
+            scatter(q, tp, j->ty0, j->ty1 - j->ty0, j->tw, c->oh, c->ow, 4, yc);
+        else
+            scatter(q, tp, j->ty0, j->ty1 - j->ty0, j->tw, c->oh, c->ow, 2, yc);
+        kn_epilogue_apply(&j->ep, yc + oh0 * c->ow, 0, co, oh0 * c->ow, 1, (oh1 - oh0) * c->ow);
+    }
+}
+
+kiln_status kn_cpu_conv_winograd(kn_threadpool *pool, const kn_wino *w, const kn_conv_geom *g,
+                                 const float *x, const kn_epilogue *ep, float *y) {
+    wino_job j = {.w = w, .ep = *ep};
+    kn_conv_as_2d(g, &j.c);
+    const kn_conv2d *c = &j.c;
+    int m = w->tile, npos = w->npos;
+    int64_t th = (c->oh + m - 1) / m;
+    j.tw = (c->ow + m - 1) / m;
+    j.wp = m * j.tw + 2;
+    int64_t per_tile = npos * (w->c_in + w->c_out);
+    int64_t block_rows = BLOCK_FLOATS / (per_tile * j.tw);
+    block_rows = block_rows < 1 ? 1 : block_rows > th ? th : block_rows;
+    int64_t tb_max = (block_rows * j.tw + LANES - 1) / LANES * LANES;
+    j.slots = kn_threadpool_size(pool);
+    kn_gemm_operand ga = {.packed = w->u[0]}, gb = {.ld = tb_max};
+    int64_t in_floats = (m * block_rows + 2) * j.wp + npos * tb_max;
+    int64_t gemm_floats = kn_gemm_serial_scratch(tb_max, &ga, &gb);
+    j.thr_floats = in_floats > gemm_floats ? in_floats : gemm_floats;
+    j.thr_floats = j.thr_floats > m * m * tb_max ? j.thr_floats : m * m * tb_max;
+    j.thr_floats = (j.thr_floats + 15) / 16 * 16;
+    int64_t vm = (npos * (w->c_in + w->c_out) * tb_max + 15) / 16 * 16;
+    size_t bytes = (size_t)(vm + j.slots * j.thr_floats) * sizeof(float);
+    j.slot_busy = kn_calloc((size_t)j.slots, sizeof *j.slot_busy);
+    float *own = NULL, *buf = kn_threadpool_scratch(pool, bytes);
+    if (buf == NULL)
+        buf = own = kn_aligned_alloc(bytes, 64);
+    if (buf == NULL || j.slot_busy == NULL) {
+        kn_free(j.slot_busy);
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory for Winograd buffers");
+    }
+    for (int i = 0; i < j.slots; i++)
+        atomic_init(&j.slot_busy[i], 0);
+    j.v = buf;
+    j.m = buf + npos * w->c_in * tb_max;
+    j.thr = buf + vm;
+    int64_t os = c->oh * c->ow;
+    for (int64_t n = 0; n < g->n; n++) {
+        j.x = x + n * w->c_in * c->h * c->w;
+        j.y = y + n * w->c_out * os;
+        j.ep.residual = ep->residual != NULL ? ep->residual + n * w->c_out * os : NULL;
+        j.ep.ldr = os;
+        j.ep.bias_per_row = true;
+        for (j.ty0 = 0; j.ty0 < th; j.ty0 = j.ty1) {
+            j.ty1 = j.ty0 + block_rows < th ? j.ty0 + block_rows : th;
+            j.tb = (j.ty1 - j.ty0) * j.tw;
+            j.tp = (j.tb + LANES - 1) / LANES * LANES;
+            parallel(pool, &j, w->c_in, input_stage);
+            parallel(pool, &j, npos, gemm_stage);
+            parallel(pool, &j, w->c_out, output_stage);
+        }
+    }
+    kn_free(own);
+    kn_free(j.slot_busy);
+    return KILN_OK;
+}

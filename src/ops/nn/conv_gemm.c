@@ -1,0 +1,168 @@
+/* Conv, ConvTranspose, Gemm, MatMul: shape inference. Nodes fused by kn_pass_fuse_activations
+ * keep their op type and carry kiln_* attributes plus an optional residual input (passes.h). */
+#include "ops/nn/conv_geom.h"
+#include "ops/op.h"
+
+static kiln_status check_f32(const kn_infer_ctx *c, int i, const char *what) {
+    if (c->in[i].dtype != KILN_DTYPE_FLOAT32)
+        return kn_error(KILN_ERR_DTYPE, "input %d (%s) has dtype %s; only float32 is supported", i,
+                        what, kn_dtype_name(c->in[i].dtype));
+    return KILN_OK;
+}
+
+/* Validates the fused attributes and, when kiln_residual is set, that input `at` exists and
+ * has the output's dtype and shape. Returns in *n_main the inputs before the residual. */
+static kiln_status check_fused(const kn_infer_ctx *c, int at, int *n_main) {
+    int act;
+    float a, b;
+    bool residual;
+    KN_TRY(kn_fused_attrs(c->node, &act, &a, &b, &residual));
+    *n_main = c->n_in;
+    if (!residual)
+        return KILN_OK;
+    if (c->n_in != at + 1 || !kn_has_input(c, at))
+        return kn_error(KILN_ERR_MODEL, "kiln_residual is set but input %d is missing", at);
+    *n_main = at;
+    char b1[96], b2[96];
+    if (c->in[at].dtype != c->out[0].dtype || !kn_shape_equal(&c->in[at].shape, &c->out[0].shape))
+        return kn_error(
+            KILN_ERR_SHAPE, "residual input %d (%s %s) must match the output (%s %s)", at,
+            kn_dtype_name(c->in[at].dtype), kn_shape_str(&c->in[at].shape, b1, sizeof b1),
+            kn_dtype_name(c->out[0].dtype), kn_shape_str(&c->out[0].shape, b2, sizeof b2));
+    return KILN_OK;
+}
+
+static kiln_status check_arity(const kn_infer_ctx *c, int min_in, int max_in) {
+    if (c->n_in < min_in || c->n_in > max_in)
+        return kn_error(KILN_ERR_MODEL, "expects %d to %d inputs, has %d", min_in, max_in, c->n_in);
+    for (int i = 0; i < min_in; i++)
+        if (!kn_has_input(c, i))
+            return kn_error(KILN_ERR_MODEL, "input %d is required", i);
+    if (c->n_out != 1)
+        return kn_error(KILN_ERR_MODEL, "expects 1 output, has %d", c->n_out);
+    return KILN_OK;
+}
+
+static kiln_status infer_conv_common(kn_infer_ctx *c, bool transpose) {
+    KN_TRY(check_arity(c, 2, 4));
+    KN_TRY(check_f32(c, 0, "X"));
+    KN_TRY(check_f32(c, 1, "W"));
+    kn_conv_geom g;
+    KN_TRY(kn_conv_geom_init(c->node, &c->in[0].shape, &c->in[1].shape, transpose, &g));
+    c->out[0].dtype = KILN_DTYPE_FLOAT32;
+    kn_conv_geom_out_shape(&g, &c->out[0].shape);
+    int n_main;
+    KN_TRY(check_fused(c, 3, &n_main));
+    if (n_main > 3)
+        return kn_error(KILN_ERR_MODEL, "expects at most 3 inputs, has %d", c->n_in);
+    if (n_main == 3 && kn_has_input(c, 2)) {
+        KN_TRY(check_f32(c, 2, "B"));
+        const kn_shape *b = &c->in[2].shape;
+        if (b->rank != 1 || b->d[0] != g.c_out)
+            return kn_error(KILN_ERR_SHAPE, "input 2 (B) must have shape [%lld]",
+                            (long long)g.c_out);
+    }
+    return KILN_OK;
+}
+
+kiln_status kn_infer_conv(kn_infer_ctx *c) {
+    return infer_conv_common(c, false);
+}
+
+kiln_status kn_infer_conv_transpose(kn_infer_ctx *c) {
+    return infer_conv_common(c, true);
+}
+
+kiln_status kn_infer_gemm(kn_infer_ctx *c) {
+    KN_TRY(check_arity(c, 2, 4));
+    KN_TRY(check_f32(c, 0, "A"));
+    KN_TRY(check_f32(c, 1, "B"));
+    const kn_shape *a = &c->in[0].shape, *b = &c->in[1].shape;
+    char b1[96], b2[96];
+    if (a->rank != 2 || b->rank != 2)
+        return kn_error(KILN_ERR_SHAPE, "A (%s) and B (%s) must be 2-D",
+                        kn_shape_str(a, b1, sizeof b1), kn_shape_str(b, b2, sizeof b2));
+    bool ta = kn_attr_int(c->node, "transA", 0) != 0, tb = kn_attr_int(c->node, "transB", 0) != 0;
+    int64_t m = ta ? a->d[1] : a->d[0], ka = ta ? a->d[0] : a->d[1];
+    int64_t kb = tb ? b->d[1] : b->d[0], n = tb ? b->d[0] : b->d[1];
+    if (ka != kb)
+        return kn_error(KILN_ERR_SHAPE, "inner dims differ: op(A) is %lldx%lld, op(B) %lldx%lld",
+                        (long long)m, (long long)ka, (long long)kb, (long long)n);
+    c->out[0].dtype = KILN_DTYPE_FLOAT32;
+    c->out[0].shape = (kn_shape){.rank = 2, .d = {m, n}};
+    int n_main;
+    KN_TRY(check_fused(c, 3, &n_main));
+    if (n_main > 3)
+        return kn_error(KILN_ERR_MODEL, "expects at most 3 inputs, has %d", c->n_in);
+    if (n_main == 3 && kn_has_input(c, 2)) {
+        KN_TRY(check_f32(c, 2, "C"));
+        kn_shape bc;
+        if (c->in[2].shape.rank > 2 ||
+            !kn_shape_broadcast(&c->in[2].shape, &c->out[0].shape, &bc) ||
+            !kn_shape_equal(&bc, &c->out[0].shape))
+            return kn_error(KILN_ERR_SHAPE, "input 2 (C) of shape %s does not broadcast to %s",
+                            kn_shape_str(&c->in[2].shape, b1, sizeof b1),
+                            kn_shape_str(&c->out[0].shape, b2, sizeof b2));
+    }
+    return KILN_OK;
+}
+
+kiln_status kn_infer_matmul(kn_infer_ctx *c) {
+    bool bias = kn_attr_int(c->node, "kiln_bias", 0) != 0;
+    KN_TRY(check_arity(c, 2, bias ? 4 : 3));
+    KN_TRY(check_f32(c, 0, "A"));
+    KN_TRY(check_f32(c, 1, "B"));
+    kn_shape a = c->in[0].shape, b = c->in[1].shape;
+    char b1[96], b2[96];
+    if (a.rank < 1 || b.rank < 1)
+        return kn_error(KILN_ERR_SHAPE, "A (%s) and B (%s) must have rank >= 1",
+                        kn_shape_str(&a, b1, sizeof b1), kn_shape_str(&b, b2, sizeof b2));
+    bool a1 = a.rank == 1, b1d = b.rank == 1;
+    if (a1) {
+        a.rank = 2;
+        a.d[1] = a.d[0];
+        a.d[0] = 1;
+    }
+    if (b1d) {
+        b.rank = 2;
+        b.d[1] = 1;
+    }
+    int64_t m = a.d[a.rank - 2], k = a.d[a.rank - 1], kb = b.d[b.rank - 2], n = b.d[b.rank - 1];
+    if (k != kb)
+        return kn_error(KILN_ERR_SHAPE, "inner dims differ: A is %s, B is %s",
+                        kn_shape_str(&c->in[0].shape, b1, sizeof b1),
+                        kn_shape_str(&c->in[1].shape, b2, sizeof b2));
+    kn_shape ba = {.rank = a.rank - 2}, bb = {.rank = b.rank - 2}, out;
+    for (int i = 0; i < ba.rank; i++)
+        ba.d[i] = a.d[i];
+    for (int i = 0; i < bb.rank; i++)
+        bb.d[i] = b.d[i];
+    if (!kn_shape_broadcast(&ba, &bb, &out))
+        return kn_error(KILN_ERR_SHAPE, "batch dims of A (%s) and B (%s) do not broadcast",
+                        kn_shape_str(&c->in[0].shape, b1, sizeof b1),
+                        kn_shape_str(&c->in[1].shape, b2, sizeof b2));
+    if (out.rank + 2 > KN_MAX_RANK)
+        return kn_error(KILN_ERR_SHAPE, "output rank exceeds %d", KN_MAX_RANK);
+    if (!a1)
+        out.d[out.rank++] = m;
+    if (!b1d)
+        out.d[out.rank++] = n;
+    c->out[0].dtype = KILN_DTYPE_FLOAT32;
+    c->out[0].shape = out;
+    if (bias) {
+        /* kiln_bias (see passes.h): input 3 is a float32 vector of N values added per column;
+         * slot 2 (the residual) stays empty. */
+        if (c->n_in != 4 || kn_has_input(c, 2) || !kn_has_input(c, 3) ||
+            c->in[3].dtype != KILN_DTYPE_FLOAT32 || kn_tensor_numel(&c->in[3]) != n || b1d)
+            return kn_error(KILN_ERR_MODEL,
+                            "kiln_bias needs input 3 to hold %lld float32 "
+                            "values and input 2 to be empty",
+                            (long long)n);
+        return kn_fused_attrs(c->node, &(int){0}, &(float){0}, &(float){0}, &(bool){0});
+    }
+    int n_main;
+    KN_TRY(check_fused(c, 2, &n_main));
+    if (n_main > 2)
+        return kn_error(KILN_ERR_MODEL, "expects 2 inputs, has %d", c->n_in);
+    return KILN_OK;
+}
