@@ -1,9 +1,7 @@
-/* The extra family: ops the other families do not cover. Attention and rotary embedding,
- * signal processing, quantized linear algebra, TreeEnsemble and the small ops (training
- * optimizers, TfIdfVectorizer, ml helpers) have files of their own (extra_*.c). */
+/* Checks and readers shared by the infer functions of several categories. */
 #include "ops/infer_util.h"
 
-kiln_status kn_extra_need(const kn_infer_ctx *c, int lo, int hi, int max_out) {
+kiln_status kn_infer_need(const kn_infer_ctx *c, int lo, int hi, int max_out) {
     if (c->n_in < lo || c->n_in > hi)
         return kn_error(KILN_ERR_MODEL, "%s takes %d to %d inputs, got %d", c->node->op_type, lo,
                         hi, c->n_in);
@@ -16,12 +14,12 @@ kiln_status kn_extra_need(const kn_infer_ctx *c, int lo, int hi, int max_out) {
     return KILN_OK;
 }
 
-bool kn_extra_is_float(int32_t dt) {
+bool kn_infer_is_float(int32_t dt) {
     return dt == KILN_DTYPE_FLOAT32 || dt == KILN_DTYPE_FLOAT16 || dt == KILN_DTYPE_BFLOAT16 ||
            dt == KILN_DTYPE_FLOAT64;
 }
 
-kiln_status kn_extra_scalar_i64(const kn_infer_ctx *c, int i, const char *name, int64_t *v) {
+kiln_status kn_infer_scalar_i64(const kn_infer_ctx *c, int i, const char *name, int64_t *v) {
     const kn_tensor *t = &c->in[i];
     if (!kn_dtype_is_integer(t->dtype))
         return kn_error(KILN_ERR_DTYPE, "input %s must be an integer, got %s", name,
@@ -34,33 +32,44 @@ kiln_status kn_extra_scalar_i64(const kn_infer_ctx *c, int i, const char *name, 
     return KILN_OK;
 }
 
-kiln_status kn_infer_affine_grid(kn_infer_ctx *c) {
-    KN_TRY(kn_extra_need(c, 2, 2, 1));
-    const kn_tensor *theta = &c->in[0], *size = &c->in[1];
-    if (!kn_extra_is_float(theta->dtype))
-        return kn_error(KILN_ERR_DTYPE, "input theta must be a float tensor, got %s",
-                        kn_dtype_name(theta->dtype));
-    if (size->dtype != KILN_DTYPE_INT64 || size->shape.rank != 1 ||
-        (size->shape.d[0] != 4 && size->shape.d[0] != 5))
-        return kn_error(KILN_ERR_SHAPE, "input size must be int64 [4] or [5]");
-    int nd = (int)size->shape.d[0] - 2;
-    if (theta->shape.rank != 3 || theta->shape.d[1] != nd || theta->shape.d[2] != nd + 1)
-        return kn_error(KILN_ERR_SHAPE, "input theta must be [N, %d, %d]", nd, nd + 1);
-    if (size->data == NULL)
-        return KN_NEED_DATA;
-    const int64_t *sz = size->data;
-    if (sz[0] != theta->shape.d[0])
-        return kn_error(KILN_ERR_SHAPE, "size[0] (%lld) must equal theta's batch (%lld)",
-                        (long long)sz[0], (long long)theta->shape.d[0]);
-    kn_shape out = {.rank = nd + 2};
-    out.d[0] = sz[0];
-    for (int i = 0; i < nd; i++) {
-        if (sz[2 + i] < 0)
-            return kn_error(KILN_ERR_SHAPE, "size[%d] must be >= 0", 2 + i);
-        out.d[1 + i] = sz[2 + i];
+kiln_status kn_infer_need_exact(const kn_infer_ctx *c, int lo, int hi, int n_out) {
+    if (c->n_in < lo || c->n_in > hi)
+        return kn_error(KILN_ERR_MODEL, "%s takes %d to %d inputs, got %d", c->node->op_type, lo,
+                        hi, c->n_in);
+    for (int i = 0; i < lo; i++)
+        if (!kn_has_input(c, i))
+            return kn_error(KILN_ERR_MODEL, "input %d is required", i);
+    if (c->n_out != n_out)
+        return kn_error(KILN_ERR_MODEL, "%s has %d output(s), got %d", c->node->op_type, n_out,
+                        c->n_out);
+    return KILN_OK;
+}
+
+/* numpy matmul shapes: 1-D operands are promoted and the promoted dims dropped again. */
+kiln_status kn_infer_matmul_shape(const kn_shape *a, const kn_shape *b, kn_shape *out) {
+    if (a->rank < 1 || b->rank < 1)
+        return kn_error(KILN_ERR_SHAPE, "matmul operands must have rank >= 1");
+    kn_shape pa = *a, pb = *b;
+    if (pa.rank == 1) {
+        pa.rank = 2;
+        pa.d[1] = pa.d[0];
+        pa.d[0] = 1;
     }
-    out.d[nd + 1] = nd;
-    c->out[0].dtype = theta->dtype;
-    c->out[0].shape = out;
+    if (pb.rank == 1) {
+        pb.rank = 2;
+        pb.d[1] = 1;
+    }
+    if (pa.d[pa.rank - 1] != pb.d[pb.rank - 2])
+        return kn_error(KILN_ERR_SHAPE, "matmul inner dims differ: %lld vs %lld",
+                        (long long)pa.d[pa.rank - 1], (long long)pb.d[pb.rank - 2]);
+    kn_shape ba = pa, bb = pb;
+    ba.rank -= 2;
+    bb.rank -= 2;
+    if (!kn_shape_broadcast(&ba, &bb, out))
+        return kn_error(KILN_ERR_SHAPE, "matmul batch dims do not broadcast");
+    if (a->rank > 1)
+        out->d[out->rank++] = pa.d[pa.rank - 2];
+    if (b->rank > 1)
+        out->d[out->rank++] = pb.d[pb.rank - 1];
     return KILN_OK;
 }

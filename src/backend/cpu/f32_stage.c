@@ -1,9 +1,8 @@
-/* CPU kernels of the extra family: the table and the float32 staging helpers; the kernels
- * live in extra_*.c. */
+/* Float32 staging of any numeric tensor for kernels that compute in float32. */
 #include "backend/cpu/f32_stage.h"
 #include "core/alloc.h"
 
-kiln_status cpu_extra_in_f32(const kn_tensor *t, cpu_xf32 *v) {
+kiln_status kn_cpu_f32_in(const kn_tensor *t, kn_cpu_f32 *v) {
     v->owned = false;
     if (t->dtype == KILN_DTYPE_FLOAT32) {
         v->p = t->data;
@@ -20,7 +19,7 @@ kiln_status cpu_extra_in_f32(const kn_tensor *t, cpu_xf32 *v) {
     return KILN_OK;
 }
 
-kiln_status cpu_extra_out_f32(kn_tensor *t, cpu_xf32 *v) {
+kiln_status kn_cpu_f32_out(kn_tensor *t, kn_cpu_f32 *v) {
     v->owned = false;
     if (t->dtype == KILN_DTYPE_FLOAT32) {
         v->p = t->data;
@@ -34,22 +33,22 @@ kiln_status cpu_extra_out_f32(kn_tensor *t, cpu_xf32 *v) {
     return KILN_OK;
 }
 
-void cpu_extra_commit(kn_tensor *t, cpu_xf32 *v) {
+void kn_cpu_f32_commit(kn_tensor *t, kn_cpu_f32 *v) {
     if (v->owned) {
         int64_t n = kn_tensor_numel(t);
         for (int64_t i = 0; i < n; i++)
             kn_tensor_set_f64(t, i, v->p[i]);
     }
-    cpu_extra_release(v);
+    kn_cpu_f32_release(v);
 }
 
-void cpu_extra_release(cpu_xf32 *v) {
+void kn_cpu_f32_release(kn_cpu_f32 *v) {
     if (v->owned)
         kn_free(v->p);
     v->p = NULL;
     v->owned = false;
 }
 
-bool cpu_extra_has_out(const kn_kernel_ctx *k, int i) {
+bool kn_cpu_has_out(const kn_kernel_ctx *k, int i) {
     return i < k->n_out && k->node->out[i] >= 0 && k->out[i].data != NULL;
 }

@@ -1,5 +1,5 @@
 /* Einsum: equation parsing against concrete shapes (shared with the kernel) and inference. */
-#include "ops/misc.h"
+#include "ops/math/einsum.h"
 
 #include <ctype.h>
 #include <string.h>

@@ -1,5 +1,5 @@
-/* Element-wise family: helpers shared by the infer functions in elementwise.c and
- * fused_elementwise.c. */
+/* Element-wise ops: helpers shared by the infer functions in math/elementwise.c and
+ * kiln/fused_elementwise.c. */
 #ifndef KN_ELEMENTWISE_INFER_H
 #define KN_ELEMENTWISE_INFER_H
 

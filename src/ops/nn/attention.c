@@ -79,7 +79,7 @@ static kiln_status check_past(const kn_infer_ctx *c, const attn_dims *a, int64_t
 /* The mask broadcasts against [B, Hq, Sq, T]; its last dim may be shorter than T (the rest
  * counts as masked out). */
 static kiln_status check_mask(const kn_tensor *m, const attn_dims *a, int64_t total) {
-    if (m->dtype != KILN_DTYPE_BOOL && !kn_extra_is_float(m->dtype))
+    if (m->dtype != KILN_DTYPE_BOOL && !kn_infer_is_float(m->dtype))
         return kn_error(KILN_ERR_DTYPE, "input attn_mask must be bool or float, got %s",
                         kn_dtype_name(m->dtype));
     if (m->shape.rank < 1 || m->shape.rank > 4)
@@ -98,10 +98,10 @@ static kiln_status check_mask(const kn_tensor *m, const attn_dims *a, int64_t to
 }
 
 kiln_status kn_infer_attention(kn_infer_ctx *c) {
-    KN_TRY(kn_extra_need(c, 3, c->node->opset >= 24 ? 7 : 6, 4));
+    KN_TRY(kn_infer_need(c, 3, c->node->opset >= 24 ? 7 : 6, 4));
     const kn_tensor *q = &c->in[0];
     for (int i = 0; i < 3; i++)
-        if (!kn_extra_is_float(c->in[i].dtype))
+        if (!kn_infer_is_float(c->in[i].dtype))
             return kn_error(KILN_ERR_DTYPE, "input %d must be a float tensor, got %s", i,
                             kn_dtype_name(c->in[i].dtype));
     if (c->in[1].dtype != q->dtype)
@@ -149,9 +149,9 @@ kiln_status kn_infer_attention(kn_infer_ctx *c) {
 }
 
 kiln_status kn_infer_rotary_embedding(kn_infer_ctx *c) {
-    KN_TRY(kn_extra_need(c, 3, 4, 1));
+    KN_TRY(kn_infer_need(c, 3, 4, 1));
     const kn_tensor *x = &c->in[0], *cs = &c->in[1], *sn = &c->in[2];
-    if (!kn_extra_is_float(x->dtype) || cs->dtype != x->dtype || sn->dtype != x->dtype)
+    if (!kn_infer_is_float(x->dtype) || cs->dtype != x->dtype || sn->dtype != x->dtype)
         return kn_error(KILN_ERR_DTYPE, "input, cos_cache and sin_cache must be float tensors "
                                         "of one dtype");
     int64_t b, s, d, heads = kn_attr_int(c->node, "num_heads", 0);

@@ -1,7 +1,7 @@
 /* NonMaxSuppression: the greedy selection itself lives here because the output's length is
  * the number of selected boxes; inference and the kernel both run it. */
 #include "core/alloc.h"
-#include "ops/misc.h"
+#include "ops/object_detection/nms.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-/* Attribute and axis handling shared by the reduce-family shape inference (src/ops/reduce.c)
+/* Attribute and axis handling shared by the reduction shape inference (reduction/reduce.c)
  * and the kernels that execute it, so both read a node the same way. */
 #ifndef KN_OPS_REDUCE_H
 #define KN_OPS_REDUCE_H

@@ -15,11 +15,11 @@ static kiln_status output_datatype(const kn_infer_ctx *c, int32_t *dt) {
 }
 
 kiln_status kn_infer_window(kn_infer_ctx *c) {
-    KN_TRY(kn_extra_need(c, 1, 1, 1));
+    KN_TRY(kn_infer_need(c, 1, 1, 1));
     int32_t dt;
     KN_TRY(output_datatype(c, &dt));
     int64_t size;
-    KN_TRY(kn_extra_scalar_i64(c, 0, "size", &size));
+    KN_TRY(kn_infer_scalar_i64(c, 0, "size", &size));
     if (size < 0)
         return kn_error(KILN_ERR_SHAPE, "input size must be >= 0, got %lld", (long long)size);
     c->out[0].dtype = dt;
@@ -35,7 +35,7 @@ static kiln_status dft_axis(const kn_infer_ctx *c, int64_t *axis) {
     if (c->node->opset >= 20) {
         a = -2;
         if (kn_has_input(c, 2))
-            KN_TRY(kn_extra_scalar_i64(c, 2, "axis", &a));
+            KN_TRY(kn_infer_scalar_i64(c, 2, "axis", &a));
     } else {
         a = kn_attr_int(c->node, "axis", 1);
     }
@@ -49,9 +49,9 @@ static kiln_status dft_axis(const kn_infer_ctx *c, int64_t *axis) {
 }
 
 kiln_status kn_infer_dft(kn_infer_ctx *c) {
-    KN_TRY(kn_extra_need(c, 1, c->node->opset >= 20 ? 3 : 2, 1));
+    KN_TRY(kn_infer_need(c, 1, c->node->opset >= 20 ? 3 : 2, 1));
     const kn_tensor *x = &c->in[0];
-    if (!kn_extra_is_float(x->dtype))
+    if (!kn_infer_is_float(x->dtype))
         return kn_error(KILN_ERR_DTYPE, "input must be a float tensor, got %s",
                         kn_dtype_name(x->dtype));
     int32_t r = x->shape.rank;
@@ -62,7 +62,7 @@ kiln_status kn_infer_dft(kn_infer_ctx *c) {
     KN_TRY(dft_axis(c, &axis));
     int64_t n = x->shape.d[axis];
     if (kn_has_input(c, 1))
-        KN_TRY(kn_extra_scalar_i64(c, 1, "dft_length", &n));
+        KN_TRY(kn_infer_scalar_i64(c, 1, "dft_length", &n));
     if (n < 1)
         return kn_error(KILN_ERR_SHAPE, "dft_length must be >= 1, got %lld", (long long)n);
     bool onesided = kn_attr_int(c->node, "onesided", 0) != 0;
@@ -77,20 +77,20 @@ kiln_status kn_infer_dft(kn_infer_ctx *c) {
 }
 
 kiln_status kn_infer_stft(kn_infer_ctx *c) {
-    KN_TRY(kn_extra_need(c, 2, 4, 1));
+    KN_TRY(kn_infer_need(c, 2, 4, 1));
     const kn_tensor *x = &c->in[0];
-    if (!kn_extra_is_float(x->dtype))
+    if (!kn_infer_is_float(x->dtype))
         return kn_error(KILN_ERR_DTYPE, "input signal must be a float tensor, got %s",
                         kn_dtype_name(x->dtype));
     if (x->shape.rank != 3 || (x->shape.d[2] != 1 && x->shape.d[2] != 2))
         return kn_error(KILN_ERR_SHAPE, "input signal must be [batch, length, 1 or 2]");
     int64_t step, len = -1;
-    KN_TRY(kn_extra_scalar_i64(c, 1, "frame_step", &step));
+    KN_TRY(kn_infer_scalar_i64(c, 1, "frame_step", &step));
     if (kn_has_input(c, 3))
-        KN_TRY(kn_extra_scalar_i64(c, 3, "frame_length", &len));
+        KN_TRY(kn_infer_scalar_i64(c, 3, "frame_length", &len));
     if (kn_has_input(c, 2)) {
         const kn_tensor *w = &c->in[2];
-        if (w->shape.rank != 1 || !kn_extra_is_float(w->dtype))
+        if (w->shape.rank != 1 || !kn_infer_is_float(w->dtype))
             return kn_error(KILN_ERR_SHAPE, "input window must be a 1-D float tensor");
         if (len >= 0 && len != w->shape.d[0])
             return kn_error(KILN_ERR_SHAPE,
@@ -117,15 +117,15 @@ kiln_status kn_infer_stft(kn_infer_ctx *c) {
 }
 
 kiln_status kn_infer_mel_weight_matrix(kn_infer_ctx *c) {
-    KN_TRY(kn_extra_need(c, 5, 5, 1));
+    KN_TRY(kn_infer_need(c, 5, 5, 1));
     int32_t dt;
     KN_TRY(output_datatype(c, &dt));
     int64_t bins, dft, rate;
-    KN_TRY(kn_extra_scalar_i64(c, 0, "num_mel_bins", &bins));
-    KN_TRY(kn_extra_scalar_i64(c, 1, "dft_length", &dft));
-    KN_TRY(kn_extra_scalar_i64(c, 2, "sample_rate", &rate));
+    KN_TRY(kn_infer_scalar_i64(c, 0, "num_mel_bins", &bins));
+    KN_TRY(kn_infer_scalar_i64(c, 1, "dft_length", &dft));
+    KN_TRY(kn_infer_scalar_i64(c, 2, "sample_rate", &rate));
     for (int i = 3; i < 5; i++)
-        if (!kn_extra_is_float(c->in[i].dtype) || kn_tensor_numel(&c->in[i]) != 1)
+        if (!kn_infer_is_float(c->in[i].dtype) || kn_tensor_numel(&c->in[i]) != 1)
             return kn_error(KILN_ERR_SHAPE, "input %d must be a float scalar", i);
     if (bins < 1 || dft < 1 || rate < 1)
         return kn_error(KILN_ERR_SHAPE, "num_mel_bins, dft_length and sample_rate must be "

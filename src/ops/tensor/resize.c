@@ -1,5 +1,5 @@
 /* Resize and Upsample: attribute parsing and output shapes, shared with the CPU kernel. */
-#include "ops/misc.h"
+#include "ops/tensor/resize.h"
 
 #include <math.h>
 #include <string.h>

@@ -1,6 +1,6 @@
-/* The tensor family (shape, movement, indexing): infer functions for the table in tensor.c and
- * the attribute/input resolution that the CPU kernels share with them, so build-time inference
- * and run-time execution can never disagree on an op's semantics. */
+/* Tensor ops (shape, movement, indexing): the attribute/input resolution that the CPU kernels share
+ * with them, so build-time inference and run-time execution can never disagree on an op's
+ * semantics. */
 #ifndef KN_TENSOR_OPS_H
 #define KN_TENSOR_OPS_H
 

@@ -1,4 +1,4 @@
-/* Helpers shared by the tensor family's infer functions and kernels. */
+/* Helpers shared by the tensor ops' infer functions and kernels. */
 #include "ops/tensor/tensor_ops.h"
 
 #include <string.h>

@@ -87,9 +87,9 @@ kiln_status kn_tree_model_init(const kn_node *n, int64_t features, kn_tree_model
 }
 
 kiln_status kn_infer_tree_ensemble(kn_infer_ctx *c) {
-    KN_TRY(kn_extra_need(c, 1, 1, 1));
+    KN_TRY(kn_infer_need(c, 1, 1, 1));
     const kn_tensor *x = &c->in[0];
-    if (!kn_extra_is_float(x->dtype) || x->shape.rank != 2)
+    if (!kn_infer_is_float(x->dtype) || x->shape.rank != 2)
         return kn_error(KILN_ERR_SHAPE, "input X must be a float tensor [N, F]");
     kn_tree_model m;
     KN_TRY(kn_tree_model_init(c->node, x->shape.d[1], &m));

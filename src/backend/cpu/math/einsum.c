@@ -2,10 +2,10 @@
  * batch, row, column and contracted groups, each operand is gathered into that layout (summing
  * labels only it has), multiplied, and scattered into the output order. Everything else (one
  * operand, three or more, other dtypes) takes a direct sum-of-products loop. */
-#include "backend/cpu/misc_internal.h"
+#include "backend/cpu/quantization/saturate.h"
 #include "backend/cpu/rnn/rnn_internal.h"
 #include "core/alloc.h"
-#include "ops/misc.h"
+#include "ops/math/einsum.h"
 
 #include <string.h>
 
@@ -104,7 +104,7 @@ static void generic_range(void *arg, int64_t begin, int64_t end) {
         else if (kn_dtype_is_float(w->out->dtype))
             kn_tensor_set_f64(w->out, o, acc);
         else
-            cpu_misc_store_int(w->out, o, acc);
+            kn_cpu_store_saturated(w->out, o, acc);
         for (int i = 0; i < e->n_in; i++)
             odo_next(&outer[i]);
     }
@@ -216,7 +216,7 @@ static kiln_status einsum_pair(kn_kernel_ctx *k, const kn_einsum *e) {
     return KILN_OK;
 }
 
-kiln_status cpu_misc_einsum(kn_kernel_ctx *k) {
+kiln_status kn_cpu_einsum(kn_kernel_ctx *k) {
     kn_einsum e;
     KN_TRY(kn_einsum_parse(kn_attr_string(k->node, "equation", ""), k->n_in, k->in, &e));
     if (kn_tensor_numel(&k->out[0]) == 0)

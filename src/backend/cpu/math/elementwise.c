@@ -1,6 +1,7 @@
-/* CPU element-wise kernels: the kernel table, the broadcast walk every multi-input kernel
+/* CPU element-wise kernels: the broadcast walk every multi-input kernel
  * shares, and conversion tiles between dtypes. The loops themselves live in
- * elementwise_unary.c, elementwise_binary.c, elementwise_cast.c and elementwise_fused.c. */
+ * elementwise_unary.c, elementwise_binary.c, elementwise_mixed.c and
+ * kiln/fused_elementwise.c. */
 #include "backend/cpu/math/elementwise_impl.h"
 
 #include <string.h>

@@ -1,5 +1,5 @@
-/* CPU element-wise kernels: pieces shared by elementwise.c (table, broadcasting, dtype tiles),
- * elementwise_unary.c, elementwise_binary.c, elementwise_cast.c and elementwise_fused.c. */
+/* CPU element-wise kernels: pieces shared by elementwise.c (broadcasting, dtype tiles),
+ * elementwise_unary.c, elementwise_binary.c, elementwise_mixed.c and kiln/fused_elementwise.c. */
 #ifndef KN_CPU_ELEMENTWISE_IMPL_H
 #define KN_CPU_ELEMENTWISE_IMPL_H
 

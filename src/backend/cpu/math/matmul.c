@@ -1,5 +1,4 @@
-/* nn kernel family: Conv, ConvTranspose (conv.c, conv_dw.c, conv_transpose.c), Gemm and MatMul.
- * Constant B operands (weights) are packed once in prepare. */
+/* Gemm and MatMul. Constant B operands (weights) are packed once in prepare. */
 #include "backend/cpu/nn/conv.h"
 
 #include "core/alloc.h"

@@ -118,7 +118,7 @@ static void concat_kv(float *dst, const float *past, int64_t p, const float *cur
 }
 
 /* Mask as float bias with broadcast strides over [b, h, i, j]. */
-static kiln_status mask_bias(const kn_tensor *m, attn_job *a, cpu_xf32 *buf) {
+static kiln_status mask_bias(const kn_tensor *m, attn_job *a, kn_cpu_f32 *buf) {
     int64_t n = kn_tensor_numel(m);
     buf->p = kn_malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
     if (buf->p == NULL)
@@ -142,7 +142,7 @@ static kiln_status mask_bias(const kn_tensor *m, attn_job *a, cpu_xf32 *buf) {
     return KILN_OK;
 }
 
-kiln_status cpu_extra_attention(kn_kernel_ctx *k) {
+kiln_status kn_cpu_attention(kn_kernel_ctx *k) {
     const kn_node *n = k->node;
     const kn_tensor *qt = &k->in[0], *kt = &k->in[1];
     bool three = qt->shape.rank == 3;
@@ -177,17 +177,17 @@ kiln_status cpu_extra_attention(kn_kernel_ctx *k) {
     a.mode = (int)kn_attr_int(n, "qk_matmul_output_mode", 0);
     atomic_init(&a.oom, 0);
 
-    cpu_xf32 q = {0}, kc = {0}, vc = {0}, pk = {0}, pv = {0}, mb = {0}, y = {0}, qk = {0};
+    kn_cpu_f32 q = {0}, kc = {0}, vc = {0}, pk = {0}, pv = {0}, mb = {0}, y = {0}, qk = {0};
     float *kall = NULL, *vall = NULL;
-    kiln_status rc = cpu_extra_in_f32(qt, &q);
+    kiln_status rc = kn_cpu_f32_in(qt, &q);
     if (rc == KILN_OK)
-        rc = cpu_extra_in_f32(kt, &kc);
+        rc = kn_cpu_f32_in(kt, &kc);
     if (rc == KILN_OK)
-        rc = cpu_extra_in_f32(&k->in[2], &vc);
+        rc = kn_cpu_f32_in(&k->in[2], &vc);
     if (rc == KILN_OK && has_past)
-        rc = cpu_extra_in_f32(&k->in[4], &pk);
+        rc = kn_cpu_f32_in(&k->in[4], &pk);
     if (rc == KILN_OK && has_past)
-        rc = cpu_extra_in_f32(&k->in[5], &pv);
+        rc = kn_cpu_f32_in(&k->in[5], &pv);
     if (rc == KILN_OK && k->n_in > 3 && k->in[3].dtype != 0)
         rc = mask_bias(&k->in[3], &a, &mb);
     if (rc == KILN_OK && k->n_in > 6 && k->in[6].dtype != 0) {
@@ -200,9 +200,9 @@ kiln_status cpu_extra_attention(kn_kernel_ctx *k) {
                               (long long)b, (long long)a.nonpad[b], (long long)a.t);
     }
     if (rc == KILN_OK)
-        rc = cpu_extra_out_f32(&k->out[0], &y);
-    if (rc == KILN_OK && cpu_extra_has_out(k, 3))
-        rc = cpu_extra_out_f32(&k->out[3], &qk);
+        rc = kn_cpu_f32_out(&k->out[0], &y);
+    if (rc == KILN_OK && kn_cpu_has_out(k, 3))
+        rc = kn_cpu_f32_out(&k->out[3], &qk);
     if (rc != KILN_OK)
         goto out;
     kall = kn_malloc((size_t)(a.b * a.hkv * a.t * a.d + 1) * sizeof(float));
@@ -223,11 +223,11 @@ kiln_status cpu_extra_attention(kn_kernel_ctx *k) {
         rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "no memory for attention scores");
         goto out;
     }
-    cpu_extra_commit(&k->out[0], &y);
+    kn_cpu_f32_commit(&k->out[0], &y);
     if (qk.p != NULL)
-        cpu_extra_commit(&k->out[3], &qk);
+        kn_cpu_f32_commit(&k->out[3], &qk);
     for (int o = 1; o <= 2; o++) {
-        if (!cpu_extra_has_out(k, o))
+        if (!kn_cpu_has_out(k, o))
             continue;
         const float *src = o == 1 ? kall : vall;
         int64_t cnt = kn_tensor_numel(&k->out[o]);
@@ -237,18 +237,18 @@ kiln_status cpu_extra_attention(kn_kernel_ctx *k) {
 out:
     kn_free(kall);
     kn_free(vall);
-    cpu_extra_release(&qk);
-    cpu_extra_release(&y);
-    cpu_extra_release(&mb);
-    cpu_extra_release(&pv);
-    cpu_extra_release(&pk);
-    cpu_extra_release(&vc);
-    cpu_extra_release(&kc);
-    cpu_extra_release(&q);
+    kn_cpu_f32_release(&qk);
+    kn_cpu_f32_release(&y);
+    kn_cpu_f32_release(&mb);
+    kn_cpu_f32_release(&pv);
+    kn_cpu_f32_release(&pk);
+    kn_cpu_f32_release(&vc);
+    kn_cpu_f32_release(&kc);
+    kn_cpu_f32_release(&q);
     return rc;
 }
 
-kiln_status cpu_extra_rotary(kn_kernel_ctx *k) {
+kiln_status kn_cpu_rotary(kn_kernel_ctx *k) {
     const kn_tensor *xt = &k->in[0];
     const kn_node *n = k->node;
     bool four = xt->shape.rank == 4;
@@ -276,14 +276,14 @@ kiln_status cpu_extra_rotary(kn_kernel_ctx *k) {
                                 "input position_ids[%lld] = %lld is outside "
                                 "[0, %lld)",
                                 (long long)i, (long long)pos[i], (long long)max_pos);
-    cpu_xf32 x = {0}, cs = {0}, sn = {0}, y = {0};
-    kiln_status rc = cpu_extra_in_f32(xt, &x);
+    kn_cpu_f32 x = {0}, cs = {0}, sn = {0}, y = {0};
+    kiln_status rc = kn_cpu_f32_in(xt, &x);
     if (rc == KILN_OK)
-        rc = cpu_extra_in_f32(ct, &cs);
+        rc = kn_cpu_f32_in(ct, &cs);
     if (rc == KILN_OK)
-        rc = cpu_extra_in_f32(&k->in[2], &sn);
+        rc = kn_cpu_f32_in(&k->in[2], &sn);
     if (rc == KILN_OK)
-        rc = cpu_extra_out_f32(&k->out[0], &y);
+        rc = kn_cpu_f32_out(&k->out[0], &y);
     if (rc != KILN_OK)
         goto out;
     for (int64_t bi = 0; bi < b; bi++)
@@ -304,11 +304,11 @@ kiln_status cpu_extra_rotary(kn_kernel_ctx *k) {
                     yo[e] = xi[e];
             }
         }
-    cpu_extra_commit(&k->out[0], &y);
+    kn_cpu_f32_commit(&k->out[0], &y);
 out:
-    cpu_extra_release(&y);
-    cpu_extra_release(&sn);
-    cpu_extra_release(&cs);
-    cpu_extra_release(&x);
+    kn_cpu_f32_release(&y);
+    kn_cpu_f32_release(&sn);
+    kn_cpu_f32_release(&cs);
+    kn_cpu_f32_release(&x);
     return rc;
 }

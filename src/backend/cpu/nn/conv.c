@@ -4,8 +4,8 @@
  * kn_cpu_im2col_pack_avx512; stride-2 inputs are first split into even and odd column halves so
  * every tap reads a contiguous run). A 1x1, stride-1, unpadded conv reads the image as B
  * directly; a strided unpadded 1x1 conv reads a subsampled copy. 3x3 stride-1 convs with enough
- * channels take Winograd (conv_winograd.c), depthwise convs a direct kernel (conv_dw.c). Bias,
- * residual and activation run in the GEMM epilogue. */
+ * channels take Winograd (conv_winograd.c), depthwise convs a direct kernel (conv_depthwise.c).
+ * Bias, residual and activation run in the GEMM epilogue. */
 #include "backend/cpu/nn/conv.h"
 
 #include "core/alloc.h"

@@ -1,5 +1,5 @@
-/* BatchNormalization, InstanceNormalization and GroupNormalization (per-plane statistics),
- * and the norm family's kernel table. Every input is read through float32 views. */
+/* BatchNormalization, InstanceNormalization and GroupNormalization (per-plane statistics). Every
+ * input is read through float32 views. */
 #include "backend/cpu/reduction/reduce_impl.h"
 #include "core/alloc.h"
 

@@ -1,4 +1,4 @@
-/* MaxRoiPool and MaxUnpool: the rarely used members of the pool family. */
+/* MaxRoiPool and MaxUnpool: the rarely used pooling ops. */
 #include "backend/cpu/reduction/reduce_impl.h"
 #include "ops/nn/pool.h"
 

@@ -1,5 +1,5 @@
 /* QuantizeLinear, DequantizeLinear (per-tensor, per-axis, blocked) and MatMulInteger. */
-#include "backend/cpu/misc_internal.h"
+#include "backend/cpu/quantization/saturate.h"
 #include "ops/op.h"
 
 #include <math.h>
@@ -44,7 +44,7 @@ static inline float get_f(const kn_tensor *t, int64_t i) {
                                           : (float)kn_tensor_get_f64(t, i);
 }
 
-kiln_status cpu_misc_quantize(kn_kernel_ctx *k) {
+kiln_status kn_cpu_quantize(kn_kernel_ctx *k) {
     qmap q;
     KN_TRY(qmap_init(k, &q));
     const kn_tensor *x = &k->in[0], *s = &k->in[1];
@@ -55,12 +55,12 @@ kiln_status cpu_misc_quantize(kn_kernel_ctx *k) {
         int64_t si = qmap_index(&q, i);
         float v = nearbyintf(get_f(x, i) / get_f(s, si));
         double z = zp != NULL ? (double)kn_tensor_get_i64(zp, si) : 0.0;
-        cpu_misc_store_int(y, i, (double)v + z);
+        kn_cpu_store_saturated(y, i, (double)v + z);
     }
     return KILN_OK;
 }
 
-kiln_status cpu_misc_dequantize(kn_kernel_ctx *k) {
+kiln_status kn_cpu_dequantize(kn_kernel_ctx *k) {
     qmap q;
     KN_TRY(qmap_init(k, &q));
     const kn_tensor *x = &k->in[0], *s = &k->in[1];
@@ -80,7 +80,7 @@ kiln_status cpu_misc_dequantize(kn_kernel_ctx *k) {
 }
 
 /* uint8 with the range widened to include 0, so that 0 is exactly representable. */
-kiln_status cpu_misc_dynamic_quantize(kn_kernel_ctx *k) {
+kiln_status kn_cpu_dynamic_quantize(kn_kernel_ctx *k) {
     const float *x = k->in[0].data;
     int64_t n = kn_tensor_numel(&k->in[0]);
     float lo = 0.0f, hi = 0.0f;
@@ -92,7 +92,7 @@ kiln_status cpu_misc_dynamic_quantize(kn_kernel_ctx *k) {
     float zpf = scale > 0.0f ? nearbyintf(-lo / scale) : 0.0f;
     zpf = zpf > 0.0f ? (zpf < 255.0f ? zpf : 255.0f) : 0.0f; /* NaN (infinite input) to 0 */
     for (int64_t i = 0; i < n; i++)
-        cpu_misc_store_int(&k->out[0], i, scale > 0.0f ? nearbyintf(x[i] / scale) + zpf : 0.0);
+        kn_cpu_store_saturated(&k->out[0], i, scale > 0.0f ? nearbyintf(x[i] / scale) + zpf : 0.0);
     if (k->n_out > 1 && k->out[1].data != NULL)
         *(float *)k->out[1].data = scale;
     if (k->n_out > 2 && k->out[2].data != NULL)
@@ -105,7 +105,7 @@ static inline int32_t get_q(const kn_tensor *t, int64_t i) {
                                         : ((const int8_t *)t->data)[i];
 }
 
-kiln_status cpu_misc_matmul_integer(kn_kernel_ctx *k) {
+kiln_status kn_cpu_matmul_integer(kn_kernel_ctx *k) {
     const kn_tensor *A = &k->in[0], *B = &k->in[1];
     const kn_tensor *az = k->n_in > 2 && k->in[2].dtype ? &k->in[2] : NULL;
     const kn_tensor *bz = k->n_in > 3 && k->in[3].dtype ? &k->in[3] : NULL;

@@ -1,4 +1,4 @@
-/* Reduce* kernels and the reduce family's kernel table. A reduction is planned on the input
+/* Reduce* kernels. A reduction is planned on the input
  * shape with size-1 dims dropped and neighbouring dims of the same kind (kept or reduced)
  * merged, so the innermost loop always runs over a contiguous run: either a reduced run
  * (one output per unit) or a kept run (a row of outputs accumulated at once). */

@@ -1,4 +1,4 @@
-/* Helpers shared by the RNN and misc kernels (private to the CPU backend). */
+/* Helpers shared by the RNN kernels (private to the CPU backend). */
 #ifndef KN_CPU_RNN_INTERNAL_H
 #define KN_CPU_RNN_INTERNAL_H
 

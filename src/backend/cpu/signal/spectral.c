@@ -10,7 +10,7 @@
 
 #define KN_PI 3.14159265358979323846
 
-kiln_status cpu_extra_window(kn_kernel_ctx *k) {
+kiln_status kn_cpu_window(kn_kernel_ctx *k) {
     kn_tensor *y = &k->out[0];
     int64_t size = y->shape.d[0];
     bool periodic = kn_attr_int(k->node, "periodic", 1) != 0;
@@ -152,7 +152,7 @@ static void dft_range(void *arg, int64_t begin, int64_t end) {
     kn_free(buf);
 }
 
-kiln_status cpu_extra_dft(kn_kernel_ctx *k) {
+kiln_status kn_cpu_dft(kn_kernel_ctx *k) {
     const kn_tensor *x = &k->in[0];
     kn_tensor *y = &k->out[0];
     int32_t r = x->shape.rank;
@@ -226,7 +226,7 @@ static void stft_range(void *arg, int64_t begin, int64_t end) {
     kn_free(buf);
 }
 
-kiln_status cpu_extra_stft(kn_kernel_ctx *k) {
+kiln_status kn_cpu_stft(kn_kernel_ctx *k) {
     const kn_tensor *x = &k->in[0];
     kn_tensor *y = &k->out[0];
     stft_job j = {.x = x,
@@ -257,7 +257,7 @@ kiln_status cpu_extra_stft(kn_kernel_ctx *k) {
 
 /* Triangular filters between mel-spaced edges, quantised to DFT bins the way the ONNX
  * reference does (floor((dft_length + 1) * hz / sample_rate)). */
-kiln_status cpu_extra_mel(kn_kernel_ctx *k) {
+kiln_status kn_cpu_mel(kn_kernel_ctx *k) {
     int64_t bins = kn_tensor_get_i64(&k->in[0], 0), dft = kn_tensor_get_i64(&k->in[1], 0);
     int64_t rate = kn_tensor_get_i64(&k->in[2], 0);
     double lo = kn_tensor_get_f64(&k->in[3], 0), hi = kn_tensor_get_f64(&k->in[4], 0);

@@ -1,4 +1,4 @@
-/* Data-movement primitives of the tensor family: parallel copy, fill, strided gather over an
+/* Data-movement primitives of the tensor kernels: parallel copy, fill, strided gather over an
  * arbitrary view, blocked transposition, and one-element reductions for scatters. */
 #include "backend/cpu/tensor/tensor_kernels.h"
 

@@ -1,9 +1,9 @@
 /* Resize and Upsample on the CPU. Each resized axis gets a table of taps (input offset and
  * weight) per output index; an output element is the weighted sum over the product of its axes'
  * taps, which covers nearest, linear, cubic and antialiased filters in any rank. */
-#include "backend/cpu/misc_internal.h"
+#include "backend/cpu/quantization/saturate.h"
 #include "core/alloc.h"
-#include "ops/misc.h"
+#include "ops/tensor/resize.h"
 
 #include <math.h>
 #include <string.h>
@@ -185,7 +185,7 @@ static void store(kn_tensor *y, int64_t i, double v) {
     else if (kn_dtype_is_float(y->dtype))
         kn_tensor_set_f64(y, i, v);
     else
-        cpu_misc_store_int(y, i, v);
+        kn_cpu_store_saturated(y, i, v);
 }
 
 static void resize_range(void *arg, int64_t begin, int64_t end) {
@@ -269,7 +269,7 @@ static void resize_2d_range(void *arg, int64_t begin, int64_t end) {
     }
 }
 
-kiln_status cpu_misc_resize(kn_kernel_ctx *k) {
+kiln_status kn_cpu_resize(kn_kernel_ctx *k) {
     kn_resize_params p;
     kiln_status rc = kn_resize_params_get(k->node, k->n_in, k->in, &p);
     if (rc != KILN_OK)

@@ -1,4 +1,4 @@
-/* CPU kernels of the tensor family and the data-movement primitives they share. Every
+/* CPU tensor kernels and the data-movement primitives they share. Every
  * primitive works by element size (1, 2, 4 or 8 bytes), so one kernel serves every dtype. */
 #ifndef KN_CPU_TENSOR_KERNELS_H
 #define KN_CPU_TENSOR_KERNELS_H
@@ -6,7 +6,7 @@
 #include "backend/cpu/cpu.h"
 #include "ops/tensor/tensor_ops.h"
 
-/* ---- primitives (tensor_copy.c) ------------------------------------------------------------- */
+/* ---- primitives (tensor/copy.c) ------------------------------------------------------------- */
 
 /* memcpy, split across the pool when large. */
 void cpu_tensor_copy(kn_threadpool *pool, void *dst, const void *src, size_t bytes);

@@ -56,7 +56,7 @@ static int64_t walk(const kn_tree_model *m, const int64_t *set_start, const kn_t
     return -1;
 }
 
-kiln_status cpu_extra_tree_ensemble(kn_kernel_ctx *k) {
+kiln_status kn_cpu_tree_ensemble(kn_kernel_ctx *k) {
     const kn_tensor *x = &k->in[0];
     kn_tree_model m;
     KN_TRY(kn_tree_model_init(k->node, x->shape.d[1], &m));

@@ -2,6 +2,7 @@
  * in int64 after the zero points are subtracted; requantization rounds half to even and
  * saturates to the output type. */
 #include "backend/cpu/f32_stage.h"
+#include "backend/cpu/quantization/saturate.h"
 #include "core/alloc.h"
 #include "ops/nn/conv_geom.h"
 
@@ -26,14 +27,6 @@ static int32_t *dequant_ints(const kn_tensor *t, const kn_tensor *zp, int64_t pe
     return v;
 }
 
-static void store_q(kn_tensor *y, int64_t i, double r) {
-    double lo = y->dtype == KILN_DTYPE_INT8 ? -128.0 : 0.0;
-    double hi = y->dtype == KILN_DTYPE_INT8 ? 127.0 : 255.0;
-    r = nearbyint(r);
-    r = !(r >= lo) ? lo : (r > hi ? hi : r); /* NaN saturates low */
-    kn_tensor_set_i64(y, i, (int64_t)r);
-}
-
 /* The scale ratio the way the reference forms it: in the scales' own precision. */
 static double scale_ratio(int32_t dt, double a, double b, double y) {
     if (dt == KILN_DTYPE_FLOAT16) {
@@ -45,7 +38,7 @@ static double scale_ratio(int32_t dt, double a, double b, double y) {
     return a * b / y;
 }
 
-kiln_status cpu_extra_qlinear_matmul(kn_kernel_ctx *k) {
+kiln_status kn_cpu_qlinear_matmul(kn_kernel_ctx *k) {
     const kn_tensor *at = &k->in[0], *bt = &k->in[3];
     kn_tensor *y = &k->out[0];
     int64_t kd = at->shape.d[at->shape.rank - 1];
@@ -90,7 +83,7 @@ kiln_status cpu_extra_qlinear_matmul(kn_kernel_ctx *k) {
                     acc += (int64_t)a[aoff + i * kd + e] * b[boff + e * n + j];
                 double bs = kn_tensor_get_f64(&k->in[4], n_bs > 1 ? j : 0);
                 double r = (double)acc * scale_ratio(k->in[1].dtype, as, bs, ys) + yz;
-                store_q(y, (bi * m + i) * n + j, r);
+                kn_cpu_store_saturated(y, (bi * m + i) * n + j, r);
             }
     }
 out:
@@ -176,7 +169,7 @@ static kiln_status int_conv(kn_kernel_ctx *k, int xi, int xzi, int wi, int wzi, 
     return rc;
 }
 
-kiln_status cpu_extra_conv_integer(kn_kernel_ctx *k) {
+kiln_status kn_cpu_conv_integer(kn_kernel_ctx *k) {
     iconv_job j;
     int64_t *acc = NULL;
     kiln_status rc = int_conv(k, 0, 2, 1, 3, &acc, &j);
@@ -196,7 +189,7 @@ kiln_status cpu_extra_conv_integer(kn_kernel_ctx *k) {
     return rc;
 }
 
-kiln_status cpu_extra_qlinear_conv(kn_kernel_ctx *k) {
+kiln_status kn_cpu_qlinear_conv(kn_kernel_ctx *k) {
     iconv_job j;
     int64_t *acc = NULL;
     kiln_status rc = int_conv(k, 0, 2, 3, 5, &acc, &j);
@@ -212,7 +205,8 @@ kiln_status cpu_extra_qlinear_conv(kn_kernel_ctx *k) {
             double ratio = scale_ratio(k->in[1].dtype, xs, ws, ys);
             int64_t b = bias != NULL ? kn_tensor_get_i64(bias, m) : 0;
             for (int64_t o = 0; o < j.out_sp; o++)
-                store_q(y, nm * j.out_sp + o, (double)(acc[nm * j.out_sp + o] + b) * ratio + yz);
+                kn_cpu_store_saturated(y, nm * j.out_sp + o,
+                                       (double)(acc[nm * j.out_sp + o] + b) * ratio + yz);
         }
     }
     kn_free(acc);

@@ -1,7 +1,7 @@
-/* Parameters of misc-family ops that inference and kernels both need: one parser, so the
- * shape the runtime allocates and the kernel that fills it never disagree. */
-#ifndef KN_OPS_MISC_H
-#define KN_OPS_MISC_H
+/* Resize and Upsample parameters, parsed once for inference and the kernels, so the shape the
+ * runtime allocates and the kernel that fills it never disagree. */
+#ifndef KN_OPS_RESIZE_H
+#define KN_OPS_RESIZE_H
 
 #include "ops/op.h"
 
@@ -37,25 +37,4 @@ typedef struct kn_resize_params {
 kiln_status kn_resize_params_get(const kn_node *n, int n_in, const kn_tensor *in,
                                  kn_resize_params *p);
 
-#define KN_EINSUM_MAX_LABELS 64
-#define KN_EINSUM_MAX_INPUTS 16
-
-/* An einsum equation resolved against concrete input shapes. Labels are numbered 0..n_labels-1
- * (ellipsis dims get labels of their own). */
-typedef struct kn_einsum {
-    int n_in, n_labels;
-    int64_t size[KN_EINSUM_MAX_LABELS];
-    int in_rank[KN_EINSUM_MAX_INPUTS];
-    int8_t in_label[KN_EINSUM_MAX_INPUTS][KN_MAX_RANK];
-    int out_rank;
-    int8_t out_label[KN_MAX_RANK];
-} kn_einsum;
-
-kiln_status kn_einsum_parse(const char *equation, int n_in, const kn_tensor *in, kn_einsum *e);
-
-/* NonMaxSuppression: the selected (batch, class, box) triples in output order, kn_malloc'd
- * into *sel (3 * *count values; NULL when none). Returns KN_NEED_DATA if any input's data is
- * not known yet. */
-kiln_status kn_nms_select(const kn_node *n, int n_in, const kn_tensor *in, int64_t **sel,
-                          int64_t *count);
 #endif

@@ -1,5 +1,4 @@
-/* Kernels that sample an input at computed coordinates: DeformConv (2-D, bilinear samples at
- * offset kernel taps, zero outside the image) and AffineGrid. */
+/* DeformConv (2-D): bilinear samples at offset kernel taps, zero outside the image. */
 #include "backend/cpu/f32_stage.h"
 #include "core/alloc.h"
 #include "ops/nn/conv_geom.h"
@@ -65,21 +64,21 @@ static void deform_range(void *arg, int64_t begin, int64_t end) {
     }
 }
 
-kiln_status cpu_extra_deform_conv(kn_kernel_ctx *k) {
+kiln_status kn_cpu_deform_conv(kn_kernel_ctx *k) {
     deform_job j = {.og = kn_attr_int(k->node, "offset_group", 1)};
     KN_TRY(kn_conv_geom_init(k->node, &k->in[0].shape, &k->in[1].shape, false, &j.g));
-    cpu_xf32 x = {0}, w = {0}, off = {0}, bias = {0}, mask = {0}, y = {0};
-    kiln_status rc = cpu_extra_in_f32(&k->in[0], &x);
+    kn_cpu_f32 x = {0}, w = {0}, off = {0}, bias = {0}, mask = {0}, y = {0};
+    kiln_status rc = kn_cpu_f32_in(&k->in[0], &x);
     if (rc == KILN_OK)
-        rc = cpu_extra_in_f32(&k->in[1], &w);
+        rc = kn_cpu_f32_in(&k->in[1], &w);
     if (rc == KILN_OK)
-        rc = cpu_extra_in_f32(&k->in[2], &off);
+        rc = kn_cpu_f32_in(&k->in[2], &off);
     if (rc == KILN_OK && k->n_in > 3 && k->in[3].dtype != 0)
-        rc = cpu_extra_in_f32(&k->in[3], &bias);
+        rc = kn_cpu_f32_in(&k->in[3], &bias);
     if (rc == KILN_OK && k->n_in > 4 && k->in[4].dtype != 0)
-        rc = cpu_extra_in_f32(&k->in[4], &mask);
+        rc = kn_cpu_f32_in(&k->in[4], &mask);
     if (rc == KILN_OK)
-        rc = cpu_extra_out_f32(&k->out[0], &y);
+        rc = kn_cpu_f32_out(&k->out[0], &y);
     if (rc == KILN_OK) {
         j.x = x.p;
         j.w = w.p;
@@ -88,45 +87,13 @@ kiln_status cpu_extra_deform_conv(kn_kernel_ctx *k) {
         j.mask = mask.p;
         j.y = y.p;
         kn_parallel_for(k->pool, j.g.n * j.g.c_out, 1, deform_range, &j);
-        cpu_extra_commit(&k->out[0], &y);
+        kn_cpu_f32_commit(&k->out[0], &y);
     }
-    cpu_extra_release(&y);
-    cpu_extra_release(&mask);
-    cpu_extra_release(&bias);
-    cpu_extra_release(&off);
-    cpu_extra_release(&w);
-    cpu_extra_release(&x);
+    kn_cpu_f32_release(&y);
+    kn_cpu_f32_release(&mask);
+    kn_cpu_f32_release(&bias);
+    kn_cpu_f32_release(&off);
+    kn_cpu_f32_release(&w);
+    kn_cpu_f32_release(&x);
     return rc;
-}
-
-/* Normalised coordinate of sample i of n along one axis. */
-static double grid_coord(int64_t i, int64_t n, bool align) {
-    if (align)
-        return n > 1 ? -1.0 + 2.0 * (double)i / (double)(n - 1) : -1.0;
-    return -1.0 + (2.0 * (double)i + 1.0) / (double)n;
-}
-
-kiln_status cpu_extra_affine_grid(kn_kernel_ctx *k) {
-    const kn_tensor *theta = &k->in[0];
-    kn_tensor *y = &k->out[0];
-    bool align = kn_attr_int(k->node, "align_corners", 0) != 0;
-    int nd = y->shape.rank - 2; /* 2 or 3 spatial dims */
-    int64_t n = y->shape.d[0], d = nd == 3 ? y->shape.d[1] : 1;
-    int64_t h = y->shape.d[nd == 3 ? 2 : 1], w = y->shape.d[nd == 3 ? 3 : 2];
-    int64_t cols = nd + 1;
-    for (int64_t b = 0; b < n; b++)
-        for (int64_t z = 0; z < d; z++)
-            for (int64_t r = 0; r < h; r++)
-                for (int64_t c = 0; c < w; c++) {
-                    double p[4] = {grid_coord(c, w, align), grid_coord(r, h, align),
-                                   nd == 3 ? grid_coord(z, d, align) : 1.0, 1.0};
-                    int64_t base = (((b * d + z) * h + r) * w + c) * nd;
-                    for (int o = 0; o < nd; o++) {
-                        double acc = 0.0;
-                        for (int e = 0; e < cols; e++)
-                            acc += kn_tensor_get_f64(theta, (b * nd + o) * cols + e) * p[e];
-                        kn_tensor_set_f64(y, base + o, acc);
-                    }
-                }
-    return KILN_OK;
 }
