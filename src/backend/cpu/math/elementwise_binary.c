@@ -12,7 +12,7 @@
 #include <math.h>
 
 #define EW_BL_LOOP(name, sfx, TT, UU, TY, EXPR)                                                    \
-    EW_CLONES static void b_##name##_##sfx(const void *pa, int64_t sa, const void *pb, int64_t sb, \
+    KN_CLONES static void b_##name##_##sfx(const void *pa, int64_t sa, const void *pb, int64_t sb, \
                                            void *py, int64_t n) {                                  \
         typedef TT T;                                                                              \
         typedef UU U;                                                                              \

@@ -3,18 +3,12 @@
 #ifndef KN_CPU_ELEMENTWISE_IMPL_H
 #define KN_CPU_ELEMENTWISE_IMPL_H
 
+#include "backend/cpu/clones.h"
 #include "backend/cpu/cpu.h"
 #include "ops/fused_elementwise.h"
 
 #include <stdbool.h>
 #include <stdint.h>
-
-/* Hot loops get an AVX2 clone picked at load time (ifunc); other targets use the baseline. */
-#if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__)
-#define EW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define EW_CLONES
-#endif
 
 /* Element-wise loops may run in place (y == x exactly), which GCC's run-time overlap check
  * treats as overlap, falling back to scalar code. Element i reads only element i, so

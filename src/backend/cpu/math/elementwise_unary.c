@@ -143,7 +143,7 @@ static inline float ew_erff(float x) {
     X(KN_EW_CLIP, clip, (x < pa ? pa : x) > pb ? pb : (x < pa ? pa : x))
 
 #define EW_UF_LOOP(name, sfx, TT, EXPR)                                                            \
-    EW_CLONES static void u_##name##_##sfx(const void *px, void *py, int64_t n,                    \
+    KN_CLONES static void u_##name##_##sfx(const void *px, void *py, int64_t n,                    \
                                            const ew_params *p) {                                   \
         typedef TT T;                                                                              \
         const T *X = px;                                                                           \

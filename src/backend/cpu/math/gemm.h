@@ -6,6 +6,7 @@
 #ifndef KN_CPU_GEMM_H
 #define KN_CPU_GEMM_H
 
+#include "backend/backend.h"
 #include "core/status.h"
 #include "core/threadpool.h"
 
@@ -89,5 +90,10 @@ const char *kn_gemm_isa(void);
 /* Force a micro-kernel ("avx512", "avx2", "scalar") for tests; false if unsupported here.
  * Not thread-safe; packed operands made before a switch must not be used after it. */
 bool kn_gemm_force_isa(const char *name);
+
+/* Activation and residual of a Conv, ConvTranspose, Gemm or MatMul node from its fused
+ * attributes; the residual is input `residual_at` when kiln_residual is set (ep->ldr is left
+ * for the caller). */
+kiln_status kn_cpu_fused_epilogue(const kn_kernel_ctx *k, int residual_at, kn_epilogue *ep);
 
 #endif

@@ -1,18 +1,13 @@
 /* GEMM epilogue and activations. Loops are cloned per ISA (target_clones) so they vectorize on
  * AVX2/AVX-512 machines while the build stays generic; exp is a polynomial so that sigmoid
  * vectorizes too (relative error ~2e-7 over the clamped range). */
+#include "backend/cpu/clones.h"
 #include "backend/cpu/math/gemm.h"
+#include "ops/nn/conv_geom.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-
-/* ThreadSanitizer instruments ifunc resolvers, which run before it is initialised. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
-#define KN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define KN_CLONES
-#endif
 
 static inline float exp_poly(float in) {
     /* Bounds keep 2^n a normal float: n stays in [-126, 127]. Written so NaN takes a bound
@@ -87,4 +82,17 @@ void kn_epilogue_apply(const kn_epilogue *ep, float *c, int64_t ldc, int64_t i0,
             add_row(row, ep->residual + (i0 + i) * ep->ldr + j0, n);
         kn_act_apply(ep->act, ep->alpha, ep->beta, row, n);
     }
+}
+
+kiln_status kn_cpu_fused_epilogue(const kn_kernel_ctx *k, int residual_at, kn_epilogue *ep) {
+    bool residual;
+    KN_TRY(kn_fused_attrs(k->node, &ep->act, &ep->alpha, &ep->beta, &residual));
+    ep->residual = NULL;
+    if (residual) {
+        if (residual_at >= k->n_in || k->in[residual_at].data == NULL)
+            return kn_error(KILN_ERR_MODEL, "kiln_residual is set but input %d is missing",
+                            residual_at);
+        ep->residual = k->in[residual_at].data;
+    }
+    return KILN_OK;
 }

@@ -1,5 +1,6 @@
 /* Gemm and MatMul. Constant B operands (weights) are packed once in prepare. */
-#include "backend/cpu/nn/conv.h"
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/math/gemm.h"
 
 #include "core/alloc.h"
 

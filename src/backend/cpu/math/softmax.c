@@ -138,7 +138,7 @@ typedef struct sm_args {
     float *y;
 } sm_args;
 
-KN_RED_CLONES static void sm_row(int op, const float *x, float *y, int64_t n) {
+KN_CLONES static void sm_row(int op, const float *x, float *y, int64_t n) {
     float m = row_max(x, n);
     if (op == SM_HARDMAX) {
         memset(y, 0, (size_t)n * sizeof(float));
@@ -179,7 +179,7 @@ static void sm_rows(void *arg, int64_t begin, int64_t end) {
 #define SM_TILE 256
 
 /* One tile of up to SM_TILE columns of one [n, inner] block. */
-KN_RED_CLONES static void sm_tile(const sm_args *a, const float *x, float *y, int64_t w) {
+KN_CLONES static void sm_tile(const sm_args *a, const float *x, float *y, int64_t w) {
     float m[SM_TILE], s[SM_TILE];
     int64_t n = a->n, ld = a->inner;
     for (int64_t c = 0; c < w; c++) {

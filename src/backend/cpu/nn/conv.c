@@ -341,19 +341,6 @@ static void pack_im2col_nd(void *arg, int64_t k0, int64_t kc, int64_t n0, int64_
     }
 }
 
-kiln_status kn_cpu_fused_epilogue(const kn_kernel_ctx *k, int residual_at, kn_epilogue *ep) {
-    bool residual;
-    KN_TRY(kn_fused_attrs(k->node, &ep->act, &ep->alpha, &ep->beta, &residual));
-    ep->residual = NULL;
-    if (residual) {
-        if (residual_at >= k->n_in || k->in[residual_at].data == NULL)
-            return kn_error(KILN_ERR_MODEL, "kiln_residual is set but input %d is missing",
-                            residual_at);
-        ep->residual = k->in[residual_at].data;
-    }
-    return KILN_OK;
-}
-
 kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
     kn_conv_geom g;
     KN_TRY(kn_conv_geom_init(k->node, &k->in[0].shape, &k->in[1].shape, false, &g));

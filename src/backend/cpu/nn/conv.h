@@ -1,18 +1,12 @@
-/* CPU kernels for the nn family (Conv, ConvTranspose, Gemm, MatMul): shared declarations. */
-#ifndef KN_CPU_NN_INTERNAL_H
-#define KN_CPU_NN_INTERNAL_H
+/* Convolution kernels (Conv, ConvTranspose, depthwise, Winograd, the AVX-512 pieces in arch/):
+ * shared declarations. */
+#ifndef KN_CPU_CONV_H
+#define KN_CPU_CONV_H
 
+#include "backend/cpu/clones.h"
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/math/gemm.h"
 #include "ops/nn/conv_geom.h"
-
-/* Per-ISA clones of simple loops so they vectorize on AVX2/AVX-512 machines. ThreadSanitizer
- * instruments ifunc resolvers, which run before it is initialised, so clones stay out there. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
-#define KN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define KN_CLONES
-#endif
 
 /* A 1-D or 2-D convolution seen as 2-D (a 1-D one has height 1). */
 typedef struct kn_conv2d {
@@ -32,8 +26,6 @@ static inline void kn_conv_as_2d(const kn_conv_geom *g, kn_conv2d *c) {
     }
 }
 
-/* Activation and residual from the node's fused attributes; the residual is input
- * `residual_at` when kiln_residual is set (ep->ldr is left for the caller). */
 /* im2col geometry for kn_cpu_im2col_pack_avx512: element (k, col) of the column matrix, with
  * k = (ci, ky, kx) and col = (oh, ow), is x[ci * plane + hoff[kx] + ih * row + ow + xoff[kx]]
  * where ih = oh * sh - ph + ky * dh, or zero when ih is outside [0, h) or the column outside
@@ -48,8 +40,6 @@ typedef struct kn_im2col2d {
 /* A kn_gemm_pack_fn for 32-wide panels (the AVX-512 GEMM). */
 void kn_cpu_im2col_pack_avx512(const kn_im2col2d *g, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
                                float *dst);
-
-kiln_status kn_cpu_fused_epilogue(const kn_kernel_ctx *k, int residual_at, kn_epilogue *ep);
 
 /* One output row of a depthwise convolution, for the per-ISA row kernels. */
 typedef struct kn_dw_row {

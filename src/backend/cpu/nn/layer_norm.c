@@ -89,7 +89,7 @@ static void ln_rows_avx512(void *arg, int64_t begin, int64_t end) {
 #define LN_HAVE_AVX512 0
 #endif
 
-KN_RED_CLONES static void ln_rows(void *arg, int64_t begin, int64_t end) {
+KN_CLONES static void ln_rows(void *arg, int64_t begin, int64_t end) {
     const ln_args *a = arg;
     int64_t d = a->d;
     for (int64_t r = begin; r < end; r++) {

@@ -6,7 +6,7 @@
 #include <math.h>
 #include <stdint.h>
 
-KN_RED_CLONES void cpu_norm_moments(const float *x, int64_t n, double *mean, double *var) {
+KN_CLONES void cpu_norm_moments(const float *x, int64_t n, double *mean, double *var) {
     double s[8] = {0}, t = 0;
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
@@ -74,7 +74,7 @@ typedef struct plane_args {
     bool per_group_affine;
 } plane_args;
 
-KN_RED_CLONES static void bn_planes(void *arg, int64_t begin, int64_t end) {
+KN_CLONES static void bn_planes(void *arg, int64_t begin, int64_t end) {
     const plane_args *p = arg;
     for (int64_t u = begin; u < end; u++) {
         int64_t c = u % p->c;
@@ -82,7 +82,7 @@ KN_RED_CLONES static void bn_planes(void *arg, int64_t begin, int64_t end) {
     }
 }
 
-KN_RED_CLONES static void in_planes(void *arg, int64_t begin, int64_t end) {
+KN_CLONES static void in_planes(void *arg, int64_t begin, int64_t end) {
     const plane_args *p = arg;
     for (int64_t u = begin; u < end; u++) {
         int64_t c = u % p->c;
@@ -94,7 +94,7 @@ KN_RED_CLONES static void in_planes(void *arg, int64_t begin, int64_t end) {
     }
 }
 
-KN_RED_CLONES static void gn_groups(void *arg, int64_t begin, int64_t end) {
+KN_CLONES static void gn_groups(void *arg, int64_t begin, int64_t end) {
     const plane_args *p = arg;
     int64_t cpg = p->c / p->groups, len = cpg * p->plane;
     for (int64_t u = begin; u < end; u++) {

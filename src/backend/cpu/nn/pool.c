@@ -127,7 +127,7 @@ static float win_lp(const pool_args *a, const float *x, const tap_range *t) {
     return (float)(a->p == 2 ? sqrt(acc) : pow(acc, 1.0 / a->p));
 }
 
-KN_RED_CLONES static void pool_planes(void *arg, int64_t begin, int64_t end) {
+KN_CLONES static void pool_planes(void *arg, int64_t begin, int64_t end) {
     const pool_args *a = arg;
     for (int64_t u = begin; u < end; u++) {
         const float *x = a->x + u * a->in_plane;
@@ -172,7 +172,7 @@ static bool pool2d_fast(const pool_args *a) {
            a->d[1] == 1 && a->d[2] == 1 && a->out[2] <= KN_POOL_ROW_MAX;
 }
 
-KN_RED_CLONES static void pool2d_planes(void *arg, int64_t begin, int64_t end) {
+KN_CLONES static void pool2d_planes(void *arg, int64_t begin, int64_t end) {
     const pool_args *a = arg;
     int64_t W = a->in[2], OH = a->out[1], OW = a->out[2], s = a->s[2], pb = a->pb[2];
     bool is_max = a->kind == POOL_MAX;
@@ -290,7 +290,7 @@ typedef struct global_args {
     float *y;
 } global_args;
 
-KN_RED_CLONES static void global_planes(void *arg, int64_t begin, int64_t end) {
+KN_CLONES static void global_planes(void *arg, int64_t begin, int64_t end) {
     const global_args *a = arg;
     for (int64_t u = begin; u < end; u++) {
         const float *x = a->x + u * a->plane;

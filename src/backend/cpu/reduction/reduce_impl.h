@@ -3,18 +3,10 @@
 #ifndef KN_CPU_REDUCE_IMPL_H
 #define KN_CPU_REDUCE_IMPL_H
 
+#include "backend/cpu/clones.h"
 #include "backend/cpu/cpu.h"
 
 #include <stdbool.h>
-
-/* Hot loops are cloned per ISA so they vectorize on AVX2/AVX-512 machines while the build
- * stays generic. ThreadSanitizer instruments ifunc resolvers, which run before it is
- * initialised, so clones stay out there. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
-#define KN_RED_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define KN_RED_CLONES
-#endif
 
 /* Mean and (population) variance of n contiguous floats, accumulated in double. */
 void cpu_norm_moments(const float *x, int64_t n, double *mean, double *var);

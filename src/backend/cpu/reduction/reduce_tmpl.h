@@ -159,7 +159,7 @@ static RT_ACC RT_FN(rt_finish)(int op, RT_ACC acc, int64_t count, RT_ACC shift) 
 }
 
 /* Units whose innermost reduced run is contiguous: one output element each. */
-KN_RED_CLONES static void RT_FN(rt_rows)(void *arg, int64_t begin, int64_t end) {
+KN_CLONES static void RT_FN(rt_rows)(void *arg, int64_t begin, int64_t end) {
     const red_plan *p = arg;
     const RT_T *x = p->x;
     RT_ACC *out = p->acc;
@@ -176,7 +176,7 @@ KN_RED_CLONES static void RT_FN(rt_rows)(void *arg, int64_t begin, int64_t end) 
 }
 
 /* Units ending in a kept contiguous run of `inner` outputs, accumulated row by row. */
-KN_RED_CLONES static void RT_FN(rt_cols)(void *arg, int64_t begin, int64_t end) {
+KN_CLONES static void RT_FN(rt_cols)(void *arg, int64_t begin, int64_t end) {
     const red_plan *p = arg;
     const RT_T *x = p->x;
     int64_t b = p->inner;
