@@ -2,6 +2,8 @@
 #include "backend/cpu/f32_stage.h"
 #include "core/alloc.h"
 
+#include <stdint.h>
+
 kiln_status kn_cpu_f32_in(const kn_tensor *t, kn_cpu_f32 *v) {
     v->owned = false;
     if (t->dtype == KILN_DTYPE_FLOAT32) {
@@ -14,8 +16,23 @@ kiln_status kn_cpu_f32_in(const kn_tensor *t, kn_cpu_f32 *v) {
         return kn_error(KILN_ERR_OUT_OF_MEMORY, "no memory for a float32 copy of %lld elements",
                         (long long)n);
     v->owned = true;
-    for (int64_t i = 0; i < n; i++)
-        v->p[i] = (float)kn_tensor_get_f64(t, i);
+    /* The common float types convert directly; the rest go through the generic accessor. */
+    if (t->dtype == KILN_DTYPE_FLOAT16) {
+        const uint16_t *s = t->data;
+        for (int64_t i = 0; i < n; i++)
+            v->p[i] = kn_half_to_float(s[i]);
+    } else if (t->dtype == KILN_DTYPE_BFLOAT16) {
+        const uint16_t *s = t->data;
+        for (int64_t i = 0; i < n; i++)
+            v->p[i] = kn_bf16_to_float(s[i]);
+    } else if (t->dtype == KILN_DTYPE_FLOAT64) {
+        const double *s = t->data;
+        for (int64_t i = 0; i < n; i++)
+            v->p[i] = (float)s[i];
+    } else {
+        for (int64_t i = 0; i < n; i++)
+            v->p[i] = (float)kn_tensor_get_f64(t, i);
+    }
     return KILN_OK;
 }
 
@@ -36,8 +53,22 @@ kiln_status kn_cpu_f32_out(kn_tensor *t, kn_cpu_f32 *v) {
 void kn_cpu_f32_commit(kn_tensor *t, kn_cpu_f32 *v) {
     if (v->owned) {
         int64_t n = kn_tensor_numel(t);
-        for (int64_t i = 0; i < n; i++)
-            kn_tensor_set_f64(t, i, v->p[i]);
+        if (t->dtype == KILN_DTYPE_FLOAT16) {
+            uint16_t *d = t->data;
+            for (int64_t i = 0; i < n; i++)
+                d[i] = kn_float_to_half(v->p[i]);
+        } else if (t->dtype == KILN_DTYPE_BFLOAT16) {
+            uint16_t *d = t->data;
+            for (int64_t i = 0; i < n; i++)
+                d[i] = kn_float_to_bf16(v->p[i]);
+        } else if (t->dtype == KILN_DTYPE_FLOAT64) {
+            double *d = t->data;
+            for (int64_t i = 0; i < n; i++)
+                d[i] = v->p[i];
+        } else {
+            for (int64_t i = 0; i < n; i++)
+                kn_tensor_set_f64(t, i, v->p[i]);
+        }
     }
     kn_cpu_f32_release(v);
 }

@@ -67,15 +67,15 @@ kiln_status cpu_red_loss(kn_kernel_ctx *k) {
     const char *red = kn_attr_string(k->node, "reduction", "mean");
     bool none = strcmp(red, "none") == 0, mean = strcmp(red, "mean") == 0;
     bool want_lp = sce && k->n_out > 1 && k->node->out[1] >= 0;
-    cpu_f32_view xv = {0}, wv = {0}, lv = {0}, ov = {0};
+    kn_cpu_f32 xv = {0}, wv = {0}, lv = {0}, ov = {0};
     float *scratch = NULL;
-    kiln_status rc = cpu_red_f32_acquire(x, &xv);
+    kiln_status rc = kn_cpu_f32_in(x, &xv);
     if (rc == KILN_OK && k->n_in > 2 && k->in[2].dtype != 0)
-        rc = cpu_red_f32_acquire(&k->in[2], &wv);
+        rc = kn_cpu_f32_in(&k->in[2], &wv);
     if (rc == KILN_OK && want_lp)
-        rc = cpu_red_f32_output(&k->out[1], &lv);
+        rc = kn_cpu_f32_out(&k->out[1], &lv);
     if (rc == KILN_OK && none)
-        rc = cpu_red_f32_output(&k->out[0], &ov);
+        rc = kn_cpu_f32_out(&k->out[0], &ov);
     if (rc != KILN_OK)
         goto out;
     a.weight = wv.p;
@@ -98,16 +98,16 @@ kiln_status cpu_red_loss(kn_kernel_ctx *k) {
     if (rc != KILN_OK)
         goto out;
     if (none)
-        cpu_red_f32_commit(&k->out[0], &ov);
+        kn_cpu_f32_commit(&k->out[0], &ov);
     else
         kn_tensor_set_f64(&k->out[0], 0, mean ? sum / wsum : sum);
     if (want_lp)
-        cpu_red_f32_commit(&k->out[1], &lv);
+        kn_cpu_f32_commit(&k->out[1], &lv);
 out:
     kn_free(scratch);
-    cpu_red_f32_release(&ov);
-    cpu_red_f32_release(&lv);
-    cpu_red_f32_release(&wv);
-    cpu_red_f32_release(&xv);
+    kn_cpu_f32_release(&ov);
+    kn_cpu_f32_release(&lv);
+    kn_cpu_f32_release(&wv);
+    kn_cpu_f32_release(&xv);
     return rc;
 }

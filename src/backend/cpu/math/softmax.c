@@ -243,11 +243,11 @@ kiln_status cpu_red_softmax(kn_kernel_ctx *k) {
     KN_TRY(kn_softmax_geometry(k->node, &x->shape, &a.outer, &a.n, &a.inner));
     if (kn_tensor_numel(x) == 0)
         return KILN_OK;
-    cpu_f32_view xv, yv;
-    KN_TRY(cpu_red_f32_acquire(x, &xv));
-    kiln_status rc = cpu_red_f32_output(y, &yv);
+    kn_cpu_f32 xv, yv;
+    KN_TRY(kn_cpu_f32_in(x, &xv));
+    kiln_status rc = kn_cpu_f32_out(y, &yv);
     if (rc != KILN_OK) {
-        cpu_red_f32_release(&xv);
+        kn_cpu_f32_release(&xv);
         return rc;
     }
     a.x = xv.p;
@@ -262,7 +262,7 @@ kiln_status cpu_red_softmax(kn_kernel_ctx *k) {
         int64_t tiles = (a.inner + SM_TILE - 1) / SM_TILE;
         kn_parallel_for(k->pool, a.outer * tiles, 1, sm_tiles, &a);
     }
-    cpu_red_f32_commit(y, &yv);
-    cpu_red_f32_release(&xv);
+    kn_cpu_f32_commit(y, &yv);
+    kn_cpu_f32_release(&xv);
     return KILN_OK;
 }

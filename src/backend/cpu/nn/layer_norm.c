@@ -116,7 +116,7 @@ KN_CLONES static void ln_rows(void *arg, int64_t begin, int64_t end) {
 }
 
 /* Broadcasts t (right-aligned against x's dims from axis on) to a dense row of d floats. */
-static float *ln_expand(const cpu_f32_view *v, const kn_tensor *t, const kn_shape *x, int64_t axis,
+static float *ln_expand(const kn_cpu_f32 *v, const kn_tensor *t, const kn_shape *x, int64_t axis,
                         int64_t d) {
     if (kn_tensor_numel(t) == d)
         return v->p;
@@ -152,20 +152,20 @@ kiln_status cpu_norm_layernorm(kn_kernel_ctx *k) {
     for (int32_t i = (int32_t)axis; i < x->shape.rank; i++)
         d *= x->shape.d[i];
     int64_t rows = d > 0 ? kn_tensor_numel(x) / d : 0;
-    cpu_f32_view xv = {0}, sv = {0}, bv = {0}, yv = {0}, mv = {0}, iv = {0};
+    kn_cpu_f32 xv = {0}, sv = {0}, bv = {0}, yv = {0}, mv = {0}, iv = {0};
     float *scale = NULL, *bias = NULL;
     bool has_b = k->n_in > 2 && k->in[2].dtype != 0;
-    kiln_status rc = cpu_red_f32_acquire(x, &xv);
+    kiln_status rc = kn_cpu_f32_in(x, &xv);
     if (rc == KILN_OK)
-        rc = cpu_red_f32_acquire(&k->in[1], &sv);
+        rc = kn_cpu_f32_in(&k->in[1], &sv);
     if (rc == KILN_OK && has_b)
-        rc = cpu_red_f32_acquire(&k->in[2], &bv);
+        rc = kn_cpu_f32_in(&k->in[2], &bv);
     if (rc == KILN_OK)
-        rc = cpu_red_f32_output(&k->out[0], &yv);
+        rc = kn_cpu_f32_out(&k->out[0], &yv);
     if (rc == KILN_OK && out_present(k, 1))
-        rc = cpu_red_f32_output(&k->out[1], &mv);
+        rc = kn_cpu_f32_out(&k->out[1], &mv);
     if (rc == KILN_OK && out_present(k, 2))
-        rc = cpu_red_f32_output(&k->out[2], &iv);
+        rc = kn_cpu_f32_out(&k->out[2], &iv);
     if (rc != KILN_OK)
         goto out;
     scale = ln_expand(&sv, &k->in[1], &x->shape, axis, d);
@@ -190,22 +190,22 @@ kiln_status cpu_norm_layernorm(kn_kernel_ctx *k) {
 #endif
     if (rows > 0 && d > 0)
         kn_parallel_for(k->pool, rows, d >= 8192 ? 1 : 8192 / d, rows_fn, &a);
-    cpu_red_f32_commit(&k->out[0], &yv);
+    kn_cpu_f32_commit(&k->out[0], &yv);
     if (mv.p != NULL)
-        cpu_red_f32_commit(&k->out[1], &mv);
+        kn_cpu_f32_commit(&k->out[1], &mv);
     if (iv.p != NULL)
-        cpu_red_f32_commit(&k->out[2], &iv);
+        kn_cpu_f32_commit(&k->out[2], &iv);
 out:
     if (scale != sv.p)
         kn_free(scale);
     if (bias != bv.p)
         kn_free(bias);
-    cpu_red_f32_release(&xv);
-    cpu_red_f32_release(&sv);
-    cpu_red_f32_release(&bv);
-    cpu_red_f32_release(&yv);
-    cpu_red_f32_release(&mv);
-    cpu_red_f32_release(&iv);
+    kn_cpu_f32_release(&xv);
+    kn_cpu_f32_release(&sv);
+    kn_cpu_f32_release(&bv);
+    kn_cpu_f32_release(&yv);
+    kn_cpu_f32_release(&mv);
+    kn_cpu_f32_release(&iv);
     return rc;
 }
 
@@ -220,9 +220,9 @@ kiln_status cpu_norm_lpnorm(kn_kernel_ctx *k) {
         else if (i > axis)
             inner *= x->shape.d[i];
     }
-    cpu_f32_view xv = {0}, yv = {0};
-    KN_TRY(cpu_red_f32_acquire(x, &xv));
-    kiln_status rc = cpu_red_f32_output(&k->out[0], &yv);
+    kn_cpu_f32 xv = {0}, yv = {0};
+    KN_TRY(kn_cpu_f32_in(x, &xv));
+    kiln_status rc = kn_cpu_f32_out(&k->out[0], &yv);
     if (rc != KILN_OK)
         goto out;
     for (int64_t o = 0; o < outer; o++)
@@ -236,10 +236,10 @@ kiln_status cpu_norm_lpnorm(kn_kernel_ctx *k) {
             for (int64_t i = 0; i < n; i++)
                 ys[i * inner] = xs[i * inner] / norm;
         }
-    cpu_red_f32_commit(&k->out[0], &yv);
+    kn_cpu_f32_commit(&k->out[0], &yv);
 out:
-    cpu_red_f32_release(&yv);
-    cpu_red_f32_release(&xv);
+    kn_cpu_f32_release(&yv);
+    kn_cpu_f32_release(&xv);
     return rc;
 }
 
@@ -274,10 +274,10 @@ kiln_status cpu_norm_mvn(kn_kernel_ctx *k) {
         if (!reduced[q])
             groups *= x->shape.d[q];
     int64_t n = kn_tensor_numel(x), per = groups > 0 ? n / groups : 0;
-    cpu_f32_view xv = {0}, yv = {0};
+    kn_cpu_f32 xv = {0}, yv = {0};
     double *st = NULL;
-    KN_TRY(cpu_red_f32_acquire(x, &xv));
-    kiln_status rc = cpu_red_f32_output(&k->out[0], &yv);
+    KN_TRY(kn_cpu_f32_in(x, &xv));
+    kiln_status rc = kn_cpu_f32_out(&k->out[0], &yv);
     if (rc != KILN_OK)
         goto out;
     st = kn_calloc((size_t)(groups > 0 ? groups : 1) * 2, sizeof(double));
@@ -299,11 +299,11 @@ kiln_status cpu_norm_mvn(kn_kernel_ctx *k) {
         int64_t g = mvn_group(i, &x->shape, reduced);
         yv.p[i] = (float)((xv.p[i] - st[2 * g]) / st[2 * g + 1]);
     }
-    cpu_red_f32_commit(&k->out[0], &yv);
+    kn_cpu_f32_commit(&k->out[0], &yv);
 out:
     kn_free(st);
-    cpu_red_f32_release(&yv);
-    cpu_red_f32_release(&xv);
+    kn_cpu_f32_release(&yv);
+    kn_cpu_f32_release(&xv);
     return rc;
 }
 
@@ -343,16 +343,16 @@ kiln_status cpu_norm_lrn(kn_kernel_ctx *k) {
                   .alpha_n = kn_attr_float(k->node, "alpha", 1e-4f) / (float)size,
                   .beta = kn_attr_float(k->node, "beta", 0.75f),
                   .bias = kn_attr_float(k->node, "bias", 1.0f)};
-    cpu_f32_view xv = {0}, yv = {0};
-    KN_TRY(cpu_red_f32_acquire(x, &xv));
-    kiln_status rc = cpu_red_f32_output(&k->out[0], &yv);
+    kn_cpu_f32 xv = {0}, yv = {0};
+    KN_TRY(kn_cpu_f32_in(x, &xv));
+    kiln_status rc = kn_cpu_f32_out(&k->out[0], &yv);
     if (rc == KILN_OK) {
         a.x = xv.p;
         a.y = yv.p;
         kn_parallel_for(k->pool, nc, 1, lrn_planes, &a);
-        cpu_red_f32_commit(&k->out[0], &yv);
+        kn_cpu_f32_commit(&k->out[0], &yv);
     }
-    cpu_red_f32_release(&yv);
-    cpu_red_f32_release(&xv);
+    kn_cpu_f32_release(&yv);
+    kn_cpu_f32_release(&xv);
     return rc;
 }

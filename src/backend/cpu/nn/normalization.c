@@ -40,17 +40,17 @@ static void affine(const float *x, float *y, int64_t n, float a, float b) {
 
 /* Up to 5 float32 views: inputs converted on acquire, released together. */
 typedef struct views {
-    cpu_f32_view v[5];
+    kn_cpu_f32 v[5];
     int n;
 } views;
 
 static kiln_status views_acquire(views *vs, const kn_kernel_ctx *k, int count) {
     vs->n = 0;
     for (int i = 0; i < count; i++) {
-        kiln_status rc = cpu_red_f32_acquire(&k->in[i], &vs->v[i]);
+        kiln_status rc = kn_cpu_f32_in(&k->in[i], &vs->v[i]);
         if (rc != KILN_OK) {
             for (int j = 0; j < vs->n; j++)
-                cpu_red_f32_release(&vs->v[j]);
+                kn_cpu_f32_release(&vs->v[j]);
             return rc;
         }
         vs->n++;
@@ -60,7 +60,7 @@ static kiln_status views_acquire(views *vs, const kn_kernel_ctx *k, int count) {
 
 static void views_release(views *vs) {
     for (int i = 0; i < vs->n; i++)
-        cpu_red_f32_release(&vs->v[i]);
+        kn_cpu_f32_release(&vs->v[i]);
 }
 
 typedef struct plane_args {
@@ -149,9 +149,9 @@ kiln_status kn_cpu_cpu_norm_batchnorm(kn_kernel_ctx *k) {
     float eps = kn_attr_float(k->node, "epsilon", 1e-5f);
     bool training = k->node->opset >= 14 && kn_attr_int(k->node, "training_mode", 0) != 0;
     views vs;
-    cpu_f32_view yv = {0};
+    kn_cpu_f32 yv = {0};
     KN_TRY(views_acquire(&vs, k, 5));
-    kiln_status rc = cpu_red_f32_output(&k->out[0], &yv);
+    kiln_status rc = kn_cpu_f32_out(&k->out[0], &yv);
     float *ab = rc == KILN_OK ? kn_malloc((size_t)(ch > 0 ? ch : 1) * 4 * sizeof(float)) : NULL;
     if (rc == KILN_OK && ab == NULL)
         rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "no memory for batch-norm coefficients");
@@ -169,11 +169,11 @@ kiln_status kn_cpu_cpu_norm_batchnorm(kn_kernel_ctx *k) {
     }
     plane_args p = {.x = vs.v[0].p, .y = yv.p, .c = ch, .plane = plane, .a = ab, .b = ab + ch};
     kn_parallel_for(k->pool, n * ch, plane_grain(plane), bn_planes, &p);
-    cpu_red_f32_commit(&k->out[0], &yv);
+    kn_cpu_f32_commit(&k->out[0], &yv);
 out:
     kn_free(ab);
     if (yv.owned)
-        cpu_red_f32_release(&yv);
+        kn_cpu_f32_release(&yv);
     views_release(&vs);
     return rc;
 }
@@ -185,9 +185,9 @@ kiln_status kn_cpu_cpu_norm_grouped(kn_kernel_ctx *k) {
     int64_t n = x->shape.d[0], ch = x->shape.d[1];
     int64_t plane = kn_tensor_numel(x) / (n * ch > 0 ? n * ch : 1);
     views vs;
-    cpu_f32_view yv = {0};
+    kn_cpu_f32 yv = {0};
     KN_TRY(views_acquire(&vs, k, 3));
-    kiln_status rc = cpu_red_f32_output(&k->out[0], &yv);
+    kiln_status rc = kn_cpu_f32_out(&k->out[0], &yv);
     if (rc != KILN_OK)
         goto out;
     plane_args p = {.x = vs.v[0].p,
@@ -204,10 +204,10 @@ kiln_status kn_cpu_cpu_norm_grouped(kn_kernel_ctx *k) {
     } else {
         kn_parallel_for(k->pool, n * ch, plane_grain(plane), in_planes, &p);
     }
-    cpu_red_f32_commit(&k->out[0], &yv);
+    kn_cpu_f32_commit(&k->out[0], &yv);
 out:
     if (yv.owned)
-        cpu_red_f32_release(&yv);
+        kn_cpu_f32_release(&yv);
     views_release(&vs);
     return rc;
 }

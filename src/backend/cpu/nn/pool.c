@@ -262,10 +262,10 @@ kiln_status kn_cpu_cpu_pool_window(kn_kernel_ctx *k) {
             tr[at + o] = taps(&a, dim, o);
         at += a.out[dim];
     }
-    cpu_f32_view xv = {0}, yv = {0};
-    kiln_status rc = cpu_red_f32_acquire(x, &xv);
+    kn_cpu_f32 xv = {0}, yv = {0};
+    kiln_status rc = kn_cpu_f32_in(x, &xv);
     if (rc == KILN_OK)
-        rc = cpu_red_f32_output(&k->out[0], &yv);
+        rc = kn_cpu_f32_out(&k->out[0], &yv);
     if (rc == KILN_OK) {
         a.x = xv.p;
         a.y = yv.p;
@@ -274,10 +274,10 @@ kiln_status kn_cpu_cpu_pool_window(kn_kernel_ctx *k) {
             work = work > INT64_MAX / a.k[d] ? INT64_MAX : work * a.k[d];
         kn_parallel_for(k->pool, planes, plane_grain(work),
                         pool2d_fast(&a) ? pool2d_planes : pool_planes, &a);
-        cpu_red_f32_commit(&k->out[0], &yv);
+        kn_cpu_f32_commit(&k->out[0], &yv);
     }
-    cpu_red_f32_release(&yv);
-    cpu_red_f32_release(&xv);
+    kn_cpu_f32_release(&yv);
+    kn_cpu_f32_release(&xv);
     kn_free(tr);
     return rc;
 }
@@ -335,16 +335,16 @@ kiln_status kn_cpu_cpu_pool_global(kn_kernel_ctx *k) {
     if (planes == 0)
         return KILN_OK;
     a.plane = kn_tensor_numel(x) / planes;
-    cpu_f32_view xv = {0}, yv = {0};
-    KN_TRY(cpu_red_f32_acquire(x, &xv));
-    kiln_status rc = cpu_red_f32_output(&k->out[0], &yv);
+    kn_cpu_f32 xv = {0}, yv = {0};
+    KN_TRY(kn_cpu_f32_in(x, &xv));
+    kiln_status rc = kn_cpu_f32_out(&k->out[0], &yv);
     if (rc == KILN_OK) {
         a.x = xv.p;
         a.y = yv.p;
         kn_parallel_for(k->pool, planes, plane_grain(a.plane), global_planes, &a);
-        cpu_red_f32_commit(&k->out[0], &yv);
+        kn_cpu_f32_commit(&k->out[0], &yv);
     }
-    cpu_red_f32_release(&yv);
-    cpu_red_f32_release(&xv);
+    kn_cpu_f32_release(&yv);
+    kn_cpu_f32_release(&xv);
     return rc;
 }

@@ -36,11 +36,11 @@ kiln_status cpu_pool_roi(kn_kernel_ctx *k) {
     int64_t n = x->shape.d[0], ch = x->shape.d[1], h = x->shape.d[2], w = x->shape.d[3];
     int64_t nroi = k->in[1].shape.d[0], ph = k->out[0].shape.d[2], pw = k->out[0].shape.d[3];
     float scale = kn_attr_float(k->node, "spatial_scale", 1.0f);
-    cpu_f32_view xv = {0}, rv = {0}, yv = {0};
-    KN_TRY(cpu_red_f32_acquire(x, &xv));
-    kiln_status rc = cpu_red_f32_acquire(&k->in[1], &rv);
+    kn_cpu_f32 xv = {0}, rv = {0}, yv = {0};
+    KN_TRY(kn_cpu_f32_in(x, &xv));
+    kiln_status rc = kn_cpu_f32_in(&k->in[1], &rv);
     if (rc == KILN_OK)
-        rc = cpu_red_f32_output(&k->out[0], &yv);
+        rc = kn_cpu_f32_out(&k->out[0], &yv);
     for (int64_t r = 0; rc == KILN_OK && r < nroi; r++) {
         const float *roi = rv.p + r * 5;
         if (!(roi[0] > -1.0f && roi[0] < (float)n)) { /* NaN too */
@@ -70,10 +70,10 @@ kiln_status cpu_pool_roi(kn_kernel_ctx *k) {
         }
     }
     if (rc == KILN_OK)
-        cpu_red_f32_commit(&k->out[0], &yv);
-    cpu_red_f32_release(&yv);
-    cpu_red_f32_release(&rv);
-    cpu_red_f32_release(&xv);
+        kn_cpu_f32_commit(&k->out[0], &yv);
+    kn_cpu_f32_release(&yv);
+    kn_cpu_f32_release(&rv);
+    kn_cpu_f32_release(&xv);
     return rc;
 }
 

@@ -169,8 +169,8 @@ static kiln_status red_input(const kn_tensor *x, red_engine e, void **buf, const
         (e == ENG_I64 && x->dtype == KILN_DTYPE_INT64))
         return KILN_OK;
     if (e == ENG_F32) {
-        cpu_f32_view v;
-        KN_TRY(cpu_red_f32_acquire(x, &v));
+        kn_cpu_f32 v;
+        KN_TRY(kn_cpu_f32_in(x, &v));
         *buf = v.p;
         *data = v.p;
         return KILN_OK;
