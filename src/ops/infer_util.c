@@ -1,16 +1,29 @@
 /* Checks and readers shared by the infer functions of several categories. */
 #include "ops/infer_util.h"
 
-kiln_status kn_infer_need(const kn_infer_ctx *c, int lo, int hi, int max_out) {
+static kiln_status need_inputs(const kn_infer_ctx *c, int lo, int hi) {
     if (c->n_in < lo || c->n_in > hi)
         return kn_error(KILN_ERR_MODEL, "%s takes %d to %d inputs, got %d", c->node->op_type, lo,
                         hi, c->n_in);
     for (int i = 0; i < lo; i++)
         if (!kn_has_input(c, i))
             return kn_error(KILN_ERR_MODEL, "input %d is required", i);
+    return KILN_OK;
+}
+
+kiln_status kn_infer_need(const kn_infer_ctx *c, int lo, int hi, int max_out) {
+    KN_TRY(need_inputs(c, lo, hi));
     if (c->n_out < 1 || c->n_out > max_out)
         return kn_error(KILN_ERR_MODEL, "%s makes 1 to %d outputs, got %d", c->node->op_type,
                         max_out, c->n_out);
+    return KILN_OK;
+}
+
+kiln_status kn_infer_need_exact(const kn_infer_ctx *c, int lo, int hi, int n_out) {
+    KN_TRY(need_inputs(c, lo, hi));
+    if (c->n_out != n_out)
+        return kn_error(KILN_ERR_MODEL, "%s has %d output(s), got %d", c->node->op_type, n_out,
+                        c->n_out);
     return KILN_OK;
 }
 
@@ -29,19 +42,6 @@ kiln_status kn_infer_scalar_i64(const kn_infer_ctx *c, int i, const char *name, 
     if (t->data == NULL)
         return KN_NEED_DATA;
     *v = kn_tensor_get_i64(t, 0);
-    return KILN_OK;
-}
-
-kiln_status kn_infer_need_exact(const kn_infer_ctx *c, int lo, int hi, int n_out) {
-    if (c->n_in < lo || c->n_in > hi)
-        return kn_error(KILN_ERR_MODEL, "%s takes %d to %d inputs, got %d", c->node->op_type, lo,
-                        hi, c->n_in);
-    for (int i = 0; i < lo; i++)
-        if (!kn_has_input(c, i))
-            return kn_error(KILN_ERR_MODEL, "input %d is required", i);
-    if (c->n_out != n_out)
-        return kn_error(KILN_ERR_MODEL, "%s has %d output(s), got %d", c->node->op_type, n_out,
-                        c->n_out);
     return KILN_OK;
 }
 
