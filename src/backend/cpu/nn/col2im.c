@@ -1,5 +1,5 @@
 /* Col2Im. */
-#include "backend/cpu/sample_access.h"
+#include "backend/cpu/element_access.h"
 
 #include <math.h>
 #include <string.h>
@@ -28,7 +28,7 @@ kiln_status kn_cpu_col2im(kn_kernel_ctx *k) {
     int64_t N = x->shape.d[0], C = x->shape.d[1] / blocks;
     int64_t total = kn_tensor_numel(y);
     for (int64_t i = 0; i < total; i++)
-        kn_cpu_sample_put(y, i, 0.0);
+        kn_cpu_store_f64(y, i, 0.0);
     for (int64_t b = 0; b < N; b++)
         for (int64_t c = 0; c < C; c++)
             for (int64_t kb = 0; kb < blocks; kb++) {
@@ -55,8 +55,7 @@ kiln_status kn_cpu_col2im(kn_kernel_ctx *k) {
                     if (!ok)
                         continue;
                     int64_t o = (b * C + c) * spatial + pos;
-                    kn_cpu_sample_put(y, o,
-                                      kn_tensor_get_f64(y, o) + kn_cpu_sample_load(x, row + l));
+                    kn_cpu_store_f64(y, o, kn_tensor_get_f64(y, o) + kn_cpu_load_f32(x, row + l));
                 }
             }
     return KILN_OK;

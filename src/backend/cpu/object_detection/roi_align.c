@@ -1,5 +1,5 @@
 /* RoiAlign. */
-#include "backend/cpu/sample_access.h"
+#include "backend/cpu/element_access.h"
 
 #include <math.h>
 #include <string.h>
@@ -61,10 +61,10 @@ kiln_status kn_cpu_roi_align(kn_kernel_ctx *k) {
         if (bi[r] < 0 || bi[r] >= batch)
             return kn_error(KILN_ERR_SHAPE, "batch_indices[%lld] = %lld is out of range",
                             (long long)r, (long long)bi[r]);
-        double x0 = kn_cpu_sample_load(rois, r * 4) * scale - off,
-               y0 = kn_cpu_sample_load(rois, r * 4 + 1) * scale - off;
-        double x1 = kn_cpu_sample_load(rois, r * 4 + 2) * scale - off,
-               y1 = kn_cpu_sample_load(rois, r * 4 + 3) * scale - off;
+        double x0 = kn_cpu_load_f32(rois, r * 4) * scale - off,
+               y0 = kn_cpu_load_f32(rois, r * 4 + 1) * scale - off;
+        double x1 = kn_cpu_load_f32(rois, r * 4 + 2) * scale - off,
+               y1 = kn_cpu_load_f32(rois, r * 4 + 3) * scale - off;
         double rw = x1 - x0, rh = y1 - y0;
         if (!half) {
             rw = rw > 1.0 ? rw : 1.0;
@@ -96,20 +96,20 @@ kiln_status kn_cpu_roi_align(kn_kernel_ctx *k) {
                             roi_bilinear(yy, xx, H, W, &t);
                             if (!is_max) {
                                 for (int j = 0; j < 4; j++)
-                                    acc += t.w[j] * kn_cpu_sample_load(x, base + t.pos[j]);
+                                    acc += t.w[j] * kn_cpu_load_f32(x, base + t.pos[j]);
                                 continue;
                             }
-                            double v = t.w[0] * kn_cpu_sample_load(x, base + t.pos[0]);
+                            double v = t.w[0] * kn_cpu_load_f32(x, base + t.pos[0]);
                             for (int j = 1; j < 4; j++) {
-                                double u = t.w[j] * kn_cpu_sample_load(x, base + t.pos[j]);
+                                double u = t.w[j] * kn_cpu_load_f32(x, base + t.pos[j]);
                                 v = u > v ? u : v;
                             }
                             acc = first || v > acc ? v : acc;
                             first = 0;
                         }
                     }
-                    kn_cpu_sample_put(y, ((r * C + c) * oh + ph) * ow + pw,
-                                      is_max ? acc : acc / count);
+                    kn_cpu_store_f64(y, ((r * C + c) * oh + ph) * ow + pw,
+                                     is_max ? acc : acc / count);
                 }
         }
     }

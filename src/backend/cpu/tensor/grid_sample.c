@@ -1,5 +1,5 @@
 /* GridSample over any number of spatial dims. */
-#include "backend/cpu/sample_access.h"
+#include "backend/cpu/element_access.h"
 
 #include <math.h>
 #include <string.h>
@@ -95,7 +95,7 @@ static void gs_axis(double g, int64_t dim, int mode, int pad, int align, gs_taps
 static double gs_sum(const kn_tensor *x, const gs_taps *t, const int64_t *strides, int nd, int d,
                      int64_t base) {
     if (d == nd)
-        return kn_cpu_sample_load(x, base);
+        return kn_cpu_load_f32(x, base);
     double s = 0.0;
     for (int j = 0; j < t[d].n; j++)
         if (t[d].valid[j] && t[d].w[j] != 0.0)
@@ -129,11 +129,11 @@ kiln_status kn_cpu_grid_sample(kn_kernel_ctx *k) {
             gs_taps t[KN_MAX_RANK];
             int64_t g = (b * points + pt) * nd;
             for (int i = 0; i < nd; i++)
-                gs_axis(kn_cpu_sample_load(grid, g + nd - 1 - i), x->shape.d[2 + i], mode, pad,
-                        align, &t[i]);
+                gs_axis(kn_cpu_load_f32(grid, g + nd - 1 - i), x->shape.d[2 + i], mode, pad, align,
+                        &t[i]);
             for (int64_t c = 0; c < C; c++) {
                 double v = gs_sum(x, t, strides, nd, 0, (b * C + c) * spatial_in);
-                kn_cpu_sample_put(y, (b * C + c) * points + pt, v);
+                kn_cpu_store_f64(y, (b * C + c) * points + pt, v);
             }
         }
     return KILN_OK;
