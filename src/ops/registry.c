@@ -1,9 +1,8 @@
+#include "ir/placement.h"
+#include "ops/fused_elementwise.h"
 #include "ops/op.h"
 
 #include <string.h>
-
-#include "ir/placement.h"
-#include "ops/fused_elementwise.h"
 
 static const kn_op_schema schemas[] = {
 #define KN_OP(domain, name, since, flags, infer, min_in, max_in, min_out, max_out)                 \
