@@ -8,7 +8,7 @@
 /* `since` is the oldest version whose semantics the infer function implements; later versions
  * are decided by node->opset inside it.
  * KN_OP(domain, name, since, flags, infer, min_in, max_in, min_out, max_out) */
-// clang-format off
+/* clang-format off */
 KN_OP("", "Abs", 6, KN_OP_ELEMENTWISE, kn_ew_infer_numeric, 1, 1, 1, 1)
 KN_OP("", "Neg", 6, KN_OP_ELEMENTWISE, kn_ew_infer_signed, 1, 1, 1, 1)
 KN_OP("", "Reciprocal", 6, KN_OP_ELEMENTWISE, kn_ew_infer_float, 1, 1, 1, 1)
@@ -191,4 +191,4 @@ KN_OP("ai.onnx.ml", "ArrayFeatureExtractor", 1, 0, kn_infer_array_feature_extrac
 KN_OP("ai.onnx.ml", "TreeEnsemble", 5, 0, kn_infer_tree_ensemble, -1, -1, -1, -1)
 KN_OP(KN_COPY_DOMAIN, KN_OP_COPY_TO_DEVICE, 1, 0, kn_infer_copy, -1, -1, -1, -1)
 KN_OP(KN_COPY_DOMAIN, KN_OP_COPY_TO_HOST, 1, 0, kn_infer_copy, -1, -1, -1, -1)
-// clang-format on
+/* clang-format on */

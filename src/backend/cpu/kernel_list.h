@@ -2,7 +2,7 @@
  * kernels without state; KN_CPU_KERNEL_STATE(domain, name, run, prepare, release) for those
  * that precompute at engine creation. cpu.h declares the functions and cpu_backend.c builds
  * its lookup table from this list. */
-// clang-format off
+/* clang-format off */
 KN_CPU_KERNEL("", "Abs", ew_k_unary)
 KN_CPU_KERNEL("", "Neg", ew_k_unary)
 KN_CPU_KERNEL("", "Reciprocal", ew_k_unary)
@@ -183,4 +183,4 @@ KN_CPU_KERNEL("ai.onnx.preview.training", "Adam", kn_cpu_optimizer)
 KN_CPU_KERNEL("ai.onnx.ml", "Binarizer", kn_cpu_binarizer)
 KN_CPU_KERNEL("ai.onnx.ml", "ArrayFeatureExtractor", kn_cpu_array_feature_extractor)
 KN_CPU_KERNEL("ai.onnx.ml", "TreeEnsemble", kn_cpu_tree_ensemble)
-// clang-format on
+/* clang-format on */
