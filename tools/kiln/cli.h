@@ -78,5 +78,7 @@ int cmd_run(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_plugin_check(int argc, char **argv);
+int cmd_edit(int argc, char **argv);
+int cmd_compare(int argc, char **argv);
 
 #endif
