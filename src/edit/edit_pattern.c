@@ -285,6 +285,7 @@ kiln_status kn_edit_replace_pattern(kn_graph *g, kn_edit_pattern pattern, const 
     }
     if (count != NULL)
         *count = found;
-    KN_TRY(kn_graph_toposort(g));
-    return kn_graph_compact(g);
+    /* Dead members still name their outputs: drop them before sorting. */
+    KN_TRY(kn_graph_compact(g));
+    return kn_graph_toposort(g);
 }
