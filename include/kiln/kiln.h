@@ -465,6 +465,30 @@ KILN_API kiln_status kiln_model_set_shape(kiln_model *model, const char *name, i
  * new version in between); otherwise refused naming the node. */
 KILN_API kiln_status kiln_model_set_opset(kiln_model *model, int opset);
 
+/* ---- layers and per-layer profiling --------------------------------------------------------
+ *
+ * A layer is one node of the optimized plan (a fused group counts once), in execution order.
+ * Its outputs keep the ONNX names of the tensors they stand for. */
+
+typedef struct kiln_layer_info {
+    const char *name;    /* owned by the engine */
+    const char *op_type; /* e.g. "Conv", "FusedElementwise", or the plugin's name */
+    const char *domain;  /* "" for ONNX ops, "kiln" for fused ops */
+    const char *kernel;  /* the backend kernel bound to it */
+    int n_inputs, n_outputs;
+    const char *inputs[16];  /* tensor names (NULL for an omitted optional input); at most 16 */
+    const char *outputs[16]; /* at most 16 */
+} kiln_layer_info;
+
+KILN_API int kiln_engine_num_layers(const kiln_engine *engine);
+KILN_API kiln_status kiln_engine_layer_info(const kiln_engine *engine, int index,
+                                            kiln_layer_info *info);
+/* Time every layer of each execute (off by default; costs two clock reads a layer). */
+KILN_API kiln_status kiln_context_set_profiling(kiln_context *ctx, int enabled);
+/* Milliseconds layer `index` took in the last execute (0 for layers evaluated when shapes
+ * were set). Profiling must be on. */
+KILN_API kiln_status kiln_context_layer_time(const kiln_context *ctx, int index, double *ms);
+
 #ifdef __cplusplus
 }
 #endif
