@@ -4,7 +4,7 @@
 #include "core/alloc.h"
 #include "edit/opset_history.h"
 #include "ops/op.h"
-#include "runtime/resolve.h"
+#include "shape/resolve.h"
 
 #include <string.h>
 
@@ -82,7 +82,7 @@ static kiln_status infer_node(kn_graph *g, int i, void **host, bool fold) {
     bool known = n->n_in > 0 && all_data(n, in) && !random_op(n);
     if (!known || (!fold && out_elems(n, out) > KN_EDIT_EVAL_ELEMS))
         return KILN_OK;
-    if (kn_eval_node(n, in, out, NULL) != KILN_OK)
+    if (kn_eval_node(kn_backend_host(), n, in, out, NULL) != KILN_OK)
         return KILN_OK; /* no CPU kernel: left as a node */
     kiln_status rc = KILN_OK;
     for (int j = 0; j < n->n_out; j++) {
