@@ -2,7 +2,6 @@
 #include "edit/edit.h"
 
 #include "core/alloc.h"
-#include "passes/passes.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -300,8 +299,33 @@ kiln_status kn_edit_set_shape(kn_graph *g, const char *name, int rank, const int
     return kn_edit_infer_types(g);
 }
 
+/* Mark dead every node none of whose outputs reaches a graph output (nodes are sorted, so
+ * one backward sweep finds them all). */
+static kiln_status mark_dead(kn_graph *g) {
+    bool *live = kn_calloc((size_t)g->n_values + 1, sizeof *live);
+    if (live == NULL)
+        return oom();
+    for (int i = 0; i < g->n_outputs; i++)
+        live[g->outputs[i]] = true;
+    for (int i = g->n_nodes - 1; i >= 0; i--) {
+        kn_node *n = &g->nodes[i];
+        bool needed = false;
+        for (int j = 0; j < n->n_out && !n->dead; j++)
+            needed |= n->out[j] >= 0 && live[n->out[j]];
+        if (!needed) {
+            n->dead = true;
+            continue;
+        }
+        for (int j = 0; j < n->n_in; j++)
+            if (n->in[j] >= 0)
+                live[n->in[j]] = true;
+    }
+    kn_free(live);
+    return KILN_OK;
+}
+
 kiln_status kn_edit_cleanup(kn_graph *g) {
-    KN_TRY(kn_pass_eliminate_dead(g));
+    KN_TRY(mark_dead(g));
     int k = 0;
     for (int i = 0; i < g->n_inputs; i++) {
         int v = g->inputs[i];
