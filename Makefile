@@ -10,14 +10,15 @@ TSAN_BUILD ?= build-tsan
 KILN = $(BUILD)/bin/kiln
 APT_PACKAGES = cmake gcc make pkg-config protobuf-c-compiler libprotobuf-c-dev libcmocka-dev \
                libxxhash-dev
-PIP_PACKAGES = onnx==1.19.0 onnxruntime numpy pytest scikit-build-core tritonclient[http,grpc]
+PIP_PACKAGES = onnx==1.19.0 onnxruntime numpy pytest scikit-build-core tritonclient[http,grpc] \
+               polygraphy onnx-graphsurgeon
 # The Triton tests use only the tritonserver binary and libraries this wheel carries, so its
 # Python dependencies (which pin an old numpy) are left out.
 PIP_NODEPS_PACKAGES = nvidia-pytriton
 EXAMPLE_DIR = tests/models/mobilenetv2_mini
 EXAMPLE = $(EXAMPLE_DIR)/model.onnx
 
-.PHONY: all deps build asan run test test-unit test-conformance test-models test-python test-asan \
+.PHONY: all deps build asan run test test-unit test-conformance test-models test-python test-tools test-asan \
         test-tsan test-install test-triton bench \
         format clean
 
@@ -32,7 +33,7 @@ deps:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
 	@$(PYTHON) -c "import onnx, onnxruntime, numpy, pytest, scikit_build_core, tritonclient.http, \
-	  tritonclient.grpc; assert onnx.__version__ == '1.19.0'" \
+	  tritonclient.grpc, polygraphy, onnx_graphsurgeon; assert onnx.__version__ == '1.19.0'" \
 	  2>/dev/null || $(PYTHON) -m pip install -q $(PIP_PACKAGES)
 	@$(PYTHON) -c "import importlib.util as u; assert u.find_spec('pytriton')" 2>/dev/null || \
 	  $(PYTHON) -m pip install -q --no-deps $(PIP_NODEPS_PACKAGES)
@@ -78,6 +79,10 @@ test-tsan: deps
 	cmake --build $(TSAN_BUILD) -j$(JOBS) --target test_backend_seam kiln_testdev kiln_test_scale_plugin
 	cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -R test_backend_seam
 
+test-tools: build
+	KILN=$(BUILD)/bin/kiln KILN_PLUGINS=$(BUILD)/plugins KILN_LIBRARY=$(BUILD)/lib/libkiln.so \
+	  PYTHONPATH=python $(PYTHON) -m pytest -q tests/tools
+
 test-asan: asan
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j$(JOBS)
 	ASAN_OPTIONS=detect_leaks=1 $(PYTHON) tests/conformance/run_node_tests.py \
@@ -95,7 +100,7 @@ test-triton: build
 	KILN_BUILD=$(BUILD) $(PYTHON) -m pytest -q tests/triton
 	@cat $(BUILD)/triton/load_report.txt
 
-test: test-unit test-conformance test-models test-python test-install test-triton test-asan \
+test: test-unit test-conformance test-models test-python test-tools test-install test-triton test-asan \
       test-tsan
 
 bench: build

@@ -412,6 +412,83 @@ typedef struct kiln_tensor_view {
 KILN_API kiln_status kiln_context_get_output(kiln_context *ctx, const char *name,
                                              kiln_tensor_view *view);
 
+/* ---- model editing (graph surgery on ONNX models) -----------------------------------------
+ *
+ * An ONNX model loaded for editing, changed by the operations below in any order, and written
+ * back as ONNX. Each operation either succeeds or leaves the model as it was. Value types are
+ * inferred on load and after each edit wherever input shapes are fixed. Not thread-safe; one
+ * model per thread. The same operations are `kiln edit`'s options and kiln.edit in Python. */
+
+typedef struct kiln_model kiln_model;
+
+KILN_API kiln_status kiln_model_load(const char *path, kiln_model **out);
+KILN_API void kiln_model_destroy(kiln_model *model); /* NULL is a no-op */
+/* Write the model (temp file, then rename). Initializers of at least external_threshold bytes
+ * (0: none) go to "<file name>.data" beside it. The result passes onnx.checker's full check. */
+KILN_API kiln_status kiln_model_save(const kiln_model *model, const char *path,
+                                     size_t external_threshold);
+KILN_API int kiln_model_num_nodes(const kiln_model *model);
+/* Name and op type of node index (strings owned by the model, valid until the next edit). */
+KILN_API kiln_status kiln_model_node(const kiln_model *model, int index, const char **name,
+                                     const char **op_type);
+/* Keep the subgraph between the named tensors; they become the graph's inputs and outputs. */
+KILN_API kiln_status kiln_model_extract(kiln_model *model, int n_inputs, const char *const *inputs,
+                                        int n_outputs, const char *const *outputs);
+/* Remove a node; its consumers read its first input instead. */
+KILN_API kiln_status kiln_model_remove_node(kiln_model *model, const char *node);
+/* Insert op_type after tensor: every consumer of tensor (and a graph output of that name)
+ * reads the new node's output, which takes the name; the original tensor is renamed. */
+KILN_API kiln_status kiln_model_insert_after(kiln_model *model, const char *tensor,
+                                             const char *op_type, int n_attrs,
+                                             const kiln_attribute *attrs);
+/* Rename a tensor, or a node when no tensor has that name. */
+KILN_API kiln_status kiln_model_rename(kiln_model *model, const char *old_name,
+                                       const char *new_name);
+/* Replace every instance of pattern ("swish": x*sigmoid(x) with an optional constant bias
+ * Add, "relu-sigmoid-mul", "gelu", "layer-norm") by one node of op type `plugin` (version and
+ * plugin_namespace may be NULL), inputs x and the pattern's constants, and attrs. Its domain
+ * is plugin_namespace when given and not empty, else "kiln.plugins". *count (may be NULL)
+ * receives the number of replacements. */
+KILN_API kiln_status kiln_model_replace_pattern(kiln_model *model, const char *pattern,
+                                                const char *plugin, const char *version,
+                                                const char *plugin_namespace, int n_attrs,
+                                                const kiln_attribute *attrs, int *count);
+/* Evaluate every node whose inputs are all constant (Shape of a static shape included). */
+KILN_API kiln_status kiln_model_fold_constants(kiln_model *model);
+/* Remove nodes that reach no output, unused initializers and unused inputs. */
+KILN_API kiln_status kiln_model_cleanup(kiln_model *model);
+KILN_API kiln_status kiln_model_toposort(kiln_model *model);
+/* Shape of a tensor: dims[d] >= 0 fixes axis d, else symbols[d] names it. */
+KILN_API kiln_status kiln_model_set_shape(kiln_model *model, const char *name, int rank,
+                                          const int64_t *dims, const char *const *symbols);
+/* Change the default-domain opset where that is a plain renumbering (no op of the model has a
+ * new version in between); otherwise refused naming the node. */
+KILN_API kiln_status kiln_model_set_opset(kiln_model *model, int opset);
+
+/* ---- layers and per-layer profiling --------------------------------------------------------
+ *
+ * A layer is one node of the optimized plan (a fused group counts once), in execution order.
+ * Its outputs keep the ONNX names of the tensors they stand for. */
+
+typedef struct kiln_layer_info {
+    const char *name;    /* owned by the engine */
+    const char *op_type; /* e.g. "Conv", "FusedElementwise", or the plugin's name */
+    const char *domain;  /* "" for ONNX ops, "kiln" for fused ops */
+    const char *kernel;  /* the backend kernel bound to it */
+    int n_inputs, n_outputs;
+    const char *inputs[16];  /* tensor names (NULL for an omitted optional input); at most 16 */
+    const char *outputs[16]; /* at most 16 */
+} kiln_layer_info;
+
+KILN_API int kiln_engine_num_layers(const kiln_engine *engine);
+KILN_API kiln_status kiln_engine_layer_info(const kiln_engine *engine, int index,
+                                            kiln_layer_info *info);
+/* Time every layer of each execute (off by default; costs two clock reads a layer). */
+KILN_API kiln_status kiln_context_set_profiling(kiln_context *ctx, int enabled);
+/* Milliseconds layer `index` took in the last execute (0 for layers evaluated when shapes
+ * were set). Profiling must be on. */
+KILN_API kiln_status kiln_context_layer_time(const kiln_context *ctx, int index, double *ms);
+
 #ifdef __cplusplus
 }
 #endif

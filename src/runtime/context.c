@@ -158,6 +158,7 @@ void kiln_context_destroy(kiln_context *c) {
             kn_free(r->ws);
         }
     kn_free(c->runs);
+    kn_free(c->layer_ms);
     kn_free(c->in_shape);
     kn_free(c->in_shape_set);
     kn_free(c->in_data);

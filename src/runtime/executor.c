@@ -3,6 +3,7 @@
 #include "ir/placement.h"
 #include "ops/op.h"
 #include "runtime/engine.h"
+#include "runtime/profile.h"
 
 #include <string.h>
 
@@ -233,7 +234,10 @@ static kiln_status run_nodes(kiln_context *c) {
                             .pool = c->pool,
                             .stream = c->streams[k],
                             .backend = e->backends[k]};
+        double t0 = c->layer_ms != NULL ? kn_profile_now_ms() : 0;
         kiln_status rc = e->kernels[i]->run(&kc);
+        if (c->layer_ms != NULL)
+            c->layer_ms[i] = kn_profile_now_ms() - t0;
         if (rc != KILN_OK)
             return kn_error_prefix(rc, "node '%s' (%s): ", n->name, n->op_type);
     }

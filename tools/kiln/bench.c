@@ -2,6 +2,7 @@
 #include "cli.h"
 
 #include "core/alloc.h"
+#include "layers.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,7 +11,7 @@
 
 static const char usage[] =
     "usage: kiln bench MODEL|PLAN [--shapes SPEC]... [--input NAME=FILE]... [--warmup N]\n"
-    "                  [--iterations N] [--threads N] [--json]\n"
+    "                  [--iterations N] [--threads N] [--json] [--profile]\n"
     "\n"
     "Runs the model --warmup times untimed, then --iterations times timed, and prints latency\n"
     "min/median/mean/p90/p95/p99/max in milliseconds and throughput (batches per second).\n"
@@ -22,11 +23,21 @@ static const char usage[] =
     "  --threads N        threads for execution (default: the plan's setting, else cores)\n"
     "  --json             print one JSON object: {\"latency_ms\": {min, median, mean, p90, p95,\n"
     "                     p99, max}, \"throughput_per_s\": ...}\n"
+    "  --profile          time every layer too: median ms per layer in execution order and\n"
+    "                     sorted, its share, the ONNX nodes it stands for and its kernel\n"
+    "                     (with --json: \"layers\": [{name, op, kernel, onnx_nodes, median_ms,\n"
+    "                     share}])\n"
     "  --plugins LIB.so   load a plugin library (repeatable; KILN_PLUGIN_PATH adds more)\n"
     "  --prefer-plugin OP let a registered plugin named OP replace the built-in op OP\n"
     "  --backend LIST     backends to place nodes on, in order of preference, e.g. cuda,cpu\n"
     "                     (default cpu; the host takes what no listed backend runs; kiln\n"
     "                     inspect shows where each layer went)\n";
+
+/* ms[layer] gets the iteration's time of every layer. */
+static void record_layers(kiln_context *ctx, const cli_layers *l, double **ms, int iteration) {
+    for (int k = 0; k < l->n; k++)
+        kiln_context_layer_time(ctx, k, &ms[k][iteration]);
+}
 
 static double now_ms(void) {
     struct timespec ts;
@@ -48,7 +59,7 @@ static double pct(const double *s, int n, double p) {
 
 int cmd_bench(int argc, char **argv) {
     cli_opts o;
-    int rc = cli_parse(argc, argv, "sitwjp", usage, &o);
+    int rc = cli_parse(argc, argv, "sitwjpP", usage, &o);
     if (rc != 0) {
         cli_opts_free(&o);
         return rc < 0 ? 0 : rc;
@@ -58,6 +69,8 @@ int cmd_bench(int argc, char **argv) {
     kn_tensor owned[CLI_MAX_ITEMS];
     int n_owned = 0;
     double *times = NULL;
+    cli_layers layers = {0};
+    double **layer_ms = NULL;
     /* Inputs without data use the OPT shape of --shapes or of the plan's profile. */
     if ((rc = cli_prepare_context(&o, true, &e, &ctx, owned, &n_owned)) != 0)
         goto out;
@@ -71,6 +84,20 @@ int cmd_bench(int argc, char **argv) {
         rc = cli_fail("out of memory");
         goto out;
     }
+    if (o.profile) {
+        if ((rc = cli_layers_load(&layers, e, o.model)) != 0)
+            goto out;
+        layer_ms = kn_calloc((size_t)layers.n + 1, sizeof *layer_ms);
+        for (int k = 0; layer_ms != NULL && k < layers.n; k++)
+            if ((layer_ms[k] = kn_calloc((size_t)o.iterations, sizeof **layer_ms)) == NULL) {
+                rc = cli_fail("out of memory");
+                goto out;
+            }
+        if (layer_ms == NULL || kiln_context_set_profiling(ctx, 1) != KILN_OK) {
+            rc = cli_fail("out of memory");
+            goto out;
+        }
+    }
     double total = 0;
     for (int i = 0; i < o.iterations; i++) {
         double t0 = now_ms();
@@ -80,6 +107,8 @@ int cmd_bench(int argc, char **argv) {
         }
         times[i] = now_ms() - t0;
         total += times[i];
+        if (o.profile)
+            record_layers(ctx, &layers, layer_ms, i);
     }
     qsort(times, (size_t)o.iterations, sizeof *times, cmp_double);
     int n = o.iterations;
@@ -88,9 +117,12 @@ int cmd_bench(int argc, char **argv) {
     if (o.json) {
         printf("{\"latency_ms\": {\"min\": %.4f, \"median\": %.4f, \"mean\": %.4f, \"p90\": %.4f, "
                "\"p95\": %.4f, \"p99\": %.4f, \"max\": %.4f}, \"throughput_per_s\": %.3f, "
-               "\"iterations\": %d, \"warmup\": %d}\n",
+               "\"iterations\": %d, \"warmup\": %d",
                times[0], med, mean, pct(times, n, 90), pct(times, n, 95), pct(times, n, 99),
                times[n - 1], tput, n, o.warmup);
+        if (o.profile)
+            rc = bench_profile_report(&layers, layer_ms, n, true);
+        printf("}\n");
     } else {
         printf("%s: %d iterations after %d warmup\n", o.model, n, o.warmup);
         printf("latency ms: min %.3f  median %.3f  mean %.3f  p90 %.3f  p95 %.3f  p99 %.3f  "
@@ -98,8 +130,14 @@ int cmd_bench(int argc, char **argv) {
                times[0], med, mean, pct(times, n, 90), pct(times, n, 95), pct(times, n, 99),
                times[n - 1]);
         printf("throughput: %.2f inferences/s\n", tput);
+        if (o.profile)
+            rc = bench_profile_report(&layers, layer_ms, n, false);
     }
 out:
+    for (int k = 0; layer_ms != NULL && k < layers.n; k++)
+        kn_free(layer_ms[k]);
+    kn_free(layer_ms);
+    cli_layers_free(&layers);
     kn_free(times);
     for (int i = 0; i < n_owned; i++)
         kn_free(owned[i].data);

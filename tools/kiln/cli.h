@@ -40,6 +40,7 @@ typedef struct cli_opts {
     int threads;             /* 0: default */
     int warmup, iterations;
     bool json, quiet;
+    bool profile; /* bench --profile */
 } cli_opts;
 
 /* Print "kiln: error: <msg>" on one line to stderr; returns 1. */
@@ -49,7 +50,7 @@ int cli_fail_kiln(const char *what);
 
 /* Parse the verb's arguments (argv[0] is the verb). allowed is a string of option letters:
  * o=-o, s=--shapes, i=--input, d=--output-dir, t=--threads, w=--warmup/--iterations,
- * j=--json, q=--quiet, g=--dot. Returns 0 or an exit code (errors already printed). */
+ * j=--json, q=--quiet, g=--dot, P=--profile. Returns 0 or an exit code (errors already printed). */
 int cli_parse(int argc, char **argv, const char *allowed, const char *usage, cli_opts *o);
 void cli_opts_free(cli_opts *o);
 
@@ -78,5 +79,7 @@ int cmd_run(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_plugin_check(int argc, char **argv);
+int cmd_edit(int argc, char **argv);
+int cmd_compare(int argc, char **argv);
 
 #endif

@@ -195,6 +195,8 @@ int cli_parse(int argc, char **argv, const char *allowed, const char *usage, cli
             o->iterations = (int)v;
         } else if (strcmp(a, "--json") == 0 && strchr(allowed, 'j')) {
             o->json = true;
+        } else if (strcmp(a, "--profile") == 0 && strchr(allowed, 'P')) {
+            o->profile = true;
         } else if (strcmp(a, "--quiet") == 0 && strchr(allowed, 'q')) {
             o->quiet = true;
         } else if (a[0] == '-' && a[1] != '\0') {

@@ -13,6 +13,8 @@ static const char usage[] =
     "  bench    MODEL|PLAN              measure latency and throughput\n"
     "  inspect  MODEL|PLAN              show inputs, outputs, profiles and layers\n"
     "  plugin-check LIB.so              exercise every plugin a library registers\n"
+    "  edit     MODEL.onnx -o OUT.onnx  graph surgery: extract, remove, insert, patterns\n"
+    "  compare  REF TARGET              run both on the same inputs, compare the outputs\n"
     "\n"
     "Shapes: --shapes NAME:DIMS fixes a dynamic input (DIMS like 1x3x224x224);\n"
     "        --shapes NAME:MIN,OPT,MAX gives a range (an optimization profile).\n"
@@ -42,7 +44,12 @@ int main(int argc, char **argv) {
         return cmd_inspect(argc - 1, argv + 1);
     if (strcmp(cmd, "plugin-check") == 0)
         return cmd_plugin_check(argc - 1, argv + 1);
-    return cli_fail("unknown command '%s' (commands: build, run, bench, inspect, plugin-check; see "
+    if (strcmp(cmd, "edit") == 0)
+        return cmd_edit(argc - 1, argv + 1);
+    if (strcmp(cmd, "compare") == 0)
+        return cmd_compare(argc - 1, argv + 1);
+    return cli_fail("unknown command '%s' (commands: build, run, bench, inspect, plugin-check, "
+                    "edit, compare; see "
                     "kiln --help)",
                     cmd);
 }

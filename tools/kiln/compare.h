@@ -1,0 +1,45 @@
+/* kiln compare: the error statistics of one output pair, and their report. */
+#ifndef KILN_COMPARE_H
+#define KILN_COMPARE_H
+
+#include "core/tensor.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+
+typedef enum cmp_stat { CMP_ELEMWISE, CMP_MAX, CMP_MEAN, CMP_MEDIAN } cmp_stat;
+
+typedef struct cmp_tolerance {
+    double rtol, atol;
+    cmp_stat stat;
+} cmp_tolerance;
+
+#define CMP_N_PCT 5
+extern const double cmp_percentiles[CMP_N_PCT]; /* 50, 90, 95, 99, 99.9 */
+
+/* Polygraphy's definitions: abs = |target - ref|, rel = abs / |ref| (a zero ref gets 2^-52
+ * added first), in float32 for float32 data and double for float64. */
+typedef struct cmp_result {
+    char name[256];
+    bool shape_ok;
+    char why[256]; /* set when the pair cannot be compared */
+    int64_t n;
+    double max_abs, mean_abs, median_abs, max_rel, mean_rel, median_rel;
+    double pct_abs[CMP_N_PCT], pct_rel[CMP_N_PCT];
+    int64_t worst; /* flat index of the largest abs error */
+    double worst_ref, worst_target;
+    int64_t nan_ref, nan_target, inf_ref, inf_target;
+    bool pass;
+    /* Histogram of log10(rel) for the report. */
+    int64_t hist[40];
+} cmp_result;
+
+/* Compare target against ref (same dtype and shape, else shape_ok = false and why set). */
+void cmp_tensors(const char *name, const kn_tensor *ref, const kn_tensor *target,
+                 const cmp_tolerance *tol, cmp_result *out);
+void cmp_print_text(FILE *f, const cmp_result *r);
+void cmp_print_json_entry(FILE *f, const cmp_result *r);
+/* dir/<name>.svg: histogram of the relative error. Returns 0 or an exit code. */
+int cmp_write_svg(const char *dir, const cmp_result *r);
+
+#endif
