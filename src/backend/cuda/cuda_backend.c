@@ -119,8 +119,8 @@ int kc_activation(const kn_node *n, float *alpha, float *beta) {
 
 /* --- ops --- */
 
-static const kc_op *const families[] = {kc_ops_elementwise, kc_ops_tensor, kc_ops_nn,
-                                        kc_ops_gemm, kc_ops_conv};
+static const kc_op *const families[] = {kc_ops_elementwise, kc_ops_tensor, kc_ops_nn, kc_ops_gemm,
+                                        kc_ops_conv};
 
 static const kc_op *find_op(const char *domain, const char *name) {
     if (domain == NULL || strcmp(domain, "ai.onnx") == 0)
@@ -138,8 +138,8 @@ static const kn_kernel *cuda_find_kernel(kn_backend *b, const char *domain, cons
     return o ? &o->kernel : NULL;
 }
 
-static bool cuda_supports(kn_backend *b, const kn_node *n, int n_in, const kn_tensor *in,
-                          int n_out, const kn_tensor *out, kn_caps *caps) {
+static bool cuda_supports(kn_backend *b, const kn_node *n, int n_in, const kn_tensor *in, int n_out,
+                          const kn_tensor *out, kn_caps *caps) {
     (void)b;
     const kc_op *o = find_op(n->domain, n->op_type);
     if (o == NULL)
@@ -190,10 +190,10 @@ static kiln_status cuda_copy(kn_backend *b, kn_stream *s, void *dst, kn_mem dst_
     if (n == 0)
         return KILN_OK;
     bool dd = dst_mem == KN_MEM_DEVICE, sd = src_mem == KN_MEM_DEVICE;
-    enum cudaMemcpyKind kind = dd && sd   ? cudaMemcpyDeviceToDevice
-                               : dd       ? cudaMemcpyHostToDevice
-                               : sd       ? cudaMemcpyDeviceToHost
-                                          : cudaMemcpyHostToHost;
+    enum cudaMemcpyKind kind = dd && sd ? cudaMemcpyDeviceToDevice
+                               : dd     ? cudaMemcpyHostToDevice
+                               : sd     ? cudaMemcpyDeviceToHost
+                                        : cudaMemcpyHostToHost;
     return kc_check(cudaMemcpyAsync(dst, src, n, kind, s ? s->s : cudaStreamPerThread), "copy");
 }
 
@@ -218,8 +218,8 @@ static kiln_status cuda_stream_create(kn_backend *b, kn_stream **out) {
     if (st == NULL)
         return kc_fail(KILN_ERR_OUT_OF_MEMORY, "out of memory creating a CUDA stream");
     memset(st, 0, sizeof *st);
-    kiln_status rc = kc_check(cudaStreamCreateWithFlags(&st->s, cudaStreamNonBlocking),
-                              "creating a stream");
+    kiln_status rc =
+        kc_check(cudaStreamCreateWithFlags(&st->s, cudaStreamNonBlocking), "creating a stream");
     if (rc == KILN_OK)
         rc = kc_check_lt(cublasLtCreate(&st->lt), "creating a handle");
     if (rc == KILN_OK)

@@ -32,8 +32,7 @@ enum { KC_CMP_EQ = 0, KC_CMP_LT, KC_CMP_LE, KC_CMP_GT, KC_CMP_GE };
 int kc_unary_f32(void *s, int op, float pa, float pb, const float *x, float *y, int64_t n);
 /* y = a op b over bc (bc.n_in = 2); y_bool: write bool results (comparisons) */
 int kc_binary_f32(void *s, int op, const kc_bcast *bc, const float *a, const float *b, float *y);
-int kc_compare_f32(void *s, int op, const kc_bcast *bc, const float *a, const float *b,
-                   uint8_t *y);
+int kc_compare_f32(void *s, int op, const kc_bcast *bc, const float *a, const float *b, uint8_t *y);
 /* Where(cond, a, b) with elem_size-byte elements. */
 int kc_where(void *s, const kc_bcast *bc, const uint8_t *c, const void *a, const void *b, void *y,
              int elem_size);
@@ -53,8 +52,8 @@ int kc_cast(void *s, int from, int to, const void *x, void *y, int64_t n);
 int kc_strided_copy(void *s, int rank, const int64_t *dims, const int64_t *src_strides,
                     int64_t src_base, const void *x, void *y, int elem_size);
 /* Concat helper: copy x (outer x inner_x elements) into y rows of inner_y at column offset. */
-int kc_copy_rows(void *s, const void *x, void *y, int64_t outer, int64_t inner_x,
-                 int64_t inner_y, int64_t offset, int elem_size);
+int kc_copy_rows(void *s, const void *x, void *y, int64_t outer, int64_t inner_x, int64_t inner_y,
+                 int64_t offset, int elem_size);
 /* Gather along an axis: x is [outer, axis_n, inner], idx has n_idx int64 (or int32) values. */
 int kc_gather(void *s, const void *x, const void *idx, int idx64, void *y, int64_t outer,
               int64_t axis_n, int64_t n_idx, int64_t inner, int elem_size);
@@ -65,8 +64,18 @@ int kc_softmax_f32(void *s, const float *x, float *y, int64_t rows, int64_t n, i
 int kc_layernorm_f32(void *s, const float *x, const float *scale, const float *bias, float *y,
                      int64_t rows, int64_t n, float eps);
 /* Reduce the middle dim of [outer, n, inner]. op: KC_RED_*. */
-enum { KC_RED_SUM = 0, KC_RED_MEAN, KC_RED_MAX, KC_RED_MIN, KC_RED_PROD, KC_RED_SUMSQ, KC_RED_L1,
-       KC_RED_L2, KC_RED_LOGSUMEXP, KC_RED_LOGSUM };
+enum {
+    KC_RED_SUM = 0,
+    KC_RED_MEAN,
+    KC_RED_MAX,
+    KC_RED_MIN,
+    KC_RED_PROD,
+    KC_RED_SUMSQ,
+    KC_RED_L1,
+    KC_RED_L2,
+    KC_RED_LOGSUMEXP,
+    KC_RED_LOGSUM
+};
 int kc_reduce_f32(void *s, int op, const float *x, float *y, int64_t outer, int64_t n,
                   int64_t inner);
 

@@ -106,8 +106,8 @@ static kiln_status descs_make(const conv_geom *g, conv_descs *d) {
     KC_TRY(kc_check_dnn(cudnnSetFilter4dDescriptor(d->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, g->k,
                                                    g->c / g->groups, g->kh, g->kw),
                         "filter descriptor"));
-    KC_TRY(kc_check_dnn(cudnnSetConvolution2dDescriptor(d->conv, g->ph, g->pw, g->sh, g->sw,
-                                                        g->dh, g->dw, CUDNN_CROSS_CORRELATION,
+    KC_TRY(kc_check_dnn(cudnnSetConvolution2dDescriptor(d->conv, g->ph, g->pw, g->sh, g->sw, g->dh,
+                                                        g->dw, CUDNN_CROSS_CORRELATION,
                                                         CUDNN_DATA_FLOAT),
                         "convolution descriptor"));
     KC_TRY(kc_check_dnn(cudnnSetConvolutionGroupCount(d->conv, g->groups), "group count"));
@@ -117,8 +117,7 @@ static kiln_status descs_make(const conv_geom *g, conv_descs *d) {
 
 /* y = act(conv(x, w) + b + z); b and z may be NULL. */
 static kiln_status conv_run(kn_stream *st, const conv_geom *g, const float *x, const float *w,
-                            const float *b, const float *z, float *y, int act, float aa,
-                            float ab) {
+                            const float *b, const float *z, float *y, int act, float aa, float ab) {
     if ((int64_t)g->n * g->k * g->oh * g->ow == 0)
         return KILN_OK;
     conv_descs d;
@@ -126,9 +125,9 @@ static kiln_status conv_run(kn_stream *st, const conv_geom *g, const float *x, c
     cudnnConvolutionFwdAlgoPerf_t perf[8];
     int found = 0;
     if (rc == KILN_OK)
-        rc = kc_check_dnn(cudnnGetConvolutionForwardAlgorithm_v7(st->dnn, d.x, d.w, d.conv, d.y, 8,
-                                                                 &found, perf),
-                          "choosing an algorithm");
+        rc = kc_check_dnn(
+            cudnnGetConvolutionForwardAlgorithm_v7(st->dnn, d.x, d.w, d.conv, d.y, 8, &found, perf),
+            "choosing an algorithm");
     int pick = -1;
     for (int i = 0; i < found && rc == KILN_OK && pick < 0; i++)
         if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].mathType == CUDNN_FMA_MATH)
@@ -140,15 +139,15 @@ static kiln_status conv_run(kn_stream *st, const conv_geom *g, const float *x, c
     const float one = 1.0f, zero = 0.0f;
     if (rc == KILN_OK)
         rc = kc_check_dnn(cudnnConvolutionForward(st->dnn, &one, d.x, x, d.w, w, d.conv,
-                                                  perf[pick].algo, st->ws, st->ws_size, &zero,
-                                                  d.y, y),
+                                                  perf[pick].algo, st->ws, st->ws_size, &zero, d.y,
+                                                  y),
                           "convolution");
     descs_free(&d);
     KC_TRY(rc);
     if (b != NULL || z != NULL || act != KC_ACT_NONE)
-        KC_TRY(KC_LAUNCH(kc_epilogue_f32(st->s, y, b, z, g->n, g->k, (int64_t)g->oh * g->ow, act,
-                                         aa, ab),
-                         "conv epilogue"));
+        KC_TRY(KC_LAUNCH(
+            kc_epilogue_f32(st->s, y, b, z, g->n, g->k, (int64_t)g->oh * g->ow, act, aa, ab),
+            "conv epilogue"));
     return KILN_OK;
 }
 
@@ -156,13 +155,12 @@ static kiln_status run_conv(kn_kernel_ctx *k) {
     conv_geom g;
     conv_geom_of(k->node, &k->in[0].shape, &k->in[1].shape, &k->out[0].shape, &g);
     const float *b = k->n_in > 2 && k->in[2].dtype ? k->in[2].data : NULL;
-    const float *z =
-        kc_attr_int(k->node, "kiln_residual", 0) && k->n_in > 3 && k->in[3].dtype ? k->in[3].data
-                                                                                   : NULL;
+    const float *z = kc_attr_int(k->node, "kiln_residual", 0) && k->n_in > 3 && k->in[3].dtype
+                         ? k->in[3].data
+                         : NULL;
     float aa, ab;
     int act = kc_activation(k->node, &aa, &ab);
-    return conv_run(k->stream, &g, k->in[0].data, k->in[1].data, b, z, k->out[0].data, act, aa,
-                    ab);
+    return conv_run(k->stream, &g, k->in[0].data, k->in[1].data, b, z, k->out[0].data, act, aa, ab);
 }
 
 static bool sup_conv(const kn_node *n, int n_in, const kn_tensor *in, int n_out,

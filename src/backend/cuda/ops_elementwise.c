@@ -11,8 +11,8 @@
 
 typedef struct unary_def {
     const char *name;
-    int op;          /* kn_ew_unary */
-    float pa, pb;    /* ONNX defaults */
+    int op;            /* kn_ew_unary */
+    float pa, pb;      /* ONNX defaults */
     const char *a, *b; /* attribute names of the parameters */
 } unary_def;
 
@@ -204,9 +204,9 @@ static kiln_status run_cast(kn_kernel_ctx *k) {
         return kc_check(cudaMemcpyAsync(k->out[0].data, k->in[0].data, kn_tensor_nbytes(&k->out[0]),
                                         cudaMemcpyDeviceToDevice, k->stream->s),
                         "Cast");
-    return KC_LAUNCH(kc_cast(STREAM(k), k->in[0].dtype, k->out[0].dtype, k->in[0].data,
-                             k->out[0].data, n),
-                     "Cast");
+    return KC_LAUNCH(
+        kc_cast(STREAM(k), k->in[0].dtype, k->out[0].dtype, k->in[0].data, k->out[0].data, n),
+        "Cast");
 }
 
 static bool sup_cast(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
@@ -229,8 +229,7 @@ static bool sup_cast(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
 
 /* --- kiln.FusedElementwise --- */
 
-static kiln_status fused_prepare(const kn_node *node, int n_in, const kn_tensor *in,
-                                 void **state) {
+static kiln_status fused_prepare(const kn_node *node, int n_in, const kn_tensor *in, void **state) {
     (void)in;
     const int64_t *prog;
     int64_t np = kc_attr_ints(node, "program", &prog);
@@ -307,9 +306,9 @@ static kiln_status run_view(kn_kernel_ctx *k) {
     size_t nb = kn_tensor_nbytes(&k->out[0]);
     if (nb == 0 || k->out[0].data == k->in[0].data)
         return KILN_OK;
-    return kc_check(cudaMemcpyAsync(k->out[0].data, k->in[0].data, nb, cudaMemcpyDeviceToDevice,
-                                    k->stream->s),
-                    k->node->op_type);
+    return kc_check(
+        cudaMemcpyAsync(k->out[0].data, k->in[0].data, nb, cudaMemcpyDeviceToDevice, k->stream->s),
+        k->node->op_type);
 }
 
 static bool sup_view(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
@@ -323,31 +322,74 @@ static bool sup_view(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
     return true;
 }
 
-#define UNARY(name) {{"", name, run_unary, NULL, NULL}, sup_f32}
-#define BINARY(name) {{"", name, run_binary, NULL, NULL}, sup_binary}
-#define COMPARE(name) {{"", name, run_compare, NULL, NULL}, sup_compare}
-#define VIEW(name) {{"", name, run_view, NULL, NULL}, sup_view}
+#define UNARY(name)                                                                                \
+    { {"", name, run_unary, NULL, NULL}, sup_f32 }
+#define BINARY(name)                                                                               \
+    { {"", name, run_binary, NULL, NULL}, sup_binary }
+#define COMPARE(name)                                                                              \
+    { {"", name, run_compare, NULL, NULL}, sup_compare }
+#define VIEW(name)                                                                                 \
+    { {"", name, run_view, NULL, NULL}, sup_view }
 
 const kc_op kc_ops_elementwise[] = {
-    UNARY("Abs"),       UNARY("Neg"),      UNARY("Reciprocal"),  UNARY("Floor"),
-    UNARY("Ceil"),      UNARY("Round"),    UNARY("Sqrt"),        UNARY("Exp"),
-    UNARY("Log"),       UNARY("Sin"),      UNARY("Cos"),         UNARY("Tan"),
-    UNARY("Asin"),      UNARY("Acos"),     UNARY("Atan"),        UNARY("Sinh"),
-    UNARY("Cosh"),      UNARY("Asinh"),    UNARY("Acosh"),       UNARY("Atanh"),
-    UNARY("Erf"),       UNARY("Sign"),     UNARY("Relu"),        UNARY("LeakyRelu"),
-    UNARY("Elu"),       UNARY("Selu"),     UNARY("Celu"),        UNARY("Sigmoid"),
-    UNARY("HardSigmoid"), UNARY("HardSwish"), UNARY("Tanh"),     UNARY("Softplus"),
-    UNARY("Softsign"),  UNARY("ThresholdedRelu"), UNARY("Gelu"), UNARY("Mish"),
+    UNARY("Abs"),
+    UNARY("Neg"),
+    UNARY("Reciprocal"),
+    UNARY("Floor"),
+    UNARY("Ceil"),
+    UNARY("Round"),
+    UNARY("Sqrt"),
+    UNARY("Exp"),
+    UNARY("Log"),
+    UNARY("Sin"),
+    UNARY("Cos"),
+    UNARY("Tan"),
+    UNARY("Asin"),
+    UNARY("Acos"),
+    UNARY("Atan"),
+    UNARY("Sinh"),
+    UNARY("Cosh"),
+    UNARY("Asinh"),
+    UNARY("Acosh"),
+    UNARY("Atanh"),
+    UNARY("Erf"),
+    UNARY("Sign"),
+    UNARY("Relu"),
+    UNARY("LeakyRelu"),
+    UNARY("Elu"),
+    UNARY("Selu"),
+    UNARY("Celu"),
+    UNARY("Sigmoid"),
+    UNARY("HardSigmoid"),
+    UNARY("HardSwish"),
+    UNARY("Tanh"),
+    UNARY("Softplus"),
+    UNARY("Softsign"),
+    UNARY("ThresholdedRelu"),
+    UNARY("Gelu"),
+    UNARY("Mish"),
     UNARY("Shrink"),
     {{"", "Clip", run_clip, NULL, NULL}, sup_clip},
-    BINARY("Add"),      BINARY("Sub"),     BINARY("Mul"),        BINARY("Div"),
-    BINARY("Pow"),      BINARY("Max"),     BINARY("Min"),        BINARY("PRelu"),
-    COMPARE("Equal"),   COMPARE("Less"),   COMPARE("LessOrEqual"), COMPARE("Greater"),
+    BINARY("Add"),
+    BINARY("Sub"),
+    BINARY("Mul"),
+    BINARY("Div"),
+    BINARY("Pow"),
+    BINARY("Max"),
+    BINARY("Min"),
+    BINARY("PRelu"),
+    COMPARE("Equal"),
+    COMPARE("Less"),
+    COMPARE("LessOrEqual"),
+    COMPARE("Greater"),
     COMPARE("GreaterOrEqual"),
     {{"", "Where", run_where, NULL, NULL}, sup_where},
     {{"", "Cast", run_cast, NULL, NULL}, sup_cast},
     {{"kiln", "FusedElementwise", run_fused, fused_prepare, fused_release}, sup_fused},
-    VIEW("Reshape"),    VIEW("Flatten"),   VIEW("Squeeze"),      VIEW("Unsqueeze"),
+    VIEW("Reshape"),
+    VIEW("Flatten"),
+    VIEW("Squeeze"),
+    VIEW("Unsqueeze"),
     VIEW("Identity"),
     {{NULL, NULL, NULL, NULL, NULL}, NULL},
 };

@@ -28,17 +28,18 @@ typedef struct gemm_call {
 
 static kiln_status layout(cublasLtMatrixLayout_t *l, int64_t rows, int64_t cols, int64_t ld,
                           int64_t batch, int64_t stride) {
-    KC_TRY(kc_check_lt(cublasLtMatrixLayoutCreate(l, CUDA_R_32F, (uint64_t)rows, (uint64_t)cols, ld),
-                       "matrix layout"));
+    KC_TRY(
+        kc_check_lt(cublasLtMatrixLayoutCreate(l, CUDA_R_32F, (uint64_t)rows, (uint64_t)cols, ld),
+                    "matrix layout"));
     if (batch > 1) {
         int32_t bc = (int32_t)batch;
         KC_TRY(kc_check_lt(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
                                                             &bc, sizeof bc),
                            "batch count"));
-        KC_TRY(kc_check_lt(cublasLtMatrixLayoutSetAttribute(
-                               *l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
-                               sizeof stride),
-                           "batch stride"));
+        KC_TRY(kc_check_lt(
+            cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                             &stride, sizeof stride),
+            "batch stride"));
     }
     return KILN_OK;
 }
@@ -73,17 +74,17 @@ static kiln_status gemm_run(kn_stream *st, gemm_call *g) {
     cublasOperation_t ta = g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t tb = g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     if (rc == KILN_OK)
-        rc = kc_check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
-                                                        sizeof ta),
-                         "transa");
+        rc = kc_check_lt(
+            cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta),
+            "transa");
     if (rc == KILN_OK)
-        rc = kc_check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
-                                                        sizeof tb),
-                         "transb");
+        rc = kc_check_lt(
+            cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb),
+            "transb");
     if (rc == KILN_OK)
-        rc = kc_check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
-                                                        sizeof epi),
-                         "epilogue");
+        rc = kc_check_lt(
+            cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi),
+            "epilogue");
     if (rc == KILN_OK && (epi == CUBLASLT_EPILOGUE_BIAS || epi == CUBLASLT_EPILOGUE_RELU_BIAS))
         rc = kc_check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                         &g->bias, sizeof g->bias),
@@ -107,9 +108,9 @@ static kiln_status gemm_run(kn_stream *st, gemm_call *g) {
     cublasLtMatmulHeuristicResult_t heur;
     int found = 0;
     if (rc == KILN_OK)
-        rc = kc_check_lt(cublasLtMatmulAlgoGetHeuristic(st->lt, desc, la, lb, lc, lc, pref, 1,
-                                                        &heur, &found),
-                         "choosing an algorithm");
+        rc = kc_check_lt(
+            cublasLtMatmulAlgoGetHeuristic(st->lt, desc, la, lb, lc, lc, pref, 1, &heur, &found),
+            "choosing an algorithm");
     if (rc == KILN_OK && found == 0)
         rc = kc_fail(KILN_ERR_UNSUPPORTED, "cuBLASLt has no algorithm for %lldx%lldx%lld",
                      (long long)g->m, (long long)g->n, (long long)g->k);

@@ -5,8 +5,8 @@
 
 #define STREAM(k) ((void *)(k)->stream->s)
 
-static bool f32_io(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
-                   const kn_tensor *out, kn_caps *caps) {
+static bool f32_io(const kn_node *n, int n_in, const kn_tensor *in, int n_out, const kn_tensor *out,
+                   kn_caps *caps) {
     (void)n;
     return kc_all_f32(in, n_in > 0 ? 1 : 0, caps, "input") &&
            kc_all_f32(out, n_out, caps, "output");
@@ -61,9 +61,8 @@ static kiln_status run_layernorm(kn_kernel_ctx *k) {
     int64_t rows, len;
     ln_rows(k->node, &k->in[0].shape, &rows, &len);
     const float *bias = k->n_in > 2 && k->in[2].dtype ? k->in[2].data : NULL;
-    return KC_LAUNCH(kc_layernorm_f32(STREAM(k), k->in[0].data, k->in[1].data, bias,
-                                      k->out[0].data, rows, len,
-                                      kc_attr_float(k->node, "epsilon", 1e-5f)),
+    return KC_LAUNCH(kc_layernorm_f32(STREAM(k), k->in[0].data, k->in[1].data, bias, k->out[0].data,
+                                      rows, len, kc_attr_float(k->node, "epsilon", 1e-5f)),
                      "LayerNormalization");
 }
 
@@ -76,7 +75,8 @@ static bool sup_layernorm(const kn_node *n, int n_in, const kn_tensor *in, int n
     if (axis < 0 || axis >= in[0].shape.rank)
         return kc_reason(caps, "cuda: LayerNormalization axis out of range");
     ln_rows(n, &in[0].shape, &rows, &len);
-    if (kn_tensor_numel(&in[1]) != len || (n_in > 2 && in[2].dtype && kn_tensor_numel(&in[2]) != len))
+    if (kn_tensor_numel(&in[1]) != len ||
+        (n_in > 2 && in[2].dtype && kn_tensor_numel(&in[2]) != len))
         return kc_reason(caps, "cuda: LayerNormalization with broadcast scale or bias");
     for (int j = 1; j < n_out; j++)
         if (out[j].dtype != 0)
@@ -89,10 +89,9 @@ static bool sup_layernorm(const kn_node *n, int n_in, const kn_tensor *in, int n
 /* --- Reduce*: a contiguous run of axes as [outer, n, inner] --- */
 
 static int reduce_op(const char *name) {
-    static const char *const names[] = {"ReduceSum",       "ReduceMean",  "ReduceMax",
-                                        "ReduceMin",       "ReduceProd",  "ReduceSumSquare",
-                                        "ReduceL1",        "ReduceL2",    "ReduceLogSumExp",
-                                        "ReduceLogSum"};
+    static const char *const names[] = {
+        "ReduceSum",       "ReduceMean", "ReduceMax", "ReduceMin",       "ReduceProd",
+        "ReduceSumSquare", "ReduceL1",   "ReduceL2",  "ReduceLogSumExp", "ReduceLogSum"};
     for (int i = 0; i < 10; i++)
         if (strcmp(names[i], name) == 0)
             return i;
@@ -162,8 +161,7 @@ static bool sup_reduce(const kn_node *n, int n_in, const kn_tensor *in, int n_ou
     if (n_in > 1 && in[1].dtype != 0 && in[1].dtype != KILN_DTYPE_INT64)
         return kc_reason(caps, "cuda: %s axes of %s", n->op_type, kn_dtype_name(in[1].dtype));
     if (!reduce_shape(n, n_in, in, &outer, &len, &inner, &noop))
-        return kc_reason(caps, "cuda: %s over axes not known at build or not adjacent",
-                         n->op_type);
+        return kc_reason(caps, "cuda: %s over axes not known at build or not adjacent", n->op_type);
     caps->host_in = 0x2;
     return f32_io(n, n_in, in, n_out, out, caps);
 }
@@ -235,8 +233,7 @@ static kiln_status pool_params(const kn_node *n, const kn_shape *x, const kn_sha
 static kiln_status run_pool(kn_kernel_ctx *k) {
     kc_pool2d p;
     pool_params(k->node, &k->in[0].shape, &k->out[0].shape, &p);
-    return KC_LAUNCH(kc_pool2d_f32(STREAM(k), &p, k->in[0].data, k->out[0].data),
-                     k->node->op_type);
+    return KC_LAUNCH(kc_pool2d_f32(STREAM(k), &p, k->in[0].data, k->out[0].data), k->node->op_type);
 }
 
 static bool sup_pool(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
@@ -321,7 +318,8 @@ static bool sup_resize(const kn_node *n, int n_in, const kn_tensor *in, int n_ou
     return f32_io(n, n_in, in, n_out, out, caps);
 }
 
-#define REDUCE(name) {{"", name, run_reduce, NULL, NULL}, sup_reduce}
+#define REDUCE(name)                                                                               \
+    { {"", name, run_reduce, NULL, NULL}, sup_reduce }
 
 const kc_op kc_ops_nn[] = {
     {{"", "Softmax", run_softmax, NULL, NULL}, sup_softmax},

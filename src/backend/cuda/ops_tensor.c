@@ -105,9 +105,8 @@ static kiln_status run_expand(kn_kernel_ctx *k) {
     kc_bcast bc;
     if (!kc_bcast_init(&bc, &k->out[0].shape, 1, &s))
         return kc_fail(KILN_ERR_SHAPE, "Expand: input does not broadcast to the output");
-    return KC_LAUNCH(kc_strided_copy(STREAM(k), bc.rank, bc.dims, bc.strides[0], 0,
-                                     k->in[0].data, k->out[0].data,
-                                     (int)kn_dtype_size(k->out[0].dtype)),
+    return KC_LAUNCH(kc_strided_copy(STREAM(k), bc.rank, bc.dims, bc.strides[0], 0, k->in[0].data,
+                                     k->out[0].data, (int)kn_dtype_size(k->out[0].dtype)),
                      "Expand");
 }
 
