@@ -19,7 +19,7 @@ EXAMPLE_DIR = tests/models/mobilenetv2_mini
 EXAMPLE = $(EXAMPLE_DIR)/model.onnx
 
 .PHONY: all deps build asan run test test-unit test-conformance test-models test-python test-tools test-asan \
-        test-tsan test-install test-triton bench \
+        test-tsan test-install test-triton bench test-gpu build-cuda \
         format clean
 
 all: build
@@ -102,6 +102,19 @@ test-triton: build
 
 test: test-unit test-conformance test-models test-python test-tools test-install test-triton test-asan \
       test-tsan
+
+# The CUDA backend module and its tests, on a machine with a GPU and the CUDA 13 toolkit; never
+# part of `make test` (CI has no GPU).
+CUDA_BUILD ?= build-cuda
+CUDA_HOME ?= /usr/local/cuda
+build-cuda:
+	cmake -S . -B $(CUDA_BUILD) -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON \
+	  -DCMAKE_CUDA_COMPILER=$(CUDA_HOME)/bin/nvcc -DCUDAToolkit_ROOT=$(CUDA_HOME)
+	cmake --build $(CUDA_BUILD) -j$(JOBS) --target kiln kiln_cuda
+
+test-gpu: build-cuda
+	KILN_BACKEND_PATH=$(CURDIR)/$(CUDA_BUILD)/lib $(PYTHON) tests/cuda/diff_backends.py \
+	  --kiln $(CUDA_BUILD)/bin/kiln --node-tests --jobs $(JOBS)
 
 bench: build
 	$(PYTHON) bench/bench.py --kiln $(KILN)

@@ -1,0 +1,377 @@
+/* The CUDA backend: device memory, one non-blocking stream per context with its cuBLASLt and
+ * cuDNN handles, events, and the op tables of ops_*.c. Loaded by the backend registry as
+ * libkiln_cuda.so through kn_backend_entry (backend_module.h). */
+#include "backend/cuda/cuda_internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+const kn_backend_host_api *kc_host;
+
+/* cuBLASLt's workspace, allocated with each stream (cuBLAS recommends 32 MiB on Hopper). */
+#define KC_DEFAULT_WORKSPACE ((size_t)32 << 20)
+
+kiln_status kc_fail(kiln_status code, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return kc_host->error(code, msg);
+}
+
+kiln_status kc_check(cudaError_t err, const char *what) {
+    if (err == cudaSuccess)
+        return KILN_OK;
+    (void)cudaGetLastError(); /* clear a sticky launch error so the next call reports its own */
+    return kc_fail(err == cudaErrorMemoryAllocation ? KILN_ERR_OUT_OF_MEMORY : KILN_ERR_INTERNAL,
+                   "cuda: %s: %s", what, cudaGetErrorString(err));
+}
+
+kiln_status kc_check_lt(cublasStatus_t st, const char *what) {
+    if (st == CUBLAS_STATUS_SUCCESS)
+        return KILN_OK;
+    return kc_fail(KILN_ERR_INTERNAL, "cuBLASLt: %s: status %d", what, (int)st);
+}
+
+kiln_status kc_check_dnn(cudnnStatus_t st, const char *what) {
+    if (st == CUDNN_STATUS_SUCCESS)
+        return KILN_OK;
+    return kc_fail(KILN_ERR_INTERNAL, "cuDNN: %s: %s", what, cudnnGetErrorString(st));
+}
+
+bool kc_reason(kn_caps *caps, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(caps->reason, sizeof caps->reason, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+bool kc_all_f32(const kn_tensor *t, int n, kn_caps *caps, const char *what) {
+    for (int j = 0; j < n; j++)
+        if (t[j].dtype != 0 && t[j].dtype != KILN_DTYPE_FLOAT32)
+            return kc_reason(caps, "cuda: %s %d is %s; only float32 runs on the GPU so far", what,
+                             j, kn_dtype_name(t[j].dtype));
+    return true;
+}
+
+const char *kc_attr_string(const kn_node *n, const char *name, const char *def) {
+    const kn_attr *a = kc_host->attr(n, name);
+    return a != NULL && a->type == KN_ATTR_STRING && a->s != NULL ? a->s : def;
+}
+
+int64_t kc_attr_floats(const kn_node *n, const char *name, const float **out) {
+    const kn_attr *a = kc_host->attr(n, name);
+    if (a == NULL || a->type != KN_ATTR_FLOATS) {
+        *out = NULL;
+        return 0;
+    }
+    *out = a->floats;
+    return a->n;
+}
+
+bool kc_bcast_init(kc_bcast *b, const kn_shape *out, int n, const kn_shape *const *in) {
+    memset(b, 0, sizeof *b);
+    if (out->rank > KC_MAX_RANK || n > KC_MAX_EW_IN)
+        return false;
+    b->rank = out->rank;
+    b->n_in = n;
+    b->numel = kn_shape_numel(out);
+    for (int d = 0; d < out->rank; d++)
+        b->dims[d] = out->d[d];
+    for (int k = 0; k < n; k++) {
+        const kn_shape *s = in[k];
+        if (s->rank > out->rank)
+            return false;
+        int64_t stride = 1;
+        for (int d = out->rank - 1; d >= 0; d--) {
+            int sd = d - (out->rank - s->rank);
+            int64_t dim = sd >= 0 ? s->d[sd] : 1;
+            if (dim != 1 && dim != out->d[d])
+                return false;
+            b->strides[k][d] = dim == 1 ? 0 : stride;
+            stride *= dim;
+        }
+    }
+    return true;
+}
+
+int kc_activation(const kn_node *n, float *alpha, float *beta) {
+    const char *act = kc_attr_string(n, "kiln_activation", NULL);
+    *alpha = kc_attr_float(n, "kiln_alpha", 0.0f);
+    *beta = kc_attr_float(n, "kiln_beta", 0.0f);
+    if (act == NULL)
+        return KC_ACT_NONE;
+    if (strcmp(act, "Relu") == 0)
+        return KC_ACT_RELU;
+    if (strcmp(act, "Clip") == 0)
+        return KC_ACT_CLIP;
+    if (strcmp(act, "Sigmoid") == 0)
+        return KC_ACT_SIGMOID;
+    if (strcmp(act, "Swish") == 0)
+        return KC_ACT_SWISH;
+    if (strcmp(act, "LeakyRelu") == 0)
+        return KC_ACT_LEAKY;
+    return -1;
+}
+
+/* --- ops --- */
+
+static const kc_op *const families[] = {kc_ops_elementwise, kc_ops_tensor, kc_ops_nn, kc_ops_gemm,
+                                        kc_ops_conv};
+
+static const kc_op *find_op(const char *domain, const char *name) {
+    if (domain == NULL || strcmp(domain, "ai.onnx") == 0)
+        domain = "";
+    for (size_t f = 0; f < sizeof families / sizeof families[0]; f++)
+        for (const kc_op *o = families[f]; o->kernel.name != NULL; o++)
+            if (strcmp(o->kernel.name, name) == 0 && strcmp(o->kernel.domain, domain) == 0)
+                return o;
+    return NULL;
+}
+
+static const kn_kernel *cuda_find_kernel(kn_backend *b, const char *domain, const char *name) {
+    (void)b;
+    const kc_op *o = find_op(domain, name);
+    return o ? &o->kernel : NULL;
+}
+
+static bool cuda_supports(kn_backend *b, const kn_node *n, int n_in, const kn_tensor *in, int n_out,
+                          const kn_tensor *out, kn_caps *caps) {
+    (void)b;
+    const kc_op *o = find_op(n->domain, n->op_type);
+    if (o == NULL)
+        return kc_reason(caps, "cuda: no GPU kernel for %s%s%s yet", n->domain,
+                         n->domain[0] ? "." : "", n->op_type);
+    for (int j = 0; j < n_out; j++)
+        if (out[j].dtype != 0 && !kn_shape_valid(&out[j].shape))
+            return kc_reason(caps, "cuda: output %d has no concrete shape", j);
+    caps->capture_safe = true;
+    return o->supports(n, n_in, in, n_out, out, caps);
+}
+
+/* --- memory --- */
+
+static kiln_status cuda_buffer_alloc(kn_backend *b, kn_mem mem, size_t size, kn_buffer *out) {
+    (void)b;
+    memset(out, 0, sizeof *out);
+    void *p = NULL;
+    cudaError_t err = mem == KN_MEM_DEVICE   ? cudaMalloc(&p, size ? size : 1)
+                      : mem == KN_MEM_PINNED ? cudaMallocHost(&p, size ? size : 1)
+                                             : cudaErrorInvalidValue;
+    if (err != cudaSuccess) {
+        char what[96];
+        snprintf(what, sizeof what, "allocating %zu bytes of %s memory", size,
+                 mem == KN_MEM_DEVICE ? "device" : "pinned host");
+        return kc_check(err, what);
+    }
+    out->base = p;
+    out->size = size;
+    out->mem = mem;
+    return KILN_OK;
+}
+
+static void cuda_buffer_free(kn_backend *b, kn_buffer *buf) {
+    (void)b;
+    if (buf->base == NULL)
+        return;
+    if (buf->mem == KN_MEM_PINNED)
+        cudaFreeHost(buf->base);
+    else
+        cudaFree(buf->base);
+    memset(buf, 0, sizeof *buf);
+}
+
+static kiln_status cuda_copy(kn_backend *b, kn_stream *s, void *dst, kn_mem dst_mem,
+                             const void *src, kn_mem src_mem, size_t n) {
+    (void)b;
+    if (n == 0)
+        return KILN_OK;
+    bool dd = dst_mem == KN_MEM_DEVICE, sd = src_mem == KN_MEM_DEVICE;
+    enum cudaMemcpyKind kind = dd && sd ? cudaMemcpyDeviceToDevice
+                               : dd     ? cudaMemcpyHostToDevice
+                               : sd     ? cudaMemcpyDeviceToHost
+                                        : cudaMemcpyHostToHost;
+    return kc_check(cudaMemcpyAsync(dst, src, n, kind, s ? s->s : cudaStreamPerThread), "copy");
+}
+
+/* --- streams --- */
+
+static void stream_free(kn_stream *st) {
+    if (st->ws)
+        cudaFree(st->ws);
+    if (st->dnn)
+        cudnnDestroy(st->dnn);
+    if (st->lt)
+        cublasLtDestroy(st->lt);
+    if (st->s)
+        cudaStreamDestroy(st->s);
+    kc_host->free(st);
+}
+
+static kiln_status cuda_stream_create(kn_backend *b, kn_stream **out) {
+    (void)b;
+    *out = NULL;
+    kn_stream *st = kc_host->alloc(sizeof *st);
+    if (st == NULL)
+        return kc_fail(KILN_ERR_OUT_OF_MEMORY, "out of memory creating a CUDA stream");
+    memset(st, 0, sizeof *st);
+    kiln_status rc =
+        kc_check(cudaStreamCreateWithFlags(&st->s, cudaStreamNonBlocking), "creating a stream");
+    if (rc == KILN_OK)
+        rc = kc_check_lt(cublasLtCreate(&st->lt), "creating a handle");
+    if (rc == KILN_OK)
+        rc = kc_check_dnn(cudnnCreate(&st->dnn), "creating a handle");
+    if (rc == KILN_OK)
+        rc = kc_check_dnn(cudnnSetStream(st->dnn, st->s), "binding the stream");
+    if (rc == KILN_OK)
+        rc = kc_workspace(st, KC_DEFAULT_WORKSPACE);
+    if (rc != KILN_OK) {
+        stream_free(st);
+        return rc;
+    }
+    *out = st;
+    return KILN_OK;
+}
+
+static void cuda_stream_destroy(kn_backend *b, kn_stream *s) {
+    (void)b;
+    if (s != NULL) {
+        cudaStreamSynchronize(s->s);
+        stream_free(s);
+    }
+}
+
+static kiln_status cuda_stream_sync(kn_backend *b, kn_stream *s) {
+    (void)b;
+    return kc_check(cudaStreamSynchronize(s ? s->s : cudaStreamPerThread), "running the stream");
+}
+
+static void *cuda_stream_native(kn_backend *b, kn_stream *s) {
+    (void)b;
+    return s ? (void *)s->s : NULL;
+}
+
+kiln_status kc_workspace(kn_stream *st, size_t size) {
+    if (size <= st->ws_size)
+        return KILN_OK;
+    if (st->ws != NULL) {
+        KC_TRY(kc_check(cudaStreamSynchronize(st->s), "growing the workspace"));
+        cudaFree(st->ws);
+        st->ws = NULL;
+        st->ws_size = 0;
+    }
+    KC_TRY(kc_check(cudaMalloc(&st->ws, size), "allocating the workspace"));
+    st->ws_size = size;
+    return KILN_OK;
+}
+
+/* --- events --- */
+
+static kiln_status cuda_event_create(kn_backend *b, kn_event **out) {
+    (void)b;
+    kn_event *e = kc_host->alloc(sizeof *e);
+    if (e == NULL)
+        return kc_fail(KILN_ERR_OUT_OF_MEMORY, "out of memory creating an event");
+    kiln_status rc = kc_check(cudaEventCreate(&e->e), "creating an event");
+    if (rc != KILN_OK) {
+        kc_host->free(e);
+        return rc;
+    }
+    *out = e;
+    return KILN_OK;
+}
+
+static void cuda_event_destroy(kn_backend *b, kn_event *e) {
+    (void)b;
+    if (e != NULL) {
+        cudaEventDestroy(e->e);
+        kc_host->free(e);
+    }
+}
+
+static kiln_status cuda_event_record(kn_backend *b, kn_event *e, kn_stream *s) {
+    (void)b;
+    return kc_check(cudaEventRecord(e->e, s ? s->s : cudaStreamPerThread), "recording an event");
+}
+
+static kiln_status cuda_event_wait(kn_backend *b, kn_stream *s, kn_event *e) {
+    (void)b;
+    return kc_check(cudaStreamWaitEvent(s ? s->s : cudaStreamPerThread, e->e, 0),
+                    "waiting for an event");
+}
+
+static kiln_status cuda_event_sync(kn_backend *b, kn_event *e) {
+    (void)b;
+    return kc_check(cudaEventSynchronize(e->e), "waiting for an event");
+}
+
+static kiln_status cuda_event_elapsed(kn_backend *b, kn_event *start, kn_event *end, float *ms) {
+    (void)b;
+    return kc_check(cudaEventElapsedTime(ms, start->e, end->e), "timing events");
+}
+
+static const kn_backend_iface cuda_iface = {
+    .name = "cuda",
+    .mem = KN_MEM_DEVICE,
+    .find_kernel = cuda_find_kernel,
+    .supports = cuda_supports,
+    .buffer_alloc = cuda_buffer_alloc,
+    .buffer_free = cuda_buffer_free,
+    .copy = cuda_copy,
+    .stream_create = cuda_stream_create,
+    .stream_destroy = cuda_stream_destroy,
+    .stream_sync = cuda_stream_sync,
+    .stream_native = cuda_stream_native,
+    .plugin_stream_kind = KILN_BACKEND_CUDA,
+    .event_create = cuda_event_create,
+    .event_destroy = cuda_event_destroy,
+    .event_record = cuda_event_record,
+    .event_wait = cuda_event_wait,
+    .event_sync = cuda_event_sync,
+    .event_elapsed = cuda_event_elapsed,
+};
+
+static kn_backend cuda_backend = {.iface = &cuda_iface, .device = 0, .context = NULL};
+
+/* Whether this process can run the module's code: a device, a driver at least as new as the
+ * runtime it was built with, and compute capability 9.0 or newer (the sm_90 code and
+ * compute_90 PTX it carries). */
+static kiln_status check_device(void) {
+    int driver = 0;
+    cudaDriverGetVersion(&driver);
+    if (driver == 0)
+        return kc_fail(KILN_ERR_UNSUPPORTED, "no NVIDIA driver is loaded (no GPU here)");
+    if (driver < CUDART_VERSION)
+        return kc_fail(KILN_ERR_UNSUPPORTED,
+                       "the NVIDIA driver supports CUDA %d.%d, the module needs %d.%d: update "
+                       "the driver",
+                       driver / 1000, driver % 1000 / 10, CUDART_VERSION / 1000,
+                       CUDART_VERSION % 1000 / 10);
+    int n = 0;
+    cudaError_t err = cudaGetDeviceCount(&n);
+    if (err != cudaSuccess || n == 0)
+        return kc_fail(KILN_ERR_UNSUPPORTED, "no CUDA device: %s",
+                       err != cudaSuccess ? cudaGetErrorString(err) : "none found");
+    struct cudaDeviceProp prop;
+    KC_TRY(kc_check(cudaGetDeviceProperties(&prop, 0), "reading the device's properties"));
+    if (prop.major < 9)
+        return kc_fail(KILN_ERR_UNSUPPORTED,
+                       "%s has compute capability %d.%d; the module is built for 9.0 and newer",
+                       prop.name, prop.major, prop.minor);
+    return kc_check(cudaSetDevice(0), "selecting device 0");
+}
+
+__attribute__((visibility("default"))) kiln_status
+kn_backend_entry(const kn_backend_host_api *host, uint32_t version, kn_backend **out) {
+    if (host == NULL || out == NULL || version != KN_BACKEND_MODULE_VERSION ||
+        host->struct_size < sizeof *host)
+        return KILN_ERR_UNSUPPORTED; /* no host table to report through */
+    kc_host = host;
+    *out = NULL;
+    KC_TRY(check_device());
+    *out = &cuda_backend;
+    return KILN_OK;
+}

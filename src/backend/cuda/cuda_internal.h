@@ -1,0 +1,90 @@
+/* The CUDA backend module's shared pieces: the host table, the per-context stream state and
+ * the op tables each ops_*.c file contributes. */
+#ifndef KN_CUDA_INTERNAL_H
+#define KN_CUDA_INTERNAL_H
+
+#include "backend/backend_module.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "kiln/kiln_plugin.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+/* The host's table, set by kn_backend_entry: errors must reach the caller's thread through
+ * libkiln (its error text is thread-local there). */
+extern const kn_backend_host_api *kc_host;
+
+/* One per context: the CUDA stream (non-blocking), the library handles bound to it and a
+ * device workspace shared by the kernels that run on it (one at a time, in stream order). */
+struct kn_stream {
+    cudaStream_t s;
+    cublasLtHandle_t lt;
+    cudnnHandle_t dnn;
+    void *ws;
+    size_t ws_size;
+};
+
+struct kn_event {
+    cudaEvent_t e;
+};
+
+/* Errors: a formatted message through the host table. */
+kiln_status kc_fail(kiln_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A CUDA runtime error as a kiln error naming what failed ("" on success: KILN_OK). */
+kiln_status kc_check(cudaError_t err, const char *what);
+kiln_status kc_check_lt(cublasStatus_t st, const char *what);
+kiln_status kc_check_dnn(cudnnStatus_t st, const char *what);
+#define KC_TRY(expr)                                                                               \
+    do {                                                                                           \
+        kiln_status kc_rc_ = (expr);                                                               \
+        if (kc_rc_ != KILN_OK)                                                                     \
+            return kc_rc_;                                                                         \
+    } while (0)
+/* A launcher's result (cuda_kernels.h) as a kiln status. */
+#define KC_LAUNCH(expr, what) kc_check((cudaError_t)(expr), what)
+
+/* Make the stream's workspace at least size bytes (waits for the stream when it grows). */
+kiln_status kc_workspace(kn_stream *st, size_t size);
+
+/* Attributes through the host table. */
+static inline int64_t kc_attr_int(const kn_node *n, const char *name, int64_t def) {
+    return kc_host->attr_int(n, name, def);
+}
+static inline float kc_attr_float(const kn_node *n, const char *name, float def) {
+    return kc_host->attr_float(n, name, def);
+}
+static inline int64_t kc_attr_ints(const kn_node *n, const char *name, const int64_t **out) {
+    return kc_host->attr_ints(n, name, out);
+}
+const char *kc_attr_string(const kn_node *n, const char *name, const char *def);
+int64_t kc_attr_floats(const kn_node *n, const char *name, const float **out);
+
+/* Whether a node with these inputs/outputs runs here (see kn_backend_iface.supports): fill
+ * caps (host_in; reason when false). */
+typedef bool (*kc_supports_fn)(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
+                               const kn_tensor *out, kn_caps *caps);
+
+/* One op of the backend: its kernel and its capability check. */
+typedef struct kc_op {
+    kn_kernel kernel;
+    kc_supports_fn supports;
+} kc_op;
+
+/* Op tables, each ended by an entry with a NULL kernel.name. */
+extern const kc_op kc_ops_elementwise[];
+extern const kc_op kc_ops_tensor[];
+extern const kc_op kc_ops_nn[];
+extern const kc_op kc_ops_gemm[];
+extern const kc_op kc_ops_conv[];
+
+/* Helpers for supports functions. */
+bool kc_all_f32(const kn_tensor *t, int n, kn_caps *caps, const char *what);
+bool kc_reason(kn_caps *caps, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Broadcast of n inputs to out (all with the dims of out's rank, right-aligned). */
+bool kc_bcast_init(kc_bcast *b, const kn_shape *out, int n, const kn_shape *const *in);
+
+/* The fused epilogue attributes of fuse_activations (passes.h) as KC_ACT_*. */
+int kc_activation(const kn_node *n, float *alpha, float *beta);
+
+#endif

@@ -1,0 +1,110 @@
+/* Launchers of the CUDA kernels (kernels_*.cu), callable from the module's C code. Every
+ * launcher enqueues on stream s and returns a cudaError_t as int (0: launched). Shapes come
+ * as plain structs so the .cu files need none of kiln's headers. */
+#ifndef KN_CUDA_KERNELS_H
+#define KN_CUDA_KERNELS_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KC_MAX_RANK 8
+#define KC_MAX_EW_IN 16
+#define KC_MAX_PROGRAM 96 /* fused instructions */
+#define KC_MAX_CONSTS 64
+
+/* An output of `rank` dims and up to KC_MAX_EW_IN inputs broadcast to it: strides[k][d] is
+ * input k's element stride along output dim d (0 where it broadcasts). */
+typedef struct kc_bcast {
+    int32_t rank;
+    int32_t n_in;
+    int64_t numel;
+    int64_t dims[KC_MAX_RANK];
+    int64_t strides[KC_MAX_EW_IN][KC_MAX_RANK];
+} kc_bcast;
+
+/* Element-wise float ops use kiln's kn_ew_unary / kn_ew_binary numbering
+ * (ops/fused_elementwise.h); comparisons and Where are separate. */
+enum { KC_CMP_EQ = 0, KC_CMP_LT, KC_CMP_LE, KC_CMP_GT, KC_CMP_GE };
+
+int kc_unary_f32(void *s, int op, float pa, float pb, const float *x, float *y, int64_t n);
+/* y = a op b over bc (bc.n_in = 2); y_bool: write bool results (comparisons) */
+int kc_binary_f32(void *s, int op, const kc_bcast *bc, const float *a, const float *b, float *y);
+int kc_compare_f32(void *s, int op, const kc_bcast *bc, const float *a, const float *b, uint8_t *y);
+/* Where(cond, a, b) with elem_size-byte elements. */
+int kc_where(void *s, const kc_bcast *bc, const uint8_t *c, const void *a, const void *b, void *y,
+             int elem_size);
+/* The fused program (see ops/fused_elementwise.h) over bc, one thread per element. */
+typedef struct kc_program {
+    int32_t n_instr;
+    int32_t instr[KC_MAX_PROGRAM][5];
+    float consts[KC_MAX_CONSTS];
+} kc_program;
+int kc_fused_f32(void *s, const kc_program *p, const kc_bcast *bc, const float *const *in,
+                 float *y);
+/* dtype numbering is kiln_dtype's. */
+int kc_cast(void *s, int from, int to, const void *x, void *y, int64_t n);
+
+/* Gather of elem_size-byte elements through a general strided view: y[i] = x[off(i)] where
+ * off is decomposed over dims with the given source strides (elements) plus base. */
+int kc_strided_copy(void *s, int rank, const int64_t *dims, const int64_t *src_strides,
+                    int64_t src_base, const void *x, void *y, int elem_size);
+/* Concat helper: copy x (outer x inner_x elements) into y rows of inner_y at column offset. */
+int kc_copy_rows(void *s, const void *x, void *y, int64_t outer, int64_t inner_x, int64_t inner_y,
+                 int64_t offset, int elem_size);
+/* Gather along an axis: x is [outer, axis_n, inner], idx has n_idx int64 (or int32) values. */
+int kc_gather(void *s, const void *x, const void *idx, int idx64, void *y, int64_t outer,
+              int64_t axis_n, int64_t n_idx, int64_t inner, int elem_size);
+
+/* Softmax / LogSoftmax over rows of length n. */
+int kc_softmax_f32(void *s, const float *x, float *y, int64_t rows, int64_t n, int log);
+/* LayerNormalization over rows of n; scale/bias of n (bias may be NULL). */
+int kc_layernorm_f32(void *s, const float *x, const float *scale, const float *bias, float *y,
+                     int64_t rows, int64_t n, float eps);
+/* Reduce the middle dim of [outer, n, inner]. op: KC_RED_*. */
+enum {
+    KC_RED_SUM = 0,
+    KC_RED_MEAN,
+    KC_RED_MAX,
+    KC_RED_MIN,
+    KC_RED_PROD,
+    KC_RED_SUMSQ,
+    KC_RED_L1,
+    KC_RED_L2,
+    KC_RED_LOGSUMEXP,
+    KC_RED_LOGSUM
+};
+int kc_reduce_f32(void *s, int op, const float *x, float *y, int64_t outer, int64_t n,
+                  int64_t inner);
+
+/* 2-D pooling over NCHW; kind 0 max, 1 average. count_include_pad for average. */
+typedef struct kc_pool2d {
+    int64_t n, c, h, w, oh, ow;
+    int32_t kh, kw, sh, sw, ph, pw, dh, dw;
+    int32_t kind, count_include_pad;
+} kc_pool2d;
+int kc_pool2d_f32(void *s, const kc_pool2d *p, const float *x, float *y);
+
+/* Epilogue over an NCHW-like [n, c, inner] tensor or a [rows, c] matrix:
+ * y = act(y + bias[c] + residual), act per KC_ACT_*. bias, residual may be NULL. */
+enum { KC_ACT_NONE = 0, KC_ACT_RELU, KC_ACT_CLIP, KC_ACT_SIGMOID, KC_ACT_SWISH, KC_ACT_LEAKY };
+int kc_epilogue_f32(void *s, float *y, const float *bias, const float *residual, int64_t outer,
+                    int64_t c, int64_t inner, int act, float alpha, float beta);
+
+/* Resize of the last two dims of [outer, h, w] (NCHW): mode 0 nearest, 1 linear. coord:
+ * 0 half_pixel, 1 asymmetric, 2 align_corners, 3 pytorch_half_pixel, 4 tf_half_pixel_for_nn;
+ * nearest_mode: 0 round_prefer_floor, 1 round_prefer_ceil, 2 floor, 3 ceil. */
+typedef struct kc_resize {
+    int64_t outer, h, w, oh, ow;
+    float scale_h, scale_w;
+    int32_t mode, coord, nearest_mode;
+} kc_resize;
+int kc_resize_f32(void *s, const kc_resize *r, const float *x, float *y);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

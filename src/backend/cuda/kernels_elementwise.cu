@@ -1,0 +1,327 @@
+// Element-wise kernels: unary and binary float ops with broadcasting, comparisons, Where,
+// Cast, and an interpreter of kiln.FusedElementwise programs (one thread per element).
+#include "backend/cuda/cuda_kernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+namespace {
+
+constexpr int kThreads = 256;
+
+// kn_ew_unary numbering (ops/fused_elementwise.h).
+__device__ __forceinline__ float unit_clamp(float v) {
+    return v < 0.f ? 0.f : v > 1.f ? 1.f : v;
+}
+
+__device__ __forceinline__ float softplus(float x) {
+    return x > 0.f ? x + log1pf(expf(-x)) : log1pf(expf(x));
+}
+
+__device__ float unary(int op, float x, float pa, float pb) {
+    switch (op) {
+    case 0: return fabsf(x);
+    case 1: return -x;
+    case 2: return 1.f / x;
+    case 3: return floorf(x);
+    case 4: return ceilf(x);
+    case 5: return rintf(x);
+    case 6: return sqrtf(x);
+    case 7: return expf(x);
+    case 8: return logf(x);
+    case 9: return sinf(x);
+    case 10: return cosf(x);
+    case 11: return tanf(x);
+    case 12: return asinf(x);
+    case 13: return acosf(x);
+    case 14: return atanf(x);
+    case 15: return sinhf(x);
+    case 16: return coshf(x);
+    case 17: return asinhf(x);
+    case 18: return acoshf(x);
+    case 19: return atanhf(x);
+    case 20: return erff(x);
+    case 21: return x > 0.f ? 1.f : x < 0.f ? -1.f : x;
+    case 22: return x < 0.f ? 0.f : x;
+    case 23: return x < 0.f ? pa * x : x;
+    case 24: return x < 0.f ? pa * expm1f(x) : x;
+    case 25: return x <= 0.f ? pb * (pa * expm1f(x)) : pb * x;
+    case 26: return x > 0.f ? x : pa * expm1f(x / pa);
+    case 27: return 1.f / (1.f + expf(-x));
+    case 28: return unit_clamp(pa * x + pb);
+    case 29: return x * unit_clamp(x * (1.f / 6.f) + 0.5f);
+    case 30: return tanhf(x);
+    case 31: return softplus(x);
+    case 32: return x / (1.f + fabsf(x));
+    case 33: return x > pa ? x : 0.f;
+    case 34: return 0.5f * x * (1.f + erff(x * 0.70710678118654752440f));
+    case 35:
+        return 0.5f * x * (1.f + tanhf(0.79788456080286535588f * (x + 0.044715f * x * x * x)));
+    case 36: return x * tanhf(softplus(x));
+    case 37: return x < -pb ? x + pa : x > pb ? x - pa : 0.f;
+    case 38: {
+        float lo = x < pa ? pa : x;
+        return lo > pb ? pb : lo;
+    }
+    default: return __int_as_float(0x7fc00000);
+    }
+}
+
+// kn_ew_binary numbering.
+__device__ __forceinline__ float binary(int op, float a, float b) {
+    switch (op) {
+    case 0: return a + b;
+    case 1: return a - b;
+    case 2: return a * b;
+    case 3: return a / b;
+    case 4: return powf(a, b);
+    case 5: return (a != a || b != b) ? __int_as_float(0x7fc00000) : fmaxf(a, b);
+    case 6: return (a != a || b != b) ? __int_as_float(0x7fc00000) : fminf(a, b);
+    case 7: return a < 0.f ? a * b : a;
+    case 8: return fmodf(a, b);
+    default: return __int_as_float(0x7fc00000);
+    }
+}
+
+// Offsets of output element i into each of the first n inputs.
+template <int N>
+__device__ __forceinline__ void offsets(const kc_bcast &bc, int64_t i, int64_t *off) {
+#pragma unroll
+    for (int k = 0; k < N; k++)
+        off[k] = 0;
+    for (int d = bc.rank - 1; d >= 0; d--) {
+        int64_t q = i / bc.dims[d];
+        int64_t r = i - q * bc.dims[d];
+        i = q;
+#pragma unroll
+        for (int k = 0; k < N; k++)
+            off[k] += r * bc.strides[k][d];
+    }
+}
+
+__global__ void k_unary(int op, float pa, float pb, const float *x, float *y, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = unary(op, x[i], pa, pb);
+}
+
+__global__ void k_binary_flat(int op, const float *a, int64_t sa, const float *b, int64_t sb,
+                              float *y, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = binary(op, a[i * sa], b[i * sb]);
+}
+
+__global__ void k_binary(int op, const kc_bcast bc, const float *a, const float *b, float *y) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < bc.numel;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t off[2];
+        offsets<2>(bc, i, off);
+        y[i] = binary(op, a[off[0]], b[off[1]]);
+    }
+}
+
+__global__ void k_compare(int op, const kc_bcast bc, const float *a, const float *b,
+                          uint8_t *y) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < bc.numel;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t off[2];
+        offsets<2>(bc, i, off);
+        float x = a[off[0]], z = b[off[1]];
+        bool r = op == KC_CMP_EQ ? x == z
+                 : op == KC_CMP_LT ? x < z
+                 : op == KC_CMP_LE ? x <= z
+                 : op == KC_CMP_GT ? x > z
+                                   : x >= z;
+        y[i] = r;
+    }
+}
+
+template <typename T>
+__global__ void k_where(const kc_bcast bc, const uint8_t *c, const T *a, const T *b, T *y) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < bc.numel;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t off[3];
+        offsets<3>(bc, i, off);
+        y[i] = c[off[0]] ? a[off[1]] : b[off[2]];
+    }
+}
+
+// The fused program: registers live in local memory (indexed at run time); an NVRTC
+// specialisation per program replaces this later.
+struct fused_inputs {
+    const float *p[KC_MAX_EW_IN];
+};
+
+__global__ void k_fused(const kc_program p, const kc_bcast bc, const fused_inputs in, float *y) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < bc.numel;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        float reg[16];
+        for (int t = 0; t < p.n_instr; t++) {
+            const int32_t *ins = p.instr[t];
+            int kind = ins[0], op = ins[1], dst = ins[2], a = ins[3], b = ins[4];
+            if (kind == 0) {
+                int64_t idx = i, off = 0;
+                for (int d = bc.rank - 1; d >= 0; d--) {
+                    int64_t q = idx / bc.dims[d];
+                    off += (idx - q * bc.dims[d]) * bc.strides[a][d];
+                    idx = q;
+                }
+                reg[dst] = in.p[a][off];
+            } else if (kind == 1) {
+                reg[dst] = p.consts[a];
+            } else if (kind == 2) {
+                float pa = p.consts[b];
+                float pb = b + 1 < KC_MAX_CONSTS ? p.consts[b + 1] : 0.f;
+                reg[dst] = unary(op, reg[a], pa, pb);
+            } else if (kind == 3) {
+                reg[dst] = binary(op, reg[a], reg[b]);
+            } else {
+                y[i] = reg[a];
+            }
+        }
+    }
+}
+
+template <typename S, typename D> __device__ __forceinline__ D convert(S v) {
+    return static_cast<D>(v);
+}
+
+template <typename S, typename D>
+__global__ void k_cast(const S *x, D *y, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = convert<S, D>(x[i]);
+}
+
+// float -> integer casts saturate NaN/inf differently per platform; kiln's CPU truncates
+// through C's conversion, which for in-range values this matches.
+template <typename S> __global__ void k_cast_bool(const S *x, uint8_t *y, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = x[i] != S(0);
+}
+
+unsigned grid_for(int64_t n) {
+    int64_t g = (n + kThreads - 1) / kThreads;
+    if (g < 1)
+        g = 1;
+    return (unsigned)(g > 65535 * 8 ? 65535 * 8 : g);
+}
+
+// Cast between kiln dtypes: float32 = 1, uint8 = 2, int8 = 3, int32 = 6, int64 = 7, bool = 9,
+// float16 = 10, float64 = 11, bfloat16 = 16.
+template <typename S> int cast_from(cudaStream_t st, int to, const S *x, void *y, int64_t n) {
+    unsigned g = grid_for(n);
+    switch (to) {
+    case 1: k_cast<S, float><<<g, kThreads, 0, st>>>(x, (float *)y, n); break;
+    case 2: k_cast<S, uint8_t><<<g, kThreads, 0, st>>>(x, (uint8_t *)y, n); break;
+    case 3: k_cast<S, int8_t><<<g, kThreads, 0, st>>>(x, (int8_t *)y, n); break;
+    case 6: k_cast<S, int32_t><<<g, kThreads, 0, st>>>(x, (int32_t *)y, n); break;
+    case 7: k_cast<S, int64_t><<<g, kThreads, 0, st>>>(x, (int64_t *)y, n); break;
+    case 9: k_cast_bool<S><<<g, kThreads, 0, st>>>(x, (uint8_t *)y, n); break;
+    case 11: k_cast<S, double><<<g, kThreads, 0, st>>>(x, (double *)y, n); break;
+    default: return (int)cudaErrorNotSupported;
+    }
+    return (int)cudaGetLastError();
+}
+
+} // namespace
+
+extern "C" int kc_unary_f32(void *s, int op, float pa, float pb, const float *x, float *y,
+                            int64_t n) {
+    if (n == 0)
+        return 0;
+    k_unary<<<grid_for(n), kThreads, 0, (cudaStream_t)s>>>(op, pa, pb, x, y, n);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int kc_binary_f32(void *s, int op, const kc_bcast *bc, const float *a,
+                             const float *b, float *y) {
+    if (bc->numel == 0)
+        return 0;
+    cudaStream_t st = (cudaStream_t)s;
+    // Same shapes, or one side a scalar: a flat loop without index arithmetic.
+    bool flat = true;
+    int64_t sa = -1, sb = -1;
+    for (int d = 0; d < bc->rank && flat; d++) {
+        int64_t ea = bc->strides[0][d] == 0 ? 0 : 1, eb = bc->strides[1][d] == 0 ? 0 : 1;
+        if (bc->dims[d] == 1)
+            continue;
+        if ((sa >= 0 && sa != ea) || (sb >= 0 && sb != eb))
+            flat = false;
+        sa = ea;
+        sb = eb;
+    }
+    if (flat) {
+        k_binary_flat<<<grid_for(bc->numel), kThreads, 0, st>>>(op, a, sa < 0 ? 1 : sa, b,
+                                                                sb < 0 ? 1 : sb, y, bc->numel);
+    } else {
+        k_binary<<<grid_for(bc->numel), kThreads, 0, st>>>(op, *bc, a, b, y);
+    }
+    return (int)cudaGetLastError();
+}
+
+extern "C" int kc_compare_f32(void *s, int op, const kc_bcast *bc, const float *a,
+                              const float *b, uint8_t *y) {
+    if (bc->numel == 0)
+        return 0;
+    k_compare<<<grid_for(bc->numel), kThreads, 0, (cudaStream_t)s>>>(op, *bc, a, b, y);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int kc_where(void *s, const kc_bcast *bc, const uint8_t *c, const void *a,
+                        const void *b, void *y, int elem_size) {
+    if (bc->numel == 0)
+        return 0;
+    cudaStream_t st = (cudaStream_t)s;
+    unsigned g = grid_for(bc->numel);
+    switch (elem_size) {
+    case 1:
+        k_where<uint8_t><<<g, kThreads, 0, st>>>(*bc, c, (const uint8_t *)a, (const uint8_t *)b,
+                                                 (uint8_t *)y);
+        break;
+    case 2:
+        k_where<uint16_t><<<g, kThreads, 0, st>>>(*bc, c, (const uint16_t *)a,
+                                                  (const uint16_t *)b, (uint16_t *)y);
+        break;
+    case 4:
+        k_where<uint32_t><<<g, kThreads, 0, st>>>(*bc, c, (const uint32_t *)a,
+                                                  (const uint32_t *)b, (uint32_t *)y);
+        break;
+    case 8:
+        k_where<uint64_t><<<g, kThreads, 0, st>>>(*bc, c, (const uint64_t *)a,
+                                                  (const uint64_t *)b, (uint64_t *)y);
+        break;
+    default: return (int)cudaErrorNotSupported;
+    }
+    return (int)cudaGetLastError();
+}
+
+extern "C" int kc_fused_f32(void *s, const kc_program *p, const kc_bcast *bc,
+                            const float *const *in, float *y) {
+    if (bc->numel == 0)
+        return 0;
+    fused_inputs ptrs = {};
+    for (int k = 0; k < bc->n_in; k++)
+        ptrs.p[k] = in[k];
+    k_fused<<<grid_for(bc->numel), kThreads, 0, (cudaStream_t)s>>>(*p, *bc, ptrs, y);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int kc_cast(void *s, int from, int to, const void *x, void *y, int64_t n) {
+    if (n == 0)
+        return 0;
+    cudaStream_t st = (cudaStream_t)s;
+    switch (from) {
+    case 1: return cast_from(st, to, (const float *)x, y, n);
+    case 2: return cast_from(st, to, (const uint8_t *)x, y, n);
+    case 3: return cast_from(st, to, (const int8_t *)x, y, n);
+    case 6: return cast_from(st, to, (const int32_t *)x, y, n);
+    case 7: return cast_from(st, to, (const int64_t *)x, y, n);
+    case 9: return cast_from(st, to, (const uint8_t *)x, y, n);
+    case 11: return cast_from(st, to, (const double *)x, y, n);
+    default: return (int)cudaErrorNotSupported;
+    }
+}

@@ -1,0 +1,288 @@
+// Row-wise and window kernels: Softmax, LayerNormalization, reductions, 2-D pooling, Resize,
+// and the bias + residual + activation epilogue of Conv and Gemm.
+#include "backend/cuda/cuda_kernels.h"
+
+#include <cuda_runtime.h>
+#include <float.h>
+
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned grid_for(int64_t n) {
+    int64_t g = (n + kThreads - 1) / kThreads;
+    if (g < 1)
+        g = 1;
+    return (unsigned)(g > 65535 * 8 ? 65535 * 8 : g);
+}
+
+// Block-wide sum / max over kThreads threads (warp shuffles, then one warp over the warps).
+template <bool Max> __device__ float block_reduce(float v) {
+    __shared__ float part[32];
+    for (int o = 16; o > 0; o >>= 1) {
+        float w = __shfl_xor_sync(0xffffffffu, v, o);
+        v = Max ? fmaxf(v, w) : v + w;
+    }
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __syncthreads();
+    if (lane == 0)
+        part[warp] = v;
+    __syncthreads();
+    int nw = blockDim.x >> 5;
+    v = lane < nw ? part[lane] : (Max ? -FLT_MAX : 0.f);
+    if (warp == 0)
+        for (int o = 16; o > 0; o >>= 1) {
+            float w = __shfl_xor_sync(0xffffffffu, v, o);
+            v = Max ? fmaxf(v, w) : v + w;
+        }
+    __shared__ float result;
+    if (threadIdx.x == 0)
+        result = v;
+    __syncthreads();
+    return result;
+}
+
+// One block per row.
+__global__ void k_softmax(const float *x, float *y, int64_t n, int log) {
+    const float *xr = x + blockIdx.x * n;
+    float *yr = y + blockIdx.x * n;
+    float m = -FLT_MAX;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        m = fmaxf(m, xr[i]);
+    m = block_reduce<true>(m);
+    float s = 0.f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        s += expf(xr[i] - m);
+    s = block_reduce<false>(s);
+    if (log) {
+        float ls = logf(s);
+        for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+            yr[i] = xr[i] - m - ls;
+    } else {
+        float inv = 1.f / s;
+        for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+            yr[i] = expf(xr[i] - m) * inv;
+    }
+}
+
+__global__ void k_layernorm(const float *x, const float *scale, const float *bias, float *y,
+                            int64_t n, float eps) {
+    const float *xr = x + blockIdx.x * n;
+    float *yr = y + blockIdx.x * n;
+    float s = 0.f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        s += xr[i];
+    float mean = block_reduce<false>(s) / (float)n;
+    float v = 0.f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        float d = xr[i] - mean;
+        v += d * d;
+    }
+    float rstd = rsqrtf(block_reduce<false>(v) / (float)n + eps);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        yr[i] = (xr[i] - mean) * rstd * scale[i] + (bias ? bias[i] : 0.f);
+}
+
+// One thread per output of [outer, inner], walking the reduced dim (inner is contiguous, so
+// neighbouring threads read neighbouring addresses).
+__global__ void k_reduce(int op, const float *x, float *y, int64_t outer, int64_t n,
+                         int64_t inner) {
+    int64_t total = outer * inner;
+    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        int64_t o = t / inner, in = t - o * inner;
+        const float *p = x + o * n * inner + in;
+        float acc = op == KC_RED_MAX ? -INFINITY
+                    : op == KC_RED_MIN ? INFINITY
+                    : op == KC_RED_PROD ? 1.f
+                                        : 0.f;
+        float m = -INFINITY;
+        if (op == KC_RED_LOGSUMEXP)
+            for (int64_t j = 0; j < n; j++)
+                m = fmaxf(m, p[j * inner]);
+        for (int64_t j = 0; j < n; j++) {
+            float v = p[j * inner];
+            switch (op) {
+            case KC_RED_MAX: acc = (v != v || acc != acc) ? v + acc : fmaxf(acc, v); break;
+            case KC_RED_MIN: acc = (v != v || acc != acc) ? v + acc : fminf(acc, v); break;
+            case KC_RED_PROD: acc *= v; break;
+            case KC_RED_SUMSQ:
+            case KC_RED_L2: acc += v * v; break;
+            case KC_RED_L1: acc += fabsf(v); break;
+            case KC_RED_LOGSUMEXP: acc += expf(v - m); break;
+            default: acc += v; break;
+            }
+        }
+        if (op == KC_RED_MEAN)
+            acc /= (float)n;
+        else if (op == KC_RED_L2)
+            acc = sqrtf(acc);
+        else if (op == KC_RED_LOGSUMEXP)
+            acc = m + logf(acc);
+        else if (op == KC_RED_LOGSUM)
+            acc = logf(acc);
+        y[t] = acc;
+    }
+}
+
+__global__ void k_pool2d(const kc_pool2d p, const float *x, float *y) {
+    int64_t total = p.n * p.c * p.oh * p.ow;
+    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        int64_t ox = t % p.ow, r = t / p.ow;
+        int64_t oy = r % p.oh, nc = r / p.oh;
+        const float *xp = x + nc * p.h * p.w;
+        float acc = p.kind == 0 ? -INFINITY : 0.f;
+        int cnt = 0;
+        for (int ky = 0; ky < p.kh; ky++) {
+            int64_t iy = oy * p.sh - p.ph + (int64_t)ky * p.dh;
+            for (int kx = 0; kx < p.kw; kx++) {
+                int64_t ix = ox * p.sw - p.pw + (int64_t)kx * p.dw;
+                bool in = iy >= 0 && iy < p.h && ix >= 0 && ix < p.w;
+                if (p.kind == 0) {
+                    if (in) {
+                        float v = xp[iy * p.w + ix];
+                        acc = v > acc || v != v ? v : acc;
+                    }
+                } else {
+                    if (in) {
+                        acc += xp[iy * p.w + ix];
+                        cnt++;
+                    } else if (p.count_include_pad && iy < p.h + p.ph && ix < p.w + p.pw) {
+                        cnt++;
+                    }
+                }
+            }
+        }
+        y[t] = p.kind == 0 ? acc : acc / (float)(cnt > 0 ? cnt : 1);
+    }
+}
+
+__device__ __forceinline__ float activate(int act, float v, float a, float b) {
+    switch (act) {
+    case KC_ACT_RELU: return v < 0.f ? 0.f : v;
+    case KC_ACT_CLIP: {
+        float lo = v < a ? a : v;
+        return lo > b ? b : lo;
+    }
+    case KC_ACT_SIGMOID: return 1.f / (1.f + expf(-v));
+    case KC_ACT_SWISH: return v / (1.f + expf(-v));
+    case KC_ACT_LEAKY: return v < 0.f ? a * v : v;
+    default: return v;
+    }
+}
+
+__global__ void k_epilogue(float *y, const float *bias, const float *res, int64_t outer,
+                           int64_t c, int64_t inner, int act, float a, float b) {
+    int64_t total = outer * c * inner;
+    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        float v = y[t];
+        if (bias)
+            v += bias[(t / inner) % c];
+        if (res)
+            v += res[t];
+        y[t] = activate(act, v, a, b);
+    }
+}
+
+__device__ __forceinline__ float src_coord(int coord, float o, float scale, int64_t in_n,
+                                           int64_t out_n) {
+    switch (coord) {
+    case 1: return o / scale;
+    case 2: return out_n > 1 ? o * (float)(in_n - 1) / (float)(out_n - 1) : 0.f;
+    case 3: return out_n > 1 ? (o + 0.5f) / scale - 0.5f : 0.f;
+    case 4: return (o + 0.5f) / scale;
+    default: return (o + 0.5f) / scale - 0.5f;
+    }
+}
+
+__device__ __forceinline__ int64_t nearest(int mode, float v) {
+    switch (mode) {
+    case 1: return (int64_t)(v == floorf(v) + 0.5f ? ceilf(v) : roundf(v));
+    case 2: return (int64_t)floorf(v);
+    case 3: return (int64_t)ceilf(v);
+    default: return (int64_t)(v == floorf(v) + 0.5f ? floorf(v) : roundf(v));
+    }
+}
+
+__global__ void k_resize(const kc_resize r, const float *x, float *y) {
+    int64_t total = r.outer * r.oh * r.ow;
+    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        int64_t ox = t % r.ow, q = t / r.ow;
+        int64_t oy = q % r.oh, o = q / r.oh;
+        const float *xp = x + o * r.h * r.w;
+        float sy = src_coord(r.coord, (float)oy, r.scale_h, r.h, r.oh);
+        float sx = src_coord(r.coord, (float)ox, r.scale_w, r.w, r.ow);
+        if (r.mode == 0) {
+            int64_t iy = nearest(r.nearest_mode, sy), ix = nearest(r.nearest_mode, sx);
+            iy = iy < 0 ? 0 : iy >= r.h ? r.h - 1 : iy;
+            ix = ix < 0 ? 0 : ix >= r.w ? r.w - 1 : ix;
+            y[t] = xp[iy * r.w + ix];
+        } else {
+            sy = fminf(fmaxf(sy, 0.f), (float)(r.h - 1));
+            sx = fminf(fmaxf(sx, 0.f), (float)(r.w - 1));
+            int64_t y0 = (int64_t)floorf(sy), x0 = (int64_t)floorf(sx);
+            int64_t y1 = y0 + 1 < r.h ? y0 + 1 : y0, x1 = x0 + 1 < r.w ? x0 + 1 : x0;
+            float fy = sy - (float)y0, fx = sx - (float)x0;
+            float top = xp[y0 * r.w + x0] * (1.f - fx) + xp[y0 * r.w + x1] * fx;
+            float bot = xp[y1 * r.w + x0] * (1.f - fx) + xp[y1 * r.w + x1] * fx;
+            y[t] = top * (1.f - fy) + bot * fy;
+        }
+    }
+}
+
+} // namespace
+
+extern "C" int kc_softmax_f32(void *s, const float *x, float *y, int64_t rows, int64_t n,
+                              int log) {
+    if (rows * n == 0)
+        return 0;
+    k_softmax<<<(unsigned)rows, kThreads, 0, (cudaStream_t)s>>>(x, y, n, log);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int kc_layernorm_f32(void *s, const float *x, const float *scale, const float *bias,
+                                float *y, int64_t rows, int64_t n, float eps) {
+    if (rows * n == 0)
+        return 0;
+    k_layernorm<<<(unsigned)rows, kThreads, 0, (cudaStream_t)s>>>(x, scale, bias, y, n, eps);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int kc_reduce_f32(void *s, int op, const float *x, float *y, int64_t outer, int64_t n,
+                             int64_t inner) {
+    if (outer * inner == 0)
+        return 0;
+    k_reduce<<<grid_for(outer * inner), kThreads, 0, (cudaStream_t)s>>>(op, x, y, outer, n,
+                                                                        inner);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int kc_pool2d_f32(void *s, const kc_pool2d *p, const float *x, float *y) {
+    int64_t total = p->n * p->c * p->oh * p->ow;
+    if (total == 0)
+        return 0;
+    k_pool2d<<<grid_for(total), kThreads, 0, (cudaStream_t)s>>>(*p, x, y);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int kc_epilogue_f32(void *s, float *y, const float *bias, const float *residual,
+                               int64_t outer, int64_t c, int64_t inner, int act, float alpha,
+                               float beta) {
+    int64_t total = outer * c * inner;
+    if (total == 0)
+        return 0;
+    k_epilogue<<<grid_for(total), kThreads, 0, (cudaStream_t)s>>>(y, bias, residual, outer, c,
+                                                                  inner, act, alpha, beta);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int kc_resize_f32(void *s, const kc_resize *r, const float *x, float *y) {
+    int64_t total = r->outer * r->oh * r->ow;
+    if (total == 0)
+        return 0;
+    k_resize<<<grid_for(total), kThreads, 0, (cudaStream_t)s>>>(*r, x, y);
+    return (int)cudaGetLastError();
+}

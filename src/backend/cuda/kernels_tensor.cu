@@ -1,0 +1,140 @@
+// Data movement: one strided gather serves Transpose, Slice and Expand; row copies serve
+// Concat; Gather along an axis.
+#include "backend/cuda/cuda_kernels.h"
+
+#include <cuda_runtime.h>
+
+namespace {
+
+constexpr int kThreads = 256;
+
+struct view {
+    int32_t rank;
+    int64_t dims[KC_MAX_RANK];
+    int64_t strides[KC_MAX_RANK];
+    int64_t base;
+};
+
+template <typename T> __global__ void k_strided(const view v, int64_t n, const T *x, T *y) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t idx = i, off = v.base;
+        for (int d = v.rank - 1; d >= 0; d--) {
+            int64_t q = idx / v.dims[d];
+            off += (idx - q * v.dims[d]) * v.strides[d];
+            idx = q;
+        }
+        y[i] = x[off];
+    }
+}
+
+template <typename T>
+__global__ void k_rows(const T *x, T *y, int64_t outer, int64_t inner_x, int64_t inner_y,
+                       int64_t offset) {
+    int64_t n = outer * inner_x;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t o = i / inner_x, j = i - o * inner_x;
+        y[o * inner_y + offset + j] = x[i];
+    }
+}
+
+template <typename T, typename I>
+__global__ void k_gather(const T *x, const I *idx, T *y, int64_t outer, int64_t axis_n,
+                         int64_t n_idx, int64_t inner) {
+    int64_t n = outer * n_idx * inner;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t in = i % inner, r = i / inner;
+        int64_t j = r % n_idx, o = r / n_idx;
+        int64_t k = (int64_t)idx[j];
+        if (k < 0)
+            k += axis_n;
+        // Out-of-range indices were refused on the host where they were known; a device
+        // index out of range reads element 0 of the row rather than faulting.
+        if (k < 0 || k >= axis_n)
+            k = 0;
+        y[i] = x[(o * axis_n + k) * inner + in];
+    }
+}
+
+unsigned grid_for(int64_t n) {
+    int64_t g = (n + kThreads - 1) / kThreads;
+    if (g < 1)
+        g = 1;
+    return (unsigned)(g > 65535 * 8 ? 65535 * 8 : g);
+}
+
+template <template <typename> class F, typename... A> int by_size(int elem_size, A... a) {
+    switch (elem_size) {
+    case 1: return F<uint8_t>::run(a...);
+    case 2: return F<uint16_t>::run(a...);
+    case 4: return F<uint32_t>::run(a...);
+    case 8: return F<uint64_t>::run(a...);
+    default: return (int)cudaErrorNotSupported;
+    }
+}
+
+template <typename T> struct strided_run {
+    static int run(cudaStream_t s, view v, int64_t n, const void *x, void *y) {
+        k_strided<T><<<grid_for(n), kThreads, 0, s>>>(v, n, (const T *)x, (T *)y);
+        return (int)cudaGetLastError();
+    }
+};
+
+template <typename T> struct rows_run {
+    static int run(cudaStream_t s, const void *x, void *y, int64_t outer, int64_t ix, int64_t iy,
+                   int64_t off) {
+        k_rows<T><<<grid_for(outer * ix), kThreads, 0, s>>>((const T *)x, (T *)y, outer, ix, iy,
+                                                            off);
+        return (int)cudaGetLastError();
+    }
+};
+
+template <typename T> struct gather_run {
+    static int run(cudaStream_t s, const void *x, const void *idx, int idx64, void *y,
+                   int64_t outer, int64_t axis_n, int64_t n_idx, int64_t inner) {
+        unsigned g = grid_for(outer * n_idx * inner);
+        if (idx64)
+            k_gather<T, int64_t><<<g, kThreads, 0, s>>>((const T *)x, (const int64_t *)idx,
+                                                        (T *)y, outer, axis_n, n_idx, inner);
+        else
+            k_gather<T, int32_t><<<g, kThreads, 0, s>>>((const T *)x, (const int32_t *)idx,
+                                                        (T *)y, outer, axis_n, n_idx, inner);
+        return (int)cudaGetLastError();
+    }
+};
+
+} // namespace
+
+extern "C" int kc_strided_copy(void *s, int rank, const int64_t *dims, const int64_t *src_strides,
+                               int64_t src_base, const void *x, void *y, int elem_size) {
+    view v = {};
+    v.rank = rank;
+    v.base = src_base;
+    int64_t n = 1;
+    for (int d = 0; d < rank; d++) {
+        v.dims[d] = dims[d];
+        v.strides[d] = src_strides[d];
+        n *= dims[d];
+    }
+    if (n == 0)
+        return 0;
+    return by_size<strided_run>(elem_size, (cudaStream_t)s, v, n, x, y);
+}
+
+extern "C" int kc_copy_rows(void *s, const void *x, void *y, int64_t outer, int64_t inner_x,
+                            int64_t inner_y, int64_t offset, int elem_size) {
+    if (outer * inner_x == 0)
+        return 0;
+    return by_size<rows_run>(elem_size, (cudaStream_t)s, x, y, outer, inner_x, inner_y, offset);
+}
+
+extern "C" int kc_gather(void *s, const void *x, const void *idx, int idx64, void *y,
+                         int64_t outer, int64_t axis_n, int64_t n_idx, int64_t inner,
+                         int elem_size) {
+    if (outer * n_idx * inner == 0)
+        return 0;
+    return by_size<gather_run>(elem_size, (cudaStream_t)s, x, idx, idx64, y, outer, axis_n, n_idx,
+                               inner);
+}

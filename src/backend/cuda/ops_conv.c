@@ -1,0 +1,187 @@
+/* Conv on the GPU through cuDNN, float32 NCHW, 1-D and 2-D, groups and dilations; strict
+ * float32 (CUDNN_FMA_MATH: no TF32). The epilogue of fuse_activations (bias, residual,
+ * activation: passes.h) runs as one kernel after the convolution.
+ *
+ * This first version uses cuDNN's legacy convolution API (present through cuDNN 9, marked
+ * deprecated there): the graph API with fused pointwise epilogues replaces it together with
+ * tactic timing. conv_run takes X, W, B, Z explicitly, so kiln.FusedConv (inputs X, W, B, Z)
+ * needs only its own table entry. */
+#include "backend/cuda/cuda_internal.h"
+
+#include <string.h>
+
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
+typedef struct conv_geom {
+    int n, c, h, w; /* input, as 4-D */
+    int k, kh, kw;  /* filters */
+    int oh, ow;
+    int ph, pw, sh, sw, dh, dw, groups;
+} conv_geom;
+
+/* Geometry of a 1-D or 2-D conv (1-D as H = 1); false when cuDNN's symmetric padding
+ * cannot express it. */
+static bool conv_geom_of(const kn_node *nd, const kn_shape *x, const kn_shape *wt,
+                         const kn_shape *y, conv_geom *g) {
+    memset(g, 0, sizeof *g);
+    int sp = x->rank - 2;
+    if (sp < 1 || sp > 2 || wt->rank != x->rank || y->rank != x->rank)
+        return false;
+    const int64_t *st, *pads, *dil;
+    int64_t nst = kc_attr_ints(nd, "strides", &st);
+    int64_t npd = kc_attr_ints(nd, "pads", &pads);
+    int64_t ndl = kc_attr_ints(nd, "dilations", &dil);
+    const char *ap = kc_attr_string(nd, "auto_pad", "NOTSET");
+    int64_t s[2] = {1, 1}, d[2] = {1, 1}, pb[2] = {0, 0}, pe[2] = {0, 0};
+    int64_t in[2] = {1, 1}, ks[2] = {1, 1}, out[2] = {1, 1};
+    for (int i = 0; i < sp; i++) {
+        int j = 2 - sp + i; /* 1-D fills the W slot */
+        in[j] = x->d[2 + i];
+        ks[j] = wt->d[2 + i];
+        out[j] = y->d[2 + i];
+        if (nst == sp)
+            s[j] = st[i];
+        if (ndl == sp)
+            d[j] = dil[i];
+        if (strcmp(ap, "NOTSET") == 0 && npd == 2 * sp) {
+            pb[j] = pads[i];
+            pe[j] = pads[sp + i];
+        } else if (strcmp(ap, "SAME_UPPER") == 0 || strcmp(ap, "SAME_LOWER") == 0) {
+            int64_t t = (out[j] - 1) * s[j] + (ks[j] - 1) * d[j] + 1 - in[j];
+            t = t < 0 ? 0 : t;
+            pb[j] = strcmp(ap, "SAME_LOWER") == 0 ? (t + 1) / 2 : t / 2;
+            pe[j] = t - pb[j];
+        }
+    }
+    if (pb[0] != pe[0] || pb[1] != pe[1])
+        return false;
+    g->n = (int)x->d[0];
+    g->c = (int)x->d[1];
+    g->h = (int)in[0];
+    g->w = (int)in[1];
+    g->k = (int)wt->d[0];
+    g->kh = (int)ks[0];
+    g->kw = (int)ks[1];
+    g->oh = (int)out[0];
+    g->ow = (int)out[1];
+    g->ph = (int)pb[0];
+    g->pw = (int)pb[1];
+    g->sh = (int)s[0];
+    g->sw = (int)s[1];
+    g->dh = (int)d[0];
+    g->dw = (int)d[1];
+    g->groups = (int)kc_attr_int(nd, "group", 1);
+    return g->groups >= 1 && g->c % g->groups == 0 && wt->d[1] * g->groups == g->c;
+}
+
+typedef struct conv_descs {
+    cudnnTensorDescriptor_t x, y;
+    cudnnFilterDescriptor_t w;
+    cudnnConvolutionDescriptor_t conv;
+} conv_descs;
+
+static void descs_free(conv_descs *d) {
+    if (d->conv)
+        cudnnDestroyConvolutionDescriptor(d->conv);
+    if (d->w)
+        cudnnDestroyFilterDescriptor(d->w);
+    if (d->y)
+        cudnnDestroyTensorDescriptor(d->y);
+    if (d->x)
+        cudnnDestroyTensorDescriptor(d->x);
+}
+
+static kiln_status descs_make(const conv_geom *g, conv_descs *d) {
+    memset(d, 0, sizeof *d);
+    KC_TRY(kc_check_dnn(cudnnCreateTensorDescriptor(&d->x), "tensor descriptor"));
+    KC_TRY(kc_check_dnn(cudnnCreateTensorDescriptor(&d->y), "tensor descriptor"));
+    KC_TRY(kc_check_dnn(cudnnCreateFilterDescriptor(&d->w), "filter descriptor"));
+    KC_TRY(kc_check_dnn(cudnnCreateConvolutionDescriptor(&d->conv), "convolution descriptor"));
+    KC_TRY(kc_check_dnn(cudnnSetTensor4dDescriptor(d->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, g->n,
+                                                   g->c, g->h, g->w),
+                        "input descriptor"));
+    KC_TRY(kc_check_dnn(cudnnSetTensor4dDescriptor(d->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, g->n,
+                                                   g->k, g->oh, g->ow),
+                        "output descriptor"));
+    KC_TRY(kc_check_dnn(cudnnSetFilter4dDescriptor(d->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, g->k,
+                                                   g->c / g->groups, g->kh, g->kw),
+                        "filter descriptor"));
+    KC_TRY(kc_check_dnn(cudnnSetConvolution2dDescriptor(d->conv, g->ph, g->pw, g->sh, g->sw, g->dh,
+                                                        g->dw, CUDNN_CROSS_CORRELATION,
+                                                        CUDNN_DATA_FLOAT),
+                        "convolution descriptor"));
+    KC_TRY(kc_check_dnn(cudnnSetConvolutionGroupCount(d->conv, g->groups), "group count"));
+    KC_TRY(kc_check_dnn(cudnnSetConvolutionMathType(d->conv, CUDNN_FMA_MATH), "math type"));
+    return KILN_OK;
+}
+
+/* y = act(conv(x, w) + b + z); b and z may be NULL. */
+static kiln_status conv_run(kn_stream *st, const conv_geom *g, const float *x, const float *w,
+                            const float *b, const float *z, float *y, int act, float aa, float ab) {
+    if ((int64_t)g->n * g->k * g->oh * g->ow == 0)
+        return KILN_OK;
+    conv_descs d;
+    kiln_status rc = descs_make(g, &d);
+    cudnnConvolutionFwdAlgoPerf_t perf[8];
+    int found = 0;
+    if (rc == KILN_OK)
+        rc = kc_check_dnn(
+            cudnnGetConvolutionForwardAlgorithm_v7(st->dnn, d.x, d.w, d.conv, d.y, 8, &found, perf),
+            "choosing an algorithm");
+    int pick = -1;
+    for (int i = 0; i < found && rc == KILN_OK && pick < 0; i++)
+        if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].mathType == CUDNN_FMA_MATH)
+            pick = i;
+    if (rc == KILN_OK && pick < 0)
+        rc = kc_fail(KILN_ERR_UNSUPPORTED, "cuDNN offers no strict float32 algorithm here");
+    if (rc == KILN_OK)
+        rc = kc_workspace(st, perf[pick].memory);
+    const float one = 1.0f, zero = 0.0f;
+    if (rc == KILN_OK)
+        rc = kc_check_dnn(cudnnConvolutionForward(st->dnn, &one, d.x, x, d.w, w, d.conv,
+                                                  perf[pick].algo, st->ws, st->ws_size, &zero, d.y,
+                                                  y),
+                          "convolution");
+    descs_free(&d);
+    KC_TRY(rc);
+    if (b != NULL || z != NULL || act != KC_ACT_NONE)
+        KC_TRY(KC_LAUNCH(
+            kc_epilogue_f32(st->s, y, b, z, g->n, g->k, (int64_t)g->oh * g->ow, act, aa, ab),
+            "conv epilogue"));
+    return KILN_OK;
+}
+
+static kiln_status run_conv(kn_kernel_ctx *k) {
+    conv_geom g;
+    conv_geom_of(k->node, &k->in[0].shape, &k->in[1].shape, &k->out[0].shape, &g);
+    const float *b = k->n_in > 2 && k->in[2].dtype ? k->in[2].data : NULL;
+    const float *z = kc_attr_int(k->node, "kiln_residual", 0) && k->n_in > 3 && k->in[3].dtype
+                         ? k->in[3].data
+                         : NULL;
+    float aa, ab;
+    int act = kc_activation(k->node, &aa, &ab);
+    return conv_run(k->stream, &g, k->in[0].data, k->in[1].data, b, z, k->out[0].data, act, aa, ab);
+}
+
+static bool sup_conv(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
+                     const kn_tensor *out, kn_caps *caps) {
+    conv_geom g;
+    float a, b;
+    if (!kc_all_f32(in, n_in, caps, "input") || !kc_all_f32(out, n_out, caps, "output"))
+        return false;
+    if (in[0].shape.rank != 3 && in[0].shape.rank != 4)
+        return kc_reason(caps, "cuda: only 1-D and 2-D Conv run on the GPU so far");
+    if (!conv_geom_of(n, &in[0].shape, &in[1].shape, &out[0].shape, &g))
+        return kc_reason(caps, "cuda: Conv with asymmetric padding runs on the CPU");
+    for (int i = 0; i < in[0].shape.rank; i++)
+        if (in[0].shape.d[i] > 2147483647 || out[0].shape.d[i] > 2147483647)
+            return kc_reason(caps, "cuda: Conv dims beyond 32 bits");
+    if (kc_activation(n, &a, &b) < 0)
+        return kc_reason(caps, "cuda: unknown fused activation");
+    return true;
+}
+
+const kc_op kc_ops_conv[] = {
+    {{"", "Conv", run_conv, NULL, NULL}, sup_conv},
+    {{NULL, NULL, NULL, NULL, NULL}, NULL},
+};

@@ -1,0 +1,296 @@
+/* Gemm and MatMul on the GPU through cuBLASLt, strict float32 (CUBLAS_COMPUTE_32F, no TF32).
+ *
+ * kiln's tensors are row-major; cuBLASLt's matrices are column-major, so C = A.B runs as
+ * C^T = B^T.A^T: the row-major [K, N] B is a column-major N x K matrix as it lies.
+ *
+ * The epilogue attributes of fuse_activations (passes.h) are honoured: y = act(product + bias
+ * + residual). cuBLASLt takes the residual (or Gemm's full C) as its C matrix with beta, a
+ * per-column bias as EPILOGUE_BIAS, and Relu when nothing is left after it; anything else
+ * runs in kc_epilogue_f32 after the product. gemm_run takes the operands explicitly, so the
+ * fused ops kiln.FusedGemm / kiln.FusedMatMul need only their own input numbering. */
+#include "backend/cuda/cuda_internal.h"
+
+#include <string.h>
+
+typedef struct gemm_call {
+    int64_t m, n, k;
+    bool trans_a, trans_b;
+    int64_t batch, stride_a, stride_b, stride_c; /* batch 1: no batching */
+    float alpha, beta;
+    const float *a, *b;
+    const float *c;    /* [M, N] added with beta, or NULL */
+    const float *bias; /* [N], or NULL */
+    const float *res;  /* [M, N] added, or NULL */
+    float *y;
+    int act;
+    float act_a, act_b;
+} gemm_call;
+
+static kiln_status layout(cublasLtMatrixLayout_t *l, int64_t rows, int64_t cols, int64_t ld,
+                          int64_t batch, int64_t stride) {
+    KC_TRY(
+        kc_check_lt(cublasLtMatrixLayoutCreate(l, CUDA_R_32F, (uint64_t)rows, (uint64_t)cols, ld),
+                    "matrix layout"));
+    if (batch > 1) {
+        int32_t bc = (int32_t)batch;
+        KC_TRY(kc_check_lt(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                                            &bc, sizeof bc),
+                           "batch count"));
+        KC_TRY(kc_check_lt(
+            cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                             &stride, sizeof stride),
+            "batch stride"));
+    }
+    return KILN_OK;
+}
+
+static kiln_status gemm_run(kn_stream *st, gemm_call *g) {
+    if (g->m == 0 || g->n == 0)
+        return KILN_OK;
+    /* Lt's C: Gemm's C, else the residual. */
+    const float *c = g->c;
+    float beta = g->beta;
+    const float *res = g->res;
+    if (c == NULL && res != NULL) {
+        c = res;
+        beta = 1.0f;
+        res = NULL;
+    }
+    if (c == NULL)
+        beta = 0.0f;
+    bool own_epilogue = res != NULL || (g->act != KC_ACT_NONE && g->act != KC_ACT_RELU);
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+    bool relu_in_lt = g->act == KC_ACT_RELU && !own_epilogue;
+    if (g->bias != NULL && !own_epilogue)
+        epi = relu_in_lt ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+    else if (relu_in_lt)
+        epi = CUBLASLT_EPILOGUE_RELU;
+    cublasLtMatmulDesc_t desc = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
+    cublasLtMatmulPreference_t pref = NULL;
+    kiln_status rc =
+        kc_check_lt(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "descriptor");
+    /* Column-major: Lt's A is our B (N x K), Lt's B is our A (K x M). */
+    cublasOperation_t ta = g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t tb = g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (rc == KILN_OK)
+        rc = kc_check_lt(
+            cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta),
+            "transa");
+    if (rc == KILN_OK)
+        rc = kc_check_lt(
+            cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb),
+            "transb");
+    if (rc == KILN_OK)
+        rc = kc_check_lt(
+            cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi),
+            "epilogue");
+    if (rc == KILN_OK && (epi == CUBLASLT_EPILOGUE_BIAS || epi == CUBLASLT_EPILOGUE_RELU_BIAS))
+        rc = kc_check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                        &g->bias, sizeof g->bias),
+                         "bias");
+    /* Lt's A: N x K as stored (ld N), or its transpose stored K x N (ld K). */
+    if (rc == KILN_OK)
+        rc = g->trans_b ? layout(&la, g->k, g->n, g->k, g->batch, g->stride_b)
+                        : layout(&la, g->n, g->k, g->n, g->batch, g->stride_b);
+    if (rc == KILN_OK)
+        rc = g->trans_a ? layout(&lb, g->m, g->k, g->m, g->batch, g->stride_a)
+                        : layout(&lb, g->k, g->m, g->k, g->batch, g->stride_a);
+    if (rc == KILN_OK)
+        rc = layout(&lc, g->n, g->m, g->n, g->batch, g->stride_c);
+    if (rc == KILN_OK)
+        rc = kc_check_lt(cublasLtMatmulPreferenceCreate(&pref), "preference");
+    uint64_t ws = st->ws_size;
+    if (rc == KILN_OK)
+        rc = kc_check_lt(cublasLtMatmulPreferenceSetAttribute(
+                             pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
+                         "workspace");
+    cublasLtMatmulHeuristicResult_t heur;
+    int found = 0;
+    if (rc == KILN_OK)
+        rc = kc_check_lt(
+            cublasLtMatmulAlgoGetHeuristic(st->lt, desc, la, lb, lc, lc, pref, 1, &heur, &found),
+            "choosing an algorithm");
+    if (rc == KILN_OK && found == 0)
+        rc = kc_fail(KILN_ERR_UNSUPPORTED, "cuBLASLt has no algorithm for %lldx%lldx%lld",
+                     (long long)g->m, (long long)g->n, (long long)g->k);
+    if (rc == KILN_OK)
+        rc = kc_check_lt(cublasLtMatmul(st->lt, desc, &g->alpha, g->b, la, g->a, lb, &beta,
+                                        c ? (const void *)c : (const void *)g->y, lc, g->y, lc,
+                                        &heur.algo, st->ws, st->ws_size, st->s),
+                         "matmul");
+    if (pref)
+        cublasLtMatmulPreferenceDestroy(pref);
+    if (lc)
+        cublasLtMatrixLayoutDestroy(lc);
+    if (lb)
+        cublasLtMatrixLayoutDestroy(lb);
+    if (la)
+        cublasLtMatrixLayoutDestroy(la);
+    if (desc)
+        cublasLtMatmulDescDestroy(desc);
+    KC_TRY(rc);
+    if (own_epilogue)
+        KC_TRY(KC_LAUNCH(kc_epilogue_f32(st->s, g->y, g->bias, res, g->batch * g->m, g->n, 1,
+                                         g->act, g->act_a, g->act_b),
+                         "epilogue"));
+    return KILN_OK;
+}
+
+/* --- Gemm: Y = alpha * A' B' + beta * C, then kiln's epilogue --- */
+
+static bool gemm_c_kind(const kn_tensor *c, int64_t m, int64_t n, int *kind) {
+    /* 0 absent, 1 full [M, N], 2 per-column [N] or [1, N] */
+    if (c == NULL || c->dtype == 0) {
+        *kind = 0;
+        return true;
+    }
+    int64_t numel = kn_tensor_numel(c);
+    const kn_shape *s = &c->shape;
+    if (s->rank == 2 && s->d[0] == m && s->d[1] == n)
+        *kind = 1;
+    else if (numel == n && (s->rank == 1 || (s->rank == 2 && s->d[0] == 1)) && !(m == 1 && n == 1))
+        *kind = 2;
+    else if (m * n == numel && numel == 1)
+        *kind = 1;
+    else
+        return false;
+    return true;
+}
+
+static kiln_status run_gemm(kn_kernel_ctx *k) {
+    const kn_node *nd = k->node;
+    gemm_call g;
+    memset(&g, 0, sizeof g);
+    g.trans_a = kc_attr_int(nd, "transA", 0) != 0;
+    g.trans_b = kc_attr_int(nd, "transB", 0) != 0;
+    g.m = k->out[0].shape.d[0];
+    g.n = k->out[0].shape.d[1];
+    g.k = g.trans_a ? k->in[0].shape.d[0] : k->in[0].shape.d[1];
+    g.batch = 1;
+    g.alpha = kc_attr_float(nd, "alpha", 1.0f);
+    g.beta = kc_attr_float(nd, "beta", 1.0f);
+    g.a = k->in[0].data;
+    g.b = k->in[1].data;
+    int kind = 0;
+    gemm_c_kind(k->n_in > 2 ? &k->in[2] : NULL, g.m, g.n, &kind);
+    if (kind == 1)
+        g.c = k->in[2].data;
+    else if (kind == 2)
+        g.bias = k->in[2].data;
+    if (kc_attr_int(nd, "kiln_residual", 0) && k->n_in > 3)
+        g.res = k->in[3].data;
+    g.act = kc_activation(nd, &g.act_a, &g.act_b);
+    g.y = k->out[0].data;
+    return gemm_run(k->stream, &g);
+}
+
+static bool sup_gemm(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
+                     const kn_tensor *out, kn_caps *caps) {
+    float a, b;
+    if (!kc_all_f32(in, n_in, caps, "input") || !kc_all_f32(out, n_out, caps, "output"))
+        return false;
+    if (in[0].shape.rank != 2 || in[1].shape.rank != 2)
+        return kc_reason(caps, "cuda: Gemm needs 2-D A and B");
+    int kind;
+    if (!gemm_c_kind(n_in > 2 ? &in[2] : NULL, out[0].shape.d[0], out[0].shape.d[1], &kind))
+        return kc_reason(caps, "cuda: Gemm's C broadcasts in a way the GPU path lacks");
+    if (kind == 2 && kc_attr_float(n, "beta", 1.0f) != 1.0f)
+        return kc_reason(caps, "cuda: Gemm with a bias C and beta != 1");
+    if (kc_activation(n, &a, &b) < 0)
+        return kc_reason(caps, "cuda: unknown fused activation");
+    return true;
+}
+
+/* --- MatMul: numpy semantics; batches equal, or B (or A) without batch --- */
+
+typedef struct mm_shape {
+    int64_t m, n, k, batch, stride_a, stride_b;
+    bool fold; /* B has no batch: A's batches fold into M */
+} mm_shape;
+
+static bool mm_shape_of(const kn_shape *a, const kn_shape *b, mm_shape *s) {
+    memset(s, 0, sizeof *s);
+    int ra = a->rank, rb = b->rank;
+    if (ra == 0 || rb == 0)
+        return false;
+    s->m = ra >= 2 ? a->d[ra - 2] : 1;
+    s->k = a->d[ra - 1];
+    s->n = rb >= 2 ? b->d[rb - 1] : 1;
+    int64_t kb = rb >= 2 ? b->d[rb - 2] : b->d[0];
+    if (kb != s->k)
+        return false;
+    int64_t ba = 1, bb = 1;
+    for (int d = 0; d < ra - 2; d++)
+        ba *= a->d[d];
+    for (int d = 0; d < rb - 2; d++)
+        bb *= b->d[d];
+    if (rb == 1 && ra >= 2) {
+        /* [.., M, K] x [K]: the vector as an N = 1 matrix; batches fold into M */
+        s->m *= ba;
+        s->batch = 1;
+        return true;
+    }
+    if (bb == 1 && rb <= 2) {
+        s->m *= ba;
+        s->batch = 1;
+        s->fold = true;
+        return true;
+    }
+    /* equal batch dims */
+    if (ra != rb)
+        return false;
+    for (int d = 0; d < ra - 2; d++)
+        if (a->d[d] != b->d[d])
+            return false;
+    s->batch = ba;
+    s->stride_a = s->m * s->k;
+    s->stride_b = s->k * s->n;
+    return true;
+}
+
+static kiln_status run_matmul(kn_kernel_ctx *k) {
+    const kn_node *nd = k->node;
+    mm_shape s;
+    mm_shape_of(&k->in[0].shape, &k->in[1].shape, &s);
+    gemm_call g;
+    memset(&g, 0, sizeof g);
+    g.m = s.m;
+    g.n = s.n;
+    g.k = s.k;
+    g.batch = s.batch;
+    g.stride_a = s.stride_a;
+    g.stride_b = s.stride_b;
+    g.stride_c = s.m * s.n;
+    g.alpha = 1.0f;
+    g.a = k->in[0].data;
+    g.b = k->in[1].data;
+    if (kc_attr_int(nd, "kiln_residual", 0) && k->n_in > 2 && k->in[2].dtype)
+        g.res = k->in[2].data;
+    if (kc_attr_int(nd, "kiln_bias", 0) && k->n_in > 3 && k->in[3].dtype)
+        g.bias = k->in[3].data;
+    g.act = kc_activation(nd, &g.act_a, &g.act_b);
+    g.y = k->out[0].data;
+    return gemm_run(k->stream, &g);
+}
+
+static bool sup_matmul(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
+                       const kn_tensor *out, kn_caps *caps) {
+    float a, b;
+    if (!kc_all_f32(in, n_in, caps, "input") || !kc_all_f32(out, n_out, caps, "output"))
+        return false;
+    mm_shape s;
+    if (!mm_shape_of(&in[0].shape, &in[1].shape, &s))
+        return kc_reason(caps, "cuda: MatMul with broadcast batch dims runs on the CPU");
+    if (s.batch > 2147483647)
+        return kc_reason(caps, "cuda: MatMul batch too large");
+    if (kc_activation(n, &a, &b) < 0)
+        return kc_reason(caps, "cuda: unknown fused activation");
+    return true;
+}
+
+const kc_op kc_ops_gemm[] = {
+    {{"", "Gemm", run_gemm, NULL, NULL}, sup_gemm},
+    {{"", "MatMul", run_matmul, NULL, NULL}, sup_matmul},
+    {{NULL, NULL, NULL, NULL, NULL}, NULL},
+};
