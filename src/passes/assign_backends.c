@@ -65,9 +65,10 @@ static bool is_small_int(const kn_value *v) {
     return v->dtype == KILN_DTYPE_INT64 || v->dtype == KILN_DTYPE_INT32;
 }
 
-/* Nodes whose every output is read only on the host (as a device kernel's host input, or by
- * another such node) and is a small integer tensor: the host computes them, no copy needed. */
-static void mark_host_preferred(placer *P, bool *host_pref) {
+/* Nodes whose every output is read only on the host (as a device kernel's host input, by a
+ * node no device runs, or by another such node) and is a small integer tensor: the host
+ * computes them, no copy needed. */
+static void mark_host_preferred(placer *P, bool *host_pref, const bool *device_ok) {
     kn_graph *g = P->g;
     for (int i = g->n_nodes - 1; i >= 0; i--) {
         const kn_node *n = &g->nodes[i];
@@ -90,7 +91,7 @@ static void mark_host_preferred(placer *P, bool *host_pref) {
                 for (int j = 0; j < m->n_in; j++)
                     if (m->in[j] == v) {
                         read = true;
-                        if (!host_pref[c] && !(j < 64 && (P->host_in[c] >> j) & 1))
+                        if (!host_pref[c] && device_ok[c] && !(j < 64 && (P->host_in[c] >> j) & 1))
                             all = false;
                     }
             }
@@ -151,7 +152,16 @@ kiln_status kn_pass_assign_backends(kn_graph *g, const kn_placement *p) {
                 P.host_in[i] = caps.host_in;
         }
     }
-    mark_host_preferred(&P, host_pref);
+    bool *device_ok = kn_calloc(nn, sizeof *device_ok);
+    if (device_ok == NULL) {
+        rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory placing nodes");
+        goto out;
+    }
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int k = 0; k < p->n_order; k++)
+            device_ok[i] |= ok[i * p->n_order + k] != 0;
+    mark_host_preferred(&P, host_pref, device_ok);
+    kn_free(device_ok);
     for (int i = 0; i < g->n_nodes; i++) {
         const kn_node *n = &g->nodes[i];
         if (n->dead)

@@ -2,6 +2,7 @@
 #include "backend/backend.h"
 #include "core/alloc.h"
 #include "ir/placement.h"
+#include "ops/op.h"
 #include "passes/passes.h"
 
 #include <stdio.h>
@@ -107,6 +108,9 @@ kiln_status kn_pass_insert_copies(kn_graph *g) {
             continue;
         const char *space = node_space(g, i);
         uint64_t host_in = kn_node_host_inputs(&g->nodes[i]);
+        const kn_op_schema *op = kn_op_find(g->nodes[i].domain, g->nodes[i].op_type);
+        if (op != NULL && (op->flags & KN_OP_SHAPE_ONLY))
+            continue; /* reads shapes only, never data: no copy */
         for (int j = 0; j < g->nodes[i].n_in && rc == KILN_OK; j++) {
             int v = g->nodes[i].in[j];
             if (v < 0 || v >= n_values || g->values[v].data != NULL)

@@ -511,8 +511,13 @@ kiln_status kn_context_resolve(kiln_context *c) {
         if (c->in_arena[v] && c->vals[v].t.data == NULL)
             c->vals[v].t.data = (char *)c->arenas[e->value_space[v]].base + c->offsets[v];
     for (int v = 0; v < g->n_values; v++)
-        if (c->alias[v] >= 0)
+        if (c->alias[v] >= 0) {
+            /* A view the host also evaluated: its memory is its root's from now on. */
+            if (c->vals[v].data_owned)
+                kn_free(c->vals[v].t.data);
+            c->vals[v].data_owned = false;
             c->vals[v].t.data = c->vals[c->alias[v]].t.data;
+        }
     for (int i = 0; i < g->n_nodes; i++)
         if (c->runs[i].inst.ops != NULL && !c->deferred[i])
             KN_TRY(kn_context_plugin_shapes(c, i));

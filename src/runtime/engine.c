@@ -3,6 +3,7 @@
 #include "core/alloc.h"
 #include "core/fileio.h"
 #include "ir/placement.h"
+#include "ops/op.h"
 #include "runtime/memory_plan.h"
 
 #include <string.h>
@@ -105,6 +106,9 @@ static kiln_status place_values(kiln_engine *e) {
             return kn_error(KILN_ERR_PLAN, "copy node '%s' is not placed on a device backend",
                             n->name);
         uint64_t host_in = kn_node_host_inputs(n);
+        const kn_op_schema *op = kn_op_find(n->domain, n->op_type);
+        if (op != NULL && (op->flags & KN_OP_SHAPE_ONLY))
+            continue; /* reads its inputs' shapes only */
         for (int j = 0; j < n->n_in; j++) {
             int v = n->in[j];
             if (v < 0 || g->values[v].data != NULL)

@@ -51,7 +51,7 @@ struct kiln_context {
     bool *in_device;                          /* per graph input: data is device memory */
     bool *out_device;                         /* per graph output: bound buffer is device memory */
     bool enqueued;                            /* work in flight since the last synchronize */
-    int pending_to_device;                    /* copies to a device not yet waited for */
+    int pending_copies;                       /* copies not yet waited for */
     kn_threadpool *pool;
     int threads;
     kn_shape *in_shape; /* per graph input */

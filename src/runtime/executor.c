@@ -115,8 +115,7 @@ static kiln_status wait_copy(kiln_context *c, int node) {
         return KILN_OK;
     kn_backend *b = kn_engine_node_backend(c->e, node);
     c->copy_pending[node] = false;
-    if (kn_node_copy_kind(&c->e->plan.graph->nodes[node]) == KN_COPY_TO_DEVICE)
-        c->pending_to_device--;
+    c->pending_copies--;
     if (c->copy_done[node] != NULL)
         return b->iface->event_sync(b, c->copy_done[node]);
     if (b->iface->stream_sync != NULL)
@@ -125,8 +124,10 @@ static kiln_status wait_copy(kiln_context *c, int node) {
 }
 
 /* Before node i reads host memory (the inputs in host_mask): copies to the host that made
- * them must be done. A host node may also overwrite any dead host value, so every copy to the
- * device still reading host memory must be done before it runs (overwrite). */
+ * them must be done. A host node may also write any host memory that is dead at its place in
+ * the order: a copy to the device may still be reading such memory, and a copy to the host
+ * whose readers were all evaluated at shape time (a Shape of it, say) may still be about to
+ * write it. So every pending copy is done before a host node runs (overwrite). */
 static kiln_status wait_for_host_reads(kiln_context *c, int node, uint64_t host_mask,
                                        bool overwrite) {
     const kn_graph *g = c->e->plan.graph;
@@ -140,9 +141,9 @@ static kiln_status wait_for_host_reads(kiln_context *c, int node, uint64_t host_
         if (p >= 0 && kn_node_copy_kind(&g->nodes[p]) == KN_COPY_TO_HOST)
             KN_TRY(wait_copy(c, p));
     }
-    if (overwrite && c->pending_to_device > 0)
-        for (int i = 0; i < node && c->pending_to_device > 0; i++)
-            if (c->copy_pending[i] && kn_node_copy_kind(&g->nodes[i]) == KN_COPY_TO_DEVICE)
+    if (overwrite && c->pending_copies > 0)
+        for (int i = 0; i < node && c->pending_copies > 0; i++)
+            if (c->copy_pending[i])
                 KN_TRY(wait_copy(c, i));
     return KILN_OK;
 }
@@ -170,8 +171,8 @@ static kiln_status run_copy(kiln_context *c, int i, const kn_tensor *in, const k
     if (c->copy_done[i] != NULL)
         KN_TRY(b->iface->event_record(b, c->copy_done[i], c->streams[k]));
     c->copy_pending[i] = b->iface->stream_sync != NULL || c->copy_done[i] != NULL;
-    if (c->copy_pending[i] && !to_host)
-        c->pending_to_device++;
+    if (c->copy_pending[i])
+        c->pending_copies++;
     return KILN_OK;
 }
 
@@ -211,7 +212,18 @@ static kiln_status run_nodes(kiln_context *c) {
         for (int j = 0; j < n->n_in; j++)
             input_tensor(c, i, j, &in[j]);
         if (c->deferred[i]) {
-            KN_TRY(run_deferred_infer(c, i, in, out));
+            /* Inference reads data on the host: constants from the plan, device values not
+             * at all (what a device kernel's shape needs is a host input). */
+            kn_tensor inf[KN_MAX_NODE_IO];
+            for (int j = 0; j < n->n_in; j++) {
+                memset(&inf[j], 0, sizeof inf[j]);
+                if (n->in[j] >= 0) {
+                    inf[j] = c->vals[n->in[j]].t;
+                    if (e->value_space[n->in[j]] != 0 && g->values[n->in[j]].data == NULL)
+                        inf[j].data = NULL;
+                }
+            }
+            KN_TRY(run_deferred_infer(c, i, inf, out));
         } else {
             for (int j = 0; j < n->n_out; j++) {
                 memset(&out[j], 0, sizeof out[j]);
@@ -256,7 +268,7 @@ kiln_status kn_context_finish_work(kiln_context *c) {
             first = rc;
     }
     memset(c->copy_pending, 0, (size_t)e->plan.graph->n_nodes * sizeof *c->copy_pending);
-    c->pending_to_device = 0;
+    c->pending_copies = 0;
     c->enqueued = false;
     return first;
 }

@@ -8,7 +8,10 @@
  *   through a plain pointer, or a copy that placement forgot, yields NaNs and fails the
  *   bit-for-bit comparisons; host code that writes there is never seen by the device.
  * - Real asynchrony. Each stream is a worker thread with a queue: a kernel's run only enqueues,
- *   copies are asynchronous, events complete when the worker reaches them.
+ *   copies are asynchronous, events complete when the worker reaches them, and the worker
+ *   lags now and then (up to 0.3 ms before a quarter of its jobs), so a wait the runtime
+ *   forgot shows up as a wrong result. KILN_TESTDEV_SYNC=1 runs everything in place (for
+ *   debugging).
  * - CPU kernels for a subset of ops (the host's own, run on the worker on the real blocks), so
  *   mixed graphs split and results must match the CPU bit for bit. KILN_TESTDEV_DENY=Op,Op
  *   removes ops from the subset (to force host islands).
@@ -119,6 +122,7 @@ struct kn_stream {
     job *head, *tail;
     bool busy, stop;
     char error[512]; /* the first failure since the last sync */
+    uint32_t jitter; /* LCG state: the worker sometimes lags, to make missing waits show */
 };
 
 static void *worker(void *arg) {
@@ -134,7 +138,13 @@ static void *worker(void *arg) {
         if (s->head == NULL)
             s->tail = NULL;
         s->busy = true;
+        s->jitter = s->jitter * 1664525u + 1013904223u;
+        uint32_t lag = (s->jitter >> 24) < 64 ? (s->jitter >> 16) % 300 : 0;
         pthread_mutex_unlock(&s->lock);
+        if (lag > 0) {
+            struct timespec ts = {0, (long)lag * 1000};
+            nanosleep(&ts, NULL);
+        }
         char err[512] = "";
         j->fn(j->arg, err, sizeof err);
         free(j);
@@ -149,7 +159,17 @@ static void *worker(void *arg) {
     return NULL;
 }
 
+static kiln_status td_stream_sync(kn_backend *b, kn_stream *s);
+
 static kiln_status enqueue(kn_stream *s, void (*fn)(void *, char *, size_t), void *arg) {
+    if (getenv("KILN_TESTDEV_SYNC") != NULL) { /* for debugging: no asynchrony */
+        char err[512] = "";
+        td_stream_sync(NULL, s);
+        fn(arg, err, sizeof err);
+        if (err[0] != '\0')
+            return host->error(KILN_ERR_INTERNAL, err);
+        return KILN_OK;
+    }
     job *j = malloc(sizeof *j);
     if (j == NULL) {
         free(arg);
