@@ -175,6 +175,9 @@ static inline const kn_kernel *kn_backend_find_kernel(kn_backend *b, const char 
                                                       const char *name) {
     return b->iface->find_kernel(b, domain, name);
 }
+/* Whether the backend called name (found as kn_backend_get does) has a kernel for
+ * (domain, op); false when the backend cannot be had. */
+bool kn_backend_has_kernel(const char *name, const char *domain, const char *op);
 /* Names of the registered backends, comma-separated, for messages. */
 const char *kn_backend_names(char *buf, size_t size);
 

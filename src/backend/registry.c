@@ -218,3 +218,10 @@ bool kn_backend_supports(kn_backend *b, const kn_node *n, int n_in, const kn_ten
              b->iface->name, n->domain, n->domain[0] ? "." : "", n->op_type);
     return false;
 }
+
+bool kn_backend_has_kernel(const char *name, const char *domain, const char *op) {
+    kn_backend *b;
+    if (kn_backend_get(name, &b) != KILN_OK)
+        return false;
+    return b->iface->find_kernel(b, domain, op) != NULL;
+}

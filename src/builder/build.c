@@ -193,21 +193,6 @@ static kiln_status annotate(kn_graph *g, const kn_resolved *lo, const kn_resolve
     return KILN_OK;
 }
 
-static kiln_status check_kernels(const kn_graph *g) {
-    for (int i = 0; i < g->n_nodes; i++) {
-        const kn_node *n = &g->nodes[i];
-        if (n->dead || kn_is_plugin_node(n) || kn_node_copy_kind(n) != KN_COPY_NONE)
-            continue;
-        kn_backend *b;
-        KN_TRY(kn_backend_get(kn_node_backend(n), &b));
-        if (b->iface->find_kernel(b, n->domain, n->op_type) == NULL)
-            return kn_error(KILN_ERR_UNSUPPORTED, "node '%s': op '%s'%s%s has no %s kernel",
-                            n->name, n->op_type, n->domain[0] ? " in domain " : "", n->domain,
-                            b->iface->name);
-    }
-    return KILN_OK;
-}
-
 /* The configured backends, found (a module loads here) so a build for a backend this machine
  * lacks fails at once with the reason. */
 static kiln_status find_backends(const kiln_build_config *cfg, kn_backend **order, int *n) {
@@ -221,7 +206,8 @@ static kiln_status find_backends(const kiln_build_config *cfg, kn_backend **orde
     return KILN_OK;
 }
 
-/* Place nodes on the configured backends and insert copies between memory spaces. */
+/* Place nodes on the configured backends (before fusion, which only fuses nodes placed
+ * together on a backend that runs the fused op). */
 static kiln_status place(kn_graph *g, const kiln_build_config *cfg,
                          const kn_plugin_table *plugins) {
     kn_backend *order[8];
@@ -259,8 +245,55 @@ static kiln_status place(kn_graph *g, const kiln_build_config *cfg,
         kn_free(at[k]);
         kn_free(deferred[k]);
     }
-    KN_TRY(rc);
-    return kn_pass_insert_copies(g);
+    return rc;
+}
+
+/* Every node's backend has its kernel and runs it with these dtypes and shapes at the
+ * profile's min, opt and max: a node nothing can run (a float16 Conv on the CPU) fails the
+ * build here, with its backend's reason. */
+static kiln_status check_kernels(kn_graph *g, const kiln_build_config *cfg,
+                                 const kn_plugin_table *plugins) {
+    size_t nv = (size_t)g->n_values + 1;
+    kn_resolved *at[3] = {NULL, NULL, NULL};
+    kiln_status rc = KILN_OK;
+    int done = 0;
+    for (int k = 0; k < 3; k++)
+        if ((at[k] = kn_calloc(nv, sizeof(kn_resolved))) == NULL)
+            rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    for (; rc == KILN_OK && done < 3; done++)
+        rc = resolve_at(g, cfg, plugins, done, at[done], NULL);
+    kn_tensor in[KN_MAX_NODE_IO], out[KN_MAX_NODE_IO];
+    for (int i = 0; i < g->n_nodes && rc == KILN_OK; i++) {
+        const kn_node *n = &g->nodes[i];
+        if (n->dead || kn_is_plugin_node(n) || kn_node_copy_kind(n) != KN_COPY_NONE)
+            continue;
+        kn_backend *b;
+        if ((rc = kn_backend_get(kn_node_backend(n), &b)) != KILN_OK)
+            break;
+        kn_caps caps;
+        for (int r = 0; r < 3 && rc == KILN_OK; r++) {
+            bool known = true;
+            for (int j = 0; j < n->n_in; j++) {
+                in[j] = n->in[j] >= 0 ? at[r][n->in[j]].t : (kn_tensor){0};
+                known &= n->in[j] < 0 || at[r][n->in[j]].known;
+            }
+            for (int j = 0; j < n->n_out; j++)
+                out[j] = n->out[j] >= 0 ? at[r][n->out[j]].t : (kn_tensor){0};
+            if (!known) /* shapes known only at run time: the kernel is all we can check */
+                caps.reason[0] = '\0';
+            if (known ? !kn_backend_supports(b, n, n->n_in, in, n->n_out, out, &caps)
+                      : b->iface->find_kernel(b, n->domain, n->op_type) == NULL)
+                rc = kn_error(KILN_ERR_UNSUPPORTED, "node '%s' (%s%s%s): %s", n->name, n->domain,
+                              n->domain[0] ? "." : "", n->op_type,
+                              caps.reason[0] ? caps.reason : "no backend has a kernel for it");
+        }
+    }
+    for (int k = 0; k < 3; k++) {
+        if (at[k] != NULL && k < done)
+            kn_resolved_release(at[k], g->n_values);
+        kn_free(at[k]);
+    }
+    return rc;
 }
 
 /* Resolve at min and max, fold, annotate. */
@@ -318,18 +351,23 @@ kiln_status kn_build_plan(const kiln_builder *b, const kiln_network *net,
     if ((rc = resolve_fold_annotate(g, cfg, &plugins, true)) != KILN_OK ||
         (rc = tidy(g)) != KILN_OK)
         goto fail;
-    progress(cfg, "fusing", 0.6);
+    progress(cfg, "placing", 0.5);
     if ((rc = kn_pass_fold_batchnorm(g)) != KILN_OK || (rc = tidy(g)) != KILN_OK ||
-        (rc = kn_pass_fuse_activations(g)) != KILN_OK || (rc = tidy(g)) != KILN_OK ||
+        (rc = place(g, cfg, &plugins)) != KILN_OK)
+        goto fail;
+    progress(cfg, "fusing", 0.6);
+    if ((rc = kn_pass_fuse_activations(g)) != KILN_OK || (rc = tidy(g)) != KILN_OK ||
         (rc = kn_pass_fuse_elementwise(g)) != KILN_OK || (rc = tidy(g)) != KILN_OK)
         goto fail;
     progress(cfg, "annotating", 0.7);
-    if ((rc = resolve_fold_annotate(g, cfg, &plugins, false)) != KILN_OK)
+    int before_copies = g->n_nodes;
+    if ((rc = resolve_fold_annotate(g, cfg, &plugins, false)) != KILN_OK ||
+        (rc = kn_pass_insert_copies(g)) != KILN_OK ||
+        (g->n_nodes != before_copies &&
+         (rc = resolve_fold_annotate(g, cfg, &plugins, false)) != KILN_OK))
         goto fail;
-    progress(cfg, "placing", 0.8);
-    if ((rc = place(g, cfg, &plugins)) != KILN_OK ||
-        (rc = resolve_fold_annotate(g, cfg, &plugins, false)) != KILN_OK ||
-        (rc = check_kernels(g)) != KILN_OK)
+    progress(cfg, "checking kernels", 0.85);
+    if ((rc = check_kernels(g, cfg, &plugins)) != KILN_OK)
         goto fail;
     out->graph = g;
     out->threads = cfg->threads;

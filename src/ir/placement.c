@@ -47,3 +47,16 @@ kiln_status kn_node_set_attr_int(kn_graph *g, int node, const char *name, int64_
     kn_attr a = {.name = (char *)name, .type = KN_ATTR_INT, .i = value};
     return set_attr(g, node, &a);
 }
+
+kiln_status kn_node_copy_placement(kn_graph *g, int dst, int src) {
+    const kn_attr *b = kn_node_attr(&g->nodes[src], KN_ATTR_BACKEND);
+    if (b != NULL) {
+        char *name = kn_strdup(b->s);
+        if (name == NULL)
+            return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        kiln_status rc = kn_node_set_attr_string(g, dst, KN_ATTR_BACKEND, name);
+        kn_free(name);
+        KN_TRY(rc);
+    }
+    return KILN_OK;
+}

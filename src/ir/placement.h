@@ -8,6 +8,8 @@
 
 #include "ir/graph.h"
 
+#include <string.h>
+
 #define KN_ATTR_BACKEND "kiln_backend"
 #define KN_ATTR_HOST_INPUTS "kiln_host_inputs"
 /* Why a node stayed on the host although a device backend was asked for (for kiln inspect). */
@@ -22,6 +24,11 @@ typedef enum kn_copy_kind { KN_COPY_NONE = 0, KN_COPY_TO_DEVICE, KN_COPY_TO_HOST
 const char *kn_node_backend(const kn_node *n);
 uint64_t kn_node_host_inputs(const kn_node *n);
 kn_copy_kind kn_node_copy_kind(const kn_node *n);
+/* Node dst runs where node src runs (copies kiln_backend and kiln_host_inputs). */
+kiln_status kn_node_copy_placement(kn_graph *g, int dst, int src);
+static inline bool kn_nodes_same_place(const kn_node *a, const kn_node *b) {
+    return strcmp(kn_node_backend(a), kn_node_backend(b)) == 0;
+}
 /* Set (or replace) a node's string attribute / int attribute. */
 kiln_status kn_node_set_attr_string(kn_graph *g, int node, const char *name, const char *value);
 kiln_status kn_node_set_attr_int(kn_graph *g, int node, const char *name, int64_t value);

@@ -7,8 +7,11 @@
 #include "passes/passes.h"
 
 #include "core/alloc.h"
+#include "ir/placement.h"
+#include "ops/op.h"
 
 #include <float.h>
+#include <stdio.h>
 #include <string.h>
 
 typedef struct fuser {
@@ -37,6 +40,22 @@ static bool same_shape(const kn_value *a, const kn_value *b) {
         }
     }
     return true;
+}
+
+static bool same_place(const kn_graph *g, int a, int b) {
+    return strcmp(kn_node_backend(&g->nodes[a]), kn_node_backend(&g->nodes[b])) == 0;
+}
+
+/* The fused form of an ONNX product: kiln.FusedConv, kiln.FusedGemm, kiln.FusedMatMul. */
+static void fused_name(const kn_node *n, char *buf, size_t size) {
+    snprintf(buf, size, "Fused%s", n->op_type);
+}
+
+/* Whether the backend node i is placed on runs the fused form of it. */
+static bool fusible_here(const kn_graph *g, int i) {
+    char name[32];
+    fused_name(&g->nodes[i], name, sizeof name);
+    return kn_backend_has_kernel(kn_node_backend(&g->nodes[i]), KN_DOMAIN, name);
 }
 
 /* The only consumer of v, or -1 (several, none, or v is a graph output). */
@@ -76,7 +95,8 @@ static void take_output(fuser *f, int pi, int ci) {
 static kiln_status try_residual(fuser *f, int pi) {
     kn_graph *g = f->g;
     int y = g->nodes[pi].out[0], ci = sole_consumer(f, y);
-    if (ci < 0 || !is_op(&g->nodes[ci], "Add") || g->nodes[ci].n_in != 2 || g->nodes[ci].n_out != 1)
+    if (ci < 0 || !is_op(&g->nodes[ci], "Add") || g->nodes[ci].n_in != 2 ||
+        g->nodes[ci].n_out != 1 || !same_place(g, pi, ci))
         return KILN_OK;
     const kn_node *add = &g->nodes[ci];
     int other = add->in[0] == y ? add->in[1] : add->in[0];
@@ -117,7 +137,7 @@ static kiln_status try_bias(fuser *f, int pi) {
     const kn_value *b = &g->values[p->in[1]];
     int y = p->out[0], ci = sole_consumer(f, y);
     if (b->rank != 2 || b->dims[1].sym != NULL || ci < 0 || !is_op(&g->nodes[ci], "Add") ||
-        g->nodes[ci].n_in != 2 || g->nodes[ci].n_out != 1 ||
+        !same_place(g, pi, ci) || g->nodes[ci].n_in != 2 || g->nodes[ci].n_out != 1 ||
         g->values[y].dtype != KILN_DTYPE_FLOAT32 ||
         !same_shape(&g->values[y], &g->values[g->nodes[ci].out[0]]))
         return KILN_OK;
@@ -225,7 +245,7 @@ static kiln_status try_activation(fuser *f, int pi) {
     if (g->values[y].dtype != KILN_DTYPE_FLOAT32)
         return KILN_OK;
     int sig, mul;
-    if (swish_of(f, y, &sig, &mul)) {
+    if (swish_of(f, y, &sig, &mul) && same_place(g, pi, sig) && same_place(g, pi, mul)) {
         KN_TRY(set_activation(f, pi, "Swish", 0.0f, 0.0f));
         take_output(f, pi, sig);
         take_output(f, pi, mul);
@@ -234,10 +254,33 @@ static kiln_status try_activation(fuser *f, int pi) {
     int ci = sole_consumer(f, y);
     const char *name;
     float alpha, beta;
-    if (ci < 0 || !activation_of(g, &g->nodes[ci], y, &name, &alpha, &beta))
+    if (ci < 0 || !same_place(g, pi, ci) ||
+        !activation_of(g, &g->nodes[ci], y, &name, &alpha, &beta))
         return KILN_OK;
     KN_TRY(set_activation(f, pi, name, alpha, beta));
     take_output(f, pi, ci);
+    return KILN_OK;
+}
+
+/* A product that took anything becomes its explicit fused op. */
+static kiln_status make_explicit(kn_graph *g, int i) {
+    kn_node *n = &g->nodes[i];
+    if (kn_node_attr(n, "kiln_activation") == NULL && kn_node_attr(n, "kiln_residual") == NULL &&
+        kn_node_attr(n, "kiln_bias") == NULL)
+        return KILN_OK;
+    char name[32];
+    fused_name(n, name, sizeof name);
+    char *op = kn_strdup(name), *domain = kn_strdup(KN_DOMAIN);
+    if (op == NULL || domain == NULL) {
+        kn_free(op);
+        kn_free(domain);
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory fusing activations");
+    }
+    kn_free(n->op_type);
+    kn_free(n->domain);
+    n->op_type = op;
+    n->domain = domain;
+    n->opset = 1;
     return KILN_OK;
 }
 
@@ -254,7 +297,8 @@ kiln_status kn_pass_fuse_activations(kn_graph *g) {
     }
     kiln_status rc = KILN_OK;
     for (int i = 0; i < g->n_nodes && rc == KILN_OK; i++) {
-        if (!is_product(&g->nodes[i]) || g->nodes[i].n_out != 1 || g->nodes[i].out[0] < 0)
+        if (!is_product(&g->nodes[i]) || g->nodes[i].n_out != 1 || g->nodes[i].out[0] < 0 ||
+            !fusible_here(g, i))
             continue;
         if (kn_node_attr(&g->nodes[i], "kiln_activation") == NULL &&
             kn_node_attr(&g->nodes[i], "kiln_residual") == NULL)
@@ -266,6 +310,9 @@ kiln_status kn_pass_fuse_activations(kn_graph *g) {
         if (rc == KILN_OK && kn_node_attr(&g->nodes[i], "kiln_activation") == NULL)
             rc = try_activation(&f, i);
     }
+    for (int i = 0; i < g->n_nodes && rc == KILN_OK; i++)
+        if (is_product(&g->nodes[i]))
+            rc = make_explicit(g, i);
     kn_free(f.uses);
     return rc;
 }

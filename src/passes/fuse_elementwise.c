@@ -12,6 +12,7 @@
  * order of its two products, becomes one Gelu node: one instruction instead of five, and x
  * then has the Gelu as its only consumer, so the bias Add that usually produces x joins the
  * group. */
+#include "ir/placement.h"
 #include "passes/passes.h"
 
 #include "core/alloc.h"
@@ -233,6 +234,7 @@ static kiln_status replace_group(kn_graph *g, const builder *b, const int *membe
                           .floats = (float *)b->consts};
         KN_TRY(kn_node_add_attr(g, idx, &consts));
     }
+    KN_TRY(kn_node_copy_placement(g, idx, root));
     kn_node tmp = g->nodes[root];
     g->nodes[root] = g->nodes[idx];
     g->nodes[idx] = tmp;
@@ -270,7 +272,8 @@ static int collect(const kn_graph *g, const bool *fusible, const int *uses, int 
                 int v = n->in[j];
                 int p = v >= 0 ? g->values[v].producer : -1;
                 if (p < 0 || !fusible[p] || grouped[p] || inside[v] != uses[v] ||
-                    g->values[v].is_output || cnt == MAX_GROUP)
+                    g->values[v].is_output || cnt == MAX_GROUP ||
+                    !kn_nodes_same_place(&g->nodes[p], &g->nodes[members[0]]))
                     continue;
                 grouped[p] = 1;
                 members[cnt++] = p;
@@ -378,11 +381,17 @@ static kiln_status rewrite_gelu(kn_graph *g, int *uses, int *consumer) {
         if (cnt == 0)
             continue;
         int root = nodes[cnt - 1], out = g->nodes[root].out[0];
+        bool one_place = kn_backend_has_kernel(kn_node_backend(&g->nodes[root]), "", "Gelu");
+        for (int k = 0; k < cnt - 1 && one_place; k++)
+            one_place = kn_nodes_same_place(&g->nodes[nodes[k]], &g->nodes[root]);
+        if (!one_place)
+            continue;
         char name[256];
         snprintf(name, sizeof name, "%s/gelu", g->nodes[root].name);
         int idx = kn_graph_add_node(g, name, "Gelu", "", 20, 1, &x, 1, &out);
         if (idx < 0)
             return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory fusing a GELU");
+        KN_TRY(kn_node_copy_placement(g, idx, root));
         kn_node tmp = g->nodes[root];
         g->nodes[root] = g->nodes[idx];
         g->nodes[idx] = tmp;
@@ -430,7 +439,8 @@ kiln_status kn_pass_fuse_elementwise(kn_graph *g) {
         goto out_free;
     }
     for (int i = 0; i < n; i++)
-        fusible[i] = node_fusible(g, &g->nodes[i]);
+        fusible[i] = node_fusible(g, &g->nodes[i]) &&
+                     kn_backend_has_kernel(kn_node_backend(&g->nodes[i]), KN_DOMAIN, KN_FUSED_OP);
     bool changed = n > n_before;
     for (int r = n - 1; r >= 0; r--) {
         if (!fusible[r] || grouped[r])

@@ -20,16 +20,18 @@ kiln_status kn_pass_eliminate_dead(kn_graph *g);
 /* Fold BatchNormalization (inference) into a preceding Conv / Gemm with constant weights. */
 kiln_status kn_pass_fold_batchnorm(kn_graph *g);
 /* Fuse Relu, Clip (incl. Relu6), Sigmoid, x*sigmoid(x), LeakyRelu and a residual Add into
- * the epilogue of a preceding Conv / Gemm / MatMul. The fused node keeps its op type and
- * domain and gains attributes:
+ * the epilogue of a preceding Conv / Gemm / MatMul placed on the same backend, when that
+ * backend runs the fused op. The fused node becomes an explicit kiln op (kiln.FusedConv,
+ * kiln.FusedGemm, kiln.FusedMatMul) with the product's inputs and attributes plus:
  *   kiln_activation (string): "Relu", "Clip", "Sigmoid", "Swish" (x*sigmoid(x)), "LeakyRelu"
  *   kiln_alpha, kiln_beta (float): Clip's min and max; LeakyRelu's alpha in kiln_alpha
  *   kiln_residual (int) = 1: one more input, of the output's dtype and shape, is added before
- *     the activation; it sits at index 3 for Conv and Gemm (an absent bias/C is -1) and at
- *     index 2 for MatMul.
- *   kiln_bias (int) = 1, MatMul only: input 3 is a constant float32 vector of N values added
- *     to every row (an Add of a per-column bias folded in); input 2 stays -1.
- * y = act(product + bias + residual). */
+ *     the activation; it sits at index 3 for FusedConv and FusedGemm (an absent bias/C is -1)
+ *     and at index 2 for FusedMatMul.
+ *   kiln_bias (int) = 1, FusedMatMul only: input 3 is a constant vector of N values added to
+ *     every row (an Add of a per-column bias folded in); input 2 stays -1.
+ * y = act(product + bias + residual). ONNX's own Conv / Gemm / MatMul never read kiln_*
+ * attributes. */
 kiln_status kn_pass_fuse_activations(kn_graph *g);
 /* Collapse chains of element-wise ops into one kiln.FusedElementwise node. */
 kiln_status kn_pass_fuse_elementwise(kn_graph *g);

@@ -9,8 +9,10 @@
 #define KN_PLAN_MAGIC "KILNPLAN"
 #define KN_PLAN_MAGIC_SIZE 8
 /* Bumped on any change a reader of the previous version would misread. Adding a section
- * does not need a bump: readers skip section ids they do not know. */
-#define KN_PLAN_FORMAT_VERSION 1u
+ * does not need a bump: readers skip section ids they do not know. Version 2: fused products
+ * are the explicit ops kiln.FusedConv/FusedGemm/FusedMatMul (version 1 kept ONNX's op types
+ * with kiln_* attributes, which ONNX ops no longer read). */
+#define KN_PLAN_FORMAT_VERSION 2u
 #define KN_PLAN_ENDIAN_MARK 0x01020304u
 #define KN_PLAN_VERSION_SIZE 16 /* kiln version text, NUL-padded */
 

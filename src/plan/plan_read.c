@@ -121,6 +121,12 @@ static kiln_status check_header(const uint8_t *p, size_t size, uint32_t *count) 
     if (version != KN_PLAN_FORMAT_VERSION) {
         char by[KN_PLAN_VERSION_SIZE];
         version_text(p + KN_PLAN_OFF_KILN_VERSION, by);
+        if (version < KN_PLAN_FORMAT_VERSION)
+            return kn_error(KILN_ERR_PLAN,
+                            "plan format version %u was built by an older kiln (%s): rebuild the "
+                            "plan from its model with this kiln %d.%d.%d (format %u)",
+                            version, by, KILN_VERSION_MAJOR, KILN_VERSION_MINOR, KILN_VERSION_PATCH,
+                            KN_PLAN_FORMAT_VERSION);
         return kn_error(KILN_ERR_PLAN,
                         "plan format version %u (made by kiln %s) is not supported by this kiln "
                         "%d.%d.%d (reads version %u)",

@@ -24,11 +24,7 @@ kiln_status kn_infer_node(const kn_node *n, const kiln_plugin_instance *plugin, 
                         n->name, n->op_type, n->opset, op->since);
     const kn_arity *ar = n->domain[0] == '\0' ? kn_op_arity(n->op_type) : NULL;
     if (ar != NULL) {
-        /* A fused residual (see passes.h) is one input beyond what ONNX allows. */
-        int extra = kn_attr_int(n, "kiln_bias", 0) != 0       ? 2
-                    : kn_attr_int(n, "kiln_residual", 0) != 0 ? 1
-                                                              : 0;
-        if (n->n_in < ar->min_in || (ar->max_in >= 0 && n->n_in > ar->max_in + extra))
+        if (n->n_in < ar->min_in || (ar->max_in >= 0 && n->n_in > ar->max_in))
             return kn_error(KILN_ERR_MODEL, "node '%s' (%s) has %d inputs; the op takes %d to %d",
                             n->name, n->op_type, n->n_in, ar->min_in, ar->max_in);
         if (n->n_out < ar->min_out || (ar->max_out >= 0 && n->n_out > ar->max_out))

@@ -50,7 +50,7 @@ def test_small_cnn_by_code_equals_onnx():
     from_onnx = kiln.build(os.path.join(EXAMPLES, "small_cnn.onnx"))
     assert kiln.plan_layers(by_code) == kiln.plan_layers(from_onnx)
     assert [op for _, op, _ in kiln.plan_layers(by_code)] == [
-        "Conv", "MaxPool", "Conv", "GlobalAveragePool", "Flatten", "Gemm", "Softmax"
+        "FusedConv", "MaxPool", "Conv", "GlobalAveragePool", "Flatten", "Gemm", "Softmax"
     ]
     assert by_code == from_onnx, "same names, order and weights give byte-identical plans"
     x = np.random.RandomState(3).randn(1, 3, 16, 16).astype(np.float32)

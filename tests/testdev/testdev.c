@@ -398,6 +398,22 @@ static const char *const taken[] = {
     "Cast",
     "Where",
     "Identity",
+    "FusedConv",
+    "FusedGemm",
+    "FusedMatMul",
+    /* every element-wise op the models use, so element-wise chains fuse as on the host */
+    "HardSigmoid",
+    "HardSwish",
+    "Exp",
+    "Log",
+    "Neg",
+    "Abs",
+    "Reciprocal",
+    "LeakyRelu",
+    "Softplus",
+    "Max",
+    "Min",
+    "Gelu",
     NULL,
 };
 /* Inputs each op reads on the host (shapes, axes, indices of slices). */
@@ -424,7 +440,7 @@ static bool denied(const char *op) {
 static bool is_taken(const char *domain, const char *op) {
     if (strcmp(domain, "") != 0 && strcmp(domain, "kiln") != 0)
         return false;
-    if (strcmp(domain, "kiln") == 0 && strcmp(op, "FusedElementwise") != 0)
+    if (strcmp(domain, "kiln") == 0 && strncmp(op, "Fused", 5) != 0)
         return false;
     for (int i = 0; taken[i]; i++)
         if (strcmp(taken[i], op) == 0)
@@ -516,7 +532,7 @@ static pthread_once_t wrappers_once = PTHREAD_ONCE_INIT;
 
 static void make_wrappers(void) {
     for (int i = 0; taken[i]; i++)
-        wrappers[i] = (kn_kernel){.domain = strcmp(taken[i], "FusedElementwise") == 0 ? "kiln" : "",
+        wrappers[i] = (kn_kernel){.domain = strncmp(taken[i], "Fused", 5) == 0 ? "kiln" : "",
                                   .name = taken[i],
                                   .run = td_run,
                                   .prepare = td_prepare,

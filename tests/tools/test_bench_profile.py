@@ -20,7 +20,7 @@ def test_profile_layers_cover_the_onnx_graph():
     assert len(covered) == len(set(covered))  # each ONNX node in at most one layer
     assert set(covered) <= set(onnx_nodes)
     stem = layers[0]
-    assert stem["op"] == "Conv" and stem["kernel"]
+    assert stem["op"] == "FusedConv" and stem["kernel"]  # Conv + BatchNormalization + Relu
     assert [n.split("/")[-1] for n in stem["onnx_nodes"]] == ["Conv", "BatchNormalization", "Relu"]
     assert abs(sum(l["share"] for l in layers) - 1.0) < 1e-3
     assert all(l["median_ms"] >= 0 for l in layers) and out["latency_ms"]["median"] > 0

@@ -260,7 +260,8 @@ static void test_matmul_bias_fused(void **state) {
     kn_plan plan;
     assert_int_equal(kn_build_plan(b, net, cfg, &plan), KILN_OK);
     assert_int_equal(plan.graph->n_nodes, 1);
-    assert_string_equal(plan.graph->nodes[0].op_type, "MatMul");
+    assert_string_equal(plan.graph->nodes[0].op_type, "FusedMatMul");
+    assert_string_equal(plan.graph->nodes[0].domain, "kiln");
     assert_int_equal(kn_attr_int(&plan.graph->nodes[0], "kiln_bias", 0), 1);
     kn_plan_clear(&plan);
     kiln_engine *e = built_engine(b, net, cfg);

@@ -76,7 +76,7 @@ static kn_tensor rand_tensor(int rank, const int64_t *d) {
 static kn_tensor run_node(test_node *t, int n_in, const kn_tensor *in, bool packed) {
     t->node.n_in = n_in;
     t->node.n_out = 1;
-    const kn_op_schema *s = kn_op_find("", t->node.op_type);
+    const kn_op_schema *s = kn_op_find(t->node.domain, t->node.op_type);
     assert_non_null(s);
     kn_tensor out = {0};
     kn_tensor meta[8];
@@ -90,7 +90,8 @@ static kn_tensor run_node(test_node *t, int n_in, const kn_tensor *in, bool pack
     int64_t n = kn_tensor_numel(&out);
     out.data = kn_malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
     assert_non_null(out.data);
-    const kn_kernel *kern = kn_backend_find_kernel(kn_backend_host(), "", t->node.op_type);
+    const kn_kernel *kern =
+        kn_backend_find_kernel(kn_backend_host(), t->node.domain, t->node.op_type);
     assert_non_null(kern);
     void *state = NULL;
     if (packed && kern->prepare != NULL) {
@@ -223,6 +224,8 @@ static void run_conv_case(const conv_case *cc) {
     kn_shape oshape;
     kn_conv_geom_out_shape(&g, &oshape);
     if (cc->relu_residual) {
+        t.node.op_type = "FusedConv"; /* what the fusion pass makes of Conv + Add + Relu */
+        t.node.domain = "kiln";
         tn_str(&t, "kiln_activation", "Relu");
         tn_int(&t, "kiln_residual", 1);
         in[3] = rand_tensor(oshape.rank, oshape.d);

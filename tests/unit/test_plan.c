@@ -499,11 +499,17 @@ static void test_messages(void **state) {
     write_plan(&p, &data, &size);
     uint8_t *buf = copy_aligned(data, size);
 
-    wr32(buf + KN_PLAN_OFF_FORMAT_VERSION, 2);
+    wr32(buf + KN_PLAN_OFF_FORMAT_VERSION, 3);
     reseal(buf, size);
     assert_int_equal(kn_plan_read(buf, size, &q), KILN_ERR_PLAN);
-    assert_string_equal(kiln_last_error(), "plan format version 2 (made by kiln 0.1.0) is not "
-                                           "supported by this kiln 0.1.0 (reads version 1)");
+    assert_string_equal(kiln_last_error(), "plan format version 3 (made by kiln 0.1.0) is not "
+                                           "supported by this kiln 0.1.0 (reads version 2)");
+    wr32(buf + KN_PLAN_OFF_FORMAT_VERSION, 1);
+    reseal(buf, size);
+    assert_int_equal(kn_plan_read(buf, size, &q), KILN_ERR_PLAN);
+    assert_string_equal(kiln_last_error(),
+                        "plan format version 1 was built by an older kiln (0.1.0): rebuild the "
+                        "plan from its model with this kiln 0.1.0 (format 2)");
 
     memcpy(buf, data, size);
     uint64_t graph_off =

@@ -2,6 +2,7 @@
 
 #include "ops/fused_elementwise.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static const kn_kernel kernels[] = {
@@ -28,12 +29,44 @@ static const kn_kernel *cpu_backend_find_kernel(kn_backend *b, const char *domai
     return cpu_find_kernel(domain, name);
 }
 
+/* Ops whose CPU kernels compute in float32 only (their op inference takes any float type). */
+static bool float32_only(const kn_node *n) {
+    static const char *const ops[] = {"Conv",      "ConvTranspose", "Gemm",       "MatMul",
+                                      "FusedConv", "FusedGemm",     "FusedMatMul"};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        if (strcmp(n->op_type, ops[i]) == 0)
+            return true;
+    return false;
+}
+
+static bool cpu_supports(kn_backend *b, const kn_node *n, int n_in, const kn_tensor *in, int n_out,
+                         const kn_tensor *out, kn_caps *caps) {
+    (void)n_out;
+    (void)out;
+    if (cpu_backend_find_kernel(b, n->domain, n->op_type) == NULL) {
+        snprintf(caps->reason, sizeof caps->reason, "the cpu backend has no kernel for %s%s%s",
+                 n->domain, n->domain[0] ? "." : "", n->op_type);
+        return false;
+    }
+    if (float32_only(n))
+        for (int j = 0; j < n_in; j++)
+            if (in[j].dtype != 0 && kn_dtype_is_float(in[j].dtype) &&
+                in[j].dtype != KILN_DTYPE_FLOAT32) {
+                snprintf(caps->reason, sizeof caps->reason,
+                         "the cpu backend runs %s in float32 only (input %d is %s)", n->op_type, j,
+                         kn_dtype_name(in[j].dtype));
+                return false;
+            }
+    return true;
+}
+
 /* The CPU runs every kernel synchronously on the calling thread (and the context's pool):
  * no stream, no events, host memory from the host allocator. */
 static const kn_backend_iface cpu_iface = {
     .name = KN_BACKEND_HOST,
     .mem = KN_MEM_HOST,
     .find_kernel = cpu_backend_find_kernel,
+    .supports = cpu_supports,
 };
 
 static kn_backend cpu_backend = {.iface = &cpu_iface, .device = 0, .context = NULL};

@@ -183,5 +183,6 @@ static bool sup_conv(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
 
 const kc_op kc_ops_conv[] = {
     {{"", "Conv", run_conv, NULL, NULL}, sup_conv},
+    {{"kiln", "FusedConv", run_conv, NULL, NULL}, sup_conv},
     {{NULL, NULL, NULL, NULL, NULL}, NULL},
 };

@@ -292,5 +292,7 @@ static bool sup_matmul(const kn_node *n, int n_in, const kn_tensor *in, int n_ou
 const kc_op kc_ops_gemm[] = {
     {{"", "Gemm", run_gemm, NULL, NULL}, sup_gemm},
     {{"", "MatMul", run_matmul, NULL, NULL}, sup_matmul},
+    {{"kiln", "FusedGemm", run_gemm, NULL, NULL}, sup_gemm},
+    {{"kiln", "FusedMatMul", run_matmul, NULL, NULL}, sup_matmul},
     {{NULL, NULL, NULL, NULL, NULL}, NULL},
 };

@@ -1,12 +1,26 @@
-/* Conv, ConvTranspose, Gemm, MatMul: shape inference. Nodes fused by kn_pass_fuse_activations
- * keep their op type and carry kiln_* attributes plus an optional residual input (passes.h). */
+/* Conv, ConvTranspose, Gemm, MatMul and kiln's fused forms of them (kiln.FusedConv,
+ * kiln.FusedGemm, kiln.FusedMatMul: the product plus kiln_* attributes and a residual or bias
+ * input, passes.h): shape inference. Any float dtype is accepted here, the same for every
+ * float input; which dtypes a backend computes in is the backend's answer (its supports). */
 #include "ops/nn/conv_geom.h"
 #include "ops/op.h"
 
-static kiln_status check_f32(const kn_infer_ctx *c, int i, const char *what) {
-    if (c->in[i].dtype != KILN_DTYPE_FLOAT32)
-        return kn_error(KILN_ERR_DTYPE, "input %d (%s) has dtype %s; only float32 is supported", i,
-                        what, kn_dtype_name(c->in[i].dtype));
+#include <string.h>
+
+static bool is_fused(const kn_node *n) {
+    return strcmp(n->domain, KN_DOMAIN) == 0;
+}
+
+/* Input i is a float tensor of input 0's dtype. */
+static kiln_status check_float(const kn_infer_ctx *c, int i, const char *what) {
+    int32_t t = c->in[i].dtype;
+    if (t != KILN_DTYPE_FLOAT32 && t != KILN_DTYPE_FLOAT16 && t != KILN_DTYPE_BFLOAT16 &&
+        t != KILN_DTYPE_FLOAT64)
+        return kn_error(KILN_ERR_DTYPE, "input %d (%s) has dtype %s; a float type is needed", i,
+                        what, kn_dtype_name(t));
+    if (t != c->in[0].dtype)
+        return kn_error(KILN_ERR_DTYPE, "input %d (%s) has dtype %s, input 0 has %s", i, what,
+                        kn_dtype_name(t), kn_dtype_name(c->in[0].dtype));
     return KILN_OK;
 }
 
@@ -45,18 +59,18 @@ static kiln_status check_arity(const kn_infer_ctx *c, int min_in, int max_in) {
 
 static kiln_status infer_conv_common(kn_infer_ctx *c, bool transpose) {
     KN_TRY(check_arity(c, 2, 4));
-    KN_TRY(check_f32(c, 0, "X"));
-    KN_TRY(check_f32(c, 1, "W"));
+    KN_TRY(check_float(c, 0, "X"));
+    KN_TRY(check_float(c, 1, "W"));
     kn_conv_geom g;
     KN_TRY(kn_conv_geom_init(c->node, &c->in[0].shape, &c->in[1].shape, transpose, &g));
-    c->out[0].dtype = KILN_DTYPE_FLOAT32;
+    c->out[0].dtype = c->in[0].dtype;
     kn_conv_geom_out_shape(&g, &c->out[0].shape);
     int n_main;
     KN_TRY(check_fused(c, 3, &n_main));
     if (n_main > 3)
         return kn_error(KILN_ERR_MODEL, "expects at most 3 inputs, has %d", c->n_in);
     if (n_main == 3 && kn_has_input(c, 2)) {
-        KN_TRY(check_f32(c, 2, "B"));
+        KN_TRY(check_float(c, 2, "B"));
         const kn_shape *b = &c->in[2].shape;
         if (b->rank != 1 || b->d[0] != g.c_out)
             return kn_error(KILN_ERR_SHAPE, "input 2 (B) must have shape [%lld]",
@@ -75,8 +89,8 @@ kiln_status kn_infer_conv_transpose(kn_infer_ctx *c) {
 
 kiln_status kn_infer_gemm(kn_infer_ctx *c) {
     KN_TRY(check_arity(c, 2, 4));
-    KN_TRY(check_f32(c, 0, "A"));
-    KN_TRY(check_f32(c, 1, "B"));
+    KN_TRY(check_float(c, 0, "A"));
+    KN_TRY(check_float(c, 1, "B"));
     const kn_shape *a = &c->in[0].shape, *b = &c->in[1].shape;
     char b1[96], b2[96];
     if (a->rank != 2 || b->rank != 2)
@@ -88,14 +102,14 @@ kiln_status kn_infer_gemm(kn_infer_ctx *c) {
     if (ka != kb)
         return kn_error(KILN_ERR_SHAPE, "inner dims differ: op(A) is %lldx%lld, op(B) %lldx%lld",
                         (long long)m, (long long)ka, (long long)kb, (long long)n);
-    c->out[0].dtype = KILN_DTYPE_FLOAT32;
+    c->out[0].dtype = c->in[0].dtype;
     c->out[0].shape = (kn_shape){.rank = 2, .d = {m, n}};
     int n_main;
     KN_TRY(check_fused(c, 3, &n_main));
     if (n_main > 3)
         return kn_error(KILN_ERR_MODEL, "expects at most 3 inputs, has %d", c->n_in);
     if (n_main == 3 && kn_has_input(c, 2)) {
-        KN_TRY(check_f32(c, 2, "C"));
+        KN_TRY(check_float(c, 2, "C"));
         kn_shape bc;
         if (c->in[2].shape.rank > 2 ||
             !kn_shape_broadcast(&c->in[2].shape, &c->out[0].shape, &bc) ||
@@ -108,10 +122,10 @@ kiln_status kn_infer_gemm(kn_infer_ctx *c) {
 }
 
 kiln_status kn_infer_matmul(kn_infer_ctx *c) {
-    bool bias = kn_attr_int(c->node, "kiln_bias", 0) != 0;
+    bool bias = is_fused(c->node) && kn_attr_int(c->node, "kiln_bias", 0) != 0;
     KN_TRY(check_arity(c, 2, bias ? 4 : 3));
-    KN_TRY(check_f32(c, 0, "A"));
-    KN_TRY(check_f32(c, 1, "B"));
+    KN_TRY(check_float(c, 0, "A"));
+    KN_TRY(check_float(c, 1, "B"));
     kn_shape a = c->in[0].shape, b = c->in[1].shape;
     char b1[96], b2[96];
     if (a.rank < 1 || b.rank < 1)
@@ -147,16 +161,16 @@ kiln_status kn_infer_matmul(kn_infer_ctx *c) {
         out.d[out.rank++] = m;
     if (!b1d)
         out.d[out.rank++] = n;
-    c->out[0].dtype = KILN_DTYPE_FLOAT32;
+    c->out[0].dtype = c->in[0].dtype;
     c->out[0].shape = out;
     if (bias) {
         /* kiln_bias (see passes.h): input 3 is a float32 vector of N values added per column;
          * slot 2 (the residual) stays empty. */
         if (c->n_in != 4 || kn_has_input(c, 2) || !kn_has_input(c, 3) ||
-            c->in[3].dtype != KILN_DTYPE_FLOAT32 || kn_tensor_numel(&c->in[3]) != n || b1d)
+            c->in[3].dtype != c->in[0].dtype || kn_tensor_numel(&c->in[3]) != n || b1d)
             return kn_error(KILN_ERR_MODEL,
-                            "kiln_bias needs input 3 to hold %lld float32 "
-                            "values and input 2 to be empty",
+                            "kiln_bias needs input 3 to hold %lld values of input 0's "
+                            "dtype and input 2 to be empty",
                             (long long)n);
         return kn_fused_attrs(c->node, &(int){0}, &(float){0}, &(float){0}, &(bool){0});
     }

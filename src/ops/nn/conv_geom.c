@@ -1,5 +1,7 @@
 #include "ops/nn/conv_geom.h"
 
+#include "ops/op.h"
+
 #include <string.h>
 
 static kiln_status read_ints(const kn_node *node, const char *name, int count, int64_t def,
@@ -175,6 +177,12 @@ void kn_conv_geom_out_shape(const kn_conv_geom *g, kn_shape *out) {
 kiln_status kn_fused_attrs(const kn_node *node, int *act, float *alpha, float *beta,
                            bool *residual) {
     static const char *const names[] = {"", "Relu", "Clip", "Sigmoid", "Swish", "LeakyRelu"};
+    if (strcmp(node->domain, KN_DOMAIN) != 0) { /* an ONNX op: nothing fused */
+        *act = 0;
+        *alpha = *beta = 0.0f;
+        *residual = false;
+        return KILN_OK;
+    }
     const char *a = kn_attr_string(node, "kiln_activation", "");
     *act = -1;
     for (int i = 0; i < (int)(sizeof names / sizeof names[0]); i++)
