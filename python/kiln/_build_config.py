@@ -1,4 +1,4 @@
-"""Build configurations (profiles, threads, preferred plugins, progress) and the one call that
+"""Build configurations (profiles, threads, preferred plugins, backends, progress) and the one call that
 turns a C network into a plan. Both kiln.build and kiln.Network.build end here, so this module
 sits below them and imports neither."""
 
@@ -32,7 +32,7 @@ def _profile(name, spec):
 
 
 class _Config:
-    def __init__(self, shapes, threads, prefer_plugins, progress=None):
+    def __init__(self, shapes, threads, prefer_plugins, progress=None, backends=None):
         h = ctypes.c_void_p()
         check(lib.kiln_build_config_create(ctypes.byref(h)))
         self.h = h
@@ -61,6 +61,12 @@ class _Config:
                 prefer_plugins = [prefer_plugins]
             for op_type in prefer_plugins or ():
                 check(lib.kiln_build_config_prefer_plugin(h, encode(op_type)))
+            if backends is not None:
+                if isinstance(backends, str):
+                    backends = backends.split(",")
+                names = [encode(str(b)) for b in backends]
+                arr = (ctypes.c_char_p * max(len(names), 1))(*names)
+                check(lib.kiln_build_config_set_backends(h, arr, len(names)))
         except BaseException:
             self.close()
             raise
@@ -72,8 +78,10 @@ class _Config:
 
 
 
-def build_plan(builder, net, shapes, threads, prefer_plugins, progress=None, path=None):
-    cfg = _Config(shapes, threads, prefer_plugins, progress)
+def build_plan(
+    builder, net, shapes, threads, prefer_plugins, progress=None, path=None, backends=None
+):
+    cfg = _Config(shapes, threads, prefer_plugins, progress, backends)
     data, size = ctypes.c_void_p(), ctypes.c_size_t()
     try:
         if path is not None:

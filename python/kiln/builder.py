@@ -22,7 +22,15 @@ def _model_bytes(model):
     return None
 
 
-def build(model, shapes=None, threads=None, plugins=None, prefer_plugins=None, progress=None):
+def build(
+    model,
+    shapes=None,
+    threads=None,
+    plugins=None,
+    prefer_plugins=None,
+    progress=None,
+    backends=None,
+):
     """Build a plan and return it as bytes.
 
     model: a path to an .onnx file, the bytes of an ONNX model (or an onnx.ModelProto), or a
@@ -30,19 +38,27 @@ def build(model, shapes=None, threads=None, plugins=None, prefer_plugins=None, p
     dims. threads: default threads of the engine's contexts. plugins: a kiln.Registry, or
     library paths / kiln.Plugin subclasses added to the default registry. prefer_plugins: op
     types a plugin of the same name may replace. progress: called as progress(stage, fraction)
-    during the build."""
-    return _build(model, None, shapes, threads, plugins, prefer_plugins, progress)
+    during the build. backends: the backends to place nodes on, in order of preference (e.g.
+    ["cuda", "cpu"] or "cuda,cpu"; default the CPU alone); the host takes what none runs."""
+    return _build(model, None, shapes, threads, plugins, prefer_plugins, progress, backends)
 
 
 def build_to_file(
-    model, path, shapes=None, threads=None, plugins=None, prefer_plugins=None, progress=None
+    model,
+    path,
+    shapes=None,
+    threads=None,
+    plugins=None,
+    prefer_plugins=None,
+    progress=None,
+    backends=None,
 ):
     """Build a plan straight into a file (written beside it, then renamed, so a failed build
     never damages an existing plan). Arguments as for kiln.build."""
-    _build(model, path, shapes, threads, plugins, prefer_plugins, progress)
+    _build(model, path, shapes, threads, plugins, prefer_plugins, progress, backends)
 
 
-def _build(model, path, shapes, threads, plugins, prefer_plugins, progress):
+def _build(model, path, shapes, threads, plugins, prefer_plugins, progress, backends=None):
     if isinstance(model, Network):
         if isinstance(plugins, _registry.Registry) and plugins is not model.registry:
             raise KilnError(
@@ -52,7 +68,9 @@ def _build(model, path, shapes, threads, plugins, prefer_plugins, progress):
             )
         if plugins is not None:
             model.registry.add(plugins)
-        return build_plan(model._b, model._h, shapes, threads, prefer_plugins, progress, path)
+        return build_plan(
+            model._b, model._h, shapes, threads, prefer_plugins, progress, path, backends
+        )
     reg = _registry.resolve(plugins)
     b = ctypes.c_void_p()
     check(lib.kiln_builder_create(ctypes.byref(b)))
@@ -70,7 +88,7 @@ def _build(model, path, shapes, threads, plugins, prefer_plugins, progress):
                 f"build: model must be a path, ONNX bytes or a kiln.Network, got "
                 f"{type(model).__name__}",
             )
-        return build_plan(b, net, shapes, threads, prefer_plugins, progress, path)
+        return build_plan(b, net, shapes, threads, prefer_plugins, progress, path, backends)
     finally:
         if net:
             lib.kiln_network_destroy(net)

@@ -480,9 +480,11 @@ class Network:
 
     # ---- building ----
 
-    def build(self, shapes=None, threads=None, prefer_plugins=None, progress=None):
+    def build(self, shapes=None, threads=None, prefer_plugins=None, progress=None, backends=None):
         """The plan (bytes); see kiln.build."""
-        return build_plan(self._b, self._h, shapes, threads, prefer_plugins, progress)
+        return build_plan(
+            self._b, self._h, shapes, threads, prefer_plugins, progress, backends=backends
+        )
 
     def __del__(self):
         for attr in ("_hobj", "_bobj"):

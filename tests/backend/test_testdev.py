@@ -188,3 +188,26 @@ def test_device_plan_without_its_backend_is_refused(tmp_path):
     err = proc.stderr.decode()
     assert proc.returncode != 0 and "on backend 'testdev', which cannot run here" in err, err
     assert err.count("\n") == 1
+
+
+def test_python_build_with_backends_matches_host(tmp_path):
+    """kiln.build(..., backends=[...]) places as the CLI does; outputs equal the host plan's."""
+    import sys
+    sys.path.insert(0, os.path.join(REPO, "python"))
+    os.environ.setdefault("KILN_LIBRARY", os.path.join(BUILD, "lib", "libkiln.so"))
+    os.environ["KILN_BACKEND_PATH"] = BACKEND_PATH
+    import kiln as k
+    model = os.path.join(MODELS, "resnet_mini", "model.onnx")
+    shapes = {"input": ((1, 3, 32, 32), (2, 3, 64, 64), (4, 3, 96, 96))}
+    dev = k.build(model, shapes=shapes, backends=["testdev", "cpu"])
+    host = k.build(model, shapes=shapes)
+    x = np.random.default_rng(1).standard_normal((3, 3, 48, 80)).astype(np.float32)
+    got, want = k.run(dev, {"input": x}), k.run(host, {"input": x})
+    assert np.array_equal(got["logits"], want["logits"])
+    path = str(tmp_path / "d.plan")
+    with open(path, "wb") as f:
+        f.write(dev)
+    placed = {layer["backend"] for layer in inspect(path)["layers"]}
+    assert "testdev" in placed
+    with pytest.raises(k.KilnError, match="unknown backend 'nosuch'"):
+        k.build(model, shapes=shapes, backends="nosuch")
