@@ -311,6 +311,25 @@ typedef void (*kiln_progress_fn)(void *user, const char *stage, double fraction)
  * backend fails the build with the reason. Default: "cpu" alone. */
 KILN_API kiln_status kiln_build_config_set_backends(kiln_build_config *config,
                                                     const char *const *names, int count);
+/* Arithmetic precision. FP32 is strict float32 everywhere (the default); TF32 lets device
+ * backends use TF32 tensor cores for Conv/Gemm/MatMul (float32 storage, 10-bit mantissa
+ * products); FP16 and BF16 run each layer whose backend offers it in that type (storage and
+ * products; accumulation stays float32), with casts where layers of different precision meet.
+ * Graph inputs and outputs keep their dtypes. */
+typedef enum kiln_precision {
+    KILN_PRECISION_FP32 = 0,
+    KILN_PRECISION_TF32 = 1,
+    KILN_PRECISION_FP16 = 2,
+    KILN_PRECISION_BF16 = 3,
+} kiln_precision;
+KILN_API kiln_status kiln_build_config_set_precision(kiln_build_config *config,
+                                                     kiln_precision precision);
+/* Override the precision of the layers whose ONNX node name matches a shell-style pattern
+ * (fnmatch: * ? [...]); later calls win. E.g. ("*attn*", KILN_PRECISION_FP32) keeps attention
+ * in float32 in an FP16 build. */
+KILN_API kiln_status kiln_build_config_set_layer_precision(kiln_build_config *config,
+                                                           const char *pattern,
+                                                           kiln_precision precision);
 KILN_API kiln_status kiln_build_config_set_progress(kiln_build_config *config, kiln_progress_fn fn,
                                                     void *user);
 

@@ -31,8 +31,35 @@ def _profile(name, spec):
     return mn, op, mx
 
 
+PRECISIONS = {"fp32": 0, "tf32": 1, "fp16": 2, "bf16": 3}
+
+
+def _precision_code(p):
+    if p not in PRECISIONS:
+        raise KilnError(
+            ERR_INVALID_ARGUMENT, f"precision {p!r}: expected one of {', '.join(PRECISIONS)}"
+        )
+    return PRECISIONS[p]
+
+
+def _set_precision(h, precision):
+    """precision: "fp16", or {"*": "fp16", "*attn*": "fp32"} ("*" alone sets the default;
+    other keys are layer-name patterns, applied in order)."""
+    if isinstance(precision, str):
+        precision = {"*": precision}
+    for pattern, p in dict(precision).items():
+        if pattern == "*":
+            check(lib.kiln_build_config_set_precision(h, _precision_code(p)))
+        else:
+            check(
+                lib.kiln_build_config_set_layer_precision(h, encode(pattern), _precision_code(p))
+            )
+
+
 class _Config:
-    def __init__(self, shapes, threads, prefer_plugins, progress=None, backends=None):
+    def __init__(
+        self, shapes, threads, prefer_plugins, progress=None, backends=None, precision=None
+    ):
         h = ctypes.c_void_p()
         check(lib.kiln_build_config_create(ctypes.byref(h)))
         self.h = h
@@ -67,6 +94,8 @@ class _Config:
                 names = [encode(str(b)) for b in backends]
                 arr = (ctypes.c_char_p * max(len(names), 1))(*names)
                 check(lib.kiln_build_config_set_backends(h, arr, len(names)))
+            if precision is not None:
+                _set_precision(h, precision)
         except BaseException:
             self.close()
             raise
@@ -79,9 +108,17 @@ class _Config:
 
 
 def build_plan(
-    builder, net, shapes, threads, prefer_plugins, progress=None, path=None, backends=None
+    builder,
+    net,
+    shapes,
+    threads,
+    prefer_plugins,
+    progress=None,
+    path=None,
+    backends=None,
+    precision=None,
 ):
-    cfg = _Config(shapes, threads, prefer_plugins, progress, backends)
+    cfg = _Config(shapes, threads, prefer_plugins, progress, backends, precision)
     data, size = ctypes.c_void_p(), ctypes.c_size_t()
     try:
         if path is not None:

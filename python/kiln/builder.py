@@ -30,6 +30,7 @@ def build(
     prefer_plugins=None,
     progress=None,
     backends=None,
+    precision=None,
 ):
     """Build a plan and return it as bytes.
 
@@ -39,8 +40,12 @@ def build(
     library paths / kiln.Plugin subclasses added to the default registry. prefer_plugins: op
     types a plugin of the same name may replace. progress: called as progress(stage, fraction)
     during the build. backends: the backends to place nodes on, in order of preference (e.g.
-    ["cuda", "cpu"] or "cuda,cpu"; default the CPU alone); the host takes what none runs."""
-    return _build(model, None, shapes, threads, plugins, prefer_plugins, progress, backends)
+    ["cuda", "cpu"] or "cuda,cpu"; default the CPU alone); the host takes what none runs.
+    precision: "fp32" (default), "tf32", "fp16" or "bf16", or a dict of layer-name patterns to
+    those ("*" sets the default), e.g. {"*": "fp16", "*attn*": "fp32"}."""
+    return _build(
+        model, None, shapes, threads, plugins, prefer_plugins, progress, backends, precision
+    )
 
 
 def build_to_file(
@@ -52,13 +57,16 @@ def build_to_file(
     prefer_plugins=None,
     progress=None,
     backends=None,
+    precision=None,
 ):
     """Build a plan straight into a file (written beside it, then renamed, so a failed build
     never damages an existing plan). Arguments as for kiln.build."""
-    _build(model, path, shapes, threads, plugins, prefer_plugins, progress, backends)
+    _build(model, path, shapes, threads, plugins, prefer_plugins, progress, backends, precision)
 
 
-def _build(model, path, shapes, threads, plugins, prefer_plugins, progress, backends=None):
+def _build(
+    model, path, shapes, threads, plugins, prefer_plugins, progress, backends=None, precision=None
+):
     if isinstance(model, Network):
         if isinstance(plugins, _registry.Registry) and plugins is not model.registry:
             raise KilnError(
@@ -69,7 +77,7 @@ def _build(model, path, shapes, threads, plugins, prefer_plugins, progress, back
         if plugins is not None:
             model.registry.add(plugins)
         return build_plan(
-            model._b, model._h, shapes, threads, prefer_plugins, progress, path, backends
+            model._b, model._h, shapes, threads, prefer_plugins, progress, path, backends, precision
         )
     reg = _registry.resolve(plugins)
     b = ctypes.c_void_p()
@@ -88,7 +96,9 @@ def _build(model, path, shapes, threads, plugins, prefer_plugins, progress, back
                 f"build: model must be a path, ONNX bytes or a kiln.Network, got "
                 f"{type(model).__name__}",
             )
-        return build_plan(b, net, shapes, threads, prefer_plugins, progress, path, backends)
+        return build_plan(
+            b, net, shapes, threads, prefer_plugins, progress, path, backends, precision
+        )
     finally:
         if net:
             lib.kiln_network_destroy(net)

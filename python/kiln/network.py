@@ -480,10 +480,25 @@ class Network:
 
     # ---- building ----
 
-    def build(self, shapes=None, threads=None, prefer_plugins=None, progress=None, backends=None):
+    def build(
+        self,
+        shapes=None,
+        threads=None,
+        prefer_plugins=None,
+        progress=None,
+        backends=None,
+        precision=None,
+    ):
         """The plan (bytes); see kiln.build."""
         return build_plan(
-            self._b, self._h, shapes, threads, prefer_plugins, progress, backends=backends
+            self._b,
+            self._h,
+            shapes,
+            threads,
+            prefer_plugins,
+            progress,
+            backends=backends,
+            precision=precision,
         )
 
     def __del__(self):

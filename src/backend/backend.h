@@ -34,6 +34,8 @@ static inline bool kn_mem_host_visible(kn_mem m) {
     return m != KN_MEM_DEVICE;
 }
 
+enum { KN_LOWER_FP16 = 1u << 0, KN_LOWER_BF16 = 1u << 1 };
+
 /* Layout bits a backend can accept or produce (kiln_plugin.h's KILN_LAYOUT_* as bits). */
 enum { KN_LAYOUT_LINEAR_BIT = 1u << 0, KN_LAYOUT_NHWC_BIT = 1u << 1 };
 
@@ -88,7 +90,11 @@ typedef struct kn_caps {
     uint64_t host_in;  /* bit j: input j is read on the host (a Reshape's shape, TopK's k) */
     uint32_t layouts;  /* KN_LAYOUT_*_BIT the kernel accepts; 0 means linear */
     bool capture_safe; /* the kernel may be recorded into a stream graph */
-    char reason[160];  /* when unsupported: why, for kiln inspect */
+    /* KN_LOWER_* bits: reduced-precision float types the backend offers to run this float32
+     * node in (its float inputs and outputs in that type, accumulation float32), for the
+     * precision pass. 0: float32 only. */
+    uint32_t lower;
+    char reason[160]; /* when unsupported: why, for kiln inspect */
 } kn_caps;
 
 typedef struct kn_backend_iface {

@@ -248,6 +248,32 @@ static kiln_status place(kn_graph *g, const kiln_build_config *cfg,
     return rc;
 }
 
+/* Lower the precision of what the configuration and the backends allow. */
+static kiln_status lower(kn_graph *g, const kiln_build_config *cfg,
+                         const kn_plugin_table *plugins) {
+    if (cfg->precision == KILN_PRECISION_FP32 && cfg->n_layer_precision == 0)
+        return KILN_OK;
+    size_t nv = (size_t)g->n_values + 1;
+    kn_resolved *at[3] = {NULL, NULL, NULL};
+    kiln_status rc = KILN_OK;
+    int done = 0;
+    for (int k = 0; k < 3; k++)
+        if ((at[k] = kn_calloc(nv, sizeof(kn_resolved))) == NULL)
+            rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    for (; rc == KILN_OK && done < 3; done++)
+        rc = resolve_at(g, cfg, plugins, done, at[done], NULL);
+    int n_values = g->n_values; /* the pass adds values; at[] covers those before it */
+    if (rc == KILN_OK)
+        rc = kn_pass_lower_precision(g, cfg->precision, cfg->layer_precision,
+                                     cfg->n_layer_precision, (const kn_resolved *const *)at, 3);
+    for (int k = 0; k < 3; k++) {
+        if (at[k] != NULL && k < done)
+            kn_resolved_release(at[k], n_values);
+        kn_free(at[k]);
+    }
+    return rc;
+}
+
 /* Every node's backend has its kernel and runs it with these dtypes and shapes at the
  * profile's min, opt and max: a node nothing can run (a float16 Conv on the CPU) fails the
  * build here, with its backend's reason. */
@@ -362,7 +388,12 @@ kiln_status kn_build_plan(const kiln_builder *b, const kiln_network *net,
     progress(cfg, "annotating", 0.7);
     int before_copies = g->n_nodes;
     if ((rc = resolve_fold_annotate(g, cfg, &plugins, false)) != KILN_OK ||
-        (rc = kn_pass_insert_copies(g)) != KILN_OK ||
+        (rc = lower(g, cfg, &plugins)) != KILN_OK ||
+        (g->n_nodes != before_copies &&
+         (rc = resolve_fold_annotate(g, cfg, &plugins, false)) != KILN_OK))
+        goto fail;
+    before_copies = g->n_nodes;
+    if ((rc = kn_pass_insert_copies(g)) != KILN_OK ||
         (g->n_nodes != before_copies &&
          (rc = resolve_fold_annotate(g, cfg, &plugins, false)) != KILN_OK))
         goto fail;

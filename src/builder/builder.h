@@ -5,6 +5,7 @@
 
 #include "ir/graph.h"
 #include "plan/plan.h"
+#include "passes/passes.h"
 #include "plugin/plugin.h"
 
 struct kiln_builder {
@@ -27,6 +28,9 @@ struct kiln_build_config {
     void *progress_user;
     char **backends; /* placement order (the host is always last); empty: host only */
     int n_backends;
+    int precision;                       /* kiln_precision */
+    kn_layer_precision *layer_precision; /* overrides by node-name pattern, later ones win */
+    int n_layer_precision;
 };
 
 /* Build into a kn_plan (owned by the caller; clear with kn_plan_clear). */

@@ -98,7 +98,42 @@ void kiln_build_config_destroy(kiln_build_config *c) {
     for (int i = 0; i < c->n_backends; i++)
         kn_free(c->backends[i]);
     kn_free(c->backends);
+    for (int i = 0; i < c->n_layer_precision; i++)
+        kn_free(c->layer_precision[i].pattern);
+    kn_free(c->layer_precision);
     kn_free(c);
+}
+
+static bool precision_valid(kiln_precision p) {
+    return p == KILN_PRECISION_FP32 || p == KILN_PRECISION_TF32 || p == KILN_PRECISION_FP16 ||
+           p == KILN_PRECISION_BF16;
+}
+
+kiln_status kiln_build_config_set_precision(kiln_build_config *c, kiln_precision precision) {
+    if (c == NULL || !precision_valid(precision))
+        return kn_error(KILN_ERR_INVALID_ARGUMENT,
+                        "kiln_build_config_set_precision: NULL config or unknown precision %d",
+                        (int)precision);
+    c->precision = (int)precision;
+    return KILN_OK;
+}
+
+kiln_status kiln_build_config_set_layer_precision(kiln_build_config *c, const char *pattern,
+                                                  kiln_precision precision) {
+    if (c == NULL || pattern == NULL || pattern[0] == '\0' || !precision_valid(precision))
+        return kn_error(KILN_ERR_INVALID_ARGUMENT,
+                        "kiln_build_config_set_layer_precision: NULL config, empty pattern or "
+                        "unknown precision");
+    kn_layer_precision *l = kn_realloc(c->layer_precision, (size_t)c->n_layer_precision * sizeof *l,
+                                       (size_t)(c->n_layer_precision + 1) * sizeof *l);
+    if (l == NULL)
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    c->layer_precision = l;
+    char *p = kn_strdup(pattern);
+    if (p == NULL)
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    l[c->n_layer_precision++] = (kn_layer_precision){.pattern = p, .precision = (int)precision};
+    return KILN_OK;
 }
 
 kiln_status kiln_build_config_set_backends(kiln_build_config *c, const char *const *names,

@@ -36,6 +36,22 @@ kiln_status kn_pass_fuse_activations(kn_graph *g);
 /* Collapse chains of element-wise ops into one kiln.FusedElementwise node. */
 kiln_status kn_pass_fuse_elementwise(kn_graph *g);
 
+/* A precision override for the nodes whose name matches pattern (fnmatch). */
+typedef struct kn_layer_precision {
+    char *pattern;
+    int precision; /* kiln_precision */
+} kn_layer_precision;
+
+/* Lower the precision of float32 layers (see kiln_precision): each node whose backend offers
+ * the target type for it (kn_caps.lower) and that no override or the keep-float32 list holds
+ * back runs in float16 or bfloat16: its float32 constants are converted, and a Cast on the
+ * producer's side joins every edge between a lowered and a float32 node. Graph inputs and
+ * outputs keep their dtypes (an output made in reduced precision is cast back under its own
+ * name). Lowered nodes carry kiln_precision ("fp16" or "bf16"); with TF32, products carry
+ * kiln_allow_tf32 = 1. at[n_at] are the graph's resolutions at the profile's shapes. */
+kiln_status kn_pass_lower_precision(kn_graph *g, int precision, const kn_layer_precision *layers,
+                                    int n_layers, const struct kn_resolved *const *at, int n_at);
+
 /* What placement needs: the backends in order of preference (the host among them, or
  * implied last), the graph resolved at the profile's shapes, and the plugin bound to each
  * plugin node. */

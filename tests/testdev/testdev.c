@@ -566,6 +566,12 @@ static bool td_supports(kn_backend *b, const kn_node *n, int n_in, const kn_tens
         }
     caps->host_in = host_inputs(n->op_type);
     caps->capture_safe = false;
+    /* it runs the host's kernels: it lowers what the host lowers */
+    kn_backend *h = host->host_backend();
+    kn_caps hc;
+    memset(&hc, 0, sizeof hc);
+    if (h->iface->supports != NULL && h->iface->supports(h, n, n_in, in, n_out, out, &hc))
+        caps->lower = hc.lower;
     return true;
 }
 

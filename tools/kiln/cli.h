@@ -35,7 +35,10 @@ typedef struct cli_opts {
     int n_plugins;
     const char *prefer[CLI_MAX_ITEMS]; /* --prefer-plugin OP */
     int n_prefer;
-    const char *backends;    /* --backend NAME[,NAME...] */
+    const char *backends;                       /* --backend NAME[,NAME...] */
+    const char *precision;                      /* --precision fp32|tf32|fp16|bf16 */
+    const char *layer_precision[CLI_MAX_ITEMS]; /* --layer-precision PATTERN=PREC */
+    int n_layer_precision;
     kiln_registry *registry; /* from --plugins and KILN_PLUGIN_PATH */
     int threads;             /* 0: default */
     int warmup, iterations;

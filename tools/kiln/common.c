@@ -172,6 +172,14 @@ int cli_parse(int argc, char **argv, const char *allowed, const char *usage, cli
         } else if (strcmp(a, "--backend") == 0) {
             NEED('p', "--backend");
             o->backends = val;
+        } else if (strcmp(a, "--precision") == 0) {
+            NEED('p', "--precision");
+            o->precision = val;
+        } else if (strcmp(a, "--layer-precision") == 0) {
+            NEED('p', "--layer-precision");
+            if (o->n_layer_precision == CLI_MAX_ITEMS)
+                return cli_fail("too many --layer-precision");
+            o->layer_precision[o->n_layer_precision++] = val;
         } else if (strcmp(a, "--output-dir") == 0) {
             NEED('d', "--output-dir");
             o->output_dir = val;
@@ -288,6 +296,43 @@ static const cli_input *find_input(const cli_opts *o, const char *name) {
     return NULL;
 }
 
+static int parse_precision(const char *what, const char *s, kiln_precision *out) {
+    static const char *const names[] = {"fp32", "tf32", "fp16", "bf16"};
+    for (int i = 0; i < 4; i++)
+        if (strcmp(s, names[i]) == 0) {
+            *out = (kiln_precision)i;
+            return 0;
+        }
+    return cli_fail("%s '%s': expected fp32, tf32, fp16 or bf16", what, s);
+}
+
+/* --precision P and --layer-precision PATTERN=P. */
+static int set_precision(const cli_opts *o, kiln_build_config *cfg) {
+    kiln_precision p;
+    if (o->precision != NULL) {
+        if (parse_precision("--precision", o->precision, &p) != 0)
+            return 1;
+        if (kiln_build_config_set_precision(cfg, p) != KILN_OK)
+            return cli_fail_kiln("--precision");
+    }
+    for (int i = 0; i < o->n_layer_precision; i++) {
+        const char *spec = o->layer_precision[i], *eq = strrchr(spec, '=');
+        if (eq == NULL || eq == spec)
+            return cli_fail("--layer-precision '%s': expected PATTERN=fp32|tf32|fp16|bf16", spec);
+        char pattern[512];
+        size_t n = (size_t)(eq - spec);
+        if (n >= sizeof pattern)
+            return cli_fail("--layer-precision '%s': pattern too long", spec);
+        memcpy(pattern, spec, n);
+        pattern[n] = '\0';
+        if (parse_precision("--layer-precision", eq + 1, &p) != 0)
+            return 1;
+        if (kiln_build_config_set_layer_precision(cfg, pattern, p) != KILN_OK)
+            return cli_fail_kiln("--layer-precision");
+    }
+    return 0;
+}
+
 /* --backend NAME[,NAME...]: the placement order. */
 static int set_backends(kiln_build_config *cfg, const char *spec) {
     char buf[512];
@@ -316,7 +361,8 @@ int cli_make_config(const cli_opts *o, kiln_network *net, kiln_build_config **ou
         kiln_build_config_set_threads(cfg, o->threads);
     for (int i = 0; i < o->n_prefer; i++)
         kiln_build_config_prefer_plugin(cfg, o->prefer[i]);
-    if (o->backends != NULL && set_backends(cfg, o->backends) != 0) {
+    if ((o->backends != NULL && set_backends(cfg, o->backends) != 0) ||
+        set_precision(o, cfg) != 0) {
         kiln_build_config_destroy(cfg);
         return 1;
     }

@@ -25,7 +25,13 @@ static const char usage[] =
     "  --prefer-plugin OP let a registered plugin named OP replace the built-in op OP\n"
     "  --backend LIST     backends to place nodes on, in order of preference, e.g. cuda,cpu\n"
     "                     (default cpu; the host takes what no listed backend runs; kiln\n"
-    "                     inspect shows where each layer went)\n";
+    "                     inspect shows where each layer went)\n"
+    "  --precision P      fp32 (default, strict), tf32 (device Conv/Gemm/MatMul may use TF32),\n"
+    "                     fp16 or bf16 (each layer its backend offers it for runs in 16 bits,\n"
+    "                     accumulating in float32; inputs and outputs keep their dtypes)\n"
+    "  --layer-precision PATTERN=P\n"
+    "                     the layers whose ONNX name matches PATTERN (* ? [...]) in P, e.g.\n"
+    "                     '*attn*=fp32' (repeatable; later ones win)\n";
 
 static void shape_text(const kn_value *v, char *buf, size_t size) {
     size_t used = 0;
@@ -99,6 +105,28 @@ static void arena_at_max(kiln_engine *e, size_t *size) {
         for (int k = 0; k < e->n_backends; k++)
             size[k] = ctx->arenas[k].size;
     kiln_context_destroy(ctx);
+}
+
+/* The float type a layer computes in: that of its first float output ("-" when none). */
+static const char *layer_precision(const kn_graph *g, const kn_node *n) {
+    for (int j = 0; j < n->n_out; j++) {
+        int v = n->out[j];
+        if (v < 0)
+            continue;
+        switch (g->values[v].dtype) {
+        case KILN_DTYPE_FLOAT32:
+            return kn_attr_int(n, "kiln_allow_tf32", 0) ? "tf32" : "fp32";
+        case KILN_DTYPE_FLOAT16:
+            return "fp16";
+        case KILN_DTYPE_BFLOAT16:
+            return "bf16";
+        case KILN_DTYPE_FLOAT64:
+            return "fp64";
+        default:
+            break;
+        }
+    }
+    return "-";
 }
 
 static void print_copies(const kn_graph *g, bool json) {
@@ -313,6 +341,7 @@ int cmd_inspect(int argc, char **argv) {
             jstr(k);
             printf(", \"backend\": ");
             jstr(kn_node_backend(n));
+            printf(", \"precision\": \"%s\"", layer_precision(g, n));
             const char *why = kn_attr_string(n, KN_ATTR_PLACEMENT_REASON, NULL);
             if (why) {
                 printf(", \"placement_reason\": ");
@@ -341,8 +370,11 @@ int cmd_inspect(int argc, char **argv) {
             if (n->n_out > 0 && n->out[0] >= 0)
                 shape_text(&g->values[n->out[0]], s, sizeof s);
             const char *why = kn_attr_string(n, KN_ATTR_PLACEMENT_REASON, NULL);
-            printf("  %4d  %-36s %-34s -> %s%s%s%s\n", i, n->name, k, s, why ? "  (host: " : "",
-                   why ? why : "", why ? ")" : "");
+            const char *prec = layer_precision(g, n);
+            printf("  %4d  %-36s %-34s -> %s%s%s%s%s%s\n", i, n->name, k, s,
+                   strcmp(prec, "fp16") == 0 || strcmp(prec, "bf16") == 0 ? " " : "",
+                   strcmp(prec, "fp16") == 0 || strcmp(prec, "bf16") == 0 ? prec : "",
+                   why ? "  (host: " : "", why ? why : "", why ? ")" : "");
         }
         if (e->n_backends > 1) {
             printf("copies between memory spaces:\n");

@@ -1,4 +1,5 @@
 #include "backend/cpu/cpu.h"
+#include "ops/op.h"
 
 #include "ops/fused_elementwise.h"
 
@@ -39,6 +40,23 @@ static bool float32_only(const kn_node *n) {
     return false;
 }
 
+/* Ops whose CPU kernels run float16 and bfloat16 as they run float32 (element-wise math goes
+ * through float; data movement copies bytes): the precision pass may lower them, for memory. */
+static uint32_t cpu_lowerable(const kn_node *n) {
+    static const char *const moves[] = {"Transpose", "Concat",  "Slice",   "Gather",
+                                        "Reshape",   "Flatten", "Squeeze", "Unsqueeze",
+                                        "Identity",  "Expand",  "Tile",    "Split"};
+    if (n->domain[0] != '\0')
+        return 0;
+    const kn_op_schema *op = kn_op_find(n->domain, n->op_type);
+    if (op != NULL && (op->flags & KN_OP_ELEMENTWISE) && strcmp(n->op_type, "Cast") != 0)
+        return KN_LOWER_FP16 | KN_LOWER_BF16;
+    for (size_t i = 0; i < sizeof moves / sizeof moves[0]; i++)
+        if (strcmp(n->op_type, moves[i]) == 0)
+            return KN_LOWER_FP16 | KN_LOWER_BF16;
+    return 0;
+}
+
 static bool cpu_supports(kn_backend *b, const kn_node *n, int n_in, const kn_tensor *in, int n_out,
                          const kn_tensor *out, kn_caps *caps) {
     (void)n_out;
@@ -57,6 +75,7 @@ static bool cpu_supports(kn_backend *b, const kn_node *n, int n_in, const kn_ten
                          kn_dtype_name(in[j].dtype));
                 return false;
             }
+    caps->lower = cpu_lowerable(n);
     return true;
 }
 

@@ -1,0 +1,303 @@
+/* Reduced precision (TensorRT's FP16/BF16 modes with precision constraints): after placement
+ * and fusion, every float32 node whose backend offers float16 (or bfloat16) for it runs in that
+ * type, unless an override or the keep-float32 list holds it back. Only the edges change: a
+ * lowered node reads reduced-precision values (its float32 constants converted once, other
+ * float32 inputs through a Cast), and every float32 reader of a lowered node's output gets it
+ * through a Cast. Shape inference then gives every value its dtype, so no kernel or op changes
+ * to take part: a backend only says, in kn_caps.lower, which nodes it runs in reduced
+ * precision. */
+#include "core/alloc.h"
+#include "ir/placement.h"
+#include "ops/op.h"
+#include "passes/passes.h"
+#include "plugin/plugin.h"
+#include "shape/resolve.h"
+
+#include <fnmatch.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Ops whose results lose too much in 16 bits (long sums, powers, running sums): float32
+ * whatever the backend offers. */
+static bool keep_fp32(const kn_node *n) {
+    static const char *const ops[] = {"ReduceSum", "ReduceSumSquare", "ReduceL1",
+                                      "ReduceL2",  "ReduceLogSum",    "ReduceLogSumExp",
+                                      "Pow",       "CumSum",          "Range"};
+    if (n->domain[0] != '\0')
+        return false;
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        if (strcmp(n->op_type, ops[i]) == 0)
+            return true;
+    return false;
+}
+
+static bool is_product(const kn_node *n) {
+    static const char *const ops[] = {"Conv",      "ConvTranspose", "Gemm",       "MatMul",
+                                      "FusedConv", "FusedGemm",     "FusedMatMul"};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        if (strcmp(n->op_type, ops[i]) == 0)
+            return true;
+    return false;
+}
+
+/* Ops that only move data: they follow their input's precision (a cast around one would cost
+ * more than it saves). */
+static bool moves_data(const kn_node *n) {
+    static const char *const ops[] = {"Transpose", "Concat",    "Slice",   "Gather",  "Expand",
+                                      "Tile",      "Split",     "Pad",     "Reshape", "Flatten",
+                                      "Squeeze",   "Unsqueeze", "Identity"};
+    if (n->domain[0] != '\0')
+        return false;
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        if (strcmp(n->op_type, ops[i]) == 0)
+            return true;
+    return false;
+}
+
+/* The precision asked for node n: the global one, or the last override matching its name. */
+static int wanted(const kn_node *n, int precision, const kn_layer_precision *layers, int n_layers) {
+    for (int k = n_layers - 1; k >= 0; k--)
+        if (fnmatch(layers[k].pattern, n->name, 0) == 0)
+            return layers[k].precision;
+    return precision;
+}
+
+/* Whether every float input and output of node i is float32, with at least one float input
+ * and one float output (a comparison's bool result gains nothing from 16-bit inputs). */
+static bool all_float32(const kn_graph *g, const kn_node *n) {
+    int floats = 0, float_out = 0;
+    for (int j = 0; j < n->n_in; j++) {
+        int v = n->in[j];
+        if (v >= 0 && kn_dtype_is_float(g->values[v].dtype)) {
+            if (g->values[v].dtype != KILN_DTYPE_FLOAT32)
+                return false;
+            floats++;
+        }
+    }
+    for (int j = 0; j < n->n_out; j++) {
+        int v = n->out[j];
+        if (v >= 0 && kn_dtype_is_float(g->values[v].dtype)) {
+            if (g->values[v].dtype != KILN_DTYPE_FLOAT32)
+                return false;
+            float_out++;
+        }
+    }
+    return floats > 0 && float_out > 0;
+}
+
+/* The backend's offer for node i, the same at every resolution. */
+static uint32_t offered(const kn_graph *g, int i, const kn_resolved *const *at, int n_at) {
+    const kn_node *n = &g->nodes[i];
+    kn_backend *b;
+    if (kn_backend_get(kn_node_backend(n), &b) != KILN_OK)
+        return 0;
+    kn_tensor in[KN_MAX_NODE_IO], out[KN_MAX_NODE_IO];
+    uint32_t lower = KN_LOWER_FP16 | KN_LOWER_BF16;
+    for (int r = 0; r < n_at && lower; r++) {
+        for (int j = 0; j < n->n_in; j++) {
+            in[j] = n->in[j] >= 0 ? at[r][n->in[j]].t : (kn_tensor){0};
+            if (n->in[j] >= 0 && !at[r][n->in[j]].known)
+                return 0;
+        }
+        for (int j = 0; j < n->n_out; j++)
+            out[j] = n->out[j] >= 0 ? at[r][n->out[j]].t : (kn_tensor){0};
+        kn_caps caps;
+        if (!kn_backend_supports(b, n, n->n_in, in, n->n_out, out, &caps))
+            return 0;
+        lower &= caps.lower;
+    }
+    return lower;
+}
+
+typedef struct lowering {
+    kn_graph *g;
+    int32_t dtype;   /* KILN_DTYPE_FLOAT16 or BFLOAT16 */
+    const char *tag; /* "fp16" or "bf16" */
+    bool *lowered;   /* per node (of the original graph) */
+    int n_nodes;     /* nodes of the original graph */
+    int *reduced;    /* per original value: its reduced-precision twin, or -1 */
+    int *widened;    /* per value: its float32 twin made by a Cast, or -1 */
+} lowering;
+
+/* A Cast of v to dtype `to`, run on the backend of node `where`. */
+static int add_cast(lowering *L, int v, int32_t to, int where, const char *suffix) {
+    kn_graph *g = L->g;
+    char name[512];
+    snprintf(name, sizeof name, "%s:%s", g->values[v].name, suffix);
+    int out = kn_graph_add_value(g, kn_graph_find_value(g, name) < 0 ? name : NULL);
+    if (out < 0)
+        return -1;
+    int in = v;
+    int node = kn_graph_add_node(g, name, "Cast", "", 21, 1, &in, 1, &out);
+    if (node < 0)
+        return -1;
+    kn_attr to_attr = {.name = "to", .type = KN_ATTR_INT, .i = to};
+    if (kn_node_add_attr(g, node, &to_attr) != KILN_OK ||
+        kn_node_copy_placement(g, node, where) != KILN_OK)
+        return -1;
+    return out;
+}
+
+/* A constant float32 value converted once. */
+static int convert_const(lowering *L, int v) {
+    kn_graph *g = L->g;
+    char name[512];
+    snprintf(name, sizeof name, "%s:%s", g->values[v].name, L->tag);
+    int out = kn_graph_add_value(g, kn_graph_find_value(g, name) < 0 ? name : NULL);
+    if (out < 0)
+        return -1;
+    kn_tensor src = kn_value_tensor(&g->values[v]);
+    int64_t n = kn_tensor_numel(&src);
+    kn_tensor t = {.dtype = L->dtype, .shape = src.shape};
+    uint16_t *d = kn_malloc((size_t)(n > 0 ? n : 1) * sizeof(uint16_t));
+    if (d == NULL)
+        return -1;
+    const float *f = src.data;
+    for (int64_t i = 0; i < n; i++)
+        d[i] = L->dtype == KILN_DTYPE_FLOAT16 ? kn_float_to_half(f[i]) : kn_float_to_bf16(f[i]);
+    t.data = d;
+    kiln_status rc = kn_value_set_const(g, out, &t);
+    kn_free(d);
+    return rc == KILN_OK ? out : -1;
+}
+
+/* Node i (lowered) reads every float32 input in reduced precision. */
+static kiln_status narrow_inputs(lowering *L, int i) {
+    kn_graph *g = L->g;
+    for (int j = 0; j < g->nodes[i].n_in; j++) {
+        int v = g->nodes[i].in[j];
+        if (v < 0 || g->values[v].dtype != KILN_DTYPE_FLOAT32)
+            continue;
+        int p = g->values[v].producer;
+        if (p >= 0 && p < L->n_nodes && L->lowered[p])
+            continue; /* already made in reduced precision */
+        if (L->reduced[v] < 0)
+            L->reduced[v] = kn_value_is_const(&g->values[v]) ? convert_const(L, v)
+                                                             : add_cast(L, v, L->dtype, i, L->tag);
+        if (L->reduced[v] < 0)
+            return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory lowering precision");
+        g->nodes[i].in[j] = L->reduced[v];
+    }
+    return KILN_OK;
+}
+
+/* Float32 readers of what lowered node i makes get it through a Cast on i's side; a graph
+ * output keeps its name and dtype (the node makes a twin, the Cast writes the output). */
+static kiln_status widen_outputs(lowering *L, int i) {
+    kn_graph *g = L->g;
+    for (int o = 0; o < g->nodes[i].n_out; o++) {
+        int v = g->nodes[i].out[o];
+        if (v < 0 || g->values[v].dtype != KILN_DTYPE_FLOAT32)
+            continue;
+        int wide = -1;
+        if (g->values[v].is_output) {
+            /* i writes a new value; the Cast writes v under its own name */
+            int twin = kn_graph_add_value(g, NULL);
+            if (twin < 0)
+                return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory lowering precision");
+            g->values[twin].dtype = KILN_DTYPE_FLOAT32;
+            g->nodes[i].out[o] = twin;
+            g->values[twin].producer = i;
+            int c = add_cast(L, twin, KILN_DTYPE_FLOAT32, i, "fp32");
+            if (c < 0)
+                return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory lowering precision");
+            int cn = g->values[c].producer;
+            g->nodes[cn].out[0] = v; /* the Cast makes v itself; its own value goes unused */
+            g->values[v].producer = cn;
+            g->values[c].producer = -1;
+            for (int k = 0; k < g->n_nodes; k++)
+                for (int j = 0; k != cn && j < g->nodes[k].n_in; j++)
+                    if (g->nodes[k].in[j] == v && k < L->n_nodes && L->lowered[k])
+                        g->nodes[k].in[j] = twin;
+            continue;
+        }
+        for (int k = 0; k < L->n_nodes; k++) {
+            kn_node *n = &g->nodes[k];
+            if (n->dead || L->lowered[k])
+                continue;
+            for (int j = 0; j < n->n_in; j++) {
+                if (n->in[j] != v)
+                    continue;
+                if (wide < 0 && (wide = add_cast(L, v, KILN_DTYPE_FLOAT32, i, "fp32")) < 0)
+                    return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory lowering precision");
+                g->nodes[k].in[j] = wide;
+            }
+        }
+    }
+    return KILN_OK;
+}
+
+static kiln_status mark_tf32(kn_graph *g) {
+    for (int i = 0; i < g->n_nodes; i++)
+        if (!g->nodes[i].dead && is_product(&g->nodes[i]))
+            KN_TRY(kn_node_set_attr_int(g, i, "kiln_allow_tf32", 1));
+    return KILN_OK;
+}
+
+kiln_status kn_pass_lower_precision(kn_graph *g, int precision, const kn_layer_precision *layers,
+                                    int n_layers, const struct kn_resolved *const *at, int n_at) {
+    if (precision == KILN_PRECISION_TF32)
+        KN_TRY(mark_tf32(g));
+    bool any = precision == KILN_PRECISION_FP16 || precision == KILN_PRECISION_BF16;
+    for (int k = 0; k < n_layers; k++)
+        any |= layers[k].precision == KILN_PRECISION_FP16 ||
+               layers[k].precision == KILN_PRECISION_BF16;
+    if (!any)
+        return KILN_OK;
+    int n_nodes = g->n_nodes, n_values = g->n_values;
+    lowering L = {.g = g, .n_nodes = n_nodes};
+    L.lowered = kn_calloc((size_t)n_nodes + 1, sizeof *L.lowered);
+    L.reduced = kn_malloc(((size_t)n_values + 1) * sizeof *L.reduced);
+    kiln_status rc = KILN_OK;
+    if (L.lowered == NULL || L.reduced == NULL) {
+        rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory lowering precision");
+        goto out;
+    }
+    for (int v = 0; v < n_values; v++)
+        L.reduced[v] = -1;
+    /* Decide first, so edges between two lowered nodes need no cast. One reduced type per
+     * build: the first override or the global setting that asks for one. */
+    int32_t dtype = 0;
+    for (int i = 0; i < n_nodes; i++) {
+        const kn_node *n = &g->nodes[i];
+        if (n->dead || kn_is_plugin_node(n) || kn_node_copy_kind(n) != KN_COPY_NONE ||
+            keep_fp32(n) || !all_float32(g, n))
+            continue;
+        int w = wanted(n, precision, layers, n_layers);
+        int32_t want = w == KILN_PRECISION_FP16   ? KILN_DTYPE_FLOAT16
+                       : w == KILN_PRECISION_BF16 ? KILN_DTYPE_BFLOAT16
+                                                  : 0;
+        if (want == 0 || (dtype != 0 && want != dtype))
+            continue;
+        if (moves_data(n)) {
+            int p = n->n_in > 0 && n->in[0] >= 0 ? g->values[n->in[0]].producer : -1;
+            if (p < 0 || !L.lowered[p])
+                continue;
+        }
+        uint32_t bit = want == KILN_DTYPE_FLOAT16 ? KN_LOWER_FP16 : KN_LOWER_BF16;
+        if (!(offered(g, i, at, n_at) & bit) ||
+            !kn_backend_has_kernel(kn_node_backend(n), "", "Cast"))
+            continue;
+        dtype = want;
+        L.lowered[i] = true;
+    }
+    if (dtype == 0)
+        goto out;
+    L.dtype = dtype;
+    L.tag = dtype == KILN_DTYPE_FLOAT16 ? "fp16" : "bf16";
+    for (int i = 0; i < n_nodes && rc == KILN_OK; i++)
+        if (L.lowered[i])
+            rc = narrow_inputs(&L, i);
+    for (int i = 0; i < n_nodes && rc == KILN_OK; i++)
+        if (L.lowered[i]) {
+            rc = widen_outputs(&L, i);
+            if (rc == KILN_OK)
+                rc = kn_node_set_attr_string(g, i, "kiln_precision", L.tag);
+        }
+    if (rc == KILN_OK)
+        rc = kn_graph_toposort(g);
+out:
+    kn_free(L.lowered);
+    kn_free(L.reduced);
+    return rc;
+}

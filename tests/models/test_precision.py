@@ -1,0 +1,140 @@
+"""Reduced precision (--precision fp16|bf16, --layer-precision): every model of manifest.json
+built in fp16 and bf16 matches its fp32 reference within 1e-2 (bf16: 3e-2) of the output's
+largest magnitude; layers lowered are shown by inspect and carry Casts only at precision
+boundaries; a per-layer override restores float32 where a planted fp16 overflow sits; the
+CLI refuses bad precision arguments in one line."""
+
+import json
+import os
+import subprocess
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+KILN = os.environ.get("KILN") or os.path.join(REPO, "build", "bin", "kiln")
+
+with open(os.path.join(HERE, "manifest.json")) as _f:
+    MANIFEST = json.load(_f)["models"]
+
+
+def kiln(*args, check=True):
+    p = subprocess.run([KILN, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       stdin=subprocess.DEVNULL, timeout=300)
+    out, err = p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
+    if check:
+        assert p.returncode == 0, f"kiln {' '.join(args)}: {err}"
+    return p.returncode, out, err
+
+
+def shape_args(model):
+    return [a for s in model["shapes"] for a in ("--shapes", s)]
+
+
+def outputs(plan, inputs, out_dir):
+    args = ["run", plan, "--output-dir", out_dir]
+    for name, path in inputs.items():
+        args += ["--input", f"{name}={path}"]
+    kiln(*args)
+    with open(os.path.join(out_dir, "outputs.json")) as f:
+        return {k: np.load(os.path.join(out_dir, v)) for k, v in json.load(f).items()}
+
+
+@pytest.mark.parametrize("precision,tol", [("fp16", 1e-2), ("bf16", 3e-2)])
+@pytest.mark.parametrize("model", MANIFEST, ids=[m["name"] for m in MANIFEST])
+def test_model_in_reduced_precision_matches_fp32(model, precision, tol, tmp_path):
+    plan = str(tmp_path / "p.plan")
+    kiln("build", os.path.join(HERE, model["model"]), "-o", plan, "--precision", precision,
+         *shape_args(model))
+    info = json.loads(kiln("inspect", plan, "--json")[1])
+    for layer in info["layers"]:
+        assert layer["precision"] in ("fp32", precision, "-"), layer
+    for case in model["cases"]:
+        inputs = {k: os.path.join(HERE, v) for k, v in case["inputs"].items()}
+        got = outputs(plan, inputs, str(tmp_path / case["name"]))
+        for name, ref_file in case["outputs"].items():
+            ref = np.load(os.path.join(HERE, ref_file))
+            assert got[name].dtype == ref.dtype
+            if ref.dtype.kind in "biu":
+                continue  # indices (NonZero, TopK) may legitimately move with rounding
+            assert got[name].shape == ref.shape
+            scale = max(float(np.abs(ref).max()), 1e-6)
+            err = float(np.abs(got[name].astype(np.float64) - ref).max())
+            assert err <= tol * scale, f"{name}: max error {err:.3g} > {tol} x {scale:.3g}"
+
+
+def overflow_model(path):
+    """y = T(T(x * 300) * 300) + 1 on a 2x2 x: the second product overflows float16 (> 65504)
+    for |x| > 0.73. The Transposes keep the Muls apart, so each is a layer of its own."""
+    c = [helper.make_tensor(n, TensorProto.FLOAT, [1], [v]) for n, v in
+         (("k1", 300.0), ("k2", 300.0), ("one", 1.0))]
+    nodes = [helper.make_node("Mul", ["x", "k1"], ["a"], name="mul1"),
+             helper.make_node("Transpose", ["a"], ["at"], name="t1", perm=[1, 0]),
+             helper.make_node("Mul", ["at", "k2"], ["b"], name="mul2"),
+             helper.make_node("Transpose", ["b"], ["bt"], name="t2", perm=[1, 0]),
+             helper.make_node("Add", ["bt", "one"], ["y"], name="add")]
+    g = helper.make_graph(nodes, "overflow",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])], c)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(m)
+    onnx.save(m, path)
+    return path
+
+
+def test_layer_override_fixes_planted_fp16_overflow(tmp_path):
+    model = overflow_model(str(tmp_path / "m.onnx"))
+    x = np.array([[0.1, -0.5], [1.0, 2.0]], np.float32)
+    xp = str(tmp_path / "x.npy")
+    np.save(xp, x)
+    want = (x * np.float32(300)) * np.float32(300) + np.float32(1)
+    kiln("build", model, "-o", str(tmp_path / "a.plan"), "--precision", "fp16")
+    got = outputs(str(tmp_path / "a.plan"), {"x": xp}, str(tmp_path / "a"))["y"]
+    assert np.isinf(got[1]).all() and np.isfinite(got[0]).all(), got  # the planted overflow
+    for spec in ("mul2=fp32", "mul*=fp32"):
+        plan = str(tmp_path / "b.plan")
+        kiln("build", model, "-o", plan, "--precision", "fp16", "--layer-precision", spec,
+             "--layer-precision", "add=fp32")
+        got = outputs(plan, {"x": xp}, str(tmp_path / "b"))["y"]
+        np.testing.assert_allclose(got, want, rtol=2e-3)
+        layers = {l["name"]: l["precision"] for l in json.loads(kiln("inspect", plan, "--json")[1])["layers"]}
+        assert layers["mul2"] == "fp32" and layers["add"] == "fp32"
+    # everything pinned to fp32 gives the fp32 plan's results bit for bit
+    kiln("build", model, "-o", str(tmp_path / "c.plan"), "--precision", "fp16",
+         "--layer-precision", "*=fp32")
+    kiln("build", model, "-o", str(tmp_path / "d.plan"))
+    c = outputs(str(tmp_path / "c.plan"), {"x": xp}, str(tmp_path / "c"))["y"]
+    d = outputs(str(tmp_path / "d.plan"), {"x": xp}, str(tmp_path / "d"))["y"]
+    assert np.array_equal(c, d)
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--precision", "fp8"], "--precision 'fp8': expected fp32, tf32, fp16 or bf16"),
+    (["--layer-precision", "conv"], "expected PATTERN=fp32|tf32|fp16|bf16"),
+    (["--layer-precision", "conv=half"], "--layer-precision 'half'"),
+])
+def test_bad_precision_arguments(tmp_path, args, words):
+    model = overflow_model(str(tmp_path / "m.onnx"))
+    rc, out, err = kiln("build", model, "-o", str(tmp_path / "x.plan"), *args, check=False)
+    assert rc != 0 and words in err and err.count("\n") == 1, err
+    assert not os.path.exists(tmp_path / "x.plan")
+
+
+def test_python_precision_argument(tmp_path):
+    import sys
+    sys.path.insert(0, os.path.join(REPO, "python"))
+    os.environ.setdefault("KILN_LIBRARY", os.path.join(os.path.dirname(os.path.dirname(
+        os.path.abspath(KILN))), "lib", "libkiln.so"))
+    import kiln as k
+    model = overflow_model(str(tmp_path / "m.onnx"))
+    x = np.array([[0.1, -0.5], [1.0, 2.0]], np.float32)
+    want = (x * np.float32(300)) * np.float32(300) + np.float32(1)
+    got = k.run(k.build(model, precision="fp16"), {"x": x})["y"]
+    assert np.isinf(got[1]).all()
+    got = k.run(k.build(model, precision={"*": "fp16", "mul2": "fp32", "add": "fp32"}), {"x": x})
+    np.testing.assert_allclose(got["y"], want, rtol=2e-3)
+    with pytest.raises(k.KilnError, match="precision 'fp8'"):
+        k.build(model, precision="fp8")
