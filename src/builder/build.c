@@ -206,6 +206,40 @@ static kiln_status find_backends(const kiln_build_config *cfg, kn_backend **orde
     return KILN_OK;
 }
 
+/* The graph resolved at the profile's three shapes, in the order asked for. */
+typedef struct resolutions {
+    kn_resolved *at[3];
+    bool *deferred[3]; /* when asked for */
+    int done;
+    int n_values; /* values the arrays cover (passes may add more) */
+} resolutions;
+
+static const int min_opt_max[3] = {0, 1, 2};
+
+static kiln_status resolve_three(kn_graph *g, const kiln_build_config *cfg,
+                                 const kn_plugin_table *plugins, const int which[3],
+                                 bool with_deferred, resolutions *r) {
+    memset(r, 0, sizeof *r);
+    r->n_values = g->n_values;
+    size_t nv = (size_t)g->n_values + 1, nn = (size_t)g->n_nodes + 1;
+    for (int k = 0; k < 3; k++)
+        if ((r->at[k] = kn_calloc(nv, sizeof(kn_resolved))) == NULL ||
+            (with_deferred && (r->deferred[k] = kn_calloc(nn, sizeof(bool))) == NULL))
+            return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    for (; r->done < 3; r->done++)
+        KN_TRY(resolve_at(g, cfg, plugins, which[r->done], r->at[r->done], r->deferred[r->done]));
+    return KILN_OK;
+}
+
+static void resolutions_free(resolutions *r) {
+    for (int k = 0; k < 3; k++) {
+        if (r->at[k] != NULL && k < r->done)
+            kn_resolved_release(r->at[k], r->n_values);
+        kn_free(r->at[k]);
+        kn_free(r->deferred[k]);
+    }
+}
+
 /* Place nodes on the configured backends (before fusion, which only fuses nodes placed
  * together on a backend that runs the fused op). */
 static kiln_status place(kn_graph *g, const kiln_build_config *cfg,
@@ -218,33 +252,19 @@ static kiln_status place(kn_graph *g, const kiln_build_config *cfg,
         device |= strcmp(order[k]->iface->name, KN_BACKEND_HOST) != 0;
     if (!device)
         return KILN_OK;
-    size_t nv = (size_t)g->n_values + 1, nn = (size_t)g->n_nodes + 1;
-    kn_resolved *at[3] = {NULL, NULL, NULL};
-    bool *deferred[3] = {NULL, NULL, NULL};
-    kiln_status rc = KILN_OK;
-    int done = 0;
-    for (int k = 0; k < 3; k++)
-        if ((at[k] = kn_calloc(nv, sizeof(kn_resolved))) == NULL ||
-            (deferred[k] = kn_calloc(nn, sizeof(bool))) == NULL)
-            rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
-    for (; rc == KILN_OK && done < 3; done++)
-        rc = resolve_at(g, cfg, plugins, done, at[done], deferred[done]);
+    resolutions r;
+    kiln_status rc = resolve_three(g, cfg, plugins, min_opt_max, true, &r);
     if (rc == KILN_OK) {
         kn_placement p = {.order = order,
                           .n_order = n_order,
-                          .at = (const kn_resolved *const *)at,
-                          .deferred = (const bool *const *)deferred,
+                          .at = (const kn_resolved *const *)r.at,
+                          .deferred = (const bool *const *)r.deferred,
                           .n_at = 3,
                           .plugin_of = table_plugin,
                           .plugin_user = (void *)plugins};
         rc = kn_pass_assign_backends(g, &p);
     }
-    for (int k = 0; k < 3; k++) {
-        if (at[k] != NULL && k < done)
-            kn_resolved_release(at[k], g->n_values);
-        kn_free(at[k]);
-        kn_free(deferred[k]);
-    }
+    resolutions_free(&r);
     return rc;
 }
 
@@ -253,25 +273,30 @@ static kiln_status lower(kn_graph *g, const kiln_build_config *cfg,
                          const kn_plugin_table *plugins) {
     if (cfg->precision == KILN_PRECISION_FP32 && cfg->n_layer_precision == 0)
         return KILN_OK;
-    size_t nv = (size_t)g->n_values + 1;
-    kn_resolved *at[3] = {NULL, NULL, NULL};
-    kiln_status rc = KILN_OK;
-    int done = 0;
-    for (int k = 0; k < 3; k++)
-        if ((at[k] = kn_calloc(nv, sizeof(kn_resolved))) == NULL)
-            rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
-    for (; rc == KILN_OK && done < 3; done++)
-        rc = resolve_at(g, cfg, plugins, done, at[done], NULL);
-    int n_values = g->n_values; /* the pass adds values; at[] covers those before it */
+    resolutions r;
+    kiln_status rc = resolve_three(g, cfg, plugins, min_opt_max, false, &r);
     if (rc == KILN_OK)
         rc = kn_pass_lower_precision(g, cfg->precision, cfg->layer_precision,
-                                     cfg->n_layer_precision, (const kn_resolved *const *)at, 3);
-    for (int k = 0; k < 3; k++) {
-        if (at[k] != NULL && k < done)
-            kn_resolved_release(at[k], n_values);
-        kn_free(at[k]);
-    }
+                                     cfg->n_layer_precision, (const kn_resolved *const *)r.at, 3);
+    resolutions_free(&r);
     return rc;
+}
+
+/* Whether node n's backend runs it at resolution at (only its kernel can be checked when
+ * its shapes are known at run time alone). */
+static bool node_runs(kn_backend *b, const kn_node *n, const kn_resolved *at, kn_caps *caps) {
+    kn_tensor in[KN_MAX_NODE_IO], out[KN_MAX_NODE_IO];
+    bool known = true;
+    for (int j = 0; j < n->n_in; j++) {
+        in[j] = n->in[j] >= 0 ? at[n->in[j]].t : (kn_tensor){0};
+        known &= n->in[j] < 0 || at[n->in[j]].known;
+    }
+    for (int j = 0; j < n->n_out; j++)
+        out[j] = n->out[j] >= 0 ? at[n->out[j]].t : (kn_tensor){0};
+    caps->reason[0] = '\0';
+    if (!known)
+        return b->iface->find_kernel(b, n->domain, n->op_type) != NULL;
+    return kn_backend_supports(b, n, n->n_in, in, n->n_out, out, caps);
 }
 
 /* Every node's backend has its kernel and runs it with these dtypes and shapes at the
@@ -279,16 +304,8 @@ static kiln_status lower(kn_graph *g, const kiln_build_config *cfg,
  * build here, with its backend's reason. */
 static kiln_status check_kernels(kn_graph *g, const kiln_build_config *cfg,
                                  const kn_plugin_table *plugins) {
-    size_t nv = (size_t)g->n_values + 1;
-    kn_resolved *at[3] = {NULL, NULL, NULL};
-    kiln_status rc = KILN_OK;
-    int done = 0;
-    for (int k = 0; k < 3; k++)
-        if ((at[k] = kn_calloc(nv, sizeof(kn_resolved))) == NULL)
-            rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
-    for (; rc == KILN_OK && done < 3; done++)
-        rc = resolve_at(g, cfg, plugins, done, at[done], NULL);
-    kn_tensor in[KN_MAX_NODE_IO], out[KN_MAX_NODE_IO];
+    resolutions r;
+    kiln_status rc = resolve_three(g, cfg, plugins, min_opt_max, false, &r);
     for (int i = 0; i < g->n_nodes && rc == KILN_OK; i++) {
         const kn_node *n = &g->nodes[i];
         if (n->dead || kn_is_plugin_node(n) || kn_node_copy_kind(n) != KN_COPY_NONE)
@@ -297,54 +314,28 @@ static kiln_status check_kernels(kn_graph *g, const kiln_build_config *cfg,
         if ((rc = kn_backend_get(kn_node_backend(n), &b)) != KILN_OK)
             break;
         kn_caps caps;
-        for (int r = 0; r < 3 && rc == KILN_OK; r++) {
-            bool known = true;
-            for (int j = 0; j < n->n_in; j++) {
-                in[j] = n->in[j] >= 0 ? at[r][n->in[j]].t : (kn_tensor){0};
-                known &= n->in[j] < 0 || at[r][n->in[j]].known;
-            }
-            for (int j = 0; j < n->n_out; j++)
-                out[j] = n->out[j] >= 0 ? at[r][n->out[j]].t : (kn_tensor){0};
-            if (!known) /* shapes known only at run time: the kernel is all we can check */
-                caps.reason[0] = '\0';
-            if (known ? !kn_backend_supports(b, n, n->n_in, in, n->n_out, out, &caps)
-                      : b->iface->find_kernel(b, n->domain, n->op_type) == NULL)
+        for (int k = 0; k < 3 && rc == KILN_OK; k++)
+            if (!node_runs(b, n, r.at[k], &caps))
                 rc = kn_error(KILN_ERR_UNSUPPORTED, "node '%s' (%s%s%s): %s", n->name, n->domain,
                               n->domain[0] ? "." : "", n->op_type,
                               caps.reason[0] ? caps.reason : "no backend has a kernel for it");
-        }
     }
-    for (int k = 0; k < 3; k++) {
-        if (at[k] != NULL && k < done)
-            kn_resolved_release(at[k], g->n_values);
-        kn_free(at[k]);
-    }
+    resolutions_free(&r);
     return rc;
 }
 
 /* Resolve at min and max, fold, annotate. */
 static kiln_status resolve_fold_annotate(kn_graph *g, const kiln_build_config *cfg,
                                          const kn_plugin_table *plugins, bool fold) {
-    size_t nv = (size_t)g->n_values + 1;
-    kn_resolved *at[3] = {NULL, NULL, NULL};
-    kiln_status rc = KILN_OK;
-    int done = 0;
-    for (int k = 0; k < 3; k++)
-        if ((at[k] = kn_calloc(nv, sizeof(kn_resolved))) == NULL)
-            rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     /* min, max, then opt: min and max name the symbolic dims, all three must agree to fold */
     static const int which[3] = {0, 2, 1};
-    for (; rc == KILN_OK && done < 3; done++)
-        rc = resolve_at(g, cfg, plugins, which[done], at[done], NULL);
+    resolutions r;
+    kiln_status rc = resolve_three(g, cfg, plugins, which, false, &r);
     if (rc == KILN_OK && fold)
-        rc = kn_pass_fold_constants(g, (const kn_resolved *const *)at, 3);
+        rc = kn_pass_fold_constants(g, (const kn_resolved *const *)r.at, 3);
     if (rc == KILN_OK)
-        rc = annotate(g, at[0], at[1]);
-    for (int k = 0; k < 3; k++) {
-        if (at[k] != NULL && k < done)
-            kn_resolved_release(at[k], g->n_values);
-        kn_free(at[k]);
-    }
+        rc = annotate(g, r.at[0], r.at[1]);
+    resolutions_free(&r);
     return rc;
 }
 

@@ -26,18 +26,7 @@ static const char usage[] =
     "  --profile          time every layer too: median ms per layer in execution order and\n"
     "                     sorted, its share, the ONNX nodes it stands for and its kernel\n"
     "                     (with --json: \"layers\": [{name, op, kernel, onnx_nodes, median_ms,\n"
-    "                     share}])\n"
-    "  --plugins LIB.so   load a plugin library (repeatable; KILN_PLUGIN_PATH adds more)\n"
-    "  --prefer-plugin OP let a registered plugin named OP replace the built-in op OP\n"
-    "  --backend LIST     backends to place nodes on, in order of preference, e.g. cuda,cpu\n"
-    "                     (default cpu; the host takes what no listed backend runs; kiln\n"
-    "                     inspect shows where each layer went)\n"
-    "  --precision P      fp32 (default, strict), tf32 (device Conv/Gemm/MatMul may use TF32),\n"
-    "                     fp16 or bf16 (each layer its backend offers it for runs in 16 bits,\n"
-    "                     accumulating in float32; inputs and outputs keep their dtypes)\n"
-    "  --layer-precision PATTERN=P\n"
-    "                     the layers whose ONNX name matches PATTERN (* ? [...]) in P, e.g.\n"
-    "                     '*attn*=fp32' (repeatable; later ones win)\n";
+    "                     share}])\n" CLI_BUILD_OPTIONS_HELP;
 
 /* ms[layer] gets the iteration's time of every layer. */
 static void record_layers(kiln_context *ctx, const cli_layers *l, double **ms, int iteration) {

@@ -20,18 +20,8 @@ static const char usage[] =
     "\n"
     "  --shapes SPEC      NAME:DIMS or NAME:MIN,OPT,MAX (see kiln build --help)\n"
     "  --json             print one JSON object instead of text\n"
-    "  --dot FILE         write a Graphviz picture of the optimized graph to FILE\n"
-    "  --plugins LIB.so   load a plugin library (repeatable; KILN_PLUGIN_PATH adds more)\n"
-    "  --prefer-plugin OP let a registered plugin named OP replace the built-in op OP\n"
-    "  --backend LIST     backends to place nodes on, in order of preference, e.g. cuda,cpu\n"
-    "                     (default cpu; the host takes what no listed backend runs; kiln\n"
-    "                     inspect shows where each layer went)\n"
-    "  --precision P      fp32 (default, strict), tf32 (device Conv/Gemm/MatMul may use TF32),\n"
-    "                     fp16 or bf16 (each layer its backend offers it for runs in 16 bits,\n"
-    "                     accumulating in float32; inputs and outputs keep their dtypes)\n"
-    "  --layer-precision PATTERN=P\n"
-    "                     the layers whose ONNX name matches PATTERN (* ? [...]) in P, e.g.\n"
-    "                     '*attn*=fp32' (repeatable; later ones win)\n";
+    "  --dot FILE         write a Graphviz picture of the optimized graph to "
+    "FILE\n" CLI_BUILD_OPTIONS_HELP;
 
 static void shape_text(const kn_value *v, char *buf, size_t size) {
     size_t used = 0;

@@ -23,18 +23,8 @@ static const char usage[] =
     "  --input NAME=FILE  data for input NAME (every input needs one)\n"
     "  --shapes SPEC      NAME:DIMS or NAME:MIN,OPT,MAX (see kiln build --help)\n"
     "  --output-dir DIR   where outputs go (default: current directory; created if missing)\n"
-    "  --threads N        threads for execution (default: the plan's setting, else cores)\n"
-    "  --plugins LIB.so   load a plugin library (repeatable; KILN_PLUGIN_PATH adds more)\n"
-    "  --prefer-plugin OP let a registered plugin named OP replace the built-in op OP\n"
-    "  --backend LIST     backends to place nodes on, in order of preference, e.g. cuda,cpu\n"
-    "                     (default cpu; the host takes what no listed backend runs; kiln\n"
-    "                     inspect shows where each layer went)\n"
-    "  --precision P      fp32 (default, strict), tf32 (device Conv/Gemm/MatMul may use TF32),\n"
-    "                     fp16 or bf16 (each layer its backend offers it for runs in 16 bits,\n"
-    "                     accumulating in float32; inputs and outputs keep their dtypes)\n"
-    "  --layer-precision PATTERN=P\n"
-    "                     the layers whose ONNX name matches PATTERN (* ? [...]) in P, e.g.\n"
-    "                     '*attn*=fp32' (repeatable; later ones win)\n";
+    "  --threads N        threads for execution (default: the plan's setting, else "
+    "cores)\n" CLI_BUILD_OPTIONS_HELP;
 
 static void safe_name(const char *name, char *out, size_t size) {
     size_t j = 0;
