@@ -40,7 +40,8 @@ typedef struct cli_opts {
     int threads;             /* 0: default */
     int warmup, iterations;
     bool json, quiet;
-    bool profile; /* bench --profile */
+    bool profile;     /* bench --profile */
+    bool all_outputs; /* cli_load_engine: every tensor a node writes becomes an output */
 } cli_opts;
 
 /* Print "kiln: error: <msg>" on one line to stderr; returns 1. */
