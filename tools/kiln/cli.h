@@ -82,5 +82,6 @@ int cmd_inspect(int argc, char **argv);
 int cmd_plugin_check(int argc, char **argv);
 int cmd_edit(int argc, char **argv);
 int cmd_compare(int argc, char **argv);
+int cmd_debug(int argc, char **argv);
 
 #endif
