@@ -225,7 +225,7 @@ static int node_by_node(reducer *r) {
                         rc = add(&cand_out, g->values[v].name);
                 }
                 kn_graph *cand = NULL;
-                int got = rc != 0                        ? -1
+                int got = rc != 0                      ? -1
                           : way == 1 && read_elsewhere ? 0
                                                        : try_candidate(r, &ins, &cand_out, &cand);
                 kn_free(ins.v), kn_free(outs.v), kn_free(cand_out.v);
@@ -300,8 +300,8 @@ int cmd_debug_reduce(int argc, char **argv) {
         rc = cli_fail("debug reduce needs MODEL, -o MIN.onnx and --check or --fails-compare "
                       "(see kiln debug reduce --help)");
     kn_graph *orig = NULL;
-    if (rc == 0 && (kn_onnx_import_file(model, &orig) != KILN_OK ||
-                    kn_edit_infer_types(orig) != KILN_OK))
+    if (rc == 0 &&
+        (kn_onnx_import_file(model, &orig) != KILN_OK || kn_edit_infer_types(orig) != KILN_OK))
         rc = cli_fail("%s: %s", model, kiln_last_error());
     strcpy(r.dir, "/tmp/kiln-reduce-XXXXXX");
     if (rc == 0 && mkdtemp(r.dir) == NULL)
