@@ -508,6 +508,16 @@ KILN_API kiln_status kiln_context_set_profiling(kiln_context *ctx, int enabled);
  * were set). Profiling must be on. */
 KILN_API kiln_status kiln_context_layer_time(const kiln_context *ctx, int index, double *ms);
 
+/* Capture intermediate tensors without changing the plan: after each execute, a host copy of
+ * every named tensor (an output of some layer; NULL names with count < 0: every tensor any
+ * layer writes; count 0: capture off) is kept by the context. The copy is taken as soon as
+ * its layer has run, so fusion and memory reuse stay as built. */
+KILN_API kiln_status kiln_context_set_capture(kiln_context *ctx, const char *const *names,
+                                              int count);
+/* A captured tensor after execute; valid until the next execute, set_capture or destroy. */
+KILN_API kiln_status kiln_context_get_captured(const kiln_context *ctx, const char *name,
+                                               kiln_tensor_view *view);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,5 +1,6 @@
 #include "core/alloc.h"
 #include "ops/op.h"
+#include "runtime/capture.h"
 #include "runtime/engine.h"
 #include "ir/placement.h"
 #include "runtime/memory_plan.h"
@@ -159,6 +160,7 @@ void kiln_context_destroy(kiln_context *c) {
         }
     kn_free(c->runs);
     kn_free(c->layer_ms);
+    kn_capture_destroy(c->capture, c->e->plan.graph->n_values);
     kn_free(c->in_shape);
     kn_free(c->in_shape_set);
     kn_free(c->in_data);

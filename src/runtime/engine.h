@@ -71,6 +71,7 @@ struct kiln_context {
     kn_buffer *dyn_dev;  /* per value: device data of deferred device outputs */
     kn_plugin_run *runs; /* per node: this context's clone of a plugin node */
     double *layer_ms;    /* per node: time of the last execute, when profiling (see profile.c) */
+    struct kn_capture *capture; /* values copied out after their layer runs (see capture.c) */
     bool resolved;
     bool executed;
     kn_space_arena arenas[KN_MAX_PLAN_BACKENDS]; /* per memory space (0: host) */

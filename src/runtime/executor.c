@@ -2,6 +2,7 @@
 #include "core/alloc.h"
 #include "ir/placement.h"
 #include "ops/op.h"
+#include "runtime/capture.h"
 #include "runtime/engine.h"
 #include "runtime/profile.h"
 
@@ -202,8 +203,11 @@ static kiln_status run_nodes(kiln_context *c) {
         for (int j = 0; j < n->n_out && done; j++)
             if (n->out[j] >= 0 && c->in_arena[n->out[j]])
                 done = false;
-        if (done) /* evaluated on the host when shapes were resolved */
+        if (done) { /* evaluated on the host when shapes were resolved */
+            if (c->capture != NULL)
+                KN_TRY(kn_capture_node(c, i));
             continue;
+        }
         KN_ASSERT(n->n_in <= KN_MAX_NODE_IO && n->n_out <= KN_MAX_NODE_IO);
         int k = e->node_backend[i];
         if (e->n_backends > 1 && kn_node_copy_kind(n) == KN_COPY_NONE)
@@ -235,6 +239,8 @@ static kiln_status run_nodes(kiln_context *c) {
             kiln_status rc = run_copy(c, i, in, out);
             if (rc != KILN_OK)
                 return kn_error_prefix(rc, "node '%s' (%s): ", n->name, n->op_type);
+            if (c->capture != NULL)
+                KN_TRY(kn_capture_node(c, i));
             continue;
         }
         kn_kernel_ctx kc = {.node = n,
@@ -252,6 +258,8 @@ static kiln_status run_nodes(kiln_context *c) {
             c->layer_ms[i] = kn_profile_now_ms() - t0;
         if (rc != KILN_OK)
             return kn_error_prefix(rc, "node '%s' (%s): ", n->name, n->op_type);
+        if (c->capture != NULL)
+            KN_TRY(kn_capture_node(c, i));
     }
     return KILN_OK;
 }

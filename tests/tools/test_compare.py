@@ -145,3 +145,23 @@ def test_bad_compare_exits_2(tmp_path, args, needle):
     full = args if args[0].startswith("outputs:") else [src, src, *args]
     r = kiln("compare", *full, check=False)
     assert r.returncode == 2 and needle in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_npz_sides_equal_folder_sides(tmp_path):
+    """An .npz archive (numpy.savez, zip64 members included) is a side like outputs:DIR."""
+    ref, target = output_sets()
+    np.savez(tmp_path / "ref.npz", **ref)
+    np.savez(tmp_path / "target.npz", **target)
+    args = ["--json", "--atol", "1e-3", "--rtol", "1e-3"]
+    a = kiln("compare", save_outputs(str(tmp_path / "r"), ref),
+             save_outputs(str(tmp_path / "t"), target), *args, check=False)
+    b = kiln("compare", str(tmp_path / "ref.npz"), f"outputs:{tmp_path}/target.npz", *args,
+             check=False)
+    assert a.returncode == b.returncode == 1
+    assert json.loads(a.stdout) == json.loads(b.stdout)
+    np.savez_compressed(tmp_path / "z.npz", **ref)
+    bad = kiln("compare", str(tmp_path / "z.npz"), str(tmp_path / "ref.npz"), check=False)
+    assert bad.returncode == 2 and "savez_compressed" in bad.stderr
+    (tmp_path / "junk.npz").write_bytes(b"PK\x03\x04" + b"\x00" * 40)
+    bad = kiln("compare", str(tmp_path / "junk.npz"), str(tmp_path / "ref.npz"), check=False)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1

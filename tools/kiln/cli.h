@@ -57,7 +57,8 @@ typedef struct cli_opts {
     int threads;             /* 0: default */
     int warmup, iterations;
     bool json, quiet;
-    bool profile; /* bench --profile */
+    bool profile;     /* bench --profile */
+    bool all_outputs; /* cli_load_engine: every tensor a node writes becomes an output */
 } cli_opts;
 
 /* Print "kiln: error: <msg>" on one line to stderr; returns 1. */
@@ -98,5 +99,6 @@ int cmd_inspect(int argc, char **argv);
 int cmd_plugin_check(int argc, char **argv);
 int cmd_edit(int argc, char **argv);
 int cmd_compare(int argc, char **argv);
+int cmd_debug(int argc, char **argv);
 
 #endif

@@ -430,6 +430,14 @@ int cli_load_engine(const cli_opts *o, kiln_engine **out) {
         rc = cli_fail("%s", kiln_last_error());
         goto out;
     }
+    for (int v = 0; o->all_outputs && v < net->graph->n_values; v++) {
+        /* Outputs stop fusion, so this builds the model unfused (the --layers reference). */
+        const kn_value *val = &net->graph->values[v];
+        if (val->producer >= 0 && !val->is_output && kiln_network_mark_output(net, v) != KILN_OK) {
+            rc = cli_fail("%s: %s", o->model, kiln_last_error());
+            goto out;
+        }
+    }
     if ((rc = cli_make_config(o, net, &cfg)) != 0)
         goto out;
     if (kiln_build(b, net, cfg, &plan, &size) != KILN_OK) {

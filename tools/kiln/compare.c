@@ -5,6 +5,7 @@
 #include "compare.h"
 #include "core/alloc.h"
 #include "core/fileio.h"
+#include "npz.h"
 
 #include <errno.h>
 #include <math.h>
@@ -16,10 +17,11 @@
 static const char usage[] =
     "usage: kiln compare REF TARGET [--input NAME=FILE]... [--shapes SPEC]... [--seed N]\n"
     "                    [--rtol R] [--atol A] [--check-error-stat elemwise|max|mean|median]\n"
-    "                    [--json] [--report DIR] [--plugins LIB.so]...\n"
+    "                    [--layers] [--json] [--report DIR] [--plugins LIB.so]...\n"
     "\n"
     "Each side is a model (.onnx), a plan, or saved outputs (outputs:DIR, a folder as kiln run\n"
-    "writes it). Model and plan sides run on the same inputs: the --input files, else seeded\n"
+    "writes it, or an .npz archive as numpy.savez writes it). Model and plan sides run on the same "
+    "inputs: the --input files, else seeded\n"
     "random data (uniform in [0, 1) for floats) at the --shapes shape or the profile's OPT.\n"
     "For every output of REF: max/mean/median absolute and relative error (relative to REF),\n"
     "percentiles, the worst element, NaN/Inf counts and pass/fail. Exit 0 when every output is\n"
@@ -32,25 +34,15 @@ static const char usage[] =
     "  --ref-backend B, --target-backend B       cpu (the only backend so far)\n"
     "  --ref-precision P, --target-precision P   fp32\n"
     "  --json                   one JSON object: {\"pass\", \"outputs\": {NAME: {...}}}\n"
-    "  --report DIR             DIR/NAME.svg: a histogram of each output's relative error\n";
+    "  --layers                 also compare layer by layer: TARGET runs its plan as built and\n"
+    "                           every layer's outputs are captured; a model REF is built unfused\n"
+    "                           with every tensor an output (saved REF tensors work too); each\n"
+    "                           layer REF has is compared, in execution order, and the first one\n"
+    "                           beyond tolerance is named with the ONNX nodes it fused\n"
+    "  --report DIR             DIR/NAME.svg: a histogram of each output's relative error;\n"
+    "                           with --layers also DIR/layers.svg, the error of every layer\n";
 
-typedef struct side {
-    const char *spec;
-    const char *dir; /* outputs:DIR */
-    kiln_engine *e;
-    kiln_context *ctx;
-    char **names; /* saved outputs */
-    kn_tensor *saved;
-    int n_saved;
-} side;
-
-typedef struct compare_opts {
-    const char *ref, *target, *report;
-    cmp_tolerance tol;
-    uint64_t seed;
-} compare_opts;
-
-static void side_free(side *s) {
+static void side_free(cmp_side *s) {
     for (int i = 0; i < s->n_saved; i++) {
         kn_free(s->names[i]);
         kn_free(s->saved[i].data);
@@ -94,7 +86,7 @@ static char *json_next_string(const char **p) {
 }
 
 /* outputs:DIR -> DIR/outputs.json, {"output name": "file.npy", ...}, as kiln run writes it. */
-static int load_saved(side *s) {
+static int load_saved(cmp_side *s) {
     char path[4096];
     snprintf(path, sizeof path, "%s/outputs.json", s->dir);
     void *text;
@@ -197,13 +189,24 @@ static int add_seeded_inputs(cli_opts *o, kiln_engine *e, uint64_t seed) {
     return 0;
 }
 
-static int open_side(cli_opts *o, side *s, const compare_opts *c) {
+static bool ends_with(const char *s, const char *suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+static int open_side(cli_opts *o, cmp_side *s, const compare_opts *c) {
+    if (ends_with(s->spec, ".npz")) {
+        const char *path = strncmp(s->spec, "outputs:", 8) == 0 ? s->spec + 8 : s->spec;
+        return cli_npz_read(path, &s->names, &s->saved, &s->n_saved);
+    }
     if (strncmp(s->spec, "outputs:", 8) == 0) {
         s->dir = s->spec + 8;
         return load_saved(s);
     }
     o->model = s->spec;
+    o->all_outputs = s->all_outputs;
     int rc = cli_load_engine(o, &s->e);
+    o->all_outputs = false;
     if (rc != 0)
         return rc;
     if ((rc = add_seeded_inputs(o, s->e, c->seed)) != 0)
@@ -212,6 +215,8 @@ static int open_side(cli_opts *o, side *s, const compare_opts *c) {
         return cli_fail_kiln("context");
     if (o->threads > 0 && kiln_context_set_threads(s->ctx, o->threads) != KILN_OK)
         return cli_fail_kiln("threads");
+    if (s->capture && kiln_context_set_capture(s->ctx, NULL, -1) != KILN_OK)
+        return cli_fail_kiln("capture");
     int n_owned = 0;
     if ((rc = cli_bind_inputs(o, s->e, s->ctx, false, NULL, &n_owned)) != 0)
         return rc;
@@ -220,18 +225,19 @@ static int open_side(cli_opts *o, side *s, const compare_opts *c) {
     return 0;
 }
 
-static int side_output(const side *s, const char *name, kn_tensor *t) {
+int cmp_side_tensor(const cmp_side *s, const char *name, kn_tensor *t) {
     if (s->ctx == NULL) {
         for (int i = 0; i < s->n_saved; i++)
             if (strcmp(s->names[i], name) == 0) {
                 *t = s->saved[i];
                 return 0;
             }
-        return cli_fail("%s has no output named '%s'", s->spec, name);
+        return -1;
     }
     kiln_tensor_view v;
-    if (kiln_context_get_output(s->ctx, name, &v) != KILN_OK)
-        return cli_fail("%s: %s", s->spec, kiln_last_error());
+    if (kiln_context_get_output(s->ctx, name, &v) != KILN_OK &&
+        (!s->capture || kiln_context_get_captured(s->ctx, name, &v) != KILN_OK))
+        return -1;
     t->dtype = v.dtype;
     t->shape.rank = v.rank;
     memcpy(t->shape.d, v.dims, sizeof v.dims);
@@ -239,11 +245,17 @@ static int side_output(const side *s, const char *name, kn_tensor *t) {
     return 0;
 }
 
-static int side_num_outputs(const side *s) {
+static int side_output(const cmp_side *s, const char *name, kn_tensor *t) {
+    if (cmp_side_tensor(s, name, t) == 0)
+        return 0;
+    return cli_fail("%s has no output named '%s'", s->spec, name);
+}
+
+static int side_num_outputs(const cmp_side *s) {
     return s->ctx ? kiln_engine_num_outputs(s->e) : s->n_saved;
 }
 
-static const char *side_output_name(const side *s, int i) {
+static const char *side_output_name(const cmp_side *s, int i) {
     if (s->ctx == NULL)
         return s->names[i];
     kiln_io_info info;
@@ -319,7 +331,9 @@ static int split_args(int argc, char **argv, compare_opts *c, char **rest, int *
             fputs(usage, stdout);
             return -1;
         }
-        if (is_compare_option(a)) {
+        if (strcmp(a, "--layers") == 0) {
+            c->layers = true;
+        } else if (is_compare_option(a)) {
             int rc = take_compare_option(a, i + 1 < argc ? argv[i + 1] : NULL, c);
             if (rc != 0)
                 return rc;
@@ -338,19 +352,26 @@ static int split_args(int argc, char **argv, compare_opts *c, char **rest, int *
     }
     if (c->target == NULL)
         return cli_fail("compare needs REF and TARGET (see kiln compare --help)");
+    if (c->layers && (strncmp(c->target, "outputs:", 8) == 0 || ends_with(c->target, ".npz")))
+        return cli_fail("--layers runs TARGET to capture its layers: give a model or a plan, "
+                        "not saved outputs");
     rest[(*n_rest)++] = (char *)c->ref; /* cli_parse wants a model argument */
     return 0;
 }
 
-static int compare_outputs(const compare_opts *c, const side *ref, const side *target, bool json) {
-    int n = side_num_outputs(ref), rc = 0;
+static int compare_outputs(const compare_opts *c, const cmp_side *ref, const cmp_side *target,
+                           bool json) {
+    /* With --layers the reference is built with every tensor an output: the model's outputs
+     * are then the target's. */
+    const cmp_side *names = c->layers ? target : ref;
+    int n = side_num_outputs(names), rc = 0;
     bool all_pass = true;
     if (c->report != NULL && mkdir(c->report, 0777) != 0 && errno != EEXIST)
         return cli_fail("--report: cannot create '%s': %s", c->report, strerror(errno));
     if (json)
         printf("{\"outputs\": {");
     for (int i = 0; i < n && rc == 0; i++) {
-        const char *name = side_output_name(ref, i);
+        const char *name = side_output_name(names, i);
         kn_tensor a, b;
         if ((rc = side_output(ref, name, &a)) != 0 || (rc = side_output(target, name, &b)) != 0)
             break;
@@ -366,10 +387,14 @@ static int compare_outputs(const compare_opts *c, const side *ref, const side *t
         if (c->report != NULL && r.shape_ok)
             rc = cmp_write_svg(c->report, &r);
     }
+    if (json)
+        fputs("}", stdout);
+    if (rc == 0 && c->layers)
+        rc = cmp_layers(c, ref, target, json);
     if (rc != 0)
         return 2;
     if (json)
-        printf("}, \"pass\": %s}\n", all_pass ? "true" : "false");
+        printf(", \"pass\": %s}\n", all_pass ? "true" : "false");
     else
         printf("%s\n", all_pass ? "PASSED: every output is within tolerance"
                                 : "FAILED: an output is outside the tolerance");
@@ -389,7 +414,8 @@ int cmd_compare(int argc, char **argv) {
     }
     cli_opts o;
     rc = cli_parse(n_rest, rest, "sitpj", usage, &o);
-    side ref = {.spec = c.ref}, target = {.spec = c.target};
+    cmp_side ref = {.spec = c.ref, .all_outputs = c.layers, .capture = c.layers},
+             target = {.spec = c.target, .capture = c.layers};
     if (rc == 0)
         rc = cli_load_inputs(&o);
     if (rc == 0)

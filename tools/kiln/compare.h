@@ -3,6 +3,7 @@
 #define KILN_COMPARE_H
 
 #include "core/tensor.h"
+#include "kiln/kiln.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -41,5 +42,33 @@ void cmp_print_text(FILE *f, const cmp_result *r);
 void cmp_print_json_entry(FILE *f, const cmp_result *r);
 /* dir/<name>.svg: histogram of the relative error. Returns 0 or an exit code. */
 int cmp_write_svg(const char *dir, const cmp_result *r);
+
+/* One side of a comparison: a model or plan that runs, or saved tensors. */
+typedef struct cmp_side {
+    const char *spec;
+    const char *dir;  /* outputs:DIR */
+    bool all_outputs; /* a model side built unfused with every tensor an output (--layers REF) */
+    bool capture;     /* keep every layer's outputs (--layers, without changing the plan) */
+    kiln_engine *e;
+    kiln_context *ctx;
+    char **names; /* saved tensors (outputs:DIR, .npz) */
+    kn_tensor *saved;
+    int n_saved;
+} cmp_side;
+
+typedef struct compare_opts {
+    const char *ref, *target, *report;
+    cmp_tolerance tol;
+    uint64_t seed;
+    bool layers;
+} compare_opts;
+
+/* The tensor called name on side s (an output, a captured tensor, a saved one): 0, or -1
+ * when the side has none of that name. t borrows the side's memory. */
+int cmp_side_tensor(const cmp_side *s, const char *name, kn_tensor *t);
+/* --layers: compare every layer output of target's plan that ref also has, in execution
+ * order; prints the table (or the JSON "layers" and "first_failing_layer" members) and, with
+ * --report, DIR/layers.svg. Returns 0 or an exit code. */
+int cmp_layers(const compare_opts *c, const cmp_side *ref, const cmp_side *target, bool json);
 
 #endif

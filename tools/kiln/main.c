@@ -15,6 +15,7 @@ static const char usage[] =
     "  plugin-check LIB.so              exercise every plugin a library registers\n"
     "  edit     MODEL.onnx -o OUT.onnx  graph surgery: extract, remove, insert, patterns\n"
     "  compare  REF TARGET              run both on the same inputs, compare the outputs\n"
+    "  debug    reduce|precision ...    shrink a failing model; find layers to keep in fp32\n"
     "\n"
     "Shapes: --shapes NAME:DIMS fixes a dynamic input (DIMS like 1x3x224x224);\n"
     "        --shapes NAME:MIN,OPT,MAX gives a range (an optimization profile).\n"
@@ -48,8 +49,10 @@ int main(int argc, char **argv) {
         return cmd_edit(argc - 1, argv + 1);
     if (strcmp(cmd, "compare") == 0)
         return cmd_compare(argc - 1, argv + 1);
+    if (strcmp(cmd, "debug") == 0)
+        return cmd_debug(argc - 1, argv + 1);
     return cli_fail("unknown command '%s' (commands: build, run, bench, inspect, plugin-check, "
-                    "edit, compare; see "
+                    "edit, compare, debug; see "
                     "kiln --help)",
                     cmd);
 }
