@@ -102,6 +102,12 @@ def test_layer_override_fixes_planted_fp16_overflow(tmp_path):
         np.testing.assert_allclose(got, want, rtol=2e-3)
         layers = {l["name"]: l["precision"] for l in json.loads(kiln("inspect", plan, "--json")[1])["layers"]}
         assert layers["mul2"] == "fp32" and layers["add"] == "fp32"
+    listing = tmp_path / "layers.txt"
+    listing.write_text("# kept in fp32\nmul2=fp32\n\nadd=fp32\n")
+    kiln("build", model, "-o", str(tmp_path / "e.plan"), "--precision", "fp16",
+         "--layer-precision", f"@{listing}")
+    got = outputs(str(tmp_path / "e.plan"), {"x": xp}, str(tmp_path / "e"))["y"]
+    np.testing.assert_allclose(got, want, rtol=2e-3)
     # everything pinned to fp32 gives the fp32 plan's results bit for bit
     kiln("build", model, "-o", str(tmp_path / "c.plan"), "--precision", "fp16",
          "--layer-precision", "*=fp32")
@@ -115,6 +121,7 @@ def test_layer_override_fixes_planted_fp16_overflow(tmp_path):
     (["--precision", "fp8"], "--precision 'fp8': expected fp32, tf32, fp16 or bf16"),
     (["--layer-precision", "conv"], "expected PATTERN=fp32|tf32|fp16|bf16"),
     (["--layer-precision", "conv=half"], "--layer-precision 'half'"),
+    (["--layer-precision", "@/nonexistent/list.txt"], "--layer-precision @/nonexistent/list.txt"),
 ])
 def test_bad_precision_arguments(tmp_path, args, words):
     model = overflow_model(str(tmp_path / "m.onnx"))
@@ -138,3 +145,25 @@ def test_python_precision_argument(tmp_path):
     np.testing.assert_allclose(got["y"], want, rtol=2e-3)
     with pytest.raises(k.KilnError, match="precision 'fp8'"):
         k.build(model, precision="fp8")
+
+
+def test_debug_precision_finds_the_layers_a_native_fp16_build_must_keep(tmp_path):
+    """kiln debug precision, judging with real fp16 builds: it names exactly the layers that
+    overflow (mul2, and add, which reads 9e4), and building with its list meets the tolerance."""
+    model = overflow_model(str(tmp_path / "m.onnx"))
+    x = np.array([[0.1, -0.5], [1.0, 2.0]], np.float32)
+    xp = str(tmp_path / "x.npy")
+    np.save(xp, x)
+    listing = str(tmp_path / "layers.txt")
+    rc, out, err = kiln("debug", "precision", model, "--precision", "fp16", "-o", listing,
+                        "--input", f"x={xp}", "--rtol", "1e-2", "--atol", "1e-2")
+    assert "all 5 layers at fp16: FAILS" in out, out
+    with open(listing) as f:
+        assert sorted(f.read().split()) == ["add=fp32", "mul2=fp32"]
+    plan = str(tmp_path / "p.plan")
+    kiln("build", model, "-o", plan, "--precision", "fp16", "--layer-precision", f"@{listing}")
+    got = outputs(plan, {"x": xp}, str(tmp_path / "o"))["y"]
+    want = (x * np.float32(300)) * np.float32(300) + np.float32(1)
+    np.testing.assert_allclose(got, want, rtol=1e-2, atol=1e-2)
+    layers = {l["name"]: l["precision"] for l in json.loads(kiln("inspect", plan, "--json")[1])["layers"]}
+    assert layers["mul1"] == "fp16" and layers["mul2"] == "fp32"

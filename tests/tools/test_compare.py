@@ -7,6 +7,8 @@ import subprocess
 import sys
 
 import numpy as np
+import onnx
+from onnx import TensorProto, helper
 import pytest
 
 from tools_helpers import MODELS, PLUGINS, kiln, swish_model
@@ -133,11 +135,34 @@ def test_plan_against_saved_outputs_of_a_real_model(tmp_path):
     assert r.returncode == 1 and "FAIL" in r.stdout
 
 
+def test_target_precision_fp16_finds_the_planted_overflow(tmp_path):
+    """--target-precision builds the target side in fp16 (kiln build --precision): the CPU
+    lowers element-wise layers, so a product beyond 65504 overflows and compare fails (exit 1),
+    while with the layer kept in fp32 through --layer-precision both sides agree."""
+    c = [helper.make_tensor(n, TensorProto.FLOAT, [1], [v]) for n, v in
+         (("k1", 300.0), ("k2", 300.0))]
+    nodes = [helper.make_node("Mul", ["x", "k1"], ["a"], name="mul1"),
+             helper.make_node("Transpose", ["a"], ["at"], name="t1", perm=[1, 0]),
+             helper.make_node("Mul", ["at", "k2"], ["y"], name="mul2")]
+    g = helper.make_graph(nodes, "o", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])], c)
+    model = str(tmp_path / "o.onnx")
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), model)
+    np.save(tmp_path / "x.npy", np.array([[0.1, -0.5], [1.0, 2.0]], np.float32))
+    base = ["compare", model, model, "--input", f"x={tmp_path}/x.npy", "--rtol", "1e-2",
+            "--atol", "1e-2", "--json"]
+    r = kiln(*base, "--target-precision", "fp16", check=False)
+    assert r.returncode == 1, r.stderr
+    assert json.loads(r.stdout)["pass"] is False
+    r = kiln(*base, "--target-precision", "fp16", "--layer-precision", "mul2=fp32", check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
 @pytest.mark.parametrize("args,needle", [
     (["outputs:/nonexistent", "outputs:/nonexistent"], "outputs.json"),
     (["--rtol", "abc"], "--rtol"),
-    (["--ref-precision", "fp16"], "fp32"),
-    (["--target-backend", "cuda"], "cpu"),
+    (["--ref-precision", "fp8"], "expected fp32, tf32, fp16 or bf16"),
+    (["--target-backend", "nosuch"], "unknown backend 'nosuch'"),
     (["--check-error-stat", "p99"], "elemwise"),
 ])
 def test_bad_compare_exits_2(tmp_path, args, needle):

@@ -21,7 +21,8 @@
     "                     accumulating in float32; inputs and outputs keep their dtypes)\n"        \
     "  --layer-precision PATTERN=P\n"                                                              \
     "                     the layers whose ONNX name matches PATTERN (* ? [...]) in P, e.g.\n"     \
-    "                     '*attn*=fp32' (repeatable; later ones win)\n"
+    "                     '*attn*=fp32' (repeatable; later ones win); @FILE reads one\n"           \
+    "                     PATTERN=P a line (as kiln debug precision writes)\n"
 
 typedef struct cli_shape {
     char *name;

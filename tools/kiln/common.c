@@ -306,7 +306,54 @@ static int parse_precision(const char *what, const char *s, kiln_precision *out)
     return cli_fail("%s '%s': expected fp32, tf32, fp16 or bf16", what, s);
 }
 
-/* --precision P and --layer-precision PATTERN=P. */
+/* One PATTERN=P override (what names the spec in messages). */
+static int add_layer_precision(kiln_build_config *cfg, const char *what, const char *spec,
+                               size_t len) {
+    const char *eq = NULL;
+    for (size_t i = 0; i < len; i++)
+        if (spec[i] == '=')
+            eq = spec + i;
+    if (eq == NULL || eq == spec || len >= 512)
+        return cli_fail("%s '%.*s': expected PATTERN=fp32|tf32|fp16|bf16", what, (int)len, spec);
+    char pattern[512], prec[16];
+    size_t n = (size_t)(eq - spec), m = len - n - 1;
+    memcpy(pattern, spec, n);
+    pattern[n] = '\0';
+    if (m >= sizeof prec)
+        return cli_fail("%s '%.*s': unknown precision", what, (int)m, eq + 1);
+    memcpy(prec, eq + 1, m);
+    prec[m] = '\0';
+    kiln_precision p;
+    if (parse_precision(what, prec, &p) != 0)
+        return 1;
+    if (kiln_build_config_set_layer_precision(cfg, pattern, p) != KILN_OK)
+        return cli_fail_kiln(what);
+    return 0;
+}
+
+/* --layer-precision @FILE: one PATTERN=P a line (blank lines and # comments skipped), the
+ * list kiln debug precision writes. */
+static int add_layer_precision_file(kiln_build_config *cfg, const char *path) {
+    void *data;
+    size_t size;
+    if (kn_file_read(path, &data, &size) != KILN_OK)
+        return cli_fail("--layer-precision @%s: %s", path, kiln_last_error());
+    const char *p = data, *end = p + size;
+    int rc = 0;
+    while (p < end && rc == 0) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t len = (size_t)((nl ? nl : end) - p);
+        while (len > 0 && (p[len - 1] == '\r' || p[len - 1] == ' '))
+            len--;
+        if (len > 0 && p[0] != '#')
+            rc = add_layer_precision(cfg, path, p, len);
+        p = nl ? nl + 1 : end;
+    }
+    kn_free(data);
+    return rc;
+}
+
+/* --precision P and --layer-precision PATTERN=P | @FILE. */
 static int set_precision(const cli_opts *o, kiln_build_config *cfg) {
     kiln_precision p;
     if (o->precision != NULL) {
@@ -316,19 +363,11 @@ static int set_precision(const cli_opts *o, kiln_build_config *cfg) {
             return cli_fail_kiln("--precision");
     }
     for (int i = 0; i < o->n_layer_precision; i++) {
-        const char *spec = o->layer_precision[i], *eq = strrchr(spec, '=');
-        if (eq == NULL || eq == spec)
-            return cli_fail("--layer-precision '%s': expected PATTERN=fp32|tf32|fp16|bf16", spec);
-        char pattern[512];
-        size_t n = (size_t)(eq - spec);
-        if (n >= sizeof pattern)
-            return cli_fail("--layer-precision '%s': pattern too long", spec);
-        memcpy(pattern, spec, n);
-        pattern[n] = '\0';
-        if (parse_precision("--layer-precision", eq + 1, &p) != 0)
-            return 1;
-        if (kiln_build_config_set_layer_precision(cfg, pattern, p) != KILN_OK)
-            return cli_fail_kiln("--layer-precision");
+        const char *spec = o->layer_precision[i];
+        int rc = spec[0] == '@' ? add_layer_precision_file(cfg, spec + 1)
+                                : add_layer_precision(cfg, "--layer-precision", spec, strlen(spec));
+        if (rc != 0)
+            return rc;
     }
     return 0;
 }

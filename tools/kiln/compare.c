@@ -31,8 +31,12 @@ static const char usage[] =
     "                           when its absolute error <= A or its relative error <= R\n"
     "  --check-error-stat S     elemwise (default: every element), or max, mean, median\n"
     "  --seed N                 seed of the random inputs (default 1)\n"
-    "  --ref-backend B, --target-backend B       cpu (the only backend so far)\n"
-    "  --ref-precision P, --target-precision P   fp32\n"
+    "  --ref-backend LIST, --target-backend LIST placement of a side built from .onnx here\n"
+    "                                            (as kiln build --backend; default cpu)\n"
+    "  --ref-precision P, --target-precision P   fp32 (default), tf32, fp16 or bf16 for a side\n"
+    "                                            built from .onnx here (kiln build --precision)\n"
+    "  --layer-precision PATTERN=P               per-layer overrides for both sides (as kiln\n"
+    "                                            build; e.g. the list kiln debug precision wrote)\n"
     "  --json                   one JSON object: {\"pass\", \"outputs\": {NAME: {...}}}\n"
     "  --layers                 also compare layer by layer: TARGET runs its plan as built and\n"
     "                           every layer's outputs are captured; a model REF is built unfused\n"
@@ -205,8 +209,12 @@ static int open_side(cli_opts *o, cmp_side *s, const compare_opts *c) {
     }
     o->model = s->spec;
     o->all_outputs = s->all_outputs;
+    o->backends = s->backends;
+    o->precision = s->precision;
     int rc = cli_load_engine(o, &s->e);
     o->all_outputs = false;
+    o->backends = NULL;
+    o->precision = NULL;
     if (rc != 0)
         return rc;
     if ((rc = add_seeded_inputs(o, s->e, c->seed)) != 0)
@@ -297,11 +305,14 @@ static int take_compare_option(const char *a, const char *v, compare_opts *c) {
         c->seed = s;
     } else if (strcmp(a, "--report") == 0) {
         c->report = v;
-    } else if (strstr(a, "-backend") != NULL) {
-        if (strcmp(v, "cpu") != 0)
-            return cli_fail("%s '%s': the only backend kiln has so far is cpu", a, v);
-    } else if (strcmp(v, "fp32") != 0) {
-        return cli_fail("%s '%s': only fp32 is available on the cpu backend so far", a, v);
+    } else if (strcmp(a, "--ref-backend") == 0) {
+        c->ref_backend = v;
+    } else if (strcmp(a, "--target-backend") == 0) {
+        c->target_backend = v;
+    } else if (strcmp(a, "--ref-precision") == 0) {
+        c->ref_precision = v;
+    } else {
+        c->target_precision = v;
     }
     return 0;
 }
@@ -318,7 +329,8 @@ static bool is_compare_option(const char *a) {
 
 static bool takes_value(const char *a) {
     return strcmp(a, "--input") == 0 || strcmp(a, "--shapes") == 0 || strcmp(a, "--plugins") == 0 ||
-           strcmp(a, "--prefer-plugin") == 0 || strcmp(a, "--threads") == 0;
+           strcmp(a, "--prefer-plugin") == 0 || strcmp(a, "--threads") == 0 ||
+           strcmp(a, "--layer-precision") == 0;
 }
 
 /* Split argv into compare's own options, REF, TARGET, and the rest for cli_parse. */
@@ -414,8 +426,15 @@ int cmd_compare(int argc, char **argv) {
     }
     cli_opts o;
     rc = cli_parse(n_rest, rest, "sitpj", usage, &o);
-    cmp_side ref = {.spec = c.ref, .all_outputs = c.layers, .capture = c.layers},
-             target = {.spec = c.target, .capture = c.layers};
+    cmp_side ref = {.spec = c.ref,
+                    .all_outputs = c.layers,
+                    .capture = c.layers,
+                    .backends = c.ref_backend,
+                    .precision = c.ref_precision},
+             target = {.spec = c.target,
+                       .capture = c.layers,
+                       .backends = c.target_backend,
+                       .precision = c.target_precision};
     if (rc == 0)
         rc = cli_load_inputs(&o);
     if (rc == 0)

@@ -49,6 +49,8 @@ typedef struct cmp_side {
     const char *dir;  /* outputs:DIR */
     bool all_outputs; /* a model side built unfused with every tensor an output (--layers REF) */
     bool capture;     /* keep every layer's outputs (--layers, without changing the plan) */
+    const char *backends;  /* --ref-backend / --target-backend: placement when built here */
+    const char *precision; /* --ref-precision / --target-precision */
     kiln_engine *e;
     kiln_context *ctx;
     char **names; /* saved tensors (outputs:DIR, .npz) */
@@ -61,6 +63,7 @@ typedef struct compare_opts {
     cmp_tolerance tol;
     uint64_t seed;
     bool layers;
+    const char *ref_backend, *target_backend, *ref_precision, *target_precision;
 } compare_opts;
 
 /* The tensor called name on side s (an output, a captured tensor, a saved one): 0, or -1

@@ -28,6 +28,8 @@ static double quantile(const double *s, int64_t n, double q) {
     double idx = q * (double)(n - 1);
     int64_t lo = (int64_t)idx;
     int64_t hi = lo + 1 < n ? lo + 1 : lo;
+    if (s[lo] == s[hi]) /* also two infinities, whose difference would be NaN */
+        return s[lo];
     return s[lo] + (s[hi] - s[lo]) * (idx - (double)lo);
 }
 

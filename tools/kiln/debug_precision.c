@@ -4,11 +4,12 @@
  * shortest prefix of the execution order that passes when kept, then prunes every layer of it
  * whose removal still passes, and writes the result as a --layer-precision list.
  *
- * A candidate is judged by --check (a command given the list file; exit 0 passes) or, with
- * --emulate, by kiln itself: every layer not kept has its outputs rounded to the precision and
- * back (Cast nodes after it), the result runs on the CPU and its outputs are compared with
- * the fp32 run. That emulates reduced-precision storage between layers, not the arithmetic
- * inside them; a native fp16/bf16 mode of a backend is not there yet to build with. */
+ * A candidate is judged, by default, by building the model with --precision and the list as
+ * --layer-precision overrides (on the --backend asked for) and comparing its outputs with the
+ * fp32 run; by --check (a command given the list file; exit 0 passes); or, with --emulate, by
+ * rounding the outputs of every layer not kept to the precision and back (Cast nodes after
+ * it) in an fp32 run: that emulates reduced-precision storage between layers on any backend,
+ * whichever layers the backend itself would lower. */
 #include "cli.h"
 
 #include "compare.h"
@@ -27,16 +28,18 @@
 
 static const char usage[] =
     "usage: kiln debug precision MODEL.onnx --precision fp16|bf16 -o LAYERS.txt\n"
-    "                            (--emulate | --check \"CMD {}\") [--rtol R] [--atol A]\n"
+    "                            [--emulate | --check \"CMD {}\"] [--rtol R] [--atol A]\n"
     "                            [--input NAME=FILE]... [--shapes SPEC]... [--plugins LIB]...\n"
+    "                            [--backend LIST]\n"
     "\n"
     "Finds the fewest layers of MODEL's plan that must stay fp32 for its outputs to meet the\n"
     "tolerance when the rest run at --precision, and writes them as a layer-precision list\n"
-    "(one NAME:fp32 line a layer). Bisection over the execution order, then pruning.\n"
+    "(one NAME=fp32 line a layer) that kiln build reads with --layer-precision @LAYERS.txt.\n"
+    "Bisection over the execution order, then pruning. By default each candidate is built with\n"
+    "--precision and the list (on --backend) and its outputs compared with the fp32 run.\n"
     "\n"
-    "  --emulate        judge a candidate with kiln: the outputs of every layer not kept are\n"
-    "                   rounded to the precision (storage only), the model runs on the CPU and\n"
-    "                   its outputs are compared with the fp32 run\n"
+    "  --emulate        instead round the outputs of every layer not kept to the precision\n"
+    "                   (storage only) in an fp32 run, whichever layers the backend lowers\n"
     "  --check \"CMD {}\" judge a candidate with a command: {} is the list file, exit 0 passes\n"
     "  --rtol R, --atol A   tolerance of the outputs (default 1e-3 each), elementwise\n";
 
@@ -62,13 +65,21 @@ typedef struct prec_search {
 static int write_list(const prec_search *s, const bool *keep, const char *path) {
     size_t len = 1;
     for (int i = 0; i < s->n_layers; i++)
-        len += keep[i] ? strlen(s->layers[i].name) + 6 : 0;
+        len += keep[i] ? 2 * strlen(s->layers[i].name) + 6 : 0;
     char *text = kn_calloc(len, 1), *o = text;
     if (text == NULL)
         return cli_fail("out of memory");
-    for (int i = 0; i < s->n_layers; i++)
-        if (keep[i])
-            o += sprintf(o, "%s:fp32\n", s->layers[i].name);
+    for (int i = 0; i < s->n_layers; i++) {
+        if (!keep[i])
+            continue;
+        /* a name is matched as a pattern: its pattern characters are escaped */
+        for (const char *c = s->layers[i].name; *c; c++) {
+            if (strchr("*?[]\\", *c))
+                *o++ = '\\';
+            *o++ = *c;
+        }
+        o += sprintf(o, "=fp32\n");
+    }
     kiln_status st = kn_file_write_atomic(path, text, (size_t)(o - text));
     kn_free(text);
     return st == KILN_OK ? 0 : cli_fail("%s: %s", path, kiln_last_error());
@@ -99,16 +110,13 @@ static int emulated_model(const prec_search *s, const bool *keep) {
     return st == KILN_OK ? 0 : cli_fail("emulating %s: %s", s->precision, kiln_last_error());
 }
 
-/* Run the emulated candidate and compare its outputs with the fp32 run: 1 passes, 0 fails,
- * -1 on error. */
-static int emulated_pass(prec_search *s, const bool *keep) {
-    if (emulated_model(s, keep) != 0)
-        return -1;
+/* Build (or load) s->o.model as s->o says, run it and compare its outputs with the fp32 run:
+ * 1 passes, 0 fails, -1 on error. */
+static int run_candidate(prec_search *s) {
     kiln_engine *e = NULL;
     kiln_context *ctx = NULL;
     kn_tensor owned[CLI_MAX_ITEMS];
     int n_owned = 0, verdict = -1;
-    s->o.model = s->path;
     if (cli_load_engine(&s->o, &e) == 0 && kiln_context_create(e, &ctx) == KILN_OK &&
         cli_bind_inputs(&s->o, e, ctx, true, owned, &n_owned) == 0) {
         if (kiln_context_execute(ctx) != KILN_OK) {
@@ -151,10 +159,35 @@ static int emulated_pass(prec_search *s, const bool *keep) {
     return verdict;
 }
 
+static int emulated_pass(prec_search *s, const bool *keep) {
+    if (emulated_model(s, keep) != 0)
+        return -1;
+    s->o.model = s->path;
+    return run_candidate(s);
+}
+
+/* The model built with --precision and the kept layers as fp32 overrides. */
+static int native_pass(prec_search *s, const bool *keep) {
+    if (write_list(s, keep, s->path) != 0)
+        return -1;
+    char spec[160];
+    snprintf(spec, sizeof spec, "@%s", s->path);
+    s->o.model = s->model;
+    s->o.precision = s->precision;
+    s->o.layer_precision[0] = spec;
+    s->o.n_layer_precision = 1;
+    int verdict = run_candidate(s);
+    s->o.precision = NULL;
+    s->o.n_layer_precision = 0;
+    return verdict;
+}
+
 static int candidate_pass(prec_search *s, const bool *keep) {
     s->runs++;
     if (s->emulate)
         return emulated_pass(s, keep);
+    if (s->check.command == NULL)
+        return native_pass(s, keep);
     if (write_list(s, keep, s->path) != 0)
         return -1;
     int fails = debug_check_run(&s->check, s->path);
@@ -175,7 +208,7 @@ static int search(prec_search *s, bool *keep) {
     if ((got = candidate_pass(s, keep)) < 0)
         return 2;
     printf("all %d layers at %s: %s", n, s->precision, got ? "within tolerance" : "FAILS");
-    if (s->emulate)
+    if (s->check.command == NULL)
         printf(" (max relative error %.4g)", s->last_max_rel);
     printf("\n");
     if (got)
@@ -261,10 +294,8 @@ static int parse_args(prec_search *s, int argc, char **argv) {
     if (s->precision == NULL || s->out == NULL)
         return cli_fail("debug precision needs --precision fp16|bf16 and -o FILE (see kiln debug "
                         "precision --help)");
-    if (s->emulate == (s->check.command != NULL))
-        return cli_fail("debug precision needs --emulate or --check \"CMD {}\" (kiln has no "
-                        "native %s mode to build with yet)",
-                        s->precision);
+    if (s->emulate && s->check.command != NULL)
+        return cli_fail("debug precision takes --emulate or --check, not both");
     if (cli_is_plan(s->model))
         return cli_fail("debug precision needs the ONNX model, not a plan");
     return 0;
@@ -307,7 +338,7 @@ int cmd_debug_precision(int argc, char **argv) {
             rc = 2;
         printf("%d of %d layers must stay fp32 (%d runs), written to %s", k, s.n_layers, s.runs,
                s.out);
-        if (s.emulate && k > 0)
+        if (s.check.command == NULL && k > 0)
             printf("; with them, max relative error %.4g", s.last_max_rel);
         printf("\n");
         for (int i = 0; i < s.n_layers; i++)
