@@ -167,3 +167,18 @@ def test_debug_precision_finds_the_layers_a_native_fp16_build_must_keep(tmp_path
     np.testing.assert_allclose(got, want, rtol=1e-2, atol=1e-2)
     layers = {l["name"]: l["precision"] for l in json.loads(kiln("inspect", plan, "--json")[1])["layers"]}
     assert layers["mul1"] == "fp16" and layers["mul2"] == "fp32"
+
+
+def test_debug_reduce_fails_compare_against_fp16(tmp_path):
+    """debug reduce --fails-compare with --target-precision fp16: the overflow model reduces to
+    at most 3 nodes that still fail the comparison, as a valid ONNX model."""
+    model = overflow_model(str(tmp_path / "m.onnx"))
+    xp = str(tmp_path / "x.npy")
+    np.save(xp, np.array([[0.1, -0.5], [1.0, 2.0]], np.float32))
+    out = str(tmp_path / "min.onnx")
+    kiln("debug", "reduce", model, "-o", out, "--fails-compare", "--target-precision", "fp16",
+         "--input", f"x={xp}", "--rtol", "1e-2", "--atol", "1e-2")
+    m = onnx.load(out)
+    onnx.checker.check_model(m, full_check=True)
+    assert 1 <= len(m.graph.node) <= 3
+    assert "mul2" in [n.name for n in m.graph.node]
