@@ -1,13 +1,26 @@
 """kiln.build and kiln.build_to_file: ONNX models and kiln.Networks to plans."""
 
+from __future__ import annotations
+
 import ctypes
 import os
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _plan
 from . import registry as _registry
 from ._build_config import build_plan
 from ._lib import ERR_INVALID_ARGUMENT, KilnError, check, encode, lib
 from .network import Network
+
+
+#: A shape, or a (min, opt, max) triple of shapes, per input name.
+ShapesArg = Mapping[str, Any]
+#: A kiln.Registry, or plugin library paths and kiln.Plugin subclasses.
+PluginsArg = Any
+#: A path, ONNX bytes, an onnx.ModelProto or a kiln.Network.
+ModelArg = Any
+#: "fp32", "tf32", "fp16", "bf16", or {layer-name pattern: one of them} ("*" the default).
+PrecisionArg = Union[str, Mapping[str, str]]
 
 
 def _is_path(x):
@@ -23,15 +36,15 @@ def _model_bytes(model):
 
 
 def build(
-    model,
-    shapes=None,
-    threads=None,
-    plugins=None,
-    prefer_plugins=None,
-    progress=None,
-    backends=None,
-    precision=None,
-):
+    model: ModelArg,
+    shapes: Optional[ShapesArg] = None,
+    threads: Optional[int] = None,
+    plugins: Optional[PluginsArg] = None,
+    prefer_plugins: Optional[Union[str, Sequence[str]]] = None,
+    progress: Optional[Callable[[str, float], None]] = None,
+    backends: Optional[Union[str, Sequence[str]]] = None,
+    precision: Optional[PrecisionArg] = None,
+) -> bytes:
     """Build a plan and return it as bytes.
 
     model: a path to an .onnx file, the bytes of an ONNX model (or an onnx.ModelProto), or a
@@ -49,16 +62,16 @@ def build(
 
 
 def build_to_file(
-    model,
-    path,
-    shapes=None,
-    threads=None,
-    plugins=None,
-    prefer_plugins=None,
-    progress=None,
-    backends=None,
-    precision=None,
-):
+    model: ModelArg,
+    path: Union[str, os.PathLike],
+    shapes: Optional[ShapesArg] = None,
+    threads: Optional[int] = None,
+    plugins: Optional[PluginsArg] = None,
+    prefer_plugins: Optional[Union[str, Sequence[str]]] = None,
+    progress: Optional[Callable[[str, float], None]] = None,
+    backends: Optional[Union[str, Sequence[str]]] = None,
+    precision: Optional[PrecisionArg] = None,
+) -> None:
     """Build a plan straight into a file (written beside it, then renamed, so a failed build
     never damages an existing plan). Arguments as for kiln.build."""
     _build(model, path, shapes, threads, plugins, prefer_plugins, progress, backends, precision)
@@ -105,7 +118,7 @@ def _build(
         lib.kiln_builder_destroy(b)
 
 
-def plan_layers(plan):
+def plan_layers(plan: Union[bytes, str, os.PathLike]) -> List[Tuple[str, str, str]]:
     """[(name, op_type, domain)] of a plan's live layers (plan: bytes or a path)."""
     if _is_path(plan):
         with open(plan, "rb") as f:

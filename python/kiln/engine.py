@@ -1,7 +1,10 @@
 """Load engines, run contexts."""
 
+from __future__ import annotations
+
 import ctypes
 import os
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -21,6 +24,7 @@ from ._lib import (
 )
 from .builder import _is_path, build
 from .network import Network
+from .builder import PluginsArg, ShapesArg
 
 
 class IOInfo:
@@ -42,14 +46,14 @@ class IOInfo:
         self.max_shape = tuple(int(info.max[d]) for d in range(r))
 
     @property
-    def rank(self):
+    def rank(self) -> int:
         return len(self.shape)
 
     @property
-    def dynamic(self):
+    def dynamic(self) -> bool:
         return any(isinstance(d, str) for d in self.shape)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         dt = self.dtype.name if self.dtype is not None else _dtypes.name(self.kiln_dtype)
         s = f"IOInfo({self.name!r}, {dt}, {self.shape}"
         if self.is_input and self.dynamic:
@@ -61,7 +65,9 @@ class Engine:
     """A loaded plan. plan: a path (mapped) or bytes (copied). plugins: as for kiln.build; the
     registry is kept alive with the engine."""
 
-    def __init__(self, plan, plugins=None):
+    def __init__(
+        self, plan: Union[bytes, str, os.PathLike], plugins: Optional[PluginsArg] = None
+    ) -> None:
         self.registry = _registry.resolve(plugins)
         h = ctypes.c_void_p()
         if isinstance(plan, (bytes, bytearray, memoryview)):
@@ -99,10 +105,10 @@ class Engine:
     def handle_ref(self):
         return self._hobj
 
-    def context(self, threads=None):
+    def context(self, threads: Optional[int] = None) -> "Context":
         return Context(self, threads)
 
-    def run(self, feeds):
+    def run(self, feeds: Mapping[str, Any]) -> Dict[str, np.ndarray]:
         """Run once on a fresh context."""
         return self.context().run(feeds)
 
@@ -138,7 +144,7 @@ def _as_input(info, value):
 class Context:
     """Mutable execution state for one thread."""
 
-    def __init__(self, engine, threads=None):
+    def __init__(self, engine: Engine, threads: Optional[int] = None) -> None:
         self.engine = engine
         h = ctypes.c_void_p()
         check(lib.kiln_context_create(engine.handle, ctypes.byref(h)))
@@ -147,23 +153,23 @@ class Context:
         if threads is not None:
             check(lib.kiln_context_set_threads(h, int(threads)))
 
-    def set_threads(self, threads):
+    def set_threads(self, threads: int) -> None:
         check(lib.kiln_context_set_threads(self._h, int(threads)))
 
-    def set_input_shape(self, name, shape):
+    def set_input_shape(self, name: str, shape: Sequence[int]) -> None:
         shape = tuple(int(d) for d in shape)
         check(
             lib.kiln_context_set_input_shape(self._h, encode(name), len(shape), int64_array(shape))
         )
 
-    def output_shape(self, name):
+    def output_shape(self, name: str) -> Tuple[int, ...]:
         """An output's shape for the input shapes set (before execute)."""
         rank = ctypes.c_int()
         dims = (ctypes.c_int64 * _lib.MAX_RANK)()
         check(lib.kiln_context_get_output_shape(self._h, encode(name), ctypes.byref(rank), dims))
         return tuple(dims[i] for i in range(rank.value))
 
-    def run(self, feeds):
+    def run(self, feeds: Mapping[str, Any]) -> Dict[str, np.ndarray]:
         """Run on {input name: array}; returns {output name: array} (copies).
 
         Inputs are bound zero-copy when they are C-contiguous arrays of the input's dtype;
@@ -212,7 +218,13 @@ class Context:
             self._hobj = None
 
 
-def run(model_or_plan, feeds, plugins=None, shapes=None, threads=None):
+def run(
+    model_or_plan: Any,
+    feeds: Mapping[str, Any],
+    plugins: Optional[PluginsArg] = None,
+    shapes: Optional[ShapesArg] = None,
+    threads: Optional[int] = None,
+) -> Dict[str, np.ndarray]:
     """Run a model once: an ONNX path/bytes or a kiln.Network is built in memory first (with
     the feeds' shapes as the profile unless shapes is given); a plan path/bytes is loaded."""
     plan = model_or_plan

@@ -1,7 +1,10 @@
 """Plugin registries: kiln.Registry, the module's default registry, plugin libraries."""
 
+from __future__ import annotations
+
 import ctypes
 import os
+from typing import Optional, Union
 import threading
 
 from . import _lib
@@ -13,7 +16,7 @@ class Registry:
     """A set of plugin creators (from shared libraries, C or Python). Engines keep a reference
     to the registry they were loaded with, so it outlives them."""
 
-    def __init__(self, load_env=False):
+    def __init__(self, load_env: bool = False) -> None:
         h = ctypes.c_void_p()
         check(lib.kiln_registry_create(ctypes.byref(h)))
         self._hobj = _lib.Handle(h, lib.kiln_registry_destroy)
@@ -31,13 +34,13 @@ class Registry:
         """The counted handle (engines and builders hold it while they use the registry)."""
         return self._hobj
 
-    def load_library(self, path):
+    def load_library(self, path: Union[str, os.PathLike]) -> None:
         """dlopen a plugin library and register its creators (a library already loaded by this
         registry is skipped)."""
         check(lib.kiln_registry_load_library(self._h, encode(os.fspath(path))))
         return self
 
-    def load_env(self):
+    def load_env(self) -> None:
         """Load every library named by KILN_PLUGIN_PATH."""
         check(lib.kiln_registry_load_env(self._h))
         return self
@@ -50,7 +53,7 @@ class Registry:
         self._python[key] = cls
         return cls
 
-    def has(self, name, version=None, namespace=None):
+    def has(self, name: str, version: Optional[str] = None, namespace: Optional[str] = None) -> bool:
         for n, v, ns in self.plugins():
             if n == name and version in (None, v) and namespace in (None, ns):
                 return True
@@ -93,10 +96,10 @@ class Registry:
             out.append(tuple(x.value.decode("utf-8") for x in (n, v, ns)))
         return out
 
-    def __len__(self):
+    def __len__(self) -> int:
         return lib.kiln_registry_count(self._h)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"kiln.Registry({self.plugins()!r})"
 
     def add(self, plugins):
@@ -129,7 +132,7 @@ _default = None
 _default_lock = threading.Lock()
 
 
-def default_registry():
+def default_registry() -> "Registry":
     """The module's registry: loads KILN_PLUGIN_PATH on first use; kiln.register_plugin and
     kiln.load_plugin_library add to it, and build/Engine/run use it unless given another."""
     global _default
@@ -140,7 +143,7 @@ def default_registry():
         return _default
 
 
-def load_plugin_library(path):
+def load_plugin_library(path: Union[str, os.PathLike]) -> None:
     """Load a plugin library into the default registry."""
     default_registry().load_library(path)
 
