@@ -7,9 +7,12 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
+FUZZ_BUILD ?= build-fuzz
+# Seconds each fuzz target runs in `make test`; a longer hunt: make test-fuzz FUZZ_SECONDS=600
+FUZZ_SECONDS ?= 60
 KILN = $(BUILD)/bin/kiln
 APT_PACKAGES = cmake gcc make pkg-config protobuf-c-compiler libprotobuf-c-dev libcmocka-dev \
-               libxxhash-dev
+               libxxhash-dev clang
 PIP_PACKAGES = onnx==1.19.0 onnxruntime numpy pytest scikit-build-core tritonclient[http,grpc] \
                polygraphy onnx-graphsurgeon
 # The Triton tests use only the tritonserver binary and libraries this wheel carries, so its
@@ -19,7 +22,7 @@ EXAMPLE_DIR = tests/models/mobilenetv2_mini
 EXAMPLE = $(EXAMPLE_DIR)/model.onnx
 
 .PHONY: all deps build asan run test test-unit test-conformance test-models test-python test-tools test-asan \
-        test-tsan test-install test-triton bench test-gpu build-cuda \
+        test-tsan test-fuzz test-install test-triton bench test-gpu build-cuda \
         format clean
 
 all: build
@@ -91,6 +94,13 @@ test-asan: asan
 	  KILN_BACKEND_PATH=$(CURDIR)/$(ASAN_BUILD)/tests/lib \
 	  $(PYTHON) -m pytest -q tests/models tests/plugins tests/backend
 
+# Every libFuzzer target under ASan+UBSan (clang) for FUZZ_SECONDS from the checked-in corpus,
+# after replaying tests/fuzz/regressions: a new crash, hang or sanitizer report fails the run.
+test-fuzz: deps
+	CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=Debug -DKILN_FUZZ=ON -DKILN_WERROR=OFF >/dev/null
+	cmake --build $(FUZZ_BUILD) -j$(JOBS) --target fuzz_onnx fuzz_plan fuzz_npy fuzz_tensor_proto
+	tests/fuzz/run_bounded.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(JOBS)
+
 # cmake --install and pip install . (an outside program and plugin, a fresh virtualenv).
 test-install: build
 	KILN_BUILD=$(BUILD) $(PYTHON) -m pytest -q tests/install
@@ -101,7 +111,7 @@ test-triton: build
 	@cat $(BUILD)/triton/load_report.txt
 
 test: test-unit test-conformance test-models test-python test-tools test-install test-triton test-asan \
-      test-tsan
+      test-tsan test-fuzz
 
 # The CUDA backend module and its tests, on a machine with a GPU and the CUDA 13 toolkit; never
 # part of `make test` (CI has no GPU).

@@ -204,6 +204,18 @@ static inline double ew_shrink_d(double v, const ew_params *p) {
     return v < -p->b ? v + p->a : v > p->b ? v - p->a : 0.0;
 }
 
+/* Back to an integer with saturation: near the ends of int64 (and uint64) the double result
+ * can lie past the range, where a plain conversion is undefined. */
+static inline int64_t ew_shrink_s(double v, const ew_params *p) {
+    double r = ew_shrink_d(v, p);
+    return r >= 0x1p63 ? INT64_MAX : r < -0x1p63 ? INT64_MIN : r != r ? 0 : (int64_t)r;
+}
+
+static inline uint64_t ew_shrink_u(double v, const ew_params *p) {
+    double r = ew_shrink_d(v, p);
+    return r >= 0x1p64 ? UINT64_MAX : r > 0 ? (uint64_t)r : 0;
+}
+
 /* Lower bound first, then upper, so min > max gives max everywhere (as numpy.clip). */
 #define EW_CLIP_LO (p->lo != NULL && x < *(const T *)p->lo ? *(const T *)p->lo : x)
 #define EW_CLIP_EXPR                                                                               \
@@ -214,7 +226,7 @@ EW_UI_DEFINE(neg, (T)(0u - (U)x), (T)(0u - (U)x))
 EW_UI_DEFINE(sign, (x > 0) - (x < 0), x != 0)
 EW_UI_DEFINE(relu, x < 0 ? (T)0 : x, x)
 EW_UI_DEFINE(bitwise_not, (T) ~(U)x, (T) ~(U)x)
-EW_UI_DEFINE(shrink, (int64_t)ew_shrink_d((double)x, p), (int64_t)ew_shrink_d((double)x, p))
+EW_UI_DEFINE(shrink, ew_shrink_s((double)x, p), ew_shrink_u((double)x, p))
 EW_UI_DEFINE(clip, EW_CLIP_EXPR, EW_CLIP_EXPR)
 
 static const ew_unary_loop *int_table(int op) {

@@ -349,9 +349,9 @@ static void run_tasks(void *arg, int64_t begin, int64_t end) {
         int64_t m1 = min64((ti + 1) * j->units_m / j->tm * j->u->mr, j->m);
         int64_t n0 = tj * j->units_n / j->tn * j->u->nr;
         int64_t n1 = min64((tj + 1) * j->units_n / j->tn * j->u->nr, j->n);
-        float *scratch = j->scratch + t * (j->scratch_a + j->scratch_b);
+        float *scratch = j->scratch != NULL ? j->scratch + t * (j->scratch_a + j->scratch_b) : NULL;
         if (m0 < m1 && n0 < n1)
-            run_block(j, m0, m1, n0, n1, scratch, scratch + j->scratch_a);
+            run_block(j, m0, m1, n0, n1, scratch, scratch != NULL ? scratch + j->scratch_a : NULL);
     }
 }
 
@@ -500,7 +500,9 @@ kiln_status kn_gemm(kn_threadpool *pool, int64_t m, int64_t n, int64_t k, float 
         if (own == NULL)
             return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory for GEMM packing buffers");
     }
-    j.scratch = buf + pb_floats + pa_floats;
+    /* Both operands may need no packing (A prepacked, B read in place): then there is no
+     * buffer, and an offset from NULL is undefined even when it is zero. */
+    j.scratch = buf != NULL ? buf + pb_floats + pa_floats : NULL;
     if (prepack_a) {
         pa.data = buf + pb_floats;
         prepack_a_job pj = {.j = &j, .a = a, .strips = j.units_m, .pad = pa.pad, .data = pa.data};
