@@ -181,11 +181,16 @@ static kiln_status apply_type(importer *im, int vi, const Onnx__TypeProto *tp, c
     int64_t numel = 1;
     for (size_t i = 0; i < sh->n_dim; i++) {
         const Onnx__TensorShapeProto__Dimension *d = sh->dim[i];
-        if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE) {
+        /* Paddle2ONNX and older exporters write an unknown dim as dim_value -1 (or 0 in
+         * declarations that are only advisory): read those as unnamed dynamic dims, as
+         * onnxruntime does. A 0 on a graph input keeps ONNX's meaning, an empty axis. */
+        bool unknown = d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE &&
+                       (d->dim_value < 0 || (d->dim_value == 0 && !required));
+        if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE && !unknown) {
             int64_t x = d->dim_value;
-            if (x < 0 || x > KN_MAX_ELEMENTS || (x > 0 && numel > KN_MAX_ELEMENTS / x))
-                return kn_error(KILN_ERR_MODEL, "%s: dim %zu (%lld) is negative or absurdly large",
-                                what, i, (long long)x);
+            if (x > KN_MAX_ELEMENTS || (x > 0 && numel > KN_MAX_ELEMENTS / x))
+                return kn_error(KILN_ERR_MODEL, "%s: dim %zu (%lld) is absurdly large", what, i,
+                                (long long)x);
             numel *= x;
             KN_TRY(set_dim(v, (int)i, x, NULL));
         } else if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM &&

@@ -348,8 +348,6 @@ MALFORMED = {
     "bad_initializer": lambda: graph_model(
         [helper.make_node("Add", ["x", "W"], ["y"])], [vi("x", [2, 4])], [vi("y", [2, 4])],
         [helper.make_tensor("W", TensorProto.FLOAT, [2, 4], [1.0, 2.0])]),
-    "negative_dim": lambda: graph_model(
-        [helper.make_node("Relu", ["x"], ["y"])], [vi("x", [-3, 4])], [vi("y", [-3, 4])]),
     "no_opset": lambda: onnx.ModelProto(ir_version=8, graph=helper.make_graph(
         [helper.make_node("Relu", ["x"], ["y"])], "g", [vi("x", [2, 4])], [vi("y", [2, 4])])),
     "future_opset": lambda: graph_model(
