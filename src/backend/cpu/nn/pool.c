@@ -177,6 +177,11 @@ KN_CLONES static void pool2d_planes(void *arg, int64_t begin, int64_t end) {
     int64_t W = a->in[2], OH = a->out[1], OW = a->out[2], s = a->s[2], pb = a->pb[2];
     bool is_max = a->kind == POOL_MAX;
     float acc[KN_POOL_ROW_MAX];
+    /* Only taps that land on the input for some output column: with huge padding the kernel
+     * may be far wider than the input, and walking all of it would take hours for nothing. */
+    int64_t jx0 = pb - (OW - 1) * s, jx1 = pb + W;
+    jx0 = jx0 < 0 ? 0 : jx0;
+    jx1 = jx1 > a->k[2] ? a->k[2] : jx1;
     for (int64_t u = begin; u < end; u++) {
         const float *x = a->x + u * a->in_plane;
         float *y = a->y + u * a->out_plane;
@@ -186,7 +191,7 @@ KN_CLONES static void pool2d_planes(void *arg, int64_t begin, int64_t end) {
                 acc[ox] = is_max ? -INFINITY : 0.0f;
             for (int64_t jy = ty->j0; jy < ty->j1; jy++) {
                 const float *row = x + (ty->start + jy) * W;
-                for (int64_t jx = 0; jx < a->k[2]; jx++) {
+                for (int64_t jx = jx0; jx < jx1; jx++) {
                     int64_t lo = -div_floor(jx - pb, s), hi = div_floor(W - 1 + pb - jx, s) + 1;
                     lo = lo < 0 ? 0 : lo;
                     hi = hi > OW ? OW : hi;
