@@ -2,9 +2,9 @@
  * (the channel axis by default). The PyTorch export in examples/swish emits it as the generic
  * op `Plugin` with name="Swish" and a JSON string attribute `info`, e.g. {"bias_axis":1}.
  *
- * info is read by a deliberately small parser: a flat JSON object whose values are integers;
- * the only key is "bias_axis" (default 1, negative counts from the end). Strings with escapes,
- * nested values and other keys are refused with a message.
+ * info is a JSON object. Swish reads one key, "bias_axis" (an integer, default 1, negative counts
+ * from the end); any other key is the exporter's own description and is skipped with one
+ * warning line. A malformed object or an unusable bias_axis is refused with a message.
  *
  * float32 and float16 (x, bias and y share the dtype), any rank, any shape the profile allows:
  * the output shape is input 0's. float16 is computed through float; the bias is converted once
@@ -13,10 +13,12 @@
 
 #include "../common/kp_math.h"
 
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define SWISH_INFO_MAX 256
+#define SWISH_INFO_MAX 4096
 
 typedef struct swish {
     const kiln_host_api *host;
@@ -35,9 +37,64 @@ static const char *skip_ws(const char *p, const char *end) {
     return p;
 }
 
-/* Parse {"bias_axis": N} (whitespace allowed, the key optional). */
+/* Past one JSON string (p at its opening quote), escapes included; NULL if unterminated. */
+static const char *skip_string(const char *p, const char *end) {
+    for (p++; p < end; p++) {
+        if (*p == '\\')
+            p++;
+        else if (*p == '"')
+            return p + 1;
+    }
+    return NULL;
+}
+
+/* Past one JSON value of a key Swish does not use (any type, nested up to `depth`); NULL if it
+ * is not well-formed. Its content is not checked further: it is the exporter's business. */
+static const char *skip_value(const char *p, const char *end, int depth) {
+    p = skip_ws(p, end);
+    if (p == end || depth == 0)
+        return NULL;
+    if (*p == '"')
+        return skip_string(p, end);
+    if (*p == '{' || *p == '[') {
+        char close = *p == '{' ? '}' : ']';
+        p = skip_ws(p + 1, end);
+        if (p < end && *p == close)
+            return p + 1;
+        for (;;) {
+            if (close == '}') {
+                if (p == end || *p != '"' || (p = skip_string(p, end)) == NULL)
+                    return NULL;
+                p = skip_ws(p, end);
+                if (p == end || *p != ':')
+                    return NULL;
+                p++;
+            }
+            if ((p = skip_value(p, end, depth - 1)) == NULL)
+                return NULL;
+            p = skip_ws(p, end);
+            if (p < end && *p == ',') {
+                p = skip_ws(p + 1, end);
+                continue;
+            }
+            return p < end && *p == close ? p + 1 : NULL;
+        }
+    }
+    const char *start = p;
+    while (p < end && (*p == '-' || *p == '+' || *p == '.' || (*p >= '0' && *p <= '9') ||
+                       (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')))
+        p++;
+    return p > start ? p : NULL;
+}
+
+/* Parse the info object: "bias_axis" (an integer) is read; every other key is a free
+ * description written by whoever exported the model (e.g. {"size":555,"shape":[6,7,8]}), so it
+ * is skipped and named in one warning line. Only a malformed object or a bias_axis Swish cannot
+ * use is refused. */
 static int32_t parse_info(const kiln_host_api *host, const char *s, int64_t len, int64_t *axis) {
     const char *p = s, *end = s + len;
+    char ignored[160];
+    size_t n_ignored = 0;
     *axis = 1;
     p = skip_ws(p, end);
     if (p == end || *p != '{') {
@@ -45,59 +102,81 @@ static int32_t parse_info(const kiln_host_api *host, const char *s, int64_t len,
         return -1;
     }
     p = skip_ws(p + 1, end);
-    if (p < end && *p == '}') {
-        if (skip_ws(p + 1, end) == end)
-            return 0;
-        host->set_error("field 'info': text after the closing brace");
-        return -1;
-    }
-    for (;;) {
+    bool empty = p < end && *p == '}';
+    if (empty)
+        p++;
+    while (!empty) {
         if (p == end || *p != '"') {
             host->set_error("field 'info': expected a quoted key");
             return -1;
         }
-        const char *key = ++p;
-        while (p < end && *p != '"' && *p != '\\')
-            p++;
-        if (p == end || *p != '"') {
-            host->set_error("field 'info': unterminated key (escapes are not supported)");
+        const char *key = p + 1, *after = skip_string(p, end);
+        if (after == NULL) {
+            host->set_error("field 'info': unterminated key");
             return -1;
         }
-        size_t klen = (size_t)(p - key);
-        if (klen != 9 || memcmp(key, "bias_axis", 9) != 0) {
-            host->set_error("field 'info': unknown key '%.*s' (the only key is bias_axis)",
-                            (int)klen, key);
-            return -1;
-        }
-        p = skip_ws(p + 1, end);
+        size_t klen = (size_t)(after - 1 - key);
+        p = skip_ws(after, end);
         if (p == end || *p != ':') {
-            host->set_error("field 'info': expected ':' after \"bias_axis\"");
+            host->set_error("field 'info': expected ':' after key '%.*s'", (int)klen, key);
             return -1;
         }
         p = skip_ws(p + 1, end);
-        char num[24];
-        size_t n = 0;
-        while (p < end && n + 1 < sizeof num && (*p == '-' || (*p >= '0' && *p <= '9')))
-            num[n++] = *p++;
-        num[n] = '\0';
-        char *stop;
-        long long v = strtoll(num, &stop, 10);
-        if (n == 0 || *stop != '\0' || v < -KILN_PLUGIN_MAX_RANK || v >= KILN_PLUGIN_MAX_RANK) {
-            host->set_error("field 'info': bias_axis must be an integer in [-%d, %d)",
-                            KILN_PLUGIN_MAX_RANK, KILN_PLUGIN_MAX_RANK);
-            return -1;
+        if (klen == 9 && memcmp(key, "bias_axis", 9) == 0) {
+            char num[24];
+            size_t n = 0;
+            while (p < end && n + 1 < sizeof num && (*p == '-' || (*p >= '0' && *p <= '9')))
+                num[n++] = *p++;
+            num[n] = '\0';
+            char *stop;
+            long long v = strtoll(num, &stop, 10);
+            if (n == 0 || *stop != '\0' || v < -KILN_PLUGIN_MAX_RANK || v >= KILN_PLUGIN_MAX_RANK) {
+                host->set_error("field 'info': bias_axis must be an integer in [-%d, %d)",
+                                KILN_PLUGIN_MAX_RANK, KILN_PLUGIN_MAX_RANK);
+                return -1;
+            }
+            *axis = v;
+        } else {
+            if ((p = skip_value(p, end, 16)) == NULL) {
+                host->set_error("field 'info': the value of key '%.*s' is not valid JSON",
+                                (int)klen, key);
+                return -1;
+            }
+            /* Names as far as they fit; the warning is about their presence, not their list. */
+            if (n_ignored + klen + 3 < sizeof ignored) {
+                if (n_ignored > 0)
+                    ignored[n_ignored++] = ',';
+                memcpy(ignored + n_ignored, key, klen);
+                n_ignored += klen;
+            } else if (n_ignored + 4 < sizeof ignored && ignored[n_ignored - 1] != '.') {
+                memcpy(ignored + n_ignored, ",...", 4);
+                n_ignored += 4;
+            }
+            ignored[n_ignored] = '\0';
         }
-        *axis = v;
         p = skip_ws(p, end);
         if (p < end && *p == ',') {
             p = skip_ws(p + 1, end);
             continue;
         }
-        if (p < end && *p == '}' && skip_ws(p + 1, end) == end)
-            return 0;
+        if (p < end && *p == '}') {
+            p++;
+            break;
+        }
         host->set_error("field 'info': expected ',' or '}' ending the object");
         return -1;
     }
+    if (skip_ws(p, end) != end) {
+        host->set_error("field 'info': text after the closing brace");
+        return -1;
+    }
+    if (n_ignored > 0) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "Swish: field 'info': ignoring keys it does not use: %s",
+                 ignored);
+        host->log(1, msg);
+    }
+    return 0;
 }
 
 /* The bias axis for a rank, or -1 (with the error set) when it does not exist. */
@@ -336,9 +415,12 @@ static int32_t swish_create(const kiln_plugin_creator *creator, const kiln_field
     for (int32_t i = 0; fields && i < fields->count; i++) {
         const kiln_field *f = &fields->fields[i];
         if (f->name == NULL || strcmp(f->name, "info") != 0) {
-            host->set_error("unknown field '%s' (Swish takes only 'info')",
-                            f->name ? f->name : "(null)");
-            return -1;
+            /* An attribute the exporter added for its own reasons: not Swish's to refuse. */
+            char msg[160];
+            snprintf(msg, sizeof msg, "Swish: ignoring field '%.100s' it does not use",
+                     f->name ? f->name : "(null)");
+            host->log(1, msg);
+            continue;
         }
         if (f->type != KILN_FIELD_STRING && f->type != KILN_FIELD_BYTES) {
             host->set_error("field 'info' must be a string, got field type %d", (int)f->type);

@@ -21,7 +21,14 @@ static const char usage[] =
     "        --shapes NAME:MIN,OPT,MAX gives a range (an optimization profile).\n"
     "Run 'kiln <command> --help' for a command's options. 'kiln --version' prints the version.\n";
 
+/* Warnings (e.g. a plugin ignoring fields it does not use) go to stderr, one line each. */
+static void log_to_stderr(void *user, kiln_log_level level, const char *message) {
+    (void)user;
+    fprintf(stderr, "kiln: %s: %s\n", level == KILN_LOG_ERROR ? "error" : "warning", message);
+}
+
 int main(int argc, char **argv) {
+    kiln_set_logger(log_to_stderr, NULL, KILN_LOG_WARNING);
     if (argc < 2) {
         fputs(usage, stderr);
         return 2;
