@@ -5,10 +5,12 @@ names no key Swish uses, after a 3x3 convolution whose weight is the identity on
 kernel's diagonal set to 1 for each channel's own input, so the conv sums three diagonal
 neighbours). The bias is a parameter of 3.15 per channel. Batch, H and W are dynamic.
 
-It writes seed/swish_seed.onnx and seed/data/ (inputs and PyTorch's outputs at several shapes),
-checked in so the tests need no torch:
+It writes OUT/swish_seed.onnx and OUT/data/ (inputs and PyTorch's outputs at several shapes);
+run them with `kiln run OUT/swish_seed.onnx --plugins build/plugins/libswish.so --input
+image=OUT/data/input_0.npy`. tests/plugins/test_swish_seed.py builds the same graph with onnx's
+helpers (the tests have no torch) and checks it against onnxruntime:
 
-    python3 examples/swish/export_seed.py
+    python3 examples/swish/export_seed.py --out /tmp/swish_seed
 """
 
 import argparse
@@ -18,7 +20,6 @@ import os
 import numpy as np
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 SHAPES = [(1, 3, 8, 8), (2, 3, 13, 21), (4, 3, 5, 7)]
 
 
@@ -50,7 +51,7 @@ class Model(torch.nn.Module):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=os.path.join(HERE, "seed"))
+    ap.add_argument("--out", required=True)
     args = ap.parse_args()
     os.makedirs(os.path.join(args.out, "data"), exist_ok=True)
     model = Model().eval()
