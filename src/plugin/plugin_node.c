@@ -4,6 +4,7 @@
 #include "core/alloc.h"
 #include "core/status.h"
 #include "ops/op.h"
+#include "plugin/near_names.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -185,6 +186,48 @@ static const char *attr_text(const kn_node *n, const char *name, char *buf, size
     return a->type == KN_ATTR_STRING ? a->s : NULL;
 }
 
+#define KN_LOAD_HINT "--plugins LIB.so, KILN_PLUGIN_PATH or kiln_registry_load_library()"
+
+/* The error for a node that neither a backend nor a registered plugin provides. Two different
+ * failures: an op of ONNX's own domain that kiln does not implement, and a custom-domain op
+ * (or generic Plugin node) that only a plugin can provide; each names what comes close. */
+static kiln_status not_found(const kiln_registry *r, const kn_node *n, const char *name,
+                             const char *domain) {
+    kn_near_names plugins = {0}, ops = {0};
+    for (int i = 0; r && i < r->n; i++)
+        kn_near_offer(&plugins, name, r->items[i].name);
+    char near_plugins[200], near_ops[200];
+    kn_near_format(&plugins, near_plugins, sizeof near_plugins);
+    if (domain[0] == '\0' || strncmp(domain, "ai.onnx.", 8) == 0) {
+        for (const kn_op_schema *op = kn_op_next(NULL); op != NULL; op = kn_op_next(op))
+            if (strcmp(op->domain, domain) == 0)
+                kn_near_offer(&ops, name, op->name);
+        kn_near_format(&ops, near_ops, sizeof near_ops);
+        return kn_error(KILN_ERR_UNSUPPORTED,
+                        "node '%s': op '%s'%s%s%s is not an ONNX op that kiln's backends "
+                        "implement, and no plugin named '%s' is registered%s%s%s%s%s; if a plugin "
+                        "library provides it, load it with " KN_LOAD_HINT,
+                        n->name, n->op_type, domain[0] ? " (domain '" : "", domain,
+                        domain[0] ? "')" : "", name, near_ops[0] ? "; close built-in ops: " : "",
+                        near_ops, near_plugins[0] ? "; close registered plugins: " : "",
+                        near_plugins, near_ops[0] || near_plugins[0] ? "" : " (nothing close)");
+    }
+    char registered[64];
+    if (r == NULL || r->n == 0)
+        snprintf(registered, sizeof registered, "no plugins are registered");
+    else
+        snprintf(registered, sizeof registered, "%d plugin%s registered", r->n,
+                 r->n == 1 ? "" : "s");
+    return kn_error(KILN_ERR_UNSUPPORTED,
+                    "node '%s': custom op '%s' (domain '%s') needs a plugin named '%s', and none "
+                    "is registered (%s%s%s); load the library that provides it with " KN_LOAD_HINT,
+                    n->name, n->op_type, domain, name, registered,
+                    near_plugins[0] ? "; close: "
+                    : r && r->n > 0 ? ", none close"
+                                    : "",
+                    near_plugins);
+}
+
 /* Which registered plugin a node asks for; NULL with the error set when none fits. */
 static const kn_creator_entry *resolve_identity(const kiln_registry *r, const kn_node *n,
                                                 kiln_status *rc) {
@@ -218,15 +261,12 @@ static const kn_creator_entry *resolve_identity(const kiln_registry *r, const kn
     if (have[0] != '\0')
         *rc = kn_error(KILN_ERR_PLUGIN,
                        "node '%s' asks for plugin '%s' version '%s' namespace '%s', but it is "
-                       "registered only as: %s",
+                       "registered only as: %s; load the library that registers the version "
+                       "asked for with " KN_LOAD_HINT ", or drop plugin_version/plugin_namespace "
+                       "from the node to take any",
                        n->name, name, version ? version : "(any)", ns ? ns : domain, have);
     else
-        *rc = kn_error(KILN_ERR_UNSUPPORTED,
-                       "node '%s': op '%s'%s%s%s is not a built-in op and no plugin named '%s' is "
-                       "registered: load the library that provides it with --plugins LIB.so, "
-                       "KILN_PLUGIN_PATH or kiln_registry_load_library()",
-                       n->name, n->op_type, domain[0] ? " (domain '" : "", domain,
-                       domain[0] ? "')" : "", name);
+        *rc = not_found(r, n, name, domain);
     return NULL;
 }
 
