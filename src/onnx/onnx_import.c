@@ -12,7 +12,7 @@
 #include <string.h>
 
 /* Default-domain opsets kiln's operator table is written against. */
-#define KN_ONNX_MIN_OPSET 7
+#define KN_ONNX_MIN_OPSET 1
 #define KN_ONNX_MAX_OPSET 24
 
 /* Open-addressing map from borrowed strings to ints (value indices, or 0 for a set). */

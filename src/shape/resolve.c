@@ -2,6 +2,7 @@
 
 #include "core/alloc.h"
 #include "ops/arity.h"
+#include "ops/legacy_opset.h"
 #include "ops/op.h"
 #include "plugin/plugin.h"
 
@@ -35,6 +36,7 @@ kiln_status kn_infer_node(const kn_node *n, const kiln_plugin_instance *plugin, 
                 return kn_error(KILN_ERR_MODEL, "node '%s' (%s): required input %d is missing",
                                 n->name, n->op_type, j);
     }
+    KN_TRY(kn_legacy_opset_check(n, in));
     for (int i = 0; i < n->n_out; i++)
         memset(&out[i], 0, sizeof out[i]);
     kn_infer_ctx c = {.node = n, .n_in = n->n_in, .in = in, .n_out = n->n_out, .out = out};

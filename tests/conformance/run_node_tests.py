@@ -1,6 +1,10 @@
 #!/usr/bin/env python3
 """Run onnx's backend node tests through the kiln CLI.
 
+--suite picks one of onnx's other backend test sets instead (pytorch-converted,
+pytorch-operator, simple), run the same way, each with its own expected-failure list
+(expected_failures_<suite>.txt).
+
 Each case (onnx/backend/test/data/node/<case>/model.onnx with test_data_set_*/input_*.pb and
 output_*.pb) is run in its own `kiln run` process with a timeout, and its outputs are compared
 with onnx's reference outputs using onnx's tolerances (rtol 1e-3, atol 1e-7 unless the case ships
@@ -51,8 +55,17 @@ DEFAULT_RTOL = 1e-3
 DEFAULT_ATOL = 1e-7
 
 
-def node_test_root():
-    return os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "node")
+SUITES = ("node", "pytorch-converted", "pytorch-operator", "simple")
+
+
+def node_test_root(suite="node"):
+    return os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", suite)
+
+
+def default_expected(suite):
+    if suite == "node":
+        return DEFAULT_EXPECTED
+    return os.path.join(HERE, f"expected_failures_{suite.replace('-', '_')}.txt")
 
 
 def default_kiln():
@@ -322,7 +335,7 @@ def guess_category(root, result):
     return "other"
 
 
-def write_expected(path, root, results, old, selected):
+def write_expected(path, root, results, old, selected, suite="node"):
     entries = {k: v for k, v in old.items() if k not in selected}
     for r in results:
         if r["status"] in ("passed", "crash", "timeout"):
@@ -335,9 +348,10 @@ def write_expected(path, root, results, old, selected):
             reason = re.sub(r"^kiln: (error: )?", "", reason).replace("'model': ", "")
             entries[r["name"]] = (category, reason)
     with open(path, "w") as f:
-        f.write("# ONNX node test cases kiln is known not to pass: name  category  reason.\n")
+        f.write(f"# ONNX {suite} test cases kiln is known not to pass: name  category  reason.\n")
         f.write("# Categories: " + ", ".join(CATEGORIES) + ". A crash or timeout is never listed.\n")
-        f.write("# Regenerate with: tests/conformance/run_node_tests.py --update\n")
+        flag = "" if suite == "node" else f" --suite {suite}"
+        f.write(f"# Regenerate with: tests/conformance/run_node_tests.py{flag} --update\n")
         width = max([len(n) for n in entries] + [10])
         for name in sorted(entries):
             cat, reason = entries[name]
@@ -357,11 +371,14 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kiln", default=os.environ.get("KILN") or default_kiln(),
                     help="path of the kiln binary (default: $KILN or build/bin/kiln)")
+    ap.add_argument("--suite", choices=SUITES, default="node",
+                    help="which of onnx's backend test sets to run (default node)")
     ap.add_argument("--filter", default="", help="regular expression selecting case names")
     ap.add_argument("--jobs", "-j", type=int, default=2, help="parallel cases (default 2)")
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds per case (default 60)")
     ap.add_argument("--json-out", help="write the per-case report here")
-    ap.add_argument("--expected", default=DEFAULT_EXPECTED, help="expected-failure list")
+    ap.add_argument("--expected", help="expected-failure list (default: the suite's own, "
+                    "tests/conformance/expected_failures[_SUITE].txt)")
     ap.add_argument("--check", action="store_true",
                     help="exit non-zero on an unexpected failure, any crash or any timeout")
     ap.add_argument("--strict", action="store_true",
@@ -375,7 +392,8 @@ def main():
     if not os.access(args.kiln, os.X_OK):
         sys.exit(f"kiln binary not found or not executable: {args.kiln}")
     kiln = os.path.abspath(args.kiln)
-    root = node_test_root()
+    root = node_test_root(args.suite)
+    args.expected = args.expected or default_expected(args.suite)
     names = list_cases(root, args.filter)
     if not names:
         sys.exit(f"no node test case matches {args.filter!r}")
@@ -422,7 +440,7 @@ def main():
             json.dump(report, f, indent=1)
 
     if args.update:
-        n = write_expected(args.expected, root, results, expected, set(names))
+        n = write_expected(args.expected, root, results, expected, set(names), args.suite)
         print(f"wrote {n} entries to {os.path.relpath(args.expected)}")
 
     for r in never_ok:
@@ -443,7 +461,7 @@ def main():
           f"{len(failing) + counts['unsupported'] - len(unexpected)} of the non-passing are listed "
           f"as expected; {elapsed:.0f} s")
     print(f"pass rate: {pct:.1f}% of {total} cases ({pct_run:.1f}% of the {runnable} runnable)")
-    print(f"node tests: {counts['passed']} passed, {len(failing)} failed, "
+    print(f"{args.suite} tests: {counts['passed']} passed, {len(failing)} failed, "
           f"{counts['unsupported']} skipped")
 
     if args.check:

@@ -1,5 +1,9 @@
 """Habits of other projects' exporters that kiln must read as onnxruntime does.
 
+Models stamped with opsets 1-6 run where their semantics are known; the legacy broadcast
+attributes of binary ops are honoured where numpy broadcasting computes the same and refused
+with a message where it does not.
+
 Paddle2ONNX and older exporters write a dynamic dim as `dim_value: -1` on graph inputs,
 outputs and value_info (and 0 on outputs and value_info) instead of a `dim_param`. kiln reads
 them as unnamed dynamic dims: the model builds with a profile and runs at several shapes,
@@ -67,3 +71,43 @@ def test_inspect_names_the_unnamed_dims(tmp_path):
     onnx.save(minus_one_model(), path)
     out = kiln("inspect", path, "--shapes", "x:1x3x4x4,2x3x8x8,4x3x16x16").stdout.decode()
     assert "x_dim0" in out
+
+
+def legacy_add(tmp_path, b_shape, **attrs):
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["a", "b"], ["y"], **attrs)], "opset6",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2, 3, 4]),
+         helper.make_tensor_value_info("b", TensorProto.FLOAT, b_shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    path = tmp_path / "legacy.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 6)],
+                                ir_version=3), path)
+    rng = np.random.RandomState(2)
+    a, b = rng.randn(2, 3, 4).astype(np.float32), rng.randn(*b_shape).astype(np.float32)
+    np.save(tmp_path / "a.npy", a)
+    np.save(tmp_path / "b.npy", b)
+    args = [KILN, "run", path, "--input", f"a={tmp_path / 'a.npy'}", "--input",
+            f"b={tmp_path / 'b.npy'}", "--output-dir", tmp_path / "out"]
+    proc = subprocess.run(list(map(str, args)), capture_output=True, text=True, timeout=120)
+    return proc, a, b
+
+
+@pytest.mark.parametrize("b_shape,attrs", [([3, 4], {"broadcast": 1}),
+                                           ([3, 4], {"broadcast": 1, "axis": 1}),
+                                           ([1], {"broadcast": 1, "axis": 0}),
+                                           ([2, 3, 4], {})])
+def test_opset6_broadcast_that_numpy_computes_runs(tmp_path, b_shape, attrs):
+    proc, a, b = legacy_add(tmp_path, b_shape, **attrs)
+    assert proc.returncode == 0, proc.stderr
+    np.testing.assert_allclose(np.load(tmp_path / "out" / "y.npy"), a + b, rtol=1e-6)
+
+
+@pytest.mark.parametrize("b_shape,attrs,words", [
+    ([2, 3], {"broadcast": 1, "axis": 0}, "along axis 0"),
+    ([3, 4], {}, "need broadcast=1 before opset 7"),
+    ([3, 5], {"broadcast": 1}, "does not match")])
+def test_opset6_broadcast_kiln_cannot_compute_is_refused(tmp_path, b_shape, attrs, words):
+    proc, _, _ = legacy_add(tmp_path, b_shape, **attrs)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+    assert words in lines[0] and "opset 6" in lines[0]
