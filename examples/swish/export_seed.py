@@ -5,12 +5,11 @@ names no key Swish uses, after a 3x3 convolution whose weight is the identity on
 kernel's diagonal set to 1 for each channel's own input, so the conv sums three diagonal
 neighbours). The bias is a parameter of 3.15 per channel. Batch, H and W are dynamic.
 
-It writes OUT/swish_seed.onnx and OUT/data/ (inputs and PyTorch's outputs at several shapes);
-run them with `kiln run OUT/swish_seed.onnx --plugins build/plugins/libswish.so --input
-image=OUT/data/input_0.npy`. tests/plugins/test_swish_seed.py builds the same graph with onnx's
-helpers (the tests have no torch) and checks it against onnxruntime:
+It writes OUT/swish_seed.onnx and OUT/data/ (inputs and PyTorch's outputs at several shapes).
+examples/swish/seed/ is its output from torch 2.11 (checked in, so the tests need no torch);
+tests/plugins/test_swish_seed.py runs it against PyTorch's outputs:
 
-    python3 examples/swish/export_seed.py --out /tmp/swish_seed
+    python3 examples/swish/export_seed.py --out examples/swish/seed
 """
 
 import argparse

@@ -3,9 +3,10 @@
 The seed exports `custom::Plugin` with name_s="Swish" and info_s='{"size": 555, "shape": [6, 7,
 8], "module": "abcdefg"}' (a free description naming no key Swish uses), after a 3x3 conv whose
 weight is the identity on channels, with a bias parameter of 3.15 and dynamic batch/H/W
-(examples/swish/export_seed.py is that module). The model here is the graph that export writes
-(opset 11: Conv, then the Plugin node, PyTorch's /conv/Conv_output_0 naming); the reference is
-onnxruntime running the same graph with the plugin spelled in standard ops. kiln must accept
+(examples/swish/export_seed.py is that module). examples/swish/seed/ holds that module's
+export by torch 2.11 with PyTorch's outputs at three shapes; the same graph is also written
+here with onnx's helpers, with onnxruntime running it with the plugin spelled in standard ops
+as a second reference. kiln must accept
 the unknown keys with one warning line, run from .onnx and through a plan at several shapes, and
 still refuse a bias_axis it cannot use.
 """
@@ -26,6 +27,7 @@ PLUGINS = os.environ.get("KILN_PLUGINS") or os.path.join(REPO, "build", "plugins
 SWISH_LIB = os.path.join(PLUGINS, "libswish.so")
 SEED_INFO = json.dumps({"size": 555, "shape": [6, 7, 8], "module": "abcdefg"})
 SHAPES = [(1, 3, 8, 8), (2, 3, 13, 21), (4, 3, 5, 7)]
+TORCH_EXPORT = os.path.join(REPO, "examples", "swish", "seed")
 
 
 def conv_weight():
@@ -131,3 +133,23 @@ def test_malformed_info_is_refused(tmp_path):
     r = kiln("build", tmp_path / "m.onnx", "-o", tmp_path / "p", "--plugins", SWISH_LIB,
              "--shapes", "image:1x3x4x4", check=False)
     assert r.returncode != 0 and "not valid JSON" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("form", ["onnx", "plan"])
+def test_the_pytorch_export_matches_pytorch(tmp_path, form):
+    model = os.path.join(TORCH_EXPORT, "swish_seed.onnx")
+    node = [n for n in onnx.load(model).graph.node if n.op_type == "Plugin"][0]
+    attrs = {a.name: helper.get_attribute_value(a).decode() for a in node.attribute}
+    assert node.domain == "custom" and attrs == {"name": "Swish", "info": SEED_INFO}
+    target = model
+    if form == "plan":
+        target = tmp_path / "seed.plan"
+        kiln("build", model, "-o", target, "--plugins", SWISH_LIB,
+             "--shapes", "image:1x3x4x4,2x3x16x16,4x3x32x32")
+    for i in range(len(SHAPES)):
+        x = os.path.join(TORCH_EXPORT, "data", f"input_{i}.npy")
+        assert np.load(x).shape == SHAPES[i]
+        out = tmp_path / f"out{i}"
+        kiln("run", target, "--plugins", SWISH_LIB, "--input", f"image={x}", "--output-dir", out)
+        want = np.load(os.path.join(TORCH_EXPORT, "data", f"output_{i}.npy"))
+        np.testing.assert_allclose(np.load(out / "output.npy"), want, rtol=1e-5, atol=1e-5)
