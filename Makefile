@@ -91,13 +91,15 @@ test-tools: build
 	KILN=$(BUILD)/bin/kiln KILN_PLUGINS=$(BUILD)/plugins KILN_LIBRARY=$(BUILD)/lib/libkiln.so \
 	  PYTHONPATH=python $(PYTHON) -m pytest -q tests/tools
 
-test-asan: asan
+# The tests that load libkiln into Python (test_precision's binding case) take the Release
+# library: an ASan library cannot load into an uninstrumented interpreter.
+test-asan: asan build
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j$(JOBS)
 	for s in $(CONFORMANCE_SUITES); do \
 	  ASAN_OPTIONS=detect_leaks=1 $(PYTHON) tests/conformance/run_node_tests.py --suite $$s \
 	    --kiln $(ASAN_BUILD)/bin/kiln --jobs $(JOBS) --check --timeout 120 || exit 1; done
 	ASAN_OPTIONS=detect_leaks=1 KILN=$(ASAN_BUILD)/bin/kiln KILN_PLUGINS=$(ASAN_BUILD)/plugins \
-	  KILN_BACKEND_PATH=$(CURDIR)/$(ASAN_BUILD)/tests/lib \
+	  KILN_BACKEND_PATH=$(CURDIR)/$(ASAN_BUILD)/tests/lib KILN_LIBRARY=$(CURDIR)/$(BUILD)/lib/libkiln.so \
 	  $(PYTHON) -m pytest -q tests/models tests/plugins tests/backend
 
 # Every libFuzzer target under ASan+UBSan (clang) for FUZZ_SECONDS from the checked-in corpus,
