@@ -18,8 +18,14 @@ typedef enum kn_act {
     KN_ACT_RELU,
     KN_ACT_CLIP, /* min(max(x, alpha), beta) */
     KN_ACT_SIGMOID,
-    KN_ACT_SWISH,      /* x * sigmoid(x) */
-    KN_ACT_LEAKY_RELU, /* x < 0 ? alpha * x : x */
+    KN_ACT_SWISH,        /* x * sigmoid(x) */
+    KN_ACT_LEAKY_RELU,   /* x < 0 ? alpha * x : x */
+    KN_ACT_HARD_SIGMOID, /* clamp(alpha * x + beta, 0, 1) */
+    KN_ACT_HARD_SWISH,   /* x * clamp(x / 6 + 1/2, 0, 1) */
+    KN_ACT_GELU,         /* x/2 (1 + erf(x / sqrt 2)) */
+    KN_ACT_GELU_TANH,    /* GELU's tanh approximation */
+    KN_ACT_MISH,         /* x * tanh(softplus(x)) */
+    KN_ACT_TANH,
 } kn_act;
 
 /* Applied to each output element after the product is complete, while the tile is in cache:
