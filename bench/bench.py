@@ -41,6 +41,7 @@ DOC = os.path.join(REPO, "docs", "benchmarks.md")
 FULL_MODELS = {
     "resnet50": "ResNet-50 (torchvision, 1×3×224×224)",
     "mobilenetv2": "MobileNetV2 (torchvision, 1×3×224×224)",
+    "efficientnet_b0": "EfficientNet-B0 (torchvision, 1×3×224×224)",
     "transformer": "Transformer encoder (4 layers, d=256, 4 heads, ff=1024, 1×128 tokens)",
 }
 QUICK_MODELS = ["resnet_mini", "mobilenetv2_mini", "transformer_encoder"]

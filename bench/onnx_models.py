@@ -1,8 +1,8 @@
 """The benchmark models built directly with onnx.helper, for machines without torch.
 
-Same architectures as torchvision's resnet50 and mobilenet_v2 and the bench transformer encoder,
-in the form the PyTorch exporter leaves them (batch norm folded into convolution biases), with
-random weights scaled so activations stay finite.
+Same architectures as torchvision's resnet50, mobilenet_v2 and efficientnet_b0 and the bench
+transformer encoder, in the form the PyTorch exporter leaves them (batch norm folded into
+convolution biases), with random weights scaled so activations stay finite.
 """
 
 import numpy as np
@@ -41,6 +41,8 @@ class Builder:
         if act == "relu6":
             return self.op("Clip", [y, self.const(np.float32(0), "lo"),
                                     self.const(np.float32(6), "hi")])
+        if act == "silu":
+            return self.op("Mul", [y, self.op("Sigmoid", [y])])
         return y
 
     def linear(self, x, cin, cout):
@@ -99,6 +101,30 @@ def mobilenetv2():
     return b.model([1, 3, 224, 224], y, [1, 1000], 13)
 
 
+def efficientnet_b0():
+    """torchvision's efficientnet_b0 as its exporter leaves it: SiLU as x * Sigmoid(x),
+    squeeze-excitation as GlobalAveragePool, two 1x1 convs, Sigmoid and a channel Mul."""
+    b = Builder(3)
+    x = b.conv("input", 3, 32, 3, 2, act="silu")
+    cin = 32
+    for t, k, s, c, n in ((1, 3, 1, 16, 1), (6, 3, 2, 24, 2), (6, 5, 2, 40, 2), (6, 3, 2, 80, 3),
+                          (6, 5, 1, 112, 3), (6, 5, 2, 192, 4), (6, 3, 1, 320, 1)):
+        for i in range(n):
+            stride = s if i == 0 else 1
+            hidden = cin * t
+            y = b.conv(x, cin, hidden, 1, act="silu") if t != 1 else x
+            y = b.conv(y, hidden, hidden, k, stride, groups=hidden, act="silu")
+            sq = max(1, cin // 4)
+            se = b.conv(b.op("GlobalAveragePool", [y]), hidden, sq, 1, act="silu")
+            se = b.op("Sigmoid", [b.conv(se, sq, hidden, 1, act=None)])
+            y = b.conv(b.op("Mul", [y, se]), hidden, c, 1, act=None)
+            x = b.op("Add", [x, y]) if stride == 1 and cin == c else y
+            cin = c
+    x = b.conv(x, cin, 1280, 1, act="silu")
+    y = classifier(b, x, 1280)
+    return b.model([1, 3, 224, 224], y, [1, 1000], 13)
+
+
 def transformer(d=256, heads=4, ff=1024, layers=4, seq=128):
     b = Builder(2)
     hd = d // heads
@@ -125,7 +151,8 @@ def transformer(d=256, heads=4, ff=1024, layers=4, seq=128):
     return b.model([1, seq, d], x, [1, seq, d], 17)
 
 
-BUILDERS = {"resnet50": resnet50, "mobilenetv2": mobilenetv2, "transformer": transformer}
+BUILDERS = {"resnet50": resnet50, "mobilenetv2": mobilenetv2, "efficientnet_b0": efficientnet_b0,
+            "transformer": transformer}
 
 
 def build(name, path):
