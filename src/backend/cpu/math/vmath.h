@@ -33,6 +33,13 @@ KN_VM_INLINE uint32_t kn_vm_to_bits(float f) {
     return u;
 }
 
+/* c ? a : b on the bits, for a select GCC must not turn into a branch per arm: given
+ * (c ? a : b) / d it divides both arms and selects after, two divisions instead of one. */
+KN_VM_INLINE float kn_vm_blend(int c, float a, float b) {
+    uint32_t m = 0u - (uint32_t)(c != 0);
+    return kn_vm_from_bits((kn_vm_to_bits(a) & m) | (kn_vm_to_bits(b) & ~m));
+}
+
 /* e^x. x = n ln2 + r with |r| <= ln2/2 (Cody-Waite, ln2 split so n * hi is exact), e^r by
  * Cephes' degree-7 polynomial, 2^n as two normal factors 2^(n/2) 2^(n - n/2) so results in the
  * denormal range round once and 2^128 overflows to Inf as it should. The clamp is written so
@@ -53,7 +60,7 @@ KN_VM_INLINE float kn_vm_exp_scaled(float x, int32_t k) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * (r * r) + r + 1.0f;
-    int32_t ni = (int32_t)n + k, h = ni / 2;
+    int32_t ni = (int32_t)n + k, h = ni >> 1; /* GCC shifts signed ints arithmetically */
     float s1 = kn_vm_from_bits((uint32_t)(h + 127) << 23);
     float s2 = kn_vm_from_bits((uint32_t)(ni - h + 127) << 23);
     float y = p * s1 * s2;
@@ -62,6 +69,25 @@ KN_VM_INLINE float kn_vm_exp_scaled(float x, int32_t k) {
 
 KN_VM_INLINE float kn_vm_exp(float x) {
     return kn_vm_exp_scaled(x, 0);
+}
+
+/* e^t 2^32 for t <= 0, the cheaper form for the activations, which all need only e^-|x|:
+ * clamped at -109.5, 2^(n + 32) is a normal float, so one scale factor suffices; results
+ * built from it below the clamp round to 0 anyway. Carrying 2^32 keeps tiny e^t out of the
+ * denormals until the caller's last multiply. NaN takes the bound: callers handle it. */
+KN_VM_INLINE float kn_vm_exp_neg_2p32(float t) {
+    float c = t > -109.5f ? t : -109.5f;
+    float n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = c - n * 0.693359375f;
+    r = r + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.0f;
+    return p * kn_vm_from_bits((uint32_t)((int32_t)n + 127 + 32) << 23);
 }
 
 /* Natural log. x = 2^e m with m in [sqrt(1/2), sqrt(2)), log(m) by Cephes' polynomial in
@@ -106,22 +132,24 @@ KN_VM_INLINE float kn_vm_log1p_pos(float t) {
 /* 1 / (1 + e^-x) with e = e^-|x| in (0, 1], never overflowing: 1 / (1 + e) for x >= 0,
  * e / (1 + e) below, so tiny results stay accurate down to the denormals. */
 KN_VM_INLINE float kn_vm_sigmoid(float x) {
-    float e = kn_vm_exp(-fabsf(x));
-    return (x < 0.0f ? e : 1.0f) / (1.0f + e);
+    float e = kn_vm_exp_neg_2p32(-fabsf(x)) * 0x1p-32f;
+    float y = (x < 0.0f ? e : 1.0f) / (1.0f + e);
+    return x == x ? y : x;
 }
 
-/* x * sigmoid(x): x / (1 + e) for x >= 0, x e / (1 + e) below with e kept scaled by 2^32
- * until the end, so results in the denormals round once. Below -200 the result is -0 (the
- * limit, also at -Inf, where the product would be NaN). */
+/* x * sigmoid(x): x / (1 + e) for x >= 0, x e / (1 + e) below with e still scaled by 2^32, so
+ * results in the denormals round once. Below -200 the result is -0 (the limit, also at -Inf,
+ * where the product would be NaN). */
 KN_VM_INLINE float kn_vm_silu(float x) {
-    float es = kn_vm_exp_scaled(-fabsf(x), 32);
+    float es = kn_vm_exp_neg_2p32(-fabsf(x));
     float e = es * 0x1p-32f;
     float xc = x < -200.0f ? -200.0f : x;
-    float y = (x < 0.0f ? xc * es : x) / (1.0f + e);
+    float y = kn_vm_blend(x < 0.0f, xc * es, x) / (1.0f + e);
     return x < 0.0f ? y * 0x1p-32f : y;
 }
 
-/* tanh: an odd polynomial below 0.625 (Cephes), 1 - 2 / (e^2|x| + 1) above, sign restored. */
+/* tanh: an odd polynomial below 0.625 (Cephes), (1 - e) / (1 + e) with e = e^-2|x| above, sign
+ * restored. NaN takes the polynomial. */
 KN_VM_INLINE float kn_vm_tanh(float x) {
     float ax = fabsf(x);
     float z = x * x;
@@ -131,9 +159,9 @@ KN_VM_INLINE float kn_vm_tanh(float x) {
     p = p * z + 1.33314422036e-1f;
     p = p * z - 3.33332819422e-1f;
     float small = p * z * x + x;
-    float big = 1.0f - 2.0f / (kn_vm_exp(2.0f * ax) + 1.0f);
-    big = x < 0.0f ? -big : big;
-    return ax < 0.625f ? small : big;
+    float e = kn_vm_exp_neg_2p32(-2.0f * ax) * 0x1p-32f;
+    float big = copysignf((1.0f - e) / (1.0f + e), x);
+    return ax >= 0.625f ? big : small;
 }
 
 /* erf as x * P(x^2) / Q(x^2), a rational fit on [0, 3.92] (5e-7 relative in exact
@@ -180,16 +208,20 @@ KN_VM_INLINE float kn_vm_softplus(float x) {
     return m + kn_vm_log1p_pos(kn_vm_exp(-fabsf(x)));
 }
 
-/* x tanh(softplus(x)) = x n / (n + 2) with n = u (u + 2), u = e^x; above 20 the factor is 1
- * in float (and n would overflow past 44). n is carried scaled by 2^32 (as in SiLU) so tiny
- * results round once. Below -200 it is -0, as for SiLU. */
+/* x tanh(softplus(x)) = x n / (n + 2) with n = u (u + 2), u = e^x. In terms of v = e^-|x|:
+ * for x > 0 that is x (1 + 2v) / (1 + 2v + 2v^2); for x <= 0, v = u, carried scaled by 2^32 (as
+ * in SiLU) so tiny results round once. Below -200 it is -0, as for SiLU. */
 KN_VM_INLINE float kn_vm_mish(float x) {
-    float us = kn_vm_exp_scaled(x < 20.0f ? x : 20.0f, 32);
-    float u = us * 0x1p-32f;
-    float ns = us * (u + 2.0f);
+    float vs = kn_vm_exp_neg_2p32(-fabsf(x));
+    float v = vs * 0x1p-32f;
+    float ns = vs * (v + 2.0f);
+    float t = 1.0f + 2.0f * v;
+    int neg = x <= 0.0f;
+    float num = kn_vm_blend(neg, ns, t);
+    float den = kn_vm_blend(neg, ns * 0x1p-32f + 2.0f, t + 2.0f * v * v);
     float xc = x < -200.0f ? -200.0f : x;
-    float y = (xc * ns) / (ns * 0x1p-32f + 2.0f) * 0x1p-32f;
-    return x < 20.0f ? y : x;
+    float y = (xc * num) / den;
+    return neg ? y * 0x1p-32f : y;
 }
 
 /* min(max(a x + b, 0), 1), keeping NaN (fmin/fmax would drop it). */
