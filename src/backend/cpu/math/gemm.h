@@ -43,8 +43,10 @@ typedef struct kn_epilogue {
  * residual are indexed by full-output coordinates; c points at the block). */
 void kn_epilogue_apply(const kn_epilogue *ep, float *c, int64_t ldc, int64_t i0, int64_t j0,
                        int64_t m, int64_t n);
-/* Activation alone on a contiguous array. */
+/* Activation alone on a contiguous array, or on m rows of n at stride ld. */
 void kn_act_apply(int act, float alpha, float beta, float *x, int64_t n);
+void kn_act_apply_rows(int act, float alpha, float beta, float *x, int64_t ld, int64_t m,
+                       int64_t n);
 
 /* An operand packed once (e.g. constant weights). Immutable afterwards; shareable by threads. */
 typedef struct kn_gemm_packed kn_gemm_packed;

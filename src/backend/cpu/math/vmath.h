@@ -40,6 +40,18 @@ KN_VM_INLINE float kn_vm_blend(int c, float a, float b) {
     return kn_vm_from_bits((kn_vm_to_bits(a) & m) | (kn_vm_to_bits(b) & ~m));
 }
 
+/* e^r for |r| <= ln2/2: Cephes' degree-7 polynomial 1 + r + r^2 q(r), q by Estrin's scheme
+ * (pairs, then r^2 and r^4) so the dependency chain is half Horner's: the activation loops are
+ * bound by it, not by the number of operations. */
+KN_VM_INLINE float kn_vm_exp_poly(float r) {
+    float r2 = r * r, r4 = r2 * r2;
+    float a = 1.6666665459e-1f * r + 5.0000001201e-1f;
+    float b = 8.3334519073e-3f * r + 4.1665795894e-2f;
+    float c = 1.9875691500e-4f * r + 1.3981999507e-3f;
+    float q = a + r2 * b + r4 * c;
+    return r2 * q + r + 1.0f;
+}
+
 /* e^x. x = n ln2 + r with |r| <= ln2/2 (Cody-Waite, ln2 split so n * hi is exact), e^r by
  * Cephes' degree-7 polynomial, 2^n as two normal factors 2^(n/2) 2^(n - n/2) so results in the
  * denormal range round once and 2^128 overflows to Inf as it should. The clamp is written so
@@ -53,13 +65,7 @@ KN_VM_INLINE float kn_vm_exp_scaled(float x, int32_t k) {
     float n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     float r = c - n * 0.693359375f;
     r = r + n * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * (r * r) + r + 1.0f;
+    float p = kn_vm_exp_poly(r);
     int32_t ni = (int32_t)n + k, h = ni >> 1; /* GCC shifts signed ints arithmetically */
     float s1 = kn_vm_from_bits((uint32_t)(h + 127) << 23);
     float s2 = kn_vm_from_bits((uint32_t)(ni - h + 127) << 23);
@@ -80,13 +86,7 @@ KN_VM_INLINE float kn_vm_exp_neg_2p32(float t) {
     float n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     float r = c - n * 0.693359375f;
     r = r + n * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * (r * r) + r + 1.0f;
+    float p = kn_vm_exp_poly(r);
     return p * kn_vm_from_bits((uint32_t)((int32_t)n + 127 + 32) << 23);
 }
 

@@ -173,9 +173,10 @@ static void dw_plane(const dw_job *j, int64_t plane, float *buf, float *phases, 
         r.lo_clamp = ep->act == KN_ACT_RELU ? 0.0f : ep->alpha;
         r.hi_clamp = ep->act == KN_ACT_RELU ? INFINITY : ep->beta;
         kn_cpu_dw_row_avx512(&r);
-        if (ep->act != KN_ACT_NONE && !clamp)
-            kn_act_apply(ep->act, ep->alpha, ep->beta, r.y, c->ow);
     }
+    /* Once over the plane (in L1 still) rather than per row: the set-up is not per row. */
+    if (j->avx512 && ep->act != KN_ACT_NONE && !clamp)
+        kn_act_apply(ep->act, ep->alpha, ep->beta, j->y + plane * c->oh * c->ow, c->oh * c->ow);
 }
 
 static void dw_range(void *arg, int64_t begin, int64_t end) {
