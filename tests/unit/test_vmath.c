@@ -1,4 +1,4 @@
-/* Accuracy of the vectorized float math (backend/cpu/math/vmath.h) against double-precision
+/* Accuracy of the vectorized float math (include/kiln/kiln_math.h) against double-precision
  * libm over the whole float range: every 997th bit pattern (positive and negative, normals,
  * denormals, both zeros, both infinities, NaNs) plus the boundaries where each function
  * changes method. Checked three ways: the kernels that run in models (the activation
@@ -15,7 +15,7 @@
 
 #include "backend/cpu/math/elementwise_impl.h"
 #include "backend/cpu/math/gemm.h"
-#include "backend/cpu/math/vmath.h"
+#include "kiln/kiln_math.h"
 #include "core/alloc.h"
 
 #include <float.h>
@@ -109,18 +109,18 @@ static const struct {
 };
 
 #define VM_FUNCS(X)                                                                                \
-    X(F_EXP, kn_vm_exp(v))                                                                         \
-    X(F_LOG, kn_vm_log(v))                                                                         \
-    X(F_SIGMOID, kn_vm_sigmoid(v))                                                                 \
-    X(F_SILU, kn_vm_silu(v))                                                                       \
-    X(F_TANH, kn_vm_tanh(v))                                                                       \
-    X(F_ERF, kn_vm_erf(v))                                                                         \
-    X(F_GELU, kn_vm_gelu(v))                                                                       \
-    X(F_GELU_TANH, kn_vm_gelu_tanh(v))                                                             \
-    X(F_SOFTPLUS, kn_vm_softplus(v))                                                               \
-    X(F_MISH, kn_vm_mish(v))                                                                       \
-    X(F_HARD_SIGMOID, kn_vm_hard_sigmoid(v, 0.2f, 0.5f))                                           \
-    X(F_HARD_SWISH, kn_vm_hard_swish(v))
+    X(F_EXP, kiln_math_exp(v))                                                                     \
+    X(F_LOG, kiln_math_log(v))                                                                     \
+    X(F_SIGMOID, kiln_math_sigmoid(v))                                                             \
+    X(F_SILU, kiln_math_silu(v))                                                                   \
+    X(F_TANH, kiln_math_tanh(v))                                                                   \
+    X(F_ERF, kiln_math_erf(v))                                                                     \
+    X(F_GELU, kiln_math_gelu(v))                                                                   \
+    X(F_GELU_TANH, kiln_math_gelu_tanh(v))                                                         \
+    X(F_SOFTPLUS, kiln_math_softplus(v))                                                           \
+    X(F_MISH, kiln_math_mish(v))                                                                   \
+    X(F_HARD_SIGMOID, kiln_math_hard_sigmoid(v, 0.2f, 0.5f))                                       \
+    X(F_HARD_SWISH, kiln_math_hard_swish(v))
 
 #define VM_CASE(F, EXPR)                                                                           \
     case F:                                                                                        \

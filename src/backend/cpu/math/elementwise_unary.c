@@ -7,12 +7,12 @@
  * unchanged, only floating-point exception flags could differ, and kiln never reads them. */
 #pragma GCC optimize("no-trapping-math", "fp-contract=fast")
 
-#include "backend/cpu/math/vmath.h"
+#include "kiln/kiln_math.h"
 
 #include <string.h>
 #include <tgmath.h>
 
-/* Float32 transcendentals come from vmath.h (branch-free, so these loops vectorize); double
+/* Float32 transcendentals come from kiln_math.h (branch-free, so these loops vectorize); double
  * keeps libm. */
 static inline double ew_sigmoidd(double x) {
     return 1.0 / (1.0 + exp(-x));
@@ -35,15 +35,15 @@ static inline double ew_gelu_tanhd(double x) {
 }
 
 #define EW_F32_OR(f32, f64, x) _Generic((x), float : f32, default : f64)(x)
-#define EW_EXP(x) EW_F32_OR(kn_vm_exp, exp, x)
-#define EW_LOG(x) EW_F32_OR(kn_vm_log, log, x)
-#define EW_SIGMOID(x) EW_F32_OR(kn_vm_sigmoid, ew_sigmoidd, x)
-#define EW_TANH(x) EW_F32_OR(kn_vm_tanh, tanh, x)
-#define EW_ERF(x) EW_F32_OR(kn_vm_erf, erf, x)
-#define EW_SOFTPLUS(x) EW_F32_OR(kn_vm_softplus, ew_softplusd, x)
-#define EW_MISH(x) EW_F32_OR(kn_vm_mish, ew_mishd, x)
-#define EW_GELU(x) EW_F32_OR(kn_vm_gelu, ew_gelud, x)
-#define EW_GELU_TANH(x) EW_F32_OR(kn_vm_gelu_tanh, ew_gelu_tanhd, x)
+#define EW_EXP(x) EW_F32_OR(kiln_math_exp, exp, x)
+#define EW_LOG(x) EW_F32_OR(kiln_math_log, log, x)
+#define EW_SIGMOID(x) EW_F32_OR(kiln_math_sigmoid, ew_sigmoidd, x)
+#define EW_TANH(x) EW_F32_OR(kiln_math_tanh, tanh, x)
+#define EW_ERF(x) EW_F32_OR(kiln_math_erf, erf, x)
+#define EW_SOFTPLUS(x) EW_F32_OR(kiln_math_softplus, ew_softplusd, x)
+#define EW_MISH(x) EW_F32_OR(kiln_math_mish, ew_mishd, x)
+#define EW_GELU(x) EW_F32_OR(kiln_math_gelu, ew_gelud, x)
+#define EW_GELU_TANH(x) EW_F32_OR(kiln_math_gelu_tanh, ew_gelu_tanhd, x)
 
 /* Clamp to [0, 1] keeping NaN, as numpy.clip does (fmax/fmin would drop it). */
 #define EW_UNIT_CLAMP(v) ((v) < 0 ? (T)0 : (v) > 1 ? (T)1 : (v))

@@ -1,5 +1,5 @@
 /* GEMM epilogue and activations. Loops are cloned per ISA (target_clones) so they vectorize on
- * AVX2/AVX-512 machines while the build stays generic; the activations are vmath.h's
+ * AVX2/AVX-512 machines while the build stays generic; the activations are kiln_math.h's
  * branch-free functions, which vectorize only without trapping math (hence the pragma). */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("no-trapping-math", "fp-contract=fast")
@@ -7,7 +7,7 @@
 
 #include "backend/cpu/clones.h"
 #include "backend/cpu/math/gemm.h"
-#include "backend/cpu/math/vmath.h"
+#include "kiln/kiln_math.h"
 #include "ops/nn/conv_geom.h"
 
 #include <stdint.h>
@@ -33,23 +33,23 @@ KN_CLONES void kn_act_apply_rows(int act, float alpha, float beta, float *x, int
     case KN_ACT_CLIP:
         KN_ACT_LOOP((v < alpha ? alpha : v) > beta ? beta : (v < alpha ? alpha : v))
     case KN_ACT_SIGMOID:
-        KN_ACT_LOOP(kn_vm_sigmoid(v))
+        KN_ACT_LOOP(kiln_math_sigmoid(v))
     case KN_ACT_SWISH:
-        KN_ACT_LOOP(kn_vm_silu(v))
+        KN_ACT_LOOP(kiln_math_silu(v))
     case KN_ACT_LEAKY_RELU:
         KN_ACT_LOOP(v < 0.0f ? alpha * v : v)
     case KN_ACT_HARD_SIGMOID:
-        KN_ACT_LOOP(kn_vm_hard_sigmoid(v, alpha, beta))
+        KN_ACT_LOOP(kiln_math_hard_sigmoid(v, alpha, beta))
     case KN_ACT_HARD_SWISH:
-        KN_ACT_LOOP(kn_vm_hard_swish(v))
+        KN_ACT_LOOP(kiln_math_hard_swish(v))
     case KN_ACT_GELU:
-        KN_ACT_LOOP(kn_vm_gelu(v))
+        KN_ACT_LOOP(kiln_math_gelu(v))
     case KN_ACT_GELU_TANH:
-        KN_ACT_LOOP(kn_vm_gelu_tanh(v))
+        KN_ACT_LOOP(kiln_math_gelu_tanh(v))
     case KN_ACT_MISH:
-        KN_ACT_LOOP(kn_vm_mish(v))
+        KN_ACT_LOOP(kiln_math_mish(v))
     case KN_ACT_TANH:
-        KN_ACT_LOOP(kn_vm_tanh(v))
+        KN_ACT_LOOP(kiln_math_tanh(v))
     default:
         break;
     }

@@ -8,13 +8,13 @@
 #include <stdint.h>
 #include <string.h>
 
-/* The clamps in kn_vm_exp are selects; GCC if-converts (and so vectorizes) them only when
+/* The clamps in kiln_math_exp are selects; GCC if-converts (and so vectorizes) them only when
  * comparisons are not assumed to trap. No code here relies on floating-point traps. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("no-trapping-math")
 #endif
 
-#include "backend/cpu/math/vmath.h"
+#include "kiln/kiln_math.h"
 
 enum { SM_SOFTMAX, SM_LOGSOFTMAX, SM_HARDMAX };
 
@@ -39,7 +39,7 @@ static inline __attribute__((always_inline)) float row_max(const float *x, int64
 static inline __attribute__((always_inline)) float row_exp_sum(const float *x, float *y, int64_t n,
                                                                float shift) {
     for (int64_t i = 0; i < n; i++)
-        y[i] = kn_vm_exp(x[i] - shift);
+        y[i] = kiln_math_exp(x[i] - shift);
     float s[8] = {0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
@@ -182,7 +182,7 @@ KN_CLONES static void sm_tile(const sm_args *a, const float *x, float *y, int64_
         m[c] = isinf(m[c]) ? 0 : m[c];
     for (int64_t i = 0; i < n; i++)
         for (int64_t c = 0; c < w; c++) {
-            float e = kn_vm_exp(x[i * ld + c] - m[c]);
+            float e = kiln_math_exp(x[i * ld + c] - m[c]);
             y[i * ld + c] = e;
             s[c] += e;
         }

@@ -1,20 +1,20 @@
-/* Swish: x * sigmoid(alpha * x), with vmath.h's sigmoid so the loop vectorizes. */
+/* Swish: x * sigmoid(alpha * x), with kiln_math.h's sigmoid so the loop vectorizes. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("no-trapping-math", "fp-contract=fast")
 #endif
 
 #include "backend/cpu/clones.h"
 #include "backend/cpu/f32_stage.h"
-#include "backend/cpu/math/vmath.h"
+#include "kiln/kiln_math.h"
 
 KN_CLONES static void swish_loop(const float *x, float *y, int64_t n, float alpha) {
     if (alpha == 1.0f) {
         for (int64_t i = 0; i < n; i++)
-            y[i] = kn_vm_silu(x[i]);
+            y[i] = kiln_math_silu(x[i]);
         return;
     }
     for (int64_t i = 0; i < n; i++)
-        y[i] = x[i] * kn_vm_sigmoid(alpha * x[i]);
+        y[i] = x[i] * kiln_math_sigmoid(alpha * x[i]);
 }
 
 kiln_status kn_cpu_swish(kn_kernel_ctx *k) {

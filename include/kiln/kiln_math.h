@@ -1,33 +1,38 @@
-/* Float32 transcendental functions and activations for the CPU kernels: exp, log, sigmoid,
- * tanh, erf, GELU, SiLU/Swish, HardSigmoid/HardSwish, Mish, softplus. Each is branch-free
- * scalar code (selects, bit casts, no libm calls) so a loop over an array vectorizes under
- * KN_CLONES into AVX-512, AVX2 and SSE2 code from this one source; the epilogues, element-wise
- * kernels, the fused element-wise program and Softmax all inline these. The loops must be
- * compiled with -fno-trapping-math (GCC if-converts the selects only then) and, for FMA in the
- * polynomials, -ffp-contract=fast; files that use this header set both with a pragma.
+/* kiln_math.h: float32 transcendental functions and activations, header-only, shared by kiln's
+ * CPU kernels and by plugins (which otherwise see only kiln_plugin.h): exp, log, sigmoid, tanh,
+ * erf, GELU, SiLU/Swish, HardSigmoid/HardSwish, Mish, softplus. Each is branch-free scalar code
+ * (selects, bit casts, no libm calls) so that a loop over an array vectorizes: compiled with
+ * per-ISA clones (GCC target_clones), one source gives AVX-512, AVX2 and SSE2 loops. The loops
+ * must be compiled with -fno-trapping-math (GCC if-converts the selects only then) and, for FMA
+ * in the polynomials, -ffp-contract=fast; kiln's files set both with a pragma.
  *
  * Largest error against the correctly rounded result over all floats including NaN, +-Inf
- * and denormals (tests/unit/test_vmath.c measures it; the test's bounds are these rounded
- * up): exp 0.98 ulp, log 0.76, tanh 1.25, sigmoid 2.2, SiLU 2.7, softplus 2.5, Mish 3.9; erf
+ * and denormals (kiln's tests/unit/test_vmath.c measures it; the test's bounds are these rounded
+ * up): exp 1.0 ulp, log 0.76, tanh 1.5, sigmoid 2.2, SiLU 2.7, softplus 2.5, Mish 3.9; erf
  * 7.1e-7 absolute (12 ulp near +-1); GELU 1.9e-6 absolute (1 + erf cancels for x < 0), its tanh
- * form 4.3e-7; HardSigmoid 0.5 ulp + 3e-8, HardSwish 2.3e-7 absolute (x/6 + 1/2 cancels near
- * -3). NaN in gives NaN out; SiLU, Mish and GELU give their limit -0 at -Inf. */
-#ifndef KN_CPU_VMATH_H
-#define KN_CPU_VMATH_H
+ * form 5.2e-7; HardSigmoid 0.5 ulp + 3e-8, HardSwish 2.3e-7 absolute (x/6 + 1/2 cancels near
+ * -3). NaN in gives NaN out; SiLU, Mish and GELU give their limit -0 at -Inf. The helpers with
+ * a suffix (kiln_math_exp_neg_2p32, kiln_math_blend, ...) are building blocks of the others. */
+#ifndef KILN_MATH_H
+#define KILN_MATH_H
 
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
-#define KN_VM_INLINE static inline __attribute__((always_inline))
+#if defined(__GNUC__)
+#define KILN_MATH_INLINE static inline __attribute__((always_inline))
+#else
+#define KILN_MATH_INLINE static inline
+#endif
 
-KN_VM_INLINE float kn_vm_from_bits(uint32_t u) {
+KILN_MATH_INLINE float kiln_math_from_bits(uint32_t u) {
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
 }
 
-KN_VM_INLINE uint32_t kn_vm_to_bits(float f) {
+KILN_MATH_INLINE uint32_t kiln_math_to_bits(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return u;
@@ -35,15 +40,15 @@ KN_VM_INLINE uint32_t kn_vm_to_bits(float f) {
 
 /* c ? a : b on the bits, for a select GCC must not turn into a branch per arm: given
  * (c ? a : b) / d it divides both arms and selects after, two divisions instead of one. */
-KN_VM_INLINE float kn_vm_blend(int c, float a, float b) {
+KILN_MATH_INLINE float kiln_math_blend(int c, float a, float b) {
     uint32_t m = 0u - (uint32_t)(c != 0);
-    return kn_vm_from_bits((kn_vm_to_bits(a) & m) | (kn_vm_to_bits(b) & ~m));
+    return kiln_math_from_bits((kiln_math_to_bits(a) & m) | (kiln_math_to_bits(b) & ~m));
 }
 
 /* e^r for |r| <= ln2/2: Cephes' degree-7 polynomial 1 + r + r^2 q(r), q by Estrin's scheme
  * (pairs, then r^2 and r^4) so the dependency chain is half Horner's: the activation loops are
  * bound by it, not by the number of operations. */
-KN_VM_INLINE float kn_vm_exp_poly(float r) {
+KILN_MATH_INLINE float kiln_math_exp_poly(float r) {
     float r2 = r * r, r4 = r2 * r2;
     float a = 1.6666665459e-1f * r + 5.0000001201e-1f;
     float b = 8.3334519073e-3f * r + 4.1665795894e-2f;
@@ -56,48 +61,48 @@ KN_VM_INLINE float kn_vm_exp_poly(float r) {
  * Cephes' degree-7 polynomial, 2^n as two normal factors 2^(n/2) 2^(n - n/2) so results in the
  * denormal range round once and 2^128 overflows to Inf as it should. The clamp is written so
  * NaN takes a bound (converting NaN to int is undefined); NaN is given back at the end.
- * kn_vm_exp_scaled returns e^x 2^k (|k| <= 32) without rounding twice: callers whose result
+ * kiln_math_exp_scaled returns e^x 2^k (|k| <= 32) without rounding twice: callers whose result
  * is e^x times something keep tiny e^x out of the denormals that way. */
-KN_VM_INLINE float kn_vm_exp_scaled(float x, int32_t k) {
+KILN_MATH_INLINE float kiln_math_exp_scaled(float x, int32_t k) {
     float c = x > -126.0f ? x : -126.0f;
     c = c < 89.0f ? c : 89.0f;
     /* Adding 1.5 * 2^23 rounds to the nearest integer. */
     float n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     float r = c - n * 0.693359375f;
     r = r + n * 2.12194440e-4f;
-    float p = kn_vm_exp_poly(r);
+    float p = kiln_math_exp_poly(r);
     int32_t ni = (int32_t)n + k, h = ni >> 1; /* GCC shifts signed ints arithmetically */
-    float s1 = kn_vm_from_bits((uint32_t)(h + 127) << 23);
-    float s2 = kn_vm_from_bits((uint32_t)(ni - h + 127) << 23);
+    float s1 = kiln_math_from_bits((uint32_t)(h + 127) << 23);
+    float s2 = kiln_math_from_bits((uint32_t)(ni - h + 127) << 23);
     float y = p * s1 * s2;
     return x == x ? y : x;
 }
 
-KN_VM_INLINE float kn_vm_exp(float x) {
-    return kn_vm_exp_scaled(x, 0);
+KILN_MATH_INLINE float kiln_math_exp(float x) {
+    return kiln_math_exp_scaled(x, 0);
 }
 
 /* e^t 2^32 for t <= 0, the cheaper form for the activations, which all need only e^-|x|:
  * clamped at -109.5, 2^(n + 32) is a normal float, so one scale factor suffices; results
  * built from it below the clamp round to 0 anyway. Carrying 2^32 keeps tiny e^t out of the
  * denormals until the caller's last multiply. NaN takes the bound: callers handle it. */
-KN_VM_INLINE float kn_vm_exp_neg_2p32(float t) {
+KILN_MATH_INLINE float kiln_math_exp_neg_2p32(float t) {
     float c = t > -109.5f ? t : -109.5f;
     float n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     float r = c - n * 0.693359375f;
     r = r + n * 2.12194440e-4f;
-    float p = kn_vm_exp_poly(r);
-    return p * kn_vm_from_bits((uint32_t)((int32_t)n + 127 + 32) << 23);
+    float p = kiln_math_exp_poly(r);
+    return p * kiln_math_from_bits((uint32_t)((int32_t)n + 127 + 32) << 23);
 }
 
 /* Natural log. x = 2^e m with m in [sqrt(1/2), sqrt(2)), log(m) by Cephes' polynomial in
  * m - 1; denormals are scaled by 2^23 first. 0 gives -Inf, negatives NaN, +Inf itself. */
-KN_VM_INLINE float kn_vm_log(float x) {
+KILN_MATH_INLINE float kiln_math_log(float x) {
     int sub = x < 1.17549435e-38f;
     float xs = sub ? x * 8388608.0f : x;
-    uint32_t u = kn_vm_to_bits(xs);
+    uint32_t u = kiln_math_to_bits(xs);
     float e = (float)((int32_t)((u >> 23) & 0xffu) - 126) - (sub ? 23.0f : 0.0f);
-    float m = kn_vm_from_bits((u & 0x007fffffu) | 0x3f000000u); /* [0.5, 1) */
+    float m = kiln_math_from_bits((u & 0x007fffffu) | 0x3f000000u); /* [0.5, 1) */
     int lo = m < 0.707106781186547524f;
     e = lo ? e - 1.0f : e;
     m = lo ? m + m - 1.0f : m - 1.0f;
@@ -122,17 +127,17 @@ KN_VM_INLINE float kn_vm_log(float x) {
 }
 
 /* log(1 + t) for t >= 0 (Kahan: the rounding of 1 + t is divided back out). */
-KN_VM_INLINE float kn_vm_log1p_pos(float t) {
+KILN_MATH_INLINE float kiln_math_log1p_pos(float t) {
     float u = 1.0f + t;
     float d = u - 1.0f;
-    float y = kn_vm_log(u) * (t / (d == 0.0f ? 1.0f : d));
+    float y = kiln_math_log(u) * (t / (d == 0.0f ? 1.0f : d));
     return d == 0.0f ? t : y;
 }
 
 /* 1 / (1 + e^-x) with e = e^-|x| in (0, 1], never overflowing: 1 / (1 + e) for x >= 0,
  * e / (1 + e) below, so tiny results stay accurate down to the denormals. */
-KN_VM_INLINE float kn_vm_sigmoid(float x) {
-    float e = kn_vm_exp_neg_2p32(-fabsf(x)) * 0x1p-32f;
+KILN_MATH_INLINE float kiln_math_sigmoid(float x) {
+    float e = kiln_math_exp_neg_2p32(-fabsf(x)) * 0x1p-32f;
     float y = (x < 0.0f ? e : 1.0f) / (1.0f + e);
     return x == x ? y : x;
 }
@@ -140,17 +145,17 @@ KN_VM_INLINE float kn_vm_sigmoid(float x) {
 /* x * sigmoid(x): x / (1 + e) for x >= 0, x e / (1 + e) below with e still scaled by 2^32, so
  * results in the denormals round once. Below -200 the result is -0 (the limit, also at -Inf,
  * where the product would be NaN). */
-KN_VM_INLINE float kn_vm_silu(float x) {
-    float es = kn_vm_exp_neg_2p32(-fabsf(x));
+KILN_MATH_INLINE float kiln_math_silu(float x) {
+    float es = kiln_math_exp_neg_2p32(-fabsf(x));
     float e = es * 0x1p-32f;
     float xc = x < -200.0f ? -200.0f : x;
-    float y = kn_vm_blend(x < 0.0f, xc * es, x) / (1.0f + e);
+    float y = kiln_math_blend(x < 0.0f, xc * es, x) / (1.0f + e);
     return x < 0.0f ? y * 0x1p-32f : y;
 }
 
 /* tanh: an odd polynomial below 0.625 (Cephes), (1 - e) / (1 + e) with e = e^-2|x| above, sign
  * restored. NaN takes the polynomial. */
-KN_VM_INLINE float kn_vm_tanh(float x) {
+KILN_MATH_INLINE float kiln_math_tanh(float x) {
     float ax = fabsf(x);
     float z = x * x;
     float p = -5.70498872745e-3f;
@@ -159,7 +164,7 @@ KN_VM_INLINE float kn_vm_tanh(float x) {
     p = p * z + 1.33314422036e-1f;
     p = p * z - 3.33332819422e-1f;
     float small = p * z * x + x;
-    float e = kn_vm_exp_neg_2p32(-2.0f * ax) * 0x1p-32f;
+    float e = kiln_math_exp_neg_2p32(-2.0f * ax) * 0x1p-32f;
     float big = copysignf((1.0f - e) / (1.0f + e), x);
     return ax >= 0.625f ? big : small;
 }
@@ -167,7 +172,7 @@ KN_VM_INLINE float kn_vm_tanh(float x) {
 /* erf as x * P(x^2) / Q(x^2), a rational fit on [0, 3.92] (5e-7 relative in exact
  * arithmetic, under 1e-6 in float); beyond 3.92 erf rounds to +-1 in float, given exactly so
  * that 1 + erf is 0 there. NaN passes through the selects. */
-KN_VM_INLINE float kn_vm_erf(float x) {
+KILN_MATH_INLINE float kiln_math_erf(float x) {
     float c = x < -3.92f ? -3.92f : x;
     c = c > 3.92f ? 3.92f : c;
     float t = c * c;
@@ -190,50 +195,50 @@ KN_VM_INLINE float kn_vm_erf(float x) {
 
 /* GELU, exact form: x/2 (1 + erf(x / sqrt 2)). Below -200 it is -0, the limit (at -Inf the
  * product would be NaN). */
-KN_VM_INLINE float kn_vm_gelu(float x) {
+KILN_MATH_INLINE float kiln_math_gelu(float x) {
     float xc = x < -200.0f ? -200.0f : x;
-    return 0.5f * xc * (1.0f + kn_vm_erf(x * 0.70710678118654752f));
+    return 0.5f * xc * (1.0f + kiln_math_erf(x * 0.70710678118654752f));
 }
 
 /* GELU, tanh approximation: x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), -0 below -200. */
-KN_VM_INLINE float kn_vm_gelu_tanh(float x) {
+KILN_MATH_INLINE float kiln_math_gelu_tanh(float x) {
     float xc = x < -200.0f ? -200.0f : x;
     float u = 0.79788456080286536f * (xc + 0.044715f * xc * xc * xc);
-    return 0.5f * xc * (1.0f + kn_vm_tanh(u));
+    return 0.5f * xc * (1.0f + kiln_math_tanh(u));
 }
 
 /* log(1 + e^x) = max(x, 0) + log1p(e^-|x|), which never overflows. */
-KN_VM_INLINE float kn_vm_softplus(float x) {
+KILN_MATH_INLINE float kiln_math_softplus(float x) {
     float m = x > 0.0f ? x : 0.0f;
-    return m + kn_vm_log1p_pos(kn_vm_exp(-fabsf(x)));
+    return m + kiln_math_log1p_pos(kiln_math_exp(-fabsf(x)));
 }
 
 /* x tanh(softplus(x)) = x n / (n + 2) with n = u (u + 2), u = e^x. In terms of v = e^-|x|:
  * for x > 0 that is x (1 + 2v) / (1 + 2v + 2v^2); for x <= 0, v = u, carried scaled by 2^32 (as
  * in SiLU) so tiny results round once. Below -200 it is -0, as for SiLU. */
-KN_VM_INLINE float kn_vm_mish(float x) {
-    float vs = kn_vm_exp_neg_2p32(-fabsf(x));
+KILN_MATH_INLINE float kiln_math_mish(float x) {
+    float vs = kiln_math_exp_neg_2p32(-fabsf(x));
     float v = vs * 0x1p-32f;
     float ns = vs * (v + 2.0f);
     float t = 1.0f + 2.0f * v;
     int neg = x <= 0.0f;
-    float num = kn_vm_blend(neg, ns, t);
-    float den = kn_vm_blend(neg, ns * 0x1p-32f + 2.0f, t + 2.0f * v * v);
+    float num = kiln_math_blend(neg, ns, t);
+    float den = kiln_math_blend(neg, ns * 0x1p-32f + 2.0f, t + 2.0f * v * v);
     float xc = x < -200.0f ? -200.0f : x;
     float y = (xc * num) / den;
     return neg ? y * 0x1p-32f : y;
 }
 
 /* min(max(a x + b, 0), 1), keeping NaN (fmin/fmax would drop it). */
-KN_VM_INLINE float kn_vm_hard_sigmoid(float x, float a, float b) {
+KILN_MATH_INLINE float kiln_math_hard_sigmoid(float x, float a, float b) {
     float v = a * x + b;
     v = v < 0.0f ? 0.0f : v;
     return v > 1.0f ? 1.0f : v;
 }
 
 /* x * HardSigmoid(x) with ONNX's a = 1/6, b = 1/2. */
-KN_VM_INLINE float kn_vm_hard_swish(float x) {
-    return x * kn_vm_hard_sigmoid(x, 1.0f / 6.0f, 0.5f);
+KILN_MATH_INLINE float kiln_math_hard_swish(float x) {
+    return x * kiln_math_hard_sigmoid(x, 1.0f / 6.0f, 0.5f);
 }
 
 #endif
