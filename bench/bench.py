@@ -41,8 +41,13 @@ DOC = os.path.join(REPO, "docs", "benchmarks.md")
 FULL_MODELS = {
     "resnet50": "ResNet-50 (torchvision, 1×3×224×224)",
     "mobilenetv2": "MobileNetV2 (torchvision, 1×3×224×224)",
+    "efficientnet_b0": "EfficientNet-B0 (torchvision, 1×3×224×224)",
+    "yolov8n_320": "YOLOv8n-style detector at 320 (C2f, SPPF, DFL head, 1×3×320×320)",
+    "yolov8n_640": "YOLOv8n-style detector at 640 (C2f, SPPF, DFL head, 1×3×640×640)",
     "transformer": "Transformer encoder (4 layers, d=256, 4 heads, ff=1024, 1×128 tokens)",
 }
+# The models bench/export_torch.py knows; the others are always built with onnx.helper.
+TORCH_EXPORTS = {"resnet50", "mobilenetv2", "efficientnet_b0", "transformer"}
 QUICK_MODELS = ["resnet_mini", "mobilenetv2_mini", "transformer_encoder"]
 
 
@@ -77,16 +82,16 @@ def ensure_full_model(name, source):
     path = os.path.join(CACHE, f"{name}.onnx")
     if os.path.exists(path):
         return path, describe_source(path)
-    py = torch_python() if source in ("auto", "torch") else None
+    py = torch_python() if source in ("auto", "torch") and name in TORCH_EXPORTS else None
     if py:
         log(f"exporting {name} from torchvision with {py}")
         subprocess.run([py, os.path.join(HERE, "export_torch.py"), CACHE, name], check=True)
         with open(path + ".source", "w") as f:
             f.write("torch")
-    elif source == "torch":
+    elif source == "torch" and name in TORCH_EXPORTS:
         sys.exit("no Python with torch and torchvision found (--source torch)")
     else:
-        log(f"building {name} with onnx.helper (no torch found)")
+        log(f"building {name} with onnx.helper")
         sys.path.insert(0, HERE)
         import onnx_models
 

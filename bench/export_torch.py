@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Export the benchmark models from PyTorch with random (seeded) weights.
 
-    python3 bench/export_torch.py OUT_DIR [resnet50 mobilenetv2 transformer]
+    python3 bench/export_torch.py OUT_DIR [resnet50 mobilenetv2 efficientnet_b0 transformer]
 
 Run by bench.py with whichever interpreter has torch; writes OUT_DIR/<name>.onnx. Batch-norm
 statistics are estimated on random data first so activations stay finite through 50 layers.
@@ -49,6 +49,9 @@ def export(name, out_dir):
         model, shape, opset = torchvision.models.resnet50(num_classes=1000), (1, 3, 224, 224), 13
     elif name == "mobilenetv2":
         model, shape, opset = torchvision.models.mobilenet_v2(num_classes=1000), (1, 3, 224, 224), 13
+    elif name == "efficientnet_b0":
+        model = torchvision.models.efficientnet_b0(num_classes=1000)
+        shape, opset = (1, 3, 224, 224), 13
     elif name == "transformer":
         model, shape, opset = Encoder(), (1, 128, 256), 17
     else:
@@ -70,7 +73,7 @@ def export(name, out_dir):
 def main():
     out_dir = sys.argv[1]
     os.makedirs(out_dir, exist_ok=True)
-    for name in sys.argv[2:] or ["resnet50", "mobilenetv2", "transformer"]:
+    for name in sys.argv[2:] or ["resnet50", "mobilenetv2", "efficientnet_b0", "transformer"]:
         export(name, out_dir)
 
 

@@ -27,6 +27,7 @@ set(KILN_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/kiln)
 set(KILN_PLUGIN_DIR ${CMAKE_INSTALL_LIBDIR}/kiln/plugins)
 
 install(FILES ${CMAKE_SOURCE_DIR}/include/kiln/kiln.h ${CMAKE_SOURCE_DIR}/include/kiln/kiln_plugin.h
+              ${CMAKE_SOURCE_DIR}/include/kiln/kiln_math.h
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kiln)
 install(TARGETS kiln_shared kiln_static kiln_headers EXPORT kilnTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}

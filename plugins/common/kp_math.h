@@ -1,8 +1,10 @@
-/* Small math helpers shared by the example plugins. Plugins see only kiln_plugin.h, so they
- * carry their own half-precision conversion and exponential; both are written to vectorize
- * (no calls, no branches in the float path). */
+/* Small math helpers shared by the example plugins: the half-precision conversions (written to
+ * vectorize: no calls, no branches in the float path). The activations come from kiln's
+ * header-only kiln/kiln_math.h, the same code kiln's own kernels run. */
 #ifndef KP_MATH_H
 #define KP_MATH_H
+
+#include "kiln/kiln_math.h"
 
 #include <stdint.h>
 #include <string.h>
@@ -25,53 +27,6 @@ static inline uint32_t kp_float_to_bits(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return u;
-}
-
-/* exp(x) for x in [-87, 88] (clamped outside): x = n ln2 + r with |r| <= ln2/2, e^r by its
- * Taylor series to degree 7 (truncation below 6e-9 relative), 2^n by building the exponent.
- * Rounding to n uses the 1.5 * 2^23 trick so the loop needs no SSE4.1 rounding. */
-static inline float kp_exp(float x) {
-    const float lo = -87.0f, hi = 88.0f;
-    const float log2e = 1.44269504f, ln2_hi = 0.693145752f, ln2_lo = 1.42860677e-6f;
-    const float magic = 12582912.0f; /* 1.5 * 2^23 */
-    x = x < lo ? lo : x;
-    x = x > hi ? hi : x;
-    float t = x * log2e + magic;
-    float n = t - magic;
-    float r = x - n * ln2_hi - n * ln2_lo;
-    float p = 1.0f / 5040.0f;
-    p = p * r + 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    int32_t e = (int32_t)n + 127;
-    return p * kp_bits_to_float((uint32_t)e << 23);
-}
-
-/* 1 / d for d in [1, 2] without a division (a vector divide costs as much as the whole
- * exponential): the linear start 24/17 - 8/17 d is within 1/17, and three Newton steps
- * r = r (2 - d r) square the error each time, to float rounding. */
-static inline float kp_recip_1_2(float d) {
-    float r = 24.0f / 17.0f - (8.0f / 17.0f) * d;
-    r = r * (2.0f - d * r);
-    r = r * (2.0f - d * r);
-    return r * (2.0f - d * r);
-}
-
-/* sigmoid(x) with e = e^-|x| in (0, 1]: 1 / (1 + e) for x >= 0, e / (1 + e) below, so the
- * reciprocal always sees [1, 2]. NaN propagates. */
-static inline float kp_sigmoid(float x) {
-    float a = x < 0.0f ? -x : x;
-    float e = kp_exp(-a);
-    float r = kp_recip_1_2(1.0f + e);
-    return x < 0.0f ? e * r : r;
-}
-
-static inline float kp_swish(float x) {
-    return x * kp_sigmoid(x);
 }
 
 /* IEEE half -> float, exact (subnormals, infinities and NaNs included). */

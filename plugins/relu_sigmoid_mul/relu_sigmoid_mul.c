@@ -47,7 +47,7 @@ static int32_t rsm_supports_format(void *self, int32_t pos, const kiln_tensor_de
 KP_CLONES static void rsm_f32(const float *x, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         float t = x[i] <= 0.0f ? 0.0f : x[i]; /* false for NaN, so NaN stays NaN */
-        y[i] = t * kp_recip_1_2(1.0f + kp_exp(-t));
+        y[i] = t * kiln_math_sigmoid(t);
     }
 }
 

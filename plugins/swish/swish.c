@@ -274,7 +274,7 @@ typedef struct swish_task {
 
 KP_CLONES static void swish_row_f32(const float *x, float b, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++)
-        y[i] = kp_swish(x[i]) + b;
+        y[i] = kiln_math_silu(x[i]) + b;
 }
 
 static void swish_row_f16(const uint16_t *x, float b, uint16_t *y, int64_t n) {

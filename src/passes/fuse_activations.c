@@ -1,9 +1,9 @@
 /* Fold what follows a Conv / Gemm / MatMul into its epilogue (conventions in passes.h):
  * first a residual Add whose other operand has the output's shape, then one activation (Relu,
- * Clip with constant bounds, Sigmoid, LeakyRelu, or x * Sigmoid(x) as Swish). A step is taken
- * only when the intermediate value has that single consumer and is not a graph output. When
- * both operands of an Add are such products, the later one takes the Add so that the graph
- * stays in order. */
+ * Clip with constant bounds, Sigmoid, LeakyRelu, HardSigmoid, HardSwish, Gelu, Mish, Tanh, or
+ * x * Sigmoid(x) as Swish). A step is taken only when the intermediate value has that single
+ * consumer and is not a graph output. When both operands of an Add are such products, the later
+ * one takes the Add so that the graph stays in order. */
 #include "passes/passes.h"
 
 #include "core/alloc.h"
@@ -188,6 +188,21 @@ static bool activation_of(const kn_graph *g, const kn_node *c, int y, const char
     } else if (is_op(c, "LeakyRelu") && c->n_in == 1) {
         *name = "LeakyRelu";
         *alpha = kn_attr_float(c, "alpha", 0.01f);
+    } else if (is_op(c, "HardSigmoid") && c->n_in == 1) {
+        *name = "HardSigmoid";
+        *alpha = kn_attr_float(c, "alpha", 0.2f);
+        *beta = kn_attr_float(c, "beta", 0.5f);
+    } else if (is_op(c, "HardSwish") && c->n_in == 1) {
+        *name = "HardSwish";
+    } else if (is_op(c, "Mish") && c->n_in == 1) {
+        *name = "Mish";
+    } else if (is_op(c, "Tanh") && c->n_in == 1) {
+        *name = "Tanh";
+    } else if (is_op(c, "Gelu") && c->n_in == 1) {
+        const char *approx = kn_attr_string(c, "approximate", "none");
+        if (strcmp(approx, "none") != 0 && strcmp(approx, "tanh") != 0)
+            return false;
+        *name = approx[0] == 't' ? "GeluTanh" : "Gelu";
     } else if (is_op(c, "Clip")) {
         *name = "Clip";
         *alpha = -FLT_MAX;

@@ -114,6 +114,18 @@ int kc_activation(const kn_node *n, float *alpha, float *beta) {
         return KC_ACT_SWISH;
     if (strcmp(act, "LeakyRelu") == 0)
         return KC_ACT_LEAKY;
+    if (strcmp(act, "HardSigmoid") == 0)
+        return KC_ACT_HARD_SIGMOID;
+    if (strcmp(act, "HardSwish") == 0)
+        return KC_ACT_HARD_SWISH;
+    if (strcmp(act, "Gelu") == 0)
+        return KC_ACT_GELU;
+    if (strcmp(act, "GeluTanh") == 0)
+        return KC_ACT_GELU_TANH;
+    if (strcmp(act, "Mish") == 0)
+        return KC_ACT_MISH;
+    if (strcmp(act, "Tanh") == 0)
+        return KC_ACT_TANH;
     return -1;
 }
 

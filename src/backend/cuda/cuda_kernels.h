@@ -89,7 +89,20 @@ int kc_pool2d_f32(void *s, const kc_pool2d *p, const float *x, float *y);
 
 /* Epilogue over an NCHW-like [n, c, inner] tensor or a [rows, c] matrix:
  * y = act(y + bias[c] + residual), act per KC_ACT_*. bias, residual may be NULL. */
-enum { KC_ACT_NONE = 0, KC_ACT_RELU, KC_ACT_CLIP, KC_ACT_SIGMOID, KC_ACT_SWISH, KC_ACT_LEAKY };
+enum {
+    KC_ACT_NONE = 0,
+    KC_ACT_RELU,
+    KC_ACT_CLIP,
+    KC_ACT_SIGMOID,
+    KC_ACT_SWISH,
+    KC_ACT_LEAKY,
+    KC_ACT_HARD_SIGMOID,
+    KC_ACT_HARD_SWISH,
+    KC_ACT_GELU,
+    KC_ACT_GELU_TANH,
+    KC_ACT_MISH,
+    KC_ACT_TANH
+};
 int kc_epilogue_f32(void *s, float *y, const float *bias, const float *residual, int64_t outer,
                     int64_t c, int64_t inner, int act, float alpha, float beta);
 

@@ -176,7 +176,10 @@ void kn_conv_geom_out_shape(const kn_conv_geom *g, kn_shape *out) {
 
 kiln_status kn_fused_attrs(const kn_node *node, int *act, float *alpha, float *beta,
                            bool *residual) {
-    static const char *const names[] = {"", "Relu", "Clip", "Sigmoid", "Swish", "LeakyRelu"};
+    /* In kn_act order (backend/cpu/math/gemm.h). */
+    static const char *const names[] = {"",      "Relu",      "Clip",        "Sigmoid",
+                                        "Swish", "LeakyRelu", "HardSigmoid", "HardSwish",
+                                        "Gelu",  "GeluTanh",  "Mish",        "Tanh"};
     if (strcmp(node->domain, KN_DOMAIN) != 0) { /* an ONNX op: nothing fused */
         *act = 0;
         *alpha = *beta = 0.0f;

@@ -5,7 +5,7 @@
  *   masked gather from the first valid element), so no address outside the input is formed;
  * - the flat-plane kernel over padded (or phase-split) planes, for small planes;
  * - the 3x3 row kernel with the weights in registers and valignd taps (dw3_plane);
- * - the 3x3 channel-block kernel, one channel per lane after 16x16 transposes (dw3_c16);
+ * - the 3x3/5x5/7x7 channel-block kernel, one channel per lane after 16x16 transposes (dw_c16);
  * - the padding and phase-splitting passes that feed them. */
 #include "backend/cpu/nn/conv.h"
 
@@ -389,15 +389,17 @@ AVX512 static inline void transpose16(__m512 r[16]) {
     }
 }
 
-/* 3x3 depthwise over a block of 16 channels, one channel per lane (small planes, where per-plane
- * set-up dominates): input rows are transposed 16 x 16 into `t`, one vector per padded
- * position, so every output is nine aligned FMAs; each output row is transposed back before
- * the epilogue and the stores. */
-AVX512 static void dw3_c16(const kn_dw3c *f, int64_t c0) {
+/* K x K depthwise (K = 3, 5, 7) over a block of 16 channels, one channel per lane (small
+ * planes, where per-plane set-up dominates): input rows are transposed 16 x 16 into `t`, one
+ * vector per padded position, so every output is K*K aligned FMAs whatever K is; each output
+ * row is transposed back before the epilogue and the stores. K is a constant in each
+ * instantiation so the tap loops unroll. */
+AVX512 static inline __attribute__((always_inline)) void dw_c16(const kn_dwc16 *f, int64_t c0,
+                                                                const int K) {
     int64_t n = f->channels - c0 < 16 ? f->channels - c0 : 16;
     int s = f->stride;
     int64_t hw = f->h * f->w, os = f->oh * f->ow;
-    int64_t hp = (f->oh - 1) * s + 3, wp = (f->ow - 1) * s + 3;
+    int64_t hp = (f->oh - 1) * s + K, wp = (f->ow - 1) * s + K;
     const float *x = f->x + c0 * hw;
     float *t = f->buf;
     /* Zero only the padding when the buffer is large (up to most of 1 MB); small ones are
@@ -434,14 +436,17 @@ AVX512 static void dw3_c16(const kn_dw3c *f, int64_t c0) {
             }
         }
     }
-    __m512 wv[9];
-    {
+    /* The taps, 16 at a time from each channel's K*K weights, transposed to one vector a tap. */
+    __m512 wv[K * K];
+    for (int b = 0; b < K * K; b += 16) {
         __m512 v[16];
+        __mmask16 tm = lanes(K * K - b);
         for (int l = 0; l < 16; l++)
-            v[l] = l < n ? _mm512_maskz_loadu_ps(0x1FF, f->wt + (c0 + l) * 9) : _mm512_setzero_ps();
+            v[l] = l < n ? _mm512_maskz_loadu_ps(tm, f->wt + (c0 + l) * K * K + b)
+                         : _mm512_setzero_ps();
         transpose16(v);
-        for (int k = 0; k < 9; k++)
-            wv[k] = v[k];
+        for (int k = 0; k < 16 && b + k < K * K; k++)
+            wv[b + k] = v[k];
     }
     __mmask16 m = (__mmask16)((1u << n) - 1);
     __m512 vb = f->bias != NULL ? _mm512_maskz_loadu_ps(m, f->bias + c0) : _mm512_setzero_ps();
@@ -452,13 +457,13 @@ AVX512 static void dw3_c16(const kn_dw3c *f, int64_t c0) {
             for (int64_t ow = ow0; ow < ow0 + 16; ow += 4) {
                 __m512 acc[4] = {vb, vb, vb, vb};
                 if (ow < f->ow)
-                    for (int ky = 0; ky < 3; ky++) {
+                    for (int ky = 0; ky < K; ky++) {
                         const float *row = t + ((oh * s + ky) * wp + ow * s) * 16;
-                        for (int kx = 0; kx < 3; kx++)
+                        for (int kx = 0; kx < K; kx++)
                             for (int q = 0; q < 4; q++)
                                 if (ow + q < f->ow)
                                     acc[q] = _mm512_fmadd_ps(
-                                        wv[ky * 3 + kx], _mm512_load_ps(row + (q * s + kx) * 16),
+                                        wv[ky * K + kx], _mm512_load_ps(row + (q * s + kx) * 16),
                                         acc[q]);
                     }
                 for (int q = 0; q < 4; q++)
@@ -478,8 +483,25 @@ AVX512 static void dw3_c16(const kn_dw3c *f, int64_t c0) {
         }
 }
 
-void kn_cpu_dw3_c16_avx512(const kn_dw3c *f, int64_t c0) {
-    dw3_c16(f, c0);
+AVX512 static void dw_c16_k3(const kn_dwc16 *f, int64_t c0) {
+    dw_c16(f, c0, 3);
+}
+
+AVX512 static void dw_c16_k5(const kn_dwc16 *f, int64_t c0) {
+    dw_c16(f, c0, 5);
+}
+
+AVX512 static void dw_c16_k7(const kn_dwc16 *f, int64_t c0) {
+    dw_c16(f, c0, 7);
+}
+
+void kn_cpu_dw_c16_avx512(const kn_dwc16 *f, int64_t c0) {
+    if (f->k == 3)
+        dw_c16_k3(f, c0);
+    else if (f->k == 5)
+        dw_c16_k5(f, c0);
+    else
+        dw_c16_k7(f, c0);
 }
 
 AVX512 static void split_phases(const float *x, int64_t hq, int64_t wq, float *out) {
@@ -593,7 +615,7 @@ void kn_cpu_dw3_plane_avx512(const kn_dw_flat *f, int stride) {
     (void)stride;
 }
 
-void kn_cpu_dw3_c16_avx512(const kn_dw3c *f, int64_t c0) {
+void kn_cpu_dw_c16_avx512(const kn_dwc16 *f, int64_t c0) {
     (void)f;
     (void)c0;
 }

@@ -7,95 +7,43 @@
  * unchanged, only floating-point exception flags could differ, and kiln never reads them. */
 #pragma GCC optimize("no-trapping-math", "fp-contract=fast")
 
+#include "kiln/kiln_math.h"
+
 #include <string.h>
 #include <tgmath.h>
 
-/* exp for float32 sigmoid without a libm call, so the loop vectorises: Cody-Waite reduction by
- * ln 2 and a degree-6 polynomial (Cephes' coefficients), about 2 ulp. The input is clamped to
- * [-87, 88], which keeps 2^n a normal float; sigmoid saturates long before either end. */
-static inline float ew_expf_clamped(float x) {
-    x = x < -87.0f ? -87.0f : x;
-    x = x > 88.0f ? 88.0f : x;
-    /* Adding 1.5 * 2^23 rounds to an integer that then sits in t's low mantissa bits. */
-    float t = x * 1.44269504088896341f + 12582912.0f;
-    float n = t - 12582912.0f;
-    float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    float y = p * r * r + r + 1.0f;
-    uint32_t tb, sb;
-    float scale;
-    memcpy(&tb, &t, sizeof tb);
-    sb = (tb - 0x4B400000u + 127u) << 23;
-    memcpy(&scale, &sb, sizeof scale);
-    return y * scale;
-}
-
-static inline float ew_sigmoidf(float x) {
-    return 1.0f / (1.0f + ew_expf_clamped(-x));
-}
-
+/* Float32 transcendentals come from kiln_math.h (branch-free, so these loops vectorize); double
+ * keeps libm. */
 static inline double ew_sigmoidd(double x) {
     return 1.0 / (1.0 + exp(-x));
 }
 
-#define EW_SIGMOID(x) _Generic((x), float : ew_sigmoidf, default : ew_sigmoidd)(x)
-
-/* tanh for float32 in the same style: an odd polynomial below 0.625 (Cephes' coefficients),
- * 1 - 2 / (exp(2|x|) + 1) above, both computed and one selected so the loop vectorises. */
-static inline float ew_tanhf(float x) {
-    float ax = x < 0 ? -x : x;
-    float z = x * x;
-    float p = -5.70498872745e-3f;
-    p = p * z + 2.06390887954e-2f;
-    p = p * z - 5.37397155531e-2f;
-    p = p * z + 1.33314422036e-1f;
-    p = p * z - 3.33332819422e-1f;
-    float small = p * z * x + x;
-    float big = 1.0f - 2.0f / (ew_expf_clamped(2.0f * ax) + 1.0f);
-    big = x < 0 ? -big : big;
-    return ax < 0.625f ? small : big;
+static inline double ew_softplusd(double x) {
+    return x > 0 ? x + log1p(exp(-x)) : log1p(exp(x));
 }
 
-static inline double ew_tanhd(double x) {
-    return tanh(x);
+static inline double ew_mishd(double x) {
+    return x * tanh(ew_softplusd(x));
 }
 
-#define EW_TANH(x) _Generic((x), float : ew_tanhf, default : ew_tanhd)(x)
-
-/* erf for float32 as x * P(x^2) / Q(x^2), a rational fit of our own on [0, 3.92] (relative
- * error 5e-7 in exact arithmetic, under 1e-6 and 13 ulp in float), branch-free so the loop
- * vectorises where libm's erff would be called per element. Beyond 3.92 erf rounds to +-1 in
- * float; clamping x there and the result to [-1, 1] gives that. NaN passes through the
- * selects unchanged. */
-static inline float ew_erff(float x) {
-    float c = x < -3.92f ? -3.92f : x;
-    c = c > 3.92f ? 3.92f : c;
-    float t = c * c;
-    float p = -1.5547618659e-6f;
-    p = p * t + 2.7542121825e-4f;
-    p = p * t + 1.0943743400e-2f;
-    p = p * t + 7.4808083475e-2f;
-    p = p * t + 3.8120451570e-1f;
-    p = p * t + 1.1283797026f;
-    float q = 2.5729907211e-3f;
-    q = q * t + 2.9658434913e-2f;
-    q = q * t + 1.9005098939e-1f;
-    q = q * t + 6.7116487026e-1f;
-    q = q * t + 1.0f;
-    float y = c * p / q;
-    y = y > 1.0f ? 1.0f : y;
-    return y < -1.0f ? -1.0f : y;
+static inline double ew_gelud(double x) {
+    return 0.5 * x * (1.0 + erf(x * 0.70710678118654752440));
 }
 
-#define EW_ERF(x) _Generic((x), float : ew_erff, default : erf)(x)
+static inline double ew_gelu_tanhd(double x) {
+    return 0.5 * x * (1.0 + tanh(0.79788456080286535588 * (x + 0.044715 * x * x * x)));
+}
 
-/* log(1 + exp(x)) without overflow for large x. */
-#define EW_SOFTPLUS(x) ((x) > 0 ? (x) + log1p(exp(-(x))) : log1p(exp(x)))
+#define EW_F32_OR(f32, f64, x) _Generic((x), float : f32, default : f64)(x)
+#define EW_EXP(x) EW_F32_OR(kiln_math_exp, exp, x)
+#define EW_LOG(x) EW_F32_OR(kiln_math_log, log, x)
+#define EW_SIGMOID(x) EW_F32_OR(kiln_math_sigmoid, ew_sigmoidd, x)
+#define EW_TANH(x) EW_F32_OR(kiln_math_tanh, tanh, x)
+#define EW_ERF(x) EW_F32_OR(kiln_math_erf, erf, x)
+#define EW_SOFTPLUS(x) EW_F32_OR(kiln_math_softplus, ew_softplusd, x)
+#define EW_MISH(x) EW_F32_OR(kiln_math_mish, ew_mishd, x)
+#define EW_GELU(x) EW_F32_OR(kiln_math_gelu, ew_gelud, x)
+#define EW_GELU_TANH(x) EW_F32_OR(kiln_math_gelu_tanh, ew_gelu_tanhd, x)
 
 /* Clamp to [0, 1] keeping NaN, as numpy.clip does (fmax/fmin would drop it). */
 #define EW_UNIT_CLAMP(v) ((v) < 0 ? (T)0 : (v) > 1 ? (T)1 : (v))
@@ -108,8 +56,8 @@ static inline float ew_erff(float x) {
     X(KN_EW_CEIL, ceil, ceil(x))                                                                   \
     X(KN_EW_ROUND, round, nearbyint(x))                                                            \
     X(KN_EW_SQRT, sqrt, sqrt(x))                                                                   \
-    X(KN_EW_EXP, exp, exp(x))                                                                      \
-    X(KN_EW_LOG, log, log(x))                                                                      \
+    X(KN_EW_EXP, exp, EW_EXP(x))                                                                   \
+    X(KN_EW_LOG, log, EW_LOG(x))                                                                   \
     X(KN_EW_SIN, sin, sin(x))                                                                      \
     X(KN_EW_COS, cos, cos(x))                                                                      \
     X(KN_EW_TAN, tan, tan(x))                                                                      \
@@ -135,10 +83,9 @@ static inline float ew_erff(float x) {
     X(KN_EW_SOFTPLUS, softplus, EW_SOFTPLUS(x))                                                    \
     X(KN_EW_SOFTSIGN, softsign, x / ((T)1 + fabs(x)))                                              \
     X(KN_EW_THRESHOLDED_RELU, thresholded_relu, x > pa ? x : (T)0)                                 \
-    X(KN_EW_GELU, gelu, (T)0.5 * x * ((T)1 + EW_ERF(x * (T)0.70710678118654752440)))               \
-    X(KN_EW_GELU_TANH, gelu_tanh,                                                                  \
-      (T)0.5 * x * ((T)1 + EW_TANH((T)0.79788456080286535588 * (x + (T)0.044715 * x * x * x))))    \
-    X(KN_EW_MISH, mish, x *EW_TANH(EW_SOFTPLUS(x)))                                                \
+    X(KN_EW_GELU, gelu, EW_GELU(x))                                                                \
+    X(KN_EW_GELU_TANH, gelu_tanh, EW_GELU_TANH(x))                                                 \
+    X(KN_EW_MISH, mish, EW_MISH(x))                                                                \
     X(KN_EW_SHRINK, shrink, (x < -pb) ? x + pa : (x > pb) ? x - pa : (T)0)                         \
     X(KN_EW_CLIP, clip, (x < pa ? pa : x) > pb ? pb : (x < pa ? pa : x))
 

@@ -308,9 +308,8 @@ static void run_block(const gemm_job *j, int64_t m0, int64_t m1, int64_t n0, int
                             u->fn_direct(kc, ap + ir * kc, bp + jr, b->ld, ct, j->ldc, j->alpha,
                                          beta, mr, nr, tep);
                             if (last && j->ep_act_after)
-                                for (int r = 0; r < mr; r++)
-                                    kn_act_apply(j->ep->act, j->ep->alpha, j->ep->beta,
-                                                 ct + r * j->ldc, nr);
+                                kn_act_apply_rows(j->ep->act, j->ep->alpha, j->ep->beta, ct, j->ldc,
+                                                  mr, nr);
                             continue;
                         }
                         /* A panel's last columns may take the narrow kernel: e.g. 17 = 16 + 1. */
@@ -330,9 +329,8 @@ static void run_block(const gemm_job *j, int64_t m0, int64_t m1, int64_t n0, int
                             fn(kc, ap + ir * kc, bp + jr * kc + off, ct, j->ldc, j->alpha, beta, mr,
                                w, tep);
                             if (last && j->ep_act_after)
-                                for (int r = 0; r < mr; r++)
-                                    kn_act_apply(j->ep->act, j->ep->alpha, j->ep->beta,
-                                                 ct + r * j->ldc, w);
+                                kn_act_apply_rows(j->ep->act, j->ep->alpha, j->ep->beta, ct, j->ldc,
+                                                  mr, w);
                         }
                     }
                 }

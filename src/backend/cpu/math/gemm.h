@@ -18,8 +18,14 @@ typedef enum kn_act {
     KN_ACT_RELU,
     KN_ACT_CLIP, /* min(max(x, alpha), beta) */
     KN_ACT_SIGMOID,
-    KN_ACT_SWISH,      /* x * sigmoid(x) */
-    KN_ACT_LEAKY_RELU, /* x < 0 ? alpha * x : x */
+    KN_ACT_SWISH,        /* x * sigmoid(x) */
+    KN_ACT_LEAKY_RELU,   /* x < 0 ? alpha * x : x */
+    KN_ACT_HARD_SIGMOID, /* clamp(alpha * x + beta, 0, 1) */
+    KN_ACT_HARD_SWISH,   /* x * clamp(x / 6 + 1/2, 0, 1) */
+    KN_ACT_GELU,         /* x/2 (1 + erf(x / sqrt 2)) */
+    KN_ACT_GELU_TANH,    /* GELU's tanh approximation */
+    KN_ACT_MISH,         /* x * tanh(softplus(x)) */
+    KN_ACT_TANH,
 } kn_act;
 
 /* Applied to each output element after the product is complete, while the tile is in cache:
@@ -37,8 +43,10 @@ typedef struct kn_epilogue {
  * residual are indexed by full-output coordinates; c points at the block). */
 void kn_epilogue_apply(const kn_epilogue *ep, float *c, int64_t ldc, int64_t i0, int64_t j0,
                        int64_t m, int64_t n);
-/* Activation alone on a contiguous array. */
+/* Activation alone on a contiguous array, or on m rows of n at stride ld. */
 void kn_act_apply(int act, float alpha, float beta, float *x, int64_t n);
+void kn_act_apply_rows(int act, float alpha, float beta, float *x, int64_t ld, int64_t m,
+                       int64_t n);
 
 /* An operand packed once (e.g. constant weights). Immutable afterwards; shareable by threads. */
 typedef struct kn_gemm_packed kn_gemm_packed;

@@ -1,61 +1,62 @@
 /* GEMM epilogue and activations. Loops are cloned per ISA (target_clones) so they vectorize on
- * AVX2/AVX-512 machines while the build stays generic; exp is a polynomial so that sigmoid
- * vectorizes too (relative error ~2e-7 over the clamped range). */
+ * AVX2/AVX-512 machines while the build stays generic; the activations are kiln_math.h's
+ * branch-free functions, which vectorize only without trapping math (hence the pragma). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math", "fp-contract=fast")
+#endif
+
 #include "backend/cpu/clones.h"
 #include "backend/cpu/math/gemm.h"
+#include "kiln/kiln_math.h"
 #include "ops/nn/conv_geom.h"
 
-#include <math.h>
 #include <stdint.h>
-#include <string.h>
 
-static inline float exp_poly(float in) {
-    /* Bounds keep 2^n a normal float: n stays in [-126, 127]. Written so NaN takes a bound
-     * too: converting a NaN n to int is undefined. NaN is given back at the end. */
-    float x = in > -87.3f ? in : -87.3f;
-    x = x < 88.3f ? x : 88.3f;
-    float n = floorf(x * 1.44269504f + 0.5f);
-    float r = x - n * 0.693145752f - n * 1.42860677e-6f;
-    float p = 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    int32_t bits = ((int32_t)n + 127) << 23;
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return in == in ? p * scale : in;
-}
+/* One loop nest per activation, rows of n at stride ld: a switch inside the loop would keep it
+ * scalar, and taking whole tiles per call keeps the set-up (a score of broadcast constants) off
+ * each 16- or 32-wide tile row. */
+#define KN_ACT_LOOP(EXPR)                                                                          \
+    for (int64_t r = 0; r < m; r++) {                                                              \
+        float *xr = x + r * ld;                                                                    \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            float v = xr[i];                                                                       \
+            xr[i] = (EXPR);                                                                        \
+        }                                                                                          \
+    }                                                                                              \
+    break;
 
-KN_CLONES void kn_act_apply(int act, float alpha, float beta, float *x, int64_t n) {
+KN_CLONES void kn_act_apply_rows(int act, float alpha, float beta, float *x, int64_t ld, int64_t m,
+                                 int64_t n) {
     switch (act) {
     case KN_ACT_RELU:
-        for (int64_t i = 0; i < n; i++)
-            x[i] = x[i] > 0.0f ? x[i] : 0.0f;
-        break;
+        KN_ACT_LOOP(v > 0.0f ? v : 0.0f)
     case KN_ACT_CLIP:
-        for (int64_t i = 0; i < n; i++) {
-            float v = x[i] < alpha ? alpha : x[i];
-            x[i] = v > beta ? beta : v;
-        }
-        break;
+        KN_ACT_LOOP((v < alpha ? alpha : v) > beta ? beta : (v < alpha ? alpha : v))
     case KN_ACT_SIGMOID:
-        for (int64_t i = 0; i < n; i++)
-            x[i] = 1.0f / (1.0f + exp_poly(-x[i]));
-        break;
+        KN_ACT_LOOP(kiln_math_sigmoid(v))
     case KN_ACT_SWISH:
-        for (int64_t i = 0; i < n; i++)
-            x[i] = x[i] / (1.0f + exp_poly(-x[i]));
-        break;
+        KN_ACT_LOOP(kiln_math_silu(v))
     case KN_ACT_LEAKY_RELU:
-        for (int64_t i = 0; i < n; i++)
-            x[i] = x[i] < 0.0f ? alpha * x[i] : x[i];
-        break;
+        KN_ACT_LOOP(v < 0.0f ? alpha * v : v)
+    case KN_ACT_HARD_SIGMOID:
+        KN_ACT_LOOP(kiln_math_hard_sigmoid(v, alpha, beta))
+    case KN_ACT_HARD_SWISH:
+        KN_ACT_LOOP(kiln_math_hard_swish(v))
+    case KN_ACT_GELU:
+        KN_ACT_LOOP(kiln_math_gelu(v))
+    case KN_ACT_GELU_TANH:
+        KN_ACT_LOOP(kiln_math_gelu_tanh(v))
+    case KN_ACT_MISH:
+        KN_ACT_LOOP(kiln_math_mish(v))
+    case KN_ACT_TANH:
+        KN_ACT_LOOP(kiln_math_tanh(v))
     default:
         break;
     }
+}
+
+void kn_act_apply(int act, float alpha, float beta, float *x, int64_t n) {
+    kn_act_apply_rows(act, alpha, beta, x, n, 1, n);
 }
 
 KN_CLONES static void add_row(float *x, const float *y, int64_t n) {

@@ -8,36 +8,15 @@
 #include <stdint.h>
 #include <string.h>
 
-/* The clamps in exp_f32 are selects; GCC if-converts (and so vectorizes) them only when
+/* The clamps in kiln_math_exp are selects; GCC if-converts (and so vectorizes) them only when
  * comparisons are not assumed to trap. No code here relies on floating-point traps. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("no-trapping-math")
 #endif
 
-enum { SM_SOFTMAX, SM_LOGSOFTMAX, SM_HARDMAX };
+#include "kiln/kiln_math.h"
 
-/* 2^k scaled Taylor polynomial on |r| <= ln2/2; branch-free so the loop vectorizes. */
-static inline float exp_f32(float in) {
-    /* NaN takes a bound too ((int32_t)NaN is undefined) and is given back at the end. */
-    float x = in > -87.3f ? in : -87.3f;
-    x = x < 88.3f ? x : 88.3f;
-    float kf = (x * 1.44269504f + 12582912.0f) - 12582912.0f;
-    float r = x - kf * 0.693145751953125f;
-    r = r - kf * 1.428606765330187e-06f;
-    float p = 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    union {
-        int32_t i;
-        float f;
-    } scale;
-    scale.i = ((int32_t)kf + 127) << 23;
-    return in == in ? p * scale.f : in;
-}
+enum { SM_SOFTMAX, SM_LOGSOFTMAX, SM_HARDMAX };
 
 static inline __attribute__((always_inline)) float row_max(const float *x, int64_t n) {
     float m[8];
@@ -60,7 +39,7 @@ static inline __attribute__((always_inline)) float row_max(const float *x, int64
 static inline __attribute__((always_inline)) float row_exp_sum(const float *x, float *y, int64_t n,
                                                                float shift) {
     for (int64_t i = 0; i < n; i++)
-        y[i] = exp_f32(x[i] - shift);
+        y[i] = kiln_math_exp(x[i] - shift);
     float s[8] = {0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
@@ -78,7 +57,8 @@ static inline __attribute__((always_inline)) float row_exp_sum(const float *x, f
 #include <immintrin.h>
 #define SM_HAVE_AVX512 1
 
-/* exp_f32 on 16 lanes: the same clamp, reduction and polynomial, with FMA; 2^k by scalef. */
+/* exp on 16 lanes for Softmax rows, where x - max <= 0 and results below 2^-126 do not
+ * matter next to the row sum: a plain clamp, a Taylor polynomial, with FMA; 2^k by scalef. */
 __attribute__((target("avx512f"))) static inline __m512 exp16(__m512 x) {
     x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
     x = _mm512_min_ps(x, _mm512_set1_ps(88.3f));
@@ -202,7 +182,7 @@ KN_CLONES static void sm_tile(const sm_args *a, const float *x, float *y, int64_
         m[c] = isinf(m[c]) ? 0 : m[c];
     for (int64_t i = 0; i < n; i++)
         for (int64_t c = 0; c < w; c++) {
-            float e = exp_f32(x[i * ld + c] - m[c]);
+            float e = kiln_math_exp(x[i * ld + c] - m[c]);
             y[i * ld + c] = e;
             s[c] += e;
         }

@@ -84,22 +84,22 @@ void kn_cpu_dw_plane_flat_avx512(const kn_dw_flat *f);
 /* 3x3 undilated, stride 1 (x: padded plane, row stride wp) or stride 2 (x: the four phase
  * planes, row stride wp, `phase` apart); row by row straight into y, no tmp. */
 void kn_cpu_dw3_plane_avx512(const kn_dw_flat *f, int stride);
-/* 3x3 undilated depthwise, stride 1 or 2, over the channel block [c0, c0 + 16) of one image,
- * one channel per vector lane; for small planes, where per-plane set-up dominates. */
-typedef struct kn_dw3c {
+/* k x k (3, 5 or 7) undilated depthwise, stride 1 or 2, over the channel block [c0, c0 + 16) of
+ * one image, one channel per vector lane; for small planes, where per-plane set-up dominates. */
+typedef struct kn_dwc16 {
     const float *x; /* the image: channels x h x w */
     int64_t channels, h, w, ph, pw, oh, ow;
-    int stride;
-    const float *wt;   /* channels x 9 */
+    int stride, k;
+    const float *wt;   /* channels x k*k */
     const float *bias; /* or NULL */
     int clamp;
     float lo, hi;
     const float *res; /* residual image, or NULL */
     float *y;
-    float *buf; /* 64-byte aligned, 16 * ((oh-1)*stride+3) * ((ow-1)*stride+3) floats */
-} kn_dw3c;
+    float *buf; /* 64-byte aligned, 16 * ((oh-1)*stride+k) * ((ow-1)*stride+k) floats */
+} kn_dwc16;
 
-void kn_cpu_dw3_c16_avx512(const kn_dw3c *f, int64_t c0);
+void kn_cpu_dw_c16_avx512(const kn_dwc16 *f, int64_t c0);
 
 /* Split a (2*hq) x (2*wq) plane into its four phase planes (row parity, column parity), each
  * hq x wq, stored one after another: a stride-2 convolution becomes a stride-1 one. */

@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""kiln's per-layer profile beside onnxruntime's on the same model, to find where kiln trails.
+
+    python3 bench/layer_compare.py MODEL.onnx [--threads 1] [--rounds 3] [--top 30]
+
+Both engines run the model --rounds times, alternating (the machine may be shared); each layer's
+figure is the minimum over rounds of its median time in a round. kiln's layers come from
+`kiln bench --profile --json`, onnxruntime's from its profiler (enable_profiling, the
+*_kernel_time events). A kiln layer is matched to the onnxruntime nodes that hold any of the
+ONNX nodes it stands for (onnxruntime renames fused nodes, e.g. conv_3 becomes conv_3_nchwc, and
+runs an activation it fuses differently as a node of its own), so a row compares the same work.
+"""
+
+import argparse
+import collections
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from bench import default_kiln, make_inputs  # noqa: E402
+
+
+def kiln_round(kiln, plan, files, threads, iterations):
+    cmd = [kiln, "bench", plan, "--threads", str(threads), "--warmup", "5", "--iterations",
+           str(iterations), "--profile", "--json"]
+    for name, path in files.items():
+        cmd += ["--input", f"{name}={path}"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    rep = json.loads(out)
+    return rep["latency_ms"]["median"], rep["layers"]
+
+
+def ort_round(model_path, feeds, threads, iterations, work):
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.enable_profiling = True
+    so.profile_file_prefix = os.path.join(work, "ort")
+    sess = ort.InferenceSession(model_path, so, providers=["CPUExecutionProvider"])
+    for _ in range(5 + iterations):
+        sess.run(None, feeds)
+    events = json.load(open(sess.end_profiling()))
+    per_node = collections.defaultdict(list)
+    runs = []
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            per_node[e["name"][: -len("_kernel_time")]].append(e["dur"] / 1000.0)
+        elif e.get("cat") == "Session" and e["name"] == "model_run":
+            runs.append(e["dur"] / 1000.0)
+    # The first 5 runs are warm-up; every node runs once per run.
+    nodes = {k: float(np.median(v[5:] or v)) for k, v in per_node.items()}
+    return float(np.median(runs[5:] or runs)), nodes
+
+
+def ort_owner(ort_name, onnx_names):
+    """The ONNX node an onnxruntime node name stands for, or None."""
+    if ort_name in onnx_names:
+        return ort_name
+    base = re.sub(r"(_nchwc|_token_\d+)$", "", ort_name.split("/")[0])
+    return base if base in onnx_names else None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("model")
+    ap.add_argument("--kiln", default=default_kiln())
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--iterations", type=int, default=20)
+    ap.add_argument("--top", type=int, default=30)
+    args = ap.parse_args()
+    onnx_names = {n.name for n in onnx.load(args.model, load_external_data=False).graph.node}
+    with tempfile.TemporaryDirectory() as work:
+        arrays, files, specs = make_inputs(args.model, work)
+        plan = os.path.join(work, "model.plan")
+        cmd = [args.kiln, "build", args.model, "-o", plan]
+        for s in specs:
+            cmd += ["--shapes", s]
+        subprocess.run(cmd, check=True, capture_output=True)
+        k_layers, o_nodes, k_tot, o_tot = {}, {}, [], []
+        for _ in range(args.rounds):
+            total, layers = kiln_round(args.kiln, plan, files, args.threads, args.iterations)
+            k_tot.append(total)
+            for layer in layers:
+                prev = k_layers.get(layer["name"])
+                if prev is None or layer["median_ms"] < prev["median_ms"]:
+                    k_layers[layer["name"]] = layer
+            total, nodes = ort_round(args.model, arrays, args.threads, args.iterations, work)
+            o_tot.append(total)
+            for k, v in nodes.items():
+                o_nodes[k] = min(v, o_nodes.get(k, v))
+    owner = {}
+    for name in o_nodes:
+        o = ort_owner(name, onnx_names)
+        if o is not None:
+            owner.setdefault(o, []).append(name)
+    rows, claimed = [], set()
+    for layer in k_layers.values():
+        mine = [n for o in layer.get("onnx_nodes") or [layer["name"]] for n in owner.get(o, [])]
+        claimed.update(mine)
+        ort_ms = sum(o_nodes[n] for n in mine) if mine else float("nan")
+        rows.append((layer["median_ms"], ort_ms, layer["name"], layer["op"],
+                     layer.get("kernel", ""), ",".join(mine)))
+    k_sum = sum(r[0] for r in rows)
+    o_sum = sum(o_nodes.values())
+    print(f"{args.model}, {args.threads} thread(s), min over {args.rounds} rounds")
+    print(f"whole model median: kiln {min(k_tot):.3f} ms, onnxruntime {min(o_tot):.3f} ms; "
+          f"layer sums: kiln {k_sum:.3f} ms, onnxruntime {o_sum:.3f} ms")
+    print(f"{'kiln ms':>8} {'ORT ms':>8} {'gap ms':>8}  layer (op, kernel) <- onnxruntime nodes")
+    rows.sort(key=lambda r: -(r[0] - (0 if np.isnan(r[1]) else r[1])))
+    for k_ms, o_ms, name, op, kernel, mine in rows[: args.top]:
+        gap = k_ms - (0 if np.isnan(o_ms) else o_ms)
+        print(f"{k_ms:8.4f} {o_ms:8.4f} {gap:8.4f}  {name} ({op}, {kernel}) <- {mine or '-'}")
+    rest = sorted((v, k) for k, v in o_nodes.items() if k not in claimed)
+    if rest:
+        print(f"onnxruntime nodes with no kiln layer: {sum(v for v, _ in rest):.3f} ms, largest "
+              + ", ".join(f"{k} {v:.3f}" for v, k in rest[::-1][:5]))
+
+
+if __name__ == "__main__":
+    main()
