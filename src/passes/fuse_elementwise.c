@@ -406,6 +406,39 @@ static kiln_status rewrite_gelu(kn_graph *g, int *uses, int *consumer) {
     return KILN_OK;
 }
 
+/* Per value: how many nodes read it (graph outputs count twice, so they are never folded
+ * away) and its last reader. */
+static void count_uses(const kn_graph *g, int *uses, int *consumer) {
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kn_node *nd = &g->nodes[i];
+        for (int j = 0; !nd->dead && j < nd->n_in; j++)
+            if (nd->in[j] >= 0) {
+                uses[nd->in[j]]++;
+                consumer[nd->in[j]] = i;
+            }
+    }
+    for (int i = 0; i < g->n_outputs; i++)
+        uses[g->outputs[i]] += 2;
+}
+
+kiln_status kn_pass_recognize_gelu(kn_graph *g) {
+    int *uses = kn_calloc((size_t)g->n_values + 1, sizeof(int));
+    int *consumer = kn_calloc((size_t)g->n_values + 1, sizeof(int));
+    kiln_status rc = KILN_OK;
+    if (!uses || !consumer)
+        rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory fusing a GELU");
+    if (rc == KILN_OK) {
+        count_uses(g, uses, consumer);
+        int before = g->n_nodes;
+        rc = rewrite_gelu(g, uses, consumer);
+        if (rc == KILN_OK && g->n_nodes > before)
+            rc = kn_graph_compact(g);
+    }
+    kn_free(uses);
+    kn_free(consumer);
+    return rc;
+}
+
 kiln_status kn_pass_fuse_elementwise(kn_graph *g) {
     kiln_status rc = KILN_OK;
     int *uses = kn_calloc((size_t)g->n_values + 1, sizeof(int));
@@ -418,16 +451,7 @@ kiln_status kn_pass_fuse_elementwise(kn_graph *g) {
         rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory fusing element-wise nodes");
         goto out_free;
     }
-    for (int i = 0; i < g->n_nodes; i++) {
-        const kn_node *nd = &g->nodes[i];
-        for (int j = 0; !nd->dead && j < nd->n_in; j++)
-            if (nd->in[j] >= 0) {
-                uses[nd->in[j]]++;
-                consumer[nd->in[j]] = i;
-            }
-    }
-    for (int i = 0; i < g->n_outputs; i++)
-        uses[g->outputs[i]] += 2;
+    count_uses(g, uses, consumer);
     int n_before = g->n_nodes;
     if ((rc = rewrite_gelu(g, uses, consumer)) != KILN_OK)
         goto out_free;

@@ -33,7 +33,12 @@ kiln_status kn_pass_fold_batchnorm(kn_graph *g);
  * y = act(product + bias + residual). ONNX's own Conv / Gemm / MatMul never read kiln_*
  * attributes. */
 kiln_status kn_pass_fuse_activations(kn_graph *g);
-/* Collapse chains of element-wise ops into one kiln.FusedElementwise node. */
+/* Replace the element-wise spelling of GELU (x * 0.5 * (1 + erf(x / sqrt 2)), and its tanh
+ * form) by one Gelu node, where its nodes share a backend that runs Gelu: before
+ * kn_pass_fuse_activations, so a product's GELU can join its epilogue. */
+kiln_status kn_pass_recognize_gelu(kn_graph *g);
+/* Collapse chains of element-wise ops into one kiln.FusedElementwise node (recognizing GELU
+ * first). */
 kiln_status kn_pass_fuse_elementwise(kn_graph *g);
 
 /* A precision override for the nodes whose name matches pattern (fnmatch). */
