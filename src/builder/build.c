@@ -6,6 +6,7 @@
 #include "core/alloc.h"
 #include "core/fileio.h"
 #include "ir/placement.h"
+#include "ops/op.h"
 #include "passes/passes.h"
 #include "shape/resolve.h"
 
@@ -310,6 +311,9 @@ static kiln_status check_kernels(kn_graph *g, const kiln_build_config *cfg,
         const kn_node *n = &g->nodes[i];
         if (n->dead || kn_is_plugin_node(n) || kn_node_copy_kind(n) != KN_COPY_NONE)
             continue;
+        const kn_op_schema *op = kn_op_find(n->domain, n->op_type);
+        if (op != NULL && (op->flags & KN_OP_SUBGRAPH))
+            continue; /* the runtime runs it on the host (runtime/subgraph.c) */
         kn_backend *b;
         if ((rc = kn_backend_get(kn_node_backend(n), &b)) != KILN_OK)
             break;

@@ -23,6 +23,7 @@ void kn_attr_free(kn_attr *a) {
         kn_free(a->t->data);
         kn_free(a->t);
     }
+    kn_graph_destroy(a->g);
     memset(a, 0, sizeof *a);
 }
 
@@ -241,6 +242,8 @@ kiln_status kn_attr_copy(kn_attr *dst, const kn_attr *src) {
         if (nb)
             memcpy(dst->t->data, src->t->data, nb);
     }
+    if (src->g != NULL && (dst->g = kn_graph_clone(src->g)) == NULL)
+        goto fail;
     return KILN_OK;
 fail:
     kn_attr_free(dst);
@@ -555,6 +558,7 @@ kn_graph *kn_graph_clone(const kn_graph *g) {
     if (g->name && (c->name = kn_strdup(g->name)) == NULL)
         goto fail;
     c->ir_version = g->ir_version;
+    c->n_outer = g->n_outer;
     for (int v = 0; v < g->n_values; v++) {
         const kn_value *s = &g->values[v];
         int nv = kn_graph_add_value(c, s->name);
@@ -606,6 +610,13 @@ kn_graph *kn_graph_clone(const kn_graph *g) {
 fail:
     kn_graph_destroy(c);
     return NULL;
+}
+
+int kn_node_n_outer(const kn_node *n) {
+    for (int i = 0; i < n->n_attr; i++)
+        if (n->attr[i].type == KN_ATTR_GRAPH && n->attr[i].g != NULL)
+            return n->attr[i].g->n_outer;
+    return 0;
 }
 
 const kn_attr *kn_node_attr(const kn_node *n, const char *name) {

@@ -39,7 +39,8 @@ typedef struct kn_attr {
     int64_t *ints;
     float *floats;
     char **strings;
-    kn_tensor *t; /* owned tensor and data (KN_ATTR_TENSOR) */
+    kn_tensor *t;       /* owned tensor and data (KN_ATTR_TENSOR) */
+    struct kn_graph *g; /* owned subgraph body (KN_ATTR_GRAPH: If, Loop, Scan) */
 } kn_attr;
 
 typedef struct kn_value {
@@ -91,6 +92,10 @@ typedef struct kn_graph {
     kn_opset_import *opsets;
     int n_opsets;
     int64_t ir_version;
+    /* A subgraph body: its last n_outer graph inputs are values of enclosing scopes that the
+     * body reads. The node holding the body passes them as its last n_outer inputs (after the
+     * op's own), in the same order; every body of one node has the same list. */
+    int n_outer;
     /* Name -> value index hash (open addressing, -1 empty), covering values [0, n_indexed).
      * Rebuilt lazily; kn_graph_names_changed() drops it after a rename or renumbering. */
     int *name_index;
@@ -146,6 +151,9 @@ const char *kn_attr_string(const kn_node *n, const char *name, const char *def);
 int64_t kn_attr_ints(const kn_node *n, const char *name, const int64_t **out);
 int64_t kn_attr_floats(const kn_node *n, const char *name, const float **out);
 void kn_attr_free(kn_attr *a);
+/* How many of node n's inputs are enclosing-scope values its subgraph bodies read (the last
+ * ones, see kn_graph.n_outer); 0 for a node without bodies. */
+int kn_node_n_outer(const kn_node *n);
 kiln_status kn_attr_copy(kn_attr *dst, const kn_attr *src);
 
 #endif

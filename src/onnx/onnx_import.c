@@ -79,8 +79,12 @@ static void map_free(str_map *m) {
     kn_free(m->vals);
 }
 
-typedef struct importer {
+typedef struct importer importer;
+struct importer {
     const Onnx__GraphProto *gp;
+    importer *parent; /* the enclosing graph's importer when this is a subgraph body */
+    int *captures;    /* body values that stand for enclosing-scope values, in order found */
+    int n_captures;
     const char *base_dir;
     kn_graph *g;
     str_map values;      /* value name -> index in g */
@@ -88,7 +92,7 @@ typedef struct importer {
     char **names;        /* per proto node: its unique name (owned) */
     char (*labels)[320]; /* per proto node: "node 'n' (Op)" for messages */
     bool *removed;       /* per proto node: a Constant turned into a value */
-} importer;
+};
 
 static const char *nz(const char *s) {
     return s != NULL ? s : "";
@@ -108,6 +112,41 @@ static kiln_status add_value(importer *im, const char *name, int *index) {
         return oom();
     KN_TRY(map_put(&im->values, im->g->values[v].name, v));
     *index = v;
+    return KILN_OK;
+}
+
+static kiln_status set_dim(kn_value *v, int i, int64_t value, const char *sym);
+
+/* The value a name refers to in this graph: its own, or (in a body) one of an enclosing scope,
+ * which then becomes a capture of this body (and, nested, of every body in between). -1 when no
+ * scope has it; *v_out is left alone on error. */
+static kiln_status lookup(importer *im, const char *name, int *v_out) {
+    int v = map_get(&im->values, name);
+    if (v >= 0 || im->parent == NULL) {
+        *v_out = v;
+        return KILN_OK;
+    }
+    int pv;
+    KN_TRY(lookup(im->parent, name, &pv));
+    if (pv < 0) {
+        *v_out = -1;
+        return KILN_OK;
+    }
+    int *caps = kn_realloc(im->captures, (size_t)im->n_captures * sizeof *caps,
+                           (size_t)(im->n_captures + 1) * sizeof *caps);
+    if (caps == NULL)
+        return oom();
+    im->captures = caps;
+    KN_TRY(add_value(im, name, &v));
+    const kn_value *outer = &im->parent->g->values[pv];
+    kn_value *val = &im->g->values[v];
+    val->is_input = true; /* joins the graph inputs once every body of the node is known */
+    val->dtype = outer->dtype;
+    val->rank = outer->rank;
+    for (int d = 0; d < outer->rank && d < KN_MAX_RANK; d++)
+        KN_TRY(set_dim(val, d, outer->dims[d].value, outer->dims[d].sym));
+    im->captures[im->n_captures++] = v;
+    *v_out = v;
     return KILN_OK;
 }
 
@@ -152,6 +191,9 @@ static kiln_status set_dim(kn_value *v, int i, int64_t value, const char *sym) {
  * tensor type with an element type; elsewhere a type is advisory and may be partial. */
 static kiln_status apply_type(importer *im, int vi, const Onnx__TypeProto *tp, const char *what,
                               bool required) {
+    if (required && im->parent != NULL &&
+        (tp == NULL || tp->value_case == ONNX__TYPE_PROTO__VALUE__NOT_SET))
+        return KILN_OK; /* a body's inputs take their types from the node at run time */
     if (tp == NULL || tp->value_case == ONNX__TYPE_PROTO__VALUE__NOT_SET) {
         if (required)
             return kn_error(KILN_ERR_MODEL, "%s has no type", what);
@@ -316,12 +358,31 @@ static kiln_status declare_node(importer *im, size_t i) {
     return KILN_OK;
 }
 
+/* Most subgraph attributes one node has (If has two). */
+#define KN_MAX_BODIES 4
+
+/* A node's subgraph bodies while it is imported, and the enclosing-scope values they read. */
+typedef struct bodies {
+    kn_graph *g[KN_MAX_BODIES];
+    const char *name[KN_MAX_BODIES]; /* attribute names, borrowed from the proto */
+    int n;
+    int outer[KN_MAX_NODE_IO]; /* values of this graph */
+    int n_outer;
+} bodies;
+
+static bool attr_is_body(const Onnx__AttributeProto *ap);
+static void bodies_free(bodies *bd);
+static kiln_status import_bodies(importer *im, const Onnx__NodeProto *np, const char *label,
+                                 bodies *bd);
+
 static kiln_status import_node(importer *im, size_t i, int *in, int *out) {
     const Onnx__NodeProto *np = im->gp->node[i];
     const char *label = im->labels[i];
     for (size_t k = 0; k < np->n_input; k++) {
         const char *name = nz(np->input[k]);
-        in[k] = name[0] == '\0' ? -1 : map_get(&im->values, name);
+        in[k] = -1;
+        if (name[0] != '\0')
+            KN_TRY(lookup(im, name, &in[k]));
         if (name[0] != '\0' && in[k] < 0)
             return kn_error(KILN_ERR_MODEL,
                             "%s: input '%s' is not produced by any node, graph input or "
@@ -333,14 +394,36 @@ static kiln_status import_node(importer *im, size_t i, int *in, int *out) {
         out[k] = name[0] == '\0' ? -1 : map_get(&im->values, name);
     }
     const char *dom = canonical_domain(np->domain);
-    int n =
-        kn_graph_add_node(im->g, im->names[i], np->op_type, dom, (int)kn_graph_opset(im->g, dom),
-                          (int)np->n_input, in, (int)np->n_output, out);
-    if (n < 0)
-        return oom();
+    bodies bd = {0};
+    kiln_status rc = import_bodies(im, np, label, &bd);
+    int n_in = (int)np->n_input;
+    for (int k = 0; rc == KILN_OK && k < bd.n_outer; k++) {
+        if (n_in >= KN_MAX_NODE_IO)
+            rc = kn_error(KILN_ERR_UNSUPPORTED,
+                          "%s: its inputs and the enclosing-scope values its subgraphs read "
+                          "number more than %d",
+                          label, KN_MAX_NODE_IO);
+        else
+            in[n_in++] = bd.outer[k];
+    }
+    int n = -1;
+    if (rc == KILN_OK) {
+        n = kn_graph_add_node(im->g, im->names[i], np->op_type, dom,
+                              (int)kn_graph_opset(im->g, dom), n_in, in, (int)np->n_output, out);
+        if (n < 0)
+            rc = oom();
+    }
+    for (int k = 0; k < bd.n && rc == KILN_OK; k++) {
+        kn_attr a = {.name = (char *)bd.name[k], .type = KN_ATTR_GRAPH, .g = bd.g[k]};
+        rc = kn_node_add_attr(im->g, n, &a);
+    }
+    bodies_free(&bd);
+    KN_TRY(rc);
     for (size_t k = 0; k < np->n_attribute; k++) {
+        if (attr_is_body(np->attribute[k]))
+            continue;
         kn_attr a;
-        kiln_status rc = kn_onnx_attr_convert(np->attribute[k], im->base_dir, label, &a);
+        rc = kn_onnx_attr_convert(np->attribute[k], im->base_dir, label, &a);
         if (rc == KILN_OK)
             rc = kn_node_add_attr(im->g, n, &a);
         kn_onnx_attr_release(&a);
@@ -367,7 +450,7 @@ static kiln_status import_nodes(importer *im) {
     im->names = kn_calloc(nn + 1, sizeof *im->names);
     im->labels = kn_calloc(nn + 1, sizeof *im->labels);
     im->removed = kn_calloc(nn + 1, sizeof *im->removed);
-    int *in = kn_calloc(max_io, sizeof(int));
+    int *in = kn_calloc(max_io + KN_MAX_NODE_IO, sizeof(int));
     int *out = kn_calloc(max_io, sizeof(int));
     kiln_status rc = KILN_OK;
     if (im->names == NULL || im->labels == NULL || im->removed == NULL || in == NULL ||
@@ -407,7 +490,8 @@ static kiln_status import_outputs(importer *im) {
         snprintf(what, sizeof what, "graph output '%.250s'", name);
         if (name[0] == '\0')
             return kn_error(KILN_ERR_MODEL, "graph output %zu has no name", i);
-        int v = map_get(&im->values, name);
+        int v;
+        KN_TRY(lookup(im, name, &v));
         if (v < 0)
             return kn_error(KILN_ERR_MODEL,
                             "%s is not produced by any node, graph input or initializer", what);
@@ -424,15 +508,13 @@ static kiln_status import_outputs(importer *im) {
     return KILN_OK;
 }
 
-static kiln_status import_graph(importer *im, const Onnx__ModelProto *m) {
-    KN_TRY(import_opsets(im, m));
+static kiln_status import_body(importer *im) {
     if (im->gp->name != NULL) {
         kn_free(im->g->name);
         im->g->name = kn_strdup(im->gp->name);
         if (im->g->name == NULL)
             return oom();
     }
-    im->g->ir_version = m->has_ir_version ? m->ir_version : 0;
     KN_TRY(import_initializers(im));
     KN_TRY(import_inputs(im));
     KN_TRY(import_nodes(im));
@@ -441,6 +523,113 @@ static kiln_status import_graph(importer *im, const Onnx__ModelProto *m) {
     if (im->g->n_nodes == 0) /* inputs or constants straight to outputs */
         return KILN_OK;
     return kn_graph_toposort(im->g);
+}
+
+static void importer_free(importer *im) {
+    if (im->names != NULL)
+        for (size_t i = 0; i < im->gp->n_node; i++)
+            kn_free(im->names[i]);
+    kn_free(im->names);
+    kn_free(im->labels);
+    kn_free(im->removed);
+    kn_free(im->captures);
+    map_free(&im->values);
+    map_free(&im->node_names);
+}
+
+/* Imports one subgraph attribute of a node of `parent` into *out. */
+static kiln_status import_subgraph(importer *parent, const Onnx__GraphProto *gp, const char *label,
+                                   const char *attr, kn_graph **out, int **captures,
+                                   int *n_captures) {
+    importer im = {.gp = gp, .parent = parent, .base_dir = parent->base_dir};
+    im.g = kn_graph_create();
+    if (im.g == NULL)
+        return oom();
+    kiln_status rc = KILN_OK;
+    for (int k = 0; k < parent->g->n_opsets && rc == KILN_OK; k++)
+        rc = kn_graph_add_opset(im.g, parent->g->opsets[k].domain, parent->g->opsets[k].version);
+    im.g->ir_version = parent->g->ir_version;
+    if (rc == KILN_OK)
+        rc = import_body(&im);
+    if (rc != KILN_OK) {
+        kn_error_prefix(rc, "%s, subgraph '%s': ", label, attr);
+        kn_graph_destroy(im.g);
+        im.g = NULL;
+    }
+    *out = im.g;
+    *captures = im.captures;
+    *n_captures = im.n_captures;
+    im.captures = NULL;
+    importer_free(&im);
+    return rc;
+}
+
+static bool attr_is_body(const Onnx__AttributeProto *ap) {
+    return ap->g != NULL &&
+           (!ap->has_type || ap->type == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH);
+}
+
+static void bodies_free(bodies *bd) {
+    for (int k = 0; k < bd->n; k++)
+        kn_graph_destroy(bd->g[k]);
+    memset(bd, 0, sizeof *bd);
+}
+
+/* Imports the node's subgraph attributes, then gives every body the same list of
+ * enclosing-scope values (the union of what each reads) as its last graph inputs. */
+static kiln_status import_bodies(importer *im, const Onnx__NodeProto *np, const char *label,
+                                 bodies *bd) {
+    for (size_t k = 0; k < np->n_attribute; k++) {
+        const Onnx__AttributeProto *ap = np->attribute[k];
+        if (!attr_is_body(ap))
+            continue;
+        if (bd->n == KN_MAX_BODIES)
+            return kn_error(KILN_ERR_MODEL, "%s has more than %d subgraph attributes", label,
+                            KN_MAX_BODIES);
+        int *caps = NULL, n_caps = 0;
+        kiln_status rc =
+            import_subgraph(im, ap->g, label, nz(ap->name), &bd->g[bd->n], &caps, &n_caps);
+        if (rc != KILN_OK) {
+            kn_free(caps);
+            return rc;
+        }
+        bd->name[bd->n] = nz(ap->name);
+        kn_graph *g = bd->g[bd->n++];
+        for (int c = 0; c < n_caps && rc == KILN_OK; c++) {
+            int pv;
+            rc = lookup(im, g->values[caps[c]].name, &pv);
+            bool seen = false;
+            for (int u = 0; u < bd->n_outer; u++)
+                seen = seen || bd->outer[u] == pv;
+            if (rc == KILN_OK && !seen) {
+                if (bd->n_outer == KN_MAX_NODE_IO)
+                    rc = kn_error(KILN_ERR_UNSUPPORTED,
+                                  "%s: its subgraphs read more than %d enclosing-scope values",
+                                  label, KN_MAX_NODE_IO);
+                else
+                    bd->outer[bd->n_outer++] = pv;
+            }
+        }
+        kn_free(caps);
+        KN_TRY(rc);
+    }
+    for (int k = 0; k < bd->n; k++) {
+        kn_graph *g = bd->g[k];
+        for (int u = 0; u < bd->n_outer; u++) {
+            const char *name = im->g->values[bd->outer[u]].name;
+            int v = kn_graph_find_value(g, name);
+            bool own = v >= 0 && (g->values[v].producer >= 0 || kn_value_is_const(&g->values[v]));
+            for (int k = 0; v >= 0 && k < g->n_inputs; k++)
+                own = own || g->inputs[k] == v;
+            if (own)
+                v = -1; /* the body's own value of that name: this input goes unread */
+            if (v < 0 && (v = kn_graph_add_value(g, NULL)) < 0)
+                return oom();
+            KN_TRY(kn_graph_add_input(g, v));
+        }
+        g->n_outer = bd->n_outer;
+    }
+    return KILN_OK;
 }
 
 kiln_status kn_onnx_import(const void *data, size_t size, const char *base_dir, kn_graph **out) {
@@ -477,7 +666,10 @@ kiln_status kn_onnx_import(const void *data, size_t size, const char *base_dir, 
         rc = oom();
         goto out_free_model;
     }
-    rc = import_graph(&im, m);
+    rc = import_opsets(&im, m);
+    im.g->ir_version = m->has_ir_version ? m->ir_version : 0;
+    if (rc == KILN_OK)
+        rc = import_body(&im);
     if (rc == KILN_OK) {
         *out = im.g;
         im.g = NULL;
@@ -486,14 +678,7 @@ kiln_status kn_onnx_import(const void *data, size_t size, const char *base_dir, 
     }
     if (im.g != NULL)
         kn_graph_destroy(im.g);
-    if (im.names != NULL)
-        for (size_t i = 0; i < im.gp->n_node; i++)
-            kn_free(im.names[i]);
-    kn_free(im.names);
-    kn_free(im.labels);
-    kn_free(im.removed);
-    map_free(&im.values);
-    map_free(&im.node_names);
+    importer_free(&im);
 out_free_model:
     onnx__model_proto__free_unpacked(m, &kn_onnx_pb_allocator);
     return rc;

@@ -38,6 +38,9 @@ enum {
     /* Output aliases input 0 unchanged in memory (Reshape, Flatten, Squeeze, Unsqueeze,
      * Identity, Dropout in inference): the runtime may skip the copy. */
     KN_OP_VIEW = 1 << 2,
+    /* Runs subgraph bodies (If, Loop, Scan): always deferred to execution, where the runtime
+     * runs it on the host with its subgraph executor instead of a backend kernel. */
+    KN_OP_SUBGRAPH = 1 << 3,
 };
 
 typedef struct kn_op_schema {

@@ -18,7 +18,13 @@ typedef struct cursor {
     uint64_t size, pos;
     const char *sec;
     char where[96]; /* the record being read, for messages */
+    int depth;      /* subgraph bodies entered (If, Loop, Scan attributes) */
 } cursor;
+
+/* Bodies nested deeper than this are refused (the ONNX importer's limit is lower). */
+#define KN_PLAN_MAX_BODY_DEPTH 64
+
+static kiln_status rd_graph_record(cursor *c, kn_graph *g);
 
 static kiln_status fail(const cursor *c, const char *fmt, ...) KN_PRINTF(2, 3);
 static kiln_status fail(const cursor *c, const char *fmt, ...) {
@@ -213,8 +219,27 @@ static kiln_status rd_attr(cursor *c, kn_graph *g, int node) {
         KN_TRY(check_data(c, t.dtype, &t.shape, off, size, &t.data));
         a.t = &t;
         break;
-    case KN_ATTR_GRAPH:
+    case KN_ATTR_GRAPH: {
+        uint32_t n_outer;
+        KN_TRY(rd_u32(c, &n_outer, "a subgraph's enclosing-value count"));
+        KN_TRY(rd_zero32(c));
+        if (c->depth >= KN_PLAN_MAX_BODY_DEPTH)
+            return fail(c, "subgraphs nest more than %d deep", KN_PLAN_MAX_BODY_DEPTH);
+        if ((a.g = kn_graph_create()) == NULL)
+            return oom();
+        char where[sizeof c->where];
+        memcpy(where, c->where, sizeof where);
+        c->depth++;
+        rc = rd_graph_record(c, a.g);
+        c->depth--;
+        if (rc == KILN_OK && n_outer > (uint32_t)a.g->n_inputs)
+            rc = fail(c, "subgraph '%s' has %u enclosing values but %d inputs", name, n_outer,
+                      a.g->n_inputs);
+        if (rc == KILN_OK)
+            a.g->n_outer = (int)n_outer;
+        memcpy(c->where, where, sizeof where);
         break;
+    }
     case KN_ATTR_FLOATS:
     case KN_ATTR_INTS:
     case KN_ATTR_STRINGS: {
@@ -247,6 +272,7 @@ static kiln_status rd_attr(cursor *c, kn_graph *g, int node) {
     }
     if (rc == KILN_OK)
         rc = kn_node_add_attr(g, node, &a);
+    kn_graph_destroy(a.g);
     kn_free(items);
     return rc;
 }
@@ -383,7 +409,8 @@ static kiln_status rd_io(cursor *c, kn_graph *g, uint32_t n_inputs, uint32_t n_o
     return KILN_OK;
 }
 
-static kiln_status rd_graph(cursor *c, kn_graph *g) {
+/* One graph record: the top-level graph, or a subgraph body inside an attribute. */
+static kiln_status rd_graph_record(cursor *c, kn_graph *g) {
     const char *name;
     uint32_t n_values, n_nodes, n_inputs, n_outputs, n_opsets;
     KN_TRY(rd_str(c, "graph name", true, false, &name, NULL));
@@ -423,14 +450,20 @@ static kiln_status rd_graph(cursor *c, kn_graph *g) {
         KN_TRY(rd_i64(c, &version, "version"));
         KN_TRY(kn_graph_add_opset(g, domain, version));
     }
-    snprintf(c->where, sizeof c->where, "end");
-    if (left(c))
-        return fail(c, "%llu unread bytes", (unsigned long long)left(c));
     return check_dataflow(c, g);
 }
 
+static kiln_status rd_graph(cursor *c, kn_graph *g) {
+    KN_TRY(rd_graph_record(c, g));
+    snprintf(c->where, sizeof c->where, "end");
+    if (left(c))
+        return fail(c, "%llu unread bytes", (unsigned long long)left(c));
+    return KILN_OK;
+}
+
 kiln_status kn_plan_parse_graph(const kn_plan_reader *r, kn_graph **out) {
-    cursor c = {r, r->sec[KN_PLAN_SEC_GRAPH], r->sec_size[KN_PLAN_SEC_GRAPH], 0, "GRAPH", "header"};
+    cursor c = {r, r->sec[KN_PLAN_SEC_GRAPH], r->sec_size[KN_PLAN_SEC_GRAPH], 0, "GRAPH", "header",
+                0};
     kn_graph *g = kn_graph_create();
     if (!g)
         return oom();
@@ -477,8 +510,8 @@ static kiln_status rd_profile(cursor *c, const kn_plan *plan, kn_profile *p) {
 
 kiln_status kn_plan_parse_profiles(const kn_plan_reader *r, kn_plan *plan) {
     cursor c = {
-        r,       r->sec[KN_PLAN_SEC_PROFILES], r->sec_size[KN_PLAN_SEC_PROFILES], 0, "PROFILES",
-        "header"};
+        r, r->sec[KN_PLAN_SEC_PROFILES], r->sec_size[KN_PLAN_SEC_PROFILES], 0, "PROFILES", "header",
+        0};
     uint32_t n;
     KN_TRY(rd_count(&c, &n, 8, "profile count"));
     KN_TRY(rd_i32(&c, &plan->threads, "threads"));

@@ -215,6 +215,8 @@ static kiln_status write_value(writer *w, const kn_value *v) {
     return KILN_OK;
 }
 
+static kiln_status write_graph(writer *w, const kn_graph *g);
+
 static kiln_status write_attr(writer *w, const kn_node *n, const kn_attr *a) {
     wbuf *b = &w->graph;
     KN_TRY(put_str(w, b, a->name, "an attribute name"));
@@ -262,7 +264,14 @@ static kiln_status write_attr(writer *w, const kn_node *n, const kn_attr *a) {
         break;
     }
     case KN_ATTR_GRAPH:
-        break; /* the IR holds no subgraph body yet: name and type are all there is */
+        if (a->g == NULL)
+            return kn_error(KILN_ERR_INVALID_ARGUMENT,
+                            "plan writer: node '%s' subgraph attribute '%s' has no body", n->name,
+                            a->name);
+        put_u32(b, (uint32_t)a->g->n_outer);
+        put_u32(b, 0);
+        KN_TRY(write_graph(w, a->g));
+        break;
     case KN_ATTR_FLOATS:
         put_u32(b, (uint32_t)a->n);
         put(b, a->floats, (size_t)a->n * sizeof(float));

@@ -16,6 +16,13 @@ static kiln_status prepare_node(kiln_engine *e, int i) {
     kn_backend *b = kn_engine_node_backend(e, i);
     if (kn_node_copy_kind(n) != KN_COPY_NONE)
         return KILN_OK; /* the executor runs copies through the backend's copy */
+    const kn_op_schema *op = kn_op_find(n->domain, n->op_type);
+    if (op != NULL && (op->flags & KN_OP_SUBGRAPH)) {
+        if (e->node_backend[i] != 0)
+            return kn_error(KILN_ERR_PLAN, "node '%s' (%s) runs subgraphs and must be on the host",
+                            n->name, n->op_type);
+        return KILN_OK; /* the executor runs it with its subgraph executor (subgraph.c) */
+    }
     if (kn_is_plugin_node(n)) {
         e->kernels[i] = &kn_plugin_kernel;
         if (b->iface->plugin_kernel != NULL)

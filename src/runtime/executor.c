@@ -5,6 +5,7 @@
 #include "runtime/capture.h"
 #include "runtime/engine.h"
 #include "runtime/profile.h"
+#include "runtime/subgraph.h"
 
 #include <string.h>
 
@@ -108,6 +109,24 @@ static kiln_status run_deferred_infer(kiln_context *c, int node, const kn_tensor
     }
     if (plugin != NULL)
         KN_TRY(kn_context_plugin_shapes(c, node));
+    return KILN_OK;
+}
+
+/* A control-flow node: its bodies run on the host, which learns the output shapes; the outputs
+ * get memory of their own, as a deferred node's do. */
+static kiln_status run_control_flow(kiln_context *c, int node, const kn_tensor *in) {
+    const kn_node *n = &c->e->plan.graph->nodes[node];
+    kn_tensor out[KN_MAX_NODE_IO];
+    KN_TRY(kn_subgraph_run_node(c->e->backends[0], n, in, out, c->pool));
+    for (int j = 0; j < n->n_out; j++) {
+        int v = n->out[j];
+        if (v < 0)
+            continue;
+        kn_free(c->dyn[v]);
+        c->dyn[v] = out[j].data;
+        c->vals[v].t = out[j];
+        c->vals[v].known = true;
+    }
     return KILN_OK;
 }
 
@@ -215,6 +234,15 @@ static kiln_status run_nodes(kiln_context *c) {
                 wait_for_host_reads(c, i, k == 0 ? ~(uint64_t)0 : kn_node_host_inputs(n), k == 0));
         for (int j = 0; j < n->n_in; j++)
             input_tensor(c, i, j, &in[j]);
+        if (c->e->kernels[i] == NULL && kn_node_copy_kind(n) == KN_COPY_NONE) {
+            double t0 = c->layer_ms != NULL ? kn_profile_now_ms() : 0;
+            KN_TRY(run_control_flow(c, i, in));
+            if (c->layer_ms != NULL)
+                c->layer_ms[i] = kn_profile_now_ms() - t0;
+            if (c->capture != NULL)
+                KN_TRY(kn_capture_node(c, i));
+            continue;
+        }
         if (c->deferred[i]) {
             /* Inference reads data on the host: constants from the plan, device values not
              * at all (what a device kernel's shape needs is a host input). */

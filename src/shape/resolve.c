@@ -25,13 +25,15 @@ kiln_status kn_infer_node(const kn_node *n, const kiln_plugin_instance *plugin, 
                         n->name, n->op_type, n->opset, op->since);
     const kn_arity *ar = n->domain[0] == '\0' ? kn_op_arity(n->op_type) : NULL;
     if (ar != NULL) {
-        if (n->n_in < ar->min_in || (ar->max_in >= 0 && n->n_in > ar->max_in))
+        int n_in = n->n_in - kn_node_n_outer(n); /* enclosing-scope values are no op inputs */
+        if (n_in < ar->min_in || (ar->max_in >= 0 && n_in > ar->max_in))
             return kn_error(KILN_ERR_MODEL, "node '%s' (%s) has %d inputs; the op takes %d to %d",
-                            n->name, n->op_type, n->n_in, ar->min_in, ar->max_in);
+                            n->name, n->op_type, n_in, ar->min_in, ar->max_in);
         if (n->n_out < ar->min_out || (ar->max_out >= 0 && n->n_out > ar->max_out))
             return kn_error(KILN_ERR_MODEL, "node '%s' (%s) has %d outputs; the op makes %d to %d",
                             n->name, n->op_type, n->n_out, ar->min_out, ar->max_out);
-        for (int j = 0; j < ar->min_in; j++)
+        /* Loop's first two inputs are optional, its body checks its own */
+        for (int j = 0; j < ar->min_in && !(op->flags & KN_OP_SUBGRAPH); j++)
             if (in[j].dtype == 0)
                 return kn_error(KILN_ERR_MODEL, "node '%s' (%s): required input %d is missing",
                                 n->name, n->op_type, j);
