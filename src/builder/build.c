@@ -349,6 +349,21 @@ static kiln_status tidy(kn_graph *g) {
     return kn_graph_toposort(g);
 }
 
+/* Ifs on constant conditions take their branch for good; what the branch computes from
+ * constants then folds too (and may be the condition of a nested If). */
+static kiln_status inline_constant_ifs(kn_graph *g, const kiln_build_config *cfg,
+                                       const kn_plugin_table *plugins) {
+    for (int inlined = 1; inlined > 0;) {
+        KN_TRY(kn_pass_inline_if(g, &inlined));
+        if (inlined > 0) {
+            KN_TRY(tidy(g));
+            KN_TRY(resolve_fold_annotate(g, cfg, plugins, true));
+            KN_TRY(tidy(g));
+        }
+    }
+    return KILN_OK;
+}
+
 kiln_status kn_build_plan(const kiln_builder *b, const kiln_network *net,
                           const kiln_build_config *cfg, kn_plan *out) {
     memset(out, 0, sizeof *out);
@@ -370,7 +385,7 @@ kiln_status kn_build_plan(const kiln_builder *b, const kiln_network *net,
         goto fail;
     progress(cfg, "folding constants", 0.3);
     if ((rc = resolve_fold_annotate(g, cfg, &plugins, true)) != KILN_OK ||
-        (rc = tidy(g)) != KILN_OK)
+        (rc = tidy(g)) != KILN_OK || (rc = inline_constant_ifs(g, cfg, &plugins)) != KILN_OK)
         goto fail;
     progress(cfg, "placing", 0.5);
     if ((rc = kn_pass_fold_batchnorm(g)) != KILN_OK || (rc = tidy(g)) != KILN_OK ||

@@ -15,6 +15,9 @@ struct kn_resolved;
  * shapes; one kn_resolved per value each): constant subgraphs, and shape subgraphs whose
  * values do not change across the profile. */
 kiln_status kn_pass_fold_constants(kn_graph *g, const struct kn_resolved *const *at, int n);
+/* Replace every If whose condition is a constant by the branch it takes (the other is
+ * dropped); *inlined receives how many. New nodes are appended: toposort afterwards. */
+kiln_status kn_pass_inline_if(kn_graph *g, int *inlined);
 /* Remove nodes whose outputs reach no graph output. */
 kiln_status kn_pass_eliminate_dead(kn_graph *g);
 /* Fold BatchNormalization (inference) into a preceding Conv / Gemm with constant weights. */

@@ -167,3 +167,34 @@ def test_scan_axes_and_directions(tmp_path, form):
     feeds = {"acc0": rng.randn(2).astype(np.float32), "x": rng.randn(2, 5).astype(np.float32),
              "bias": rng.randn(2).astype(np.float32)}
     run_kiln(tmp_path, scan_model(), feeds, form)
+
+
+def constant_if_model(cond):
+    """An If on a constant condition, its branch reading x from the enclosing scope."""
+    c = numpy_helper.from_array(np.array(cond), "c")
+    one = numpy_helper.from_array(np.array(1, np.float32), "one")
+    then_g = helper.make_graph([helper.make_node("Add", ["x", "one"], ["t"])], "then", [],
+                               [vi("t", F, None)])
+    else_g = helper.make_graph([helper.make_node("Sub", ["x", "one"], ["e"])], "else", [],
+                               [vi("e", F, None)])
+    nodes = [helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)]
+    return model(nodes, [vi("x", F, [2, 3])], [vi("y", F, [2, 3])], [c, one])
+
+
+@pytest.mark.parametrize("cond", [True, False])
+def test_constant_if_is_inlined_at_build(tmp_path, cond):
+    x = np.random.RandomState(3).randn(2, 3).astype(np.float32)
+    run_kiln(tmp_path, constant_if_model(cond), {"x": x}, "plan")
+    out = kiln("inspect", tmp_path / "model.plan").stdout.decode()
+    assert ":If" not in out and "branch" not in out, out
+    assert ("cpu:Add" in out) == cond and ("cpu:Sub" in out) == (not cond), out
+
+
+def test_inspect_shows_bodies_indented(tmp_path):
+    onnx.save(loop_model(), tmp_path / "loop.onnx")
+    out = kiln("inspect", tmp_path / "loop.onnx").stdout.decode().splitlines()
+    loop = next(i for i, line in enumerate(out) if "cpu:Loop" in line)
+    assert out[loop + 1].strip().startswith("body: 8 nodes")
+    inner = next(i for i, line in enumerate(out) if line.strip().startswith("then_branch"))
+    indent = lambda s: len(s) - len(s.lstrip())
+    assert indent(out[inner]) > indent(out[loop + 1]) > indent(out[loop])

@@ -80,6 +80,47 @@ static void kernel_text(const kn_node *n, char *buf, size_t size) {
     }
 }
 
+/* The bodies of a control-flow node (If, Loop, Scan), indented under it, nested bodies
+ * further in. Body nodes run on the host through the subgraph executor. */
+static void print_bodies(const kn_node *n, int depth) {
+    for (int a = 0; a < n->n_attr; a++) {
+        const kn_graph *b = n->attr[a].g;
+        if (n->attr[a].type != KN_ATTR_GRAPH || b == NULL)
+            continue;
+        printf("%*s%s: %d nodes, %d inputs (%d from enclosing scopes), %d outputs\n", 8 + 4 * depth,
+               "", n->attr[a].name, b->n_nodes, b->n_inputs, b->n_outer, b->n_outputs);
+        for (int i = 0; i < b->n_nodes; i++) {
+            const kn_node *m = &b->nodes[i];
+            printf("%*s%-36s %s%s%s\n", 10 + 4 * depth, "", m->name, m->domain,
+                   m->domain[0] ? "." : "", m->op_type);
+            print_bodies(m, depth + 1);
+        }
+    }
+}
+
+static void json_bodies(const kn_node *n) {
+    printf(", \"subgraphs\": [");
+    int shown = 0;
+    for (int a = 0; a < n->n_attr; a++) {
+        const kn_graph *b = n->attr[a].g;
+        if (n->attr[a].type != KN_ATTR_GRAPH || b == NULL)
+            continue;
+        printf("%s{\"attribute\": ", shown++ ? ", " : "");
+        jstr(n->attr[a].name);
+        printf(", \"outer_inputs\": %d, \"layers\": [", b->n_outer);
+        for (int i = 0; i < b->n_nodes; i++) {
+            printf("%s{\"name\": ", i ? ", " : "");
+            jstr(b->nodes[i].name);
+            printf(", \"op\": ");
+            jstr(b->nodes[i].op_type);
+            json_bodies(&b->nodes[i]);
+            printf("}");
+        }
+        printf("]}");
+    }
+    printf("]");
+}
+
 /* Arena bytes per memory space (0: host) at the profile's largest shapes. */
 static void arena_at_max(kiln_engine *e, size_t *size) {
     memset(size, 0, KN_MAX_PLAN_BACKENDS * sizeof *size);
@@ -337,6 +378,8 @@ int cmd_inspect(int argc, char **argv) {
                 printf(", \"placement_reason\": ");
                 jstr(why);
             }
+            if (kn_node_n_outer(n) > 0 || kn_node_attr(n, "body") || kn_node_attr(n, "then_branch"))
+                json_bodies(n);
             printf("}");
         }
         printf("], \"copies\": [");
@@ -365,6 +408,7 @@ int cmd_inspect(int argc, char **argv) {
                    strcmp(prec, "fp16") == 0 || strcmp(prec, "bf16") == 0 ? " " : "",
                    strcmp(prec, "fp16") == 0 || strcmp(prec, "bf16") == 0 ? prec : "",
                    why ? "  (host: " : "", why ? why : "", why ? ")" : "");
+            print_bodies(n, 0);
         }
         if (e->n_backends > 1) {
             printf("copies between memory spaces:\n");
