@@ -356,6 +356,7 @@ static kiln_status inline_constant_ifs(kn_graph *g, const kiln_build_config *cfg
     for (int inlined = 1; inlined > 0;) {
         KN_TRY(kn_pass_inline_if(g, &inlined));
         if (inlined > 0) {
+            KN_TRY(kn_graph_toposort(g)); /* dead-node elimination walks in order */
             KN_TRY(tidy(g));
             KN_TRY(resolve_fold_annotate(g, cfg, plugins, true));
             KN_TRY(tidy(g));
