@@ -796,7 +796,8 @@ static void test_nodes(void **state) {
     a = add_attr(ifn, "then_branch", KN_ATTR_GRAPH);
     a->g = A(sizeof *a->g);
     onnx__graph_proto__init(a->g);
-    assert_error(import(m, NULL, &g), KILN_ERR_UNSUPPORTED, "node 'branch' (If)", "subgraph");
+    assert_error(import(m, NULL, &g), KILN_ERR_MODEL, "node 'branch' (If), subgraph 'then_branch'",
+                 "no outputs");
     arena_free();
     /* function attribute reference */
     m = small_model();

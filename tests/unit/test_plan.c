@@ -62,8 +62,16 @@ static void add_attrs(kn_graph *g, int node) {
         .dtype = KILN_DTYPE_INT32, .shape = {.rank = 2, .d = {2, 3}}, .data = (void *)t_data};
     a = (kn_attr){.name = "value", .type = KN_ATTR_TENSOR, .t = &t};
     assert_int_equal(kn_node_add_attr(g, node, &a), KILN_OK);
-    a = (kn_attr){.name = "body", .type = KN_ATTR_GRAPH};
+    kn_graph *body = kn_graph_create(); /* one enclosing-scope input passed straight out */
+    assert_non_null(body);
+    int bv = kn_graph_add_value(body, "outer");
+    body->values[bv].dtype = KILN_DTYPE_FLOAT32;
+    assert_int_equal(kn_graph_add_input(body, bv), KILN_OK);
+    assert_int_equal(kn_graph_add_output(body, bv), KILN_OK);
+    body->n_outer = 1;
+    a = (kn_attr){.name = "body", .type = KN_ATTR_GRAPH, .g = body};
     assert_int_equal(kn_node_add_attr(g, node, &a), KILN_OK);
+    kn_graph_destroy(body);
     float floats[3] = {0.5f, -2.0f, NAN};
     a = (kn_attr){.name = "scales", .type = KN_ATTR_FLOATS, .n = 3, .floats = floats};
     assert_int_equal(kn_node_add_attr(g, node, &a), KILN_OK);
