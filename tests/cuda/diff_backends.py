@@ -123,7 +123,7 @@ def run_models(kiln, manifest_path, only):
     return results
 
 
-def run_node_tests(kiln, jobs, workdir):
+def run_node_tests(kiln, jobs, workdir, node_data):
     script = os.path.join(REPO, "tests", "conformance", "run_node_tests.py")
     wrapper = os.path.join(workdir, "kiln-cuda")
     with open(wrapper, "w") as f:
@@ -132,8 +132,10 @@ def run_node_tests(kiln, jobs, workdir):
     reports = {}
     for label, exe in (("cpu", kiln), ("cuda", wrapper)):
         out = os.path.join(workdir, f"node_{label}.json")
-        rc, _, err = run([sys.executable, script, "--kiln", exe, "--jobs", str(jobs),
-                          "--json-out", out], timeout=3600)
+        cmd = [sys.executable, script, "--kiln", exe, "--jobs", str(jobs), "--json-out", out]
+        if node_data:
+            cmd += ["--data", node_data]
+        rc, _, err = run(cmd, timeout=3600)
         if not os.path.exists(out):
             raise RuntimeError(f"node tests ({label}) wrote no report (exit {rc}): {err[-500:]}")
         with open(out) as f:
@@ -153,6 +155,8 @@ def main():
     ap.add_argument("--manifest", default=os.path.join(REPO, "tests/models/manifest.json"))
     ap.add_argument("--models", nargs="*", default=[], help="only these models")
     ap.add_argument("--node-tests", action="store_true", help="also run onnx's node tests")
+    ap.add_argument("--node-data", help="folder of onnx node test cases (default: the installed "
+                    "onnx's; pass the CPU machine's onnx 1.19 cases to compare like with like)")
     ap.add_argument("--jobs", type=int, default=8)
     ap.add_argument("--json-out")
     a = ap.parse_args()
@@ -163,7 +167,7 @@ def main():
     ok = passed == len(cases)
     if a.node_tests:
         with tempfile.TemporaryDirectory() as tmp:
-            report["node_tests"] = run_node_tests(a.kiln, a.jobs, tmp)
+            report["node_tests"] = run_node_tests(a.kiln, a.jobs, tmp, a.node_data)
         nt = report["node_tests"]
         print(f"node tests: {nt['cuda_passed_of_those']}/{nt['cpu_passed']} of those passing on "
               f"the CPU pass with --backend cuda")
