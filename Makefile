@@ -129,11 +129,12 @@ CUDA_HOME ?= /usr/local/cuda
 build-cuda:
 	cmake -S . -B $(CUDA_BUILD) -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON \
 	  -DCMAKE_CUDA_COMPILER=$(CUDA_HOME)/bin/nvcc -DCUDAToolkit_ROOT=$(CUDA_HOME)
-	cmake --build $(CUDA_BUILD) -j$(JOBS) --target kiln kiln_cuda
+	cmake --build $(CUDA_BUILD) -j$(JOBS) --target kiln kiln_shared kiln_cuda
 
 test-gpu: build-cuda
-	KILN_BACKEND_PATH=$(CURDIR)/$(CUDA_BUILD)/lib $(PYTHON) tests/cuda/diff_backends.py \
-	  --kiln $(CUDA_BUILD)/bin/kiln --node-tests --jobs $(JOBS)
+	KILN_BACKEND_PATH=$(CURDIR)/$(CUDA_BUILD)/lib KILN_LIBRARY=$(CURDIR)/$(CUDA_BUILD)/lib/libkiln.so \
+	  $(PYTHON) tests/cuda/diff_backends.py --kiln $(CUDA_BUILD)/bin/kiln --replays --node-tests \
+	  --jobs $(JOBS)
 
 bench: build
 	$(PYTHON) bench/bench.py --kiln $(KILN)

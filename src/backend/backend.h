@@ -52,6 +52,18 @@ typedef struct kn_buffer {
     void *impl;
 } kn_buffer;
 
+/* A kernel's state in one context for one node (optional): what it derives from shapes and
+ * keeps between runs, such as a device library's descriptors and algorithm choices. The kernel
+ * makes it on its first run in a context (a struct whose first member is kn_local_state, with
+ * release set) and stores it in *kn_kernel_ctx.local; it stays there, for that node and context
+ * only, until the context is destroyed, when the runtime calls release once every stream of
+ * the context is idle. Shapes may change between runs: a kernel keys what it keeps by the
+ * shapes it was made for and remakes it when they differ. Unlike prepare's state it is never
+ * shared between contexts, so it needs no lock. */
+typedef struct kn_local_state {
+    void (*release)(struct kn_local_state *self);
+} kn_local_state;
+
 typedef struct kn_kernel_ctx {
     const kn_node *node;
     int n_in;
@@ -62,6 +74,9 @@ typedef struct kn_kernel_ctx {
     kn_threadpool *pool; /* the context's CPU threads */
     kn_stream *stream;   /* the context's stream of the node's backend (NULL on the CPU) */
     kn_backend *backend; /* the node's backend */
+    /* This context's state for this node (see kn_local_state); NULL where a kernel runs
+     * outside a context (shape-time evaluation, unit tests): then it keeps nothing. */
+    kn_local_state **local;
 } kn_kernel_ctx;
 
 /* Runs the node (the CPU) or enqueues it on k->stream (a device). Pointers in k->in and k->out
@@ -148,6 +163,11 @@ typedef struct kn_backend_iface {
     kiln_status (*event_elapsed)(kn_backend *b, kn_event *start, kn_event *end, float *ms);
 
     /* --- stream graphs (optional as a group: NULL when capture is not offered) --- */
+    /* From capture_begin to capture_end, work enqueued on s (kernels only: the runtime keeps
+     * copies and host work out) is recorded instead of run; capture_end returns it as a graph
+     * that graph_launch enqueues on s as often as asked, with the same pointers. A capture
+     * that fails (a kernel refused recording) is ended with capture_end too, which then
+     * reports the failure and returns no graph. */
     kiln_status (*capture_begin)(kn_backend *b, kn_stream *s);
     kiln_status (*capture_end)(kn_backend *b, kn_stream *s, void **graph);
     kiln_status (*graph_launch)(kn_backend *b, kn_stream *s, void *graph);

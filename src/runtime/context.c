@@ -4,6 +4,7 @@
 #include "runtime/engine.h"
 #include "ir/placement.h"
 #include "runtime/memory_plan.h"
+#include "runtime/replay.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -87,13 +88,14 @@ kiln_status kiln_context_create(kiln_engine *e, kiln_context **out) {
     c->dyn = kn_calloc(nv, sizeof *c->dyn);
     c->deferred = kn_calloc(nn, sizeof *c->deferred);
     c->runs = kn_calloc(nn, sizeof *c->runs);
+    c->locals = kn_calloc(nn, sizeof *c->locals);
     c->dyn_dev = kn_calloc(nv, sizeof *c->dyn_dev);
     c->copy_done = kn_calloc(nn, sizeof *c->copy_done);
     c->copy_pending = kn_calloc(nn, sizeof *c->copy_pending);
     c->in_device = kn_calloc(ni, sizeof *c->in_device);
     c->out_device = kn_calloc(no, sizeof *c->out_device);
     if (!c->dyn_dev || !c->copy_done || !c->copy_pending || !c->in_device || !c->out_device ||
-        !c->runs || !c->in_shape || !c->in_shape_set || !c->in_data || !c->in_size ||
+        !c->runs || !c->locals || !c->in_shape || !c->in_shape_set || !c->in_data || !c->in_size ||
         !c->out_user || !c->out_user_size || !c->out_buf || !c->out_cap || !c->vals ||
         !c->in_arena || !c->offsets || !c->alias || !c->dyn || !c->deferred) {
         kiln_context_destroy(c);
@@ -136,6 +138,13 @@ void kiln_context_destroy(kiln_context *c) {
     if (c == NULL)
         return;
     destroy_streams(c);
+    /* After the streams: no enqueued work may still use a kernel's state. */
+    if (c->locals)
+        for (int i = 0; i < c->e->plan.graph->n_nodes; i++)
+            if (c->locals[i] != NULL)
+                c->locals[i]->release(c->locals[i]);
+    kn_free(c->locals);
+    kn_replay_destroy(c);
     kn_threadpool_destroy(c->pool);
     if (c->vals)
         kn_resolved_release(c->vals, c->e->plan.graph->n_values);
@@ -477,6 +486,7 @@ kiln_status kn_context_resolve(kiln_context *c) {
     const kiln_engine *e = c->e;
     const kn_graph *g = e->plan.graph;
     KN_TRY(kn_context_finish_work(c));
+    c->generation++;
     release_resolution(c);
     for (int i = 0; i < g->n_inputs; i++) {
         const kn_value *v = &g->values[g->inputs[i]];

@@ -62,18 +62,21 @@ struct kiln_context {
     size_t *out_user_size;
     void **out_buf; /* per graph output: context-owned copy */
     size_t *out_cap;
-    kn_resolved *vals;   /* per value */
-    bool *deferred;      /* per node */
-    bool *in_arena;      /* per value */
-    size_t *offsets;     /* per value */
-    int *alias;          /* per value: the value whose memory a view shares, or -1 */
-    void **dyn;          /* per value: heap data of deferred host outputs */
-    kn_buffer *dyn_dev;  /* per value: device data of deferred device outputs */
-    kn_plugin_run *runs; /* per node: this context's clone of a plugin node */
-    double *layer_ms;    /* per node: time of the last execute, when profiling (see profile.c) */
+    kn_resolved *vals;       /* per value */
+    bool *deferred;          /* per node */
+    bool *in_arena;          /* per value */
+    size_t *offsets;         /* per value */
+    int *alias;              /* per value: the value whose memory a view shares, or -1 */
+    void **dyn;              /* per value: heap data of deferred host outputs */
+    kn_buffer *dyn_dev;      /* per value: device data of deferred device outputs */
+    kn_plugin_run *runs;     /* per node: this context's clone of a plugin node */
+    kn_local_state **locals; /* per node: the kernel's state in this context (backend.h) */
+    double *layer_ms; /* per node: time of the last execute, when profiling (see profile.c) */
     struct kn_capture *capture; /* values copied out after their layer runs (see capture.c) */
     bool resolved;
     bool executed;
+    unsigned generation;      /* counts resolutions: what was recorded at another is stale */
+    struct kn_replay *replay; /* stream graphs of this context (replay.h), or NULL */
     kn_space_arena arenas[KN_MAX_PLAN_BACKENDS]; /* per memory space (0: host) */
 };
 
@@ -87,6 +90,17 @@ kiln_status kn_context_finish_work(kiln_context *c);
 /* The backend (and its stream in context c) of node i. */
 static inline kn_backend *kn_engine_node_backend(const kiln_engine *e, int i) {
     return e->backends[e->node_backend[i]];
+}
+/* Whether node i runs at execute time (not evaluated on the host when shapes were resolved,
+ * and not a view that shares its input's memory). */
+static inline bool kn_context_node_runs(const kiln_context *c, int i) {
+    const kn_node *n = &c->e->plan.graph->nodes[i];
+    if (c->deferred[i])
+        return true;
+    for (int j = 0; j < n->n_out; j++)
+        if (n->out[j] >= 0 && c->in_arena[n->out[j]])
+            return true;
+    return false;
 }
 /* Tell plugin node `node` its current shapes and size its workspace. */
 kiln_status kn_context_plugin_shapes(kiln_context *c, int node);

@@ -5,6 +5,7 @@
 #include "runtime/capture.h"
 #include "runtime/engine.h"
 #include "runtime/profile.h"
+#include "runtime/replay.h"
 #include "runtime/subgraph.h"
 
 #include <string.h>
@@ -214,17 +215,20 @@ static kiln_status run_nodes(kiln_context *c) {
     const kiln_engine *e = c->e;
     const kn_graph *g = e->plan.graph;
     kn_tensor in[KN_MAX_NODE_IO], out[KN_MAX_NODE_IO];
+    KN_TRY(kn_replay_start(c));
     for (int i = 0; i < g->n_nodes; i++) {
         const kn_node *n = &g->nodes[i];
         if (n->dead)
             continue;
-        bool done = !c->deferred[i];
-        for (int j = 0; j < n->n_out && done; j++)
-            if (n->out[j] >= 0 && c->in_arena[n->out[j]])
-                done = false;
-        if (done) { /* evaluated on the host when shapes were resolved */
+        if (!kn_context_node_runs(c, i)) { /* evaluated on the host when shapes were resolved */
             if (c->capture != NULL)
                 KN_TRY(kn_capture_node(c, i));
+            continue;
+        }
+        int next;
+        KN_TRY(kn_replay_before(c, i, &next));
+        if (next != i) { /* a recorded segment ran in its stead */
+            i = next - 1;
             continue;
         }
         KN_ASSERT(n->n_in <= KN_MAX_NODE_IO && n->n_out <= KN_MAX_NODE_IO);
@@ -279,13 +283,21 @@ static kiln_status run_nodes(kiln_context *c) {
                             .state = c->runs[i].inst.ops ? (void *)&c->runs[i] : e->states[i],
                             .pool = c->pool,
                             .stream = c->streams[k],
-                            .backend = e->backends[k]};
+                            .backend = e->backends[k],
+                            .local = &c->locals[i]};
         double t0 = c->layer_ms != NULL ? kn_profile_now_ms() : 0;
         kiln_status rc = e->kernels[i]->run(&kc);
         if (c->layer_ms != NULL)
             c->layer_ms[i] = kn_profile_now_ms() - t0;
-        if (rc != KILN_OK)
+        int restart = -1;
+        if (rc != KILN_OK && !kn_replay_abort(c, &restart))
             return kn_error_prefix(rc, "node '%s' (%s): ", n->name, n->op_type);
+        if (rc == KILN_OK)
+            KN_TRY(kn_replay_after(c, i, &restart));
+        if (restart >= 0) { /* its recording failed: the segment runs again, plainly */
+            i = restart - 1;
+            continue;
+        }
         if (c->capture != NULL)
             KN_TRY(kn_capture_node(c, i));
     }
@@ -360,6 +372,8 @@ kiln_status kiln_context_enqueue(kiln_context *c) {
     c->enqueued = true;
     kiln_status rc = run_nodes(c);
     if (rc != KILN_OK) {
+        int restart;
+        (void)kn_replay_abort(c, &restart); /* a failure inside a recording ends it */
         (void)kn_context_finish_work(c);
         return rc;
     }

@@ -387,12 +387,13 @@ def main():
     ap.add_argument("--input-format", choices=("pb", "npy"), default="pb",
                     help="feed inputs as the TensorProto files (default) or converted to .npy")
     ap.add_argument("--verbose", "-v", action="store_true", help="print every non-passing case")
+    ap.add_argument("--data", help="folder of node test cases (default: the installed onnx's)")
     args = ap.parse_args()
 
     if not os.access(args.kiln, os.X_OK):
         sys.exit(f"kiln binary not found or not executable: {args.kiln}")
     kiln = os.path.abspath(args.kiln)
-    root = node_test_root(args.suite)
+    root = args.data or node_test_root(args.suite)
     args.expected = args.expected or default_expected(args.suite)
     names = list_cases(root, args.filter)
     if not names:

@@ -6,6 +6,12 @@ Models: every case of tests/models/manifest.json runs through `kiln run --backen
 within rtol 1e-4, atol 1e-5 (float32; integers and bools exactly). `kiln inspect --json
 --backend cuda` records which nodes ran on the GPU and why the others stayed on the host.
 
+Replays (--replays): each model's plan (`kiln build --backend cuda,cpu`) runs in one context,
+through kiln's Python API, every case three times in a row and then the first case again: the
+first run at a shape is the warm-up, the second records stream graphs, the third replays them,
+and the return to the first shape records anew. Every run must agree with the CPU as above.
+(`kiln run` executes once, so the model pass above never replays a graph.)
+
 Node tests (--node-tests): onnx's backend node tests run through tests/conformance/
 run_node_tests.py twice, once plainly and once with --backend cuda; every case that passes on
 the CPU must pass on CUDA too (against onnx's reference outputs, at onnx's tolerances).
@@ -70,22 +76,22 @@ def compare(ref, got):
     return "", worst
 
 
-def placement(kiln, path, shapes):
-    rc, out, err = run([kiln, "inspect", path, "--json", "--backend", "cuda"] + shapes)
+def placement(kiln, path, shapes, device):
+    rc, out, err = run([kiln, "inspect", path, "--json", "--backend", device] + shapes)
     if rc != 0:
         return {"error": err.strip()}
     layers = json.loads(out)["layers"]
     on = collections.Counter()
     host = collections.Counter()
     for layer in layers:
-        if layer.get("backend") == "cuda":
+        if layer.get("backend") == device:
             on[layer["op"]] += 1
         elif not layer["op"].startswith("Memcpy"):
             host[f'{layer["op"]}: {layer.get("placement_reason", "")}'] += 1
     return {"cuda": dict(on), "host": dict(host)}
 
 
-def run_models(kiln, manifest_path, only):
+def run_models(kiln, manifest_path, only, device, refs):
     with open(manifest_path) as f:
         manifest = json.load(f)
     base = os.path.dirname(manifest_path)
@@ -95,14 +101,17 @@ def run_models(kiln, manifest_path, only):
             continue
         path = os.path.join(base, model["model"])
         shapes = shape_args(model)
-        entry = {"model": model["name"], "placement": placement(kiln, path, shapes), "cases": []}
+        entry = {"model": model["name"], "placement": placement(kiln, path, shapes, device),
+                 "cases": []}
         for case in model["cases"]:
             inputs = {k: os.path.join(base, v) for k, v in case["inputs"].items()}
             with tempfile.TemporaryDirectory() as tmp:
                 cpu, err_cpu = run_outputs(kiln, path, inputs, shapes, "cpu",
                                            os.path.join(tmp, "cpu"))
-                gpu, err_gpu = run_outputs(kiln, path, inputs, shapes, "cuda",
+                gpu, err_gpu = run_outputs(kiln, path, inputs, shapes, device,
                                            os.path.join(tmp, "cuda"))
+            if cpu is not None:
+                refs[(model["name"], case["name"])] = cpu
             status, message, worst = "passed", "", 0.0
             if cpu is None:
                 status, message = "error", "cpu: " + err_cpu
@@ -123,7 +132,52 @@ def run_models(kiln, manifest_path, only):
     return results
 
 
-def run_node_tests(kiln, jobs, workdir):
+def run_replays(kiln, manifest_path, only, device, refs):
+    """Repeated runs in one context per model; refs[(model, case)] are the CPU's outputs."""
+    sys.path.insert(0, os.path.join(REPO, "python"))
+    import kiln as kpy
+
+    with open(manifest_path) as f:
+        manifest = json.load(f)
+    base = os.path.dirname(manifest_path)
+    results = []
+    for model in manifest["models"]:
+        if (only and model["name"] not in only) or len(model["cases"]) == 0:
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            plan = os.path.join(tmp, "m.plan")
+            rc, _, err = run([kiln, "build", os.path.join(base, model["model"]), "-o", plan,
+                              "--backend", f"{device},cpu", "--quiet"] + shape_args(model))
+            if rc != 0:
+                results.append({"model": model["name"], "status": "error", "message": err})
+                continue
+            ctx = kpy.Engine(plan).context()
+        order = [c for c in model["cases"] for _ in range(3)] + [model["cases"][0]] * 3
+        status, message, worst = "passed", "", 0.0
+        for i, case in enumerate(order):
+            feeds = {k: np.load(os.path.join(base, v)) for k, v in case["inputs"].items()}
+            try:
+                got = ctx.run(feeds)
+            except Exception as e:  # noqa: BLE001 - reported, not raised
+                status, message = "error", f"run {i}: {e}"
+                break
+            ref = refs.get((model["name"], case["name"]))
+            for name, want in (ref or {}).items():
+                why, w = compare(want, got.get(name, np.zeros(0)))
+                worst = max(worst, w)
+                if why:
+                    status, message = "failed", f"run {i} ({case['name']}) {name}: {why}"
+                    break
+            if status != "passed":
+                break
+        results.append({"model": model["name"], "runs": len(order), "status": status,
+                        "message": message, "worst_vs_tolerance": round(worst, 4)})
+        print(f"replays {model['name']:26s} {status:7s} worst {worst:.3f}x tol {message}",
+              flush=True)
+    return results
+
+
+def run_node_tests(kiln, jobs, workdir, node_data):
     script = os.path.join(REPO, "tests", "conformance", "run_node_tests.py")
     wrapper = os.path.join(workdir, "kiln-cuda")
     with open(wrapper, "w") as f:
@@ -132,8 +186,10 @@ def run_node_tests(kiln, jobs, workdir):
     reports = {}
     for label, exe in (("cpu", kiln), ("cuda", wrapper)):
         out = os.path.join(workdir, f"node_{label}.json")
-        rc, _, err = run([sys.executable, script, "--kiln", exe, "--jobs", str(jobs),
-                          "--json-out", out], timeout=3600)
+        cmd = [sys.executable, script, "--kiln", exe, "--jobs", str(jobs), "--json-out", out]
+        if node_data:
+            cmd += ["--data", node_data]
+        rc, _, err = run(cmd, timeout=3600)
         if not os.path.exists(out):
             raise RuntimeError(f"node tests ({label}) wrote no report (exit {rc}): {err[-500:]}")
         with open(out) as f:
@@ -153,17 +209,30 @@ def main():
     ap.add_argument("--manifest", default=os.path.join(REPO, "tests/models/manifest.json"))
     ap.add_argument("--models", nargs="*", default=[], help="only these models")
     ap.add_argument("--node-tests", action="store_true", help="also run onnx's node tests")
+    ap.add_argument("--node-data", help="folder of onnx node test cases (default: the installed "
+                    "onnx's; pass the CPU machine's onnx 1.19 cases to compare like with like)")
     ap.add_argument("--jobs", type=int, default=8)
     ap.add_argument("--json-out")
+    ap.add_argument("--replays", action="store_true",
+                    help="also run each model repeatedly in one context (stream graphs)")
+    ap.add_argument("--device", default="cuda",
+                    help="the device backend (default cuda; testdev checks this script "
+                    "without a GPU)")
     a = ap.parse_args()
-    report = {"models": run_models(a.kiln, a.manifest, set(a.models))}
+    refs = {}
+    report = {"models": run_models(a.kiln, a.manifest, set(a.models), a.device, refs)}
     cases = [c for m in report["models"] for c in m["cases"]]
     passed = sum(c["status"] == "passed" for c in cases)
     print(f"models: {passed}/{len(cases)} cases match the CPU (rtol {RTOL:g}, atol {ATOL:g})")
     ok = passed == len(cases)
+    if a.replays:
+        report["replays"] = run_replays(a.kiln, a.manifest, set(a.models), a.device, refs)
+        good = sum(r["status"] == "passed" for r in report["replays"])
+        print(f"replays: {good}/{len(report['replays'])} models match the CPU on every run")
+        ok = ok and good == len(report["replays"])
     if a.node_tests:
         with tempfile.TemporaryDirectory() as tmp:
-            report["node_tests"] = run_node_tests(a.kiln, a.jobs, tmp)
+            report["node_tests"] = run_node_tests(a.kiln, a.jobs, tmp, a.node_data)
         nt = report["node_tests"]
         print(f"node tests: {nt['cuda_passed_of_those']}/{nt['cpu_passed']} of those passing on "
               f"the CPU pass with --backend cuda")

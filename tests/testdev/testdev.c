@@ -15,9 +15,14 @@
  * - CPU kernels for a subset of ops (the host's own, run on the worker on the real blocks), so
  *   mixed graphs split and results must match the CPU bit for bit. KILN_TESTDEV_DENY=Op,Op
  *   removes ops from the subset (to force host islands).
+ * - Stream graphs: between capture_begin and capture_end a stream records its jobs instead of
+ *   running them; a launch runs the recording again, in order, on the worker.
+ * - Per-context kernel state: each kernel keeps a kn_local_state keyed by its shapes, and
+ *   kn_backend.context points at counters (testdev.h) that tests read.
  *
  * It uses nothing of libkiln but the host table (backend_module.h). */
 #include "backend/backend_module.h"
+#include "testdev.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -27,6 +32,7 @@
 #include <time.h>
 
 static const kn_backend_host_api *host;
+static testdev_stats stats;
 
 /* --- memory --- */
 
@@ -109,11 +115,19 @@ static void td_free(kn_backend *b, kn_buffer *buf) {
 
 /* --- streams: a worker thread and a queue --- */
 
+/* A job's fn never frees arg: the worker does after running it, unless the job belongs to a
+ * graph, which runs it again on each launch and frees it when destroyed. */
 typedef struct job {
     void (*fn)(void *arg, char *err, size_t err_size);
     void *arg;
+    bool keep;
     struct job *next;
 } job;
+
+/* A recorded stream graph: the jobs captured, in order. */
+typedef struct td_graph {
+    job *head;
+} td_graph;
 
 struct kn_stream {
     pthread_t thread;
@@ -122,6 +136,8 @@ struct kn_stream {
     job *head, *tail;
     bool busy, stop;
     char error[512]; /* the first failure since the last sync */
+    bool capturing;  /* jobs go to rec_head..rec_tail instead of the queue */
+    job *rec_head, *rec_tail;
     uint32_t jitter; /* LCG state: the worker sometimes lags, to make missing waits show */
 };
 
@@ -147,6 +163,8 @@ static void *worker(void *arg) {
         }
         char err[512] = "";
         j->fn(j->arg, err, sizeof err);
+        if (!j->keep)
+            free(j->arg);
         free(j);
         pthread_mutex_lock(&s->lock);
         if (err[0] != '\0' && s->error[0] == '\0')
@@ -161,23 +179,37 @@ static void *worker(void *arg) {
 
 static kiln_status td_stream_sync(kn_backend *b, kn_stream *s);
 
-static kiln_status enqueue(kn_stream *s, void (*fn)(void *, char *, size_t), void *arg) {
-    if (getenv("KILN_TESTDEV_SYNC") != NULL) { /* for debugging: no asynchrony */
+static kiln_status enqueue_job(kn_stream *s, void (*fn)(void *, char *, size_t), void *arg,
+                               bool keep) {
+    if (!s->capturing && getenv("KILN_TESTDEV_SYNC") != NULL) { /* debugging: no asynchrony */
         char err[512] = "";
         td_stream_sync(NULL, s);
         fn(arg, err, sizeof err);
+        if (!keep)
+            free(arg);
         if (err[0] != '\0')
             return host->error(KILN_ERR_INTERNAL, err);
         return KILN_OK;
     }
     job *j = malloc(sizeof *j);
     if (j == NULL) {
-        free(arg);
+        if (!keep)
+            free(arg);
         return host->error(KILN_ERR_OUT_OF_MEMORY, "testdev: out of memory");
     }
     j->fn = fn;
     j->arg = arg;
+    j->keep = keep;
     j->next = NULL;
+    if (s->capturing) { /* only the context's thread enqueues on its stream */
+        j->keep = true;
+        if (s->rec_tail)
+            s->rec_tail->next = j;
+        else
+            s->rec_head = j;
+        s->rec_tail = j;
+        return KILN_OK;
+    }
     pthread_mutex_lock(&s->lock);
     if (s->tail)
         s->tail->next = j;
@@ -187,6 +219,10 @@ static kiln_status enqueue(kn_stream *s, void (*fn)(void *, char *, size_t), voi
     pthread_cond_signal(&s->wake);
     pthread_mutex_unlock(&s->lock);
     return KILN_OK;
+}
+
+static kiln_status enqueue(kn_stream *s, void (*fn)(void *, char *, size_t), void *arg) {
+    return enqueue_job(s, fn, arg, false);
 }
 
 static kiln_status td_stream_create(kn_backend *b, kn_stream **out) {
@@ -245,7 +281,6 @@ static void run_copy(void *arg, char *err, size_t size) {
     (void)size;
     copy_job *c = arg;
     memcpy(c->dst, c->src, c->n);
-    free(c);
 }
 
 static kiln_status td_copy(kn_backend *b, kn_stream *s, void *dst, kn_mem dst_mem, const void *src,
@@ -263,6 +298,7 @@ static kiln_status td_copy(kn_backend *b, kn_stream *s, void *dst, kn_mem dst_me
     }
     if (s == NULL) { /* no stream: synchronous */
         run_copy(c, NULL, 0);
+        free(c);
         return KILN_OK;
     }
     return enqueue(s, run_copy, c);
@@ -310,7 +346,6 @@ static void run_mark(void *arg, char *err, size_t size) {
         m->e->reached = m->gen;
     pthread_cond_broadcast(&m->e->cond);
     pthread_mutex_unlock(&m->e->lock);
-    free(m);
 }
 
 static kiln_status td_event_record(kn_backend *b, kn_event *e, kn_stream *s) {
@@ -343,7 +378,6 @@ static void run_wait(void *arg, char *err, size_t size) {
     (void)err;
     (void)size;
     wait_reached(*(kn_event **)arg);
-    free(arg);
 }
 
 static kiln_status td_event_wait(kn_backend *b, kn_stream *s, kn_event *e) {
@@ -465,7 +499,6 @@ static void run_kernel(void *arg, char *err, size_t size) {
     if (rc != KILN_OK)
         snprintf(err, size, "testdev: node '%s' (%s) failed", j->kc.node->name,
                  j->kc.node->op_type);
-    free(j);
 }
 
 static kiln_status enqueue_kernel(kn_kernel_ctx *k, const kn_kernel *cpu, void *state) {
@@ -488,12 +521,111 @@ static kiln_status enqueue_kernel(kn_kernel_ctx *k, const kn_kernel *cpu, void *
     j->kc.pool = NULL; /* the context's pool belongs to the host thread */
     j->kc.stream = NULL;
     j->kc.backend = host->host_backend();
+    j->kc.local = NULL;
     return enqueue(k->stream, run_kernel, j);
+}
+
+/* The per-context state every testdev kernel keeps: the shapes it was made for, as a device
+ * kernel keeps its descriptors. */
+typedef struct td_local {
+    kn_local_state base;
+    kn_shape in0, out0;
+} td_local;
+
+static void td_local_release(kn_local_state *self) {
+    atomic_fetch_add(&stats.local_released, 1);
+    free(self);
+}
+
+static bool same_shape(const kn_shape *a, const kn_shape *b) {
+    return a->rank == b->rank && memcmp(a->d, b->d, (size_t)a->rank * sizeof a->d[0]) == 0;
+}
+
+static kiln_status keep_local(kn_kernel_ctx *k) {
+    if (k->local == NULL || k->n_in < 1 || k->n_out < 1)
+        return KILN_OK;
+    td_local *l = (td_local *)*k->local;
+    if (l == NULL) {
+        l = calloc(1, sizeof *l);
+        if (l == NULL)
+            return host->error(KILN_ERR_OUT_OF_MEMORY, "testdev: out of memory");
+        l->base.release = td_local_release;
+        *k->local = &l->base;
+        atomic_fetch_add(&stats.local_made, 1);
+    } else if (same_shape(&l->in0, &k->in[0].shape) && same_shape(&l->out0, &k->out[0].shape)) {
+        return KILN_OK;
+    } else {
+        atomic_fetch_add(&stats.local_remade, 1);
+    }
+    l->in0 = k->in[0].shape;
+    l->out0 = k->out[0].shape;
+    return KILN_OK;
 }
 
 static kiln_status td_run(kn_kernel_ctx *k) {
     const kstate *st = k->state;
+    if (keep_local(k) != KILN_OK)
+        return KILN_ERR_OUT_OF_MEMORY;
     return enqueue_kernel(k, st->cpu, st->inner);
+}
+
+/* --- stream graphs --- */
+
+static kiln_status td_capture_begin(kn_backend *b, kn_stream *s) {
+    (void)b;
+    if (s->capturing)
+        return host->error(KILN_ERR_INTERNAL, "testdev: the stream is already capturing");
+    s->capturing = true;
+    s->rec_head = s->rec_tail = NULL;
+    return KILN_OK;
+}
+
+static void free_jobs(job *j) {
+    while (j != NULL) {
+        job *next = j->next;
+        free(j->arg);
+        free(j);
+        j = next;
+    }
+}
+
+static kiln_status td_capture_end(kn_backend *b, kn_stream *s, void **graph) {
+    (void)b;
+    *graph = NULL;
+    if (!s->capturing)
+        return host->error(KILN_ERR_INTERNAL, "testdev: the stream is not capturing");
+    s->capturing = false;
+    td_graph *g = malloc(sizeof *g);
+    if (g == NULL) {
+        free_jobs(s->rec_head);
+        s->rec_head = s->rec_tail = NULL;
+        return host->error(KILN_ERR_OUT_OF_MEMORY, "testdev: out of memory");
+    }
+    g->head = s->rec_head;
+    s->rec_head = s->rec_tail = NULL;
+    atomic_fetch_add(&stats.captured, 1);
+    *graph = g;
+    return KILN_OK;
+}
+
+static void run_graph(void *arg, char *err, size_t size) {
+    const td_graph *g = arg;
+    for (const job *j = g->head; j != NULL && err[0] == '\0'; j = j->next)
+        j->fn(j->arg, err, size);
+}
+
+static kiln_status td_graph_launch(kn_backend *b, kn_stream *s, void *graph) {
+    (void)b;
+    atomic_fetch_add(&stats.launched, 1);
+    return enqueue_job(s, run_graph, graph, true);
+}
+
+static void td_graph_destroy(kn_backend *b, void *graph) {
+    (void)b;
+    td_graph *g = graph;
+    free_jobs(g->head);
+    free(g);
+    atomic_fetch_add(&stats.destroyed, 1);
 }
 
 static const kn_kernel *cpu_kernel(const char *domain, const char *name) {
@@ -565,7 +697,7 @@ static bool td_supports(kn_backend *b, const kn_node *n, int n_in, const kn_tens
             return false;
         }
     caps->host_in = host_inputs(n->op_type);
-    caps->capture_safe = false;
+    caps->capture_safe = true;
     /* it runs the host's kernels: it lowers what the host lowers */
     kn_backend *h = host->host_backend();
     kn_caps hc;
@@ -608,9 +740,13 @@ static const kn_backend_iface testdev_iface = {
     .event_wait = td_event_wait,
     .event_sync = td_event_sync,
     .event_elapsed = td_event_elapsed,
+    .capture_begin = td_capture_begin,
+    .capture_end = td_capture_end,
+    .graph_launch = td_graph_launch,
+    .graph_destroy = td_graph_destroy,
 };
 
-static kn_backend testdev = {.iface = &testdev_iface, .device = 0, .context = NULL};
+static kn_backend testdev = {.iface = &testdev_iface, .device = 0, .context = &stats};
 
 __attribute__((visibility("default"))) kiln_status
 kn_backend_entry(const kn_backend_host_api *h, uint32_t version, kn_backend **out) {

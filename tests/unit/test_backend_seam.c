@@ -1,7 +1,8 @@
 /* The backend seam with the testdev module (tests/testdev): its poisoned memory space, copies
  * and events; a model split across testdev and the host on 8 threads with 8 contexts of one
  * engine, bit-identical to the host-only plan at several shapes of the profile; enqueue and
- * synchronize; inputs and outputs bound as device memory. KILN_BACKEND_PATH names the folder of
+ * synchronize; inputs and outputs bound as device memory; per-context kernel state and stream
+ * graphs, counted by testdev. KILN_BACKEND_PATH names the folder of
  * libkiln_testdev.so (CTest sets it). */
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,6 +13,7 @@
 #include "backend/backend.h"
 #include "core/fileio.h"
 #include "kiln/kiln.h"
+#include "../testdev/testdev.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -213,9 +215,9 @@ static void test_device_bound_input_and_output(void **state) {
     kn_buffer din, dout;
     assert_int_equal(b->iface->buffer_alloc(b, KN_MEM_DEVICE, in_bytes, &din), KILN_OK);
     assert_int_equal(b->iface->buffer_alloc(b, KN_MEM_DEVICE, out_size[1], &dout), KILN_OK);
-    assert_int_equal(b->iface->copy(b, NULL, din.base, KN_MEM_DEVICE, inputs[1], KN_MEM_HOST,
-                                    in_bytes),
-                     KILN_OK);
+    assert_int_equal(
+        b->iface->copy(b, NULL, din.base, KN_MEM_DEVICE, inputs[1], KN_MEM_HOST, in_bytes),
+        KILN_OK);
     assert_int_equal(kiln_context_set_input_shape(ctx, "input", 4, shapes[1]), KILN_OK);
     assert_int_equal(
         kiln_context_set_input_memory(ctx, "input", din.base, in_bytes, KILN_MEMORY_DEVICE),
@@ -227,15 +229,138 @@ static void test_device_bound_input_and_output(void **state) {
     if (rc != KILN_OK)
         fail_msg("execute: %s", kiln_last_error());
     float *back = malloc(out_size[1]);
-    assert_int_equal(b->iface->copy(b, NULL, back, KN_MEM_HOST, dout.base, KN_MEM_DEVICE,
-                                    out_size[1]),
-                     KILN_OK);
+    assert_int_equal(
+        b->iface->copy(b, NULL, back, KN_MEM_HOST, dout.base, KN_MEM_DEVICE, out_size[1]), KILN_OK);
     assert_memory_equal(back, expected[1], out_size[1]);
     free(back);
     kiln_context_destroy(ctx);
     kiln_engine_destroy(e);
     b->iface->buffer_free(b, &din);
     b->iface->buffer_free(b, &dout);
+}
+
+/* Kernel state is made once per node and context, remade when shapes change and released with
+ * the context; the second run at a shape records stream graphs, later runs launch them, a new
+ * shape records anew; every run's logits equal the host-only plan's bit for bit. */
+static void test_kernel_state_and_stream_graphs(void **state) {
+    (void)state;
+    make_expected();
+    testdev_stats *st = testdev()->context;
+    kiln_engine *e = engine("testdev");
+    kiln_context *ctx;
+    assert_int_equal(kiln_context_create(e, &ctx), KILN_OK);
+    long made0 = st->local_made, remade0 = st->local_remade, released0 = st->local_released;
+    long captured0 = st->captured, launched0 = st->launched, destroyed0 = st->destroyed;
+    long made = 0, segments = 0;
+    for (int it = 0; it < 5; it++) {
+        size_t size = 0;
+        float *got = run_shape(ctx, 1, &size);
+        assert_non_null(got);
+        assert_int_equal(size, out_size[1]);
+        assert_memory_equal(got, expected[1], size);
+        free(got);
+        if (it == 0) {
+            made = st->local_made - made0;
+            assert_true(made > 0);
+            assert_int_equal(st->captured, captured0); /* the first run is the warm-up */
+        }
+        if (it == 1) {
+            segments = st->captured - captured0;
+            assert_true(segments > 0);
+        }
+    }
+    assert_int_equal(st->local_made - made0, made);
+    assert_int_equal(st->local_remade, remade0);
+    assert_int_equal(st->captured - captured0, segments);
+    assert_int_equal(st->launched - launched0, 4 * segments);
+    for (int it = 0; it < 3; it++) {
+        size_t size = 0;
+        float *got = run_shape(ctx, 2, &size);
+        assert_non_null(got);
+        assert_int_equal(size, out_size[2]);
+        assert_memory_equal(got, expected[2], size);
+        free(got);
+    }
+    assert_int_equal(st->local_made - made0, made);
+    assert_int_equal(st->local_remade - remade0, made); /* every node's shapes changed */
+    assert_int_equal(st->captured - captured0, 2 * segments);
+    assert_int_equal(st->destroyed - destroyed0, segments); /* the first shape's graphs */
+    assert_int_equal(st->launched - launched0, 6 * segments);
+    kiln_context_destroy(ctx);
+    assert_int_equal(st->local_released - released0, made);
+    assert_int_equal(st->destroyed - destroyed0, 2 * segments);
+    kiln_engine_destroy(e);
+}
+
+/* Logits of the host-only plan for input x at shape k. */
+static float *host_logits(const float *x, int k) {
+    kiln_engine *e = engine(NULL);
+    kiln_context *ctx;
+    assert_int_equal(kiln_context_create(e, &ctx), KILN_OK);
+    float *save = inputs[k];
+    inputs[k] = (float *)x;
+    size_t size = 0;
+    float *got = run_shape(ctx, k, &size);
+    inputs[k] = save;
+    kiln_context_destroy(ctx);
+    kiln_engine_destroy(e);
+    assert_non_null(got);
+    return got;
+}
+
+/* Copies of graph inputs and outputs stay outside stream graphs: rebinding other device
+ * buffers between replays reads the new input and writes the new output. */
+static void test_stream_graphs_follow_rebound_device_buffers(void **state) {
+    (void)state;
+    make_expected();
+    kn_backend *b = testdev();
+    testdev_stats *st = b->context;
+    size_t in_bytes = numel(shapes[1]) * sizeof(float), nb = out_size[1];
+    float *neg = malloc(in_bytes);
+    for (size_t i = 0; i < numel(shapes[1]); i++)
+        neg[i] = -inputs[1][i];
+    float *want[2] = {expected[1], host_logits(neg, 1)};
+    assert_memory_not_equal(want[0], want[1], nb);
+    kn_buffer din[2], dout[2];
+    const float *src[2] = {inputs[1], neg};
+    for (int j = 0; j < 2; j++) {
+        assert_int_equal(b->iface->buffer_alloc(b, KN_MEM_DEVICE, in_bytes, &din[j]), KILN_OK);
+        assert_int_equal(b->iface->buffer_alloc(b, KN_MEM_DEVICE, nb, &dout[j]), KILN_OK);
+        assert_int_equal(
+            b->iface->copy(b, NULL, din[j].base, KN_MEM_DEVICE, src[j], KN_MEM_HOST, in_bytes),
+            KILN_OK);
+    }
+    kiln_engine *e = engine("testdev");
+    kiln_context *ctx;
+    assert_int_equal(kiln_context_create(e, &ctx), KILN_OK);
+    assert_int_equal(kiln_context_set_input_shape(ctx, "input", 4, shapes[1]), KILN_OK);
+    long launched0 = st->launched;
+    float *back = malloc(nb);
+    for (int it = 0; it < 6; it++) {
+        int ji = it % 2, jo = (it / 2) % 2;
+        assert_int_equal(
+            kiln_context_set_input_memory(ctx, "input", din[ji].base, in_bytes, KILN_MEMORY_DEVICE),
+            KILN_OK);
+        assert_int_equal(
+            kiln_context_set_output_memory(ctx, "logits", dout[jo].base, nb, KILN_MEMORY_DEVICE),
+            KILN_OK);
+        kiln_status rc = kiln_context_execute(ctx);
+        if (rc != KILN_OK)
+            fail_msg("execute: %s", kiln_last_error());
+        assert_int_equal(
+            b->iface->copy(b, NULL, back, KN_MEM_HOST, dout[jo].base, KN_MEM_DEVICE, nb), KILN_OK);
+        assert_memory_equal(back, want[ji], nb);
+    }
+    assert_true(st->launched - launched0 >= 5); /* every run after the warm-up replayed */
+    free(back);
+    kiln_context_destroy(ctx);
+    kiln_engine_destroy(e);
+    for (int j = 0; j < 2; j++) {
+        b->iface->buffer_free(b, &din[j]);
+        b->iface->buffer_free(b, &dout[j]);
+    }
+    free(want[1]);
+    free(neg);
 }
 
 static void test_device_input_read_on_host_is_refused(void **state) {
@@ -276,6 +401,8 @@ int main(void) {
         cmocka_unit_test(test_poisoned_memory_copies_and_events),
         cmocka_unit_test(test_split_model_on_8_threads_matches_host_bit_for_bit),
         cmocka_unit_test(test_device_bound_input_and_output),
+        cmocka_unit_test(test_kernel_state_and_stream_graphs),
+        cmocka_unit_test(test_stream_graphs_follow_rebound_device_buffers),
         cmocka_unit_test(test_device_input_read_on_host_is_refused),
         cmocka_unit_test(test_backend_names_and_absent_backends),
     };

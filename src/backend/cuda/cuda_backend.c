@@ -5,6 +5,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 const kn_backend_host_api *kc_host;
@@ -325,6 +326,39 @@ static kiln_status cuda_event_elapsed(kn_backend *b, kn_event *start, kn_event *
     return kc_check(cudaEventElapsedTime(ms, start->e, end->e), "timing events");
 }
 
+/* --- stream graphs --- */
+
+/* Thread-local capture: another context's thread may keep calling CUDA meanwhile, and a call
+ * of this thread that cannot be recorded fails the capture (the runtime then runs plainly). */
+static kiln_status cuda_capture_begin(kn_backend *b, kn_stream *s) {
+    (void)b;
+    return kc_check(cudaStreamBeginCapture(s->s, cudaStreamCaptureModeThreadLocal),
+                    "beginning a stream capture");
+}
+
+static kiln_status cuda_capture_end(kn_backend *b, kn_stream *s, void **graph) {
+    (void)b;
+    *graph = NULL;
+    cudaGraph_t g = NULL;
+    KC_TRY(kc_check(cudaStreamEndCapture(s->s, &g), "ending a stream capture"));
+    cudaGraphExec_t exec = NULL;
+    kiln_status rc = kc_check(cudaGraphInstantiateWithFlags(&exec, g, 0), "instantiating a graph");
+    cudaGraphDestroy(g);
+    KC_TRY(rc);
+    *graph = exec;
+    return KILN_OK;
+}
+
+static kiln_status cuda_graph_launch(kn_backend *b, kn_stream *s, void *graph) {
+    (void)b;
+    return kc_check(cudaGraphLaunch((cudaGraphExec_t)graph, s->s), "launching a graph");
+}
+
+static void cuda_graph_destroy(kn_backend *b, void *graph) {
+    (void)b;
+    cudaGraphExecDestroy((cudaGraphExec_t)graph);
+}
+
 static const kn_backend_iface cuda_iface = {
     .name = "cuda",
     .mem = KN_MEM_DEVICE,
@@ -344,7 +378,14 @@ static const kn_backend_iface cuda_iface = {
     .event_wait = cuda_event_wait,
     .event_sync = cuda_event_sync,
     .event_elapsed = cuda_event_elapsed,
+    .capture_begin = cuda_capture_begin,
+    .capture_end = cuda_capture_end,
+    .graph_launch = cuda_graph_launch,
+    .graph_destroy = cuda_graph_destroy,
 };
+
+/* The same without stream graphs (KILN_CUDA_GRAPHS=0): every run enqueues each kernel. */
+static kn_backend_iface cuda_iface_no_graphs;
 
 static kn_backend cuda_backend = {.iface = &cuda_iface, .device = 0, .context = NULL};
 
@@ -384,6 +425,15 @@ kn_backend_entry(const kn_backend_host_api *host, uint32_t version, kn_backend *
     kc_host = host;
     *out = NULL;
     KC_TRY(check_device());
+    const char *graphs = getenv("KILN_CUDA_GRAPHS");
+    if (graphs != NULL && strcmp(graphs, "0") == 0) {
+        cuda_iface_no_graphs = cuda_iface;
+        cuda_iface_no_graphs.capture_begin = NULL;
+        cuda_iface_no_graphs.capture_end = NULL;
+        cuda_iface_no_graphs.graph_launch = NULL;
+        cuda_iface_no_graphs.graph_destroy = NULL;
+        cuda_backend.iface = &cuda_iface_no_graphs;
+    }
     *out = &cuda_backend;
     return KILN_OK;
 }

@@ -115,34 +115,90 @@ static kiln_status descs_make(const conv_geom *g, conv_descs *d) {
     return KILN_OK;
 }
 
-/* y = act(conv(x, w) + b + z); b and z may be NULL. */
-static kiln_status conv_run(kn_stream *st, const conv_geom *g, const float *x, const float *w,
-                            const float *b, const float *z, float *y, int act, float aa, float ab) {
-    if ((int64_t)g->n * g->k * g->oh * g->ow == 0)
-        return KILN_OK;
+/* What one context keeps for one Conv node (kn_local_state): the descriptors and cuDNN's
+ * algorithm for the geometry it was made for, so a run at the same shapes only enqueues. */
+typedef struct conv_local {
+    kn_local_state base;
+    conv_geom g;
     conv_descs d;
-    kiln_status rc = descs_make(g, &d);
+    cudnnConvolutionFwdAlgo_t algo;
+    size_t ws;
+} conv_local;
+
+static void conv_local_free(kn_local_state *self) {
+    conv_local *l = (conv_local *)self;
+    descs_free(&l->d);
+    kc_host->free(l);
+}
+
+static kiln_status conv_local_make(kn_stream *st, const conv_geom *g, conv_local **out) {
+    conv_local *l = kc_host->alloc(sizeof *l);
+    if (l == NULL)
+        return kc_fail(KILN_ERR_OUT_OF_MEMORY, "out of memory for a convolution's state");
+    memset(l, 0, sizeof *l);
+    l->base.release = conv_local_free;
+    l->g = *g;
+    kiln_status rc = descs_make(g, &l->d);
     cudnnConvolutionFwdAlgoPerf_t perf[8];
     int found = 0;
     if (rc == KILN_OK)
-        rc = kc_check_dnn(
-            cudnnGetConvolutionForwardAlgorithm_v7(st->dnn, d.x, d.w, d.conv, d.y, 8, &found, perf),
-            "choosing an algorithm");
+        rc = kc_check_dnn(cudnnGetConvolutionForwardAlgorithm_v7(st->dnn, l->d.x, l->d.w, l->d.conv,
+                                                                 l->d.y, 8, &found, perf),
+                          "choosing an algorithm");
     int pick = -1;
     for (int i = 0; i < found && rc == KILN_OK && pick < 0; i++)
         if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].mathType == CUDNN_FMA_MATH)
             pick = i;
     if (rc == KILN_OK && pick < 0)
         rc = kc_fail(KILN_ERR_UNSUPPORTED, "cuDNN offers no strict float32 algorithm here");
-    if (rc == KILN_OK)
-        rc = kc_workspace(st, perf[pick].memory);
+    if (rc != KILN_OK) {
+        conv_local_free(&l->base);
+        return rc;
+    }
+    l->algo = perf[pick].algo;
+    l->ws = perf[pick].memory;
+    *out = l;
+    return KILN_OK;
+}
+
+/* The state for geometry g: the context's if it was made for g, else a new one (kept in the
+ * context's slot when there is one; *temp tells the caller to free it otherwise). */
+static kiln_status conv_local_get(kn_kernel_ctx *k, const conv_geom *g, conv_local **out,
+                                  bool *temp) {
+    conv_local *have = k->local ? (conv_local *)*k->local : NULL;
+    *temp = false;
+    if (have != NULL && memcmp(&have->g, g, sizeof *g) == 0) {
+        *out = have;
+        return KILN_OK;
+    }
+    KC_TRY(conv_local_make(k->stream, g, out));
+    if (k->local == NULL) {
+        *temp = true;
+        return KILN_OK;
+    }
+    if (have != NULL)
+        conv_local_free(&have->base);
+    *k->local = &(*out)->base;
+    return KILN_OK;
+}
+
+/* y = act(conv(x, w) + b + z); b and z may be NULL. */
+static kiln_status conv_run(kn_kernel_ctx *k, const conv_geom *g, const float *x, const float *w,
+                            const float *b, const float *z, float *y, int act, float aa, float ab) {
+    if ((int64_t)g->n * g->k * g->oh * g->ow == 0)
+        return KILN_OK;
+    kn_stream *st = k->stream;
+    conv_local *l;
+    bool temp;
+    KC_TRY(conv_local_get(k, g, &l, &temp));
+    kiln_status rc = kc_workspace(st, l->ws);
     const float one = 1.0f, zero = 0.0f;
     if (rc == KILN_OK)
-        rc = kc_check_dnn(cudnnConvolutionForward(st->dnn, &one, d.x, x, d.w, w, d.conv,
-                                                  perf[pick].algo, st->ws, st->ws_size, &zero, d.y,
-                                                  y),
+        rc = kc_check_dnn(cudnnConvolutionForward(st->dnn, &one, l->d.x, x, l->d.w, w, l->d.conv,
+                                                  l->algo, st->ws, st->ws_size, &zero, l->d.y, y),
                           "convolution");
-    descs_free(&d);
+    if (temp)
+        conv_local_free(&l->base);
     KC_TRY(rc);
     if (b != NULL || z != NULL || act != KC_ACT_NONE)
         KC_TRY(KC_LAUNCH(
@@ -160,7 +216,7 @@ static kiln_status run_conv(kn_kernel_ctx *k) {
                          : NULL;
     float aa, ab;
     int act = kc_activation(k->node, &aa, &ab);
-    return conv_run(k->stream, &g, k->in[0].data, k->in[1].data, b, z, k->out[0].data, act, aa, ab);
+    return conv_run(k, &g, k->in[0].data, k->in[1].data, b, z, k->out[0].data, act, aa, ab);
 }
 
 static bool sup_conv(const kn_node *n, int n_in, const kn_tensor *in, int n_out,

@@ -44,9 +44,118 @@ static kiln_status layout(cublasLtMatrixLayout_t *l, int64_t rows, int64_t cols,
     return KILN_OK;
 }
 
-static kiln_status gemm_run(kn_stream *st, gemm_call *g) {
+/* What decides a product's descriptors and algorithm: shapes, transposes, batching, the Lt
+ * epilogue and the workspace it may use. */
+typedef struct gemm_key {
+    int64_t m, n, k, batch, stride_a, stride_b, stride_c;
+    int32_t trans_a, trans_b, epi;
+    uint64_t ws;
+} gemm_key;
+
+/* What one context keeps for one Gemm/MatMul node (kn_local_state): Lt's descriptors and the
+ * algorithm its heuristic chose for that key. */
+typedef struct gemm_local {
+    kn_local_state base;
+    gemm_key key;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulAlgo_t algo;
+} gemm_local;
+
+static void gemm_local_free(kn_local_state *self) {
+    gemm_local *l = (gemm_local *)self;
+    if (l->lc)
+        cublasLtMatrixLayoutDestroy(l->lc);
+    if (l->lb)
+        cublasLtMatrixLayoutDestroy(l->lb);
+    if (l->la)
+        cublasLtMatrixLayoutDestroy(l->la);
+    if (l->desc)
+        cublasLtMatmulDescDestroy(l->desc);
+    kc_host->free(l);
+}
+
+static kiln_status gemm_local_init(kn_stream *st, gemm_local *l) {
+    const gemm_key *g = &l->key;
+    KC_TRY(kc_check_lt(cublasLtMatmulDescCreate(&l->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+                       "descriptor"));
+    /* Column-major: Lt's A is our B (N x K), Lt's B is our A (K x M). */
+    cublasOperation_t ta = g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t tb = g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasLtEpilogue_t epi = (cublasLtEpilogue_t)g->epi;
+    KC_TRY(kc_check_lt(
+        cublasLtMatmulDescSetAttribute(l->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta),
+        "transa"));
+    KC_TRY(kc_check_lt(
+        cublasLtMatmulDescSetAttribute(l->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb),
+        "transb"));
+    KC_TRY(kc_check_lt(
+        cublasLtMatmulDescSetAttribute(l->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi),
+        "epilogue"));
+    /* Lt's A: N x K as stored (ld N), or its transpose stored K x N (ld K). */
+    KC_TRY(g->trans_b ? layout(&l->la, g->k, g->n, g->k, g->batch, g->stride_b)
+                      : layout(&l->la, g->n, g->k, g->n, g->batch, g->stride_b));
+    KC_TRY(g->trans_a ? layout(&l->lb, g->m, g->k, g->m, g->batch, g->stride_a)
+                      : layout(&l->lb, g->k, g->m, g->k, g->batch, g->stride_a));
+    KC_TRY(layout(&l->lc, g->n, g->m, g->n, g->batch, g->stride_c));
+    cublasLtMatmulPreference_t pref = NULL;
+    KC_TRY(kc_check_lt(cublasLtMatmulPreferenceCreate(&pref), "preference"));
+    uint64_t ws = g->ws;
+    kiln_status rc =
+        kc_check_lt(cublasLtMatmulPreferenceSetAttribute(
+                        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
+                    "workspace");
+    cublasLtMatmulHeuristicResult_t heur;
+    int found = 0;
+    if (rc == KILN_OK)
+        rc = kc_check_lt(cublasLtMatmulAlgoGetHeuristic(st->lt, l->desc, l->la, l->lb, l->lc, l->lc,
+                                                        pref, 1, &heur, &found),
+                         "choosing an algorithm");
+    cublasLtMatmulPreferenceDestroy(pref);
+    KC_TRY(rc);
+    if (found == 0)
+        return kc_fail(KILN_ERR_UNSUPPORTED, "cuBLASLt has no algorithm for %lldx%lldx%lld",
+                       (long long)g->m, (long long)g->n, (long long)g->k);
+    l->algo = heur.algo;
+    return KILN_OK;
+}
+
+/* The state for key: the context's if it was made for key, else a new one (kept in the
+ * context's slot when there is one; *temp tells the caller to free it otherwise). */
+static kiln_status gemm_local_get(kn_kernel_ctx *k, const gemm_key *key, gemm_local **out,
+                                  bool *temp) {
+    gemm_local *have = k->local ? (gemm_local *)*k->local : NULL;
+    *temp = false;
+    if (have != NULL && memcmp(&have->key, key, sizeof *key) == 0) {
+        *out = have;
+        return KILN_OK;
+    }
+    gemm_local *l = kc_host->alloc(sizeof *l);
+    if (l == NULL)
+        return kc_fail(KILN_ERR_OUT_OF_MEMORY, "out of memory for a product's state");
+    memset(l, 0, sizeof *l);
+    l->base.release = gemm_local_free;
+    l->key = *key;
+    kiln_status rc = gemm_local_init(k->stream, l);
+    if (rc != KILN_OK) {
+        gemm_local_free(&l->base);
+        return rc;
+    }
+    *out = l;
+    if (k->local == NULL) {
+        *temp = true;
+        return KILN_OK;
+    }
+    if (have != NULL)
+        gemm_local_free(&have->base);
+    *k->local = &l->base;
+    return KILN_OK;
+}
+
+static kiln_status gemm_run(kn_kernel_ctx *kc, gemm_call *g) {
     if (g->m == 0 || g->n == 0)
         return KILN_OK;
+    kn_stream *st = kc->stream;
     /* Lt's C: Gemm's C, else the residual. */
     const float *c = g->c;
     float beta = g->beta;
@@ -65,70 +174,34 @@ static kiln_status gemm_run(kn_stream *st, gemm_call *g) {
         epi = relu_in_lt ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
     else if (relu_in_lt)
         epi = CUBLASLT_EPILOGUE_RELU;
-    cublasLtMatmulDesc_t desc = NULL;
-    cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
-    cublasLtMatmulPreference_t pref = NULL;
-    kiln_status rc =
-        kc_check_lt(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "descriptor");
-    /* Column-major: Lt's A is our B (N x K), Lt's B is our A (K x M). */
-    cublasOperation_t ta = g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasOperation_t tb = g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    if (rc == KILN_OK)
-        rc = kc_check_lt(
-            cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta),
-            "transa");
-    if (rc == KILN_OK)
-        rc = kc_check_lt(
-            cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb),
-            "transb");
-    if (rc == KILN_OK)
-        rc = kc_check_lt(
-            cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi),
-            "epilogue");
-    if (rc == KILN_OK && (epi == CUBLASLT_EPILOGUE_BIAS || epi == CUBLASLT_EPILOGUE_RELU_BIAS))
-        rc = kc_check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+    gemm_key key;
+    memset(&key, 0, sizeof key);
+    key.m = g->m;
+    key.n = g->n;
+    key.k = g->k;
+    key.batch = g->batch;
+    key.stride_a = g->stride_a;
+    key.stride_b = g->stride_b;
+    key.stride_c = g->stride_c;
+    key.trans_a = g->trans_a;
+    key.trans_b = g->trans_b;
+    key.epi = (int32_t)epi;
+    key.ws = st->ws_size;
+    gemm_local *l;
+    bool temp;
+    KC_TRY(gemm_local_get(kc, &key, &l, &temp));
+    kiln_status rc = KILN_OK;
+    if (epi == CUBLASLT_EPILOGUE_BIAS || epi == CUBLASLT_EPILOGUE_RELU_BIAS)
+        rc = kc_check_lt(cublasLtMatmulDescSetAttribute(l->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                         &g->bias, sizeof g->bias),
                          "bias");
-    /* Lt's A: N x K as stored (ld N), or its transpose stored K x N (ld K). */
     if (rc == KILN_OK)
-        rc = g->trans_b ? layout(&la, g->k, g->n, g->k, g->batch, g->stride_b)
-                        : layout(&la, g->n, g->k, g->n, g->batch, g->stride_b);
-    if (rc == KILN_OK)
-        rc = g->trans_a ? layout(&lb, g->m, g->k, g->m, g->batch, g->stride_a)
-                        : layout(&lb, g->k, g->m, g->k, g->batch, g->stride_a);
-    if (rc == KILN_OK)
-        rc = layout(&lc, g->n, g->m, g->n, g->batch, g->stride_c);
-    if (rc == KILN_OK)
-        rc = kc_check_lt(cublasLtMatmulPreferenceCreate(&pref), "preference");
-    uint64_t ws = st->ws_size;
-    if (rc == KILN_OK)
-        rc = kc_check_lt(cublasLtMatmulPreferenceSetAttribute(
-                             pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
-                         "workspace");
-    cublasLtMatmulHeuristicResult_t heur;
-    int found = 0;
-    if (rc == KILN_OK)
-        rc = kc_check_lt(
-            cublasLtMatmulAlgoGetHeuristic(st->lt, desc, la, lb, lc, lc, pref, 1, &heur, &found),
-            "choosing an algorithm");
-    if (rc == KILN_OK && found == 0)
-        rc = kc_fail(KILN_ERR_UNSUPPORTED, "cuBLASLt has no algorithm for %lldx%lldx%lld",
-                     (long long)g->m, (long long)g->n, (long long)g->k);
-    if (rc == KILN_OK)
-        rc = kc_check_lt(cublasLtMatmul(st->lt, desc, &g->alpha, g->b, la, g->a, lb, &beta,
-                                        c ? (const void *)c : (const void *)g->y, lc, g->y, lc,
-                                        &heur.algo, st->ws, st->ws_size, st->s),
+        rc = kc_check_lt(cublasLtMatmul(st->lt, l->desc, &g->alpha, g->b, l->la, g->a, l->lb, &beta,
+                                        c ? (const void *)c : (const void *)g->y, l->lc, g->y,
+                                        l->lc, &l->algo, st->ws, st->ws_size, st->s),
                          "matmul");
-    if (pref)
-        cublasLtMatmulPreferenceDestroy(pref);
-    if (lc)
-        cublasLtMatrixLayoutDestroy(lc);
-    if (lb)
-        cublasLtMatrixLayoutDestroy(lb);
-    if (la)
-        cublasLtMatrixLayoutDestroy(la);
-    if (desc)
-        cublasLtMatmulDescDestroy(desc);
+    if (temp)
+        gemm_local_free(&l->base);
     KC_TRY(rc);
     if (own_epilogue)
         KC_TRY(KC_LAUNCH(kc_epilogue_f32(st->s, g->y, g->bias, res, g->batch * g->m, g->n, 1,
@@ -182,7 +255,7 @@ static kiln_status run_gemm(kn_kernel_ctx *k) {
         g.res = k->in[3].data;
     g.act = kc_activation(nd, &g.act_a, &g.act_b);
     g.y = k->out[0].data;
-    return gemm_run(k->stream, &g);
+    return gemm_run(k, &g);
 }
 
 static bool sup_gemm(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
@@ -271,7 +344,7 @@ static kiln_status run_matmul(kn_kernel_ctx *k) {
         g.bias = k->in[3].data;
     g.act = kc_activation(nd, &g.act_a, &g.act_b);
     g.y = k->out[0].data;
-    return gemm_run(k->stream, &g);
+    return gemm_run(k, &g);
 }
 
 static bool sup_matmul(const kn_node *n, int n_in, const kn_tensor *in, int n_out,

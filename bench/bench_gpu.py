@@ -1,0 +1,300 @@
+#!/usr/bin/env python3
+"""kiln's CUDA backend against PyTorch on the same GPU, in one process, alternating.
+
+For each model and batch size: the PyTorch module (torchvision's ResNet-50, MobileNetV2,
+EfficientNet-B0 with seeded random weights; a BERT-base encoder from transformers, 12 layers,
+d 768, 12 heads, sequence 128) is exported to ONNX, built with `kiln build --backend cuda,cpu`
+(one plan per model, its batch range the profile) and loaded through libkiln's C API (ctypes),
+input and output bound to torch's CUDA tensors (BERT's int64 ids stay in host memory: kiln reads
+them on the host). Every timed round runs each configuration once, in turn, so clocks and
+caches drift alike for all of them:
+
+  kiln           kiln_context_execute (enqueue + synchronize), stream graphs on (the default)
+  torch-eager    module(x), then torch.cuda.synchronize()
+  torch-graph    a torch.cuda.CUDAGraph of module(x) replayed, then synchronize
+  torch-compile  torch.compile(mode="reduce-overhead") (with --compile; it takes minutes)
+
+Each iteration is timed on the host clock around the synchronous call; the table gives the
+median and p90 in milliseconds. Precision is float32 everywhere and strict for both: TF32 is
+turned off in PyTorch (cudnn.allow_tf32 and matmul.allow_tf32 False), as kiln's fp32 is strict.
+kiln's output is checked against PyTorch's (max |diff| / max |ref|) before timing.
+
+Writes a JSON report (--json-out) and prints a markdown table last.
+"""
+
+import argparse
+import ctypes
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+KILN_MEMORY_HOST, KILN_MEMORY_DEVICE = 0, 2
+
+
+class Kiln:
+    """The few libkiln calls the benchmark needs."""
+
+    def __init__(self, path):
+        self.lib = ctypes.CDLL(path)
+        L, P = self.lib, ctypes.c_void_p
+        L.kiln_last_error.restype = ctypes.c_char_p
+        L.kiln_engine_load_file.argtypes = [ctypes.c_char_p, P, ctypes.POINTER(P)]
+        L.kiln_engine_destroy.argtypes = [P]
+        L.kiln_context_create.argtypes = [P, ctypes.POINTER(P)]
+        L.kiln_context_destroy.argtypes = [P]
+        L.kiln_context_set_input_shape.argtypes = [P, ctypes.c_char_p, ctypes.c_int,
+                                                   ctypes.POINTER(ctypes.c_int64)]
+        L.kiln_context_set_input_memory.argtypes = [P, ctypes.c_char_p, P, ctypes.c_size_t,
+                                                    ctypes.c_int]
+        L.kiln_context_set_output_memory.argtypes = [P, ctypes.c_char_p, P, ctypes.c_size_t,
+                                                     ctypes.c_int]
+        L.kiln_context_execute.argtypes = [P]
+
+    def check(self, rc):
+        if rc != 0:
+            raise RuntimeError(self.lib.kiln_last_error().decode())
+
+    def load(self, plan):
+        e = ctypes.c_void_p()
+        self.check(self.lib.kiln_engine_load_file(plan.encode(), None, ctypes.byref(e)))
+        return e
+
+    def context(self, engine):
+        c = ctypes.c_void_p()
+        self.check(self.lib.kiln_context_create(engine, ctypes.byref(c)))
+        return c
+
+    def bind(self, ctx, name, t, output=False):
+        if not output:
+            dims = (ctypes.c_int64 * t.dim())(*t.shape)
+            self.check(self.lib.kiln_context_set_input_shape(ctx, name.encode(), t.dim(), dims))
+        mem = KILN_MEMORY_DEVICE if t.is_cuda else KILN_MEMORY_HOST
+        fn = self.lib.kiln_context_set_output_memory if output else \
+            self.lib.kiln_context_set_input_memory
+        self.check(fn(ctx, name.encode(), ctypes.c_void_p(t.data_ptr()),
+                      t.numel() * t.element_size(), mem))
+
+
+def make_model(name):
+    torch.manual_seed(0)
+    if name == "bert":
+        import transformers
+
+        cfg = transformers.BertConfig(hidden_size=768, num_hidden_layers=12,
+                                      num_attention_heads=12, intermediate_size=3072,
+                                      max_position_embeddings=512)
+        cfg._attn_implementation = "eager"  # plain MatMul/Softmax attention in the export
+        bert = transformers.BertModel(cfg, add_pooling_layer=False).eval()
+
+        class Encoder(torch.nn.Module):
+            def __init__(self, m):
+                super().__init__()
+                self.m = m
+
+            def forward(self, ids):
+                return self.m(input_ids=ids).last_hidden_state
+
+        return Encoder(bert).eval()
+    import torchvision
+
+    ctor = {"resnet50": torchvision.models.resnet50,
+            "mobilenetv2": torchvision.models.mobilenet_v2,
+            "efficientnet_b0": torchvision.models.efficientnet_b0}[name]
+    return ctor(weights=None).eval()
+
+
+def example(name, batch, device):
+    if name == "bert":
+        g = torch.Generator().manual_seed(batch)
+        ids = torch.randint(0, 30522, (batch, 128), generator=g, dtype=torch.int64)
+        return ids  # kiln reads ids on the host; torch gets a device copy
+    g = torch.Generator().manual_seed(batch)
+    return torch.randn(batch, 3, 224, 224, generator=g).to(device)
+
+
+def export(model, name, batches, path):
+    x = example(name, min(batches), "cpu")
+    kw = dict(input_names=["x"], output_names=["y"], opset_version=17,
+              dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
+    try:
+        torch.onnx.export(model, (x,), path, dynamo=False, **kw)
+    except TypeError:
+        torch.onnx.export(model, (x,), path, **kw)
+
+
+def build_plan(kiln_cli, onnx_path, name, batches, plan):
+    lo, hi = min(batches), max(batches)
+    tail = "128" if name == "bert" else "3x224x224"
+    spec = f"x:{lo}x{tail},{hi}x{tail},{hi}x{tail}"
+    t0 = time.perf_counter()
+    p = subprocess.run([kiln_cli, "build", onnx_path, "-o", plan, "--backend", "cuda,cpu",
+                        "--shapes", spec, "--quiet"], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, timeout=600)
+    if p.returncode != 0:
+        raise RuntimeError("kiln build: " + p.stderr.decode().strip())
+    return time.perf_counter() - t0
+
+
+def timed(fn):
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def summary(ms):
+    s = sorted(ms)
+    return {"median": statistics.median(s), "p90": s[min(len(s) - 1, int(0.9 * len(s)))],
+            "n": len(s)}
+
+
+def bench_one(K, engine, model, name, batch, args):
+    dev = "cuda"
+    x_host = example(name, batch, "cpu")
+    x_dev = x_host.to(dev)
+    with torch.no_grad():
+        ref = model(x_dev)
+    out = torch.empty_like(ref)
+    ctx = K.context(engine)
+    try:
+        K.bind(ctx, "x", x_host if name == "bert" else x_dev)
+        K.bind(ctx, "y", out, output=True)
+        run_kiln = lambda: K.check(K.lib.kiln_context_execute(ctx))  # noqa: E731
+        run_kiln()
+        torch.cuda.synchronize()
+        err = float((out - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+
+        configs = {"kiln": run_kiln}
+
+        def eager():
+            with torch.no_grad():
+                model(x_dev)
+            torch.cuda.synchronize()
+
+        configs["torch-eager"] = eager
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side), torch.no_grad():
+            for _ in range(3):
+                model(x_dev)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph), torch.no_grad():
+                model(x_dev)
+        except RuntimeError as e:  # a module that copies from the host while it runs
+            print(f"{name} batch {batch}: no torch CUDA graph: {str(e)[:160]}", flush=True)
+            graph = None
+
+        def replay():
+            graph.replay()
+            torch.cuda.synchronize()
+
+        if graph is not None:
+            configs["torch-graph"] = replay
+        compile_s = None
+        if args.compile:
+            compiled = torch.compile(model, mode="reduce-overhead")
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                for _ in range(3):
+                    compiled(x_dev)
+            torch.cuda.synchronize()
+            compile_s = time.perf_counter() - t0
+
+            def comp():
+                with torch.no_grad():
+                    compiled(x_dev)
+                torch.cuda.synchronize()
+
+            configs["torch-compile"] = comp
+        for fn in configs.values():
+            for _ in range(args.warmup):
+                fn()
+        times = {k: [] for k in configs}
+        for _ in range(args.iterations):
+            for k, fn in configs.items():
+                times[k].append(timed(fn))
+        torch.cuda.synchronize()
+        # The last kiln run replayed its stream graphs: its output must still be right.
+        err_replay = float((out - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+        row = {"model": name, "batch": batch, "kiln_vs_torch_max_rel_err": err,
+               "after_replays_max_rel_err": err_replay, "torch_compile_s": compile_s}
+        row.update({k: summary(v) for k, v in times.items()})
+        return row
+    finally:
+        K.lib.kiln_context_destroy(ctx)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--kiln", required=True, help="the kiln CLI")
+    ap.add_argument("--libkiln", required=True, help="libkiln.so")
+    ap.add_argument("--models", default="resnet50,mobilenetv2,efficientnet_b0,bert")
+    ap.add_argument("--batches", default="1,64", help="CNN batch sizes")
+    ap.add_argument("--bert-batches", default="1,32")
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--iterations", type=int, default=50)
+    ap.add_argument("--compile", action="store_true", help="also torch.compile reduce-overhead")
+    ap.add_argument("--json-out")
+    args = ap.parse_args()
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.benchmark = True
+    K = Kiln(args.libkiln)
+    rows = []
+    work = tempfile.mkdtemp(prefix="bench-gpu-")
+    for name in args.models.split(","):
+        batches = [int(b) for b in (args.bert_batches if name == "bert" else args.batches)
+                   .split(",")]
+        try:
+            model = make_model(name)
+            onnx_path = os.path.join(work, f"{name}.onnx")
+            export(model, name, batches, onnx_path)
+            plan = os.path.join(work, f"{name}.plan")
+            build_s = build_plan(args.kiln, onnx_path, name, batches, plan)
+            model = model.cuda()
+            engine = K.load(plan)
+        except Exception as e:  # one model's failure must not hide the others' rows
+            print(f"{name}: {type(e).__name__}: {e}", flush=True)
+            rows.append({"model": name, "error": str(e)})
+            continue
+        for b in batches:
+            try:
+                row = bench_one(K, engine, model, name, b, args)
+                row["kiln_build_s"] = build_s
+            except Exception as e:
+                row = {"model": name, "batch": b, "error": f"{type(e).__name__}: {e}"}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        K.lib.kiln_engine_destroy(engine)
+        del model
+        torch.cuda.empty_cache()
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                       "rows": rows}, f, indent=1)
+    cols = ["kiln", "torch-eager", "torch-graph"] + (["torch-compile"] if args.compile else [])
+    print("\n| model | batch | " + " | ".join(f"{c} median / p90 ms" for c in cols) +
+          " | best torch / kiln | kiln err (first, last run) |")
+    print("| --- | ---: |" + " ---: |" * len(cols) + " ---: | ---: |")
+    for r in rows:
+        if "error" in r:
+            print(f"| {r['model']} | {r.get('batch', '')} | error: {r['error'][:120]} |")
+            continue
+        cells = [f"{r[c]['median']:.3f} / {r[c]['p90']:.3f}" if c in r else "n/a" for c in cols]
+        best = min(r[c]["median"] for c in cols[1:] if c in r)
+        print(f"| {r['model']} | {r['batch']} | " + " | ".join(cells) +
+              f" | {best / r['kiln']['median']:.2f}x | {r['kiln_vs_torch_max_rel_err']:.1e}, "
+              f"{r['after_replays_max_rel_err']:.1e} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
