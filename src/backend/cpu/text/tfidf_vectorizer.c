@@ -42,6 +42,10 @@ kiln_status kn_cpu_tfidf(kn_kernel_ctx *k) {
     const char *mode = kn_attr_string(node, "mode", "TF");
     int64_t rows = x->shape.rank == 2 ? x->shape.d[0] : 1, c = x->shape.d[x->shape.rank - 1];
     int64_t out = y->shape.d[y->shape.rank - 1];
+    /* A skip as long as the row already leaves room for no n-gram of two or more tokens, so
+     * larger ones (an attribute may say anything) add nothing but time. */
+    if (skips > c)
+        skips = c;
     float *f = y->data;
     for (int64_t i = 0; i < rows * out; i++)
         f[i] = 0.0f;
