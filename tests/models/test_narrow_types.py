@@ -143,3 +143,16 @@ def test_unknown_record_npy_is_refused(tmp_path):
                           stderr=subprocess.PIPE, timeout=60)
     assert proc.returncode == 1, proc.stderr
     assert b"float9" in proc.stderr and len(proc.stderr.decode().strip().splitlines()) == 1
+
+
+def test_edit_writes_packed_4bit_initializers(tmp_path):
+    """kiln edit re-exports 4-bit initializers packed two per byte, as ONNX stores them."""
+    model = quantized_model(TensorProto.INT4)
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    kiln("edit", path, "-o", tmp_path / "out.onnx", "--cleanup")
+    out = onnx.load(tmp_path / "out.onnx")
+    got = {t.name: onnx.numpy_helper.to_array(t) for t in out.graph.initializer}
+    want = onnx.numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == "w"))
+    assert got["w"].dtype == want.dtype
+    np.testing.assert_array_equal(got["w"].view(np.uint8), want.view(np.uint8))
