@@ -90,6 +90,7 @@ typedef enum kiln_dtype {
     KILN_DTYPE_UINT4 = 21,
     KILN_DTYPE_INT4 = 22,
     KILN_DTYPE_FLOAT4E2M1 = 23,
+    KILN_DTYPE_FLOAT8E8M0 = 24, /* a power of two: 2^(code - 127), 0xff NaN */
 } kiln_dtype;
 
 typedef enum kiln_log_level {

@@ -182,11 +182,11 @@ typedef struct npy_dtype {
     const char *descr; /* as written; readers also accept '=' and '<' for one-byte types */
 } npy_dtype;
 
-/* numpy has no float8 or 4-bit dtypes of its own and saves ml_dtypes' ones as raw bytes
- * ('|V1'), losing the type. kiln writes them as a one-field record of uint8 named after the
- * ml_dtypes type ([('float8_e4m3fn', '|u1')]): a plain numpy load keeps the name, and
- * arr[name].view(ml_dtypes.<name>) gives the typed array. The 4-bit codes sit in the low nibble
- * of each byte, as in ml_dtypes. */
+/* numpy has no bfloat16, float8 or 4-bit dtypes of its own and saves ml_dtypes' ones as raw
+ * bytes ('|V1', '|V2'), losing the type. kiln writes them as a one-field record of unsigned
+ * integers named after the ml_dtypes type ([('float8_e4m3fn', '|u1')]): a plain numpy load keeps
+ * the name, and arr[name].view(ml_dtypes.<name>) gives the typed array. The 4-bit codes sit in
+ * the low nibble of each byte, as in ml_dtypes. */
 static const npy_dtype npy_records[] = {
     {KILN_DTYPE_FLOAT8E4M3FN, "float8_e4m3fn"},
     {KILN_DTYPE_FLOAT8E4M3FNUZ, "float8_e4m3fnuz"},
@@ -195,6 +195,8 @@ static const npy_dtype npy_records[] = {
     {KILN_DTYPE_UINT4, "uint4"},
     {KILN_DTYPE_INT4, "int4"},
     {KILN_DTYPE_FLOAT4E2M1, "float4_e2m1fn"},
+    {KILN_DTYPE_FLOAT8E8M0, "float8_e8m0fnu"},
+    {KILN_DTYPE_BFLOAT16, "bfloat16"},
 };
 #define N_NPY_RECORDS (sizeof npy_records / sizeof npy_records[0])
 
@@ -315,17 +317,27 @@ static kiln_status npy_dtype_from_descr(const char *s, size_t n, int32_t *dtype)
     return kn_error(KILN_ERR_UNSUPPORTED, ".npy: dtype '%.*s' is not supported", (int)n, s);
 }
 
-/* After '[': the one-field record kiln writes for a float8 or 4-bit type (see npy_records). */
+static const char *npy_record_field(int32_t dtype) {
+    return dtype == KILN_DTYPE_BFLOAT16 ? "<u2" : "|u1";
+}
+
+/* After '[': the one-field record kiln writes for a bfloat16, float8 or 4-bit type (see
+ * npy_records). */
 static kiln_status npy_record_descr(npy_cursor *c, int32_t *dtype) {
     const char *name, *type;
     size_t nl, tl;
     if (!eat(c, '(') || !parse_str(c, &name, &nl) || !eat(c, ',') || !parse_str(c, &type, &tl) ||
-        !eat(c, ')') || !eat(c, ']') || tl != 3 || memcmp(type, "|u1", 3) != 0)
+        !eat(c, ')') || !eat(c, ']') || tl != 3)
         return kn_error(KILN_ERR_UNSUPPORTED,
                         ".npy: structured dtypes are not supported (only kiln's one-field records "
                         "of float8 and 4-bit types)");
     for (size_t i = 0; i < N_NPY_RECORDS; i++)
         if (strlen(npy_records[i].descr) == nl && memcmp(npy_records[i].descr, name, nl) == 0) {
+            const char *want = npy_record_field(npy_records[i].dtype);
+            if (memcmp(type, want, 3) != 0 &&
+                !(want[0] == '|' && memcmp(type + 1, want + 1, 2) == 0))
+                return kn_error(KILN_ERR_UNSUPPORTED, ".npy: record field '%.*s' must be '%s'",
+                                (int)nl, name, want);
             *dtype = npy_records[i].dtype;
             return KILN_OK;
         }
@@ -460,9 +472,9 @@ kiln_status kn_npy_to_bytes(const kn_tensor *t, void **data, size_t *size) {
     char dict[256];
     int len = record != NULL
                   ? snprintf(dict, sizeof dict,
-                             "{'descr': [('%s', '|u1')], 'fortran_order': False, "
+                             "{'descr': [('%s', '%s')], 'fortran_order': False, "
                              "'shape': (",
-                             record)
+                             record, npy_record_field(t->dtype))
                   : snprintf(dict, sizeof dict,
                              "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
     for (int i = 0; i < t->shape.rank; i++)

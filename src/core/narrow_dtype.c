@@ -6,6 +6,7 @@
 #include "kiln/kiln.h"
 
 #include <math.h>
+#include <string.h>
 
 typedef struct minifloat {
     int mbits, bias, sign_shift;
@@ -42,7 +43,7 @@ bool kn_dtype_is_4bit(int32_t dtype) {
 }
 
 bool kn_dtype_is_narrow(int32_t dtype) {
-    return kn_dtype_is_float8(dtype) || kn_dtype_is_4bit(dtype);
+    return kn_dtype_is_float8(dtype) || kn_dtype_is_4bit(dtype) || dtype == KILN_DTYPE_FLOAT8E8M0;
 }
 
 float kn_narrow_float_decode(int32_t dtype, uint8_t code) {
@@ -99,6 +100,31 @@ uint8_t kn_narrow_float_encode(int32_t dtype, float v, bool saturate) {
         code = (unsigned)(e + f->bias) << f->mbits |
                ((unsigned)ldexp(r, f->mbits - e) & ((1u << f->mbits) - 1));
     return (uint8_t)(sign | code);
+}
+
+float kn_e8m0_decode(uint8_t code) {
+    return code == 0xff ? NAN : ldexpf(1.0f, (int)code - 127);
+}
+
+/* The float's biased exponent, moved by its mantissa as the mode says (ONNX's reference
+ * conversion): the sign is dropped, NaN and infinity give NaN, and with saturate the largest
+ * exponent does not round up into NaN. */
+uint8_t kn_e8m0_encode(float v, bool saturate, int round_mode) {
+    uint32_t bits;
+    memcpy(&bits, &v, 4);
+    unsigned exp = (bits >> 23) & 0xff;
+    if (exp == 0xff)
+        return 0xff;
+    bool up = false;
+    if (round_mode == KN_E8M0_UP) {
+        up = (bits & 0x7fffff) != 0;
+    } else if (round_mode == KN_E8M0_NEAREST) {
+        bool g = bits & 0x400000, r = bits & 0x200000, s = (bits & 0x1fffff) != 0;
+        up = g && (r || s || exp > 0);
+    }
+    if (up && !(saturate && exp == 0xfe))
+        exp++;
+    return (uint8_t)exp;
 }
 
 int64_t kn_int4_decode(int32_t dtype, uint8_t code) {

@@ -89,6 +89,7 @@ size_t kn_dtype_size(int32_t dtype) {
     case KILN_DTYPE_UINT4: /* one byte each in kiln's buffers: see core/narrow_dtype.h */
     case KILN_DTYPE_INT4:
     case KILN_DTYPE_FLOAT4E2M1:
+    case KILN_DTYPE_FLOAT8E8M0:
         return 1;
     case KILN_DTYPE_UINT16:
     case KILN_DTYPE_INT16:
@@ -156,6 +157,8 @@ const char *kn_dtype_name(int32_t dtype) {
         return "int4";
     case KILN_DTYPE_FLOAT4E2M1:
         return "float4e2m1";
+    case KILN_DTYPE_FLOAT8E8M0:
+        return "float8e8m0";
     default:
         return "undefined";
     }
@@ -275,6 +278,8 @@ double kn_tensor_get_f64(const kn_tensor *t, int64_t i) {
     case KILN_DTYPE_FLOAT8E5M2FNUZ:
     case KILN_DTYPE_FLOAT4E2M1:
         return kn_narrow_float_decode(t->dtype, ((const uint8_t *)p)[i]);
+    case KILN_DTYPE_FLOAT8E8M0:
+        return kn_e8m0_decode(((const uint8_t *)p)[i]);
     default:
         return (double)kn_tensor_get_i64(t, i);
     }
@@ -311,7 +316,8 @@ int64_t kn_tensor_get_i64(const kn_tensor *t, int64_t i) {
     case KILN_DTYPE_FLOAT8E4M3FNUZ:
     case KILN_DTYPE_FLOAT8E5M2:
     case KILN_DTYPE_FLOAT8E5M2FNUZ:
-    case KILN_DTYPE_FLOAT4E2M1: {
+    case KILN_DTYPE_FLOAT4E2M1:
+    case KILN_DTYPE_FLOAT8E8M0: {
         double v = kn_tensor_get_f64(t, i);
         return v != v ? 0 : v >= 0x1p63 ? INT64_MAX : v < -0x1p63 ? INT64_MIN : (int64_t)v;
     }
@@ -344,6 +350,9 @@ void kn_tensor_set_f64(kn_tensor *t, int64_t i, double v) {
     case KILN_DTYPE_FLOAT8E5M2FNUZ:
     case KILN_DTYPE_FLOAT4E2M1:
         ((uint8_t *)p)[i] = kn_narrow_float_encode(t->dtype, (float)v, true);
+        break;
+    case KILN_DTYPE_FLOAT8E8M0:
+        ((uint8_t *)p)[i] = kn_e8m0_encode((float)v, true, KN_E8M0_UP);
         break;
     default: /* saturated, NaN to 0: an out-of-range conversion is undefined */
         kn_tensor_set_i64(t, i,
@@ -398,6 +407,7 @@ void kn_tensor_set_i64(kn_tensor *t, int64_t i, int64_t v) {
     case KILN_DTYPE_FLOAT8E5M2:
     case KILN_DTYPE_FLOAT8E5M2FNUZ:
     case KILN_DTYPE_FLOAT4E2M1:
+    case KILN_DTYPE_FLOAT8E8M0:
         kn_tensor_set_f64(t, i, (double)v);
         break;
     default:

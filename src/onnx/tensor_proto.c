@@ -209,6 +209,7 @@ static void copy_typed(const Onnx__TensorProto *tp, int32_t dtype, size_t n, voi
     case KILN_DTYPE_FLOAT8E4M3FNUZ:
     case KILN_DTYPE_FLOAT8E5M2:
     case KILN_DTYPE_FLOAT8E5M2FNUZ:
+    case KILN_DTYPE_FLOAT8E8M0:
     case KILN_DTYPE_UINT4: /* 4-bit: one packed byte per value here, unpacked by the caller */
     case KILN_DTYPE_INT4:
     case KILN_DTYPE_FLOAT4E2M1:

@@ -135,12 +135,12 @@ def tolerances(case_dir):
 
 
 def typed(actual):
-    """kiln writes float8 and 4-bit outputs as a one-field uint8 record named after the
-    ml_dtypes type (numpy itself cannot name them); view it as that type."""
+    """kiln writes bfloat16, float8 and 4-bit outputs as a one-field unsigned record named after
+    the ml_dtypes type (numpy itself cannot name them); view it as that type."""
     names = actual.dtype.names
-    if names and len(names) == 1 and actual.dtype[0] == np.uint8:
+    if names and len(names) == 1 and actual.dtype[0].kind == "u":
         kind = getattr(ml_dtypes, names[0], None)
-        if isinstance(kind, type) and np.dtype(kind).itemsize == 1:
+        if isinstance(kind, type) and np.dtype(kind).itemsize == actual.dtype[0].itemsize:
             return np.ascontiguousarray(actual[names[0]]).view(kind)
     return actual
 

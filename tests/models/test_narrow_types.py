@@ -156,3 +156,28 @@ def test_edit_writes_packed_4bit_initializers(tmp_path):
     want = onnx.numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == "w"))
     assert got["w"].dtype == want.dtype
     np.testing.assert_array_equal(got["w"].view(np.uint8), want.view(np.uint8))
+
+
+@pytest.mark.parametrize("to,attrs", [
+    (TensorProto.FLOAT8E8M0, {"round_mode": "nearest"}),
+    (TensorProto.FLOAT8E8M0, {"round_mode": "down", "saturate": 0}),
+    (TensorProto.FLOAT8E4M3FNUZ, {"saturate": 0}),
+    (TensorProto.FLOAT8E5M2, {}),
+    (TensorProto.BFLOAT16, {}),
+])
+def test_cast_matches_reference(tmp_path, to, attrs):
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["y"], to=to, **attrs)], "cast",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [12])],
+        [helper.make_tensor_value_info("y", to, [12])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 24)])
+    path = tmp_path / "cast.onnx"
+    onnx.save(model, path)
+    x = np.array([0, -0.0, 0.1, 0.75, 1.5, 3, -7.25, 300, 1e38, 3e38, np.inf, np.nan],
+                 dtype=np.float32)
+    np.save(tmp_path / "x.npy", x)
+    kiln("run", path, "--input", f"x={tmp_path / 'x.npy'}", "--output-dir", tmp_path / "out")
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    got = load_output(tmp_path / "out", "y")
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))

@@ -141,6 +141,10 @@ static void load_narrow_tile(const uint8_t *src, int32_t dt, int64_t n, tile *t)
         t->kind = K_SIGNED;
         for (int64_t i = 0; i < n; i++)
             t->v.i[i] = kn_int4_decode(dt, src[i]);
+    } else if (dt == KILN_DTYPE_FLOAT8E8M0) {
+        t->kind = K_FLOAT;
+        for (int64_t i = 0; i < n; i++)
+            t->v.f[i] = kn_e8m0_decode(src[i]);
     } else {
         t->kind = K_FLOAT;
         for (int64_t i = 0; i < n; i++)
@@ -150,10 +154,16 @@ static void load_narrow_tile(const uint8_t *src, int32_t dt, int64_t n, tile *t)
 
 /* Floats to 4-bit integers truncate toward zero and, like integers, keep the low four bits
  * (numpy's astype); floats to float8 round to nearest even (saturate: see narrow_dtype.h). */
-static void store_narrow_tile(uint8_t *dst, int32_t dt, int64_t n, const tile *t, bool saturate) {
+static void store_narrow_tile(uint8_t *dst, int32_t dt, int64_t n, const tile *t, bool saturate,
+                              int round_mode) {
     bool int4 = dt == KILN_DTYPE_UINT4 || dt == KILN_DTYPE_INT4;
     for (int64_t i = 0; i < n; i++) {
-        if (int4)
+        if (dt == KILN_DTYPE_FLOAT8E8M0)
+            dst[i] = kn_e8m0_encode(t->kind == K_FLOAT    ? (float)t->v.f[i]
+                                    : t->kind == K_SIGNED ? (float)t->v.i[i]
+                                                          : (float)t->v.u[i],
+                                    saturate, round_mode);
+        else if (int4)
             dst[i] = kn_int4_encode(t->kind == K_FLOAT    ? f_to_i64(t->v.f[i])
                                     : t->kind == K_SIGNED ? t->v.i[i]
                                                           : (int64_t)t->v.u[i]);
@@ -171,7 +181,8 @@ typedef struct cast_job {
     char *y;
     int32_t dt_x, dt_y;
     size_t es_x, es_y;
-    bool saturate; /* float8 targets: the Cast attribute (opset 19) */
+    bool saturate;  /* float8 targets: the Cast attribute (opset 19) */
+    int round_mode; /* float8e8m0 targets: KN_E8M0_* (opset 24) */
 } cast_job;
 
 static void cast_chunk(void *arg, int64_t begin, int64_t end) {
@@ -201,10 +212,16 @@ static void cast_chunk(void *arg, int64_t begin, int64_t end) {
         else
             load_tile(x, j->dt_x, 1, m, &t);
         if (kn_dtype_is_narrow(j->dt_y))
-            store_narrow_tile((uint8_t *)y, j->dt_y, m, &t, j->saturate);
+            store_narrow_tile((uint8_t *)y, j->dt_y, m, &t, j->saturate, j->round_mode);
         else
             store_tile(y, j->dt_y, m, &t);
     }
+}
+
+static int e8m0_round_mode(const char *s) {
+    return strcmp(s, "down") == 0      ? KN_E8M0_DOWN
+           : strcmp(s, "nearest") == 0 ? KN_E8M0_NEAREST
+                                       : KN_E8M0_UP;
 }
 
 kiln_status ew_k_cast(kn_kernel_ctx *k) {
@@ -224,7 +241,8 @@ kiln_status ew_k_cast(kn_kernel_ctx *k) {
                   .dt_y = y->dtype,
                   .es_x = kn_dtype_size(x->dtype),
                   .es_y = kn_dtype_size(y->dtype),
-                  .saturate = kn_attr_int(k->node, "saturate", 1) != 0};
+                  .saturate = kn_attr_int(k->node, "saturate", 1) != 0,
+                  .round_mode = e8m0_round_mode(kn_attr_string(k->node, "round_mode", "up"))};
     kn_parallel_for(k->pool, n, EW_GRAIN, cast_chunk, &j);
     return KILN_OK;
 }
