@@ -1,5 +1,7 @@
 #include "core/fileio.h"
 
+#include "core/narrow_dtype.h"
+
 #include "core/alloc.h"
 
 #include <errno.h>
@@ -180,6 +182,24 @@ typedef struct npy_dtype {
     const char *descr; /* as written; readers also accept '=' and '<' for one-byte types */
 } npy_dtype;
 
+/* numpy has no bfloat16, float8 or 4-bit dtypes of its own and saves ml_dtypes' ones as raw
+ * bytes ('|V1', '|V2'), losing the type. kiln writes them as a one-field record of unsigned
+ * integers named after the ml_dtypes type ([('float8_e4m3fn', '|u1')]): a plain numpy load keeps
+ * the name, and arr[name].view(ml_dtypes.<name>) gives the typed array. The 4-bit codes sit in
+ * the low nibble of each byte, as in ml_dtypes. */
+static const npy_dtype npy_records[] = {
+    {KILN_DTYPE_FLOAT8E4M3FN, "float8_e4m3fn"},
+    {KILN_DTYPE_FLOAT8E4M3FNUZ, "float8_e4m3fnuz"},
+    {KILN_DTYPE_FLOAT8E5M2, "float8_e5m2"},
+    {KILN_DTYPE_FLOAT8E5M2FNUZ, "float8_e5m2fnuz"},
+    {KILN_DTYPE_UINT4, "uint4"},
+    {KILN_DTYPE_INT4, "int4"},
+    {KILN_DTYPE_FLOAT4E2M1, "float4_e2m1fn"},
+    {KILN_DTYPE_FLOAT8E8M0, "float8_e8m0fnu"},
+    {KILN_DTYPE_BFLOAT16, "bfloat16"},
+};
+#define N_NPY_RECORDS (sizeof npy_records / sizeof npy_records[0])
+
 static const npy_dtype npy_dtypes[] = {
     {KILN_DTYPE_FLOAT32, "<f4"}, {KILN_DTYPE_FLOAT64, "<f8"}, {KILN_DTYPE_FLOAT16, "<f2"},
     {KILN_DTYPE_INT64, "<i8"},   {KILN_DTYPE_INT32, "<i4"},   {KILN_DTYPE_INT16, "<i2"},
@@ -297,6 +317,34 @@ static kiln_status npy_dtype_from_descr(const char *s, size_t n, int32_t *dtype)
     return kn_error(KILN_ERR_UNSUPPORTED, ".npy: dtype '%.*s' is not supported", (int)n, s);
 }
 
+static const char *npy_record_field(int32_t dtype) {
+    return dtype == KILN_DTYPE_BFLOAT16 ? "<u2" : "|u1";
+}
+
+/* After '[': the one-field record kiln writes for a bfloat16, float8 or 4-bit type (see
+ * npy_records). */
+static kiln_status npy_record_descr(npy_cursor *c, int32_t *dtype) {
+    const char *name, *type;
+    size_t nl, tl;
+    if (!eat(c, '(') || !parse_str(c, &name, &nl) || !eat(c, ',') || !parse_str(c, &type, &tl) ||
+        !eat(c, ')') || !eat(c, ']') || tl != 3)
+        return kn_error(KILN_ERR_UNSUPPORTED,
+                        ".npy: structured dtypes are not supported (only kiln's one-field records "
+                        "of float8 and 4-bit types)");
+    for (size_t i = 0; i < N_NPY_RECORDS; i++)
+        if (strlen(npy_records[i].descr) == nl && memcmp(npy_records[i].descr, name, nl) == 0) {
+            const char *want = npy_record_field(npy_records[i].dtype);
+            if (memcmp(type, want, 3) != 0 &&
+                !(want[0] == '|' && memcmp(type + 1, want + 1, 2) == 0))
+                return kn_error(KILN_ERR_UNSUPPORTED, ".npy: record field '%.*s' must be '%s'",
+                                (int)nl, name, want);
+            *dtype = npy_records[i].dtype;
+            return KILN_OK;
+        }
+    return kn_error(KILN_ERR_UNSUPPORTED, ".npy: record field '%.*s' names no dtype kiln has",
+                    (int)nl, name);
+}
+
 static kiln_status npy_parse_header(const char *h, size_t n, kn_tensor *t) {
     npy_cursor c = {h, h + n};
     bool have_descr = false, have_order = false, have_shape = false;
@@ -310,9 +358,12 @@ static kiln_status npy_parse_header(const char *h, size_t n, kn_tensor *t) {
         if (klen == 5 && memcmp(key, "descr", 5) == 0) {
             const char *s;
             size_t sl;
-            if (!parse_str(&c, &s, &sl))
-                return kn_error(KILN_ERR_UNSUPPORTED, ".npy: structured dtypes are not supported");
-            KN_TRY(npy_dtype_from_descr(s, sl, &t->dtype));
+            if (eat(&c, '['))
+                KN_TRY(npy_record_descr(&c, &t->dtype));
+            else if (!parse_str(&c, &s, &sl))
+                return kn_error(KILN_ERR_IO, ".npy: malformed descr");
+            else
+                KN_TRY(npy_dtype_from_descr(s, sl, &t->dtype));
             have_descr = true;
         } else if (klen == 13 && memcmp(key, "fortran_order", 13) == 0) {
             if (parse_word(&c, "True"))
@@ -381,6 +432,10 @@ kiln_status kn_npy_from_bytes(const void *data, size_t size, kn_tensor *t) {
         unsigned char *p = tmp.data;
         for (size_t i = 0; i < nbytes; i++)
             p[i] = p[i] != 0;
+    } else if (kn_dtype_is_4bit(tmp.dtype)) { /* only the low nibble carries the value */
+        unsigned char *p = tmp.data;
+        for (size_t i = 0; i < nbytes; i++)
+            p[i] &= 0xf;
     }
     *t = tmp;
     return KILN_OK;
@@ -400,8 +455,11 @@ kiln_status kn_npy_read(const char *path, kn_tensor *t) {
 kiln_status kn_npy_to_bytes(const kn_tensor *t, void **data, size_t *size) {
     if (t == NULL || data == NULL || size == NULL)
         return kn_error(KILN_ERR_INVALID_ARGUMENT, ".npy: NULL argument");
-    const char *descr = npy_descr_of(t->dtype);
-    if (descr == NULL)
+    const char *descr = npy_descr_of(t->dtype), *record = NULL;
+    for (size_t i = 0; i < N_NPY_RECORDS; i++)
+        if (npy_records[i].dtype == t->dtype)
+            record = npy_records[i].descr;
+    if (descr == NULL && record == NULL)
         return kn_error(KILN_ERR_UNSUPPORTED, ".npy: dtype %s has no .npy equivalent",
                         kn_dtype_name(t->dtype));
     int64_t numel = 0;
@@ -412,8 +470,13 @@ kiln_status kn_npy_to_bytes(const kn_tensor *t, void **data, size_t *size) {
         return kn_error(KILN_ERR_INVALID_ARGUMENT, ".npy: tensor has no data");
 
     char dict[256];
-    int len =
-        snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
+    int len = record != NULL
+                  ? snprintf(dict, sizeof dict,
+                             "{'descr': [('%s', '%s')], 'fortran_order': False, "
+                             "'shape': (",
+                             record, npy_record_field(t->dtype))
+                  : snprintf(dict, sizeof dict,
+                             "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
     for (int i = 0; i < t->shape.rank; i++)
         len += snprintf(dict + len, sizeof dict - (size_t)len, "%lld,%s", (long long)t->shape.d[i],
                         i + 1 < t->shape.rank ? " " : "");

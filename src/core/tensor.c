@@ -1,5 +1,7 @@
 #include "core/tensor.h"
 
+#include "core/narrow_dtype.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -80,6 +82,14 @@ size_t kn_dtype_size(int32_t dtype) {
     case KILN_DTYPE_BOOL:
     case KILN_DTYPE_UINT8:
     case KILN_DTYPE_INT8:
+    case KILN_DTYPE_FLOAT8E4M3FN:
+    case KILN_DTYPE_FLOAT8E4M3FNUZ:
+    case KILN_DTYPE_FLOAT8E5M2:
+    case KILN_DTYPE_FLOAT8E5M2FNUZ:
+    case KILN_DTYPE_UINT4: /* one byte each in kiln's buffers: see core/narrow_dtype.h */
+    case KILN_DTYPE_INT4:
+    case KILN_DTYPE_FLOAT4E2M1:
+    case KILN_DTYPE_FLOAT8E8M0:
         return 1;
     case KILN_DTYPE_UINT16:
     case KILN_DTYPE_INT16:
@@ -133,6 +143,22 @@ const char *kn_dtype_name(int32_t dtype) {
         return "uint64";
     case KILN_DTYPE_BFLOAT16:
         return "bfloat16";
+    case KILN_DTYPE_FLOAT8E4M3FN:
+        return "float8e4m3fn";
+    case KILN_DTYPE_FLOAT8E4M3FNUZ:
+        return "float8e4m3fnuz";
+    case KILN_DTYPE_FLOAT8E5M2:
+        return "float8e5m2";
+    case KILN_DTYPE_FLOAT8E5M2FNUZ:
+        return "float8e5m2fnuz";
+    case KILN_DTYPE_UINT4:
+        return "uint4";
+    case KILN_DTYPE_INT4:
+        return "int4";
+    case KILN_DTYPE_FLOAT4E2M1:
+        return "float4e2m1";
+    case KILN_DTYPE_FLOAT8E8M0:
+        return "float8e8m0";
     default:
         return "undefined";
     }
@@ -246,6 +272,14 @@ double kn_tensor_get_f64(const kn_tensor *t, int64_t i) {
         return kn_bf16_to_float(((const uint16_t *)p)[i]);
     case KILN_DTYPE_UINT64:
         return (double)((const uint64_t *)p)[i];
+    case KILN_DTYPE_FLOAT8E4M3FN:
+    case KILN_DTYPE_FLOAT8E4M3FNUZ:
+    case KILN_DTYPE_FLOAT8E5M2:
+    case KILN_DTYPE_FLOAT8E5M2FNUZ:
+    case KILN_DTYPE_FLOAT4E2M1:
+        return kn_narrow_float_decode(t->dtype, ((const uint8_t *)p)[i]);
+    case KILN_DTYPE_FLOAT8E8M0:
+        return kn_e8m0_decode(((const uint8_t *)p)[i]);
     default:
         return (double)kn_tensor_get_i64(t, i);
     }
@@ -271,11 +305,22 @@ int64_t kn_tensor_get_i64(const kn_tensor *t, int64_t i) {
         return ((const uint32_t *)p)[i];
     case KILN_DTYPE_UINT64:
         return (int64_t)((const uint64_t *)p)[i];
+    case KILN_DTYPE_UINT4:
+    case KILN_DTYPE_INT4:
+        return kn_int4_decode(t->dtype, ((const uint8_t *)p)[i]);
     case KILN_DTYPE_FLOAT32:
     case KILN_DTYPE_FLOAT64:
     case KILN_DTYPE_FLOAT16:
     case KILN_DTYPE_BFLOAT16:
-        return (int64_t)kn_tensor_get_f64(t, i);
+    case KILN_DTYPE_FLOAT8E4M3FN:
+    case KILN_DTYPE_FLOAT8E4M3FNUZ:
+    case KILN_DTYPE_FLOAT8E5M2:
+    case KILN_DTYPE_FLOAT8E5M2FNUZ:
+    case KILN_DTYPE_FLOAT4E2M1:
+    case KILN_DTYPE_FLOAT8E8M0: {
+        double v = kn_tensor_get_f64(t, i);
+        return v != v ? 0 : v >= 0x1p63 ? INT64_MAX : v < -0x1p63 ? INT64_MIN : (int64_t)v;
+    }
     default:
         return 0;
     }
@@ -298,6 +343,16 @@ void kn_tensor_set_f64(kn_tensor *t, int64_t i, double v) {
         break;
     case KILN_DTYPE_BOOL:
         ((uint8_t *)p)[i] = v != 0;
+        break;
+    case KILN_DTYPE_FLOAT8E4M3FN:
+    case KILN_DTYPE_FLOAT8E4M3FNUZ:
+    case KILN_DTYPE_FLOAT8E5M2:
+    case KILN_DTYPE_FLOAT8E5M2FNUZ:
+    case KILN_DTYPE_FLOAT4E2M1:
+        ((uint8_t *)p)[i] = kn_narrow_float_encode(t->dtype, (float)v, true);
+        break;
+    case KILN_DTYPE_FLOAT8E8M0:
+        ((uint8_t *)p)[i] = kn_e8m0_encode((float)v, true, KN_E8M0_UP);
         break;
     default: /* saturated, NaN to 0: an out-of-range conversion is undefined */
         kn_tensor_set_i64(t, i,
@@ -339,10 +394,20 @@ void kn_tensor_set_i64(kn_tensor *t, int64_t i, int64_t v) {
     case KILN_DTYPE_UINT64:
         ((uint64_t *)p)[i] = (uint64_t)v;
         break;
+    case KILN_DTYPE_UINT4:
+    case KILN_DTYPE_INT4:
+        ((uint8_t *)p)[i] = kn_int4_encode(v);
+        break;
     case KILN_DTYPE_FLOAT32:
     case KILN_DTYPE_FLOAT64:
     case KILN_DTYPE_FLOAT16:
     case KILN_DTYPE_BFLOAT16:
+    case KILN_DTYPE_FLOAT8E4M3FN:
+    case KILN_DTYPE_FLOAT8E4M3FNUZ:
+    case KILN_DTYPE_FLOAT8E5M2:
+    case KILN_DTYPE_FLOAT8E5M2FNUZ:
+    case KILN_DTYPE_FLOAT4E2M1:
+    case KILN_DTYPE_FLOAT8E8M0:
         kn_tensor_set_f64(t, i, (double)v);
         break;
     default:

@@ -5,6 +5,7 @@
 
 #include "core/alloc.h"
 #include "core/fileio.h"
+#include "core/narrow_dtype.h"
 #include "onnx/onnx_private.h"
 
 #include <stdio.h>
@@ -123,13 +124,25 @@ static kiln_status tensor_proto(exporter *ex, const char *name, const kn_tensor 
         return oom();
     memcpy(tp->dims, t->shape.d, tp->n_dims * sizeof *tp->dims);
     size_t nb = kn_tensor_nbytes(t);
+    const uint8_t *bytes = t->data;
+    if (kn_dtype_is_4bit(t->dtype)) { /* ONNX packs two per byte, low nibble first */
+        size_t n = nb;
+        nb = (n + 1) / 2;
+        uint8_t *packed = ex_alloc(ex, nb > 0 ? nb : 1, 1);
+        if (packed == NULL)
+            return oom();
+        for (size_t i = 0; i < nb; i++)
+            packed[i] = (uint8_t)((bytes[2 * i] & 0xf) |
+                                  (2 * i + 1 < n ? (bytes[2 * i + 1] & 0xf) << 4 : 0));
+        bytes = packed;
+    }
     if (ex->threshold > 0 && nb >= ex->threshold && ex->data_name != NULL) {
-        KN_TRY(tensor_external(ex, tp, t->data, nb));
+        KN_TRY(tensor_external(ex, tp, bytes, nb));
     } else {
         /* raw_data borrows the graph's bytes: the message is packed before the graph goes. */
         tp->has_raw_data = 1;
         tp->raw_data.len = nb;
-        tp->raw_data.data = (uint8_t *)t->data;
+        tp->raw_data.data = (uint8_t *)bytes;
     }
     *out = tp;
     return KILN_OK;

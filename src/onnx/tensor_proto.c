@@ -4,6 +4,7 @@
 
 #include "core/alloc.h"
 #include "core/fileio.h"
+#include "core/narrow_dtype.h"
 #include "onnx/onnx_private.h"
 
 #include <stdbool.h>
@@ -48,8 +49,7 @@ kiln_status kn_onnx_check_dtype(int32_t dtype, const char *what) {
     case KILN_DTYPE_STRING:
         return kn_error(KILN_ERR_UNSUPPORTED, "%s: string tensors are not supported", what);
     default:
-        return kn_error(KILN_ERR_UNSUPPORTED,
-                        "%s: data type %d (complex, float8 or 4-bit) is not supported", what,
+        return kn_error(KILN_ERR_UNSUPPORTED, "%s: data type %d is not supported", what,
                         (int)dtype);
     }
 }
@@ -205,6 +205,14 @@ static void copy_typed(const Onnx__TensorProto *tp, int32_t dtype, size_t n, voi
             ((int8_t *)dst)[i] = (int8_t)tp->int32_data[i];
         break;
     case KILN_DTYPE_UINT8:
+    case KILN_DTYPE_FLOAT8E4M3FN: /* one 8-bit code per value */
+    case KILN_DTYPE_FLOAT8E4M3FNUZ:
+    case KILN_DTYPE_FLOAT8E5M2:
+    case KILN_DTYPE_FLOAT8E5M2FNUZ:
+    case KILN_DTYPE_FLOAT8E8M0:
+    case KILN_DTYPE_UINT4: /* 4-bit: one packed byte per value here, unpacked by the caller */
+    case KILN_DTYPE_INT4:
+    case KILN_DTYPE_FLOAT4E2M1:
         for (size_t i = 0; i < n; i++)
             ((uint8_t *)dst)[i] = (uint8_t)tp->int32_data[i];
         break;
@@ -248,8 +256,10 @@ kiln_status kn_onnx_tensor_convert(const Onnx__TensorProto *tp, const char *base
     if (tp->segment != NULL)
         return kn_error(KILN_ERR_UNSUPPORTED, "%s: segmented tensors are not supported", what);
 
-    size_t es = kn_dtype_size(r.dtype);
-    size_t nbytes = (size_t)numel * es;
+    size_t nbytes = (size_t)numel * kn_dtype_size(r.dtype); /* kiln's buffer */
+    /* ONNX packs 4-bit values two per byte, low nibble first: what the file holds. */
+    bool packed = kn_dtype_is_4bit(r.dtype);
+    size_t stored = packed ? ((size_t)numel + 1) / 2 : nbytes;
     char dims[96];
     kn_shape_str(&r.shape, dims, sizeof dims);
     bool external =
@@ -257,28 +267,33 @@ kiln_status kn_onnx_tensor_convert(const Onnx__TensorProto *tp, const char *base
     /* An empty raw_data next to typed values is a writer's leftover, not the data. */
     size_t typed = typed_count(tp, r.dtype);
     bool use_raw = !external && tp->has_raw_data && (tp->raw_data.len > 0 || typed == 0);
-    if (use_raw && tp->raw_data.len != nbytes)
+    if (use_raw && tp->raw_data.len != stored)
         return kn_error(KILN_ERR_MODEL, "%s: raw_data has %zu bytes but %s [%s] needs %zu", what,
-                        tp->raw_data.len, kn_dtype_name(r.dtype), dims, nbytes);
-    if (!external && !use_raw && typed != (size_t)numel)
-        return kn_error(KILN_ERR_MODEL, "%s: holds %zu values but %s [%s] has %lld elements", what,
-                        typed, kn_dtype_name(r.dtype), dims, (long long)numel);
+                        tp->raw_data.len, kn_dtype_name(r.dtype), dims, stored);
+    if (!external && !use_raw && typed != (packed ? stored : (size_t)numel))
+        return kn_error(KILN_ERR_MODEL, "%s: holds %zu values but %s [%s] needs %zu", what, typed,
+                        kn_dtype_name(r.dtype), dims, packed ? stored : (size_t)numel);
 
     r.data = kn_malloc(nbytes > 0 ? nbytes : 1);
     if (r.data == NULL)
         return kn_error(KILN_ERR_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes", what, nbytes);
     if (external) {
-        kiln_status rc = read_external(tp, base_dir, what, nbytes, r.data);
+        kiln_status rc = read_external(tp, base_dir, what, stored, r.data);
         if (rc != KILN_OK) {
             kn_free(r.data);
             return rc;
         }
     } else if (use_raw) {
-        if (nbytes > 0)
-            memcpy(r.data, tp->raw_data.data, nbytes);
+        if (stored > 0)
+            memcpy(r.data, tp->raw_data.data, stored);
     } else {
-        copy_typed(tp, r.dtype, (size_t)numel, r.data);
+        copy_typed(tp, r.dtype, packed ? stored : (size_t)numel, r.data);
     }
+    if (packed) /* in place, from the end: element i comes from byte i/2 */
+        for (size_t i = (size_t)numel; i-- > 0;) {
+            uint8_t b = ((uint8_t *)r.data)[i / 2];
+            ((uint8_t *)r.data)[i] = (uint8_t)(i % 2 ? b >> 4 : b & 0xf);
+        }
     if (r.dtype == KILN_DTYPE_BOOL && (external || use_raw)) {
         uint8_t *p = r.data;
         for (size_t i = 0; i < nbytes; i++)

@@ -168,10 +168,14 @@ static void fill_pattern(kn_tensor *t) {
 
 static void test_npy_roundtrip_all_dtypes(void **state) {
     (void)state;
-    const int32_t dtypes[] = {KILN_DTYPE_FLOAT32, KILN_DTYPE_FLOAT64, KILN_DTYPE_FLOAT16,
-                              KILN_DTYPE_INT64,   KILN_DTYPE_INT32,   KILN_DTYPE_INT16,
-                              KILN_DTYPE_INT8,    KILN_DTYPE_UINT8,   KILN_DTYPE_UINT16,
-                              KILN_DTYPE_UINT32,  KILN_DTYPE_UINT64,  KILN_DTYPE_BOOL};
+    const int32_t dtypes[] = {
+        KILN_DTYPE_FLOAT32, KILN_DTYPE_FLOAT64, KILN_DTYPE_FLOAT16, KILN_DTYPE_INT64,
+        KILN_DTYPE_INT32, KILN_DTYPE_INT16, KILN_DTYPE_INT8, KILN_DTYPE_UINT8, KILN_DTYPE_UINT16,
+        KILN_DTYPE_UINT32, KILN_DTYPE_UINT64, KILN_DTYPE_BOOL,
+        /* written as one-field records named after ml_dtypes' types */
+        KILN_DTYPE_BFLOAT16, KILN_DTYPE_FLOAT8E4M3FN, KILN_DTYPE_FLOAT8E4M3FNUZ,
+        KILN_DTYPE_FLOAT8E5M2, KILN_DTYPE_FLOAT8E5M2FNUZ, KILN_DTYPE_FLOAT8E8M0, KILN_DTYPE_UINT4,
+        KILN_DTYPE_INT4, KILN_DTYPE_FLOAT4E2M1};
     const kn_shape shapes[] = {{0, {0}}, {1, {5}}, {3, {2, 3, 4}}, {2, {0, 3}}};
     for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++) {
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -192,10 +196,17 @@ static void test_npy_roundtrip_all_dtypes(void **state) {
             kn_free(t.data);
         }
     }
-    kn_tensor bf = {KILN_DTYPE_BFLOAT16, {1, {2}}, (uint16_t[]){0, 0}};
+    kn_tensor f8 = {KILN_DTYPE_FLOAT8E4M3FN, {1, {2}}, (uint8_t[]){0x38, 0x7f}};
     void *buf;
     size_t n;
-    assert_int_equal(kn_npy_to_bytes(&bf, &buf, &n), KILN_ERR_UNSUPPORTED);
+    assert_int_equal(kn_npy_to_bytes(&f8, &buf, &n), KILN_OK);
+    const char *want = "{'descr': [('float8_e4m3fn', '|u1')], 'fortran_order': False, "
+                       "'shape': (2,), }";
+    assert_memory_equal((char *)buf + 10, want, strlen(want));
+    assert_memory_equal((char *)buf + n - 2, "\x38\x7f", 2);
+    kn_free(buf);
+    kn_tensor str = {KILN_DTYPE_STRING, {1, {2}}, (uint8_t[]){0, 0}};
+    assert_int_equal(kn_npy_to_bytes(&str, &buf, &n), KILN_ERR_UNSUPPORTED);
 }
 
 static void test_npy_matches_numpy(void **state) {

@@ -13,6 +13,10 @@
 #define M_INT (M_SINT | M_UINT)
 #define M_NUM (M_FLT | M_INT)
 #define M_BOOL DT(BOOL)
+/* float8 and 4-bit storage types: only Cast and CastLike compute on them here. */
+#define M_NARROW                                                                                   \
+    (DT(FLOAT8E4M3FN) | DT(FLOAT8E4M3FNUZ) | DT(FLOAT8E5M2) | DT(FLOAT8E5M2FNUZ) | DT(UINT4) |     \
+     DT(INT4) | DT(FLOAT4E2M1) | DT(FLOAT8E8M0))
 
 kiln_status ew_check_dtype(const kn_infer_ctx *c, int i, unsigned mask) {
     int32_t dt = c->in[i].dtype;
@@ -222,7 +226,13 @@ bool kn_ew_cast_supported(int32_t dtype) {
 }
 
 static kiln_status cast_to(kn_infer_ctx *c, int64_t to) {
-    KN_TRY(ew_check_dtype(c, 0, M_NUM | M_BOOL));
+    KN_TRY(ew_check_dtype(c, 0, M_NUM | M_BOOL | M_NARROW));
+    const char *round_mode = kn_attr_string(c->node, "round_mode", "up");
+    if (strcmp(round_mode, "up") != 0 && strcmp(round_mode, "down") != 0 &&
+        strcmp(round_mode, "nearest") != 0)
+        return kn_error(KILN_ERR_MODEL,
+                        "attribute 'round_mode' is '%.40s'; expected up, down or nearest",
+                        round_mode);
     if (to == KILN_DTYPE_STRING)
         return kn_error(KILN_ERR_UNSUPPORTED, "casting to string is not supported");
     if (to < 0 || to > 64 || !kn_ew_cast_supported((int32_t)to))
@@ -244,4 +254,3 @@ kiln_status kn_infer_cast_like(kn_infer_ctx *c) {
     KN_TRY(ew_check_arity(c, 2, 2));
     return cast_to(c, c->in[1].dtype);
 }
-

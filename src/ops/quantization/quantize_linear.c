@@ -1,9 +1,12 @@
 /* QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear: shape inference. */
 #include "ops/infer_util.h"
 
+#include "core/narrow_dtype.h"
+
+/* The quantized types: 8- and 16-bit integers, and (opsets 19 and 21) float8 and 4-bit. */
 static bool is_quant_int(int32_t dt) {
     return dt == KILN_DTYPE_UINT8 || dt == KILN_DTYPE_INT8 || dt == KILN_DTYPE_UINT16 ||
-           dt == KILN_DTYPE_INT16;
+           dt == KILN_DTYPE_INT16 || (kn_dtype_is_narrow(dt) && dt != KILN_DTYPE_FLOAT8E8M0);
 }
 
 /* Scale (and zero point) must be per-tensor, per-axis or blocked (opset 21) over x. */

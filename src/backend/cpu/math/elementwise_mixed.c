@@ -3,6 +3,7 @@
  * tiles of double, int64 or uint64 so every pair of dtypes needs only one loader and one
  * storer; float-to-integer conversions truncate toward zero and saturate (NaN gives 0). */
 #include "backend/cpu/math/elementwise_impl.h"
+#include "core/narrow_dtype.h"
 
 #include <math.h>
 #include <string.h>
@@ -130,7 +131,49 @@ static void store_tile(void *dst, int32_t dt, int64_t n, const tile *t) {
 }
 
 static bool cast_dtype_ok(int32_t dt) {
-    return dt > 0 && dt < EW_NDT && dt != KILN_DTYPE_STRING && kn_dtype_size(dt) != 0;
+    return dt > 0 && dt != KILN_DTYPE_STRING && kn_dtype_size(dt) != 0 &&
+           (dt < EW_NDT || kn_dtype_is_narrow(dt));
+}
+
+/* A tile of float8/4-bit codes in the kind its values have: floats, or 4-bit integers. */
+static void load_narrow_tile(const uint8_t *src, int32_t dt, int64_t n, tile *t) {
+    if (dt == KILN_DTYPE_UINT4 || dt == KILN_DTYPE_INT4) {
+        t->kind = K_SIGNED;
+        for (int64_t i = 0; i < n; i++)
+            t->v.i[i] = kn_int4_decode(dt, src[i]);
+    } else if (dt == KILN_DTYPE_FLOAT8E8M0) {
+        t->kind = K_FLOAT;
+        for (int64_t i = 0; i < n; i++)
+            t->v.f[i] = kn_e8m0_decode(src[i]);
+    } else {
+        t->kind = K_FLOAT;
+        for (int64_t i = 0; i < n; i++)
+            t->v.f[i] = kn_narrow_float_decode(dt, src[i]);
+    }
+}
+
+/* Floats to 4-bit integers truncate toward zero and, like integers, keep the low four bits
+ * (numpy's astype); floats to float8 round to nearest even (saturate: see narrow_dtype.h). */
+static void store_narrow_tile(uint8_t *dst, int32_t dt, int64_t n, const tile *t, bool saturate,
+                              int round_mode) {
+    bool int4 = dt == KILN_DTYPE_UINT4 || dt == KILN_DTYPE_INT4;
+    for (int64_t i = 0; i < n; i++) {
+        if (dt == KILN_DTYPE_FLOAT8E8M0)
+            dst[i] = kn_e8m0_encode(t->kind == K_FLOAT    ? (float)t->v.f[i]
+                                    : t->kind == K_SIGNED ? (float)t->v.i[i]
+                                                          : (float)t->v.u[i],
+                                    saturate, round_mode);
+        else if (int4)
+            dst[i] = kn_int4_encode(t->kind == K_FLOAT    ? f_to_i64(t->v.f[i])
+                                    : t->kind == K_SIGNED ? t->v.i[i]
+                                                          : (int64_t)t->v.u[i]);
+        else
+            dst[i] = kn_narrow_float_encode(dt,
+                                            t->kind == K_FLOAT    ? (float)t->v.f[i]
+                                            : t->kind == K_SIGNED ? (float)t->v.i[i]
+                                                                  : (float)t->v.u[i],
+                                            saturate);
+    }
 }
 
 typedef struct cast_job {
@@ -138,6 +181,8 @@ typedef struct cast_job {
     char *y;
     int32_t dt_x, dt_y;
     size_t es_x, es_y;
+    bool saturate;  /* float8 targets: the Cast attribute (opset 19) */
+    int round_mode; /* float8e8m0 targets: KN_E8M0_* (opset 24) */
 } cast_job;
 
 static void cast_chunk(void *arg, int64_t begin, int64_t end) {
@@ -160,9 +205,23 @@ static void cast_chunk(void *arg, int64_t begin, int64_t end) {
     tile t;
     for (int64_t i = begin; i < end; i += EW_TILE) {
         int64_t m = end - i < EW_TILE ? end - i : EW_TILE;
-        load_tile(j->x + (size_t)i * j->es_x, j->dt_x, 1, m, &t);
-        store_tile(j->y + (size_t)i * j->es_y, j->dt_y, m, &t);
+        const char *x = j->x + (size_t)i * j->es_x;
+        char *y = j->y + (size_t)i * j->es_y;
+        if (kn_dtype_is_narrow(j->dt_x))
+            load_narrow_tile((const uint8_t *)x, j->dt_x, m, &t);
+        else
+            load_tile(x, j->dt_x, 1, m, &t);
+        if (kn_dtype_is_narrow(j->dt_y))
+            store_narrow_tile((uint8_t *)y, j->dt_y, m, &t, j->saturate, j->round_mode);
+        else
+            store_tile(y, j->dt_y, m, &t);
     }
+}
+
+static int e8m0_round_mode(const char *s) {
+    return strcmp(s, "down") == 0      ? KN_E8M0_DOWN
+           : strcmp(s, "nearest") == 0 ? KN_E8M0_NEAREST
+                                       : KN_E8M0_UP;
 }
 
 kiln_status ew_k_cast(kn_kernel_ctx *k) {
@@ -181,7 +240,9 @@ kiln_status ew_k_cast(kn_kernel_ctx *k) {
                   .dt_x = x->dtype,
                   .dt_y = y->dtype,
                   .es_x = kn_dtype_size(x->dtype),
-                  .es_y = kn_dtype_size(y->dtype)};
+                  .es_y = kn_dtype_size(y->dtype),
+                  .saturate = kn_attr_int(k->node, "saturate", 1) != 0,
+                  .round_mode = e8m0_round_mode(kn_attr_string(k->node, "round_mode", "up"))};
     kn_parallel_for(k->pool, n, EW_GRAIN, cast_chunk, &j);
     return KILN_OK;
 }

@@ -1,6 +1,7 @@
 /* QuantizeLinear, DequantizeLinear (per-tensor, per-axis, blocked) and DynamicQuantizeLinear. */
 #include "backend/cpu/element_access.h"
 #include "backend/cpu/quantization/saturate.h"
+#include "core/narrow_dtype.h"
 #include "ops/op.h"
 
 #include <math.h>
@@ -47,6 +48,21 @@ kiln_status kn_cpu_quantize(kn_kernel_ctx *k) {
     const kn_tensor *zp = k->n_in > 2 && k->in[2].dtype ? &k->in[2] : NULL;
     kn_tensor *y = &k->out[0];
     int64_t n = kn_tensor_numel(x);
+    if (kn_dtype_is_float8(y->dtype) || y->dtype == KILN_DTYPE_FLOAT4E2M1) {
+        /* Float targets are not rounded to integers. float8's zero point must be 0 (the ONNX
+         * reference ignores it); float4's is added before the conversion. */
+        bool saturate = kn_attr_int(k->node, "saturate", 1) != 0;
+        bool add_zp = zp != NULL && y->dtype == KILN_DTYPE_FLOAT4E2M1;
+        uint8_t *yd = y->data;
+        for (int64_t i = 0; i < n; i++) {
+            int64_t si = qmap_index(&q, i);
+            float v = kn_cpu_load_f32(x, i) / kn_cpu_load_f32(s, si);
+            if (add_zp)
+                v += (float)kn_tensor_get_f64(zp, si);
+            yd[i] = kn_narrow_float_encode(y->dtype, v, saturate);
+        }
+        return KILN_OK;
+    }
     for (int64_t i = 0; i < n; i++) {
         int64_t si = qmap_index(&q, i);
         float v = nearbyintf(kn_cpu_load_f32(x, i) / kn_cpu_load_f32(s, si));
@@ -65,8 +81,9 @@ kiln_status kn_cpu_dequantize(kn_kernel_ctx *k) {
     int64_t n = kn_tensor_numel(x);
     for (int64_t i = 0; i < n; i++) {
         int64_t si = qmap_index(&q, i);
-        float z = zp != NULL ? (float)kn_tensor_get_i64(zp, si) : 0.0f;
-        float v = ((float)kn_tensor_get_i64(x, i) - z) * kn_cpu_load_f32(s, si);
+        /* get_f64 reads float8/float4 codes as their values and integers exactly */
+        float z = zp != NULL ? (float)kn_tensor_get_f64(zp, si) : 0.0f;
+        float v = ((float)kn_tensor_get_f64(x, i) - z) * kn_cpu_load_f32(s, si);
         if (y->dtype == KILN_DTYPE_FLOAT32)
             ((float *)y->data)[i] = v;
         else

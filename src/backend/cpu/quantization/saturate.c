@@ -6,6 +6,12 @@
 void kn_cpu_store_saturated(kn_tensor *t, int64_t i, double v) {
     double lo, hi;
     switch (t->dtype) {
+    case KILN_DTYPE_UINT4:
+        lo = 0, hi = 15;
+        break;
+    case KILN_DTYPE_INT4:
+        lo = -8, hi = 7;
+        break;
     case KILN_DTYPE_UINT8:
         lo = 0, hi = 255;
         break;
