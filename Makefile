@@ -14,7 +14,7 @@ KILN = $(BUILD)/bin/kiln
 APT_PACKAGES = cmake gcc make pkg-config protobuf-c-compiler libprotobuf-c-dev libcmocka-dev \
                libxxhash-dev clang
 PIP_PACKAGES = onnx==1.19.0 onnxruntime numpy pytest scikit-build-core tritonclient[http,grpc] \
-               polygraphy onnx-graphsurgeon
+               polygraphy onnx-graphsurgeon ml_dtypes
 # The Triton tests use only the tritonserver binary and libraries this wheel carries, so its
 # Python dependencies (which pin an old numpy) are left out.
 PIP_NODEPS_PACKAGES = nvidia-pytriton
@@ -36,7 +36,7 @@ deps:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
 	@$(PYTHON) -c "import onnx, onnxruntime, numpy, pytest, scikit_build_core, tritonclient.http, \
-	  tritonclient.grpc, polygraphy, onnx_graphsurgeon; assert onnx.__version__ == '1.19.0'" \
+	  tritonclient.grpc, polygraphy, onnx_graphsurgeon, ml_dtypes; assert onnx.__version__ == '1.19.0'" \
 	  2>/dev/null || $(PYTHON) -m pip install -q $(PIP_PACKAGES)
 	@$(PYTHON) -c "import importlib.util as u; assert u.find_spec('pytriton')" 2>/dev/null || \
 	  $(PYTHON) -m pip install -q --no-deps $(PIP_NODEPS_PACKAGES)
