@@ -4,6 +4,7 @@
 #include "runtime/engine.h"
 #include "ir/placement.h"
 #include "runtime/memory_plan.h"
+#include "runtime/profile.h"
 #include "runtime/replay.h"
 
 #include <stdio.h>
@@ -168,7 +169,7 @@ void kiln_context_destroy(kiln_context *c) {
             kn_free(r->ws);
         }
     kn_free(c->runs);
-    kn_free(c->layer_ms);
+    kn_profile_release(c);
     kn_capture_destroy(c->capture, c->e->plan.graph->n_values);
     kn_free(c->in_shape);
     kn_free(c->in_shape_set);

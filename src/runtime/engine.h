@@ -71,7 +71,9 @@ struct kiln_context {
     kn_buffer *dyn_dev;      /* per value: device data of deferred device outputs */
     kn_plugin_run *runs;     /* per node: this context's clone of a plugin node */
     kn_local_state **locals; /* per node: the kernel's state in this context (backend.h) */
-    double *layer_ms; /* per node: time of the last execute, when profiling (see profile.c) */
+    double *layer_ms;       /* per node: time of the last execute, when profiling (see profile.c) */
+    kn_event **prof_events; /* per node: start and end events of a device layer, profiling */
+    bool *prof_pending;     /* per node: its events wait to be read */
     struct kn_capture *capture; /* values copied out after their layer runs (see capture.c) */
     bool resolved;
     bool executed;

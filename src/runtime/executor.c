@@ -268,7 +268,11 @@ static kiln_status run_nodes(kiln_context *c) {
             }
         }
         if (kn_node_copy_kind(n) != KN_COPY_NONE) {
+            double t0;
+            KN_TRY(kn_profile_begin(c, i, &t0));
             kiln_status rc = run_copy(c, i, in, out);
+            if (rc == KILN_OK)
+                rc = kn_profile_end(c, i, t0);
             if (rc != KILN_OK)
                 return kn_error_prefix(rc, "node '%s' (%s): ", n->name, n->op_type);
             if (c->capture != NULL)
@@ -285,10 +289,10 @@ static kiln_status run_nodes(kiln_context *c) {
                             .stream = c->streams[k],
                             .backend = e->backends[k],
                             .local = &c->locals[i]};
-        double t0 = c->layer_ms != NULL ? kn_profile_now_ms() : 0;
+        double t0;
+        KN_TRY(kn_profile_begin(c, i, &t0));
         kiln_status rc = e->kernels[i]->run(&kc);
-        if (c->layer_ms != NULL)
-            c->layer_ms[i] = kn_profile_now_ms() - t0;
+        KN_TRY(kn_profile_end(c, i, t0));
         int restart = -1;
         if (rc != KILN_OK && !kn_replay_abort(c, &restart))
             return kn_error_prefix(rc, "node '%s' (%s): ", n->name, n->op_type);
@@ -318,6 +322,8 @@ kiln_status kn_context_finish_work(kiln_context *c) {
     memset(c->copy_pending, 0, (size_t)e->plan.graph->n_nodes * sizeof *c->copy_pending);
     c->pending_copies = 0;
     c->enqueued = false;
+    if (first == KILN_OK)
+        first = kn_profile_collect(c);
     return first;
 }
 

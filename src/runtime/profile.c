@@ -55,18 +55,84 @@ kiln_status kiln_engine_layer_info(const kiln_engine *e, int index, kiln_layer_i
     return KILN_OK;
 }
 
+/* Whether node i's layer is timed by its backend's events. */
+static bool timed_by_events(const kiln_context *c, int i) {
+    kn_backend *b = kn_engine_node_backend(c->e, i);
+    return c->e->node_backend[i] != 0 && b->iface->event_create != NULL &&
+           b->iface->event_record != NULL && b->iface->event_elapsed != NULL;
+}
+
+kiln_status kn_profile_begin(kiln_context *c, int i, double *t0) {
+    *t0 = kn_profile_now_ms();
+    if (c->layer_ms == NULL || !timed_by_events(c, i))
+        return KILN_OK;
+    kn_backend *b = kn_engine_node_backend(c->e, i);
+    for (int k = 0; k < 2; k++)
+        if (c->prof_events[2 * i + k] == NULL)
+            KN_TRY(b->iface->event_create(b, &c->prof_events[2 * i + k]));
+    return b->iface->event_record(b, c->prof_events[2 * i], c->streams[c->e->node_backend[i]]);
+}
+
+kiln_status kn_profile_end(kiln_context *c, int i, double t0) {
+    if (c->layer_ms == NULL)
+        return KILN_OK;
+    if (!timed_by_events(c, i)) {
+        c->layer_ms[i] = kn_profile_now_ms() - t0;
+        return KILN_OK;
+    }
+    kn_backend *b = kn_engine_node_backend(c->e, i);
+    c->prof_pending[i] = true;
+    return b->iface->event_record(b, c->prof_events[2 * i + 1], c->streams[c->e->node_backend[i]]);
+}
+
+kiln_status kn_profile_collect(kiln_context *c) {
+    if (c->layer_ms == NULL)
+        return KILN_OK;
+    for (int i = 0; i < c->e->plan.graph->n_nodes; i++) {
+        if (!c->prof_pending[i])
+            continue;
+        kn_backend *b = kn_engine_node_backend(c->e, i);
+        float ms = 0;
+        c->prof_pending[i] = false;
+        KN_TRY(b->iface->event_elapsed(b, c->prof_events[2 * i], c->prof_events[2 * i + 1], &ms));
+        c->layer_ms[i] = ms;
+    }
+    return KILN_OK;
+}
+
+void kn_profile_release(kiln_context *c) {
+    if (c->prof_events != NULL)
+        for (int i = 0; i < c->e->plan.graph->n_nodes; i++)
+            for (int k = 0; k < 2; k++)
+                if (c->prof_events[2 * i + k] != NULL) {
+                    kn_backend *b = kn_engine_node_backend(c->e, i);
+                    b->iface->event_destroy(b, c->prof_events[2 * i + k]);
+                }
+    kn_free(c->prof_events);
+    kn_free(c->prof_pending);
+    kn_free(c->layer_ms);
+    c->prof_events = NULL;
+    c->prof_pending = NULL;
+    c->layer_ms = NULL;
+}
+
 kiln_status kiln_context_set_profiling(kiln_context *c, int enabled) {
     if (c == NULL)
         return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_context_set_profiling: NULL context");
     if (!enabled) {
-        kn_free(c->layer_ms);
-        c->layer_ms = NULL;
+        KN_TRY(kn_context_finish_work(c));
+        kn_profile_release(c);
         return KILN_OK;
     }
     if (c->layer_ms == NULL) {
-        c->layer_ms = kn_calloc((size_t)c->e->plan.graph->n_nodes + 1, sizeof *c->layer_ms);
-        if (c->layer_ms == NULL)
+        size_t nn = (size_t)c->e->plan.graph->n_nodes + 1;
+        c->layer_ms = kn_calloc(nn, sizeof *c->layer_ms);
+        c->prof_events = kn_calloc(2 * nn, sizeof *c->prof_events);
+        c->prof_pending = kn_calloc(nn, sizeof *c->prof_pending);
+        if (c->layer_ms == NULL || c->prof_events == NULL || c->prof_pending == NULL) {
+            kn_profile_release(c);
             return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory for the profile");
+        }
     }
     return KILN_OK;
 }

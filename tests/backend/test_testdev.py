@@ -211,3 +211,22 @@ def test_python_build_with_backends_matches_host(tmp_path):
     assert "testdev" in placed
     with pytest.raises(k.KilnError, match="unknown backend 'nosuch'"):
         k.build(model, shapes=shapes, backends="nosuch")
+
+
+def test_profile_times_device_layers_by_events(tmp_path):
+    """bench --profile on a split plan: device layers are timed by the backend's events (the
+    device's time), not by how long their enqueue took: with every testdev job made 3 ms slow,
+    each device layer reads >= 3 ms while host layers stay fast."""
+    model = conv_erf_conv(str(tmp_path / "m.onnx"))
+    plan = str(tmp_path / "d.plan")
+    env = {"KILN_TESTDEV_DENY": "Erf"}
+    kiln("build", model, "-o", plan, "--backend", "testdev", "--shapes", "x:1x3x8x8",
+         env_extra=env)
+    out = kiln("bench", plan, "--profile", "--json", "--warmup", "1", "--iterations", "3",
+               env_extra={"KILN_TESTDEV_LAG_US": "3000"})[1]
+    layers = {l["name"]: l for l in json.loads(out)["layers"]}
+    placed = {l["name"]: l["backend"] for l in inspect(plan)["layers"]}
+    for name, backend in placed.items():
+        if backend == "testdev":
+            assert layers[name]["median_ms"] >= 2.9, (name, layers[name])
+    assert layers["erf"]["median_ms"] < 2.0, layers["erf"]

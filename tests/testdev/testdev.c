@@ -10,8 +10,9 @@
  * - Real asynchrony. Each stream is a worker thread with a queue: a kernel's run only enqueues,
  *   copies are asynchronous, events complete when the worker reaches them, and the worker
  *   lags now and then (up to 0.3 ms before a quarter of its jobs), so a wait the runtime
- *   forgot shows up as a wrong result. KILN_TESTDEV_SYNC=1 runs everything in place (for
- *   debugging).
+ *   forgot shows up as a wrong result; KILN_TESTDEV_LAG_US=N makes every job N us slow (a
+ *   device whose time is known, for the profiler's tests). KILN_TESTDEV_SYNC=1 runs everything in
+ * place (for debugging).
  * - CPU kernels for a subset of ops (the host's own, run on the worker on the real blocks), so
  *   mixed graphs split and results must match the CPU bit for bit. KILN_TESTDEV_DENY=Op,Op
  *   removes ops from the subset (to force host islands).
@@ -156,9 +157,12 @@ static void *worker(void *arg) {
         s->busy = true;
         s->jitter = s->jitter * 1664525u + 1013904223u;
         uint32_t lag = (s->jitter >> 24) < 64 ? (s->jitter >> 16) % 300 : 0;
+        const char *slow = getenv("KILN_TESTDEV_LAG_US"); /* every job this much slower */
+        if (slow != NULL)
+            lag = (uint32_t)atoi(slow);
         pthread_mutex_unlock(&s->lock);
         if (lag > 0) {
-            struct timespec ts = {0, (long)lag * 1000};
+            struct timespec ts = {(time_t)(lag / 1000000), (long)(lag % 1000000) * 1000};
             nanosleep(&ts, NULL);
         }
         char err[512] = "";
