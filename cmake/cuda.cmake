@@ -16,9 +16,10 @@ if(KILN_CUDA)
   find_path(KILN_CUDNN_INCLUDE cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS} REQUIRED)
   file(GLOB KILN_CUDA_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/backend/cuda/*.c
        ${CMAKE_SOURCE_DIR}/src/backend/cuda/*.cu)
-  # core/tensor.c is self-contained; the module uses nothing else of libkiln's internals
+  # core/tensor.c and the narrow float codecs it uses (core/narrow_dtype.c) are self-contained;
   # (errors, attributes and allocation come through the host table).
-  add_library(kiln_cuda MODULE ${KILN_CUDA_SOURCES} ${CMAKE_SOURCE_DIR}/src/core/tensor.c)
+  add_library(kiln_cuda MODULE ${KILN_CUDA_SOURCES} ${CMAKE_SOURCE_DIR}/src/core/tensor.c
+                             ${CMAKE_SOURCE_DIR}/src/core/narrow_dtype.c)
   set_target_properties(kiln_cuda PROPERTIES PREFIX "lib" OUTPUT_NAME kiln_cuda
                         C_VISIBILITY_PRESET hidden CUDA_VISIBILITY_PRESET hidden
                         CUDA_STANDARD 17 CUDA_RUNTIME_LIBRARY Static
