@@ -56,6 +56,13 @@ const kn_op_schema *kn_op_find(const char *domain, const char *name);
 /* Every schema in op_list.h order, for listing. */
 const kn_op_schema *kn_op_next(const kn_op_schema *prev); /* NULL starts; NULL ends */
 
+/* Whether n's op type is one of names[0..count) (any domain). */
+bool kn_op_is_one_of(const kn_node *n, const char *const *names, size_t count);
+/* Conv, ConvTranspose, Gemm, MatMul and kiln's fused forms of them. */
+bool kn_op_is_product(const kn_node *n);
+/* ONNX ops that only move or relabel bytes (Transpose, Concat, Slice, Gather, Reshape, ...). */
+bool kn_op_moves_data(const kn_node *n);
+
 /* Helpers shared by infer functions. */
 /* Normalise axis into [0, rank) (negative counts from the end); error if out of range. */
 kiln_status kn_norm_axis(int64_t axis, int32_t rank, int64_t *out);

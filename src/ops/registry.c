@@ -42,3 +42,23 @@ kiln_status kn_norm_axis(int64_t axis, int32_t rank, int64_t *out) {
     *out = axis < 0 ? axis + rank : axis;
     return KILN_OK;
 }
+
+bool kn_op_is_one_of(const kn_node *n, const char *const *names, size_t count) {
+    for (size_t i = 0; i < count; i++)
+        if (strcmp(n->op_type, names[i]) == 0)
+            return true;
+    return false;
+}
+
+bool kn_op_is_product(const kn_node *n) {
+    static const char *const ops[] = {"Conv",      "ConvTranspose", "Gemm",       "MatMul",
+                                      "FusedConv", "FusedGemm",     "FusedMatMul"};
+    return kn_op_is_one_of(n, ops, sizeof ops / sizeof ops[0]);
+}
+
+bool kn_op_moves_data(const kn_node *n) {
+    static const char *const ops[] = {"Transpose", "Concat",    "Slice",   "Gather",  "Expand",
+                                      "Tile",      "Split",     "Pad",     "Reshape", "Flatten",
+                                      "Squeeze",   "Unsqueeze", "Identity"};
+    return n->domain[0] == '\0' && kn_op_is_one_of(n, ops, sizeof ops / sizeof ops[0]);
+}

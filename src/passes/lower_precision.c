@@ -23,35 +23,7 @@ static bool keep_fp32(const kn_node *n) {
     static const char *const ops[] = {"ReduceSum", "ReduceSumSquare", "ReduceL1",
                                       "ReduceL2",  "ReduceLogSum",    "ReduceLogSumExp",
                                       "Pow",       "CumSum",          "Range"};
-    if (n->domain[0] != '\0')
-        return false;
-    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
-        if (strcmp(n->op_type, ops[i]) == 0)
-            return true;
-    return false;
-}
-
-static bool is_product(const kn_node *n) {
-    static const char *const ops[] = {"Conv",      "ConvTranspose", "Gemm",       "MatMul",
-                                      "FusedConv", "FusedGemm",     "FusedMatMul"};
-    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
-        if (strcmp(n->op_type, ops[i]) == 0)
-            return true;
-    return false;
-}
-
-/* Ops that only move data: they follow their input's precision (a cast around one would cost
- * more than it saves). */
-static bool moves_data(const kn_node *n) {
-    static const char *const ops[] = {"Transpose", "Concat",    "Slice",   "Gather",  "Expand",
-                                      "Tile",      "Split",     "Pad",     "Reshape", "Flatten",
-                                      "Squeeze",   "Unsqueeze", "Identity"};
-    if (n->domain[0] != '\0')
-        return false;
-    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
-        if (strcmp(n->op_type, ops[i]) == 0)
-            return true;
-    return false;
+    return n->domain[0] == '\0' && kn_op_is_one_of(n, ops, sizeof ops / sizeof ops[0]);
 }
 
 /* The precision asked for node n: the global one, or the last override matching its name. */
@@ -229,7 +201,7 @@ static kiln_status widen_outputs(lowering *L, int i) {
 
 static kiln_status mark_tf32(kn_graph *g) {
     for (int i = 0; i < g->n_nodes; i++)
-        if (!g->nodes[i].dead && is_product(&g->nodes[i]))
+        if (!g->nodes[i].dead && kn_op_is_product(&g->nodes[i]))
             KN_TRY(kn_node_set_attr_int(g, i, "kiln_allow_tf32", 1));
     return KILN_OK;
 }
@@ -269,7 +241,7 @@ kiln_status kn_pass_lower_precision(kn_graph *g, int precision, const kn_layer_p
                                                   : 0;
         if (want == 0 || (dtype != 0 && want != dtype))
             continue;
-        if (moves_data(n)) {
+        if (kn_op_moves_data(n)) { /* data movement follows its input's precision */
             int p = n->n_in > 0 && n->in[0] >= 0 ? g->values[n->in[0]].producer : -1;
             if (p < 0 || !L.lowered[p])
                 continue;

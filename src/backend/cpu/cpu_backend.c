@@ -31,30 +31,15 @@ static const kn_kernel *cpu_backend_find_kernel(kn_backend *b, const char *domai
 }
 
 /* Ops whose CPU kernels compute in float32 only (their op inference takes any float type). */
-static bool float32_only(const kn_node *n) {
-    static const char *const ops[] = {"Conv",      "ConvTranspose", "Gemm",       "MatMul",
-                                      "FusedConv", "FusedGemm",     "FusedMatMul"};
-    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
-        if (strcmp(n->op_type, ops[i]) == 0)
-            return true;
-    return false;
-}
-
 /* Ops whose CPU kernels run float16 and bfloat16 as they run float32 (element-wise math goes
  * through float; data movement copies bytes): the precision pass may lower them, for memory. */
 static uint32_t cpu_lowerable(const kn_node *n) {
-    static const char *const moves[] = {"Transpose", "Concat",  "Slice",   "Gather",
-                                        "Reshape",   "Flatten", "Squeeze", "Unsqueeze",
-                                        "Identity",  "Expand",  "Tile",    "Split"};
     if (n->domain[0] != '\0')
         return 0;
     const kn_op_schema *op = kn_op_find(n->domain, n->op_type);
-    if (op != NULL && (op->flags & KN_OP_ELEMENTWISE) && strcmp(n->op_type, "Cast") != 0)
-        return KN_LOWER_FP16 | KN_LOWER_BF16;
-    for (size_t i = 0; i < sizeof moves / sizeof moves[0]; i++)
-        if (strcmp(n->op_type, moves[i]) == 0)
-            return KN_LOWER_FP16 | KN_LOWER_BF16;
-    return 0;
+    bool elementwise =
+        op != NULL && (op->flags & KN_OP_ELEMENTWISE) && strcmp(n->op_type, "Cast") != 0;
+    return elementwise || kn_op_moves_data(n) ? KN_LOWER_FP16 | KN_LOWER_BF16 : 0;
 }
 
 static bool cpu_supports(kn_backend *b, const kn_node *n, int n_in, const kn_tensor *in, int n_out,
@@ -66,7 +51,7 @@ static bool cpu_supports(kn_backend *b, const kn_node *n, int n_in, const kn_ten
                  n->domain, n->domain[0] ? "." : "", n->op_type);
         return false;
     }
-    if (float32_only(n))
+    if (kn_op_is_product(n)) /* the CPU products compute in float32 only */
         for (int j = 0; j < n_in; j++)
             if (in[j].dtype != 0 && kn_dtype_is_float(in[j].dtype) &&
                 in[j].dtype != KILN_DTYPE_FLOAT32) {
