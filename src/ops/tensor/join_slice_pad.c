@@ -240,7 +240,8 @@ kiln_status tensor_pad_resolve(const kn_node *node, int n_in, const kn_tensor *i
         n = kn_attr_ints(node, node->opset < 2 ? "paddings" : "pads", &a);
         if (n > 2 * KN_MAX_RANK)
             return kn_error(KILN_ERR_SHAPE, "attribute 'pads' has too many values");
-        memcpy(pads, a, (size_t)n * sizeof *pads);
+        if (n > 0) /* absent: no pads (and no array to copy from) */
+            memcpy(pads, a, (size_t)n * sizeof *pads);
     } else {
         if (n_in < 2 || in[1].dtype == 0)
             return kn_error(KILN_ERR_MODEL, "input 'pads' is required");
