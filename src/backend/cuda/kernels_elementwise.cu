@@ -21,66 +21,114 @@ __device__ __forceinline__ float softplus(float x) {
 
 __device__ float unary(int op, float x, float pa, float pb) {
     switch (op) {
-    case 0: return fabsf(x);
-    case 1: return -x;
-    case 2: return 1.f / x;
-    case 3: return floorf(x);
-    case 4: return ceilf(x);
-    case 5: return rintf(x);
-    case 6: return sqrtf(x);
-    case 7: return expf(x);
-    case 8: return logf(x);
-    case 9: return sinf(x);
-    case 10: return cosf(x);
-    case 11: return tanf(x);
-    case 12: return asinf(x);
-    case 13: return acosf(x);
-    case 14: return atanf(x);
-    case 15: return sinhf(x);
-    case 16: return coshf(x);
-    case 17: return asinhf(x);
-    case 18: return acoshf(x);
-    case 19: return atanhf(x);
-    case 20: return erff(x);
-    case 21: return x > 0.f ? 1.f : x < 0.f ? -1.f : x;
-    case 22: return x < 0.f ? 0.f : x;
-    case 23: return x < 0.f ? pa * x : x;
-    case 24: return x < 0.f ? pa * expm1f(x) : x;
-    case 25: return x <= 0.f ? pb * (pa * expm1f(x)) : pb * x;
-    case 26: return x > 0.f ? x : pa * expm1f(x / pa);
-    case 27: return 1.f / (1.f + expf(-x));
-    case 28: return unit_clamp(pa * x + pb);
-    case 29: return x * unit_clamp(x * (1.f / 6.f) + 0.5f);
-    case 30: return tanhf(x);
-    case 31: return softplus(x);
-    case 32: return x / (1.f + fabsf(x));
-    case 33: return x > pa ? x : 0.f;
-    case 34: return 0.5f * x * (1.f + erff(x * 0.70710678118654752440f));
+    case 0:
+        return fabsf(x);
+    case 1:
+        return -x;
+    case 2:
+        return 1.f / x;
+    case 3:
+        return floorf(x);
+    case 4:
+        return ceilf(x);
+    case 5:
+        return rintf(x);
+    case 6:
+        return sqrtf(x);
+    case 7:
+        return expf(x);
+    case 8:
+        return logf(x);
+    case 9:
+        return sinf(x);
+    case 10:
+        return cosf(x);
+    case 11:
+        return tanf(x);
+    case 12:
+        return asinf(x);
+    case 13:
+        return acosf(x);
+    case 14:
+        return atanf(x);
+    case 15:
+        return sinhf(x);
+    case 16:
+        return coshf(x);
+    case 17:
+        return asinhf(x);
+    case 18:
+        return acoshf(x);
+    case 19:
+        return atanhf(x);
+    case 20:
+        return erff(x);
+    case 21:
+        return x > 0.f ? 1.f : x < 0.f ? -1.f : x;
+    case 22:
+        return x < 0.f ? 0.f : x;
+    case 23:
+        return x < 0.f ? pa * x : x;
+    case 24:
+        return x < 0.f ? pa * expm1f(x) : x;
+    case 25:
+        return x <= 0.f ? pb * (pa * expm1f(x)) : pb * x;
+    case 26:
+        return x > 0.f ? x : pa * expm1f(x / pa);
+    case 27:
+        return 1.f / (1.f + expf(-x));
+    case 28:
+        return unit_clamp(pa * x + pb);
+    case 29:
+        return x * unit_clamp(x * (1.f / 6.f) + 0.5f);
+    case 30:
+        return tanhf(x);
+    case 31:
+        return softplus(x);
+    case 32:
+        return x / (1.f + fabsf(x));
+    case 33:
+        return x > pa ? x : 0.f;
+    case 34:
+        return 0.5f * x * (1.f + erff(x * 0.70710678118654752440f));
     case 35:
         return 0.5f * x * (1.f + tanhf(0.79788456080286535588f * (x + 0.044715f * x * x * x)));
-    case 36: return x * tanhf(softplus(x));
-    case 37: return x < -pb ? x + pa : x > pb ? x - pa : 0.f;
+    case 36:
+        return x * tanhf(softplus(x));
+    case 37:
+        return x < -pb ? x + pa : x > pb ? x - pa : 0.f;
     case 38: {
         float lo = x < pa ? pa : x;
         return lo > pb ? pb : lo;
     }
-    default: return __int_as_float(0x7fc00000);
+    default:
+        return __int_as_float(0x7fc00000);
     }
 }
 
 // kn_ew_binary numbering.
 __device__ __forceinline__ float binary(int op, float a, float b) {
     switch (op) {
-    case 0: return a + b;
-    case 1: return a - b;
-    case 2: return a * b;
-    case 3: return a / b;
-    case 4: return powf(a, b);
-    case 5: return (a != a || b != b) ? __int_as_float(0x7fc00000) : fmaxf(a, b);
-    case 6: return (a != a || b != b) ? __int_as_float(0x7fc00000) : fminf(a, b);
-    case 7: return a < 0.f ? a * b : a;
-    case 8: return fmodf(a, b);
-    default: return __int_as_float(0x7fc00000);
+    case 0:
+        return a + b;
+    case 1:
+        return a - b;
+    case 2:
+        return a * b;
+    case 3:
+        return a / b;
+    case 4:
+        return powf(a, b);
+    case 5:
+        return (a != a || b != b) ? __int_as_float(0x7fc00000) : fmaxf(a, b);
+    case 6:
+        return (a != a || b != b) ? __int_as_float(0x7fc00000) : fminf(a, b);
+    case 7:
+        return a < 0.f ? a * b : a;
+    case 8:
+        return fmodf(a, b);
+    default:
+        return __int_as_float(0x7fc00000);
     }
 }
 
@@ -122,14 +170,13 @@ __global__ void k_binary(int op, const kc_bcast bc, const float *a, const float 
     }
 }
 
-__global__ void k_compare(int op, const kc_bcast bc, const float *a, const float *b,
-                          uint8_t *y) {
+__global__ void k_compare(int op, const kc_bcast bc, const float *a, const float *b, uint8_t *y) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < bc.numel;
          i += (int64_t)gridDim.x * blockDim.x) {
         int64_t off[2];
         offsets<2>(bc, i, off);
         float x = a[off[0]], z = b[off[1]];
-        bool r = op == KC_CMP_EQ ? x == z
+        bool r = op == KC_CMP_EQ   ? x == z
                  : op == KC_CMP_LT ? x < z
                  : op == KC_CMP_LE ? x <= z
                  : op == KC_CMP_GT ? x > z
@@ -188,8 +235,7 @@ template <typename S, typename D> __device__ __forceinline__ D convert(S v) {
     return static_cast<D>(v);
 }
 
-template <typename S, typename D>
-__global__ void k_cast(const S *x, D *y, int64_t n) {
+template <typename S, typename D> __global__ void k_cast(const S *x, D *y, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
         y[i] = convert<S, D>(x[i]);
@@ -215,14 +261,29 @@ unsigned grid_for(int64_t n) {
 template <typename S> int cast_from(cudaStream_t st, int to, const S *x, void *y, int64_t n) {
     unsigned g = grid_for(n);
     switch (to) {
-    case 1: k_cast<S, float><<<g, kThreads, 0, st>>>(x, (float *)y, n); break;
-    case 2: k_cast<S, uint8_t><<<g, kThreads, 0, st>>>(x, (uint8_t *)y, n); break;
-    case 3: k_cast<S, int8_t><<<g, kThreads, 0, st>>>(x, (int8_t *)y, n); break;
-    case 6: k_cast<S, int32_t><<<g, kThreads, 0, st>>>(x, (int32_t *)y, n); break;
-    case 7: k_cast<S, int64_t><<<g, kThreads, 0, st>>>(x, (int64_t *)y, n); break;
-    case 9: k_cast_bool<S><<<g, kThreads, 0, st>>>(x, (uint8_t *)y, n); break;
-    case 11: k_cast<S, double><<<g, kThreads, 0, st>>>(x, (double *)y, n); break;
-    default: return (int)cudaErrorNotSupported;
+    case 1:
+        k_cast<S, float><<<g, kThreads, 0, st>>>(x, (float *)y, n);
+        break;
+    case 2:
+        k_cast<S, uint8_t><<<g, kThreads, 0, st>>>(x, (uint8_t *)y, n);
+        break;
+    case 3:
+        k_cast<S, int8_t><<<g, kThreads, 0, st>>>(x, (int8_t *)y, n);
+        break;
+    case 6:
+        k_cast<S, int32_t><<<g, kThreads, 0, st>>>(x, (int32_t *)y, n);
+        break;
+    case 7:
+        k_cast<S, int64_t><<<g, kThreads, 0, st>>>(x, (int64_t *)y, n);
+        break;
+    case 9:
+        k_cast_bool<S><<<g, kThreads, 0, st>>>(x, (uint8_t *)y, n);
+        break;
+    case 11:
+        k_cast<S, double><<<g, kThreads, 0, st>>>(x, (double *)y, n);
+        break;
+    default:
+        return (int)cudaErrorNotSupported;
     }
     return (int)cudaGetLastError();
 }
@@ -237,8 +298,8 @@ extern "C" int kc_unary_f32(void *s, int op, float pa, float pb, const float *x,
     return (int)cudaGetLastError();
 }
 
-extern "C" int kc_binary_f32(void *s, int op, const kc_bcast *bc, const float *a,
-                             const float *b, float *y) {
+extern "C" int kc_binary_f32(void *s, int op, const kc_bcast *bc, const float *a, const float *b,
+                             float *y) {
     if (bc->numel == 0)
         return 0;
     cudaStream_t st = (cudaStream_t)s;
@@ -263,38 +324,39 @@ extern "C" int kc_binary_f32(void *s, int op, const kc_bcast *bc, const float *a
     return (int)cudaGetLastError();
 }
 
-extern "C" int kc_compare_f32(void *s, int op, const kc_bcast *bc, const float *a,
-                              const float *b, uint8_t *y) {
+extern "C" int kc_compare_f32(void *s, int op, const kc_bcast *bc, const float *a, const float *b,
+                              uint8_t *y) {
     if (bc->numel == 0)
         return 0;
     k_compare<<<grid_for(bc->numel), kThreads, 0, (cudaStream_t)s>>>(op, *bc, a, b, y);
     return (int)cudaGetLastError();
 }
 
-extern "C" int kc_where(void *s, const kc_bcast *bc, const uint8_t *c, const void *a,
-                        const void *b, void *y, int elem_size) {
+extern "C" int kc_where(void *s, const kc_bcast *bc, const uint8_t *c, const void *a, const void *b,
+                        void *y, int elem_size) {
     if (bc->numel == 0)
         return 0;
     cudaStream_t st = (cudaStream_t)s;
     unsigned g = grid_for(bc->numel);
     switch (elem_size) {
     case 1:
-        k_where<uint8_t><<<g, kThreads, 0, st>>>(*bc, c, (const uint8_t *)a, (const uint8_t *)b,
-                                                 (uint8_t *)y);
+        k_where<uint8_t>
+            <<<g, kThreads, 0, st>>>(*bc, c, (const uint8_t *)a, (const uint8_t *)b, (uint8_t *)y);
         break;
     case 2:
-        k_where<uint16_t><<<g, kThreads, 0, st>>>(*bc, c, (const uint16_t *)a,
-                                                  (const uint16_t *)b, (uint16_t *)y);
+        k_where<uint16_t><<<g, kThreads, 0, st>>>(*bc, c, (const uint16_t *)a, (const uint16_t *)b,
+                                                  (uint16_t *)y);
         break;
     case 4:
-        k_where<uint32_t><<<g, kThreads, 0, st>>>(*bc, c, (const uint32_t *)a,
-                                                  (const uint32_t *)b, (uint32_t *)y);
+        k_where<uint32_t><<<g, kThreads, 0, st>>>(*bc, c, (const uint32_t *)a, (const uint32_t *)b,
+                                                  (uint32_t *)y);
         break;
     case 8:
-        k_where<uint64_t><<<g, kThreads, 0, st>>>(*bc, c, (const uint64_t *)a,
-                                                  (const uint64_t *)b, (uint64_t *)y);
+        k_where<uint64_t><<<g, kThreads, 0, st>>>(*bc, c, (const uint64_t *)a, (const uint64_t *)b,
+                                                  (uint64_t *)y);
         break;
-    default: return (int)cudaErrorNotSupported;
+    default:
+        return (int)cudaErrorNotSupported;
     }
     return (int)cudaGetLastError();
 }
@@ -315,13 +377,21 @@ extern "C" int kc_cast(void *s, int from, int to, const void *x, void *y, int64_
         return 0;
     cudaStream_t st = (cudaStream_t)s;
     switch (from) {
-    case 1: return cast_from(st, to, (const float *)x, y, n);
-    case 2: return cast_from(st, to, (const uint8_t *)x, y, n);
-    case 3: return cast_from(st, to, (const int8_t *)x, y, n);
-    case 6: return cast_from(st, to, (const int32_t *)x, y, n);
-    case 7: return cast_from(st, to, (const int64_t *)x, y, n);
-    case 9: return cast_from(st, to, (const uint8_t *)x, y, n);
-    case 11: return cast_from(st, to, (const double *)x, y, n);
-    default: return (int)cudaErrorNotSupported;
+    case 1:
+        return cast_from(st, to, (const float *)x, y, n);
+    case 2:
+        return cast_from(st, to, (const uint8_t *)x, y, n);
+    case 3:
+        return cast_from(st, to, (const int8_t *)x, y, n);
+    case 6:
+        return cast_from(st, to, (const int32_t *)x, y, n);
+    case 7:
+        return cast_from(st, to, (const int64_t *)x, y, n);
+    case 9:
+        return cast_from(st, to, (const uint8_t *)x, y, n);
+    case 11:
+        return cast_from(st, to, (const double *)x, y, n);
+    default:
+        return (int)cudaErrorNotSupported;
     }
 }

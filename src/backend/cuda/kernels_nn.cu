@@ -92,8 +92,8 @@ __global__ void k_reduce(int op, const float *x, float *y, int64_t outer, int64_
          t += (int64_t)gridDim.x * blockDim.x) {
         int64_t o = t / inner, in = t - o * inner;
         const float *p = x + o * n * inner + in;
-        float acc = op == KC_RED_MAX ? -INFINITY
-                    : op == KC_RED_MIN ? INFINITY
+        float acc = op == KC_RED_MAX    ? -INFINITY
+                    : op == KC_RED_MIN  ? INFINITY
                     : op == KC_RED_PROD ? 1.f
                                         : 0.f;
         float m = -INFINITY;
@@ -103,14 +103,28 @@ __global__ void k_reduce(int op, const float *x, float *y, int64_t outer, int64_
         for (int64_t j = 0; j < n; j++) {
             float v = p[j * inner];
             switch (op) {
-            case KC_RED_MAX: acc = (v != v || acc != acc) ? v + acc : fmaxf(acc, v); break;
-            case KC_RED_MIN: acc = (v != v || acc != acc) ? v + acc : fminf(acc, v); break;
-            case KC_RED_PROD: acc *= v; break;
+            case KC_RED_MAX:
+                acc = (v != v || acc != acc) ? v + acc : fmaxf(acc, v);
+                break;
+            case KC_RED_MIN:
+                acc = (v != v || acc != acc) ? v + acc : fminf(acc, v);
+                break;
+            case KC_RED_PROD:
+                acc *= v;
+                break;
             case KC_RED_SUMSQ:
-            case KC_RED_L2: acc += v * v; break;
-            case KC_RED_L1: acc += fabsf(v); break;
-            case KC_RED_LOGSUMEXP: acc += expf(v - m); break;
-            default: acc += v; break;
+            case KC_RED_L2:
+                acc += v * v;
+                break;
+            case KC_RED_L1:
+                acc += fabsf(v);
+                break;
+            case KC_RED_LOGSUMEXP:
+                acc += expf(v - m);
+                break;
+            default:
+                acc += v;
+                break;
             }
         }
         if (op == KC_RED_MEAN)
@@ -160,14 +174,18 @@ __global__ void k_pool2d(const kc_pool2d p, const float *x, float *y) {
 
 __device__ __forceinline__ float activate(int act, float v, float a, float b) {
     switch (act) {
-    case KC_ACT_RELU: return v < 0.f ? 0.f : v;
+    case KC_ACT_RELU:
+        return v < 0.f ? 0.f : v;
     case KC_ACT_CLIP: {
         float lo = v < a ? a : v;
         return lo > b ? b : lo;
     }
-    case KC_ACT_SIGMOID: return 1.f / (1.f + expf(-v));
-    case KC_ACT_SWISH: return v / (1.f + expf(-v));
-    case KC_ACT_LEAKY: return v < 0.f ? a * v : v;
+    case KC_ACT_SIGMOID:
+        return 1.f / (1.f + expf(-v));
+    case KC_ACT_SWISH:
+        return v / (1.f + expf(-v));
+    case KC_ACT_LEAKY:
+        return v < 0.f ? a * v : v;
     case KC_ACT_HARD_SIGMOID: {
         float h = a * v + b;
         h = h < 0.f ? 0.f : h;
@@ -178,17 +196,21 @@ __device__ __forceinline__ float activate(int act, float v, float a, float b) {
         h = h < 0.f ? 0.f : h;
         return v * (h > 1.f ? 1.f : h);
     }
-    case KC_ACT_GELU: return 0.5f * v * (1.f + erff(v * 0.70710678118654752f));
+    case KC_ACT_GELU:
+        return 0.5f * v * (1.f + erff(v * 0.70710678118654752f));
     case KC_ACT_GELU_TANH:
         return 0.5f * v * (1.f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)));
-    case KC_ACT_MISH: return v * tanhf(log1pf(expf(v)));
-    case KC_ACT_TANH: return tanhf(v);
-    default: return v;
+    case KC_ACT_MISH:
+        return v * tanhf(log1pf(expf(v)));
+    case KC_ACT_TANH:
+        return tanhf(v);
+    default:
+        return v;
     }
 }
 
-__global__ void k_epilogue(float *y, const float *bias, const float *res, int64_t outer,
-                           int64_t c, int64_t inner, int act, float a, float b) {
+__global__ void k_epilogue(float *y, const float *bias, const float *res, int64_t outer, int64_t c,
+                           int64_t inner, int act, float a, float b) {
     int64_t total = outer * c * inner;
     for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total;
          t += (int64_t)gridDim.x * blockDim.x) {
@@ -204,20 +226,29 @@ __global__ void k_epilogue(float *y, const float *bias, const float *res, int64_
 __device__ __forceinline__ float src_coord(int coord, float o, float scale, int64_t in_n,
                                            int64_t out_n) {
     switch (coord) {
-    case 1: return o / scale;
-    case 2: return out_n > 1 ? o * (float)(in_n - 1) / (float)(out_n - 1) : 0.f;
-    case 3: return out_n > 1 ? (o + 0.5f) / scale - 0.5f : 0.f;
-    case 4: return (o + 0.5f) / scale;
-    default: return (o + 0.5f) / scale - 0.5f;
+    case 1:
+        return o / scale;
+    case 2:
+        return out_n > 1 ? o * (float)(in_n - 1) / (float)(out_n - 1) : 0.f;
+    case 3:
+        return out_n > 1 ? (o + 0.5f) / scale - 0.5f : 0.f;
+    case 4:
+        return (o + 0.5f) / scale;
+    default:
+        return (o + 0.5f) / scale - 0.5f;
     }
 }
 
 __device__ __forceinline__ int64_t nearest(int mode, float v) {
     switch (mode) {
-    case 1: return (int64_t)(v == floorf(v) + 0.5f ? ceilf(v) : roundf(v));
-    case 2: return (int64_t)floorf(v);
-    case 3: return (int64_t)ceilf(v);
-    default: return (int64_t)(v == floorf(v) + 0.5f ? floorf(v) : roundf(v));
+    case 1:
+        return (int64_t)(v == floorf(v) + 0.5f ? ceilf(v) : roundf(v));
+    case 2:
+        return (int64_t)floorf(v);
+    case 3:
+        return (int64_t)ceilf(v);
+    default:
+        return (int64_t)(v == floorf(v) + 0.5f ? floorf(v) : roundf(v));
     }
 }
 
@@ -250,8 +281,7 @@ __global__ void k_resize(const kc_resize r, const float *x, float *y) {
 
 } // namespace
 
-extern "C" int kc_softmax_f32(void *s, const float *x, float *y, int64_t rows, int64_t n,
-                              int log) {
+extern "C" int kc_softmax_f32(void *s, const float *x, float *y, int64_t rows, int64_t n, int log) {
     if (rows * n == 0)
         return 0;
     k_softmax<<<(unsigned)rows, kThreads, 0, (cudaStream_t)s>>>(x, y, n, log);
@@ -270,8 +300,7 @@ extern "C" int kc_reduce_f32(void *s, int op, const float *x, float *y, int64_t 
                              int64_t inner) {
     if (outer * inner == 0)
         return 0;
-    k_reduce<<<grid_for(outer * inner), kThreads, 0, (cudaStream_t)s>>>(op, x, y, outer, n,
-                                                                        inner);
+    k_reduce<<<grid_for(outer * inner), kThreads, 0, (cudaStream_t)s>>>(op, x, y, outer, n, inner);
     return (int)cudaGetLastError();
 }
 

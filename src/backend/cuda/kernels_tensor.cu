@@ -67,11 +67,16 @@ unsigned grid_for(int64_t n) {
 
 template <template <typename> class F, typename... A> int by_size(int elem_size, A... a) {
     switch (elem_size) {
-    case 1: return F<uint8_t>::run(a...);
-    case 2: return F<uint16_t>::run(a...);
-    case 4: return F<uint32_t>::run(a...);
-    case 8: return F<uint64_t>::run(a...);
-    default: return (int)cudaErrorNotSupported;
+    case 1:
+        return F<uint8_t>::run(a...);
+    case 2:
+        return F<uint16_t>::run(a...);
+    case 4:
+        return F<uint32_t>::run(a...);
+    case 8:
+        return F<uint64_t>::run(a...);
+    default:
+        return (int)cudaErrorNotSupported;
     }
 }
 
@@ -85,8 +90,8 @@ template <typename T> struct strided_run {
 template <typename T> struct rows_run {
     static int run(cudaStream_t s, const void *x, void *y, int64_t outer, int64_t ix, int64_t iy,
                    int64_t off) {
-        k_rows<T><<<grid_for(outer * ix), kThreads, 0, s>>>((const T *)x, (T *)y, outer, ix, iy,
-                                                            off);
+        k_rows<T>
+            <<<grid_for(outer * ix), kThreads, 0, s>>>((const T *)x, (T *)y, outer, ix, iy, off);
         return (int)cudaGetLastError();
     }
 };
@@ -96,11 +101,11 @@ template <typename T> struct gather_run {
                    int64_t outer, int64_t axis_n, int64_t n_idx, int64_t inner) {
         unsigned g = grid_for(outer * n_idx * inner);
         if (idx64)
-            k_gather<T, int64_t><<<g, kThreads, 0, s>>>((const T *)x, (const int64_t *)idx,
-                                                        (T *)y, outer, axis_n, n_idx, inner);
+            k_gather<T, int64_t><<<g, kThreads, 0, s>>>((const T *)x, (const int64_t *)idx, (T *)y,
+                                                        outer, axis_n, n_idx, inner);
         else
-            k_gather<T, int32_t><<<g, kThreads, 0, s>>>((const T *)x, (const int32_t *)idx,
-                                                        (T *)y, outer, axis_n, n_idx, inner);
+            k_gather<T, int32_t><<<g, kThreads, 0, s>>>((const T *)x, (const int32_t *)idx, (T *)y,
+                                                        outer, axis_n, n_idx, inner);
         return (int)cudaGetLastError();
     }
 };
@@ -130,9 +135,8 @@ extern "C" int kc_copy_rows(void *s, const void *x, void *y, int64_t outer, int6
     return by_size<rows_run>(elem_size, (cudaStream_t)s, x, y, outer, inner_x, inner_y, offset);
 }
 
-extern "C" int kc_gather(void *s, const void *x, const void *idx, int idx64, void *y,
-                         int64_t outer, int64_t axis_n, int64_t n_idx, int64_t inner,
-                         int elem_size) {
+extern "C" int kc_gather(void *s, const void *x, const void *idx, int idx64, void *y, int64_t outer,
+                         int64_t axis_n, int64_t n_idx, int64_t inner, int elem_size) {
     if (outer * n_idx * inner == 0)
         return 0;
     return by_size<gather_run>(elem_size, (cudaStream_t)s, x, idx, idx64, y, outer, axis_n, n_idx,
