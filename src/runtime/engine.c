@@ -131,6 +131,19 @@ static kiln_status place_values(kiln_engine *e) {
                                                   : "host");
         }
     }
+    /* A graph input bound as device memory may only feed copies to the device: the first
+     * other reader, if any, is kept for the message that refuses such a binding. */
+    for (int k = 0; k < g->n_inputs; k++) {
+        e->input_host_reader[k] = -1;
+        for (int i = 0; i < g->n_nodes && e->input_host_reader[k] < 0; i++) {
+            const kn_node *n = &g->nodes[i];
+            if (n->dead || kn_node_copy_kind(n) == KN_COPY_TO_DEVICE)
+                continue;
+            for (int j = 0; j < n->n_in; j++)
+                if (n->in[j] == g->inputs[k])
+                    e->input_host_reader[k] = i;
+        }
+    }
     for (int i = 0; i < g->n_outputs; i++)
         if (e->value_space[g->outputs[i]] != 0)
             return kn_error(KILN_ERR_PLAN, "graph output '%s' is not in host memory",
@@ -273,9 +286,10 @@ kiln_status kn_engine_create(kn_plan *plan, kiln_registry *registry, kiln_engine
     e->plugins = kn_calloc((size_t)g->n_nodes + 1, sizeof *e->plugins);
     e->node_backend = kn_calloc((size_t)g->n_nodes + 1, sizeof *e->node_backend);
     e->value_space = kn_calloc((size_t)g->n_values + 1, sizeof *e->value_space);
+    e->input_host_reader = kn_calloc((size_t)g->n_inputs + 1, sizeof *e->input_host_reader);
     kiln_status rc = KILN_OK;
     if (!e->kernels || !e->states || !e->input_profile || !e->plugins || !e->node_backend ||
-        !e->value_space) {
+        !e->value_space || !e->input_host_reader) {
         rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory creating the engine");
         goto fail;
     }
@@ -366,6 +380,7 @@ void kiln_engine_destroy(kiln_engine *e) {
     }
     kn_free(e->node_backend);
     kn_free(e->value_space);
+    kn_free(e->input_host_reader);
     kn_plan_clear(&e->plan);
     kn_free(e->kernels);
     kn_free(e->states);

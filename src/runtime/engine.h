@@ -26,6 +26,7 @@ struct kiln_engine {
     kn_device_weights weights[KN_MAX_PLAN_BACKENDS];
     uint8_t *node_backend;     /* per node: index into backends */
     uint8_t *value_space;      /* per value: the backend whose memory holds it (0: host memory) */
+    int *input_host_reader;    /* per graph input: a node reading it on the host, or -1 */
     const kn_kernel **kernels; /* per node; NULL for copy nodes */
     void **states;             /* per node, from prepare */
     const kn_profile **input_profile; /* per graph input; NULL when static */

@@ -21,23 +21,17 @@ static int device_space(const kiln_engine *e) {
 /* A graph input bound as device memory may only be read by copies to the device. */
 static kiln_status check_device_input(const kiln_context *c, int input) {
     const kn_graph *g = c->e->plan.graph;
-    int v = g->inputs[input];
+    int v = g->inputs[input], reader = c->e->input_host_reader[input];
     if (device_space(c->e) == 0)
         return kn_error(KILN_ERR_INVALID_ARGUMENT,
                         "input '%s' is bound as device memory, but the plan runs on the host "
                         "only (build it with a device backend)",
                         g->values[v].name);
-    for (int i = 0; i < g->n_nodes; i++) {
-        const kn_node *n = &g->nodes[i];
-        if (n->dead || kn_node_copy_kind(n) == KN_COPY_TO_DEVICE)
-            continue;
-        for (int j = 0; j < n->n_in; j++)
-            if (n->in[j] == v)
-                return kn_error(KILN_ERR_INVALID_ARGUMENT,
-                                "input '%s' is bound as device memory, but node '%s' (%s) reads "
-                                "it on the host: bind host memory for it",
-                                g->values[v].name, n->name, n->op_type);
-    }
+    if (reader >= 0)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT,
+                        "input '%s' is bound as device memory, but node '%s' (%s) reads "
+                        "it on the host: bind host memory for it",
+                        g->values[v].name, g->nodes[reader].name, g->nodes[reader].op_type);
     return KILN_OK;
 }
 
