@@ -127,14 +127,16 @@ test: test-unit test-conformance test-models test-python test-tools test-install
 CUDA_BUILD ?= build-cuda
 CUDA_HOME ?= /usr/local/cuda
 build-cuda:
-	cmake -S . -B $(CUDA_BUILD) -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON \
+	cmake -S . -B $(CUDA_BUILD) -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DKILN_TRITON=ON \
 	  -DCMAKE_CUDA_COMPILER=$(CUDA_HOME)/bin/nvcc -DCUDAToolkit_ROOT=$(CUDA_HOME)
-	cmake --build $(CUDA_BUILD) -j$(JOBS) --target kiln kiln_shared kiln_cuda
+	cmake --build $(CUDA_BUILD) -j$(JOBS) --target kiln kiln_shared kiln_cuda triton_kiln
 
 test-gpu: build-cuda
 	KILN_BACKEND_PATH=$(CURDIR)/$(CUDA_BUILD)/lib KILN_LIBRARY=$(CURDIR)/$(CUDA_BUILD)/lib/libkiln.so \
 	  $(PYTHON) tests/cuda/diff_backends.py --kiln $(CUDA_BUILD)/bin/kiln --replays --node-tests \
 	  --jobs $(JOBS)
+	KILN_BACKEND_PATH=$(CURDIR)/$(CUDA_BUILD)/lib $(PYTHON) tests/cuda/triton_gpu.py \
+	  --kiln $(CUDA_BUILD)/bin/kiln --backend-lib $(CUDA_BUILD)/triton/libtriton_kiln.so
 
 bench: build
 	$(PYTHON) bench/bench.py --kiln $(KILN)

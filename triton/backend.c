@@ -142,6 +142,45 @@ static void instance_free(kt_instance *inst) {
     free(inst);
 }
 
+/* A KIND_GPU instance runs a plan placed on a device backend (CUDA) on GPU 0, the one device
+ * kiln uses; a KIND_CPU instance needs a plan that runs on the host alone. */
+static TRITONSERVER_Error *check_kind(TRITONBACKEND_ModelInstance *instance, const char *name,
+                                      TRITONSERVER_InstanceGroupKind kind, const kt_model *m) {
+    const char *device = kiln_engine_device_backend(m->engine);
+    if (kind == TRITONSERVER_INSTANCEGROUPKIND_GPU) {
+        int32_t id = 0;
+        TRITONSERVER_Error *err = TRITONBACKEND_ModelInstanceDeviceId(instance, &id);
+        if (err)
+            return err;
+        if (!device) {
+            /* Triton makes instances KIND_GPU by default on a GPU machine: a CPU plan still
+             * serves, and the log says how to use the GPU. */
+            kt_log(TRITONSERVER_LOG_WARN,
+                   "instance '%s' is KIND_GPU but the model's plan runs on the host only, so it "
+                   "runs on the CPU; build it with kiln build --backend cuda,cpu (or, for "
+                   "model.onnx, parameter backends \"cuda,cpu\") to use the GPU",
+                   name);
+            return NULL;
+        }
+        if (id != 0)
+            return kt_error(TRITONSERVER_ERROR_UNSUPPORTED,
+                            "instance '%s': kiln runs on GPU 0 only, not GPU %d; set "
+                            "instance_group [{ kind: KIND_GPU, gpus: [0] }] (or "
+                            "CUDA_VISIBLE_DEVICES to choose the GPU)",
+                            name, (int)id);
+        return NULL;
+    }
+    if (kind != TRITONSERVER_INSTANCEGROUPKIND_CPU)
+        return kt_error(TRITONSERVER_ERROR_UNSUPPORTED,
+                        "instance '%s': kiln runs KIND_CPU and KIND_GPU instances only", name);
+    if (device)
+        return kt_error(TRITONSERVER_ERROR_INVALID_ARG,
+                        "instance '%s' is KIND_CPU but the model's plan places layers on '%s': "
+                        "use instance_group [{ kind: KIND_GPU }], or a plan built for the CPU",
+                        name, device);
+    return NULL;
+}
+
 TRITONSERVER_Error *TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelInstance *instance) {
     const char *name = "?";
     TRITONSERVER_Error *err = TRITONBACKEND_ModelInstanceName(instance, &name);
@@ -150,15 +189,12 @@ TRITONSERVER_Error *TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelIns
     TRITONSERVER_InstanceGroupKind kind;
     if ((err = TRITONBACKEND_ModelInstanceKind(instance, &kind)))
         return err;
-    if (kind != TRITONSERVER_INSTANCEGROUPKIND_CPU)
-        return kt_error(TRITONSERVER_ERROR_UNSUPPORTED,
-                        "instance '%s': kiln runs KIND_CPU instances only (kiln has no GPU "
-                        "backend yet); set instance_group [{ kind: KIND_CPU }]",
-                        name);
     TRITONBACKEND_Model *model;
     void *state;
     if ((err = TRITONBACKEND_ModelInstanceModel(instance, &model)) ||
         (err = TRITONBACKEND_ModelState(model, &state)))
+        return err;
+    if ((err = check_kind(instance, name, kind, state)))
         return err;
     kt_instance *inst = calloc(1, sizeof *inst);
     if (!inst)

@@ -70,6 +70,51 @@ static const char *tensor_name(const kj_node *t) {
 
 /* Build 1/model.onnx with a profile from the config: every input's dims must be fixed; with
  * max_batch_size the batch axis spans 1..max_batch_size. */
+/* Whether the config asks for a GPU instance (Triton fills instance_group before loading). */
+static int wants_gpu(const kj_node *config) {
+    const kj_node *groups = kj_get(config, "instance_group");
+    for (size_t i = 0; groups && groups->type == KJ_ARRAY && i < groups->count; i++) {
+        const kj_node *kind = kj_get(groups->items[i], "kind");
+        if (kind && kind->type == KJ_STRING && strcmp(kind->text, "KIND_GPU") == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* The parameters `backends` (comma-separated, default "cuda,cpu" for a model with a GPU
+ * instance, else "cpu") and `precision` (fp32, tf32, fp16, bf16) of a build at load. */
+static TRITONSERVER_Error *build_options(kiln_build_config *cfg, const kj_node *config,
+                                         const char *model) {
+    const char *list = parameter(config, "backends");
+    if (!list && wants_gpu(config))
+        list = "cuda,cpu";
+    if (list) {
+        char copy[256];
+        const char *names[8];
+        int n = 0;
+        snprintf(copy, sizeof copy, "%s", list);
+        char *save = NULL;
+        for (char *p = strtok_r(copy, ", ", &save); p && n < 8; p = strtok_r(NULL, ", ", &save))
+            names[n++] = p;
+        if (kiln_build_config_set_backends(cfg, names, n) != KILN_OK)
+            return kt_error(TRITONSERVER_ERROR_INVALID_ARG, "model '%s': parameter 'backends': %s",
+                            model, kiln_last_error());
+    }
+    const char *precision = parameter(config, "precision");
+    if (precision) {
+        static const char *const names[] = {"fp32", "tf32", "fp16", "bf16"};
+        int p = 0;
+        while (p < 4 && strcmp(precision, names[p]) != 0)
+            p++;
+        if (p == 4 || kiln_build_config_set_precision(cfg, (kiln_precision)p) != KILN_OK)
+            return kt_error(TRITONSERVER_ERROR_INVALID_ARG,
+                            "model '%s': parameter 'precision' is '%s' (one of fp32, tf32, "
+                            "fp16, bf16)",
+                            model, precision);
+    }
+    return NULL;
+}
+
 static TRITONSERVER_Error *build_onnx(kt_model *m, const kj_node *config, const char *path,
                                       const char *model) {
     const kj_node *inputs = kj_get(config, "input");
@@ -126,6 +171,8 @@ static TRITONSERVER_Error *build_onnx(kt_model *m, const kj_node *config, const 
     }
     if (m->threads > 0)
         kiln_build_config_set_threads(cfg, m->threads);
+    if ((err = build_options(cfg, config, model)))
+        goto done;
     if (kiln_build(b, net, cfg, &plan, &size) != KILN_OK) {
         err = kt_kiln_error("building the ONNX model");
         goto done;

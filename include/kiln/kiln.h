@@ -380,6 +380,9 @@ typedef struct kiln_io_info {
 
 KILN_API int kiln_engine_num_inputs(const kiln_engine *engine);
 KILN_API int kiln_engine_num_outputs(const kiln_engine *engine);
+/* The device backend the plan places nodes on besides the host ("cuda"), or NULL for a plan
+ * that runs on the host alone. */
+KILN_API const char *kiln_engine_device_backend(const kiln_engine *engine);
 KILN_API kiln_status kiln_engine_input_info(const kiln_engine *engine, int index,
                                             kiln_io_info *info);
 KILN_API kiln_status kiln_engine_output_info(const kiln_engine *engine, int index,

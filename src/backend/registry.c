@@ -101,6 +101,9 @@ static void add_path(char paths[][PATH_MAX], int *n, int max, const char *dir, c
     strcat(p, "/");
     strcat(p, sub);
     strcat(p, file);
+    for (int i = 0; i < *n; i++)
+        if (strcmp(paths[i], p) == 0)
+            return; /* the program and the library it links statically share a folder */
     (*n)++;
 }
 

@@ -399,6 +399,13 @@ int kiln_engine_num_outputs(const kiln_engine *e) {
     return e ? e->plan.graph->n_outputs : 0;
 }
 
+const char *kiln_engine_device_backend(const kiln_engine *e) {
+    for (int k = 1; e && k < e->n_backends; k++)
+        if (e->backends[k]->iface->mem == KN_MEM_DEVICE)
+            return e->backends[k]->iface->name;
+    return NULL;
+}
+
 static void fill_info(const kiln_engine *e, int v, const kn_profile *p, kiln_io_info *info) {
     const kn_value *val = &e->plan.graph->values[v];
     memset(info, 0, sizeof *info);

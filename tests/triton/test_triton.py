@@ -11,6 +11,7 @@ $KILN_BUILD/triton/load_report.txt) and must see batches larger than one in Trit
 """
 
 import concurrent.futures
+import contextlib
 import importlib.util
 import json
 import os
@@ -51,8 +52,9 @@ def free_port():
         return s.getsockname()[1]
 
 
-def sh(*cmd):
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+def sh(*cmd, env=None):
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, **(env or {})))
     assert res.returncode == 0, f"{' '.join(cmd)}:\n{res.stdout}\n{res.stderr}"
     return res.stdout
 
@@ -91,38 +93,38 @@ def write_repository(root):
     return models, root / "backends"
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    assert os.path.exists(BACKEND), f"{BACKEND}: configure with -DKILN_TRITON=ON (make build)"
-    root = tmp_path_factory.mktemp("triton")
-    models, backends = write_repository(root)
+@contextlib.contextmanager
+def tritonserver(root, models, backends, *extra, env_extra=None):
+    """A tritonserver on loopback ports for the body of the with; killed at the end."""
     http, grpc, metrics = free_port(), free_port(), free_port()
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = TRITON_LIBS + os.pathsep + env.get("LD_LIBRARY_PATH", "")
-    log = open(root / "server.log", "w")
+    env.update(env_extra or {})
+    log_path = root / "server.log"
+    log = open(log_path, "w")
     proc = subprocess.Popen(
         [os.path.join(TRITON_DIR, "bin", "tritonserver"), f"--model-repository={models}",
          f"--backend-directory={backends}", "--http-address=127.0.0.1",
          f"--http-port={http}", "--grpc-address=127.0.0.1", f"--grpc-port={grpc}",
          "--allow-metrics=false", f"--metrics-port={metrics}", "--exit-timeout-secs=10",
-         "--strict-readiness=true"],
+         *extra],
         stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     client = httpclient.InferenceServerClient(f"127.0.0.1:{http}")
     deadline = time.time() + START_TIMEOUT
     try:
         while True:
             if proc.poll() is not None:
-                pytest.fail("tritonserver exited:\n" + (root / "server.log").read_text()[-4000:])
+                pytest.fail("tritonserver exited:\n" + log_path.read_text()[-4000:])
             try:
                 if client.is_server_ready():
                     break
             except Exception:
                 pass
             if time.time() > deadline:
-                pytest.fail("tritonserver not ready:\n" + (root / "server.log").read_text()[-4000:])
+                pytest.fail("tritonserver not ready:\n" + log_path.read_text()[-4000:])
             time.sleep(0.2)
         yield {"http": f"127.0.0.1:{http}", "grpc": f"127.0.0.1:{grpc}", "proc": proc,
-               "log": root / "server.log"}
+               "log": log_path}
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
@@ -132,6 +134,15 @@ def server(tmp_path_factory):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         log.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    assert os.path.exists(BACKEND), f"{BACKEND}: configure with -DKILN_TRITON=ON (make build)"
+    root = tmp_path_factory.mktemp("triton")
+    models, backends = write_repository(root)
+    with tritonserver(root, models, backends, "--strict-readiness=true") as s:
+        yield s
 
 
 def infer(module, url, model, name, x, dtype="FP32", outputs=None):
@@ -241,3 +252,40 @@ def test_load_at_concurrency_16_batches_requests(server):
     with open(report, "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n" + "\n".join(lines))
+
+
+def test_instance_kind_and_build_parameters_are_checked_at_load(tmp_path):
+    """A KIND_CPU instance of a plan placed on a device backend, and bad build parameters of a
+    model.onnx, fail the model's load with a message saying what to change; the server lives."""
+    models = tmp_path / "models"
+    testdev = os.path.join(BUILD, "tests", "lib")
+    (models / "devplan" / "1").mkdir(parents=True)
+    sh(KILN, "build", os.path.join(MOBILENET, "model.onnx"), "-o",
+       str(models / "devplan" / "1" / "model.plan"), "--backend", "testdev,cpu",
+       "--shapes", "input:1x3x64x64,1x3x64x64,4x3x64x64", env={"KILN_BACKEND_PATH": testdev})
+    (models / "devplan" / "config.pbtxt").write_text(
+        'backend: "kiln"\ninstance_group [{ kind: KIND_CPU }]\n')
+    for name, param, value in (("badprecision", "precision", "fp8"),
+                               ("badbackend", "backends", "nosuch,cpu")):
+        (models / name / "1").mkdir(parents=True)
+        shutil.copy(os.path.join(MOBILENET, "model.onnx"), models / name / "1" / "model.onnx")
+        (models / name / "config.pbtxt").write_text(
+            'backend: "kiln"\nmax_batch_size: 2\n'
+            'input [{ name: "input", data_type: TYPE_FP32, dims: [3, 64, 64] }]\n'
+            f'parameters {{ key: "{param}" value {{ string_value: "{value}" }} }}\n'
+            "instance_group [{ kind: KIND_CPU }]\n")
+    backends = tmp_path / "backends" / "kiln"
+    backends.mkdir(parents=True)
+    os.symlink(BACKEND, backends / "libtriton_kiln.so")
+    with tritonserver(tmp_path, models, tmp_path / "backends", "--model-control-mode=explicit",
+                      env_extra={"KILN_BACKEND_PATH": testdev}) as s:
+        client = httpclient.InferenceServerClient(s["http"])
+        for name, needle in (("devplan", "KIND_CPU but the model's plan places layers on "
+                                         "'testdev'"),
+                             ("badprecision", "parameter 'precision' is 'fp8'"),
+                             ("badbackend", "nosuch")):
+            with pytest.raises(InferenceServerException) as e:
+                client.load_model(name)
+            assert needle in str(e.value), f"{name}: {e.value}"
+            assert not client.is_model_ready(name)
+        assert s["proc"].poll() is None
