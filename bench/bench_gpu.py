@@ -13,16 +13,22 @@ caches drift alike for all of them:
   torch-eager    module(x), then torch.cuda.synchronize()
   torch-graph    a torch.cuda.CUDAGraph of module(x) replayed, then synchronize
   torch-compile  torch.compile(mode="reduce-overhead") (with --compile; it takes minutes)
+  torch-*-cl     the same in channels_last (CNNs with --precision fp16)
 
 Each iteration is timed on the host clock around the synchronous call; the table gives the
-median and p90 in milliseconds. Precision is float32 everywhere and strict for both: TF32 is
-turned off in PyTorch (cudnn.allow_tf32 and matmul.allow_tf32 False), as kiln's fp32 is strict.
-kiln's output is checked against PyTorch's (max |diff| / max |ref|) before timing.
+median and p90 in milliseconds. With --precision fp32 (the default) precision is float32
+everywhere and strict for both: TF32 is turned off in PyTorch (cudnn.allow_tf32 and
+matmul.allow_tf32 False), as kiln's fp32 is strict. With --precision fp16 PyTorch runs
+model.half() on a float16 input, and kiln the same float32 ONNX file built with
+`--precision fp16` (its graph input and output stay float32: the casts at the edges are part
+of kiln's time). kiln's output is checked against PyTorch's (max |diff| / max |ref|) before
+timing.
 
 Writes a JSON report (--json-out) and prints a markdown table last.
 """
 
 import argparse
+import copy
 import ctypes
 import json
 import os
@@ -129,13 +135,14 @@ def export(model, name, batches, path):
         torch.onnx.export(model, (x,), path, **kw)
 
 
-def build_plan(kiln_cli, onnx_path, name, batches, plan):
+def build_plan(kiln_cli, onnx_path, name, batches, plan, precision):
     lo, hi = min(batches), max(batches)
     tail = "128" if name == "bert" else "3x224x224"
     spec = f"x:{lo}x{tail},{hi}x{tail},{hi}x{tail}"
     t0 = time.perf_counter()
     p = subprocess.run([kiln_cli, "build", onnx_path, "-o", plan, "--backend", "cuda,cpu",
-                        "--shapes", spec, "--quiet"], stdout=subprocess.PIPE,
+                        "--shapes", spec, "--precision", precision, "--quiet"],
+                       stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, timeout=600)
     if p.returncode != 0:
         raise RuntimeError("kiln build: " + p.stderr.decode().strip())
@@ -154,12 +161,44 @@ def summary(ms):
             "n": len(s)}
 
 
+def eager_and_graph(configs, suffix, model, x, label):
+    """configs["torch-eager" + suffix] and, when capture works, ["torch-graph" + suffix]."""
+
+    def eager():
+        with torch.no_grad():
+            model(x)
+        torch.cuda.synchronize()
+
+    configs["torch-eager" + suffix] = eager
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.no_grad():
+        for _ in range(3):
+            model(x)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph), torch.no_grad():
+            model(x)
+    except RuntimeError as e:  # a module that copies from the host while it runs
+        print(f"{label}: no torch CUDA graph: {str(e)[:160]}", flush=True)
+        return
+
+    def replay():
+        graph.replay()
+        torch.cuda.synchronize()
+
+    configs["torch-graph" + suffix] = replay
+
+
 def bench_one(K, engine, model, name, batch, args):
     dev = "cuda"
     x_host = example(name, batch, "cpu")
     x_dev = x_host.to(dev)
+    half = args.precision == "fp16"
+    x_torch = x_dev.half() if half and name != "bert" else x_dev
     with torch.no_grad():
-        ref = model(x_dev)
+        ref = model(x_torch).float()
     out = torch.empty_like(ref)
     ctx = K.context(engine)
     try:
@@ -171,46 +210,27 @@ def bench_one(K, engine, model, name, batch, args):
         err = float((out - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
 
         configs = {"kiln": run_kiln}
-
-        def eager():
-            with torch.no_grad():
-                model(x_dev)
-            torch.cuda.synchronize()
-
-        configs["torch-eager"] = eager
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side), torch.no_grad():
-            for _ in range(3):
-                model(x_dev)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        try:
-            with torch.cuda.graph(graph), torch.no_grad():
-                model(x_dev)
-        except RuntimeError as e:  # a module that copies from the host while it runs
-            print(f"{name} batch {batch}: no torch CUDA graph: {str(e)[:160]}", flush=True)
-            graph = None
-
-        def replay():
-            graph.replay()
-            torch.cuda.synchronize()
-
-        if graph is not None:
-            configs["torch-graph"] = replay
+        label = f"{name} batch {batch}"
+        eager_and_graph(configs, "", model, x_torch, label)
+        cl_model = None
+        if half and name != "bert":
+            cl_model = copy.deepcopy(model).to(memory_format=torch.channels_last)
+            x_cl = x_torch.contiguous(memory_format=torch.channels_last)
+            eager_and_graph(configs, "-cl", cl_model, x_cl, label + " channels_last")
         compile_s = None
         if args.compile:
-            compiled = torch.compile(model, mode="reduce-overhead")
+            cmodel, cx = (cl_model, x_cl) if cl_model is not None else (model, x_torch)
+            compiled = torch.compile(cmodel, mode="reduce-overhead")
             t0 = time.perf_counter()
             with torch.no_grad():
                 for _ in range(3):
-                    compiled(x_dev)
+                    compiled(cx)
             torch.cuda.synchronize()
             compile_s = time.perf_counter() - t0
 
             def comp():
                 with torch.no_grad():
-                    compiled(x_dev)
+                    compiled(cx)
                 torch.cuda.synchronize()
 
             configs["torch-compile"] = comp
@@ -224,7 +244,8 @@ def bench_one(K, engine, model, name, batch, args):
         torch.cuda.synchronize()
         # The last kiln run replayed its stream graphs: its output must still be right.
         err_replay = float((out - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
-        row = {"model": name, "batch": batch, "kiln_vs_torch_max_rel_err": err,
+        row = {"model": name, "batch": batch, "precision": args.precision,
+               "kiln_vs_torch_max_rel_err": err,
                "after_replays_max_rel_err": err_replay, "torch_compile_s": compile_s}
         row.update({k: summary(v) for k, v in times.items()})
         return row
@@ -241,7 +262,9 @@ def main():
     ap.add_argument("--bert-batches", default="1,32")
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--iterations", type=int, default=50)
-    ap.add_argument("--compile", action="store_true", help="also torch.compile reduce-overhead")
+    ap.add_argument("--compile", action="store_true", help="also torch.compile reduce-overhead "
+                    "(of the channels_last module for CNNs in fp16)")
+    ap.add_argument("--precision", choices=["fp32", "fp16"], default="fp32")
     ap.add_argument("--json-out")
     args = ap.parse_args()
     torch.backends.cudnn.allow_tf32 = False
@@ -258,8 +281,10 @@ def main():
             onnx_path = os.path.join(work, f"{name}.onnx")
             export(model, name, batches, onnx_path)
             plan = os.path.join(work, f"{name}.plan")
-            build_s = build_plan(args.kiln, onnx_path, name, batches, plan)
+            build_s = build_plan(args.kiln, onnx_path, name, batches, plan, args.precision)
             model = model.cuda()
+            if args.precision == "fp16":
+                model = model.half()
             engine = K.load(plan)
         except Exception as e:  # one model's failure must not hide the others' rows
             print(f"{name}: {type(e).__name__}: {e}", flush=True)
@@ -280,7 +305,10 @@ def main():
         with open(args.json_out, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
                        "rows": rows}, f, indent=1)
-    cols = ["kiln", "torch-eager", "torch-graph"] + (["torch-compile"] if args.compile else [])
+    cols = ["kiln", "torch-eager", "torch-graph"]
+    if args.precision == "fp16":
+        cols += ["torch-eager-cl", "torch-graph-cl"]
+    cols += ["torch-compile"] if args.compile else []
     print("\n| model | batch | " + " | ".join(f"{c} median / p90 ms" for c in cols) +
           " | best torch / kiln | kiln err (first, last run) |")
     print("| --- | ---: |" + " ---: |" * len(cols) + " ---: | ---: |")

@@ -133,12 +133,18 @@ static int convert_const(lowering *L, int v) {
     return rc == KILN_OK ? out : -1;
 }
 
+/* Inputs ONNX types as float32 whatever the data's type: Resize's roi and scales. */
+static bool fixed_float32(const kn_node *n, int j) {
+    return n->domain[0] == '\0' && strcmp(n->op_type, "Resize") == 0 && n->opset >= 11 &&
+           (j == 1 || j == 2);
+}
+
 /* Node i (lowered) reads every float32 input in reduced precision. */
 static kiln_status narrow_inputs(lowering *L, int i) {
     kn_graph *g = L->g;
     for (int j = 0; j < g->nodes[i].n_in; j++) {
         int v = g->nodes[i].in[j];
-        if (v < 0 || g->values[v].dtype != KILN_DTYPE_FLOAT32)
+        if (v < 0 || g->values[v].dtype != KILN_DTYPE_FLOAT32 || fixed_float32(&g->nodes[i], j))
             continue;
         int p = g->values[v].producer;
         if (p >= 0 && p < L->n_nodes && L->lowered[p])

@@ -12,6 +12,17 @@ first run at a shape is the warm-up, the second records stream graphs, the third
 and the return to the first shape records anew. Every run must agree with the CPU as above.
 (`kiln run` executes once, so the model pass above never replays a graph.)
 
+Reduced precision (--precision fp16 bf16): every model is built with `kiln build --backend
+cuda,cpu --precision P` and run against the CPU's float32 plan in one process, through kiln's
+Python API: each manifest case and, for a dynamic model, random inputs at its profile's min,
+opt and max shapes (float inputs normal, integer inputs drawn from the case's own values so
+indices stay valid), each three times in one context (warm-up, stream-graph recording,
+replay). A float output must agree within 1e-2 of the CPU output's largest magnitude
+(max |gpu - cpu| <= 1e-2 * max |cpu|), other outputs exactly. The pass runs once with stream
+graphs and once with KILN_CUDA_GRAPHS=0, each in a child process (the variable is read when
+the module loads). `kiln inspect` counts the GPU layers that run in P; the same cases also
+run from .onnx with `kiln run --precision P`.
+
 Node tests (--node-tests): onnx's backend node tests run through tests/conformance/
 run_node_tests.py twice, once plainly and once with --backend cuda; every case that passes on
 the CPU must pass on CUDA too (against onnx's reference outputs, at onnx's tolerances).
@@ -34,6 +45,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 RTOL, ATOL = 1e-4, 1e-5
+REDUCED_TOL = 1e-2  # of the float32 output's largest magnitude
 
 
 def run(cmd, timeout=300):
@@ -49,8 +61,10 @@ def shape_args(model):
     return args
 
 
-def run_outputs(kiln, path, inputs, shapes, backend, out_dir):
+def run_outputs(kiln, path, inputs, shapes, backend, out_dir, precision=None):
     cmd = [kiln, "run", path, "--output-dir", out_dir, "--backend", backend] + shapes
+    if precision:
+        cmd += ["--precision", precision]
     for name, f in inputs.items():
         cmd += ["--input", f"{name}={f}"]
     rc, _, err = run(cmd)
@@ -59,6 +73,25 @@ def run_outputs(kiln, path, inputs, shapes, backend, out_dir):
     with open(os.path.join(out_dir, "outputs.json")) as f:
         index = json.load(f)
     return {k: np.load(os.path.join(out_dir, v)) for k, v in index.items()}, ""
+
+
+def compare_reduced(ref, got):
+    """(message or "", worst as a fraction of the allowed error) for a 16-bit run."""
+    if ref.shape != got.shape or ref.dtype != got.dtype:
+        return f"shape/dtype {got.dtype}{list(got.shape)} vs {ref.dtype}{list(ref.shape)}", 0.0
+    if ref.dtype.kind != "f":
+        bad = int(np.sum(ref != got))
+        return (f"{bad} elements differ" if bad else ""), float(bad)
+    r, g = ref.astype(np.float64), got.astype(np.float64)
+    if not np.isfinite(g[np.isfinite(r)]).all():
+        return "non-finite values where the CPU has finite ones", float("inf")
+    scale = float(np.nanmax(np.abs(r))) if r.size else 0.0
+    diff = float(np.nanmax(np.abs(r - g))) if r.size else 0.0
+    allowed = REDUCED_TOL * scale if scale > 0 else REDUCED_TOL
+    worst = diff / allowed
+    if worst > 1.0:
+        return f"max |diff| {diff:.3g} vs max |ref| {scale:.3g} ({worst:.2f}x the tolerance)", worst
+    return "", worst
 
 
 def compare(ref, got):
@@ -76,22 +109,28 @@ def compare(ref, got):
     return "", worst
 
 
-def placement(kiln, path, shapes, device):
-    rc, out, err = run([kiln, "inspect", path, "--json", "--backend", device] + shapes)
+def placement(kiln, path, shapes, device, precision=None):
+    cmd = [kiln, "inspect", path, "--json", "--backend", device] + shapes
+    if precision:
+        cmd += ["--precision", precision]
+    rc, out, err = run(cmd)
     if rc != 0:
         return {"error": err.strip()}
     layers = json.loads(out)["layers"]
     on = collections.Counter()
     host = collections.Counter()
+    prec = collections.Counter()
     for layer in layers:
         if layer.get("backend") == device:
             on[layer["op"]] += 1
+            prec[layer.get("precision", "-")] += 1
         elif not layer["op"].startswith("Memcpy"):
             host[f'{layer["op"]}: {layer.get("placement_reason", "")}'] += 1
-    return {"cuda": dict(on), "host": dict(host)}
+    return {"cuda": dict(on), "host": dict(host), "cuda_precision": dict(prec)}
 
 
-def run_models(kiln, manifest_path, only, device, refs):
+def run_models(kiln, manifest_path, only, device, refs, precision=None):
+    """Each case from .onnx on the CPU and on device; refs collects the CPU's outputs."""
     with open(manifest_path) as f:
         manifest = json.load(f)
     base = os.path.dirname(manifest_path)
@@ -101,15 +140,18 @@ def run_models(kiln, manifest_path, only, device, refs):
             continue
         path = os.path.join(base, model["model"])
         shapes = shape_args(model)
-        entry = {"model": model["name"], "placement": placement(kiln, path, shapes, device),
-                 "cases": []}
+        entry = {"model": model["name"],
+                 "placement": placement(kiln, path, shapes, device, precision), "cases": []}
         for case in model["cases"]:
             inputs = {k: os.path.join(base, v) for k, v in case["inputs"].items()}
             with tempfile.TemporaryDirectory() as tmp:
-                cpu, err_cpu = run_outputs(kiln, path, inputs, shapes, "cpu",
-                                           os.path.join(tmp, "cpu"))
+                cpu = refs.get((model["name"], case["name"]))
+                err_cpu = ""
+                if cpu is None:
+                    cpu, err_cpu = run_outputs(kiln, path, inputs, shapes, "cpu",
+                                               os.path.join(tmp, "cpu"))
                 gpu, err_gpu = run_outputs(kiln, path, inputs, shapes, device,
-                                           os.path.join(tmp, "cuda"))
+                                           os.path.join(tmp, "cuda"), precision)
             if cpu is not None:
                 refs[(model["name"], case["name"])] = cpu
             status, message, worst = "passed", "", 0.0
@@ -119,14 +161,15 @@ def run_models(kiln, manifest_path, only, device, refs):
                 status, message = "error", "cuda: " + err_gpu
             else:
                 for name, ref in cpu.items():
-                    why, w = compare(ref, gpu.get(name, np.zeros(0)))
+                    cmp = compare_reduced if precision else compare
+                    why, w = cmp(ref, gpu.get(name, np.zeros(0)))
                     worst = max(worst, w)
                     if why:
                         status, message = "failed", f"{name}: {why}"
                         break
             entry["cases"].append({"case": case["name"], "status": status, "message": message,
                                    "worst_vs_tolerance": round(worst, 4)})
-            print(f"{model['name']:26s} {case['name']:24s} {status:7s} "
+            print(f"{precision or 'fp32'} {model['name']:26s} {case['name']:24s} {status:7s} "
                   f"worst {worst:.3f}x tol {message}", flush=True)
         results.append(entry)
     return results
@@ -177,6 +220,103 @@ def run_replays(kiln, manifest_path, only, device, refs):
     return results
 
 
+def profile_feeds(model, base, rng):
+    """(label, feeds) at a dynamic model's profile min, opt and max shapes: float inputs
+    normal, integer inputs drawn from the first case's values (valid indices and ids)."""
+    specs = {}
+    for spec in model.get("shapes", []):
+        name, dims = spec.rsplit(":", 1)
+        specs[name] = [tuple(int(d) for d in s.split("x")) for s in dims.split(",")]
+    if not specs or not model["cases"]:
+        return []
+    proto = {k: np.load(os.path.join(base, v)) for k, v in model["cases"][0]["inputs"].items()}
+    out = []
+    for k, label in enumerate(("min", "opt", "max")):
+        feeds = {}
+        for name, arr in proto.items():
+            dims = specs[name][min(k, len(specs[name]) - 1)] if name in specs else arr.shape
+            if arr.dtype.kind == "f":
+                feeds[name] = rng.standard_normal(dims).astype(arr.dtype)
+            else:
+                feeds[name] = rng.choice(arr.ravel(), size=dims).astype(arr.dtype)
+        shape = "x".join(str(d) for d in next(iter(feeds.values())).shape)
+        out.append((f"{label}_{shape}", feeds))
+    return out
+
+
+def run_reduced(kiln, manifest_path, only, device, precision):
+    """One pass of the reduced-precision check (see the module's docstring), in this process
+    with whatever KILN_CUDA_GRAPHS the caller set."""
+    sys.path.insert(0, os.path.join(REPO, "python"))
+    import kiln as kpy
+
+    with open(manifest_path) as f:
+        manifest = json.load(f)
+    base = os.path.dirname(manifest_path)
+    graphs = os.environ.get("KILN_CUDA_GRAPHS", "1") != "0"
+    rng = np.random.default_rng(8)
+    results = []
+    for model in manifest["models"]:
+        if (only and model["name"] not in only) or len(model["cases"]) == 0:
+            continue
+        path = os.path.join(base, model["model"])
+        with tempfile.TemporaryDirectory() as tmp:
+            plans = {}
+            err = ""
+            for label, extra in (("cpu", ["--backend", "cpu"]),
+                                 ("dev", ["--backend", f"{device},cpu", "--precision", precision])):
+                plans[label] = os.path.join(tmp, f"{label}.plan")
+                rc, _, e = run([kiln, "build", path, "-o", plans[label], "--quiet"] + extra +
+                               shape_args(model))
+                if rc != 0:
+                    err = f"build {label}: {e.strip()}"
+                    break
+            if err:
+                results.append({"model": model["name"], "status": "error", "message": err})
+                print(f"{precision} graphs={int(graphs)} {model['name']:26s} error {err}",
+                      flush=True)
+                continue
+            engines = {k: kpy.Engine(v) for k, v in plans.items()}
+            ctxs = {k: e.context() for k, e in engines.items()}
+        feeds_list = [(c["name"], {k: np.load(os.path.join(base, v))
+                                   for k, v in c["inputs"].items()}) for c in model["cases"]]
+        feeds_list += profile_feeds(model, base, rng)
+        for label, feeds in feeds_list:
+            status, message, worst = "passed", "", 0.0
+            try:
+                ref = ctxs["cpu"].run(feeds)
+                for i in range(3):  # warm-up, recording, replay
+                    got = ctxs["dev"].run(feeds)
+                    for name, want in ref.items():
+                        why, w = compare_reduced(want, got.get(name, np.zeros(0)))
+                        worst = max(worst, w)
+                        if why and status == "passed":
+                            status, message = "failed", f"run {i} {name}: {why}"
+            except Exception as e:  # noqa: BLE001 - reported, not raised
+                status, message = "error", str(e)
+            results.append({"model": model["name"], "case": label, "status": status,
+                            "message": message, "worst_vs_tolerance": round(worst, 4)})
+            print(f"{precision} graphs={int(graphs)} {model['name']:26s} {label:24s} {status:7s} "
+                  f"worst {worst:.3f}x tol {message}", flush=True)
+    return results
+
+
+def reduced_pass(a, precision, graphs):
+    """run_reduced in a child process with KILN_CUDA_GRAPHS=graphs."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "r.json")
+        cmd = [sys.executable, os.path.abspath(__file__), "--kiln", a.kiln, "--manifest",
+               a.manifest, "--device", a.device, "--reduced-worker", precision, "--json-out", out]
+        if a.models:
+            cmd += ["--models"] + a.models
+        env = dict(os.environ, KILN_CUDA_GRAPHS=graphs)
+        subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, timeout=3600)
+        if not os.path.exists(out):
+            return [{"model": "*", "status": "error", "message": "the pass wrote no report"}]
+        with open(out) as f:
+            return json.load(f)
+
+
 def run_node_tests(kiln, jobs, workdir, node_data):
     script = os.path.join(REPO, "tests", "conformance", "run_node_tests.py")
     wrapper = os.path.join(workdir, "kiln-cuda")
@@ -215,10 +355,18 @@ def main():
     ap.add_argument("--json-out")
     ap.add_argument("--replays", action="store_true",
                     help="also run each model repeatedly in one context (stream graphs)")
+    ap.add_argument("--precision", nargs="*", default=[], choices=["fp16", "bf16"],
+                    help="also check these reduced precisions (see above)")
+    ap.add_argument("--reduced-worker", help=argparse.SUPPRESS)
     ap.add_argument("--device", default="cuda",
                     help="the device backend (default cuda; testdev checks this script "
                     "without a GPU)")
     a = ap.parse_args()
+    if a.reduced_worker:
+        results = run_reduced(a.kiln, a.manifest, set(a.models), a.device, a.reduced_worker)
+        with open(a.json_out, "w") as f:
+            json.dump(results, f, indent=1)
+        return 0
     refs = {}
     report = {"models": run_models(a.kiln, a.manifest, set(a.models), a.device, refs)}
     cases = [c for m in report["models"] for c in m["cases"]]
@@ -230,6 +378,20 @@ def main():
         good = sum(r["status"] == "passed" for r in report["replays"])
         print(f"replays: {good}/{len(report['replays'])} models match the CPU on every run")
         ok = ok and good == len(report["replays"])
+    for p in a.precision:
+        report[p] = {"onnx": run_models(a.kiln, a.manifest, set(a.models), a.device, refs, p)}
+        cases = [c for m in report[p]["onnx"] for c in m["cases"]]
+        good = sum(c["status"] == "passed" for c in cases)
+        print(f"{p} from .onnx: {good}/{len(cases)} cases within {REDUCED_TOL:g} of the CPU "
+              f"output's max")
+        ok = ok and good == len(cases)
+        for graphs in ("1", "0"):
+            res = reduced_pass(a, p, graphs)
+            report[p][f"plans_graphs_{graphs}"] = res
+            good = sum(r["status"] == "passed" for r in res)
+            print(f"{p} plans, graphs {'on' if graphs == '1' else 'off'}: {good}/{len(res)} "
+                  f"cases within {REDUCED_TOL:g} of the CPU output's max (3 runs each)")
+            ok = ok and good == len(res)
     if a.node_tests:
         with tempfile.TemporaryDirectory() as tmp:
             report["node_tests"] = run_node_tests(a.kiln, a.jobs, tmp, a.node_data)

@@ -50,11 +50,26 @@ bool kc_reason(kn_caps *caps, const char *fmt, ...) {
     return false;
 }
 
-bool kc_all_f32(const kn_tensor *t, int n, kn_caps *caps, const char *what) {
+bool kc_is_float(int32_t dtype) {
+    return dtype == KILN_DTYPE_FLOAT32 || dtype == KILN_DTYPE_FLOAT16 ||
+           dtype == KILN_DTYPE_BFLOAT16;
+}
+
+bool kc_all_float(const kn_tensor *t, int n, kn_caps *caps, const char *what) {
     for (int j = 0; j < n; j++)
-        if (t[j].dtype != 0 && t[j].dtype != KILN_DTYPE_FLOAT32)
-            return kc_reason(caps, "cuda: %s %d is %s; only float32 runs on the GPU so far", what,
-                             j, kn_dtype_name(t[j].dtype));
+        if (t[j].dtype != 0 && !kc_is_float(t[j].dtype))
+            return kc_reason(caps,
+                             "cuda: %s %d is %s; only float32, float16 and bfloat16 run on the "
+                             "GPU so far",
+                             what, j, kn_dtype_name(t[j].dtype));
+    return true;
+}
+
+bool kc_one_type(const kn_tensor *t, int n, int32_t dtype, kn_caps *caps) {
+    for (int j = 0; j < n; j++)
+        if (t[j].dtype != 0 && t[j].dtype != dtype)
+            return kc_reason(caps, "cuda: input %d is %s, the kernel's type is %s", j,
+                             kn_dtype_name(t[j].dtype), kn_dtype_name(dtype));
     return true;
 }
 
@@ -162,7 +177,14 @@ static bool cuda_supports(kn_backend *b, const kn_node *n, int n_in, const kn_te
         if (out[j].dtype != 0 && !kn_shape_valid(&out[j].shape))
             return kc_reason(caps, "cuda: output %d has no concrete shape", j);
     caps->capture_safe = true;
-    return o->supports(n, n_in, in, n_out, out, caps);
+    if (!o->supports(n, n_in, in, n_out, out, caps))
+        return false;
+    /* Every float kernel here reads and writes float32, float16 or bfloat16 and computes in
+     * float32 (cuBLASLt and cuDNN accumulate in float32 too), so the precision pass may lower
+     * any op but Cast, which is the conversion itself. */
+    if (strcmp(n->op_type, "Cast") != 0)
+        caps->lower = KN_LOWER_FP16 | KN_LOWER_BF16;
+    return true;
 }
 
 /* --- memory --- */

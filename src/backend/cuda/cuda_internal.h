@@ -79,7 +79,12 @@ extern const kc_op kc_ops_gemm[];
 extern const kc_op kc_ops_conv[];
 
 /* Helpers for supports functions. */
-bool kc_all_f32(const kn_tensor *t, int n, kn_caps *caps, const char *what);
+/* Whether dtype is a float type the float kernels take (float32, float16, bfloat16). */
+bool kc_is_float(int32_t dtype);
+/* Every present tensor of t[n] is of such a type (else false, with the reason in caps). */
+bool kc_all_float(const kn_tensor *t, int n, kn_caps *caps, const char *what);
+/* Every present tensor of t[n] is of type dtype (a kernel's tensors share one type). */
+bool kc_one_type(const kn_tensor *t, int n, int32_t dtype, kn_caps *caps);
 bool kc_reason(kn_caps *caps, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Broadcast of n inputs to out (all with the dims of out's rank, right-aligned). */
 bool kc_bcast_init(kc_bcast *b, const kn_shape *out, int n, const kn_shape *const *in);

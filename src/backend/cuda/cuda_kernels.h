@@ -1,6 +1,10 @@
 /* Launchers of the CUDA kernels (kernels_*.cu), callable from the module's C code. Every
  * launcher enqueues on stream s and returns a cudaError_t as int (0: launched). Shapes come
- * as plain structs so the .cu files need none of kiln's headers. */
+ * as plain structs so the .cu files need none of kiln's headers.
+ *
+ * Float kernels take the kiln dtype `dt` of their float tensors: float32, float16 or
+ * bfloat16 (every float tensor of one call in that type); they compute in float32 whatever
+ * they read and write. */
 #ifndef KN_CUDA_KERNELS_H
 #define KN_CUDA_KERNELS_H
 
@@ -29,10 +33,11 @@ typedef struct kc_bcast {
  * (ops/fused_elementwise.h); comparisons and Where are separate. */
 enum { KC_CMP_EQ = 0, KC_CMP_LT, KC_CMP_LE, KC_CMP_GT, KC_CMP_GE };
 
-int kc_unary_f32(void *s, int op, float pa, float pb, const float *x, float *y, int64_t n);
-/* y = a op b over bc (bc.n_in = 2); y_bool: write bool results (comparisons) */
-int kc_binary_f32(void *s, int op, const kc_bcast *bc, const float *a, const float *b, float *y);
-int kc_compare_f32(void *s, int op, const kc_bcast *bc, const float *a, const float *b, uint8_t *y);
+int kc_unary(void *s, int dt, int op, float pa, float pb, const void *x, void *y, int64_t n);
+/* y = a op b over bc (bc.n_in = 2); comparisons write bool results */
+int kc_binary(void *s, int dt, int op, const kc_bcast *bc, const void *a, const void *b, void *y);
+int kc_compare(void *s, int dt, int op, const kc_bcast *bc, const void *a, const void *b,
+               uint8_t *y);
 /* Where(cond, a, b) with elem_size-byte elements. */
 int kc_where(void *s, const kc_bcast *bc, const uint8_t *c, const void *a, const void *b, void *y,
              int elem_size);
@@ -42,8 +47,8 @@ typedef struct kc_program {
     int32_t instr[KC_MAX_PROGRAM][5];
     float consts[KC_MAX_CONSTS];
 } kc_program;
-int kc_fused_f32(void *s, const kc_program *p, const kc_bcast *bc, const float *const *in,
-                 float *y);
+int kc_fused(void *s, int dt, const kc_program *p, const kc_bcast *bc, const void *const *in,
+             void *y);
 /* dtype numbering is kiln_dtype's. */
 int kc_cast(void *s, int from, int to, const void *x, void *y, int64_t n);
 
@@ -59,10 +64,10 @@ int kc_gather(void *s, const void *x, const void *idx, int idx64, void *y, int64
               int64_t axis_n, int64_t n_idx, int64_t inner, int elem_size);
 
 /* Softmax / LogSoftmax over rows of length n. */
-int kc_softmax_f32(void *s, const float *x, float *y, int64_t rows, int64_t n, int log);
+int kc_softmax(void *s, int dt, const void *x, void *y, int64_t rows, int64_t n, int log);
 /* LayerNormalization over rows of n; scale/bias of n (bias may be NULL). */
-int kc_layernorm_f32(void *s, const float *x, const float *scale, const float *bias, float *y,
-                     int64_t rows, int64_t n, float eps);
+int kc_layernorm(void *s, int dt, const void *x, const void *scale, const void *bias, void *y,
+                 int64_t rows, int64_t n, float eps);
 /* Reduce the middle dim of [outer, n, inner]. op: KC_RED_*. */
 enum {
     KC_RED_SUM = 0,
@@ -76,8 +81,8 @@ enum {
     KC_RED_LOGSUMEXP,
     KC_RED_LOGSUM
 };
-int kc_reduce_f32(void *s, int op, const float *x, float *y, int64_t outer, int64_t n,
-                  int64_t inner);
+int kc_reduce(void *s, int dt, int op, const void *x, void *y, int64_t outer, int64_t n,
+              int64_t inner);
 
 /* 2-D pooling over NCHW; kind 0 max, 1 average. count_include_pad for average. */
 typedef struct kc_pool2d {
@@ -85,7 +90,7 @@ typedef struct kc_pool2d {
     int32_t kh, kw, sh, sw, ph, pw, dh, dw;
     int32_t kind, count_include_pad;
 } kc_pool2d;
-int kc_pool2d_f32(void *s, const kc_pool2d *p, const float *x, float *y);
+int kc_pool2d_run(void *s, int dt, const kc_pool2d *p, const void *x, void *y);
 
 /* Epilogue over an NCHW-like [n, c, inner] tensor or a [rows, c] matrix:
  * y = act(y + bias[c] + residual), act per KC_ACT_*. bias, residual may be NULL. */
@@ -103,8 +108,8 @@ enum {
     KC_ACT_MISH,
     KC_ACT_TANH
 };
-int kc_epilogue_f32(void *s, float *y, const float *bias, const float *residual, int64_t outer,
-                    int64_t c, int64_t inner, int act, float alpha, float beta);
+int kc_epilogue(void *s, int dt, void *y, const void *bias, const void *residual, int64_t outer,
+                int64_t c, int64_t inner, int act, float alpha, float beta);
 
 /* Resize of the last two dims of [outer, h, w] (NCHW): mode 0 nearest, 1 linear. coord:
  * 0 half_pixel, 1 asymmetric, 2 align_corners, 3 pytorch_half_pixel, 4 tf_half_pixel_for_nn;
@@ -114,7 +119,7 @@ typedef struct kc_resize {
     float scale_h, scale_w;
     int32_t mode, coord, nearest_mode;
 } kc_resize;
-int kc_resize_f32(void *s, const kc_resize *r, const float *x, float *y);
+int kc_resize_run(void *s, int dt, const kc_resize *r, const void *x, void *y);
 
 #ifdef __cplusplus
 }

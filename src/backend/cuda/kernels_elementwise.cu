@@ -1,10 +1,8 @@
 // Element-wise kernels: unary and binary float ops with broadcasting, comparisons, Where,
-// Cast, and an interpreter of kiln.FusedElementwise programs (one thread per element).
+// Cast, and an interpreter of kiln.FusedElementwise programs (one thread per element). Float
+// kernels are templated on the tensor type and compute in float32 (kernels_float.cuh).
 #include "backend/cuda/cuda_kernels.h"
-
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
+#include "backend/cuda/kernels_float.cuh"
 
 namespace {
 
@@ -148,34 +146,38 @@ __device__ __forceinline__ void offsets(const kc_bcast &bc, int64_t i, int64_t *
     }
 }
 
-__global__ void k_unary(int op, float pa, float pb, const float *x, float *y, int64_t n) {
+template <typename T>
+__global__ void k_unary(int op, float pa, float pb, const T *x, T *y, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
-        y[i] = unary(op, x[i], pa, pb);
+        y[i] = kc_narrow<T>(unary(op, kc_widen(x[i]), pa, pb));
 }
 
-__global__ void k_binary_flat(int op, const float *a, int64_t sa, const float *b, int64_t sb,
-                              float *y, int64_t n) {
+template <typename T>
+__global__ void k_binary_flat(int op, const T *a, int64_t sa, const T *b, int64_t sb, T *y,
+                              int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
-        y[i] = binary(op, a[i * sa], b[i * sb]);
+        y[i] = kc_narrow<T>(binary(op, kc_widen(a[i * sa]), kc_widen(b[i * sb])));
 }
 
-__global__ void k_binary(int op, const kc_bcast bc, const float *a, const float *b, float *y) {
+template <typename T>
+__global__ void k_binary(int op, const kc_bcast bc, const T *a, const T *b, T *y) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < bc.numel;
          i += (int64_t)gridDim.x * blockDim.x) {
         int64_t off[2];
         offsets<2>(bc, i, off);
-        y[i] = binary(op, a[off[0]], b[off[1]]);
+        y[i] = kc_narrow<T>(binary(op, kc_widen(a[off[0]]), kc_widen(b[off[1]])));
     }
 }
 
-__global__ void k_compare(int op, const kc_bcast bc, const float *a, const float *b, uint8_t *y) {
+template <typename T>
+__global__ void k_compare(int op, const kc_bcast bc, const T *a, const T *b, uint8_t *y) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < bc.numel;
          i += (int64_t)gridDim.x * blockDim.x) {
         int64_t off[2];
         offsets<2>(bc, i, off);
-        float x = a[off[0]], z = b[off[1]];
+        float x = kc_widen(a[off[0]]), z = kc_widen(b[off[1]]);
         bool r = op == KC_CMP_EQ   ? x == z
                  : op == KC_CMP_LT ? x < z
                  : op == KC_CMP_LE ? x <= z
@@ -197,11 +199,10 @@ __global__ void k_where(const kc_bcast bc, const uint8_t *c, const T *a, const T
 
 // The fused program: registers live in local memory (indexed at run time); an NVRTC
 // specialisation per program replaces this later.
-struct fused_inputs {
-    const float *p[KC_MAX_EW_IN];
-};
+template <typename T> struct fused_inputs { const T *p[KC_MAX_EW_IN]; };
 
-__global__ void k_fused(const kc_program p, const kc_bcast bc, const fused_inputs in, float *y) {
+template <typename T>
+__global__ void k_fused(const kc_program p, const kc_bcast bc, const fused_inputs<T> in, T *y) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < bc.numel;
          i += (int64_t)gridDim.x * blockDim.x) {
         float reg[16];
@@ -215,7 +216,7 @@ __global__ void k_fused(const kc_program p, const kc_bcast bc, const fused_input
                     off += (idx - q * bc.dims[d]) * bc.strides[a][d];
                     idx = q;
                 }
-                reg[dst] = in.p[a][off];
+                reg[dst] = kc_widen(in.p[a][off]);
             } else if (kind == 1) {
                 reg[dst] = p.consts[a];
             } else if (kind == 2) {
@@ -225,14 +226,63 @@ __global__ void k_fused(const kc_program p, const kc_bcast bc, const fused_input
             } else if (kind == 3) {
                 reg[dst] = binary(op, reg[a], reg[b]);
             } else {
-                y[i] = reg[a];
+                y[i] = kc_narrow<T>(reg[a]);
             }
         }
     }
 }
 
+// Conversions go through float where either side is a 16-bit float (round to nearest even
+// into 16 bits).
+template <typename S, typename D> struct converter {
+    static __device__ __forceinline__ D run(S v) {
+        return static_cast<D>(v);
+    }
+};
+template <typename S> struct converter<S, __half> {
+    static __device__ __forceinline__ __half run(S v) {
+        return __float2half_rn((float)v);
+    }
+};
+template <typename S> struct converter<S, __nv_bfloat16> {
+    static __device__ __forceinline__ __nv_bfloat16 run(S v) {
+        return __float2bfloat16_rn((float)v);
+    }
+};
+template <typename D> struct converter<__half, D> {
+    static __device__ __forceinline__ D run(__half v) {
+        return static_cast<D>(__half2float(v));
+    }
+};
+template <typename D> struct converter<__nv_bfloat16, D> {
+    static __device__ __forceinline__ D run(__nv_bfloat16 v) {
+        return static_cast<D>(__bfloat162float(v));
+    }
+};
+template <> struct converter<__half, __nv_bfloat16> {
+    static __device__ __forceinline__ __nv_bfloat16 run(__half v) {
+        return __float2bfloat16_rn(__half2float(v));
+    }
+};
+template <> struct converter<__nv_bfloat16, __half> {
+    static __device__ __forceinline__ __half run(__nv_bfloat16 v) {
+        return __float2half_rn(__bfloat162float(v));
+    }
+};
+
+template <> struct converter<__half, __half> {
+    static __device__ __forceinline__ __half run(__half v) {
+        return v;
+    }
+};
+template <> struct converter<__nv_bfloat16, __nv_bfloat16> {
+    static __device__ __forceinline__ __nv_bfloat16 run(__nv_bfloat16 v) {
+        return v;
+    }
+};
+
 template <typename S, typename D> __device__ __forceinline__ D convert(S v) {
-    return static_cast<D>(v);
+    return converter<S, D>::run(v);
 }
 
 template <typename S, typename D> __global__ void k_cast(const S *x, D *y, int64_t n) {
@@ -241,12 +291,22 @@ template <typename S, typename D> __global__ void k_cast(const S *x, D *y, int64
         y[i] = convert<S, D>(x[i]);
 }
 
+template <typename S> __device__ __forceinline__ bool nonzero(S v) {
+    return v != S(0);
+}
+template <> __device__ __forceinline__ bool nonzero<__half>(__half v) {
+    return __half2float(v) != 0.f;
+}
+template <> __device__ __forceinline__ bool nonzero<__nv_bfloat16>(__nv_bfloat16 v) {
+    return __bfloat162float(v) != 0.f;
+}
+
 // float -> integer casts saturate NaN/inf differently per platform; kiln's CPU truncates
 // through C's conversion, which for in-range values this matches.
 template <typename S> __global__ void k_cast_bool(const S *x, uint8_t *y, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
-        y[i] = x[i] != S(0);
+        y[i] = nonzero(x[i]);
 }
 
 unsigned grid_for(int64_t n) {
@@ -279,8 +339,14 @@ template <typename S> int cast_from(cudaStream_t st, int to, const S *x, void *y
     case 9:
         k_cast_bool<S><<<g, kThreads, 0, st>>>(x, (uint8_t *)y, n);
         break;
+    case 10:
+        k_cast<S, __half><<<g, kThreads, 0, st>>>(x, (__half *)y, n);
+        break;
     case 11:
         k_cast<S, double><<<g, kThreads, 0, st>>>(x, (double *)y, n);
+        break;
+    case 16:
+        k_cast<S, __nv_bfloat16><<<g, kThreads, 0, st>>>(x, (__nv_bfloat16 *)y, n);
         break;
     default:
         return (int)cudaErrorNotSupported;
@@ -290,16 +356,18 @@ template <typename S> int cast_from(cudaStream_t st, int to, const S *x, void *y
 
 } // namespace
 
-extern "C" int kc_unary_f32(void *s, int op, float pa, float pb, const float *x, float *y,
-                            int64_t n) {
+extern "C" int kc_unary(void *s, int dt, int op, float pa, float pb, const void *x, void *y,
+                        int64_t n) {
     if (n == 0)
         return 0;
-    k_unary<<<grid_for(n), kThreads, 0, (cudaStream_t)s>>>(op, pa, pb, x, y, n);
+    KC_FLOAT_DISPATCH(dt, T,
+                      k_unary<T><<<grid_for(n), kThreads, 0, (cudaStream_t)s>>>(
+                          op, pa, pb, (const T *)x, (T *)y, n));
     return (int)cudaGetLastError();
 }
 
-extern "C" int kc_binary_f32(void *s, int op, const kc_bcast *bc, const float *a, const float *b,
-                             float *y) {
+extern "C" int kc_binary(void *s, int dt, int op, const kc_bcast *bc, const void *a, const void *b,
+                         void *y) {
     if (bc->numel == 0)
         return 0;
     cudaStream_t st = (cudaStream_t)s;
@@ -315,20 +383,27 @@ extern "C" int kc_binary_f32(void *s, int op, const kc_bcast *bc, const float *a
         sa = ea;
         sb = eb;
     }
+    unsigned g = grid_for(bc->numel);
     if (flat) {
-        k_binary_flat<<<grid_for(bc->numel), kThreads, 0, st>>>(op, a, sa < 0 ? 1 : sa, b,
-                                                                sb < 0 ? 1 : sb, y, bc->numel);
+        KC_FLOAT_DISPATCH(dt, T,
+                          k_binary_flat<T>
+                          <<<g, kThreads, 0, st>>>(op, (const T *)a, sa < 0 ? 1 : sa, (const T *)b,
+                                                   sb < 0 ? 1 : sb, (T *)y, bc->numel));
     } else {
-        k_binary<<<grid_for(bc->numel), kThreads, 0, st>>>(op, *bc, a, b, y);
+        KC_FLOAT_DISPATCH(dt, T,
+                          k_binary<T>
+                          <<<g, kThreads, 0, st>>>(op, *bc, (const T *)a, (const T *)b, (T *)y));
     }
     return (int)cudaGetLastError();
 }
 
-extern "C" int kc_compare_f32(void *s, int op, const kc_bcast *bc, const float *a, const float *b,
-                              uint8_t *y) {
+extern "C" int kc_compare(void *s, int dt, int op, const kc_bcast *bc, const void *a, const void *b,
+                          uint8_t *y) {
     if (bc->numel == 0)
         return 0;
-    k_compare<<<grid_for(bc->numel), kThreads, 0, (cudaStream_t)s>>>(op, *bc, a, b, y);
+    KC_FLOAT_DISPATCH(dt, T,
+                      k_compare<T><<<grid_for(bc->numel), kThreads, 0, (cudaStream_t)s>>>(
+                          op, *bc, (const T *)a, (const T *)b, y));
     return (int)cudaGetLastError();
 }
 
@@ -361,15 +436,26 @@ extern "C" int kc_where(void *s, const kc_bcast *bc, const uint8_t *c, const voi
     return (int)cudaGetLastError();
 }
 
-extern "C" int kc_fused_f32(void *s, const kc_program *p, const kc_bcast *bc,
-                            const float *const *in, float *y) {
+namespace {
+
+template <typename T>
+int fused_launch(cudaStream_t st, const kc_program *p, const kc_bcast *bc, const void *const *in,
+                 void *y) {
+    fused_inputs<T> ptrs = {};
+    for (int k = 0; k < bc->n_in; k++)
+        ptrs.p[k] = (const T *)in[k];
+    k_fused<T><<<grid_for(bc->numel), kThreads, 0, st>>>(*p, *bc, ptrs, (T *)y);
+    return (int)cudaGetLastError();
+}
+
+} // namespace
+
+extern "C" int kc_fused(void *s, int dt, const kc_program *p, const kc_bcast *bc,
+                        const void *const *in, void *y) {
     if (bc->numel == 0)
         return 0;
-    fused_inputs ptrs = {};
-    for (int k = 0; k < bc->n_in; k++)
-        ptrs.p[k] = in[k];
-    k_fused<<<grid_for(bc->numel), kThreads, 0, (cudaStream_t)s>>>(*p, *bc, ptrs, y);
-    return (int)cudaGetLastError();
+    KC_FLOAT_DISPATCH(dt, T, return fused_launch<T>((cudaStream_t)s, p, bc, in, y));
+    return 0;
 }
 
 extern "C" int kc_cast(void *s, int from, int to, const void *x, void *y, int64_t n) {
@@ -389,8 +475,12 @@ extern "C" int kc_cast(void *s, int from, int to, const void *x, void *y, int64_
         return cast_from(st, to, (const int64_t *)x, y, n);
     case 9:
         return cast_from(st, to, (const uint8_t *)x, y, n);
+    case 10:
+        return cast_from(st, to, (const __half *)x, y, n);
     case 11:
         return cast_from(st, to, (const double *)x, y, n);
+    case 16:
+        return cast_from(st, to, (const __nv_bfloat16 *)x, y, n);
     default:
         return (int)cudaErrorNotSupported;
     }

@@ -1,8 +1,9 @@
 // Row-wise and window kernels: Softmax, LayerNormalization, reductions, 2-D pooling, Resize,
-// and the bias + residual + activation epilogue of Conv and Gemm.
+// and the bias + residual + activation epilogue of Conv and Gemm. Templated on the tensor type;
+// sums, means, variances and exponentials are float32 whatever the type (kernels_float.cuh).
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/kernels_float.cuh"
 
-#include <cuda_runtime.h>
 #include <float.h>
 
 namespace {
@@ -43,55 +44,56 @@ template <bool Max> __device__ float block_reduce(float v) {
 }
 
 // One block per row.
-__global__ void k_softmax(const float *x, float *y, int64_t n, int log) {
-    const float *xr = x + blockIdx.x * n;
-    float *yr = y + blockIdx.x * n;
+template <typename T> __global__ void k_softmax(const T *x, T *y, int64_t n, int log) {
+    const T *xr = x + blockIdx.x * n;
+    T *yr = y + blockIdx.x * n;
     float m = -FLT_MAX;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-        m = fmaxf(m, xr[i]);
+        m = fmaxf(m, kc_widen(xr[i]));
     m = block_reduce<true>(m);
     float s = 0.f;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-        s += expf(xr[i] - m);
+        s += expf(kc_widen(xr[i]) - m);
     s = block_reduce<false>(s);
     if (log) {
         float ls = logf(s);
         for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-            yr[i] = xr[i] - m - ls;
+            yr[i] = kc_narrow<T>(kc_widen(xr[i]) - m - ls);
     } else {
         float inv = 1.f / s;
         for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-            yr[i] = expf(xr[i] - m) * inv;
+            yr[i] = kc_narrow<T>(expf(kc_widen(xr[i]) - m) * inv);
     }
 }
 
-__global__ void k_layernorm(const float *x, const float *scale, const float *bias, float *y,
-                            int64_t n, float eps) {
-    const float *xr = x + blockIdx.x * n;
-    float *yr = y + blockIdx.x * n;
+template <typename T>
+__global__ void k_layernorm(const T *x, const T *scale, const T *bias, T *y, int64_t n, float eps) {
+    const T *xr = x + blockIdx.x * n;
+    T *yr = y + blockIdx.x * n;
     float s = 0.f;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-        s += xr[i];
+        s += kc_widen(xr[i]);
     float mean = block_reduce<false>(s) / (float)n;
     float v = 0.f;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-        float d = xr[i] - mean;
+        float d = kc_widen(xr[i]) - mean;
         v += d * d;
     }
     float rstd = rsqrtf(block_reduce<false>(v) / (float)n + eps);
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-        yr[i] = (xr[i] - mean) * rstd * scale[i] + (bias ? bias[i] : 0.f);
+        yr[i] = kc_narrow<T>((kc_widen(xr[i]) - mean) * rstd * kc_widen(scale[i]) +
+                             (bias ? kc_widen(bias[i]) : 0.f));
 }
 
 // One thread per output of [outer, inner], walking the reduced dim (inner is contiguous, so
 // neighbouring threads read neighbouring addresses).
-__global__ void k_reduce(int op, const float *x, float *y, int64_t outer, int64_t n,
-                         int64_t inner) {
+template <typename T>
+__global__ void k_reduce(int op, const T *x, T *y, int64_t outer, int64_t n, int64_t inner) {
     int64_t total = outer * inner;
     for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total;
          t += (int64_t)gridDim.x * blockDim.x) {
         int64_t o = t / inner, in = t - o * inner;
-        const float *p = x + o * n * inner + in;
+        const T *p = x + o * n * inner + in;
         float acc = op == KC_RED_MAX    ? -INFINITY
                     : op == KC_RED_MIN  ? INFINITY
                     : op == KC_RED_PROD ? 1.f
@@ -99,9 +101,9 @@ __global__ void k_reduce(int op, const float *x, float *y, int64_t outer, int64_
         float m = -INFINITY;
         if (op == KC_RED_LOGSUMEXP)
             for (int64_t j = 0; j < n; j++)
-                m = fmaxf(m, p[j * inner]);
+                m = fmaxf(m, kc_widen(p[j * inner]));
         for (int64_t j = 0; j < n; j++) {
-            float v = p[j * inner];
+            float v = kc_widen(p[j * inner]);
             switch (op) {
             case KC_RED_MAX:
                 acc = (v != v || acc != acc) ? v + acc : fmaxf(acc, v);
@@ -135,17 +137,17 @@ __global__ void k_reduce(int op, const float *x, float *y, int64_t outer, int64_
             acc = m + logf(acc);
         else if (op == KC_RED_LOGSUM)
             acc = logf(acc);
-        y[t] = acc;
+        y[t] = kc_narrow<T>(acc);
     }
 }
 
-__global__ void k_pool2d(const kc_pool2d p, const float *x, float *y) {
+template <typename T> __global__ void k_pool2d(const kc_pool2d p, const T *x, T *y) {
     int64_t total = p.n * p.c * p.oh * p.ow;
     for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total;
          t += (int64_t)gridDim.x * blockDim.x) {
         int64_t ox = t % p.ow, r = t / p.ow;
         int64_t oy = r % p.oh, nc = r / p.oh;
-        const float *xp = x + nc * p.h * p.w;
+        const T *xp = x + nc * p.h * p.w;
         float acc = p.kind == 0 ? -INFINITY : 0.f;
         int cnt = 0;
         for (int ky = 0; ky < p.kh; ky++) {
@@ -155,12 +157,12 @@ __global__ void k_pool2d(const kc_pool2d p, const float *x, float *y) {
                 bool in = iy >= 0 && iy < p.h && ix >= 0 && ix < p.w;
                 if (p.kind == 0) {
                     if (in) {
-                        float v = xp[iy * p.w + ix];
+                        float v = kc_widen(xp[iy * p.w + ix]);
                         acc = v > acc || v != v ? v : acc;
                     }
                 } else {
                     if (in) {
-                        acc += xp[iy * p.w + ix];
+                        acc += kc_widen(xp[iy * p.w + ix]);
                         cnt++;
                     } else if (p.count_include_pad && iy < p.h + p.ph && ix < p.w + p.pw) {
                         cnt++;
@@ -168,7 +170,7 @@ __global__ void k_pool2d(const kc_pool2d p, const float *x, float *y) {
                 }
             }
         }
-        y[t] = p.kind == 0 ? acc : acc / (float)(cnt > 0 ? cnt : 1);
+        y[t] = kc_narrow<T>(p.kind == 0 ? acc : acc / (float)(cnt > 0 ? cnt : 1));
     }
 }
 
@@ -209,17 +211,18 @@ __device__ __forceinline__ float activate(int act, float v, float a, float b) {
     }
 }
 
-__global__ void k_epilogue(float *y, const float *bias, const float *res, int64_t outer, int64_t c,
+template <typename T>
+__global__ void k_epilogue(T *y, const T *bias, const T *res, int64_t outer, int64_t c,
                            int64_t inner, int act, float a, float b) {
     int64_t total = outer * c * inner;
     for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total;
          t += (int64_t)gridDim.x * blockDim.x) {
-        float v = y[t];
+        float v = kc_widen(y[t]);
         if (bias)
-            v += bias[(t / inner) % c];
+            v += kc_widen(bias[(t / inner) % c]);
         if (res)
-            v += res[t];
-        y[t] = activate(act, v, a, b);
+            v += kc_widen(res[t]);
+        y[t] = kc_narrow<T>(activate(act, v, a, b));
     }
 }
 
@@ -252,13 +255,13 @@ __device__ __forceinline__ int64_t nearest(int mode, float v) {
     }
 }
 
-__global__ void k_resize(const kc_resize r, const float *x, float *y) {
+template <typename T> __global__ void k_resize(const kc_resize r, const T *x, T *y) {
     int64_t total = r.outer * r.oh * r.ow;
     for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total;
          t += (int64_t)gridDim.x * blockDim.x) {
         int64_t ox = t % r.ow, q = t / r.ow;
         int64_t oy = q % r.oh, o = q / r.oh;
-        const float *xp = x + o * r.h * r.w;
+        const T *xp = x + o * r.h * r.w;
         float sy = src_coord(r.coord, (float)oy, r.scale_h, r.h, r.oh);
         float sx = src_coord(r.coord, (float)ox, r.scale_w, r.w, r.ow);
         if (r.mode == 0) {
@@ -272,61 +275,74 @@ __global__ void k_resize(const kc_resize r, const float *x, float *y) {
             int64_t y0 = (int64_t)floorf(sy), x0 = (int64_t)floorf(sx);
             int64_t y1 = y0 + 1 < r.h ? y0 + 1 : y0, x1 = x0 + 1 < r.w ? x0 + 1 : x0;
             float fy = sy - (float)y0, fx = sx - (float)x0;
-            float top = xp[y0 * r.w + x0] * (1.f - fx) + xp[y0 * r.w + x1] * fx;
-            float bot = xp[y1 * r.w + x0] * (1.f - fx) + xp[y1 * r.w + x1] * fx;
-            y[t] = top * (1.f - fy) + bot * fy;
+            float top = kc_widen(xp[y0 * r.w + x0]) * (1.f - fx) + kc_widen(xp[y0 * r.w + x1]) * fx;
+            float bot = kc_widen(xp[y1 * r.w + x0]) * (1.f - fx) + kc_widen(xp[y1 * r.w + x1]) * fx;
+            y[t] = kc_narrow<T>(top * (1.f - fy) + bot * fy);
         }
     }
 }
 
 } // namespace
 
-extern "C" int kc_softmax_f32(void *s, const float *x, float *y, int64_t rows, int64_t n, int log) {
+extern "C" int kc_softmax(void *s, int dt, const void *x, void *y, int64_t rows, int64_t n,
+                          int log) {
     if (rows * n == 0)
         return 0;
-    k_softmax<<<(unsigned)rows, kThreads, 0, (cudaStream_t)s>>>(x, y, n, log);
+    KC_FLOAT_DISPATCH(dt, T,
+                      k_softmax<T><<<(unsigned)rows, kThreads, 0, (cudaStream_t)s>>>(
+                          (const T *)x, (T *)y, n, log));
     return (int)cudaGetLastError();
 }
 
-extern "C" int kc_layernorm_f32(void *s, const float *x, const float *scale, const float *bias,
-                                float *y, int64_t rows, int64_t n, float eps) {
+extern "C" int kc_layernorm(void *s, int dt, const void *x, const void *scale, const void *bias,
+                            void *y, int64_t rows, int64_t n, float eps) {
     if (rows * n == 0)
         return 0;
-    k_layernorm<<<(unsigned)rows, kThreads, 0, (cudaStream_t)s>>>(x, scale, bias, y, n, eps);
+    KC_FLOAT_DISPATCH(dt, T,
+                      k_layernorm<T><<<(unsigned)rows, kThreads, 0, (cudaStream_t)s>>>(
+                          (const T *)x, (const T *)scale, (const T *)bias, (T *)y, n, eps));
     return (int)cudaGetLastError();
 }
 
-extern "C" int kc_reduce_f32(void *s, int op, const float *x, float *y, int64_t outer, int64_t n,
-                             int64_t inner) {
+extern "C" int kc_reduce(void *s, int dt, int op, const void *x, void *y, int64_t outer, int64_t n,
+                         int64_t inner) {
     if (outer * inner == 0)
         return 0;
-    k_reduce<<<grid_for(outer * inner), kThreads, 0, (cudaStream_t)s>>>(op, x, y, outer, n, inner);
+    KC_FLOAT_DISPATCH(dt, T,
+                      k_reduce<T><<<grid_for(outer * inner), kThreads, 0, (cudaStream_t)s>>>(
+                          op, (const T *)x, (T *)y, outer, n, inner));
     return (int)cudaGetLastError();
 }
 
-extern "C" int kc_pool2d_f32(void *s, const kc_pool2d *p, const float *x, float *y) {
+extern "C" int kc_pool2d_run(void *s, int dt, const kc_pool2d *p, const void *x, void *y) {
     int64_t total = p->n * p->c * p->oh * p->ow;
     if (total == 0)
         return 0;
-    k_pool2d<<<grid_for(total), kThreads, 0, (cudaStream_t)s>>>(*p, x, y);
+    KC_FLOAT_DISPATCH(
+        dt, T,
+        k_pool2d<T><<<grid_for(total), kThreads, 0, (cudaStream_t)s>>>(*p, (const T *)x, (T *)y));
     return (int)cudaGetLastError();
 }
 
-extern "C" int kc_epilogue_f32(void *s, float *y, const float *bias, const float *residual,
-                               int64_t outer, int64_t c, int64_t inner, int act, float alpha,
-                               float beta) {
+extern "C" int kc_epilogue(void *s, int dt, void *y, const void *bias, const void *residual,
+                           int64_t outer, int64_t c, int64_t inner, int act, float alpha,
+                           float beta) {
     int64_t total = outer * c * inner;
     if (total == 0)
         return 0;
-    k_epilogue<<<grid_for(total), kThreads, 0, (cudaStream_t)s>>>(y, bias, residual, outer, c,
-                                                                  inner, act, alpha, beta);
+    KC_FLOAT_DISPATCH(
+        dt, T,
+        k_epilogue<T><<<grid_for(total), kThreads, 0, (cudaStream_t)s>>>(
+            (T *)y, (const T *)bias, (const T *)residual, outer, c, inner, act, alpha, beta));
     return (int)cudaGetLastError();
 }
 
-extern "C" int kc_resize_f32(void *s, const kc_resize *r, const float *x, float *y) {
+extern "C" int kc_resize_run(void *s, int dt, const kc_resize *r, const void *x, void *y) {
     int64_t total = r->outer * r->oh * r->ow;
     if (total == 0)
         return 0;
-    k_resize<<<grid_for(total), kThreads, 0, (cudaStream_t)s>>>(*r, x, y);
+    KC_FLOAT_DISPATCH(
+        dt, T,
+        k_resize<T><<<grid_for(total), kThreads, 0, (cudaStream_t)s>>>(*r, (const T *)x, (T *)y));
     return (int)cudaGetLastError();
 }

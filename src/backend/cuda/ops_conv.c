@@ -1,6 +1,8 @@
-/* Conv on the GPU through cuDNN, float32 NCHW, 1-D and 2-D, groups and dilations; strict
- * float32 (CUDNN_FMA_MATH: no TF32). The epilogue of fuse_activations (bias, residual,
- * activation: passes.h) runs as one kernel after the convolution.
+/* Conv on the GPU through cuDNN, NCHW, 1-D and 2-D, groups and dilations. Float32 is strict
+ * (CUDNN_FMA_MATH: no TF32) unless the precision pass allowed TF32 (kiln_allow_tf32:
+ * CUDNN_TENSOR_OP_MATH); float16 and bfloat16 convolutions keep their tensors in 16 bits,
+ * compute in float32 (the convolution descriptor's type) and may use tensor cores. The epilogue of
+ * fuse_activations (bias, residual, activation: passes.h) runs as one kernel after the convolution.
  *
  * This first version uses cuDNN's legacy convolution API (present through cuDNN 9, marked
  * deprecated there): the graph API with fused pointwise epilogues replaces it together with
@@ -17,6 +19,7 @@ typedef struct conv_geom {
     int k, kh, kw;  /* filters */
     int oh, ow;
     int ph, pw, sh, sw, dh, dw, groups;
+    int dtype, tf32; /* the tensors' kiln dtype; float32 with TF32 allowed */
 } conv_geom;
 
 /* Geometry of a 1-D or 2-D conv (1-D as H = 1); false when cuDNN's symmetric padding
@@ -71,6 +74,7 @@ static bool conv_geom_of(const kn_node *nd, const kn_shape *x, const kn_shape *w
     g->dh = (int)d[0];
     g->dw = (int)d[1];
     g->groups = (int)kc_attr_int(nd, "group", 1);
+    g->dtype = KILN_DTYPE_FLOAT32;
     return g->groups >= 1 && g->c % g->groups == 0 && wt->d[1] * g->groups == g->c;
 }
 
@@ -91,19 +95,27 @@ static void descs_free(conv_descs *d) {
         cudnnDestroyTensorDescriptor(d->x);
 }
 
+/* Whether cuDNN may use tensor cores: float16, bfloat16, or float32 with TF32 allowed. */
+static bool tensor_cores(const conv_geom *g) {
+    return g->dtype != KILN_DTYPE_FLOAT32 || g->tf32;
+}
+
 static kiln_status descs_make(const conv_geom *g, conv_descs *d) {
     memset(d, 0, sizeof *d);
+    cudnnDataType_t t = g->dtype == KILN_DTYPE_FLOAT16    ? CUDNN_DATA_HALF
+                        : g->dtype == KILN_DTYPE_BFLOAT16 ? CUDNN_DATA_BFLOAT16
+                                                          : CUDNN_DATA_FLOAT;
     KC_TRY(kc_check_dnn(cudnnCreateTensorDescriptor(&d->x), "tensor descriptor"));
     KC_TRY(kc_check_dnn(cudnnCreateTensorDescriptor(&d->y), "tensor descriptor"));
     KC_TRY(kc_check_dnn(cudnnCreateFilterDescriptor(&d->w), "filter descriptor"));
     KC_TRY(kc_check_dnn(cudnnCreateConvolutionDescriptor(&d->conv), "convolution descriptor"));
-    KC_TRY(kc_check_dnn(cudnnSetTensor4dDescriptor(d->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, g->n,
-                                                   g->c, g->h, g->w),
-                        "input descriptor"));
-    KC_TRY(kc_check_dnn(cudnnSetTensor4dDescriptor(d->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, g->n,
-                                                   g->k, g->oh, g->ow),
-                        "output descriptor"));
-    KC_TRY(kc_check_dnn(cudnnSetFilter4dDescriptor(d->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, g->k,
+    KC_TRY(
+        kc_check_dnn(cudnnSetTensor4dDescriptor(d->x, CUDNN_TENSOR_NCHW, t, g->n, g->c, g->h, g->w),
+                     "input descriptor"));
+    KC_TRY(kc_check_dnn(
+        cudnnSetTensor4dDescriptor(d->y, CUDNN_TENSOR_NCHW, t, g->n, g->k, g->oh, g->ow),
+        "output descriptor"));
+    KC_TRY(kc_check_dnn(cudnnSetFilter4dDescriptor(d->w, t, CUDNN_TENSOR_NCHW, g->k,
                                                    g->c / g->groups, g->kh, g->kw),
                         "filter descriptor"));
     KC_TRY(kc_check_dnn(cudnnSetConvolution2dDescriptor(d->conv, g->ph, g->pw, g->sh, g->sw, g->dh,
@@ -111,7 +123,9 @@ static kiln_status descs_make(const conv_geom *g, conv_descs *d) {
                                                         CUDNN_DATA_FLOAT),
                         "convolution descriptor"));
     KC_TRY(kc_check_dnn(cudnnSetConvolutionGroupCount(d->conv, g->groups), "group count"));
-    KC_TRY(kc_check_dnn(cudnnSetConvolutionMathType(d->conv, CUDNN_FMA_MATH), "math type"));
+    KC_TRY(kc_check_dnn(cudnnSetConvolutionMathType(d->conv, tensor_cores(g) ? CUDNN_TENSOR_OP_MATH
+                                                                             : CUDNN_FMA_MATH),
+                        "math type"));
     return KILN_OK;
 }
 
@@ -147,10 +161,12 @@ static kiln_status conv_local_make(kn_stream *st, const conv_geom *g, conv_local
                           "choosing an algorithm");
     int pick = -1;
     for (int i = 0; i < found && rc == KILN_OK && pick < 0; i++)
-        if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].mathType == CUDNN_FMA_MATH)
+        if (perf[i].status == CUDNN_STATUS_SUCCESS &&
+            (tensor_cores(g) || perf[i].mathType == CUDNN_FMA_MATH))
             pick = i;
     if (rc == KILN_OK && pick < 0)
-        rc = kc_fail(KILN_ERR_UNSUPPORTED, "cuDNN offers no strict float32 algorithm here");
+        rc = kc_fail(KILN_ERR_UNSUPPORTED, "cuDNN offers no %salgorithm here",
+                     tensor_cores(g) ? "" : "strict float32 ");
     if (rc != KILN_OK) {
         conv_local_free(&l->base);
         return rc;
@@ -183,8 +199,8 @@ static kiln_status conv_local_get(kn_kernel_ctx *k, const conv_geom *g, conv_loc
 }
 
 /* y = act(conv(x, w) + b + z); b and z may be NULL. */
-static kiln_status conv_run(kn_kernel_ctx *k, const conv_geom *g, const float *x, const float *w,
-                            const float *b, const float *z, float *y, int act, float aa, float ab) {
+static kiln_status conv_run(kn_kernel_ctx *k, const conv_geom *g, const void *x, const void *w,
+                            const void *b, const void *z, void *y, int act, float aa, float ab) {
     if ((int64_t)g->n * g->k * g->oh * g->ow == 0)
         return KILN_OK;
     kn_stream *st = k->stream;
@@ -202,7 +218,7 @@ static kiln_status conv_run(kn_kernel_ctx *k, const conv_geom *g, const float *x
     KC_TRY(rc);
     if (b != NULL || z != NULL || act != KC_ACT_NONE)
         KC_TRY(KC_LAUNCH(
-            kc_epilogue_f32(st->s, y, b, z, g->n, g->k, (int64_t)g->oh * g->ow, act, aa, ab),
+            kc_epilogue(st->s, g->dtype, y, b, z, g->n, g->k, (int64_t)g->oh * g->ow, act, aa, ab),
             "conv epilogue"));
     return KILN_OK;
 }
@@ -210,10 +226,12 @@ static kiln_status conv_run(kn_kernel_ctx *k, const conv_geom *g, const float *x
 static kiln_status run_conv(kn_kernel_ctx *k) {
     conv_geom g;
     conv_geom_of(k->node, &k->in[0].shape, &k->in[1].shape, &k->out[0].shape, &g);
-    const float *b = k->n_in > 2 && k->in[2].dtype ? k->in[2].data : NULL;
-    const float *z = kc_attr_int(k->node, "kiln_residual", 0) && k->n_in > 3 && k->in[3].dtype
-                         ? k->in[3].data
-                         : NULL;
+    g.dtype = k->out[0].dtype;
+    g.tf32 = g.dtype == KILN_DTYPE_FLOAT32 && kc_attr_int(k->node, "kiln_allow_tf32", 0) != 0;
+    const void *b = k->n_in > 2 && k->in[2].dtype ? k->in[2].data : NULL;
+    const void *z = kc_attr_int(k->node, "kiln_residual", 0) && k->n_in > 3 && k->in[3].dtype
+                        ? k->in[3].data
+                        : NULL;
     float aa, ab;
     int act = kc_activation(k->node, &aa, &ab);
     return conv_run(k, &g, k->in[0].data, k->in[1].data, b, z, k->out[0].data, act, aa, ab);
@@ -223,7 +241,8 @@ static bool sup_conv(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
                      const kn_tensor *out, kn_caps *caps) {
     conv_geom g;
     float a, b;
-    if (!kc_all_f32(in, n_in, caps, "input") || !kc_all_f32(out, n_out, caps, "output"))
+    if (!kc_all_float(in, n_in, caps, "input") || !kc_all_float(out, n_out, caps, "output") ||
+        !kc_one_type(in, n_in, out[0].dtype, caps))
         return false;
     if (in[0].shape.rank != 3 && in[0].shape.rank != 4)
         return kc_reason(caps, "cuda: only 1-D and 2-D Conv run on the GPU so far");

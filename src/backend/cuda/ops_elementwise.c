@@ -1,4 +1,5 @@
-/* Element-wise ops on the GPU (float32): unary and binary ops with broadcasting,
+/* Element-wise ops on the GPU (float32, float16, bfloat16: the kernels compute in float32):
+ * unary and binary ops with broadcasting,
  * comparisons, Where, Cast, kiln.FusedElementwise, and the views (Reshape, Flatten, ...) when
  * the runtime could not alias them. */
 #include "backend/cuda/cuda_internal.h"
@@ -71,37 +72,47 @@ static kiln_status run_unary(kn_kernel_ctx *k) {
         op = 35;
     float pa = d->a ? kc_attr_float(k->node, d->a, d->pa) : d->pa;
     float pb = d->b ? kc_attr_float(k->node, d->b, d->pb) : d->pb;
-    return KC_LAUNCH(kc_unary_f32(STREAM(k), op, pa, pb, k->in[0].data, k->out[0].data,
-                                  kn_tensor_numel(&k->out[0])),
+    return KC_LAUNCH(kc_unary(STREAM(k), k->out[0].dtype, op, pa, pb, k->in[0].data, k->out[0].data,
+                              kn_tensor_numel(&k->out[0])),
                      k->node->op_type);
 }
 
-static bool sup_f32(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
-                    const kn_tensor *out, kn_caps *caps) {
+static bool sup_float(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
+                      const kn_tensor *out, kn_caps *caps) {
     (void)n;
-    return kc_all_f32(in, n_in, caps, "input") && kc_all_f32(out, n_out, caps, "output");
+    return kc_all_float(in, n_in, caps, "input") && kc_all_float(out, n_out, caps, "output") &&
+           kc_one_type(in, n_in, out[0].dtype, caps);
 }
 
-/* Clip: bounds as attributes (opset < 11) or as inputs read on the host. */
+/* Clip: bounds as attributes (opset < 11) or as inputs (of the input's type) read on the
+ * host. */
 static float clip_bound(const kn_kernel_ctx *k, int j, const char *attr, float def) {
     if (k->node->opset < 11)
         return kc_attr_float(k->node, attr, def);
-    if (j < k->n_in && k->in[j].dtype != 0 && k->in[j].data != NULL)
-        return *(const float *)k->in[j].data;
-    return def;
+    if (j >= k->n_in || k->in[j].dtype == 0 || k->in[j].data == NULL)
+        return def;
+    const void *d = k->in[j].data;
+    switch (k->in[j].dtype) {
+    case KILN_DTYPE_FLOAT16:
+        return kn_half_to_float(*(const uint16_t *)d);
+    case KILN_DTYPE_BFLOAT16:
+        return kn_bf16_to_float(*(const uint16_t *)d);
+    default:
+        return *(const float *)d;
+    }
 }
 
 static kiln_status run_clip(kn_kernel_ctx *k) {
     float lo = clip_bound(k, 1, "min", -3.402823466e38f);
     float hi = clip_bound(k, 2, "max", 3.402823466e38f);
-    return KC_LAUNCH(kc_unary_f32(STREAM(k), 38, lo, hi, k->in[0].data, k->out[0].data,
-                                  kn_tensor_numel(&k->out[0])),
+    return KC_LAUNCH(kc_unary(STREAM(k), k->out[0].dtype, 38, lo, hi, k->in[0].data, k->out[0].data,
+                              kn_tensor_numel(&k->out[0])),
                      "Clip");
 }
 
 static bool sup_clip(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
                      const kn_tensor *out, kn_caps *caps) {
-    if (!sup_f32(n, n_in, in, n_out, out, caps))
+    if (!sup_float(n, n_in, in, n_out, out, caps))
         return false;
     caps->host_in = 0x6; /* min and max are read on the host */
     return true;
@@ -137,8 +148,8 @@ static kiln_status bcast2(const kn_kernel_ctx *k, kc_bcast *bc) {
 static kiln_status run_binary(kn_kernel_ctx *k) {
     kc_bcast bc;
     KC_TRY(bcast2(k, &bc));
-    return KC_LAUNCH(kc_binary_f32(STREAM(k), binary_op(k->node->op_type), &bc, k->in[0].data,
-                                   k->in[1].data, k->out[0].data),
+    return KC_LAUNCH(kc_binary(STREAM(k), k->out[0].dtype, binary_op(k->node->op_type), &bc,
+                               k->in[0].data, k->in[1].data, k->out[0].data),
                      k->node->op_type);
 }
 
@@ -148,14 +159,14 @@ static bool sup_binary(const kn_node *n, int n_in, const kn_tensor *in, int n_ou
         return kc_reason(caps, "cuda: %s of %d inputs runs on the CPU", n->op_type, n_in);
     if (out[0].shape.rank > KC_MAX_RANK)
         return kc_reason(caps, "cuda: rank above %d", KC_MAX_RANK);
-    return sup_f32(n, n_in, in, n_out, out, caps);
+    return sup_float(n, n_in, in, n_out, out, caps);
 }
 
 static kiln_status run_compare(kn_kernel_ctx *k) {
     kc_bcast bc;
     KC_TRY(bcast2(k, &bc));
-    return KC_LAUNCH(kc_compare_f32(STREAM(k), compare_op(k->node->op_type), &bc, k->in[0].data,
-                                    k->in[1].data, k->out[0].data),
+    return KC_LAUNCH(kc_compare(STREAM(k), k->in[0].dtype, compare_op(k->node->op_type), &bc,
+                                k->in[0].data, k->in[1].data, k->out[0].data),
                      k->node->op_type);
 }
 
@@ -164,7 +175,7 @@ static bool sup_compare(const kn_node *n, int n_in, const kn_tensor *in, int n_o
     (void)n_out;
     (void)out;
     (void)n;
-    return kc_all_f32(in, n_in, caps, "input");
+    return kc_all_float(in, n_in, caps, "input") && kc_one_type(in, n_in, in[0].dtype, caps);
 }
 
 static kiln_status run_where(kn_kernel_ctx *k) {
@@ -193,9 +204,13 @@ static bool sup_where(const kn_node *n, int n_in, const kn_tensor *in, int n_out
 /* --- Cast --- */
 
 static bool cast_type(int32_t dt) {
-    return dt == KILN_DTYPE_FLOAT32 || dt == KILN_DTYPE_UINT8 || dt == KILN_DTYPE_INT8 ||
+    return kc_is_float(dt) || dt == KILN_DTYPE_UINT8 || dt == KILN_DTYPE_INT8 ||
            dt == KILN_DTYPE_INT32 || dt == KILN_DTYPE_INT64 || dt == KILN_DTYPE_BOOL ||
            dt == KILN_DTYPE_FLOAT64;
+}
+
+static bool float_type(int32_t dt) {
+    return kc_is_float(dt) || dt == KILN_DTYPE_FLOAT64;
 }
 
 static kiln_status run_cast(kn_kernel_ctx *k) {
@@ -220,9 +235,7 @@ static bool sup_cast(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
         return kc_reason(caps, "cuda: Cast from %s to %s", kn_dtype_name(in[0].dtype),
                          kn_dtype_name(out[0].dtype));
     /* float to integer conversions of out-of-range values differ between C and the device */
-    if ((in[0].dtype == KILN_DTYPE_FLOAT32 || in[0].dtype == KILN_DTYPE_FLOAT64) &&
-        out[0].dtype != KILN_DTYPE_FLOAT32 && out[0].dtype != KILN_DTYPE_FLOAT64 &&
-        out[0].dtype != KILN_DTYPE_BOOL)
+    if (float_type(in[0].dtype) && !float_type(out[0].dtype) && out[0].dtype != KILN_DTYPE_BOOL)
         return kc_reason(caps, "cuda: Cast from float to an integer type runs on the CPU");
     return true;
 }
@@ -276,7 +289,7 @@ static void fused_release(void *state) {
 
 static kiln_status run_fused(kn_kernel_ctx *k) {
     const kn_shape *s[KC_MAX_EW_IN];
-    const float *ptr[KC_MAX_EW_IN];
+    const void *ptr[KC_MAX_EW_IN];
     for (int j = 0; j < k->n_in; j++) {
         s[j] = &k->in[j].shape;
         ptr[j] = k->in[j].data;
@@ -284,7 +297,7 @@ static kiln_status run_fused(kn_kernel_ctx *k) {
     kc_bcast bc;
     if (!kc_bcast_init(&bc, &k->out[0].shape, k->n_in, s))
         return kc_fail(KILN_ERR_SHAPE, "FusedElementwise: inputs do not broadcast");
-    return KC_LAUNCH(kc_fused_f32(STREAM(k), k->state, &bc, ptr, k->out[0].data),
+    return KC_LAUNCH(kc_fused(STREAM(k), k->out[0].dtype, k->state, &bc, ptr, k->out[0].data),
                      "FusedElementwise");
 }
 
@@ -297,7 +310,7 @@ static bool sup_fused(const kn_node *n, int n_in, const kn_tensor *in, int n_out
         return kc_reason(caps, "cuda: fused program larger than the GPU interpreter takes");
     if (out[0].shape.rank > KC_MAX_RANK)
         return kc_reason(caps, "cuda: rank above %d", KC_MAX_RANK);
-    return sup_f32(n, n_in, in, n_out, out, caps);
+    return sup_float(n, n_in, in, n_out, out, caps);
 }
 
 /* --- views the runtime did not alias: a device-to-device copy --- */
@@ -323,7 +336,7 @@ static bool sup_view(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
 }
 
 #define UNARY(name)                                                                                \
-    { {"", name, run_unary, NULL, NULL}, sup_f32 }
+    { {"", name, run_unary, NULL, NULL}, sup_float }
 #define BINARY(name)                                                                               \
     { {"", name, run_binary, NULL, NULL}, sup_binary }
 #define COMPARE(name)                                                                              \

@@ -1,4 +1,7 @@
-/* Gemm and MatMul on the GPU through cuBLASLt, strict float32 (CUBLAS_COMPUTE_32F, no TF32).
+/* Gemm and MatMul on the GPU through cuBLASLt. Float32 is strict (CUBLAS_COMPUTE_32F, no TF32)
+ * unless the precision pass allowed TF32 (kiln_allow_tf32: CUBLAS_COMPUTE_32F_FAST_TF32);
+ * float16 and bfloat16 products keep A, B, C and D in 16 bits and accumulate in float32
+ * (CUBLAS_COMPUTE_32F with float scales), the epilogue in float32 math.
  *
  * kiln's tensors are row-major; cuBLASLt's matrices are column-major, so C = A.B runs as
  * C^T = B^T.A^T: the row-major [K, N] B is a column-major N x K matrix as it lies.
@@ -6,7 +9,7 @@
  * The epilogue attributes of fuse_activations (passes.h) are honoured: y = act(product + bias
  * + residual). cuBLASLt takes the residual (or Gemm's full C) as its C matrix with beta, a
  * per-column bias as EPILOGUE_BIAS, and Relu when nothing is left after it; anything else
- * runs in kc_epilogue_f32 after the product. gemm_run takes the operands explicitly, so the
+ * runs in kc_epilogue after the product. gemm_run takes the operands explicitly, so the
  * fused ops kiln.FusedGemm / kiln.FusedMatMul need only their own input numbering. */
 #include "backend/cuda/cuda_internal.h"
 
@@ -17,20 +20,27 @@ typedef struct gemm_call {
     bool trans_a, trans_b;
     int64_t batch, stride_a, stride_b, stride_c; /* batch 1: no batching */
     float alpha, beta;
-    const float *a, *b;
-    const float *c;    /* [M, N] added with beta, or NULL */
-    const float *bias; /* [N], or NULL */
-    const float *res;  /* [M, N] added, or NULL */
-    float *y;
+    int32_t dtype; /* every operand's kiln dtype */
+    bool tf32;     /* float32 with TF32 allowed */
+    const void *a, *b;
+    const void *c;    /* [M, N] added with beta, or NULL */
+    const void *bias; /* [N], or NULL */
+    const void *res;  /* [M, N] added, or NULL */
+    void *y;
     int act;
     float act_a, act_b;
 } gemm_call;
 
-static kiln_status layout(cublasLtMatrixLayout_t *l, int64_t rows, int64_t cols, int64_t ld,
-                          int64_t batch, int64_t stride) {
-    KC_TRY(
-        kc_check_lt(cublasLtMatrixLayoutCreate(l, CUDA_R_32F, (uint64_t)rows, (uint64_t)cols, ld),
-                    "matrix layout"));
+static cudaDataType_t lt_type(int32_t dtype) {
+    return dtype == KILN_DTYPE_FLOAT16    ? CUDA_R_16F
+           : dtype == KILN_DTYPE_BFLOAT16 ? CUDA_R_16BF
+                                          : CUDA_R_32F;
+}
+
+static kiln_status layout(cublasLtMatrixLayout_t *l, cudaDataType_t type, int64_t rows,
+                          int64_t cols, int64_t ld, int64_t batch, int64_t stride) {
+    KC_TRY(kc_check_lt(cublasLtMatrixLayoutCreate(l, type, (uint64_t)rows, (uint64_t)cols, ld),
+                       "matrix layout"));
     if (batch > 1) {
         int32_t bc = (int32_t)batch;
         KC_TRY(kc_check_lt(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
@@ -48,7 +58,8 @@ static kiln_status layout(cublasLtMatrixLayout_t *l, int64_t rows, int64_t cols,
  * epilogue and the workspace it may use. */
 typedef struct gemm_key {
     int64_t m, n, k, batch, stride_a, stride_b, stride_c;
-    int32_t trans_a, trans_b, epi;
+    int32_t trans_a, trans_b, epi, dtype, tf32;
+    uint32_t align; /* bytes every operand's address is a multiple of (at most 256) */
     uint64_t ws;
 } gemm_key;
 
@@ -77,8 +88,9 @@ static void gemm_local_free(kn_local_state *self) {
 
 static kiln_status gemm_local_init(kn_stream *st, gemm_local *l) {
     const gemm_key *g = &l->key;
-    KC_TRY(kc_check_lt(cublasLtMatmulDescCreate(&l->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
-                       "descriptor"));
+    cublasComputeType_t compute = g->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    cudaDataType_t type = lt_type(g->dtype);
+    KC_TRY(kc_check_lt(cublasLtMatmulDescCreate(&l->desc, compute, CUDA_R_32F), "descriptor"));
     /* Column-major: Lt's A is our B (N x K), Lt's B is our A (K x M). */
     cublasOperation_t ta = g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t tb = g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -92,12 +104,16 @@ static kiln_status gemm_local_init(kn_stream *st, gemm_local *l) {
     KC_TRY(kc_check_lt(
         cublasLtMatmulDescSetAttribute(l->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi),
         "epilogue"));
+    int32_t bias_type = (int32_t)type; /* the bias is of the operands' type */
+    KC_TRY(kc_check_lt(cublasLtMatmulDescSetAttribute(l->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                      &bias_type, sizeof bias_type),
+                       "bias type"));
     /* Lt's A: N x K as stored (ld N), or its transpose stored K x N (ld K). */
-    KC_TRY(g->trans_b ? layout(&l->la, g->k, g->n, g->k, g->batch, g->stride_b)
-                      : layout(&l->la, g->n, g->k, g->n, g->batch, g->stride_b));
-    KC_TRY(g->trans_a ? layout(&l->lb, g->m, g->k, g->m, g->batch, g->stride_a)
-                      : layout(&l->lb, g->k, g->m, g->k, g->batch, g->stride_a));
-    KC_TRY(layout(&l->lc, g->n, g->m, g->n, g->batch, g->stride_c));
+    KC_TRY(g->trans_b ? layout(&l->la, type, g->k, g->n, g->k, g->batch, g->stride_b)
+                      : layout(&l->la, type, g->n, g->k, g->n, g->batch, g->stride_b));
+    KC_TRY(g->trans_a ? layout(&l->lb, type, g->m, g->k, g->m, g->batch, g->stride_a)
+                      : layout(&l->lb, type, g->k, g->m, g->k, g->batch, g->stride_a));
+    KC_TRY(layout(&l->lc, type, g->n, g->m, g->n, g->batch, g->stride_c));
     cublasLtMatmulPreference_t pref = NULL;
     KC_TRY(kc_check_lt(cublasLtMatmulPreferenceCreate(&pref), "preference"));
     uint64_t ws = g->ws;
@@ -105,6 +121,16 @@ static kiln_status gemm_local_init(kn_stream *st, gemm_local *l) {
         kc_check_lt(cublasLtMatmulPreferenceSetAttribute(
                         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
                     "workspace");
+    /* Lt's heuristic assumes 256-byte aligned operands unless told otherwise; arena offsets
+     * and batch slices may be less aligned, more so in 16 bits. */
+    static const cublasLtMatmulPreferenceAttributes_t aligns[] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    uint32_t align = g->align;
+    for (size_t i = 0; i < sizeof aligns / sizeof aligns[0] && rc == KILN_OK; i++)
+        rc =
+            kc_check_lt(cublasLtMatmulPreferenceSetAttribute(pref, aligns[i], &align, sizeof align),
+                        "alignment");
     cublasLtMatmulHeuristicResult_t heur;
     int found = 0;
     if (rc == KILN_OK)
@@ -152,14 +178,28 @@ static kiln_status gemm_local_get(kn_kernel_ctx *k, const gemm_key *key, gemm_lo
     return KILN_OK;
 }
 
+/* The largest power of two (at most 256) dividing every address and batch stride in bytes. */
+static uint32_t alignment(const gemm_call *g, const void *c) {
+    const void *ptrs[] = {g->a, g->b, c, g->y};
+    uintptr_t bits = 256;
+    for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
+        if (ptrs[i] != NULL)
+            bits |= (uintptr_t)ptrs[i];
+    size_t es = g->dtype == KILN_DTYPE_FLOAT32 ? 4 : 2;
+    if (g->batch > 1)
+        bits |=
+            (uintptr_t)g->stride_a * es | (uintptr_t)g->stride_b * es | (uintptr_t)g->stride_c * es;
+    return (uint32_t)(bits & (~bits + 1));
+}
+
 static kiln_status gemm_run(kn_kernel_ctx *kc, gemm_call *g) {
     if (g->m == 0 || g->n == 0)
         return KILN_OK;
     kn_stream *st = kc->stream;
     /* Lt's C: Gemm's C, else the residual. */
-    const float *c = g->c;
+    const void *c = g->c;
     float beta = g->beta;
-    const float *res = g->res;
+    const void *res = g->res;
     if (c == NULL && res != NULL) {
         c = res;
         beta = 1.0f;
@@ -186,6 +226,9 @@ static kiln_status gemm_run(kn_kernel_ctx *kc, gemm_call *g) {
     key.trans_a = g->trans_a;
     key.trans_b = g->trans_b;
     key.epi = (int32_t)epi;
+    key.dtype = g->dtype;
+    key.tf32 = g->tf32;
+    key.align = alignment(g, c);
     key.ws = st->ws_size;
     gemm_local *l;
     bool temp;
@@ -204,8 +247,8 @@ static kiln_status gemm_run(kn_kernel_ctx *kc, gemm_call *g) {
         gemm_local_free(&l->base);
     KC_TRY(rc);
     if (own_epilogue)
-        KC_TRY(KC_LAUNCH(kc_epilogue_f32(st->s, g->y, g->bias, res, g->batch * g->m, g->n, 1,
-                                         g->act, g->act_a, g->act_b),
+        KC_TRY(KC_LAUNCH(kc_epilogue(st->s, g->dtype, g->y, g->bias, res, g->batch * g->m, g->n, 1,
+                                     g->act, g->act_a, g->act_b),
                          "epilogue"));
     return KILN_OK;
 }
@@ -255,13 +298,16 @@ static kiln_status run_gemm(kn_kernel_ctx *k) {
         g.res = k->in[3].data;
     g.act = kc_activation(nd, &g.act_a, &g.act_b);
     g.y = k->out[0].data;
+    g.dtype = k->out[0].dtype;
+    g.tf32 = g.dtype == KILN_DTYPE_FLOAT32 && kc_attr_int(nd, "kiln_allow_tf32", 0) != 0;
     return gemm_run(k, &g);
 }
 
 static bool sup_gemm(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
                      const kn_tensor *out, kn_caps *caps) {
     float a, b;
-    if (!kc_all_f32(in, n_in, caps, "input") || !kc_all_f32(out, n_out, caps, "output"))
+    if (!kc_all_float(in, n_in, caps, "input") || !kc_all_float(out, n_out, caps, "output") ||
+        !kc_one_type(in, n_in, out[0].dtype, caps))
         return false;
     if (in[0].shape.rank != 2 || in[1].shape.rank != 2)
         return kc_reason(caps, "cuda: Gemm needs 2-D A and B");
@@ -344,13 +390,16 @@ static kiln_status run_matmul(kn_kernel_ctx *k) {
         g.bias = k->in[3].data;
     g.act = kc_activation(nd, &g.act_a, &g.act_b);
     g.y = k->out[0].data;
+    g.dtype = k->out[0].dtype;
+    g.tf32 = g.dtype == KILN_DTYPE_FLOAT32 && kc_attr_int(nd, "kiln_allow_tf32", 0) != 0;
     return gemm_run(k, &g);
 }
 
 static bool sup_matmul(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
                        const kn_tensor *out, kn_caps *caps) {
     float a, b;
-    if (!kc_all_f32(in, n_in, caps, "input") || !kc_all_f32(out, n_out, caps, "output"))
+    if (!kc_all_float(in, n_in, caps, "input") || !kc_all_float(out, n_out, caps, "output") ||
+        !kc_one_type(in, n_in, out[0].dtype, caps))
         return false;
     mm_shape s;
     if (!mm_shape_of(&in[0].shape, &in[1].shape, &s))

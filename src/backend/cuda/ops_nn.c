@@ -1,4 +1,5 @@
-/* Normalisation, reductions, pooling and Resize on the GPU (float32). */
+/* Normalisation, reductions, pooling and Resize on the GPU (float32, float16, bfloat16 tensors;
+ * sums, means and exponentials in float32). */
 #include "backend/cuda/cuda_internal.h"
 
 #include <string.h>
@@ -8,8 +9,9 @@
 static bool f32_io(const kn_node *n, int n_in, const kn_tensor *in, int n_out, const kn_tensor *out,
                    kn_caps *caps) {
     (void)n;
-    return kc_all_f32(in, n_in > 0 ? 1 : 0, caps, "input") &&
-           kc_all_f32(out, n_out, caps, "output");
+    return kc_all_float(in, n_in > 0 ? 1 : 0, caps, "input") &&
+           kc_all_float(out, n_out, caps, "output") &&
+           kc_one_type(in, n_in > 0 ? 1 : 0, out[0].dtype, caps);
 }
 
 static int norm_axis(int64_t axis, int rank) {
@@ -32,8 +34,8 @@ static bool softmax_rows(const kn_node *n, const kn_shape *s, int64_t *rows, int
 static kiln_status run_softmax(kn_kernel_ctx *k) {
     int64_t rows, len;
     softmax_rows(k->node, &k->in[0].shape, &rows, &len);
-    return KC_LAUNCH(kc_softmax_f32(STREAM(k), k->in[0].data, k->out[0].data, rows, len,
-                                    strcmp(k->node->op_type, "LogSoftmax") == 0),
+    return KC_LAUNCH(kc_softmax(STREAM(k), k->out[0].dtype, k->in[0].data, k->out[0].data, rows,
+                                len, strcmp(k->node->op_type, "LogSoftmax") == 0),
                      k->node->op_type);
 }
 
@@ -60,9 +62,10 @@ static void ln_rows(const kn_node *n, const kn_shape *s, int64_t *rows, int64_t 
 static kiln_status run_layernorm(kn_kernel_ctx *k) {
     int64_t rows, len;
     ln_rows(k->node, &k->in[0].shape, &rows, &len);
-    const float *bias = k->n_in > 2 && k->in[2].dtype ? k->in[2].data : NULL;
-    return KC_LAUNCH(kc_layernorm_f32(STREAM(k), k->in[0].data, k->in[1].data, bias, k->out[0].data,
-                                      rows, len, kc_attr_float(k->node, "epsilon", 1e-5f)),
+    const void *bias = k->n_in > 2 && k->in[2].dtype ? k->in[2].data : NULL;
+    return KC_LAUNCH(kc_layernorm(STREAM(k), k->out[0].dtype, k->in[0].data, k->in[1].data, bias,
+                                  k->out[0].data, rows, len,
+                                  kc_attr_float(k->node, "epsilon", 1e-5f)),
                      "LayerNormalization");
 }
 
@@ -83,7 +86,8 @@ static bool sup_layernorm(const kn_node *n, int n_in, const kn_tensor *in, int n
             return kc_reason(caps, "cuda: LayerNormalization's Mean/InvStdDev outputs");
     if (rows > 2147483647)
         return kc_reason(caps, "cuda: too many rows");
-    return kc_all_f32(in, n_in, caps, "input") && kc_all_f32(out, 1, caps, "output");
+    return kc_all_float(in, n_in, caps, "input") && kc_all_float(out, 1, caps, "output") &&
+           kc_one_type(in, n_in, out[0].dtype, caps);
 }
 
 /* --- Reduce*: a contiguous run of axes as [outer, n, inner] --- */
@@ -149,8 +153,8 @@ static kiln_status run_reduce(kn_kernel_ctx *k) {
         return kc_check(cudaMemcpyAsync(k->out[0].data, k->in[0].data, kn_tensor_nbytes(&k->in[0]),
                                         cudaMemcpyDeviceToDevice, k->stream->s),
                         k->node->op_type);
-    return KC_LAUNCH(kc_reduce_f32(STREAM(k), reduce_op(k->node->op_type), k->in[0].data,
-                                   k->out[0].data, outer, len, inner),
+    return KC_LAUNCH(kc_reduce(STREAM(k), k->out[0].dtype, reduce_op(k->node->op_type),
+                               k->in[0].data, k->out[0].data, outer, len, inner),
                      k->node->op_type);
 }
 
@@ -174,8 +178,9 @@ static kiln_status run_global_pool(kn_kernel_ctx *k) {
     for (int d = 2; d < s->rank; d++)
         hw *= s->d[d];
     int op = strcmp(k->node->op_type, "GlobalMaxPool") == 0 ? KC_RED_MAX : KC_RED_MEAN;
-    return KC_LAUNCH(kc_reduce_f32(STREAM(k), op, k->in[0].data, k->out[0].data, nc, hw, 1),
-                     k->node->op_type);
+    return KC_LAUNCH(
+        kc_reduce(STREAM(k), k->out[0].dtype, op, k->in[0].data, k->out[0].data, nc, hw, 1),
+        k->node->op_type);
 }
 
 static bool sup_global_pool(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
@@ -233,7 +238,8 @@ static kiln_status pool_params(const kn_node *n, const kn_shape *x, const kn_sha
 static kiln_status run_pool(kn_kernel_ctx *k) {
     kc_pool2d p;
     pool_params(k->node, &k->in[0].shape, &k->out[0].shape, &p);
-    return KC_LAUNCH(kc_pool2d_f32(STREAM(k), &p, k->in[0].data, k->out[0].data), k->node->op_type);
+    return KC_LAUNCH(kc_pool2d_run(STREAM(k), k->out[0].dtype, &p, k->in[0].data, k->out[0].data),
+                     k->node->op_type);
 }
 
 static bool sup_pool(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
@@ -303,7 +309,8 @@ static bool resize_params(const kn_node *n, int n_in, const kn_tensor *in, const
 static kiln_status run_resize(kn_kernel_ctx *k) {
     kc_resize r;
     resize_params(k->node, k->n_in, k->in, k->out, &r);
-    return KC_LAUNCH(kc_resize_f32(STREAM(k), &r, k->in[0].data, k->out[0].data), "Resize");
+    return KC_LAUNCH(kc_resize_run(STREAM(k), k->out[0].dtype, &r, k->in[0].data, k->out[0].data),
+                     "Resize");
 }
 
 static bool sup_resize(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
