@@ -14,6 +14,7 @@
 #include "shape/resolve.h"
 
 #include <fnmatch.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -55,6 +56,22 @@ static bool all_float32(const kn_graph *g, const kn_node *n) {
         }
     }
     return floats > 0 && float_out > 0;
+}
+
+/* Whether a float32 constant input of n holds a finite value float16 cannot represent (an
+ * attention mask's -3.4e38 would become -inf there, and 0 * -inf NaN). */
+static bool const_overflows_half(const kn_graph *g, const kn_node *n) {
+    for (int j = 0; j < n->n_in; j++) {
+        int v = n->in[j];
+        if (v < 0 || g->values[v].dtype != KILN_DTYPE_FLOAT32 || !kn_value_is_const(&g->values[v]))
+            continue;
+        kn_tensor t = kn_value_tensor(&g->values[v]);
+        const float *f = t.data;
+        for (int64_t i = 0, n_el = kn_tensor_numel(&t); i < n_el; i++)
+            if (isfinite(f[i]) && fabsf(f[i]) > 65504.0f)
+                return true;
+    }
+    return false;
 }
 
 /* The backend's offer for node i, the same at every resolution. */
@@ -246,6 +263,8 @@ kiln_status kn_pass_lower_precision(kn_graph *g, int precision, const kn_layer_p
                        : w == KILN_PRECISION_BF16 ? KILN_DTYPE_BFLOAT16
                                                   : 0;
         if (want == 0 || (dtype != 0 && want != dtype))
+            continue;
+        if (want == KILN_DTYPE_FLOAT16 && const_overflows_half(g, n))
             continue;
         if (kn_op_moves_data(n)) { /* data movement follows its input's precision */
             int p = n->n_in > 0 && n->in[0] >= 0 ? g->values[n->in[0]].producer : -1;

@@ -2,7 +2,8 @@
 built in fp16 and bf16 matches its fp32 reference within 1e-2 (bf16: 3e-2) of the output's
 largest magnitude; layers lowered are shown by inspect and carry Casts only at precision
 boundaries; a per-layer override restores float32 where a planted fp16 overflow sits; the
-CLI refuses bad precision arguments in one line."""
+CLI refuses bad precision arguments in one line; a float16 fused element-wise program is
+refused on the CPU, whose kernel computes in float32 only."""
 
 import json
 import os
@@ -115,6 +116,65 @@ def test_layer_override_fixes_planted_fp16_overflow(tmp_path):
     c = outputs(str(tmp_path / "c.plan"), {"x": xp}, str(tmp_path / "c"))["y"]
     d = outputs(str(tmp_path / "d.plan"), {"x": xp}, str(tmp_path / "d"))["y"]
     assert np.array_equal(c, d)
+
+
+def test_constant_beyond_fp16_range_keeps_its_layer_in_fp32(tmp_path):
+    """A layer reading a finite float32 constant float16 cannot hold (an attention mask's
+    -3.4e38 scale) stays float32 under --precision fp16, so 0 * c is 0 and not 0 * -inf = NaN;
+    its neighbour with a small constant is lowered."""
+    c = [helper.make_tensor("big", TensorProto.FLOAT, [1], [-3.0e38]),
+         helper.make_tensor("two", TensorProto.FLOAT, [1], [2.0])]
+    nodes = [helper.make_node("Mul", ["x", "big"], ["a"], name="mask"),
+             helper.make_node("Transpose", ["a"], ["at"], name="t", perm=[1, 0]),
+             helper.make_node("Mul", ["at", "two"], ["y"], name="small")]
+    g = helper.make_graph(nodes, "mask",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])], c)
+    model = str(tmp_path / "m.onnx")
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), model)
+    x = np.array([[0.0, 1.0], [0.0, 0.0]], np.float32)
+    np.save(tmp_path / "x.npy", x)
+    plan = str(tmp_path / "p.plan")
+    kiln("build", model, "-o", plan, "--precision", "fp16")
+    layers = {l["name"]: l["precision"] for l in json.loads(kiln("inspect", plan, "--json")[1])["layers"]}
+    assert layers["mask"] == "fp32" and layers["small"] == "fp16", layers
+    got = outputs(plan, {"x": str(tmp_path / "x.npy")}, str(tmp_path / "o"))["y"]
+    assert not np.isnan(got).any(), got
+    # y = T(x * big) * 2: the zeros stay zeros; the one product past float16's range (and
+    # float32's, once doubled) is -inf
+    assert got[0, 0] == 0 and got[0, 1] == 0 and got[1, 1] == 0 and np.isneginf(got[1, 0]), got
+
+
+def fused_relu_model(path, elem_type):
+    """y = kiln.FusedElementwise(x) with the program LOAD r0 <- x; r1 = Relu(r0); STORE r1 (the
+    encoding of src/ops/fused_elementwise.h), on a 2x3 x of elem_type."""
+    node = helper.make_node("FusedElementwise", ["x"], ["y"], domain="kiln", name="fused",
+                            program=[0, 0, 0, 0, 0, 2, 22, 1, 0, 0, 4, 0, 0, 1, 0],
+                            constants=[0.0])
+    g = helper.make_graph([node], "fused",
+                          [helper.make_tensor_value_info("x", elem_type, [2, 3])],
+                          [helper.make_tensor_value_info("y", elem_type, [2, 3])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                            helper.make_opsetid("kiln", 1)])
+    onnx.save(m, path)
+    return path
+
+
+def test_fused_elementwise_takes_16_bit_types_only_where_a_backend_runs_them(tmp_path):
+    """kiln.FusedElementwise infers float16/bfloat16 (the precision pass lowers it on the CUDA
+    backend), but the CPU's kernel computes in float32 only: a float16 program placed on the CPU
+    is refused at build with the reason, where the float32 one runs."""
+    x = np.array([[-1.0, 2.0, -3.0], [4.0, -5.0, 6.0]], np.float32)
+    f32 = fused_relu_model(str(tmp_path / "f32.onnx"), TensorProto.FLOAT)
+    np.save(tmp_path / "x32.npy", x)
+    got = outputs(f32, {"x": str(tmp_path / "x32.npy")}, str(tmp_path / "o32"))["y"]
+    assert np.array_equal(got, np.maximum(x, 0))
+    f16 = fused_relu_model(str(tmp_path / "f16.onnx"), TensorProto.FLOAT16)
+    np.save(tmp_path / "x16.npy", x.astype(np.float16))
+    rc, _, err = kiln("run", f16, "--input", f"x={tmp_path / 'x16.npy'}", "--output-dir",
+                      str(tmp_path / "o16"), check=False)
+    assert rc != 0 and err.count("\n") == 1, err
+    assert "runs FusedElementwise in float32 only (input 0 is float16)" in err, err
 
 
 @pytest.mark.parametrize("args,words", [

@@ -51,7 +51,9 @@ static bool cpu_supports(kn_backend *b, const kn_node *n, int n_in, const kn_ten
                  n->domain, n->domain[0] ? "." : "", n->op_type);
         return false;
     }
-    if (kn_op_is_product(n)) /* the CPU products compute in float32 only */
+    /* the CPU products and fused element-wise programs compute in float32 only */
+    if (kn_op_is_product(n) ||
+        (strcmp(n->domain, "kiln") == 0 && strcmp(n->op_type, "FusedElementwise") == 0))
         for (int j = 0; j < n_in; j++)
             if (in[j].dtype != 0 && kn_dtype_is_float(in[j].dtype) &&
                 in[j].dtype != KILN_DTYPE_FLOAT32) {

@@ -212,15 +212,20 @@ kiln_status kn_ew_infer_fused(kn_infer_ctx *c) {
                         KN_EW_MAX_VARIADIC);
     if (c->n_out != 1)
         return kn_error(KILN_ERR_MODEL, "expects 1 output, has %d", c->n_out);
+    /* fuse_elementwise makes it in float32; the precision pass may lower it to float16 or
+     * bfloat16 on a backend that offers that (every input in the one type). */
     int idx[KN_EW_MAX_VARIADIC];
     for (int i = 0; i < c->n_in; i++) {
         if (!kn_has_input(c, i))
             return kn_error(KILN_ERR_MODEL, "input %d is required", i);
-        KN_TRY(ew_check_dtype(c, i, 1u << KILN_DTYPE_FLOAT32));
+        KN_TRY(ew_check_dtype(c, i,
+                              i == 0 ? (1u << KILN_DTYPE_FLOAT32) | (1u << KILN_DTYPE_FLOAT16) |
+                                           (1u << KILN_DTYPE_BFLOAT16)
+                                     : 1u << c->in[0].dtype));
         idx[i] = i;
     }
     KN_TRY(kn_fused_validate(c->node, c->n_in));
     KN_TRY(ew_broadcast(c, c->n_in, idx, &c->out[0].shape));
-    c->out[0].dtype = KILN_DTYPE_FLOAT32;
+    c->out[0].dtype = c->n_in > 0 ? c->in[0].dtype : KILN_DTYPE_FLOAT32;
     return KILN_OK;
 }
