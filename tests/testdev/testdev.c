@@ -702,12 +702,13 @@ static bool td_supports(kn_backend *b, const kn_node *n, int n_in, const kn_tens
         }
     caps->host_in = host_inputs(n->op_type);
     caps->capture_safe = true;
-    /* it runs the host's kernels: it lowers what the host lowers */
+    /* it runs the host's kernels: it lowers what the host lowers, but never to float16,
+     * which it refuses above */
     kn_backend *h = host->host_backend();
     kn_caps hc;
     memset(&hc, 0, sizeof hc);
     if (h->iface->supports != NULL && h->iface->supports(h, n, n_in, in, n_out, out, &hc))
-        caps->lower = hc.lower;
+        caps->lower = hc.lower & ~(uint32_t)KN_LOWER_FP16;
     return true;
 }
 
