@@ -1,8 +1,18 @@
-"""kiln dtypes (ONNX TensorProto numbering) <-> numpy dtypes."""
+"""kiln dtypes (ONNX TensorProto numbering) <-> numpy dtypes.
+
+The 8-bit floats, int4/uint4 and float4e2m1 are storage types of one byte per element (the
+4-bit ones in the low nibble). With ml_dtypes installed (onnx depends on it) they map to its
+dtypes, whose byte layout is the same; without it they travel as uint8 arrays of the codes.
+bfloat16 travels as uint16 bit patterns either way, as it always has."""
 
 import enum
 
 import numpy as np
+
+try:
+    import ml_dtypes
+except ImportError:  # the uint8 form below needs nothing
+    ml_dtypes = None
 
 from ._lib import ERR_DTYPE, KilnError
 
@@ -23,6 +33,14 @@ class DType(enum.IntEnum):
     UINT32 = 12
     UINT64 = 13
     BFLOAT16 = 16
+    FLOAT8E4M3FN = 17
+    FLOAT8E4M3FNUZ = 18
+    FLOAT8E5M2 = 19
+    FLOAT8E5M2FNUZ = 20
+    UINT4 = 21
+    INT4 = 22
+    FLOAT4E2M1 = 23
+    FLOAT8E8M0 = 24
 
 
 _TO_NUMPY = {
@@ -41,11 +59,35 @@ _TO_NUMPY = {
     # numpy has no bfloat16: its 16-bit patterns travel as uint16.
     DType.BFLOAT16: np.dtype(np.uint16),
 }
-_FROM_NUMPY = {v: k for k, v in _TO_NUMPY.items() if k != DType.BFLOAT16}
+_ML_DTYPES = {
+    DType.FLOAT8E4M3FN: "float8_e4m3fn",
+    DType.FLOAT8E4M3FNUZ: "float8_e4m3fnuz",
+    DType.FLOAT8E5M2: "float8_e5m2",
+    DType.FLOAT8E5M2FNUZ: "float8_e5m2fnuz",
+    DType.UINT4: "uint4",
+    DType.INT4: "int4",
+    DType.FLOAT4E2M1: "float4_e2m1fn",
+    DType.FLOAT8E8M0: "float8_e8m0fnu",
+}
+for _k, _name in _ML_DTYPES.items():
+    _t = getattr(ml_dtypes, _name, None) if ml_dtypes is not None else None
+    _TO_NUMPY[_k] = np.dtype(_t) if _t is not None else np.dtype(np.uint8)
+# Only dtypes that name one kiln dtype map back: uint8 stays UINT8, uint16 stays UINT16.
+_FROM_NUMPY = {}
+for _k, _v in _TO_NUMPY.items():
+    _FROM_NUMPY.setdefault(_v, _k)
+
+
+def narrow_as_numpy():
+    """True when the 8- and 4-bit storage types map to ml_dtypes dtypes, False when they
+    travel as uint8 codes."""
+    return ml_dtypes is not None
 
 
 def to_numpy(dtype):
     """numpy dtype of a kiln dtype number."""
+    if int(dtype) == DType.STRING:
+        raise KilnError(ERR_DTYPE, "string tensors have no numpy buffer form in kiln")
     try:
         return _TO_NUMPY[DType(int(dtype))]
     except (KeyError, ValueError):
