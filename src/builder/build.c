@@ -162,13 +162,46 @@ static void name_dim(const kn_graph *g, const kn_resolved *lo, const kn_resolved
             }
 }
 
+/* Exporters write value_info (and output types) that inference proves wrong: a stale shape
+ * after an edit, another dtype. Inference wins, as in onnxruntime, and the model still builds;
+ * a warning names the tensor. Only what is certain counts: a declared dtype, rank or fixed dim
+ * that differs from what inference gives at the profile's min or max shape. */
+static void warn_if_declared_differs(const kn_value *val, const kn_resolved *lo,
+                                     const kn_resolved *hi) {
+    bool differs = val->dtype != 0 && val->dtype != hi->t.dtype;
+    if (val->rank >= 0 && val->rank != hi->t.shape.rank)
+        differs = true;
+    for (int d = 0; !differs && val->rank >= 0 && d < val->rank; d++)
+        if (val->dims[d].sym == NULL && val->dims[d].value >= 0 &&
+            (val->dims[d].value != lo->t.shape.d[d] || val->dims[d].value != hi->t.shape.d[d]))
+            differs = true;
+    if (!differs)
+        return;
+    char want[96] = "?", got[96];
+    if (val->rank >= 0) {
+        kn_shape s = {.rank = val->rank};
+        for (int d = 0; d < val->rank; d++)
+            s.d[d] = val->dims[d].sym == NULL ? val->dims[d].value : -1;
+        kn_shape_str(&s, want, sizeof want);
+    }
+    kn_shape_str(&hi->t.shape, got, sizeof got);
+    kn_log(KILN_LOG_WARNING,
+           "tensor '%s': the model declares %s %s, inference gives %s %s; using the inferred type",
+           val->name, val->dtype ? kn_dtype_name(val->dtype) : "?", want,
+           kn_dtype_name(hi->t.dtype), got);
+}
+
 /* Give every value its dtype and shape; dims that differ between the profile extremes are
- * symbolic (named after an input symbol with the same extremes when there is one). */
-static kiln_status annotate(kn_graph *g, const kn_resolved *lo, const kn_resolved *hi) {
+ * symbolic (named after an input symbol with the same extremes when there is one). On the
+ * first pass (check_declared) the types the model declared are still there to compare. */
+static kiln_status annotate(kn_graph *g, const kn_resolved *lo, const kn_resolved *hi,
+                            bool check_declared) {
     for (int v = 0; v < g->n_values; v++) {
         kn_value *val = &g->values[v];
         if (val->is_input || val->data != NULL || !hi[v].known || !lo[v].known)
             continue;
+        if (check_declared)
+            warn_if_declared_differs(val, &lo[v], &hi[v]);
         val->dtype = hi[v].t.dtype;
         val->rank = hi[v].t.shape.rank;
         for (int d = 0; d < KN_MAX_RANK; d++) {
@@ -328,9 +361,10 @@ static kiln_status check_kernels(kn_graph *g, const kiln_build_config *cfg,
     return rc;
 }
 
-/* Resolve at min and max, fold, annotate. */
+/* Resolve at min and max, fold, annotate (check_declared: see annotate). */
 static kiln_status resolve_fold_annotate(kn_graph *g, const kiln_build_config *cfg,
-                                         const kn_plugin_table *plugins, bool fold) {
+                                         const kn_plugin_table *plugins, bool fold,
+                                         bool check_declared) {
     /* min, max, then opt: min and max name the symbolic dims, all three must agree to fold */
     static const int which[3] = {0, 2, 1};
     resolutions r;
@@ -338,7 +372,7 @@ static kiln_status resolve_fold_annotate(kn_graph *g, const kiln_build_config *c
     if (rc == KILN_OK && fold)
         rc = kn_pass_fold_constants(g, (const kn_resolved *const *)r.at, 3);
     if (rc == KILN_OK)
-        rc = annotate(g, r.at[0], r.at[1]);
+        rc = annotate(g, r.at[0], r.at[1], check_declared);
     resolutions_free(&r);
     return rc;
 }
@@ -358,7 +392,7 @@ static kiln_status inline_constant_ifs(kn_graph *g, const kiln_build_config *cfg
         if (inlined > 0) {
             KN_TRY(kn_graph_toposort(g)); /* dead-node elimination walks in order */
             KN_TRY(tidy(g));
-            KN_TRY(resolve_fold_annotate(g, cfg, plugins, true));
+            KN_TRY(resolve_fold_annotate(g, cfg, plugins, true, false));
             KN_TRY(tidy(g));
         }
     }
@@ -385,7 +419,7 @@ kiln_status kn_build_plan(const kiln_builder *b, const kiln_network *net,
             KILN_OK)
         goto fail;
     progress(cfg, "folding constants", 0.3);
-    if ((rc = resolve_fold_annotate(g, cfg, &plugins, true)) != KILN_OK ||
+    if ((rc = resolve_fold_annotate(g, cfg, &plugins, true, true)) != KILN_OK ||
         (rc = tidy(g)) != KILN_OK || (rc = inline_constant_ifs(g, cfg, &plugins)) != KILN_OK)
         goto fail;
     progress(cfg, "placing", 0.5);
@@ -399,15 +433,15 @@ kiln_status kn_build_plan(const kiln_builder *b, const kiln_network *net,
         goto fail;
     progress(cfg, "annotating", 0.7);
     int before_copies = g->n_nodes;
-    if ((rc = resolve_fold_annotate(g, cfg, &plugins, false)) != KILN_OK ||
+    if ((rc = resolve_fold_annotate(g, cfg, &plugins, false, false)) != KILN_OK ||
         (rc = lower(g, cfg, &plugins)) != KILN_OK ||
         (g->n_nodes != before_copies &&
-         (rc = resolve_fold_annotate(g, cfg, &plugins, false)) != KILN_OK))
+         (rc = resolve_fold_annotate(g, cfg, &plugins, false, false)) != KILN_OK))
         goto fail;
     before_copies = g->n_nodes;
     if ((rc = kn_pass_insert_copies(g)) != KILN_OK ||
         (g->n_nodes != before_copies &&
-         (rc = resolve_fold_annotate(g, cfg, &plugins, false)) != KILN_OK))
+         (rc = resolve_fold_annotate(g, cfg, &plugins, false, false)) != KILN_OK))
         goto fail;
     progress(cfg, "checking kernels", 0.85);
     if ((rc = check_kernels(g, cfg, &plugins)) != KILN_OK)

@@ -8,6 +8,10 @@ Paddle2ONNX and older exporters write a dynamic dim as `dim_value: -1` on graph 
 outputs and value_info (and 0 on outputs and value_info) instead of a `dim_param`. kiln reads
 them as unnamed dynamic dims: the model builds with a profile and runs at several shapes,
 matching onnxruntime at each.
+
+BatchNormalization's forms from opsets 1-8 (consumed_inputs, is_test, spatial=1) run;
+spatial=0 is refused in one line. value_info (or an output type) that inference proves wrong
+is a warning naming the tensor, and the model runs with the inferred type.
 """
 
 import os
@@ -111,3 +115,82 @@ def test_opset6_broadcast_kiln_cannot_compute_is_refused(tmp_path, b_shape, attr
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert proc.returncode == 1 and len(lines) == 1, proc.stderr
     assert words in lines[0] and "opset 6" in lines[0]
+
+
+def legacy_batchnorm(tmp_path, opset, **attrs):
+    rng = np.random.RandomState(3)
+    x = rng.randn(2, 3, 4, 5).astype(np.float32)
+    scale, bias, mean = (rng.randn(3).astype(np.float32) for _ in range(3))
+    var = rng.rand(3).astype(np.float32) + 0.5
+    inits = [numpy_helper.from_array(v, n) for v, n in
+             [(scale, "s"), (bias, "b"), (mean, "m"), (var, "v")]]
+    graph = helper.make_graph(
+        [helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], **attrs)],
+        "old_bn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4, 5])], inits)
+    path = tmp_path / "bn.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
+                                ir_version=3), path)
+    np.save(tmp_path / "x.npy", x)
+    args = [KILN, "run", path, "--input", f"x={tmp_path / 'x.npy'}", "--output-dir",
+            tmp_path / "out"]
+    proc = subprocess.run(list(map(str, args)), capture_output=True, text=True, timeout=120)
+    c = (slice(None), None, None)
+    want = (x - mean[c]) / np.sqrt(var[c] + attrs.get("epsilon", 1e-5)) * scale[c] + bias[c]
+    return proc, want
+
+
+@pytest.mark.parametrize("opset,attrs", [
+    (1, {"consumed_inputs": [0, 0, 0, 1, 1], "is_test": 1}),
+    (1, {"consumed_inputs": [0, 0, 0, 1, 1]}),
+    (6, {"consumed_inputs": [0, 0, 0, 1, 1], "is_test": 1, "epsilon": 1e-3}),
+    (6, {"is_test": 1, "spatial": 1}),
+    (7, {"spatial": 1, "epsilon": 1e-4}),
+    (9, {})])
+def test_old_batchnorm_forms_run(tmp_path, opset, attrs):
+    proc, want = legacy_batchnorm(tmp_path, opset, **attrs)
+    assert proc.returncode == 0, proc.stderr
+    np.testing.assert_allclose(np.load(tmp_path / "out" / "y.npy"), want, rtol=1e-5, atol=1e-5)
+
+
+def test_batchnorm_spatial_0_is_refused_in_one_line(tmp_path):
+    proc, _ = legacy_batchnorm(tmp_path, 7, spatial=0)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+    assert "spatial = 0" in lines[0]
+
+
+def declared_model(tmp_path, declared_type, declared_shape):
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Neg", ["r"], ["y"])], "vi",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        value_info=[helper.make_tensor_value_info("r", declared_type, declared_shape)])
+    path = tmp_path / "vi.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    x = np.random.RandomState(4).randn(2, 3).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    args = [KILN, "run", path, "--input", f"x={tmp_path / 'x.npy'}", "--output-dir",
+            tmp_path / "out"]
+    proc = subprocess.run(list(map(str, args)), capture_output=True, text=True, timeout=120)
+    return proc, -np.maximum(x, 0)
+
+
+@pytest.mark.parametrize("declared_type,declared_shape,words", [
+    (TensorProto.FLOAT, [4, 5], "declares float32 4x5, inference gives float32 2x3"),
+    (TensorProto.INT64, [2, 3], "declares int64 2x3, inference gives float32 2x3"),
+    (TensorProto.FLOAT, [2, 3, 1], "declares float32 2x3x1")])
+def test_value_info_that_contradicts_inference_warns_and_runs(tmp_path, declared_type,
+                                                              declared_shape, words):
+    proc, want = declared_model(tmp_path, declared_type, declared_shape)
+    assert proc.returncode == 0, proc.stderr
+    warnings = [ln for ln in proc.stderr.splitlines() if "warning" in ln]
+    assert len(warnings) == 1 and "tensor 'r'" in warnings[0] and words in warnings[0], proc.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "y.npy"), want)
+
+
+@pytest.mark.parametrize("declared_shape", [[2, 3], ["n", 3], [-1, 3], None])
+def test_value_info_that_agrees_or_is_open_gives_no_warning(tmp_path, declared_shape):
+    proc, want = declared_model(tmp_path, TensorProto.FLOAT, declared_shape)
+    assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "y.npy"), want)

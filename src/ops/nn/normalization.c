@@ -43,6 +43,9 @@ kiln_status kn_infer_batchnorm(kn_infer_ctx *c) {
     static const char *const names[] = {"scale", "B", "input_mean", "input_var"};
     for (int i = 1; i <= 4; i++)
         KN_TRY(need_vector(c, i, names[i - 1], ch));
+    /* Opsets 1-8 carry spatial (0: statistics per activation, not per channel), opsets 1-6
+     * also consumed_inputs (an in-place hint for training) and is_test: with Y alone as output
+     * every form computes the same inference-mode normalization. */
     if (c->node->opset < 9 && kn_attr_int(c->node, "spatial", 1) == 0)
         return kn_error(KILN_ERR_UNSUPPORTED, "spatial = 0 is not supported");
     bool training = c->node->opset >= 14 && kn_attr_int(c->node, "training_mode", 0) != 0;
