@@ -10,7 +10,8 @@ them as unnamed dynamic dims: the model builds with a profile and runs at severa
 matching onnxruntime at each.
 
 BatchNormalization's forms from opsets 1-8 (consumed_inputs, is_test, spatial=1) run;
-spatial=0 is refused in one line. value_info (or an output type) that inference proves wrong
+spatial=0 is refused in one line. Reshape-1 (shape attribute), Pad-1 (paddings attribute)
+and Upsample-1 (height_scale/width_scale) run. value_info (or an output type) that inference proves wrong
 is a warning naming the tensor, and the model runs with the inferred type.
 """
 
@@ -194,3 +195,51 @@ def test_value_info_that_agrees_or_is_open_gives_no_warning(tmp_path, declared_s
     proc, want = declared_model(tmp_path, TensorProto.FLOAT, declared_shape)
     assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr
     np.testing.assert_array_equal(np.load(tmp_path / "out" / "y.npy"), want)
+
+
+def run_legacy(tmp_path, node, opset, x):
+    graph = helper.make_graph([node], "legacy",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    path = tmp_path / "legacy.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
+                                ir_version=3), path)
+    np.save(tmp_path / "x.npy", x)
+    kiln("run", path, "--input", f"x={tmp_path / 'x.npy'}", "--output-dir", tmp_path / "out")
+    return np.load(tmp_path / "out" / "y.npy")
+
+
+LEGACY_X = np.random.RandomState(5).randn(2, 3, 2, 3).astype(np.float32)
+
+
+@pytest.mark.parametrize("name,opset,node,want", [
+    ("upsample1_nearest", 1,
+     helper.make_node("Upsample", ["x"], ["y"], height_scale=2.0, width_scale=3.0),
+     LEGACY_X.repeat(2, 2).repeat(3, 3)),
+    ("reshape1", 1, helper.make_node("Reshape", ["x"], ["y"], shape=[6, -1]),
+     LEGACY_X.reshape(6, -1)),
+    ("reshape1_consumed_inputs", 4,
+     helper.make_node("Reshape", ["x"], ["y"], shape=[0, 9, 2], consumed_inputs=[0]),
+     LEGACY_X.reshape(2, 9, 2)),
+    ("pad1_constant", 1,
+     helper.make_node("Pad", ["x"], ["y"], paddings=[0, 0, 1, 2, 0, 0, 2, 1], value=1.5),
+     np.pad(LEGACY_X, [(0, 0), (0, 0), (1, 2), (2, 1)], constant_values=1.5)),
+    ("pad1_reflect", 1,
+     helper.make_node("Pad", ["x"], ["y"], paddings=[0, 0, 1, 2, 0, 0, 1, 2], mode="reflect"),
+     np.pad(LEGACY_X, [(0, 0), (0, 0), (1, 1), (2, 2)], mode="reflect"))],
+    ids=lambda v: v if isinstance(v, str) else "")
+def test_older_upsample_reshape_pad_forms_run(tmp_path, name, opset, node, want):
+    np.testing.assert_array_equal(run_legacy(tmp_path, node, opset, LEGACY_X), want)
+
+
+def test_upsample1_bilinear_matches_onnxruntime_upsample9(tmp_path):
+    got = run_legacy(tmp_path, helper.make_node("Upsample", ["x"], ["y"], mode="bilinear",
+                                                height_scale=2.0, width_scale=2.0), 1, LEGACY_X)
+    scales = numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")
+    graph = helper.make_graph(
+        [helper.make_node("Upsample", ["x", "scales"], ["y"], mode="linear")], "up9",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, LEGACY_X.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [scales])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)])
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(got, sess.run(None, {"x": LEGACY_X})[0], rtol=1e-5, atol=1e-6)

@@ -184,6 +184,18 @@ kiln_status kn_resize_params_get(const kn_node *n, int n_in, const kn_tensor *in
     int n_axes;
     KN_TRY(parse_axes(n, p->rank, axes, &n_axes));
     const kn_tensor *roi = NULL, *scales = NULL, *sizes = NULL;
+    if (upsample && n->opset < 7) {
+        /* Upsample-1 scales the two trailing dims of an NCHW tensor by two attributes. */
+        if (p->rank != 4)
+            return kn_error(KILN_ERR_SHAPE, "input X must have rank 4 before opset 7, got %d",
+                            p->rank);
+        float s[4] = {1.0f, 1.0f, kn_attr_float(n, "height_scale", 0.0f),
+                      kn_attr_float(n, "width_scale", 0.0f)};
+        if (!(s[2] >= 1.0f && s[3] >= 1.0f))
+            return kn_error(KILN_ERR_MODEL, "height_scale and width_scale must be >= 1");
+        kn_tensor t = {.dtype = KILN_DTYPE_FLOAT32, .shape = {1, {4}}, .data = s};
+        return scales_to_out(&t, axes, n_axes, p);
+    }
     if (upsample && n->opset < 9) {
         const float *s = NULL;
         if (kn_attr_floats(n, "scales", &s) != p->rank)
