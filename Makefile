@@ -129,7 +129,8 @@ CUDA_HOME ?= /usr/local/cuda
 build-cuda:
 	cmake -S . -B $(CUDA_BUILD) -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DKILN_TRITON=ON \
 	  -DCMAKE_CUDA_COMPILER=$(CUDA_HOME)/bin/nvcc -DCUDAToolkit_ROOT=$(CUDA_HOME)
-	cmake --build $(CUDA_BUILD) -j$(JOBS) --target kiln kiln_shared kiln_cuda triton_kiln
+	cmake --build $(CUDA_BUILD) -j$(JOBS) --target kiln kiln_shared kiln_cuda triton_kiln swish \
+	  relu_sigmoid_mul
 
 test-gpu: build-cuda
 	KILN_BACKEND_PATH=$(CURDIR)/$(CUDA_BUILD)/lib KILN_LIBRARY=$(CURDIR)/$(CUDA_BUILD)/lib/libkiln.so \

@@ -463,11 +463,30 @@ kiln_status kn_plugin_create_for_node(const kiln_registry *r, const kn_node *n,
 }
 
 bool kn_plugin_supports_backend(const kiln_plugin_instance *inst, const char *backend) {
-    if (strcmp(backend, "cpu") == 0)
-        return true;
+    bool host = strcmp(backend, KN_BACKEND_HOST) == 0;
     const kiln_plugin_ops *o = inst ? inst->ops : NULL;
     if (o == NULL || o->abi_version < 2 || !KILN_HAS_MEMBER(o, kiln_plugin_ops, supports_backend) ||
         o->supports_backend == NULL)
-        return false;
+        return host;
     return o->supports_backend(inst->self, backend) != 0;
+}
+
+bool kn_plugin_graph_safe(const kiln_plugin_instance *inst) {
+    const kiln_plugin_ops *o = inst ? inst->ops : NULL;
+    return o != NULL && o->abi_version >= 2 && KILN_HAS_MEMBER(o, kiln_plugin_ops, flags) &&
+           (o->flags & KILN_PLUGIN_FLAG_GRAPH_SAFE) != 0;
+}
+
+kiln_status kn_plugin_check_backend(const kn_node *n, const kiln_plugin_instance *inst,
+                                    const char *backend) {
+    if (kn_plugin_supports_backend(inst, backend))
+        return KILN_OK;
+    if (strcmp(backend, KN_BACKEND_HOST) == 0)
+        return kn_error(KILN_ERR_UNSUPPORTED,
+                        "node '%s': plugin '%s' does not run on the cpu and no backend it "
+                        "supports is in this build (build with --backend NAME for one it names "
+                        "in supports_backend, e.g. --backend cuda)",
+                        n->name, n->op_type);
+    return kn_error(KILN_ERR_UNSUPPORTED, "node '%s': plugin '%s' does not run on backend '%s'",
+                    n->name, n->op_type, backend);
 }
