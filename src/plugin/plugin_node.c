@@ -3,6 +3,7 @@
 
 #include "core/alloc.h"
 #include "core/status.h"
+#include "ir/placement.h"
 #include "ops/op.h"
 #include "plugin/near_names.h"
 
@@ -34,7 +35,9 @@ static bool skipped(const kn_node *n, const char *name, bool onnx) {
     if (onnx)
         return strcmp(name, "plugin_version") == 0 || strcmp(name, "plugin_namespace") == 0 ||
                (strcmp(n->op_type, "Plugin") == 0 && strcmp(name, "name") == 0);
-    return strncmp(name, "kiln_plugin_", 12) == 0;
+    /* kiln's own bookkeeping on a bound node: its identity and where placement put it. */
+    return strncmp(name, "kiln_plugin_", 12) == 0 || strcmp(name, KN_ATTR_BACKEND) == 0 ||
+           strcmp(name, KN_ATTR_HOST_INPUTS) == 0 || strcmp(name, KN_ATTR_PLACEMENT_REASON) == 0;
 }
 
 /* Attributes -> fields (pointing into the node's attributes). */

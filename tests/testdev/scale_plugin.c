@@ -133,10 +133,17 @@ static int32_t sc_create(const kiln_plugin_creator *c, const kiln_field_list *fi
     if (s == NULL)
         return -1;
     s->factor = 1.0f;
-    for (int i = 0; i < fields->count; i++)
-        if (strcmp(fields->fields[i].name, "factor") == 0 &&
-            fields->fields[i].type == KILN_FIELD_FLOAT32 && fields->fields[i].count == 1)
+    /* Strict about fields: kiln's own node attributes (such as where placement put the node)
+     * must never reach a plugin as fields. */
+    for (int i = 0; i < fields->count; i++) {
+        if (strcmp(fields->fields[i].name, "factor") != 0) {
+            host->set_error("TestScale takes only 'factor'; got '%s'", fields->fields[i].name);
+            free(s);
+            return -1;
+        }
+        if (fields->fields[i].type == KILN_FIELD_FLOAT32 && fields->fields[i].count == 1)
             s->factor = *(const float *)fields->fields[i].data;
+    }
     const char *name = c->name;
     out->ops = strcmp(name, "TestScaleDevOnly") == 0 ? &sc_dev_only_ops
                : strcmp(name, "TestScaleV1") == 0    ? &sc_v1_ops
