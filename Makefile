@@ -138,6 +138,9 @@ test-gpu: build-cuda
 	  --precision fp16 bf16 --jobs $(JOBS)
 	KILN_BACKEND_PATH=$(CURDIR)/$(CUDA_BUILD)/lib $(PYTHON) tests/cuda/triton_gpu.py \
 	  --kiln $(CUDA_BUILD)/bin/kiln --backend-lib $(CUDA_BUILD)/triton/libtriton_kiln.so
+	KILN_BACKEND_PATH=$(CURDIR)/$(CUDA_BUILD)/lib KILN_LIBRARY=$(CURDIR)/$(CUDA_BUILD)/lib/libkiln.so \
+	  $(PYTHON) tests/cuda/plugins_gpu.py --kiln $(CUDA_BUILD)/bin/kiln \
+	  --plugins $(CUDA_BUILD)/plugins --torch
 
 bench: build
 	$(PYTHON) bench/bench.py --kiln $(KILN)

@@ -127,7 +127,8 @@ class DeviceArray:
     """A plugin's view of a tensor in CUDA device memory (the CUDA backend). It holds no
     memory: shape, dtype, ptr (a device pointer) and stream (the context's cudaStream_t, as an
     int), and __cuda_array_interface__, so torch.as_tensor(a, device="cuda") or
-    cupy.asarray(a) wrap it without copies. Work on it must be ordered on `stream` (e.g.
+    cupy.asarray(a) wrap it without copies (inputs have writable False: never write them).
+    Work on it must be ordered on `stream` (e.g.
     inside torch.cuda.stream(torch.cuda.ExternalStream(a.stream))) or finished before compute
     returns."""
 
@@ -153,7 +154,8 @@ class DeviceArray:
         cai = {
             "shape": self.shape,
             "typestr": self.dtype.str,
-            "data": (self.ptr, not self.writable),
+            # Consumers such as torch refuse read-only arrays; inputs must still not be written.
+            "data": (self.ptr, False),
             "strides": None,
             "version": 3,
         }
