@@ -129,7 +129,8 @@ CUDA_HOME ?= /usr/local/cuda
 build-cuda:
 	cmake -S . -B $(CUDA_BUILD) -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DKILN_TRITON=ON \
 	  -DCMAKE_CUDA_COMPILER=$(CUDA_HOME)/bin/nvcc -DCUDAToolkit_ROOT=$(CUDA_HOME)
-	cmake --build $(CUDA_BUILD) -j$(JOBS) --target kiln kiln_shared kiln_cuda triton_kiln
+	cmake --build $(CUDA_BUILD) -j$(JOBS) --target kiln kiln_shared kiln_cuda triton_kiln swish \
+	  relu_sigmoid_mul
 
 test-gpu: build-cuda
 	KILN_BACKEND_PATH=$(CURDIR)/$(CUDA_BUILD)/lib KILN_LIBRARY=$(CURDIR)/$(CUDA_BUILD)/lib/libkiln.so \
@@ -137,6 +138,9 @@ test-gpu: build-cuda
 	  --precision fp16 bf16 --jobs $(JOBS)
 	KILN_BACKEND_PATH=$(CURDIR)/$(CUDA_BUILD)/lib $(PYTHON) tests/cuda/triton_gpu.py \
 	  --kiln $(CUDA_BUILD)/bin/kiln --backend-lib $(CUDA_BUILD)/triton/libtriton_kiln.so
+	KILN_BACKEND_PATH=$(CURDIR)/$(CUDA_BUILD)/lib KILN_LIBRARY=$(CURDIR)/$(CUDA_BUILD)/lib/libkiln.so \
+	  $(PYTHON) tests/cuda/plugins_gpu.py --kiln $(CUDA_BUILD)/bin/kiln \
+	  --plugins $(CUDA_BUILD)/plugins --torch
 
 bench: build
 	$(PYTHON) bench/bench.py --kiln $(KILN)

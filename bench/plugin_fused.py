@@ -9,6 +9,11 @@ runs both with `kiln bench --json`, reports how many layers each plan has after 
 docs/plugins.md between the bench markers.
 
     python3 bench/plugin_fused.py --kiln build/bin/kiln --plugins build/plugins
+
+With --backend cuda (a CUDA build's kiln and plugins) every model runs on the GPU: the plugin's
+CUDA kernel, kiln's fused kernel and the three one-op models; the table then also gives the
+GPU time of the compute layers (`kiln bench --profile`, copies of the host input and output
+left out) and goes between the bench:plugin_fused_cuda markers.
 """
 
 import argparse
@@ -26,6 +31,8 @@ from onnx import TensorProto, helper
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BEGIN = "<!-- bench:plugin_fused:begin -->"
 END = "<!-- bench:plugin_fused:end -->"
+BEGIN_GPU = "<!-- bench:plugin_fused_cuda:begin -->"
+END_GPU = "<!-- bench:plugin_fused_cuda:end -->"
 SINGLES = ("relu", "sigmoid", "mul")
 
 
@@ -63,14 +70,22 @@ def kiln(binary, *args):
     return r.stdout
 
 
-def layers(binary, model, lib):
-    text = kiln(binary, "inspect", model, "--plugins", lib)
+def layers(binary, model, lib, backend):
+    text = kiln(binary, "inspect", model, "--plugins", lib, *backend)
     m = re.search(r"layers \((\d+) after optimization\)", text)
     kinds = re.findall(r"^\s+\d+\s+\S+\s+(.+?)\s+->", text, re.M)
     return (int(m.group(1)) if m else -1), kinds
 
 
-def check_same(binary, paths, lib, shape, folder):
+def compute_ms(binary, model, lib, backend, iterations, warmup):
+    """Median ms of the layers that are not copies between host and device."""
+    res = json.loads(kiln(binary, "bench", model, "--plugins", lib, *backend, "--profile",
+                          "--json", "--iterations", str(iterations), "--warmup", str(warmup)))
+    return sum(layer["median_ms"] for layer in res["layers"]
+               if "Memcpy" not in layer["op"])
+
+
+def check_same(binary, paths, lib, shape, folder, backend):
     x = (np.random.RandomState(0).randn(*shape) * 4).astype(np.float32)
     np.save(os.path.join(folder, "x.npy"), x)
     outs = {}
@@ -78,7 +93,7 @@ def check_same(binary, paths, lib, shape, folder):
         model = paths[name]
         out = os.path.join(folder, f"out_{name}")
         kiln(binary, "run", model, "--input", f"x={folder}/x.npy", "--output-dir", out,
-             "--plugins", lib)
+             "--plugins", lib, *backend)
         outs[name] = np.load(os.path.join(out, "y.npy"))
     return float(np.abs(outs["plugin"] - outs["ops"]).max())
 
@@ -93,33 +108,48 @@ def main():
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--doc", default=os.path.join(REPO, "docs", "plugins.md"))
     ap.add_argument("--no-doc", action="store_true", help="print only")
+    ap.add_argument("--backend", default="cpu", help="cpu, or cuda for the GPU")
     args = ap.parse_args()
+    gpu = args.backend != "cpu"
+    backend = ["--backend", args.backend]
+    begin, end = (BEGIN, END) if not gpu else (BEGIN_GPU, END_GPU)
+    if gpu:
+        args.threads = "1"
     shape = tuple(int(d) for d in args.shape.split("x"))
     lib = os.path.join(args.plugins, "librelu_sigmoid_mul.so")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         paths = make_models(tmp, shape)
-        diff = check_same(args.kiln, paths, lib, shape, tmp)
-        plans = {name: layers(args.kiln, paths[name], lib) for name in ("plugin", "ops")}
+        diff = check_same(args.kiln, paths, lib, shape, tmp, backend)
+        plans = {name: layers(args.kiln, paths[name], lib, backend) for name in ("plugin", "ops")}
+        gpu_ms = {}
         for threads in args.threads.split(","):
             lat = {}
             for name, model in paths.items():
                 res = json.loads(kiln(args.kiln, "bench", model, "--plugins", lib, "--threads",
                                       threads, "--iterations", str(args.iterations),
-                                      "--warmup", str(args.warmup), "--json"))
+                                      "--warmup", str(args.warmup), "--json", *backend))
                 lat[name] = res["latency_ms"]
+                if gpu:
+                    gpu_ms[name] = compute_ms(args.kiln, model, lib, backend, args.iterations,
+                                              args.warmup)
+            if gpu:
+                gpu_ms["separate"] = sum(gpu_ms[m] for m in SINGLES)
             rows.append(("plugin", int(threads), lat["plugin"]))
             rows.append(("ops", int(threads), lat["ops"]))
             rows.append(("separate", int(threads), {k: sum(lat[m][k] for m in SINGLES)
                                                     for k in ("median", "min", "p90")}))
     n = int(np.prod(shape))
+    where = (f"{platform.machine()}, {os.cpu_count()} cores" if not gpu else
+             f"--backend {args.backend}, host input and output (copies included in the "
+             "latency columns; the compute column is the GPU layers alone, by --profile)")
     table = [f"Input {args.shape} float32 ({n * 4 / 1e6:.1f} MB in, the same out); "
              f"{args.iterations} timed runs after {args.warmup} warm-up; "
-             f"{platform.machine()}, {os.cpu_count()} cores; `kiln bench --json`.",
+             f"{where}; `kiln bench --json`.",
              "",
              "| model | layers after optimization | threads | median ms | min ms | p90 ms "
-             "| GB/s (median) |",
-             "|---|---|---|---|---|---|---|"]
+             "| GB/s (median) |" + (" compute ms | compute GB/s |" if gpu else ""),
+             "|---|---|---|---|---|---|---|" + ("---|---|" if gpu else "")]
     for name, threads, lat in rows:
         if name == "separate":
             count, kinds = 3, ["sum of three one-op models"]
@@ -128,8 +158,12 @@ def main():
             count, kinds = plans[name]
             desc = "ReluSigmoidMul plugin" if name == "plugin" else "Relu, Sigmoid, Mul"
         gbs = 2 * n * 4 / (lat["median"] / 1e3) / 1e9
-        table.append(f"| {desc} | {count} ({', '.join(kinds)}) | {threads} | "
-                     f"{lat['median']:.3f} | {lat['min']:.3f} | {lat['p90']:.3f} | {gbs:.1f} |")
+        row = (f"| {desc} | {count} ({', '.join(kinds)}) | {threads} | "
+               f"{lat['median']:.3f} | {lat['min']:.3f} | {lat['p90']:.3f} | {gbs:.1f} |")
+        if gpu:
+            ms = gpu_ms[name]
+            row += f" {ms:.4f} | {2 * n * 4 / (ms / 1e3) / 1e9:.0f} |"
+        table.append(row)
     table += ["", f"Largest difference between the plugin's and the three-op model's outputs: "
               f"{diff:.2e}. The unfused rows add the latencies of three models of one op each "
               "(Relu, Sigmoid, Mul of two inputs); each of those also copies its output out, so "
@@ -141,12 +175,12 @@ def main():
         return
     with open(args.doc) as f:
         doc = f.read()
-    if BEGIN not in doc or END not in doc:
-        raise SystemExit(f"{args.doc} has no {BEGIN} ... {END} markers")
-    head, rest = doc.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
+    if begin not in doc or end not in doc:
+        raise SystemExit(f"{args.doc} has no {begin} ... {end} markers")
+    head, rest = doc.split(begin, 1)
+    _, tail = rest.split(end, 1)
     with open(args.doc, "w") as f:
-        f.write(f"{head}{BEGIN}\n{text}\n{END}{tail}")
+        f.write(f"{head}{begin}\n{text}\n{end}{tail}")
     print(f"updated {args.doc}")
 
 

@@ -5,12 +5,19 @@
  * float32 loop vectorizes into multiplies and adds.
  *
  * float32 and float16 (x and y share the dtype), any rank and shape; no fields, no workspace,
- * nothing cached per shape or per profile, so configure and on_shape_change are not needed. */
+ * nothing cached per shape or per profile, so configure and on_shape_change are not needed.
+ *
+ * Built with CUDA (KP_CUDA, relu_sigmoid_mul_cuda.cu) it also runs on the CUDA backend: one
+ * kernel launched on the context's stream, no synchronization, so it is declared graph-safe. */
 #include "kiln/kiln_plugin.h"
 
 #include "../common/kp_math.h"
+#ifdef KP_CUDA
+#include "../common/kp_cuda.h"
+#endif
 
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct rsm {
     const kiln_host_api *host;
@@ -83,8 +90,9 @@ static int32_t rsm_enqueue(void *self, int32_t n_in, const kiln_tensor_desc *in_
                            const kiln_stream *stream) {
     rsm *s = self;
     (void)out_desc, (void)workspace;
-    if (n_in != 1 || n_out != 1 || stream->backend != KILN_BACKEND_CPU) {
-        s->host->set_error("ReluSigmoidMul runs on the CPU with 1 input and 1 output");
+    int cuda = stream->backend == KILN_BACKEND_CUDA;
+    if (n_in != 1 || n_out != 1 || (stream->backend != KILN_BACKEND_CPU && !cuda)) {
+        s->host->set_error("ReluSigmoidMul runs on the CPU or CUDA with 1 input and 1 output");
         return -1;
     }
     int64_t n = 1;
@@ -92,6 +100,20 @@ static int32_t rsm_enqueue(void *self, int32_t n_in, const kiln_tensor_desc *in_
         n *= in_desc[0].dims[d];
     if (n == 0)
         return 0;
+    if (cuda) {
+#ifdef KP_CUDA
+        const char *err = kp_relu_sigmoid_mul_cuda(
+            inputs[0], outputs[0], n, in_desc[0].dtype == KILN_PLUGIN_FLOAT16, stream->handle);
+        if (err != NULL) {
+            s->host->set_error("CUDA launch failed: %s", err);
+            return -1;
+        }
+        return 0;
+#else
+        s->host->set_error("this build of ReluSigmoidMul has no CUDA kernels");
+        return -1;
+#endif
+    }
     rsm_task t = {.x = inputs[0], .y = outputs[0], .dtype = in_desc[0].dtype};
     s->host->parallel_for(stream, n, 16384, rsm_range, &t);
     return 0;
@@ -115,6 +137,15 @@ static void rsm_destroy(void *self) {
     free(self);
 }
 
+static int32_t rsm_supports_backend(void *self, const char *backend) {
+    (void)self;
+#ifdef KP_CUDA
+    if (strcmp(backend, "cuda") == 0)
+        return 1;
+#endif
+    return strcmp(backend, "cpu") == 0;
+}
+
 static const kiln_plugin_ops rsm_ops = {
     .struct_size = sizeof(kiln_plugin_ops),
     .abi_version = KILN_PLUGIN_ABI_VERSION,
@@ -125,6 +156,8 @@ static const kiln_plugin_ops rsm_ops = {
     .get_fields = rsm_get_fields,
     .clone = rsm_clone,
     .destroy = rsm_destroy,
+    .supports_backend = rsm_supports_backend,
+    .flags = KILN_PLUGIN_FLAG_GRAPH_SAFE,
 };
 
 static int32_t rsm_create(const kiln_plugin_creator *creator, const kiln_field_list *fields,

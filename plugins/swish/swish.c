@@ -8,10 +8,17 @@
  *
  * float32 and float16 (x, bias and y share the dtype), any rank, any shape the profile allows:
  * the output shape is input 0's. float16 is computed through float; the bias is converted once
- * per run into the workspace. */
+ * per run into the workspace.
+ *
+ * It runs on the CPU and, when built with CUDA (KP_CUDA, swish_cuda.cu), on the CUDA backend:
+ * there enqueue launches its kernels on the context's stream with device pointers and a device
+ * workspace, and never synchronizes, so it is declared graph-safe. */
 #include "kiln/kiln_plugin.h"
 
 #include "../common/kp_math.h"
+#ifdef KP_CUDA
+#include "../common/kp_cuda.h"
+#endif
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -308,8 +315,9 @@ static int32_t swish_enqueue(void *self, int32_t n_in, const kiln_tensor_desc *i
                              void *workspace, const kiln_stream *stream) {
     swish *s = self;
     (void)out_desc;
-    if (n_in != 2 || n_out != 1 || stream->backend != KILN_BACKEND_CPU) {
-        s->host->set_error("Swish runs on the CPU with 2 inputs and 1 output");
+    bool cuda = stream->backend == KILN_BACKEND_CUDA;
+    if (n_in != 2 || n_out != 1 || (stream->backend != KILN_BACKEND_CPU && !cuda)) {
+        s->host->set_error("Swish runs on the CPU or CUDA with 2 inputs and 1 output");
         return -1;
     }
     const kiln_tensor_desc *x = &in_desc[0];
@@ -329,11 +337,26 @@ static int32_t swish_enqueue(void *self, int32_t n_in, const kiln_tensor_desc *i
     }
     if (outer * t.channels * inner == 0)
         return 0;
-    if (x->dtype == KILN_PLUGIN_FLOAT16) {
-        if (workspace == NULL) {
-            s->host->set_error("float16 needs the workspace workspace_size asked for");
+    if (x->dtype == KILN_PLUGIN_FLOAT16 && workspace == NULL) {
+        s->host->set_error("float16 needs the workspace workspace_size asked for");
+        return -1;
+    }
+    if (cuda) {
+#ifdef KP_CUDA
+        const char *err =
+            kp_swish_cuda(inputs[0], inputs[1], outputs[0], outer * t.channels, t.channels, inner,
+                          x->dtype == KILN_PLUGIN_FLOAT16, workspace, stream->handle);
+        if (err != NULL) {
+            s->host->set_error("CUDA launch failed: %s", err);
             return -1;
         }
+        return 0;
+#else
+        s->host->set_error("this build of Swish has no CUDA kernels");
+        return -1;
+#endif
+    }
+    if (x->dtype == KILN_PLUGIN_FLOAT16) {
         float *b = workspace;
         const uint16_t *bh = inputs[1];
         for (int64_t c = 0; c < t.channels; c++)
@@ -392,6 +415,15 @@ static void swish_destroy(void *self) {
     free(self);
 }
 
+static int32_t swish_supports_backend(void *self, const char *backend) {
+    (void)self;
+#ifdef KP_CUDA
+    if (strcmp(backend, "cuda") == 0)
+        return 1;
+#endif
+    return strcmp(backend, "cpu") == 0;
+}
+
 static const kiln_plugin_ops swish_ops = {
     .struct_size = sizeof(kiln_plugin_ops),
     .abi_version = KILN_PLUGIN_ABI_VERSION,
@@ -406,6 +438,8 @@ static const kiln_plugin_ops swish_ops = {
     .get_fields = swish_get_fields,
     .clone = swish_clone,
     .destroy = swish_destroy,
+    .supports_backend = swish_supports_backend,
+    .flags = KILN_PLUGIN_FLAG_GRAPH_SAFE,
 };
 
 static int32_t swish_create(const kiln_plugin_creator *creator, const kiln_field_list *fields,

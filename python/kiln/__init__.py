@@ -10,6 +10,7 @@ A script written for onnxruntime runs on kiln.InferenceSession by changing its i
 Every failure raises kiln.KilnError(status, message). See docs/python.md.
 """
 
+from ._device import DeviceArray
 from ._dtypes import DType
 from ._lib import KilnError, LIBRARY_PATH, lib as _clib
 from .hooks import LogLevel, allocated_bytes, dtype_size, set_logger
@@ -77,6 +78,7 @@ __all__ = [
     "NodeArg",
     "plan_layers",
     "Plugin",
+    "DeviceArray",
     "Pooling",
     "register_plugin",
     "Registry",

@@ -137,7 +137,11 @@ class Attribute(Structure):
 
 # ---- kiln_plugin.h ------------------------------------------------------------------------
 
-PLUGIN_ABI_VERSION = 1
+PLUGIN_ABI_VERSION = 2
+BACKEND_CPU = 0
+BACKEND_CUDA = 1
+MEMORY_HOST = 0
+MEMORY_DEVICE = 2
 
 
 class Field(Structure):
@@ -205,6 +209,7 @@ ENQUEUE_FN = CFUNCTYPE(
 GET_FIELDS_FN = CFUNCTYPE(c_int32, c_void_p, POINTER(FieldList))
 CLONE_FN = CFUNCTYPE(c_void_p, c_void_p)
 DESTROY_FN = CFUNCTYPE(None, c_void_p)
+SUPPORTS_BACKEND_FN = CFUNCTYPE(c_int32, c_void_p, c_char_p)
 
 
 class PluginOps(Structure):
@@ -222,6 +227,8 @@ class PluginOps(Structure):
         ("get_fields", GET_FIELDS_FN),
         ("clone", CLONE_FN),
         ("destroy", DESTROY_FN),
+        ("supports_backend", SUPPORTS_BACKEND_FN),
+        ("flags", c_uint32),
     ]
 
 
@@ -518,6 +525,8 @@ _declare("kiln_context_set_input_shape", status_t, c_void_p, c_char_p, c_int, _P
 _declare("kiln_context_get_output_shape", status_t, c_void_p, c_char_p, _P(c_int), _P(c_int64))
 _declare("kiln_context_set_input", status_t, c_void_p, c_char_p, c_void_p, c_size_t)
 _declare("kiln_context_set_output", status_t, c_void_p, c_char_p, c_void_p, c_size_t)
+_declare("kiln_context_set_input_memory", status_t, c_void_p, c_char_p, c_void_p, c_size_t, c_int)
+_declare("kiln_context_set_output_memory", status_t, c_void_p, c_char_p, c_void_p, c_size_t, c_int)
 _declare("kiln_context_execute", status_t, c_void_p)
 _declare("kiln_context_get_output", status_t, c_void_p, c_char_p, _P(TensorView))
 

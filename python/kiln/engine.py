@@ -8,6 +8,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from . import _device
 from . import _dtypes
 from . import _lib
 from . import _plan
@@ -169,22 +170,46 @@ class Context:
         check(lib.kiln_context_get_output_shape(self._h, encode(name), ctypes.byref(rank), dims))
         return tuple(dims[i] for i in range(rank.value))
 
-    def run(self, feeds: Mapping[str, Any]) -> Dict[str, np.ndarray]:
-        """Run on {input name: array}; returns {output name: array} (copies).
+    def run(self, feeds: Mapping[str, Any], outputs: Any = None) -> Dict[str, Any]:
+        """Run on {input name: array}; returns {output name: array}.
 
         Inputs are bound zero-copy when they are C-contiguous arrays of the input's dtype;
-        other arrays of a compatible dtype are converted first."""
+        other numpy-compatible values of a compatible dtype are converted first. CUDA arrays
+        (torch CUDA tensors, CuPy arrays, anything with __cuda_array_interface__ or a CUDA
+        __dlpack__) are bound as device memory without copies, after their stream is done;
+        they must be C-contiguous and of the input's dtype, and only feed a plan built for
+        the CUDA backend.
+
+        outputs: None returns numpy copies. A dict {output name: CUDA array} binds those
+        outputs to the given device arrays (returned as given, written when run returns);
+        "torch" returns every output as a new torch CUDA tensor."""
         if not isinstance(feeds, dict):
             raise KilnError(ERR_INVALID_ARGUMENT, "run: feeds must be a dict {name: array}")
+        if outputs is not None and outputs != "torch" and not isinstance(outputs, dict):
+            raise KilnError(
+                ERR_INVALID_ARGUMENT, 'run: outputs must be None, "torch" or a dict {name: array}'
+            )
         keep = []
         for name, value in feeds.items():
             info = self.engine._inputs.get(name)
             if info is None:
                 have = ", ".join(self.engine._inputs) or "none"
                 raise KilnError(ERR_NOT_FOUND, f"no input named '{name}' (the model has: {have})")
+            nb = encode(name)
+            if _device.is_device_array(value):
+                holder, ptr, shape, _, nbytes = _device.describe(
+                    value, f"input '{name}'", info.dtype
+                )
+                keep.append(holder)
+                self.set_input_shape(name, shape)
+                check(
+                    lib.kiln_context_set_input_memory(
+                        self._h, nb, ctypes.c_void_p(ptr), nbytes, _lib.MEMORY_DEVICE
+                    )
+                )
+                continue
             arr = _as_input(info, value)
             keep.append(arr)
-            nb = encode(name)
             self.set_input_shape(name, arr.shape)
             check(
                 lib.kiln_context_set_input(
@@ -196,9 +221,43 @@ class Context:
             raise KilnError(
                 ERR_INVALID_ARGUMENT, f"run: no value given for input(s) {', '.join(missing)}"
             )
+        bound = self._bind_outputs(outputs)
         check(lib.kiln_context_execute(self._h))
         del keep
-        return {o.name: self._output(o.name) for o in self.engine.outputs}
+        return {
+            o.name: bound[o.name] if o.name in bound else self._output(o.name)
+            for o in self.engine.outputs
+        }
+
+    def _bind_outputs(self, outputs) -> Dict[str, Any]:
+        """Bind the outputs the caller gave (or asked for as torch tensors) to device memory."""
+        names = [o.name for o in self.engine.outputs]
+        if outputs == "torch":
+            outputs = {o.name: _device.empty_torch(self.output_shape(o.name), o.dtype)
+                       for o in self.engine.outputs}
+        outputs = outputs or {}
+        for name in names:  # a binding of an earlier run must not outlive it
+            if name not in outputs:
+                check(lib.kiln_context_set_output(self._h, encode(name), None, 0))
+        bound = {}
+        for name, value in outputs.items():
+            if name not in names:
+                raise KilnError(
+                    ERR_NOT_FOUND, f"no output named '{name}' (the model has: {', '.join(names)})"
+                )
+            if not _device.is_device_array(value):
+                raise KilnError(
+                    ERR_INVALID_ARGUMENT,
+                    f"output '{name}': outputs binds CUDA arrays only (numpy outputs are returned)",
+                )
+            _, ptr, _, _, nbytes = _device.describe(value, f"output '{name}'")
+            check(
+                lib.kiln_context_set_output_memory(
+                    self._h, encode(name), ctypes.c_void_p(ptr), nbytes, _lib.MEMORY_DEVICE
+                )
+            )
+            bound[name] = value
+        return bound
 
     def _output(self, name):
         view = _lib.TensorView()

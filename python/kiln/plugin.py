@@ -18,6 +18,7 @@ import traceback
 
 import numpy as np
 
+from . import _device
 from . import _dtypes
 from . import _lib
 from ._lib import KilnError
@@ -63,13 +64,19 @@ class Plugin:
     """Base class of Python plugins. Subclasses set the class attributes name, version,
     namespace, fields ({field name: kiln.FLOAT32 | kiln.field(...)}) and dtypes (the dtypes
     every input and output may have; float32 only by default), and implement num_outputs,
-    output_shapes and compute. An instance's self.fields holds its field values."""
+    output_shapes and compute. An instance's self.fields holds its field values.
+
+    backends names where compute may run: "cpu" (numpy views of host memory) and "cuda"
+    (kiln.DeviceArray views of device memory, with the context's cudaStream_t as .stream;
+    wrap them with torch.as_tensor(a, device="cuda") or cupy.asarray(a)). Python plugins are
+    never recorded into CUDA graphs: compute runs Python on the host."""
 
     name = None
     version = "1"
     namespace = ""
     fields = {}
     dtypes = (np.float32,)
+    backends = ("cpu",)
 
     def __init__(self, fields=None):
         self.fields = dict(fields or {})
@@ -95,7 +102,9 @@ class Plugin:
     def compute(self, inputs, outputs):
         """Fill outputs (writable numpy views of kiln's buffers) from inputs (read-only
         views). Write in place (out[...] = ..., np.foo(..., out=out)); or return a list of
-        arrays, which are copied into the outputs."""
+        arrays, which are copied into the outputs. On the CUDA backend inputs and outputs are
+        kiln.DeviceArray: write the outputs in place with work ordered on their .stream (or
+        finished before returning)."""
         raise NotImplementedError("compute")
 
     def clone(self):
@@ -243,8 +252,20 @@ def _view(ptr, desc, writable):
     return arr
 
 
+def _device_view(ptr, desc, stream, writable):
+    shape = tuple(desc.dims[d] for d in range(desc.rank))
+    return _device.DeviceArray(ptr, shape, _dtypes.to_numpy(desc.dtype), stream, writable)
+
+
 def _enqueue(handle, n_in, in_desc, inputs, n_out, out_desc, outputs, workspace, stream):
     try:
+        if stream and stream[0].backend == _lib.BACKEND_CUDA:
+            s = stream[0].handle or 0
+            ins = [_device_view(inputs[i], in_desc[i], s, False) for i in range(n_in)]
+            outs = [_device_view(outputs[i], out_desc[i], s, True) for i in range(n_out)]
+            if _get(handle).obj.compute(ins, outs) is not None:
+                raise ValueError("on the CUDA backend compute writes its outputs in place")
+            return 0
         ins = [_view(inputs[i], in_desc[i], False) for i in range(n_in)]
         outs = [_view(outputs[i], out_desc[i], True) for i in range(n_out)]
         res = _get(handle).obj.compute(ins, outs)
@@ -399,6 +420,15 @@ def _destroy(handle):
     _instances.pop(handle, None)
 
 
+def _supports_backend(handle, backend):
+    try:
+        name = backend.decode("utf-8") if backend else ""
+        return 1 if name in tuple(_get(handle).obj.backends) else 0
+    except BaseException as e:
+        _report("supports_backend", e)
+        return 0
+
+
 _ops = _lib.PluginOps(
     struct_size=ctypes.sizeof(_lib.PluginOps),
     abi_version=_lib.PLUGIN_ABI_VERSION,
@@ -410,6 +440,8 @@ _ops = _lib.PluginOps(
     get_fields=_lib.GET_FIELDS_FN(_get_fields),
     clone=_lib.CLONE_FN(_clone),
     destroy=_lib.DESTROY_FN(_destroy),
+    supports_backend=_lib.SUPPORTS_BACKEND_FN(_supports_backend),
+    flags=0,  # compute runs Python on the host: never graph-safe
 )
 
 

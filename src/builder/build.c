@@ -284,8 +284,13 @@ static kiln_status place(kn_graph *g, const kiln_build_config *cfg,
     bool device = false;
     for (int k = 0; k < n_order; k++)
         device |= strcmp(order[k]->iface->name, KN_BACKEND_HOST) != 0;
-    if (!device)
-        return KILN_OK;
+    if (!device) { /* everything stays on the host: only plugins that refuse it are checked */
+        kn_placement p = {.order = order,
+                          .n_order = n_order,
+                          .plugin_of = table_plugin,
+                          .plugin_user = (void *)plugins};
+        return kn_pass_assign_backends(g, &p);
+    }
     resolutions r;
     kiln_status rc = resolve_three(g, cfg, plugins, min_opt_max, true, &r);
     if (rc == KILN_OK) {

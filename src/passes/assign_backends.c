@@ -115,12 +115,26 @@ static kiln_status record(placer *P, int i) {
     return KILN_OK;
 }
 
+/* A plugin node left on the host (chosen NULL: every node) must say it runs there: one that
+ * declares only device backends is refused here, at build, naming the node and the plugin. */
+static kiln_status check_host_plugins(const kn_graph *g, const kn_placement *p, const int *chosen) {
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kn_node *n = &g->nodes[i];
+        if (n->dead || !kn_is_plugin_node(n) || (chosen != NULL && chosen[i] >= 0))
+            continue;
+        const kiln_plugin_instance *inst = p->plugin_of ? p->plugin_of(p->plugin_user, n, i) : NULL;
+        if (inst != NULL)
+            KN_TRY(kn_plugin_check_backend(n, inst, KN_BACKEND_HOST));
+    }
+    return KILN_OK;
+}
+
 kiln_status kn_pass_assign_backends(kn_graph *g, const kn_placement *p) {
     int devices = 0;
     for (int k = 0; k < p->n_order; k++)
         devices += strcmp(p->order[k]->iface->name, KN_BACKEND_HOST) != 0;
     if (devices == 0)
-        return KILN_OK;
+        return check_host_plugins(g, p, NULL);
     size_t nn = (size_t)g->n_nodes + 1;
     placer P = {.g = g, .p = p};
     P.chosen = kn_malloc(nn * sizeof *P.chosen);
@@ -201,6 +215,7 @@ kiln_status kn_pass_assign_backends(kn_graph *g, const kn_placement *p) {
             break;
         }
     }
+    rc = check_host_plugins(g, p, P.chosen);
     for (int i = 0; i < g->n_nodes && rc == KILN_OK; i++)
         if (!g->nodes[i].dead)
             rc = record(&P, i);

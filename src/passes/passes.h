@@ -73,8 +73,8 @@ typedef struct kn_placement {
     void *plugin_user;
 } kn_placement;
 /* Place every node on a backend (see ir/placement.h): records kiln_backend and
- * kiln_host_inputs, and kiln_placement_reason on nodes a device backend did not take. A
- * no-op when only the host is asked for. */
+ * kiln_host_inputs, and kiln_placement_reason on nodes a device backend did not take. When
+ * only the host is asked for it only refuses plugin nodes whose plugin does not run there. */
 kiln_status kn_pass_assign_backends(kn_graph *g, const kn_placement *p);
 /* Insert a copy node (kiln.MemcpyToDevice / MemcpyToHost) wherever a value crosses between
  * memory spaces: one per value and direction. Constants are not copied (engines mirror them

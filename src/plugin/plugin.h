@@ -64,16 +64,25 @@ kiln_status kn_plugin_infer(const kn_node *n, const kiln_plugin_instance *p, con
 typedef struct kn_plugin_run {
     kiln_plugin_instance inst; /* this context's clone */
     bool shared;               /* inst is the engine's (no clone function) */
-    void *ws;
+    void *ws;                  /* host workspace (a plugin on the host) */
+    kn_buffer dws;             /* device workspace (a plugin on a device backend) */
+    kn_backend *wb;            /* the backend dws belongs to */
     size_t ws_size;
 } kn_plugin_run;
 extern const kn_kernel kn_plugin_kernel;
-/* Whether a plugin instance says its enqueue runs on backend (ABI v2's supports_backend; an
- * older plugin, or one without it, runs on the host only). */
+/* Whether a plugin instance says its enqueue runs on backend (ABI v2's supports_backend, asked
+ * for the host too; an older plugin, or one without it, runs on the host only). */
 bool kn_plugin_supports_backend(const kiln_plugin_instance *inst, const char *backend);
-/* Shapes changed: tell the plugin and size its workspace. */
+/* Whether the plugin declares its enqueue graph-safe (KILN_PLUGIN_FLAG_GRAPH_SAFE). */
+bool kn_plugin_graph_safe(const kiln_plugin_instance *inst);
+/* KILN_OK when node n's plugin runs on backend; otherwise an error naming node and plugin. */
+kiln_status kn_plugin_check_backend(const kn_node *n, const kiln_plugin_instance *inst,
+                                    const char *backend);
+/* Shapes changed: tell the plugin and size its workspace, in backend b's memory (a device
+ * workspace on a device backend; s is the context's stream of b, drained before the old
+ * workspace is freed). */
 kiln_status kn_plugin_shapes_changed(const kn_node *n, kn_plugin_run *run, const kn_tensor *in,
-                                     const kn_tensor *out);
+                                     const kn_tensor *out, kn_backend *b, kn_stream *s);
 /* configure() with profile ranges: lo/opt/hi are the node's inputs and outputs resolved at the
  * profile's min, opt and max shapes. */
 kiln_status kn_plugin_configure(const kn_node *n, const kiln_plugin_instance *p,

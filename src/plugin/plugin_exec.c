@@ -140,8 +140,35 @@ kiln_status kn_plugin_configure(const kn_node *n, const kiln_plugin_instance *p,
     return KILN_OK;
 }
 
+/* Grow the workspace to ws bytes in b's memory space (host memory for the host). */
+static kiln_status grow_workspace(const kn_node *n, kn_plugin_run *run, size_t ws, kn_backend *b,
+                                  kn_stream *s) {
+    if (b == NULL || kn_mem_host_visible(b->iface->mem) || b->iface->buffer_alloc == NULL) {
+        void *m = kn_aligned_alloc(ws, 64);
+        if (m == NULL)
+            return kn_error(KILN_ERR_OUT_OF_MEMORY, "node '%s': plugin workspace of %zu bytes",
+                            n->name, ws);
+        kn_free(run->ws);
+        run->ws = m;
+        run->ws_size = ws;
+        return KILN_OK;
+    }
+    /* Work enqueued before may still use the old workspace. */
+    if (run->dws.base != NULL && b->iface->stream_sync != NULL)
+        KN_TRY(b->iface->stream_sync(b, s));
+    kn_buffer nb;
+    KN_TRY(b->iface->buffer_alloc(b, b->iface->mem, ws, &nb));
+    if (run->dws.base != NULL)
+        run->wb->iface->buffer_free(run->wb, &run->dws);
+    run->dws = nb;
+    run->wb = b;
+    run->ws = NULL;
+    run->ws_size = ws;
+    return KILN_OK;
+}
+
 kiln_status kn_plugin_shapes_changed(const kn_node *n, kn_plugin_run *run, const kn_tensor *in,
-                                     const kn_tensor *out) {
+                                     const kn_tensor *out, kn_backend *b, kn_stream *s) {
     kiln_tensor_desc din[KN_PLUGIN_MAX_IO], dout[KN_PLUGIN_MAX_IO];
     for (int i = 0; i < n->n_in && i < KN_PLUGIN_MAX_IO; i++)
         to_desc(&in[i], &din[i]);
@@ -155,15 +182,8 @@ kiln_status kn_plugin_shapes_changed(const kn_node *n, kn_plugin_run *run, const
                                n->op_type);
     size_t ws =
         p->ops->workspace_size ? p->ops->workspace_size(p->self, n->n_in, din, n->n_out, dout) : 0;
-    if (ws > run->ws_size) {
-        void *m = kn_aligned_alloc(ws, 64);
-        if (m == NULL)
-            return kn_error(KILN_ERR_OUT_OF_MEMORY, "node '%s': plugin workspace of %zu bytes",
-                            n->name, ws);
-        kn_free(run->ws);
-        run->ws = m;
-        run->ws_size = ws;
-    }
+    if (ws > run->ws_size)
+        return grow_workspace(n, run, ws, b, s);
     return KILN_OK;
 }
 
@@ -188,8 +208,9 @@ static kiln_status plugin_run(kn_kernel_ctx *k) {
         stream.handle = bi->stream_native(k->backend, k->stream);
     }
     kn_error(KILN_ERR_PLUGIN, "failed without a reason");
-    if (run->inst.ops->enqueue(run->inst.self, k->n_in, din, ip, k->n_out, dout, op,
-                               run->ws_size ? run->ws : NULL, &stream) != 0)
+    void *ws = run->ws_size == 0 ? NULL : run->dws.base != NULL ? run->dws.base : run->ws;
+    if (run->inst.ops->enqueue(run->inst.self, k->n_in, din, ip, k->n_out, dout, op, ws, &stream) !=
+        0)
         return kn_error_prefix(KILN_ERR_PLUGIN, "plugin '%s' enqueue: ", n->op_type);
     return KILN_OK;
 }

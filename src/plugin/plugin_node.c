@@ -3,6 +3,7 @@
 
 #include "core/alloc.h"
 #include "core/status.h"
+#include "ir/placement.h"
 #include "ops/op.h"
 #include "plugin/near_names.h"
 
@@ -34,7 +35,9 @@ static bool skipped(const kn_node *n, const char *name, bool onnx) {
     if (onnx)
         return strcmp(name, "plugin_version") == 0 || strcmp(name, "plugin_namespace") == 0 ||
                (strcmp(n->op_type, "Plugin") == 0 && strcmp(name, "name") == 0);
-    return strncmp(name, "kiln_plugin_", 12) == 0;
+    /* kiln's own bookkeeping on a bound node: its identity and where placement put it. */
+    return strncmp(name, "kiln_plugin_", 12) == 0 || strcmp(name, KN_ATTR_BACKEND) == 0 ||
+           strcmp(name, KN_ATTR_HOST_INPUTS) == 0 || strcmp(name, KN_ATTR_PLACEMENT_REASON) == 0;
 }
 
 /* Attributes -> fields (pointing into the node's attributes). */
@@ -463,11 +466,30 @@ kiln_status kn_plugin_create_for_node(const kiln_registry *r, const kn_node *n,
 }
 
 bool kn_plugin_supports_backend(const kiln_plugin_instance *inst, const char *backend) {
-    if (strcmp(backend, "cpu") == 0)
-        return true;
+    bool host = strcmp(backend, KN_BACKEND_HOST) == 0;
     const kiln_plugin_ops *o = inst ? inst->ops : NULL;
     if (o == NULL || o->abi_version < 2 || !KILN_HAS_MEMBER(o, kiln_plugin_ops, supports_backend) ||
         o->supports_backend == NULL)
-        return false;
+        return host;
     return o->supports_backend(inst->self, backend) != 0;
+}
+
+bool kn_plugin_graph_safe(const kiln_plugin_instance *inst) {
+    const kiln_plugin_ops *o = inst ? inst->ops : NULL;
+    return o != NULL && o->abi_version >= 2 && KILN_HAS_MEMBER(o, kiln_plugin_ops, flags) &&
+           (o->flags & KILN_PLUGIN_FLAG_GRAPH_SAFE) != 0;
+}
+
+kiln_status kn_plugin_check_backend(const kn_node *n, const kiln_plugin_instance *inst,
+                                    const char *backend) {
+    if (kn_plugin_supports_backend(inst, backend))
+        return KILN_OK;
+    if (strcmp(backend, KN_BACKEND_HOST) == 0)
+        return kn_error(KILN_ERR_UNSUPPORTED,
+                        "node '%s': plugin '%s' does not run on the cpu and no backend it "
+                        "supports is in this build (build with --backend NAME for one it names "
+                        "in supports_backend, e.g. --backend cuda)",
+                        n->name, n->op_type);
+    return kn_error(KILN_ERR_UNSUPPORTED, "node '%s': plugin '%s' does not run on backend '%s'",
+                    n->name, n->op_type, backend);
 }

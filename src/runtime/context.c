@@ -167,6 +167,8 @@ void kiln_context_destroy(kiln_context *c) {
             if (r->inst.ops && !r->shared && r->inst.self)
                 r->inst.ops->destroy(r->inst.self);
             kn_free(r->ws);
+            if (r->dws.base != NULL)
+                r->wb->iface->buffer_free(r->wb, &r->dws);
         }
     kn_free(c->runs);
     kn_profile_release(c);
@@ -282,7 +284,8 @@ kiln_status kn_context_plugin_shapes(kiln_context *c, int node) {
         in[j] = n->in[j] >= 0 ? c->vals[n->in[j]].t : (kn_tensor){0};
     for (int j = 0; j < n->n_out; j++)
         out[j] = n->out[j] >= 0 ? c->vals[n->out[j]].t : (kn_tensor){0};
-    return kn_plugin_shapes_changed(n, &c->runs[node], in, out);
+    int k = c->e->node_backend[node];
+    return kn_plugin_shapes_changed(n, &c->runs[node], in, out, c->e->backends[k], c->streams[k]);
 }
 
 /* A Transpose that only moves size-1 dims keeps every byte where it is. */

@@ -27,7 +27,8 @@ static kiln_status prepare_node(kiln_engine *e, int i) {
         e->kernels[i] = &kn_plugin_kernel;
         if (b->iface->plugin_kernel != NULL)
             e->kernels[i] = b->iface->plugin_kernel(b, &kn_plugin_kernel);
-        return kn_plugin_create_for_node(e->registry, n, &e->plugins[i]);
+        KN_TRY(kn_plugin_create_for_node(e->registry, n, &e->plugins[i]));
+        return kn_plugin_check_backend(n, &e->plugins[i], b->iface->name);
     }
     const kn_kernel *k = b->iface->find_kernel(b, n->domain, n->op_type);
     if (k == NULL)

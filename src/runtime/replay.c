@@ -46,13 +46,15 @@ static bool fixed_value(const kiln_context *c, int v) {
 }
 
 /* Whether node i may sit in a recorded segment: a kernel of a device backend that offers
- * capture, not a plugin (its enqueue may not be graph-safe), whose host-read inputs are fixed. */
+ * capture, a plugin only when it declares its enqueue graph-safe, whose host-read inputs are
+ * fixed. */
 static bool recordable(const kiln_context *c, int i) {
     const kiln_engine *e = c->e;
     const kn_node *n = &e->plan.graph->nodes[i];
     int k = e->node_backend[i];
-    if (k == 0 || kn_node_copy_kind(n) != KN_COPY_NONE || c->runs[i].inst.ops != NULL ||
-        !offers_capture(e->backends[k]))
+    if (k == 0 || kn_node_copy_kind(n) != KN_COPY_NONE || !offers_capture(e->backends[k]))
+        return false;
+    if (c->runs[i].inst.ops != NULL && !kn_plugin_graph_safe(&c->runs[i].inst))
         return false;
     uint64_t host_in = kn_node_host_inputs(n);
     for (int j = 0; j < n->n_in && j < 64; j++)

@@ -132,9 +132,9 @@ def test_middle_op_on_host_copies_both_ways_across_the_profile(tmp_path):
         assert np.array_equal(got, want), f"shape {shape}"
 
 
-def scale_model(path):
+def scale_model(path, op="TestScale"):
     nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu"),
-             helper.make_node("TestScale", ["a"], ["b"], name="scale", factor=2.5),
+             helper.make_node(op, ["a"], ["b"], name="scale", factor=2.5),
              helper.make_node("Sigmoid", ["b"], ["y"], name="sig")]
     g = helper.make_graph(nodes, "plugin",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5])],
@@ -158,6 +158,56 @@ def test_plugin_on_each_backend(tmp_path, backends, where):
     got = run_plan(plan, {"x": xp}, str(tmp_path / "o"), extra=["--plugins", PLUGIN])["y"]
     want = 1 / (1 + np.exp(-np.maximum(x, 0) * np.float32(2.5)))
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+def scale_want(x):
+    return 1 / (1 + np.exp(-np.maximum(x, 0) * np.float32(2.5)))
+
+
+def build_and_run(tmp_path, op, backends):
+    """Build the scale model with plugin `op` for `backends`; (placement, output)."""
+    model = scale_model(str(tmp_path / "p.onnx"), op)
+    plan = str(tmp_path / "p.plan")
+    kiln("build", model, "-o", plan, "--plugins", PLUGIN, "--backend", backends)
+    info = json.loads(kiln("inspect", plan, "--json", "--plugins", PLUGIN)[1])
+    placed = {layer["name"]: layer for layer in info["layers"]}
+    x = np.linspace(-2, 2, 10, dtype=np.float32).reshape(2, 5)
+    xp = str(tmp_path / "x.npy")
+    np.save(xp, x)
+    got = run_plan(plan, {"x": xp}, str(tmp_path / "o"), extra=["--plugins", PLUGIN])["y"]
+    return placed, got, scale_want(x)
+
+
+@pytest.mark.parametrize("backends", ["cpu", "testdev"])
+def test_abi_v1_plugin_still_runs_on_the_host(tmp_path, backends):
+    """A plugin table compiled against ABI v1 (no supports_backend, no flags in struct_size):
+    it loads, stays on the host even when a device is asked for, and computes the right thing;
+    the host never reads the members past its struct_size."""
+    placed, got, want = build_and_run(tmp_path, "TestScaleV1", backends)
+    assert placed["scale"]["backend"] == "cpu"
+    if backends == "testdev":
+        assert placed["relu"]["backend"] == "testdev"
+        assert "does not run on testdev" in json.dumps(placed["scale"]), placed["scale"]
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+def test_device_only_plugin_is_placed_on_its_device(tmp_path):
+    placed, got, want = build_and_run(tmp_path, "TestScaleDevOnly", "testdev")
+    assert placed["scale"]["backend"] == "testdev"
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+def test_device_only_plugin_is_refused_on_the_host(tmp_path):
+    """A plugin that declares only a device backend, in a build that has only the CPU: one
+    line naming the node and the plugin, and no plan written."""
+    model = scale_model(str(tmp_path / "p.onnx"), "TestScaleDevOnly")
+    plan = tmp_path / "p.plan"
+    for extra in ([], ["--backend", "cpu"]):
+        rc, out, err = kiln("build", model, "-o", str(plan), "--plugins", PLUGIN, *extra,
+                            check=False)
+        assert rc != 0 and err.count("\n") == 1, err
+        assert "node 'scale': plugin 'TestScaleDevOnly' does not run on the cpu" in err, err
+        assert not plan.exists()
 
 
 def test_unknown_and_unavailable_backends_are_one_line(tmp_path):

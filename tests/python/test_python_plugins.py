@@ -126,7 +126,14 @@ class PyBroken(kiln.Plugin):
         outputs[0][...] = inputs[0]
 
 
-for cls in (PyScale, PySplitSign, PyRowSum, PyFieldEcho, PyBroken):
+class PyCudaOnly(PyScale):
+    """PyScale declaring the CUDA backend alone (its compute would get kiln.DeviceArray)."""
+
+    name = "PyCudaOnly"
+    backends = ("cuda",)
+
+
+for cls in (PyScale, PySplitSign, PyRowSum, PyFieldEcho, PyBroken, PyCudaOnly):
     kiln.default_registry().add(cls)
 
 
@@ -484,3 +491,51 @@ def test_plan_with_a_python_plugin_across_processes(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "y = [0.5, 4.0, -13.5]" in r.stdout
 
+
+
+def test_cuda_only_python_plugin_is_refused_on_the_cpu():
+    """backends=("cuda",) reaches kiln as ABI v2's supports_backend: a CPU build refuses the
+    node with its name and the plugin's, where a plugin with the default backends runs."""
+    model = _plugin_model("PyCudaOnly", {"scale": 2.0})
+    with pytest.raises(kiln.KilnError) as ei:
+        kiln.build(model)
+    msg = ei.value.message
+    assert "node 'p': plugin 'PyCudaOnly' does not run on the cpu" in msg, msg
+
+
+def test_device_array_interface():
+    """What a Python plugin gets on the CUDA backend: the CUDA array interface (v3) of kiln's
+    device buffer and stream (never flagged read-only: torch refuses such arrays)."""
+    a = kiln.DeviceArray(0x7F0000001000, (2, 3), np.float16, 0x55, writable=False)
+    cai = a.__cuda_array_interface__
+    assert cai == {"shape": (2, 3), "typestr": "<f2", "data": (0x7F0000001000, False),
+                   "strides": None, "version": 3, "stream": 0x55}
+    assert a.nbytes == 12 and a.size == 6 and not a.writable
+    assert "stream" not in kiln.DeviceArray(16, (4,), np.float32, 0, True).__cuda_array_interface__
+
+
+class _FakeDeviceArray:
+    """A strided device array as a producer would describe it (no memory behind it)."""
+
+    __cuda_array_interface__ = {"shape": (2, 3), "typestr": "<f4", "data": (4096, False),
+                                "strides": (4, 8), "version": 3}
+
+
+def test_device_inputs_are_checked_before_binding():
+    """A device array kiln would have to copy (strided, or of another dtype) is refused with
+    the input's name; a host plan refuses device outputs (they need a device plan)."""
+    engine = kiln.Engine(kiln.build(_plugin_model("PyScale", {"scale": 1.0})))
+    ctx = engine.context()
+    with pytest.raises(kiln.KilnError) as ei:
+        ctx.run({"x": _FakeDeviceArray()})
+    assert "input 'x'" in ei.value.message and "C-contiguous" in ei.value.message
+    contiguous = type("C", (), {"__cuda_array_interface__": {
+        "shape": (2, 3), "typestr": "<f2", "data": (4096, False), "strides": None,
+        "version": 3}})()
+    with pytest.raises(kiln.KilnError) as ei:
+        ctx.run({"x": contiguous})
+    assert "input 'x' is float32" in ei.value.message and "float16" in ei.value.message
+    with pytest.raises(kiln.KilnError) as ei:
+        ctx.run({"x": _x()}, outputs={"y0": np.zeros((2, 3), np.float32)})
+    assert "binds CUDA arrays only" in ei.value.message
+    np.testing.assert_array_equal(ctx.run({"x": _x()})["y0"], _x())

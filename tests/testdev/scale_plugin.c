@@ -1,5 +1,9 @@
 /* TestScale: y = x * scale (float32), a plugin whose enqueue runs on the host and on testdev
- * (ABI v2's supports_backend), so placement can put it on either. Built for tests only. */
+ * (ABI v2's supports_backend), so placement can put it on either. Built for tests only.
+ * Two variants of the same op prove the ABI's compatibility rules: TestScaleDevOnly declares
+ * testdev alone (never the host), and TestScaleV1 is the table as an ABI v1 plugin compiled
+ * it (struct_size ends before supports_backend), which must still load and run on the host. */
+#include <stddef.h>
 #include "kiln/kiln_plugin.h"
 
 #include <stdlib.h>
@@ -87,22 +91,63 @@ static const kiln_plugin_ops sc_ops = {
     .flags = KILN_PLUGIN_FLAG_GRAPH_SAFE,
 };
 
+static int32_t sc_dev_only(void *self, const char *backend) {
+    (void)self;
+    return strcmp(backend, "testdev") == 0;
+}
+
+static const kiln_plugin_ops sc_dev_only_ops = {
+    .struct_size = sizeof(kiln_plugin_ops),
+    .abi_version = KILN_PLUGIN_ABI_VERSION,
+    .num_outputs = sc_num_outputs,
+    .output_shapes = sc_output_shapes,
+    .enqueue = sc_enqueue,
+    .get_fields = sc_get_fields,
+    .clone = sc_clone,
+    .destroy = sc_destroy,
+    .supports_backend = sc_dev_only,
+};
+
+/* What an ABI v1 plugin's table was: the members after destroy did not exist, so the host
+ * must not read them (they hold values an old host never looked at). */
+static const kiln_plugin_ops sc_v1_ops = {
+    .struct_size = offsetof(kiln_plugin_ops, supports_backend),
+    .abi_version = 1,
+    .num_outputs = sc_num_outputs,
+    .output_shapes = sc_output_shapes,
+    .enqueue = sc_enqueue,
+    .get_fields = sc_get_fields,
+    .clone = sc_clone,
+    .destroy = sc_destroy,
+    .supports_backend = sc_supports_backend,
+    .flags = KILN_PLUGIN_FLAG_GRAPH_SAFE,
+};
+
 static const kiln_field_spec sc_specs[] = {
     {.name = "factor", .type = KILN_FIELD_FLOAT32, .required = 1},
 };
 
 static int32_t sc_create(const kiln_plugin_creator *c, const kiln_field_list *fields,
                          kiln_plugin_instance *out) {
-    (void)c;
     scale *s = calloc(1, sizeof *s);
     if (s == NULL)
         return -1;
     s->factor = 1.0f;
-    for (int i = 0; i < fields->count; i++)
-        if (strcmp(fields->fields[i].name, "factor") == 0 &&
-            fields->fields[i].type == KILN_FIELD_FLOAT32 && fields->fields[i].count == 1)
+    /* Strict about fields: kiln's own node attributes (such as where placement put the node)
+     * must never reach a plugin as fields. */
+    for (int i = 0; i < fields->count; i++) {
+        if (strcmp(fields->fields[i].name, "factor") != 0) {
+            host->set_error("TestScale takes only 'factor'; got '%s'", fields->fields[i].name);
+            free(s);
+            return -1;
+        }
+        if (fields->fields[i].type == KILN_FIELD_FLOAT32 && fields->fields[i].count == 1)
             s->factor = *(const float *)fields->fields[i].data;
-    out->ops = &sc_ops;
+    }
+    const char *name = c->name;
+    out->ops = strcmp(name, "TestScaleDevOnly") == 0 ? &sc_dev_only_ops
+               : strcmp(name, "TestScaleV1") == 0    ? &sc_v1_ops
+                                                     : &sc_ops;
     out->self = s;
     return 0;
 }
@@ -121,5 +166,11 @@ KILN_PLUGIN_EXPORT int32_t kiln_plugin_entry(const kiln_host_api *h, kiln_regist
         .field_specs = sc_specs,
         .create = sc_create,
     };
-    return h->register_creator(registry, &c);
+    static const char *const names[] = {"TestScale", "TestScaleDevOnly", "TestScaleV1"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        c.name = names[i];
+        if (h->register_creator(registry, &c) != 0)
+            return -1;
+    }
+    return 0;
 }
