@@ -52,8 +52,8 @@ static void check(int64_t m, int64_t n, int64_t k, bool extreme) {
                 ref += (int32_t)a[i * lda + e] * b[j * k + e];
             if (c[i * ldc + j] != ref || c2[i * ldc + j] != ref)
                 fail_msg("m=%lld n=%lld k=%lld at (%lld, %lld): %d / %d, want %d", (long long)m,
-                         (long long)n, (long long)k, (long long)i, (long long)j,
-                         c[i * ldc + j], c2[i * ldc + j], ref);
+                         (long long)n, (long long)k, (long long)i, (long long)j, c[i * ldc + j],
+                         c2[i * ldc + j], ref);
         }
     kn_free(c);
     kn_free(c2);

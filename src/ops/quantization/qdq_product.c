@@ -14,8 +14,8 @@ static kiln_status check_common(const kn_infer_ctx *c, int64_t n_out_ch) {
     if (ns != 1 && ns != n_out_ch)
         return kn_error(KILN_ERR_SHAPE, "w_scale must have 1 or %lld elements",
                         (long long)n_out_ch);
-    if (kn_has_input(c, 8) && (c->in[8].dtype != KILN_DTYPE_FLOAT32 ||
-                               kn_tensor_numel(&c->in[8]) != n_out_ch))
+    if (kn_has_input(c, 8) &&
+        (c->in[8].dtype != KILN_DTYPE_FLOAT32 || kn_tensor_numel(&c->in[8]) != n_out_ch))
         return kn_error(KILN_ERR_SHAPE, "bias must be float32 [%lld]", (long long)n_out_ch);
     return KILN_OK;
 }

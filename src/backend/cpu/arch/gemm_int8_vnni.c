@@ -9,9 +9,10 @@
 
 #define VNNI __attribute__((target("avx512f,avx512bw,avx512vnni")))
 
-VNNI __attribute__((always_inline)) static inline void
-tile(const uint8_t *a, int64_t lda, int mr, const int8_t *b0, const int8_t *b1, int64_t kp,
-     int32_t *c, int64_t ldc, int rows, bool two) {
+VNNI __attribute__((always_inline)) static inline void tile(const uint8_t *a, int64_t lda, int mr,
+                                                            const int8_t *b0, const int8_t *b1,
+                                                            int64_t kp, int32_t *c, int64_t ldc,
+                                                            int rows, bool two) {
     __m512i acc[6][2];
     for (int i = 0; i < 6; i++)
         acc[i][0] = acc[i][1] = _mm512_setzero_si512();
@@ -41,8 +42,8 @@ VNNI static void tile6x2(const uint8_t *a, int64_t lda, const int8_t *b0, const 
     tile(a, lda, 6, b0, b1, kp, c, ldc, 6, true);
 }
 
-VNNI static void tile6x1(const uint8_t *a, int64_t lda, const int8_t *b0, int64_t kp,
-                         int32_t *c, int64_t ldc) {
+VNNI static void tile6x1(const uint8_t *a, int64_t lda, const int8_t *b0, int64_t kp, int32_t *c,
+                         int64_t ldc) {
     tile(a, lda, 6, b0, b0, kp, c, ldc, 6, false);
 }
 
@@ -54,8 +55,8 @@ VNNI static void tile_edge(const uint8_t *a, int64_t lda, int mr, const int8_t *
         tile(a, lda, mr, b0, b0, kp, c, ldc, 6, false);
 }
 
-void kn_qgemm_u8s8_vnni(const uint8_t *a, int64_t lda, int64_t m, const kn_qgemm_b *b,
-                        int32_t *c, int64_t ldc) {
+void kn_qgemm_u8s8_vnni(const uint8_t *a, int64_t lda, int64_t m, const kn_qgemm_b *b, int32_t *c,
+                        int64_t ldc) {
     int64_t blk = b->kp * 16;
     for (int64_t j = 0; j < b->nb; j += 2) {
         bool two = j + 1 < b->nb;

@@ -32,8 +32,8 @@ void kn_qgemm_u8s8(const uint8_t *a, int64_t lda, int64_t m, const kn_qgemm_b *b
 void kn_qgemm_u8s8_portable(const uint8_t *a, int64_t lda, int64_t m, const kn_qgemm_b *b,
                             int32_t *c, int64_t ldc);
 /* The AVX512-VNNI kernel (arch/gemm_int8_vnni.c); only for CPUs that have it. */
-void kn_qgemm_u8s8_vnni(const uint8_t *a, int64_t lda, int64_t m, const kn_qgemm_b *b,
-                        int32_t *c, int64_t ldc);
+void kn_qgemm_u8s8_vnni(const uint8_t *a, int64_t lda, int64_t m, const kn_qgemm_b *b, int32_t *c,
+                        int64_t ldc);
 /* Whether kn_qgemm_u8s8 uses AVX512-VNNI on this CPU. */
 bool kn_qgemm_has_vnni(void);
 
