@@ -19,9 +19,8 @@ typedef struct qstate {
     float *scale; /* x_scale * w_scale[j] */
     float *bias;  /* [n], zero when absent */
     float ys, yz, lo, hi, qmin, qmax;
-    int32_t xzu;   /* x's zero point in the uint8 domain */
-    uint8_t flip;  /* 0x80 for int8 x, 0 for uint8 */
-    bool y_signed; /* int8 y */
+    int32_t xzu;  /* x's zero point in the uint8 domain */
+    uint8_t flip; /* 0x80 for int8 x, 0 for uint8 */
 } qstate;
 
 /* Rows of A each GEMM call takes (a multiple of the 6-row tile). */
@@ -85,9 +84,9 @@ kiln_status kn_cpu_qproduct_prepare(const kn_node *node, int n_in, const kn_tens
     s->xzu = (int32_t)kn_tensor_get_i64(&in[2], 0) + (s->flip ? 128 : 0);
     s->ys = (float)kn_tensor_get_f64(&in[6], 0);
     s->yz = (float)kn_tensor_get_i64(&in[7], 0);
-    s->y_signed = in[7].dtype == KILN_DTYPE_INT8;
-    s->qmin = s->y_signed ? -128.0f : 0.0f;
-    s->qmax = s->y_signed ? 127.0f : 255.0f;
+    bool y_signed = in[7].dtype == KILN_DTYPE_INT8;
+    s->qmin = y_signed ? -128.0f : 0.0f;
+    s->qmax = y_signed ? 127.0f : 255.0f;
     s->lo = -INFINITY;
     s->hi = INFINITY;
     const char *act = kn_attr_string(node, "kiln_activation", NULL);
@@ -102,15 +101,20 @@ kiln_status kn_cpu_qproduct_prepare(const kn_node *node, int n_in, const kn_tens
     return KILN_OK;
 }
 
-/* One row of int32 sums to n quantized outputs at y[j * ystride]. */
-static void requantize(const qstate *s, const int32_t *acc, int64_t n, uint8_t *y,
-                       int64_t ystride) {
+/* One row of int32 sums to n quantized outputs, in a loop the compiler vectorizes: clamps by
+ * comparison, rounding half to even by adding and taking away 1.5 * 2^23. */
+static void requantize(const qstate *s, const int32_t *acc, int64_t n, uint8_t *y) {
+    const float magic = 12582912.0f;
+    float qlo = s->qmin - s->yz, qhi = s->qmax - s->yz;
     for (int64_t j = 0; j < n; j++) {
         float r = (float)(acc[j] - s->xzu * s->b.colsum[j]) * s->scale[j] + s->bias[j];
-        r = fminf(fmaxf(r, s->lo), s->hi);
-        float q = nearbyintf(r / s->ys) + s->yz;
-        q = fminf(fmaxf(q, s->qmin), s->qmax);
-        y[j * ystride] = s->y_signed ? (uint8_t)(int8_t)q : (uint8_t)q;
+        r = r > s->lo ? r : s->lo;
+        r = r < s->hi ? r : s->hi;
+        float v = r / s->ys;
+        v = v > qlo ? v : qlo;
+        v = v < qhi ? v : qhi;
+        int32_t q = (int32_t)((v + magic) - magic + s->yz);
+        y[j] = (uint8_t)q;
     }
 }
 
@@ -125,19 +129,21 @@ typedef struct qjob {
 } qjob;
 
 typedef struct qbufs {
-    uint8_t *a;
+    uint8_t *a, *y;
     int32_t *c;
 } qbufs;
 
 static bool bufs_get(const qstate *s, qbufs *b) {
     b->a = kn_malloc((size_t)(ROWS * s->b.kp));
     b->c = kn_malloc((size_t)(ROWS * s->b.nb * 16) * sizeof(int32_t));
-    return b->a != NULL && b->c != NULL;
+    b->y = kn_malloc((size_t)(ROWS * s->b.nb * 16));
+    return b->a != NULL && b->c != NULL && b->y != NULL;
 }
 
 static void bufs_put(qbufs *b) {
     kn_free(b->a);
     kn_free(b->c);
+    kn_free(b->y);
 }
 
 static void matmul_range(void *arg, int64_t begin, int64_t end) {
@@ -161,7 +167,7 @@ static void matmul_range(void *arg, int64_t begin, int64_t end) {
         }
         kn_qgemm_u8s8(b.a, kp, m, &s->b, b.c, ldc);
         for (int64_t i = 0; i < m; i++)
-            requantize(s, b.c + i * ldc, s->b.n, j->y + (r0 + i) * s->b.n, 1);
+            requantize(s, b.c + i * ldc, s->b.n, j->y + (r0 + i) * s->b.n);
     }
     bufs_put(&b);
 }
@@ -216,9 +222,13 @@ static void conv_range(void *arg, int64_t begin, int64_t end) {
         int64_t m = pixels - p0 < ROWS ? pixels - p0 : ROWS;
         im2col(j, img, p0, m, b.a);
         kn_qgemm_u8s8(b.a, s->b.kp, m, &s->b, b.c, ldc);
-        uint8_t *y = j->y + img * s->b.n * pixels + p0;
         for (int64_t i = 0; i < m; i++)
-            requantize(s, b.c + i * ldc, s->b.n, y + i, pixels);
+            requantize(s, b.c + i * ldc, s->b.n, b.y + i * s->b.n);
+        /* Rows of the GEMM are pixels; the output is channel-major (NCHW). */
+        uint8_t *y = j->y + img * s->b.n * pixels + p0;
+        for (int64_t c = 0; c < s->b.n; c++)
+            for (int64_t i = 0; i < m; i++)
+                y[c * pixels + i] = b.y[i * s->b.n + c];
     }
     bufs_put(&b);
 }
