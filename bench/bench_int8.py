@@ -47,10 +47,16 @@ def quantized(path, name, shape, n_calib):
     out = path.replace(".onnx", ".qdq.onnx")
     if not os.path.exists(out):
         pre = path.replace(".onnx", ".pre.onnx")
-        quant_pre_process(path, pre, skip_symbolic_shape=True)
-        quantize_static(pre, out, Reader(name, shape, n_calib), quant_format=QuantFormat.QDQ,
-                        per_channel=True, weight_type=QuantType.QInt8,
-                        activation_type=QuantType.QUInt8)
+        # The quantizer leaves temporary files in the working directory.
+        here = os.getcwd()
+        os.chdir(os.path.dirname(path))
+        try:
+            quant_pre_process(path, pre, skip_symbolic_shape=True)
+            quantize_static(pre, out, Reader(name, shape, n_calib),
+                            quant_format=QuantFormat.QDQ, per_channel=True,
+                            weight_type=QuantType.QInt8, activation_type=QuantType.QUInt8)
+        finally:
+            os.chdir(here)
     return out
 
 

@@ -42,11 +42,17 @@ class Reader(CalibrationDataReader):
 
 def quantize(src, dst, shape, act):
     pre = str(dst) + ".pre.onnx"
-    quant_pre_process(str(src), pre)
-    name = onnx.load(pre).graph.input[0].name
-    quantize_static(pre, str(dst), Reader(name, shape), quant_format=QuantFormat.QDQ,
-                    per_channel=True, weight_type=QuantType.QInt8,
-                    activation_type=QuantType.QUInt8 if act == "u8" else QuantType.QInt8)
+    # The quantizer leaves temporary files in the working directory.
+    here = os.getcwd()
+    os.chdir(os.path.dirname(str(dst)))
+    try:
+        quant_pre_process(str(src), pre)
+        name = onnx.load(pre).graph.input[0].name
+        quantize_static(pre, str(dst), Reader(name, shape), quant_format=QuantFormat.QDQ,
+                        per_channel=True, weight_type=QuantType.QInt8,
+                        activation_type=QuantType.QUInt8 if act == "u8" else QuantType.QInt8)
+    finally:
+        os.chdir(here)
     return name
 
 
