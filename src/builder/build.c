@@ -423,6 +423,8 @@ kiln_status kn_build_plan(const kiln_builder *b, const kiln_network *net,
         (rc = kn_plugin_bind_graph(g, b->registry, cfg->prefer_plugin, cfg->n_prefer, &plugins)) !=
             KILN_OK)
         goto fail;
+    if ((rc = kn_pass_fuse_qdq(g)) != KILN_OK || (rc = tidy(g)) != KILN_OK)
+        goto fail;
     progress(cfg, "folding constants", 0.3);
     if ((rc = resolve_fold_annotate(g, cfg, &plugins, true, true)) != KILN_OK ||
         (rc = tidy(g)) != KILN_OK || (rc = inline_constant_ifs(g, cfg, &plugins)) != KILN_OK)

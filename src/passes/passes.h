@@ -44,6 +44,19 @@ kiln_status kn_pass_recognize_gelu(kn_graph *g);
  * first). */
 kiln_status kn_pass_fuse_elementwise(kn_graph *g);
 
+/* Run the products of a QDQ model in int8: DequantizeLinear(x), DequantizeLinear(w int8,
+ * constant, symmetric, per tensor or per output channel) -> Conv (2-D, ungrouped) / MatMul
+ * (w 2-D) / Gemm (no transA, alpha = beta = 1) -> [Relu | Clip] -> QuantizeLinear becomes
+ * kiln.QConv or kiln.QMatMul with inputs
+ *   x_q, x_scale, x_zero_point, w_q, w_scale, w_zero_point (or -1), y_scale, y_zero_point,
+ *   bias (float32 [N], or -1)
+ * (QMatMul's w is [K, N]; a Gemm's transB weight is transposed into a new constant), the
+ * product's own attributes, and kiln_activation "Relu" / "Clip" with kiln_alpha, kiln_beta
+ * (the bounds). Products fed by a DequantizeLinear that do not fit keep the float path with
+ * kiln_int8_reason saying why. Runs before constant folding, which would dequantize the
+ * weights. */
+kiln_status kn_pass_fuse_qdq(kn_graph *g);
+
 /* A precision override for the nodes whose name matches pattern (fnmatch). */
 typedef struct kn_layer_precision {
     char *pattern;

@@ -140,6 +140,9 @@ static void arena_at_max(kiln_engine *e, size_t *size) {
 
 /* The float type a layer computes in: that of its first float output ("-" when none). */
 static const char *layer_precision(const kn_graph *g, const kn_node *n) {
+    if (strcmp(n->domain, "kiln") == 0 &&
+        (strcmp(n->op_type, "QConv") == 0 || strcmp(n->op_type, "QMatMul") == 0))
+        return "int8";
     for (int j = 0; j < n->n_out; j++) {
         int v = n->out[j];
         if (v < 0)
@@ -378,6 +381,11 @@ int cmd_inspect(int argc, char **argv) {
                 printf(", \"placement_reason\": ");
                 jstr(why);
             }
+            const char *int8_why = kn_attr_string(n, "kiln_int8_reason", NULL);
+            if (int8_why) {
+                printf(", \"int8_reason\": ");
+                jstr(int8_why);
+            }
             if (kn_node_n_outer(n) > 0 || kn_node_attr(n, "body") || kn_node_attr(n, "then_branch"))
                 json_bodies(n);
             printf("}");
@@ -404,10 +412,13 @@ int cmd_inspect(int argc, char **argv) {
                 shape_text(&g->values[n->out[0]], s, sizeof s);
             const char *why = kn_attr_string(n, KN_ATTR_PLACEMENT_REASON, NULL);
             const char *prec = layer_precision(g, n);
-            printf("  %4d  %-36s %-34s -> %s%s%s%s%s%s\n", i, n->name, k, s,
-                   strcmp(prec, "fp16") == 0 || strcmp(prec, "bf16") == 0 ? " " : "",
-                   strcmp(prec, "fp16") == 0 || strcmp(prec, "bf16") == 0 ? prec : "",
-                   why ? "  (host: " : "", why ? why : "", why ? ")" : "");
+            const char *int8_why = kn_attr_string(n, "kiln_int8_reason", NULL);
+            bool shown =
+                strcmp(prec, "fp16") == 0 || strcmp(prec, "bf16") == 0 || strcmp(prec, "int8") == 0;
+            printf("  %4d  %-36s %-34s -> %s%s%s%s%s%s%s%s%s\n", i, n->name, k, s, shown ? " " : "",
+                   shown ? prec : "", why ? "  (host: " : "", why ? why : "", why ? ")" : "",
+                   int8_why ? "  (fp32, not int8: " : "", int8_why ? int8_why : "",
+                   int8_why ? ")" : "");
             print_bodies(n, 0);
         }
         if (e->n_backends > 1) {

@@ -132,6 +132,8 @@ KN_CPU_KERNEL_STATE("", "MatMul", kn_cpu_matmul_run, kn_cpu_matmul_prepare, kn_c
 KN_CPU_KERNEL_STATE(KN_DOMAIN, "FusedConv", kn_cpu_conv_run, kn_cpu_conv_prepare, kn_cpu_conv_release)
 KN_CPU_KERNEL_STATE(KN_DOMAIN, "FusedGemm", kn_cpu_gemm_run, kn_cpu_gemm_prepare, kn_cpu_packed_release)
 KN_CPU_KERNEL_STATE(KN_DOMAIN, "FusedMatMul", kn_cpu_matmul_run, kn_cpu_matmul_prepare, kn_cpu_packed_release)
+KN_CPU_KERNEL_STATE(KN_DOMAIN, "QConv", kn_cpu_qconv_run, kn_cpu_qproduct_prepare, kn_cpu_qproduct_release)
+KN_CPU_KERNEL_STATE(KN_DOMAIN, "QMatMul", kn_cpu_qmatmul_run, kn_cpu_qproduct_prepare, kn_cpu_qproduct_release)
 KN_CPU_KERNEL("", "MaxPool", kn_cpu_cpu_pool_window)
 KN_CPU_KERNEL("", "AveragePool", kn_cpu_cpu_pool_window)
 KN_CPU_KERNEL("", "LpPool", kn_cpu_cpu_pool_window)

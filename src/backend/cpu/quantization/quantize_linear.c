@@ -41,6 +41,43 @@ static inline int64_t qmap_index(const qmap *q, int64_t i) {
     return (outer * q->s_dim + a / q->block) * q->inner + i % q->inner;
 }
 
+/* The common case of QDQ models, per tensor float32 to int8 / uint8, in a loop the compiler
+ * vectorizes: the quotient is clamped first (a NaN fails both comparisons and saturates low,
+ * as in the general path), then rounded half to even by adding and taking away 1.5 * 2^23. */
+static void quantize_q8(const float *x, int64_t n, float s, float z, kn_tensor *y) {
+    bool sgn = y->dtype == KILN_DTYPE_INT8;
+    const float magic = 12582912.0f;
+    float lo = (sgn ? -128.0f : 0.0f) - z, hi = (sgn ? 127.0f : 255.0f) - z;
+    uint8_t *u = y->data;
+    int8_t *i8 = y->data;
+    if (sgn)
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i] / s;
+            v = v > lo ? v : lo;
+            v = v < hi ? v : hi;
+            i8[i] = (int8_t)(int32_t)((v + magic) - magic + z);
+        }
+    else
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i] / s;
+            v = v > lo ? v : lo;
+            v = v < hi ? v : hi;
+            u[i] = (uint8_t)(int32_t)((v + magic) - magic + z);
+        }
+}
+
+static void dequantize_q8(const kn_tensor *x, int64_t n, float s, float z, float *y) {
+    if (x->dtype == KILN_DTYPE_INT8) {
+        const int8_t *d = x->data;
+        for (int64_t i = 0; i < n; i++)
+            y[i] = ((float)d[i] - z) * s;
+    } else {
+        const uint8_t *d = x->data;
+        for (int64_t i = 0; i < n; i++)
+            y[i] = ((float)d[i] - z) * s;
+    }
+}
+
 kiln_status kn_cpu_quantize(kn_kernel_ctx *k) {
     qmap q;
     KN_TRY(qmap_init(k, &q));
@@ -63,6 +100,12 @@ kiln_status kn_cpu_quantize(kn_kernel_ctx *k) {
         }
         return KILN_OK;
     }
+    if (q.kind == 0 && x->dtype == KILN_DTYPE_FLOAT32 && s->dtype == KILN_DTYPE_FLOAT32 &&
+        (y->dtype == KILN_DTYPE_UINT8 || y->dtype == KILN_DTYPE_INT8)) {
+        quantize_q8(x->data, n, *(const float *)s->data,
+                    zp != NULL ? (float)kn_tensor_get_i64(zp, 0) : 0.0f, y);
+        return KILN_OK;
+    }
     for (int64_t i = 0; i < n; i++) {
         int64_t si = qmap_index(&q, i);
         float v = nearbyintf(kn_cpu_load_f32(x, i) / kn_cpu_load_f32(s, si));
@@ -79,6 +122,12 @@ kiln_status kn_cpu_dequantize(kn_kernel_ctx *k) {
     const kn_tensor *zp = k->n_in > 2 && k->in[2].dtype ? &k->in[2] : NULL;
     kn_tensor *y = &k->out[0];
     int64_t n = kn_tensor_numel(x);
+    if (q.kind == 0 && y->dtype == KILN_DTYPE_FLOAT32 && s->dtype == KILN_DTYPE_FLOAT32 &&
+        (x->dtype == KILN_DTYPE_UINT8 || x->dtype == KILN_DTYPE_INT8)) {
+        dequantize_q8(x, n, *(const float *)s->data,
+                      zp != NULL ? (float)kn_tensor_get_i64(zp, 0) : 0.0f, y->data);
+        return KILN_OK;
+    }
     for (int64_t i = 0; i < n; i++) {
         int64_t si = qmap_index(&q, i);
         /* get_f64 reads float8/float4 codes as their values and integers exactly */

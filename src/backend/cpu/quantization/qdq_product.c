@@ -1,0 +1,248 @@
+/* kiln.QConv and kiln.QMatMul (made by kn_pass_fuse_qdq): int8 x int8 products accumulated in
+ * int32 by the int8 GEMM, then requantized per output channel. Activations reach the GEMM as
+ * uint8: a signed input is shifted by +128 (x ^ 0x80), so its zero point moves by 128 too, and
+ * the zero point comes off through the weights' column sums:
+ *   sum (x - xz) w = sum xu w - xzu * colsum(w).
+ * Weights are symmetric (zero point 0, checked when the engine is made). The real output is
+ * acc * x_scale * w_scale[j] + bias[j], clamped by a fused Relu / Clip, then quantized with
+ * y's scale and zero point, rounding half to even. */
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/math/gemm_int8.h"
+#include "core/alloc.h"
+#include "ops/nn/conv_geom.h"
+
+#include <math.h>
+#include <string.h>
+
+typedef struct qstate {
+    kn_qgemm_b b;
+    float *scale; /* x_scale * w_scale[j] */
+    float *bias;  /* [n], zero when absent */
+    float ys, yz, lo, hi, qmin, qmax;
+    int32_t xzu;  /* x's zero point in the uint8 domain */
+    uint8_t flip; /* 0x80 for int8 x, 0 for uint8 */
+} qstate;
+
+/* Rows of A each GEMM call takes (a multiple of the 6-row tile). */
+#define ROWS 48
+
+static kiln_status need_const(const kn_tensor *t, const char *what) {
+    if (t->dtype == 0 || t->data == NULL)
+        return kn_error(KILN_ERR_UNSUPPORTED, "int8 product: %s must be a constant", what);
+    return KILN_OK;
+}
+
+void kn_cpu_qproduct_release(void *state) {
+    qstate *s = state;
+    if (s == NULL)
+        return;
+    kn_qgemm_b_free(&s->b);
+    kn_free(s->scale);
+    kn_free(s->bias);
+    kn_free(s);
+}
+
+kiln_status kn_cpu_qproduct_prepare(const kn_node *node, int n_in, const kn_tensor *in,
+                                    void **state) {
+    *state = NULL;
+    if (n_in < 8)
+        return kn_error(KILN_ERR_MODEL, "int8 product: expected at least 8 inputs");
+    KN_TRY(need_const(&in[1], "x_scale"));
+    KN_TRY(need_const(&in[2], "x_zero_point"));
+    KN_TRY(need_const(&in[3], "w"));
+    KN_TRY(need_const(&in[4], "w_scale"));
+    KN_TRY(need_const(&in[6], "y_scale"));
+    KN_TRY(need_const(&in[7], "y_zero_point"));
+    bool conv = strcmp(node->op_type, "QConv") == 0;
+    const kn_tensor *w = &in[3];
+    int64_t n = conv ? w->shape.d[0] : w->shape.d[1];
+    int64_t k = kn_tensor_numel(w) / (n > 0 ? n : 1);
+    if (n_in > 5 && in[5].dtype != 0) {
+        KN_TRY(need_const(&in[5], "w_zero_point"));
+        for (int64_t i = 0; i < kn_tensor_numel(&in[5]); i++)
+            if (kn_tensor_get_i64(&in[5], i) != 0)
+                return kn_error(KILN_ERR_UNSUPPORTED, "int8 product: w_zero_point must be 0");
+    }
+    qstate *s = kn_calloc(1, sizeof *s);
+    if (s == NULL)
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "no memory for an int8 product");
+    *state = s;
+    KN_TRY(kn_qgemm_pack_b(w->data, k, n, conv ? 1 : n, conv ? k : 1, &s->b));
+    s->scale = kn_malloc((size_t)(s->b.nb * 16) * sizeof(float));
+    s->bias = kn_calloc((size_t)(s->b.nb * 16), sizeof(float));
+    if (s->scale == NULL || s->bias == NULL)
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "no memory for an int8 product");
+    double xs = kn_tensor_get_f64(&in[1], 0);
+    int64_t n_ws = kn_tensor_numel(&in[4]);
+    for (int64_t j = 0; j < s->b.nb * 16; j++)
+        s->scale[j] = j < n ? (float)(xs * kn_tensor_get_f64(&in[4], n_ws > 1 ? j : 0)) : 0.0f;
+    if (n_in > 8 && in[8].dtype != 0) {
+        KN_TRY(need_const(&in[8], "bias"));
+        memcpy(s->bias, in[8].data, (size_t)n * sizeof(float));
+    }
+    s->flip = in[0].dtype == KILN_DTYPE_INT8 ? 0x80 : 0;
+    s->xzu = (int32_t)kn_tensor_get_i64(&in[2], 0) + (s->flip ? 128 : 0);
+    s->ys = (float)kn_tensor_get_f64(&in[6], 0);
+    s->yz = (float)kn_tensor_get_i64(&in[7], 0);
+    bool y_signed = in[7].dtype == KILN_DTYPE_INT8;
+    s->qmin = y_signed ? -128.0f : 0.0f;
+    s->qmax = y_signed ? 127.0f : 255.0f;
+    s->lo = -INFINITY;
+    s->hi = INFINITY;
+    const char *act = kn_attr_string(node, "kiln_activation", NULL);
+    if (act != NULL && strcmp(act, "Relu") == 0) {
+        s->lo = 0.0f;
+    } else if (act != NULL && strcmp(act, "Clip") == 0) {
+        s->lo = kn_attr_float(node, "kiln_alpha", -INFINITY);
+        s->hi = kn_attr_float(node, "kiln_beta", INFINITY);
+    } else if (act != NULL) {
+        return kn_error(KILN_ERR_UNSUPPORTED, "int8 product: activation %s is not fused", act);
+    }
+    return KILN_OK;
+}
+
+/* One row of int32 sums to n quantized outputs, in a loop the compiler vectorizes: clamps by
+ * comparison, rounding half to even by adding and taking away 1.5 * 2^23. */
+static void requantize(const qstate *s, const int32_t *acc, int64_t n, uint8_t *y) {
+    const float magic = 12582912.0f;
+    float qlo = s->qmin - s->yz, qhi = s->qmax - s->yz;
+    for (int64_t j = 0; j < n; j++) {
+        float r = (float)(acc[j] - s->xzu * s->b.colsum[j]) * s->scale[j] + s->bias[j];
+        r = r > s->lo ? r : s->lo;
+        r = r < s->hi ? r : s->hi;
+        float v = r / s->ys;
+        v = v > qlo ? v : qlo;
+        v = v < qhi ? v : qhi;
+        int32_t q = (int32_t)((v + magic) - magic + s->yz);
+        y[j] = (uint8_t)q;
+    }
+}
+
+typedef struct qjob {
+    const qstate *s;
+    const uint8_t *x;
+    uint8_t *y;
+    int64_t rows, k;
+    kn_conv_geom g; /* QConv */
+    int64_t chunks; /* QConv: row chunks per image */
+    kiln_status rc;
+} qjob;
+
+typedef struct qbufs {
+    uint8_t *a, *y;
+    int32_t *c;
+} qbufs;
+
+static bool bufs_get(const qstate *s, qbufs *b) {
+    b->a = kn_malloc((size_t)(ROWS * s->b.kp));
+    b->c = kn_malloc((size_t)(ROWS * s->b.nb * 16) * sizeof(int32_t));
+    b->y = kn_malloc((size_t)(ROWS * s->b.nb * 16));
+    return b->a != NULL && b->c != NULL && b->y != NULL;
+}
+
+static void bufs_put(qbufs *b) {
+    kn_free(b->a);
+    kn_free(b->c);
+    kn_free(b->y);
+}
+
+static void matmul_range(void *arg, int64_t begin, int64_t end) {
+    qjob *j = arg;
+    const qstate *s = j->s;
+    qbufs b;
+    if (!bufs_get(s, &b)) {
+        bufs_put(&b);
+        j->rc = KILN_ERR_OUT_OF_MEMORY;
+        return;
+    }
+    int64_t kp = s->b.kp, ldc = s->b.nb * 16;
+    for (int64_t ch = begin; ch < end; ch++) {
+        int64_t r0 = ch * ROWS, m = j->rows - r0 < ROWS ? j->rows - r0 : ROWS;
+        for (int64_t i = 0; i < m; i++) {
+            const uint8_t *src = j->x + (r0 + i) * j->k;
+            uint8_t *dst = b.a + i * kp;
+            for (int64_t e = 0; e < j->k; e++)
+                dst[e] = src[e] ^ s->flip;
+            memset(dst + j->k, 0, (size_t)(kp - j->k));
+        }
+        kn_qgemm_u8s8(b.a, kp, m, &s->b, b.c, ldc);
+        for (int64_t i = 0; i < m; i++)
+            requantize(s, b.c + i * ldc, s->b.n, j->y + (r0 + i) * s->b.n);
+    }
+    bufs_put(&b);
+}
+
+kiln_status kn_cpu_qmatmul_run(kn_kernel_ctx *k) {
+    const qstate *s = k->state;
+    qjob j = {.s = s, .x = k->in[0].data, .y = k->out[0].data, .k = s->b.k, .rc = KILN_OK};
+    j.rows = s->b.k > 0 ? kn_tensor_numel(&k->in[0]) / s->b.k : 0;
+    kn_parallel_for(k->pool, (j.rows + ROWS - 1) / ROWS, 1, matmul_range, &j);
+    if (j.rc != KILN_OK)
+        return kn_error(j.rc, "no memory for an int8 MatMul");
+    return KILN_OK;
+}
+
+/* im2col of output pixels [p0, p0 + m) of image img into rows of kp bytes: padding takes x's
+ * zero point, which is real zero. */
+static void im2col(const qjob *j, int64_t img, int64_t p0, int64_t m, uint8_t *a) {
+    const qstate *s = j->s;
+    const kn_conv_geom *g = &j->g;
+    int64_t kh = g->k[0], kw = g->k[1], ih = g->in[0], iw = g->in[1], ow = g->out[1];
+    const uint8_t *x = j->x + img * g->c_in * ih * iw;
+    uint8_t pad = (uint8_t)s->xzu;
+    for (int64_t i = 0; i < m; i++) {
+        int64_t p = p0 + i, oy = p / ow, ox = p % ow;
+        uint8_t *dst = a + i * s->b.kp;
+        for (int64_t c = 0; c < g->c_in; c++)
+            for (int64_t ky = 0; ky < kh; ky++) {
+                int64_t y = oy * g->stride[0] - g->pad_b[0] + ky * g->dil[0];
+                bool row_in = y >= 0 && y < ih;
+                const uint8_t *xr = x + (c * ih + y) * iw;
+                for (int64_t kx = 0; kx < kw; kx++) {
+                    int64_t xx = ox * g->stride[1] - g->pad_b[1] + kx * g->dil[1];
+                    *dst++ = row_in && xx >= 0 && xx < iw ? (uint8_t)(xr[xx] ^ s->flip) : pad;
+                }
+            }
+        memset(dst, 0, (size_t)(s->b.kp - s->b.k));
+    }
+}
+
+static void conv_range(void *arg, int64_t begin, int64_t end) {
+    qjob *j = arg;
+    const qstate *s = j->s;
+    qbufs b;
+    if (!bufs_get(s, &b)) {
+        bufs_put(&b);
+        j->rc = KILN_ERR_OUT_OF_MEMORY;
+        return;
+    }
+    int64_t ldc = s->b.nb * 16, pixels = j->rows;
+    for (int64_t t = begin; t < end; t++) {
+        int64_t img = t / j->chunks, p0 = (t % j->chunks) * ROWS;
+        int64_t m = pixels - p0 < ROWS ? pixels - p0 : ROWS;
+        im2col(j, img, p0, m, b.a);
+        kn_qgemm_u8s8(b.a, s->b.kp, m, &s->b, b.c, ldc);
+        for (int64_t i = 0; i < m; i++)
+            requantize(s, b.c + i * ldc, s->b.n, b.y + i * s->b.n);
+        /* Rows of the GEMM are pixels; the output is channel-major (NCHW). */
+        uint8_t *y = j->y + img * s->b.n * pixels + p0;
+        for (int64_t c = 0; c < s->b.n; c++)
+            for (int64_t i = 0; i < m; i++)
+                y[c * pixels + i] = b.y[i * s->b.n + c];
+    }
+    bufs_put(&b);
+}
+
+kiln_status kn_cpu_qconv_run(kn_kernel_ctx *k) {
+    const qstate *s = k->state;
+    qjob j = {.s = s, .x = k->in[0].data, .y = k->out[0].data, .rc = KILN_OK};
+    KN_TRY(kn_conv_geom_init(k->node, &k->in[0].shape, &k->in[3].shape, false, &j.g));
+    if (j.g.nsp != 2 || j.g.group != 1)
+        return kn_error(KILN_ERR_UNSUPPORTED, "int8 Conv: only 2-D, ungrouped convolutions");
+    j.rows = j.g.out[0] * j.g.out[1];
+    j.chunks = (j.rows + ROWS - 1) / ROWS;
+    kn_parallel_for(k->pool, j.g.n * j.chunks, 1, conv_range, &j);
+    if (j.rc != KILN_OK)
+        return kn_error(j.rc, "no memory for an int8 Conv");
+    return KILN_OK;
+}

@@ -1,0 +1,157 @@
+"""int8 on the CPU: models quantized by onnxruntime.quantization.quantize_static (QDQ format,
+per-channel int8 weights, uint8 or int8 activations) run their Conv / MatMul / Gemm as kiln's
+int8 products (inspect says int8) and match onnxruntime's own output on the QDQ model within two
+steps of the output's quantization; a product that does not fit stays fp32 with its reason."""
+
+import json
+import os
+import subprocess
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                      quantize_static)
+from onnxruntime.quantization.shape_inference import quant_pre_process
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+KILN = os.environ.get("KILN") or os.path.join(REPO, "build", "bin", "kiln")
+
+
+def kiln(*args, check=True):
+    p = subprocess.run([KILN, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       stdin=subprocess.DEVNULL, timeout=300)
+    out, err = p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
+    if check:
+        assert p.returncode == 0, f"kiln {' '.join(args)}: {err}"
+    return p.returncode, out, err
+
+
+class Reader(CalibrationDataReader):
+    def __init__(self, name, shape, n=8):
+        rng = np.random.default_rng(0)
+        self.data = iter([{name: rng.standard_normal(shape).astype(np.float32)}
+                          for _ in range(n)])
+
+    def get_next(self):
+        return next(self.data, None)
+
+
+def quantize(src, dst, shape, act):
+    pre = str(dst) + ".pre.onnx"
+    # The quantizer leaves temporary files in the working directory.
+    here = os.getcwd()
+    os.chdir(os.path.dirname(str(dst)))
+    try:
+        quant_pre_process(str(src), pre)
+        name = onnx.load(pre).graph.input[0].name
+        quantize_static(pre, str(dst), Reader(name, shape), quant_format=QuantFormat.QDQ,
+                        per_channel=True, weight_type=QuantType.QInt8,
+                        activation_type=QuantType.QUInt8 if act == "u8" else QuantType.QInt8)
+    finally:
+        os.chdir(here)
+    return name
+
+
+def output_step(model_path):
+    """The scale of the DequantizeLinear that makes the graph's first output."""
+    m = onnx.load(model_path)
+    inits = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
+    out = m.graph.output[0].name
+    node = next(n for n in m.graph.node if out in n.output)
+    assert node.op_type == "DequantizeLinear"
+    return float(inits[node.input[1]])
+
+
+def run_both(qdq, name, shape, tmp_path, shapes_arg):
+    plan = str(tmp_path / "q.plan")
+    kiln("build", str(qdq), "-o", plan, *shapes_arg)
+    info = json.loads(kiln("inspect", plan, "--json")[1])
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    kiln("run", plan, "--input", f"{name}={tmp_path / 'x.npy'}", "--output-dir",
+         str(tmp_path / "out"))
+    with open(tmp_path / "out" / "outputs.json") as f:
+        outs = json.load(f)
+    got = np.load(tmp_path / "out" / list(outs.values())[0])
+    sess = ort.InferenceSession(str(qdq), providers=["CPUExecutionProvider"])
+    ref = sess.run(None, {name: x})[0]
+    return info, got, ref
+
+
+def matmul_model(path):
+    """A small MLP over [4, 37]: MatMul + bias Add + Relu, MatMul + Clip, and a Gemm (transB)."""
+    rng = np.random.default_rng(3)
+
+    def init(name, *shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32),
+                                       name)
+
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h1"]),
+        helper.make_node("Add", ["h1", "b1"], ["h2"]),
+        helper.make_node("Relu", ["h2"], ["h3"]),
+        helper.make_node("MatMul", ["h3", "w2"], ["h4"]),
+        helper.make_node("Clip", ["h4", "lo", "hi"], ["h5"]),
+        helper.make_node("Gemm", ["h5", "w3", "b3"], ["y"], transB=1),
+    ]
+    g = helper.make_graph(
+        nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 37])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 19])],
+        [init("w1", 37, 50), init("b1", 50), init("w2", 50, 45),
+         numpy_helper.from_array(np.array(-1.0, np.float32), "lo"),
+         numpy_helper.from_array(np.array(2.0, np.float32), "hi"), init("w3", 19, 45),
+         init("b3", 19)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(m, path)
+
+
+@pytest.mark.parametrize("act", ["u8", "s8"])
+def test_qdq_resnet_matches_onnxruntime(act, tmp_path):
+    shape = [1, 3, 64, 64]
+    qdq = tmp_path / "r.onnx"
+    name = quantize(os.path.join(HERE, "resnet_mini", "model.onnx"), qdq, shape, act)
+    info, got, ref = run_both(qdq, name, shape, tmp_path, ["--shapes", f"{name}:1x3x64x64"])
+    ops = [(l["op"], l["precision"]) for l in info["layers"]]
+    n_conv = sum(1 for n in onnx.load(qdq).graph.node if n.op_type == "Conv")
+    assert ops.count(("QConv", "int8")) == n_conv, ops
+    assert ("QMatMul", "int8") in ops  # the classifier's Gemm
+    step = output_step(qdq)
+    assert np.abs(got - ref).max() <= 2 * step + 1e-6, (np.abs(got - ref).max(), step)
+
+
+@pytest.mark.parametrize("act", ["u8", "s8"])
+def test_qdq_matmul_gemm_matches_onnxruntime(act, tmp_path):
+    fp32 = tmp_path / "mlp.onnx"
+    matmul_model(str(fp32))
+    qdq = tmp_path / "mlp_q.onnx"
+    name = quantize(fp32, qdq, [4, 37], act)
+    info, got, ref = run_both(qdq, name, [4, 37], tmp_path, [])
+    ops = [(l["op"], l["precision"]) for l in info["layers"]]
+    assert ops.count(("QMatMul", "int8")) == 3, ops
+    step = output_step(qdq)
+    assert np.abs(got - ref).max() <= 2 * step + 1e-6, (np.abs(got - ref).max(), step)
+
+
+def test_unfit_product_stays_fp32_with_reason(tmp_path):
+    """A grouped convolution keeps the float path; inspect says why, and the result still
+    matches onnxruntime."""
+    rng = np.random.default_rng(5)
+    w = numpy_helper.from_array((rng.standard_normal([8, 2, 3, 3]) * 0.3).astype(np.float32),
+                                "w")
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], group=4, pads=[1, 1, 1, 1])], "grouped",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 10, 10])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 10, 10])], [w])
+    fp32 = tmp_path / "g.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), fp32)
+    qdq = tmp_path / "g_q.onnx"
+    name = quantize(fp32, qdq, [1, 8, 10, 10], "u8")
+    info, got, ref = run_both(qdq, name, [1, 8, 10, 10], tmp_path, [])
+    conv = next(l for l in info["layers"] if l["op"] == "Conv")
+    assert conv["precision"] == "fp32"
+    assert "ungrouped" in conv["int8_reason"]
+    assert np.abs(got - ref).max() <= 2 * output_step(qdq) + 1e-6
