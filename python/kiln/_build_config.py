@@ -2,8 +2,11 @@
 turns a C network into a plan. Both kiln.build and kiln.Network.build end here, so this module
 sits below them and imports neither."""
 
+from __future__ import annotations
+
 import ctypes
 import os
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -11,7 +14,10 @@ from . import _lib
 from ._lib import ERR_INVALID_ARGUMENT, KilnError, check, encode, int64_array, lib
 
 
-def _profile(name, spec):
+Shape = Tuple[int, ...]
+
+
+def _profile(name: str, spec: Any) -> Tuple[Shape, Shape, Shape]:
     """(min, opt, max) tuples from a shape or a (min, opt, max) triple."""
     spec = list(spec)
     if len(spec) == 3 and all(isinstance(s, (tuple, list)) for s in spec):
@@ -31,10 +37,10 @@ def _profile(name, spec):
     return mn, op, mx
 
 
-PRECISIONS = {"fp32": 0, "tf32": 1, "fp16": 2, "bf16": 3}
+PRECISIONS: Dict[str, int] = {"fp32": 0, "tf32": 1, "fp16": 2, "bf16": 3}
 
 
-def _precision_code(p):
+def _precision_code(p: str) -> int:
     if p not in PRECISIONS:
         raise KilnError(
             ERR_INVALID_ARGUMENT, f"precision {p!r}: expected one of {', '.join(PRECISIONS)}"
@@ -42,7 +48,7 @@ def _precision_code(p):
     return PRECISIONS[p]
 
 
-def _set_precision(h, precision):
+def _set_precision(h: ctypes.c_void_p, precision: Union[str, Mapping[str, str]]) -> None:
     """precision: "fp16", or {"*": "fp16", "*attn*": "fp32"} ("*" alone sets the default;
     other keys are layer-name patterns, applied in order)."""
     if isinstance(precision, str):
@@ -58,16 +64,22 @@ def _set_precision(h, precision):
 
 class _Config:
     def __init__(
-        self, shapes, threads, prefer_plugins, progress=None, backends=None, precision=None
-    ):
+        self,
+        shapes: Optional[Mapping[str, Any]],
+        threads: Optional[int],
+        prefer_plugins: Optional[Union[str, Sequence[str]]],
+        progress: Optional[Callable[[str, float], object]] = None,
+        backends: Optional[Union[str, Sequence[str]]] = None,
+        precision: Optional[Union[str, Mapping[str, str]]] = None,
+    ) -> None:
         h = ctypes.c_void_p()
         check(lib.kiln_build_config_create(ctypes.byref(h)))
-        self.h = h
-        self.progress = None
+        self.h: Optional[ctypes.c_void_p] = h
+        self.progress: Any = None
         try:
             if progress is not None:
 
-                def call(user, stage, fraction):
+                def call(user: Optional[int], stage: Optional[bytes], fraction: float) -> None:
                     try:
                         progress(stage.decode("utf-8", "replace") if stage else "", fraction)
                     except BaseException:
@@ -100,7 +112,7 @@ class _Config:
             self.close()
             raise
 
-    def close(self):
+    def close(self) -> None:
         if self.h:
             lib.kiln_build_config_destroy(self.h)
             self.h = None
@@ -108,16 +120,16 @@ class _Config:
 
 
 def build_plan(
-    builder,
-    net,
-    shapes,
-    threads,
-    prefer_plugins,
-    progress=None,
-    path=None,
-    backends=None,
-    precision=None,
-):
+    builder: ctypes.c_void_p,
+    net: ctypes.c_void_p,
+    shapes: Optional[Mapping[str, Any]],
+    threads: Optional[int],
+    prefer_plugins: Optional[Union[str, Sequence[str]]],
+    progress: Optional[Callable[[str, float], object]] = None,
+    path: Optional[Union[str, os.PathLike[str]]] = None,
+    backends: Optional[Union[str, Sequence[str]]] = None,
+    precision: Optional[Union[str, Mapping[str, str]]] = None,
+) -> Optional[bytes]:
     cfg = _Config(shapes, threads, prefer_plugins, progress, backends, precision)
     data, size = ctypes.c_void_p(), ctypes.c_size_t()
     try:

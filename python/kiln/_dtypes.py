@@ -5,7 +5,10 @@ The 8-bit floats, int4/uint4 and float4e2m1 are storage types of one byte per el
 dtypes, whose byte layout is the same; without it they travel as uint8 arrays of the codes.
 bfloat16 travels as uint16 bit patterns either way, as it always has."""
 
+from __future__ import annotations
+
 import enum
+from typing import Any, Dict
 
 import numpy as np
 
@@ -15,6 +18,9 @@ except ImportError:  # the uint8 form below needs nothing
     ml_dtypes = None
 
 from ._lib import ERR_DTYPE, KilnError
+
+#: A kiln.DType, its number, a numpy dtype or anything np.dtype takes ("float32", np.int64).
+DTypeArg = Any
 
 
 class DType(enum.IntEnum):
@@ -43,7 +49,7 @@ class DType(enum.IntEnum):
     FLOAT8E8M0 = 24
 
 
-_TO_NUMPY = {
+_TO_NUMPY: Dict[DType, np.dtype[Any]] = {
     DType.FLOAT32: np.dtype(np.float32),
     DType.UINT8: np.dtype(np.uint8),
     DType.INT8: np.dtype(np.int8),
@@ -73,18 +79,18 @@ for _k, _name in _ML_DTYPES.items():
     _t = getattr(ml_dtypes, _name, None) if ml_dtypes is not None else None
     _TO_NUMPY[_k] = np.dtype(_t) if _t is not None else np.dtype(np.uint8)
 # Only dtypes that name one kiln dtype map back: uint8 stays UINT8, uint16 stays UINT16.
-_FROM_NUMPY = {}
+_FROM_NUMPY: Dict[np.dtype[Any], DType] = {}
 for _k, _v in _TO_NUMPY.items():
     _FROM_NUMPY.setdefault(_v, _k)
 
 
-def narrow_as_numpy():
+def narrow_as_numpy() -> bool:
     """True when the 8- and 4-bit storage types map to ml_dtypes dtypes, False when they
     travel as uint8 codes."""
     return ml_dtypes is not None
 
 
-def to_numpy(dtype):
+def to_numpy(dtype: int) -> np.dtype[Any]:
     """numpy dtype of a kiln dtype number."""
     if int(dtype) == DType.STRING:
         raise KilnError(ERR_DTYPE, "string tensors have no numpy buffer form in kiln")
@@ -94,7 +100,7 @@ def to_numpy(dtype):
         raise KilnError(ERR_DTYPE, f"dtype {int(dtype)} has no numpy equivalent") from None
 
 
-def from_any(dtype):
+def from_any(dtype: DTypeArg) -> int:
     """kiln dtype number from a kiln.DType, an int, a numpy dtype or anything np.dtype takes."""
     if isinstance(dtype, DType):
         return int(dtype)
@@ -109,7 +115,7 @@ def from_any(dtype):
     return int(_FROM_NUMPY[nd])
 
 
-def name(dtype):
+def name(dtype: int) -> str:
     try:
         return DType(int(dtype)).name.lower()
     except ValueError:

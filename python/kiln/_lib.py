@@ -5,9 +5,12 @@ package (kiln/lib/libkiln.so, where the wheel puts it), else at <repo>/build/lib
 relative to this package in a source tree.
 """
 
+from __future__ import annotations
+
 import ctypes
 import os
 import threading
+from typing import Any, Callable, Iterable, List, Optional, SupportsInt
 from ctypes import (
     CFUNCTYPE,
     POINTER,
@@ -59,13 +62,13 @@ class KilnError(RuntimeError):
     """A failed kiln call: `status` is the kiln_status code, `message` the library's one-line
     reason (kiln_last_error())."""
 
-    def __init__(self, status, message):
+    def __init__(self, status: int, message: str) -> None:
         self.status = int(status)
         self.message = message
         super().__init__(f"[{STATUS_NAMES.get(self.status, self.status)}] {message}")
 
     @property
-    def status_name(self):
+    def status_name(self) -> str:
         return STATUS_NAMES.get(self.status, str(self.status))
 
 
@@ -74,13 +77,13 @@ PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_DIR = os.path.dirname(os.path.dirname(PACKAGE_DIR))
 
 
-def installed(*parts):
+def installed(*parts: str) -> Optional[str]:
     """A path inside the installed package (the wheel's CMake prefix), or None."""
     path = os.path.join(PACKAGE_DIR, *parts)
     return path if os.path.exists(path) else None
 
 
-def _find_library():
+def _find_library() -> str:
     env = os.environ.get("KILN_LIBRARY")
     if env:
         return env
@@ -288,7 +291,7 @@ PROGRESS_FN = CFUNCTYPE(None, c_void_p, c_char_p, c_double)
 LOGGER_FN = CFUNCTYPE(None, c_void_p, c_int, c_char_p)
 
 
-def _declare(name, restype, *argtypes):
+def _declare(name: str, restype: Any, *argtypes: Any) -> Any:
     fn = getattr(lib, name)
     fn.restype = restype
     fn.argtypes = list(argtypes)
@@ -531,18 +534,18 @@ _declare("kiln_context_execute", status_t, c_void_p)
 _declare("kiln_context_get_output", status_t, c_void_p, c_char_p, _P(TensorView))
 
 
-def last_error():
+def last_error() -> str:
     msg = lib.kiln_last_error()
     return msg.decode("utf-8", "replace") if msg else ""
 
 
-def check(status):
+def check(status: int) -> None:
     """Raise KilnError for a failed status, with the library's message."""
     if status != OK:
         raise KilnError(status, last_error())
 
 
-def encode(s):
+def encode(s: object) -> Optional[bytes]:
     if s is None:
         return None
     if isinstance(s, bytes):
@@ -550,17 +553,17 @@ def encode(s):
     return os.fsencode(s) if isinstance(s, os.PathLike) else str(s).encode("utf-8")
 
 
-def int64_array(values):
-    values = [int(v) for v in values]
-    return (c_int64 * max(len(values), 1))(*values)
+def int64_array(values: Iterable[SupportsInt]) -> ctypes.Array[c_int64]:
+    ints = [int(v) for v in values]
+    return (c_int64 * max(len(ints), 1))(*ints)
 
 
 # True once the interpreter is shutting down: destructors then leave C objects alone (the
 # process is ending) rather than call into a half-torn-down interpreter.
-finalizing = [False]
+finalizing: List[bool] = [False]
 
 
-def _mark_finalizing():
+def _mark_finalizing() -> None:
     finalizing[0] = True
 
 
@@ -580,20 +583,22 @@ class Handle:
 
     __slots__ = ("ptr", "_destroy", "_deps", "_refs", "_lock")
 
-    def __init__(self, ptr, destroy, *deps):
+    def __init__(
+        self, ptr: Optional[ctypes.c_void_p], destroy: Callable[[Any], None], *deps: Optional[Handle]
+    ) -> None:
         self.ptr = ptr
         self._destroy = destroy
-        self._deps = [d for d in deps if d is not None]
+        self._deps: List[Handle] = [d for d in deps if d is not None]
         self._refs = 1
         self._lock = threading.Lock()
         for d in self._deps:
             d.acquire()
 
-    def acquire(self):
+    def acquire(self) -> None:
         with self._lock:
             self._refs += 1
 
-    def release(self):
+    def release(self) -> None:
         with self._lock:
             self._refs -= 1
             last = self._refs == 0

@@ -5,11 +5,13 @@ its first run, when the shapes are known), and without needing the onnx package.
 fields on the path ModelProto.graph -> ValueInfoProto -> TypeProto.tensor_type.shape are read;
 everything else is skipped by wire type."""
 
-from typing import Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 from ._lib import ERR_MODEL, KilnError
 
 Dim = Union[int, str, None]
+#: (name, ONNX elem_type, shape or None when the model gives none) of an input or output.
+IO = Tuple[str, int, Optional[List[Dim]]]
 
 # Field numbers of onnx.proto3.
 _MODEL_GRAPH = 7
@@ -35,8 +37,9 @@ def _varint(data: bytes, pos: int) -> Tuple[int, int]:
             return value, pos
 
 
-def _fields(data: bytes) -> Iterator[Tuple[int, Union[int, bytes]]]:
-    """(field number, value) pairs: ints for varints, bytes for length-delimited fields."""
+def _fields(data: bytes) -> Iterator[Tuple[int, Any]]:
+    """(field number, value) pairs: ints for varints, bytes for length-delimited fields (typed
+    Any: the field number, known to the caller, decides which)."""
     pos = 0
     while pos < len(data):
         key, pos = _varint(data, pos)
@@ -60,8 +63,9 @@ def _signed(v: int) -> int:
     return v - (1 << 64) if v >= 1 << 63 else v
 
 
-def _value_info(data: bytes) -> Tuple[str, int, Optional[List[Dim]]]:
-    name, elem, shape = "", 0, None
+def _value_info(data: bytes) -> IO:
+    name, elem = "", 0
+    shape: Optional[List[Dim]] = None
     for f, v in _fields(data):
         if f == _VALUE_NAME:
             name = v.decode("utf-8")
@@ -87,7 +91,7 @@ def _value_info(data: bytes) -> Tuple[str, int, Optional[List[Dim]]]:
     return name, elem, shape
 
 
-def graph_io(model: bytes) -> Tuple[list, list]:
+def graph_io(model: bytes) -> Tuple[List[IO], List[IO]]:
     """([(name, elem_type, shape)] of the graph inputs that are not initializers, [... outputs])."""
     graph = None
     for f, v in _fields(model):
@@ -95,7 +99,9 @@ def graph_io(model: bytes) -> Tuple[list, list]:
             graph = v
     if not isinstance(graph, bytes):
         raise KilnError(ERR_MODEL, "ONNX model: no graph")
-    inputs, outputs, initializers = [], [], set()
+    inputs: List[IO] = []
+    outputs: List[IO] = []
+    initializers = set()
     for f, v in _fields(graph):
         if f == _GRAPH_INPUT:
             inputs.append(_value_info(v))

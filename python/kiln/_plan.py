@@ -1,7 +1,10 @@
 """Read the layer list of a plan (docs/plan-format.md): enough of STRINGS and GRAPH to name the
 live nodes, for comparing what two builds produced."""
 
+from __future__ import annotations
+
 import struct
+from typing import Dict, List, Optional, Tuple, Union
 
 from ._lib import ERR_PLAN, KilnError
 
@@ -10,11 +13,11 @@ _STRINGS, _GRAPH = 1, 2
 _ATTR_FIXED = {1: 4, 2: 8, 3: 4, 5: 0}
 
 
-def is_plan(data):
+def is_plan(data: Union[bytes, bytearray, memoryview]) -> bool:
     return bytes(data[:8]) == _MAGIC
 
 
-def _sections(buf):
+def _sections(buf: memoryview) -> Dict[int, Tuple[int, int]]:
     if not is_plan(buf):
         raise KilnError(ERR_PLAN, "not a kiln plan (bad magic)")
     (count,) = struct.unpack_from("<I", buf, 48)
@@ -25,7 +28,7 @@ def _sections(buf):
     return out
 
 
-def _strings(buf, off):
+def _strings(buf: memoryview, off: int) -> List[str]:
     count, _ = struct.unpack_from("<II", buf, off)
     blob = off + 8 + 8 * count
     out = []
@@ -35,7 +38,9 @@ def _strings(buf, off):
     return out
 
 
-def layers(plan):
+def layers(
+    plan: Union[bytes, bytearray, memoryview],
+) -> List[Tuple[Optional[str], Optional[str], Optional[str]]]:
     """[(name, op_type, domain)] of the plan's live nodes, in execution order."""
     buf = memoryview(bytes(plan))
     secs = _sections(buf)
@@ -43,7 +48,7 @@ def layers(plan):
         raise KilnError(ERR_PLAN, "plan lacks its STRINGS or GRAPH section")
     strs = _strings(buf, secs[_STRINGS][0])
 
-    def s(i):
+    def s(i: int) -> Optional[str]:
         return None if i == 0xFFFFFFFF else strs[i]
 
     p = secs[_GRAPH][0]

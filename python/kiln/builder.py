@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import os
-from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, List, Literal, Mapping, Optional, Sequence, Tuple, Union, cast
 
 from . import _plan
 from . import registry as _registry
@@ -20,14 +20,15 @@ PluginsArg = Any
 #: A path, ONNX bytes, an onnx.ModelProto or a kiln.Network.
 ModelArg = Any
 #: "fp32", "tf32", "fp16", "bf16", or {layer-name pattern: one of them} ("*" the default).
-PrecisionArg = Union[str, Mapping[str, str]]
+Precision = Literal["fp32", "tf32", "fp16", "bf16"]
+PrecisionArg = Union[Precision, Mapping[str, Precision]]
 
 
-def _is_path(x):
+def _is_path(x: object) -> bool:
     return isinstance(x, (str, os.PathLike))
 
 
-def _model_bytes(model):
+def _model_bytes(model: Any) -> Optional[bytes]:
     if isinstance(model, (bytes, bytearray, memoryview)):
         return bytes(model)
     if hasattr(model, "SerializeToString"):  # an onnx.ModelProto
@@ -56,14 +57,15 @@ def build(
     ["cuda", "cpu"] or "cuda,cpu"; default the CPU alone); the host takes what none runs.
     precision: "fp32" (default), "tf32", "fp16" or "bf16", or a dict of layer-name patterns to
     those ("*" sets the default), e.g. {"*": "fp16", "*attn*": "fp32"}."""
-    return _build(
+    plan = _build(
         model, None, shapes, threads, plugins, prefer_plugins, progress, backends, precision
     )
+    return cast(bytes, plan)  # bytes whenever no path is given
 
 
 def build_to_file(
     model: ModelArg,
-    path: Union[str, os.PathLike],
+    path: Union[str, "os.PathLike[str]"],
     shapes: Optional[ShapesArg] = None,
     threads: Optional[int] = None,
     plugins: Optional[PluginsArg] = None,
@@ -78,8 +80,16 @@ def build_to_file(
 
 
 def _build(
-    model, path, shapes, threads, plugins, prefer_plugins, progress, backends=None, precision=None
-):
+    model: ModelArg,
+    path: Optional[Union[str, "os.PathLike[str]"]],
+    shapes: Optional[ShapesArg],
+    threads: Optional[int],
+    plugins: Optional[PluginsArg],
+    prefer_plugins: Optional[Union[str, Sequence[str]]],
+    progress: Optional[Callable[[str, float], None]],
+    backends: Optional[Union[str, Sequence[str]]] = None,
+    precision: Optional[PrecisionArg] = None,
+) -> Optional[bytes]:
     if isinstance(model, Network):
         if isinstance(plugins, _registry.Registry) and plugins is not model.registry:
             raise KilnError(
@@ -118,9 +128,11 @@ def _build(
         lib.kiln_builder_destroy(b)
 
 
-def plan_layers(plan: Union[bytes, str, os.PathLike]) -> List[Tuple[str, str, str]]:
+def plan_layers(
+    plan: Union[bytes, str, "os.PathLike[str]"],
+) -> List[Tuple[Optional[str], Optional[str], Optional[str]]]:
     """[(name, op_type, domain)] of a plan's live layers (plan: bytes or a path)."""
-    if _is_path(plan):
+    if isinstance(plan, (str, os.PathLike)):
         with open(plan, "rb") as f:
-            plan = f.read()
+            return _plan.layers(f.read())
     return _plan.layers(plan)

@@ -9,7 +9,11 @@
 Each operation either succeeds or leaves the model unchanged and raises kiln.KilnError.
 """
 
+from __future__ import annotations
+
 import ctypes
+import os
+from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
 from ctypes import POINTER, c_char_p, c_int, c_int64, c_size_t, c_void_p
 
 import numpy as np
@@ -39,17 +43,22 @@ _d("kiln_model_set_shape", _lib.status_t, c_void_p, c_char_p, c_int, POINTER(c_i
 _d("kiln_model_set_opset", _lib.status_t, c_void_p, c_int)
 _c = _lib.lib
 
+#: A path to an ONNX file.
+PathArg = Union[str, "os.PathLike[str]"]
 
-def _names(values):
+
+def _names(values: Sequence[str]) -> Tuple[ctypes.Array[c_char_p], int]:
     enc = [encode(v) for v in values]
     return (c_char_p * max(len(enc), 1))(*enc), len(enc)
 
 
-def _attrs(attrs):
+def _attrs(
+    attrs: Optional[Mapping[str, Any]],
+) -> Tuple[ctypes.Array[_lib.Attribute], int, List[Any]]:
     """dict -> kiln_attribute array (ints, floats, strings, and lists of ints or floats)."""
     attrs = attrs or {}
     arr = (_lib.Attribute * max(len(attrs), 1))()
-    keep = []
+    keep: List[Any] = []
     for a, (name, value) in zip(arr, attrs.items()):
         a.name = encode(name)
         keep.append(a.name)
@@ -79,52 +88,59 @@ def _attrs(attrs):
 class Model:
     """An ONNX model open for editing; methods return the model so edits chain."""
 
-    def __init__(self, path):
+    def __init__(self, path: PathArg) -> None:
         ptr = c_void_p()
         check(_c.kiln_model_load(encode(path), ctypes.byref(ptr)))
         self._h = Handle(ptr, _c.kiln_model_destroy)
 
-    def __del__(self):
+    def __del__(self) -> None:
         h = getattr(self, "_h", None)
         if h is not None:
             h.release()
 
     @property
-    def _p(self):
+    def _p(self) -> Optional[ctypes.c_void_p]:
         return self._h.ptr
 
-    def nodes(self):
+    def nodes(self) -> List[Tuple[str, str]]:
         """[(name, op_type)] in order."""
-        out = []
+        out: List[Tuple[str, str]] = []
         for i in range(_c.kiln_model_num_nodes(self._p)):
             name, op = c_char_p(), c_char_p()
             check(_c.kiln_model_node(self._p, i, ctypes.byref(name), ctypes.byref(op)))
-            out.append((name.value.decode(), op.value.decode()))
+            out.append(((name.value or b"").decode(), (op.value or b"").decode()))
         return out
 
-    def save(self, path, external_threshold=1 << 20):
+    def save(self, path: PathArg, external_threshold: int = 1 << 20) -> Model:
         check(_c.kiln_model_save(self._p, encode(path), external_threshold))
         return self
 
-    def extract(self, inputs, outputs):
+    def extract(self, inputs: Sequence[str], outputs: Sequence[str]) -> Model:
         (ia, ni), (oa, no) = _names(inputs), _names(outputs)
         check(_c.kiln_model_extract(self._p, ni, ia, no, oa))
         return self
 
-    def remove(self, node):
+    def remove(self, node: str) -> Model:
         check(_c.kiln_model_remove_node(self._p, encode(node)))
         return self
 
-    def insert_after(self, tensor, op_type, **attrs):
+    def insert_after(self, tensor: str, op_type: str, **attrs: Any) -> Model:
         arr, n, _keep = _attrs(attrs)
         check(_c.kiln_model_insert_after(self._p, encode(tensor), encode(op_type), n, arr))
         return self
 
-    def rename(self, old, new):
+    def rename(self, old: str, new: str) -> Model:
         check(_c.kiln_model_rename(self._p, encode(old), encode(new)))
         return self
 
-    def replace_pattern(self, pattern, plugin, version=None, namespace=None, **attrs):
+    def replace_pattern(
+        self,
+        pattern: str,
+        plugin: str,
+        version: Optional[str] = None,
+        namespace: Optional[str] = None,
+        **attrs: Any,
+    ) -> int:
         """Returns the number of matches replaced."""
         arr, n, _keep = _attrs(attrs)
         count = c_int()
@@ -133,19 +149,19 @@ class Model:
                                             ctypes.byref(count)))
         return count.value
 
-    def fold_constants(self):
+    def fold_constants(self) -> Model:
         check(_c.kiln_model_fold_constants(self._p))
         return self
 
-    def cleanup(self):
+    def cleanup(self) -> Model:
         check(_c.kiln_model_cleanup(self._p))
         return self
 
-    def toposort(self):
+    def toposort(self) -> Model:
         check(_c.kiln_model_toposort(self._p))
         return self
 
-    def set_shape(self, name, dims):
+    def set_shape(self, name: str, dims: Sequence[Union[int, str]]) -> Model:
         """dims: ints, or strings naming dynamic dims."""
         vals = [d if isinstance(d, int) else -1 for d in dims]
         syms = [None if isinstance(d, int) else encode(d) for d in dims]
@@ -153,6 +169,6 @@ class Model:
                                       (c_char_p * max(len(syms), 1))(*syms)))
         return self
 
-    def set_opset(self, opset):
+    def set_opset(self, opset: int) -> Model:
         check(_c.kiln_model_set_opset(self._p, int(opset)))
         return self

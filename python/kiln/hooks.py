@@ -1,9 +1,15 @@
 """Process-wide hooks: the logger, and allocation accounting."""
 
+from __future__ import annotations
+
 import enum
+from typing import TYPE_CHECKING, Any, Callable, List, Optional
 
 from . import _lib
 from ._lib import lib
+
+if TYPE_CHECKING:
+    from ._dtypes import DTypeArg
 
 
 class LogLevel(enum.IntEnum):
@@ -13,10 +19,12 @@ class LogLevel(enum.IntEnum):
     VERBOSE = 3
 
 
-_logger = [None]  # the ctypes callback in use, kept alive while kiln may call it
+_logger: List[Any] = [None]  # the ctypes callback in use, kept alive while kiln may call it
 
 
-def set_logger(fn, max_level=LogLevel.WARNING):
+def set_logger(
+    fn: Optional[Callable[[LogLevel, str], object]], max_level: int = LogLevel.WARNING
+) -> None:
     """Send kiln's warnings and progress to fn(level: LogLevel, message: str); None stops.
     Set it before other kiln calls. Exceptions raised by fn are swallowed: logging never
     fails a kiln call."""
@@ -25,7 +33,7 @@ def set_logger(fn, max_level=LogLevel.WARNING):
         _logger[0] = None
         return
 
-    def call(user, level, message):
+    def call(user: Optional[int], level: int, message: Optional[bytes]) -> None:
         try:
             fn(LogLevel(level), message.decode("utf-8", "replace") if message else "")
         except BaseException:
@@ -36,12 +44,13 @@ def set_logger(fn, max_level=LogLevel.WARNING):
     _logger[0] = cb
 
 
-def allocated_bytes():
+def allocated_bytes() -> int:
     """Bytes kiln currently has allocated (weights mapped from plan files excluded)."""
     return int(lib.kiln_allocated_bytes())
 
 
-def dtype_size(dtype):
+def dtype_size(dtype: DTypeArg) -> int:
+    """Bytes of one element of a dtype (a kiln.DType, a number or a numpy dtype)."""
     from ._dtypes import from_any
 
     return int(lib.kiln_dtype_size(from_any(dtype)))

@@ -19,12 +19,13 @@ import warnings
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
+from numpy.typing import NDArray
 
 from . import _onnx_io
 from . import _plan
 from ._lib import ERR_INVALID_ARGUMENT, ERR_NOT_FOUND, ERR_SHAPE, KilnError
 from .builder import build
-from .engine import Engine, IOInfo
+from .engine import Context, Engine, IOInfo
 
 Shape = Tuple[int, ...]
 PROVIDERS = ["CPUExecutionProvider"]
@@ -92,7 +93,7 @@ def get_device() -> str:
 
 
 def _providers(providers: Optional[Sequence[Any]]) -> List[str]:
-    chosen = []
+    chosen: List[str] = []
     for p in providers or PROVIDERS:
         name = p[0] if isinstance(p, (tuple, list)) else p
         if name in PROVIDERS:
@@ -189,7 +190,7 @@ class InferenceSession:
         output_names: Optional[Sequence[str]],
         input_feed: Mapping[str, Any],
         run_options: Any = None,
-    ) -> List[np.ndarray]:
+    ) -> List[NDArray[Any]]:
         """The outputs named (all, in the model's order, when None or empty) for these feeds."""
         names = list(output_names) if output_names else [o.name for o in self._outputs]
         known = {o.name for o in self._outputs}
@@ -229,10 +230,11 @@ class InferenceSession:
                 return False
         return True
 
-    def _context(self, feeds: Mapping[str, Any]):
+    def _context(self, feeds: Mapping[str, Any]) -> Context:
         engine = self._engine
         if engine is None or not self._fits(engine, feeds):
             if self._model is None:  # a plan keeps its profile: kiln's error names the dim
+                assert engine is not None  # a plan's engine is loaded in __init__
                 return self._thread_context(engine)
             with self._lock:
                 engine = self._engine
@@ -241,7 +243,7 @@ class InferenceSession:
         return self._thread_context(engine)
 
     def _widened(self, feeds: Mapping[str, Any]) -> Dict[str, Tuple[Shape, Shape, Shape]]:
-        profile = {}
+        profile: Dict[str, Tuple[Shape, Shape, Shape]] = {}
         for i in self._inputs:
             shape = tuple(int(d) for d in np.shape(feeds[i.name]))
             if len(shape) != len(i.shape):
@@ -257,7 +259,7 @@ class InferenceSession:
             profile[i.name] = (lo, shape, hi)
         return profile
 
-    def _thread_context(self, engine: Engine):
+    def _thread_context(self, engine: Engine) -> Context:
         """One kiln context per thread and engine: onnxruntime sessions run from many threads."""
         ctx = getattr(self._local, "ctx", None)
         if ctx is None or getattr(self._local, "engine", None) is not engine:
