@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import ctypes
 import os
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from . import _device
 from . import _dtypes
@@ -32,13 +33,15 @@ class IOInfo:
     """An engine input or output. shape: ints for fixed dims, the dim's symbol (str) for
     dynamic ones; min_shape/opt_shape/max_shape: the profile bounds (inputs)."""
 
-    def __init__(self, info, is_input):
+    def __init__(self, info: _lib.IoInfo, is_input: bool) -> None:
         self.name = info.name.decode("utf-8")
         self.kiln_dtype = int(info.dtype)
-        self.dtype = _dtypes.to_numpy(info.dtype) if info.dtype != 8 else None
+        self.dtype: Optional[np.dtype[Any]] = (
+            _dtypes.to_numpy(info.dtype) if info.dtype != 8 else None
+        )
         r = info.rank
         syms = [info.symbols[d] for d in range(r)]
-        self.shape = tuple(
+        self.shape: Tuple[Union[int, str], ...] = tuple(
             syms[d].decode("utf-8") if syms[d] else int(info.dims[d]) for d in range(r)
         )
         self.is_input = is_input
@@ -67,7 +70,7 @@ class Engine:
     registry is kept alive with the engine."""
 
     def __init__(
-        self, plan: Union[bytes, str, os.PathLike], plugins: Optional[PluginsArg] = None
+        self, plan: Union[bytes, str, "os.PathLike[str]"], plugins: Optional[PluginsArg] = None
     ) -> None:
         self.registry = _registry.resolve(plugins)
         h = ctypes.c_void_p()
@@ -85,41 +88,44 @@ class Engine:
                 ERR_INVALID_ARGUMENT,
                 f"Engine: plan must be a path or bytes, got {type(plan).__name__}",
             )
-        self._hobj = _lib.Handle(h, lib.kiln_engine_destroy, self.registry.handle_ref)
+        self._hobj: Optional[_lib.Handle] = _lib.Handle(
+            h, lib.kiln_engine_destroy, self.registry.handle_ref
+        )
         self._h = h
         info = _lib.IoInfo()
-        self.inputs = []
+        self.inputs: List[IOInfo] = []
         for i in range(lib.kiln_engine_num_inputs(h)):
             check(lib.kiln_engine_input_info(h, i, ctypes.byref(info)))
             self.inputs.append(IOInfo(info, True))
-        self.outputs = []
+        self.outputs: List[IOInfo] = []
         for i in range(lib.kiln_engine_num_outputs(h)):
             check(lib.kiln_engine_output_info(h, i, ctypes.byref(info)))
             self.outputs.append(IOInfo(info, False))
         self._inputs = {i.name: i for i in self.inputs}
 
     @property
-    def handle(self):
+    def handle(self) -> ctypes.c_void_p:
         return self._h
 
     @property
-    def handle_ref(self):
+    def handle_ref(self) -> Optional[_lib.Handle]:
         return self._hobj
 
     def context(self, threads: Optional[int] = None) -> "Context":
         return Context(self, threads)
 
-    def run(self, feeds: Mapping[str, Any]) -> Dict[str, np.ndarray]:
+    def run(self, feeds: Mapping[str, ArrayLike]) -> Dict[str, NDArray[Any]]:
         """Run once on a fresh context."""
         return self.context().run(feeds)
 
-    def __del__(self):
-        if getattr(self, "_hobj", None) is not None:
-            self._hobj.release()
+    def __del__(self) -> None:
+        h = getattr(self, "_hobj", None)
+        if h is not None:
+            h.release()
             self._hobj = None
 
 
-def _as_input(info, value):
+def _as_input(info: IOInfo, value: ArrayLike) -> NDArray[Any]:
     """value as a C-contiguous array of the input's dtype (converting only same-kind values,
     e.g. float64 -> float32 or int32 -> int64; float -> int is refused)."""
     want = info.dtype
@@ -149,7 +155,9 @@ class Context:
         self.engine = engine
         h = ctypes.c_void_p()
         check(lib.kiln_context_create(engine.handle, ctypes.byref(h)))
-        self._hobj = _lib.Handle(h, lib.kiln_context_destroy, engine.handle_ref)
+        self._hobj: Optional[_lib.Handle] = _lib.Handle(
+            h, lib.kiln_context_destroy, engine.handle_ref
+        )
         self._h = h
         if threads is not None:
             check(lib.kiln_context_set_threads(h, int(threads)))
@@ -259,7 +267,7 @@ class Context:
             bound[name] = value
         return bound
 
-    def _output(self, name):
+    def _output(self, name: str) -> NDArray[Any]:
         view = _lib.TensorView()
         check(lib.kiln_context_get_output(self._h, encode(name), ctypes.byref(view)))
         dt = _dtypes.to_numpy(view.dtype)
@@ -271,19 +279,20 @@ class Context:
             ctypes.memmove(out.ctypes.data, view.data, out.nbytes)
         return out
 
-    def __del__(self):
-        if getattr(self, "_hobj", None) is not None:
-            self._hobj.release()
+    def __del__(self) -> None:
+        h = getattr(self, "_hobj", None)
+        if h is not None:
+            h.release()
             self._hobj = None
 
 
 def run(
     model_or_plan: Any,
-    feeds: Mapping[str, Any],
+    feeds: Mapping[str, ArrayLike],
     plugins: Optional[PluginsArg] = None,
     shapes: Optional[ShapesArg] = None,
     threads: Optional[int] = None,
-) -> Dict[str, np.ndarray]:
+) -> Dict[str, NDArray[Any]]:
     """Run a model once: an ONNX path/bytes or a kiln.Network is built in memory first (with
     the feeds' shapes as the profile unless shapes is given); a plan path/bytes is loaded."""
     plan = model_or_plan

@@ -1,10 +1,27 @@
 """Networks built by code: kiln.Network mirrors kiln_network_* of kiln.h. Every call is checked
 by the library at once, so a wrong call raises KilnError where it is made."""
 
+from __future__ import annotations
+
 import ctypes
 import enum
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Type,
+    TypeVar,
+    Union,
+    cast,
+)
 
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
 
 from . import _dtypes
 from . import _lib
@@ -12,6 +29,10 @@ from . import plugin as _plugin
 from . import registry as _registry
 from ._build_config import build_plan
 from ._lib import ERR_INVALID_ARGUMENT, KilnError, check, encode, int64_array, lib
+
+if TYPE_CHECKING:
+    from ._dtypes import DTypeArg
+    from .builder import PrecisionArg
 
 
 class Activation(enum.IntEnum):
@@ -41,7 +62,17 @@ class Pooling(enum.IntEnum):
     AVERAGE = 1
 
 
-def _enum(kind, value, what):
+#: A tensor of this network, or its raw id.
+TensorArg = Union["Tensor", int]
+#: A tensor, or an array added as a constant (weights, biases).
+WeightArg = Union["Tensor", int, ArrayLike]
+T = TypeVar("T", "Tensor", int)
+
+
+E = TypeVar("E", bound=enum.IntEnum)
+
+
+def _enum(kind: Type[E], value: Union[str, int], what: str) -> int:
     if isinstance(value, str):
         try:
             return kind[value.upper()]
@@ -56,20 +87,20 @@ class Tensor:
 
     __slots__ = ("network", "id", "_name")
 
-    def __init__(self, network, tid, name=None):
+    def __init__(self, network: Network, tid: int, name: Optional[str] = None) -> None:
         self.network = network
         self.id = int(tid)
         self._name = name
 
     @property
-    def name(self):
+    def name(self) -> Optional[str]:
         return self._name
 
     @name.setter
-    def name(self, value):
+    def name(self, value: str) -> None:
         self.network.set_tensor_name(self, value)
 
-    def _info(self):
+    def _info(self) -> Tuple[int, Optional[Tuple[int, ...]]]:
         dt, rank = ctypes.c_int(), ctypes.c_int()
         dims = (ctypes.c_int64 * _lib.MAX_RANK)()
         check(
@@ -80,21 +111,21 @@ class Tensor:
         return dt.value, (tuple(dims[i] for i in range(rank.value)) if rank.value >= 0 else None)
 
     @property
-    def dtype(self):
+    def dtype(self) -> Optional[np.dtype[Any]]:
         """numpy dtype as far as known (None before inference)."""
         dt, _ = self._info()
         return _dtypes.to_numpy(dt) if dt else None
 
     @property
-    def shape(self):
+    def shape(self) -> Optional[Tuple[int, ...]]:
         """Shape as far as known: -1 for symbolic dims, None when the rank is unknown."""
         return self._info()[1]
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"kiln.Tensor(id={self.id}, name={self._name!r})"
 
 
-def _attribute(name, value, keep):
+def _attribute(name: str, value: Any, keep: List[Any]) -> _lib.Attribute:
     a = _lib.Attribute()
     nb = encode(name)
     keep.append(nb)
@@ -131,7 +162,7 @@ def _attribute(name, value, keep):
     return a
 
 
-def _infer_field_type(fname, value):
+def _infer_field_type(fname: str, value: Any) -> _plugin.FieldType:
     if isinstance(value, (bool, np.bool_, int, np.integer)):
         return _plugin.INT64
     if isinstance(value, (float, np.floating)):
@@ -152,23 +183,25 @@ class Network:
     """A network built call by call. opset: the default-domain ONNX opset its layers follow.
     registry: where plugin layers are looked up (default: kiln's default registry)."""
 
-    def __init__(self, opset=17, registry=None):
+    def __init__(self, opset: int = 17, registry: Optional[_registry.Registry] = None) -> None:
         self.registry = _registry.resolve(registry)
         b = ctypes.c_void_p()
         check(lib.kiln_builder_create(ctypes.byref(b)))
-        self._bobj = _lib.Handle(b, lib.kiln_builder_destroy, self.registry.handle_ref)
+        self._bobj: Optional[_lib.Handle] = _lib.Handle(
+            b, lib.kiln_builder_destroy, self.registry.handle_ref
+        )
         self._b = b
         check(lib.kiln_builder_set_registry(b, self.registry.handle))
         h = ctypes.c_void_p()
         check(lib.kiln_network_create(b, int(opset), ctypes.byref(h)))
-        self._hobj = _lib.Handle(h, lib.kiln_network_destroy, self._bobj)
+        self._hobj: Optional[_lib.Handle] = _lib.Handle(h, lib.kiln_network_destroy, self._bobj)
         self._h = h
         self.opset = int(opset)
-        self.outputs = []
+        self.outputs: List[TensorArg] = []
 
     # ---- helpers ----
 
-    def _tid(self, t, what, allow_none=False):
+    def _tid(self, t: Optional[TensorArg], what: str, allow_none: bool = False) -> int:
         if t is None:
             if allow_none:
                 return -1
@@ -184,24 +217,28 @@ class Network:
             return int(t)  # a raw id: the library checks it exists
         raise KilnError(ERR_INVALID_ARGUMENT, f"{what}: {t!r} is not a kiln.Tensor")
 
-    def _ids(self, tensors, what):
-        if isinstance(tensors, (Tensor, int)):
-            tensors = [tensors]
-        ids = [self._tid(t, f"{what} input {i}", allow_none=True) for i, t in enumerate(tensors)]
+    def _ids(
+        self, tensors: Union[TensorArg, Sequence[Optional[TensorArg]]], what: str
+    ) -> Tuple[ctypes.Array[ctypes.c_int32], int]:
+        seq = [tensors] if isinstance(tensors, (Tensor, int)) else tensors
+        ids = [self._tid(t, f"{what} input {i}", allow_none=True) for i, t in enumerate(seq)]
         return (ctypes.c_int32 * max(len(ids), 1))(*ids), len(ids)
 
-    def _one(self, fn, *args, name=None):
+    def _one(self, fn: Callable[..., int], *args: Any, name: Optional[str] = None) -> Tensor:
         out = ctypes.c_int32()
         check(fn(self._h, encode(name), *args, ctypes.byref(out)))
         return Tensor(self, out.value)
 
     # ---- inputs, constants, outputs ----
 
-    def add_input(self, name, dtype, shape):
+    def add_input(
+        self, name: str, dtype: DTypeArg, shape: Sequence[Union[int, str, None]]
+    ) -> Tensor:
         """shape entries: an int (fixed), None or -1 (dynamic) or a str (a named dynamic dim,
         shared by every input using the same name)."""
-        shape = tuple(shape)
-        dims, symbols, keep = [], [], []
+        dims: List[int] = []
+        symbols: List[Optional[bytes]] = []
+        keep: List[bytes] = []
         for d in shape:
             if isinstance(d, str):
                 dims.append(-1)
@@ -211,14 +248,14 @@ class Network:
             else:
                 dims.append(-1 if d is None else int(d))
                 symbols.append(None)
-        syms = (ctypes.c_char_p * max(len(shape), 1))(*symbols)
+        syms = (ctypes.c_char_p * max(len(dims), 1))(*symbols)
         out = ctypes.c_int32()
         check(
             lib.kiln_network_add_input(
                 self._h,
                 encode(name),
                 _dtypes.from_any(dtype),
-                len(shape),
+                len(dims),
                 int64_array(dims),
                 syms,
                 ctypes.byref(out),
@@ -226,7 +263,9 @@ class Network:
         )
         return Tensor(self, out.value, name)
 
-    def add_constant(self, value, name=None, dtype=None):
+    def add_constant(
+        self, value: ArrayLike, name: Optional[str] = None, dtype: Optional[DTypeLike] = None
+    ) -> Tensor:
         """A constant (weights) from an array (copied now)."""
         arr = np.asarray(value) if dtype is None else np.asarray(value, dtype=dtype)
         arr = np.ascontiguousarray(arr)
@@ -246,13 +285,13 @@ class Network:
         )
         return Tensor(self, out.value, name)
 
-    def set_tensor_name(self, tensor, name):
+    def set_tensor_name(self, tensor: TensorArg, name: str) -> None:
         tid = self._tid(tensor, "set_tensor_name")
         check(lib.kiln_network_set_tensor_name(self._h, tid, encode(name)))
         if isinstance(tensor, Tensor):
             tensor._name = name
 
-    def mark_output(self, tensor, name=None):
+    def mark_output(self, tensor: T, name: Optional[str] = None) -> T:
         """Make tensor a network output, renamed to name when given."""
         if name is not None:
             self.set_tensor_name(tensor, name)
@@ -261,20 +300,27 @@ class Network:
         return tensor
 
     @property
-    def num_layers(self):
+    def num_layers(self) -> int:
         return lib.kiln_network_num_layers(self._h)
 
     # ---- layers ----
 
-    def add_layer(self, op_type, inputs, attrs=None, name=None, num_outputs=1):
+    def add_layer(
+        self,
+        op_type: str,
+        inputs: Union[TensorArg, Sequence[Optional[TensorArg]]],
+        attrs: Optional[Mapping[str, Any]] = None,
+        name: Optional[str] = None,
+        num_outputs: int = 1,
+    ) -> Union[Tensor, List[Tensor]]:
         """Any built-in ONNX op. inputs may hold None for an omitted optional input; attrs maps
         names to ints, floats, strings or lists of ints/floats. Returns a Tensor, or a list of
         num_outputs Tensors when num_outputs > 1."""
         ids, n_in = self._ids(inputs, f"layer '{name or op_type}'")
-        keep = []
-        attrs = dict(attrs or {})
-        arr = (_lib.Attribute * max(len(attrs), 1))()
-        for i, (k, v) in enumerate(attrs.items()):
+        keep: List[Any] = []
+        attr_items = dict(attrs or {})
+        arr = (_lib.Attribute * max(len(attr_items), 1))()
+        for i, (k, v) in enumerate(attr_items.items()):
             arr[i] = _attribute(k, v, keep)
         outs = (ctypes.c_int32 * max(int(num_outputs), 1))()
         check(
@@ -284,7 +330,7 @@ class Network:
                 encode(op_type),
                 n_in,
                 ids,
-                len(attrs),
+                len(attr_items),
                 arr,
                 int(num_outputs),
                 outs,
@@ -294,30 +340,40 @@ class Network:
         return res[0] if num_outputs == 1 else res
 
     def add_convolution(
-        self, x, w, b=None, strides=None, pads=None, dilations=None, group=1, name=None
-    ):
+        self,
+        x: TensorArg,
+        w: WeightArg,
+        b: Optional[WeightArg] = None,
+        strides: Optional[Sequence[int]] = None,
+        pads: Optional[Sequence[int]] = None,
+        dilations: Optional[Sequence[int]] = None,
+        group: int = 1,
+        name: Optional[str] = None,
+    ) -> Tensor:
         """Conv over NCHW x with weights w [M, C/group, kH, kW] and optional bias b; strides
         and dilations: 2 values, pads: 4 (top, left, bottom, right). w and b may be arrays
         (added as constants)."""
-        w = self._const_or_tensor(w, name, "W")
-        b = self._const_or_tensor(b, name, "B")
+        wt = self._const_or_tensor(w, name, "W")
+        bt = self._const_or_tensor(b, name, "B")
 
-        def opt(v, n, what):
+        def opt(
+            v: Optional[Sequence[int]], n: int, what: str
+        ) -> Optional[ctypes.Array[ctypes.c_int64]]:
             if v is None:
                 return None
-            v = [int(x) for x in v]
-            if len(v) != n:
+            vals = [int(x) for x in v]
+            if len(vals) != n:
                 raise KilnError(
                     ERR_INVALID_ARGUMENT,
-                    f"layer '{name or 'Conv'}': {what} needs {n} values, got {len(v)}",
+                    f"layer '{name or 'Conv'}': {what} needs {n} values, got {len(vals)}",
                 )
-            return int64_array(v)
+            return int64_array(vals)
 
         return self._one(
             lib.kiln_network_add_convolution,
             self._tid(x, "add_convolution x"),
-            self._tid(w, "add_convolution w"),
-            self._tid(b, "add_convolution b", allow_none=True),
+            self._tid(wt, "add_convolution w"),
+            self._tid(bt, "add_convolution b", allow_none=True),
             opt(strides, 2, "strides"),
             opt(pads, 4, "pads"),
             opt(dilations, 2, "dilations"),
@@ -325,20 +381,34 @@ class Network:
             name=name,
         )
 
-    def add_matmul(self, a, b, c=None, trans_b=False, name=None):
+    def add_matmul(
+        self,
+        a: TensorArg,
+        b: WeightArg,
+        c: Optional[WeightArg] = None,
+        trans_b: bool = False,
+        name: Optional[str] = None,
+    ) -> Tensor:
         """a @ b (numpy MatMul), or Gemm a * b^T + c when trans_b or c is given."""
-        b = self._const_or_tensor(b, name, "B")
-        c = self._const_or_tensor(c, name, "C")
+        bt = self._const_or_tensor(b, name, "B")
+        ct = self._const_or_tensor(c, name, "C")
         return self._one(
             lib.kiln_network_add_matmul,
             self._tid(a, "add_matmul a"),
-            self._tid(b, "add_matmul b"),
-            self._tid(c, "add_matmul c", allow_none=True),
+            self._tid(bt, "add_matmul b"),
+            self._tid(ct, "add_matmul c", allow_none=True),
             1 if trans_b else 0,
             name=name,
         )
 
-    def add_activation(self, x, kind, alpha=0.0, beta=0.0, name=None):
+    def add_activation(
+        self,
+        x: TensorArg,
+        kind: Union[Activation, str, int],
+        alpha: float = 0.0,
+        beta: float = 0.0,
+        name: Optional[str] = None,
+    ) -> Tensor:
         """kind: kiln.Activation or its name ("relu", "sigmoid", "leaky_relu", ...)."""
         return self._one(
             lib.kiln_network_add_activation,
@@ -349,7 +419,9 @@ class Network:
             name=name,
         )
 
-    def add_elementwise(self, a, b, op, name=None):
+    def add_elementwise(
+        self, a: TensorArg, b: TensorArg, op: Union[ElementWise, str, int], name: Optional[str] = None
+    ) -> Tensor:
         """op: kiln.ElementWise or its name ("add", "sub", "mul", "div", "max", "min", "pow")."""
         return self._one(
             lib.kiln_network_add_elementwise,
@@ -360,8 +432,15 @@ class Network:
         )
 
     def add_pooling(
-        self, x, kind, kernel=None, strides=None, pads=None, global_pool=False, name=None
-    ):
+        self,
+        x: TensorArg,
+        kind: Union[Pooling, str, int],
+        kernel: Optional[Sequence[int]] = None,
+        strides: Optional[Sequence[int]] = None,
+        pads: Optional[Sequence[int]] = None,
+        global_pool: bool = False,
+        name: Optional[str] = None,
+    ) -> Tensor:
         """kind: "max" or "average"; kernel/strides: 2 values, pads: 4; global_pool ignores
         them."""
         if not global_pool and kernel is None:
@@ -379,71 +458,88 @@ class Network:
             name=name,
         )
 
-    def add_reshape(self, x, shape, name=None):
-        shape = [int(d) for d in shape]
+    def add_reshape(self, x: TensorArg, shape: Sequence[int], name: Optional[str] = None) -> Tensor:
+        dims = [int(d) for d in shape]
         return self._one(
             lib.kiln_network_add_reshape,
             self._tid(x, "add_reshape x"),
-            len(shape),
-            int64_array(shape),
+            len(dims),
+            int64_array(dims),
             name=name,
         )
 
-    def add_transpose(self, x, perm, name=None):
-        perm = [int(d) for d in perm]
+    def add_transpose(self, x: TensorArg, perm: Sequence[int], name: Optional[str] = None) -> Tensor:
+        axes = [int(d) for d in perm]
         return self._one(
             lib.kiln_network_add_transpose,
             self._tid(x, "add_transpose x"),
-            len(perm),
-            int64_array(perm),
+            len(axes),
+            int64_array(axes),
             name=name,
         )
 
-    def add_concat(self, inputs, axis, name=None):
+    def add_concat(
+        self, inputs: Sequence[TensorArg], axis: int, name: Optional[str] = None
+    ) -> Tensor:
         ids, n = self._ids(inputs, f"layer '{name or 'Concat'}'")
         return self._one(lib.kiln_network_add_concat, n, ids, int(axis), name=name)
 
-    def add_softmax(self, x, axis=-1, name=None):
+    def add_softmax(self, x: TensorArg, axis: int = -1, name: Optional[str] = None) -> Tensor:
         return self._one(
             lib.kiln_network_add_softmax, self._tid(x, "add_softmax x"), int(axis), name=name
         )
 
     def add_normalization(
-        self, x, scale, bias, mean=None, var=None, epsilon=1e-5, name=None
-    ):
+        self,
+        x: TensorArg,
+        scale: WeightArg,
+        bias: WeightArg,
+        mean: Optional[WeightArg] = None,
+        var: Optional[WeightArg] = None,
+        epsilon: float = 1e-5,
+        name: Optional[str] = None,
+    ) -> Tensor:
         """BatchNormalization (inference) when mean/var are given, else LayerNormalization over
         the last axis. scale, bias, mean, var may be arrays (added as constants)."""
-        scale = self._const_or_tensor(scale, name, "scale")
-        bias = self._const_or_tensor(bias, name, "bias")
-        mean = self._const_or_tensor(mean, name, "mean")
-        var = self._const_or_tensor(var, name, "var")
+        scale_t = self._const_or_tensor(scale, name, "scale")
+        bias_t = self._const_or_tensor(bias, name, "bias")
+        mean_t = self._const_or_tensor(mean, name, "mean")
+        var_t = self._const_or_tensor(var, name, "var")
         return self._one(
             lib.kiln_network_add_normalization,
             self._tid(x, "add_normalization x"),
-            self._tid(scale, "add_normalization scale"),
-            self._tid(bias, "add_normalization bias"),
-            self._tid(mean, "add_normalization mean", allow_none=True),
-            self._tid(var, "add_normalization var", allow_none=True),
+            self._tid(scale_t, "add_normalization scale"),
+            self._tid(bias_t, "add_normalization bias"),
+            self._tid(mean_t, "add_normalization mean", allow_none=True),
+            self._tid(var_t, "add_normalization var", allow_none=True),
             float(epsilon),
             name=name,
         )
 
     def add_plugin(
-        self, plugin, inputs, fields=None, version=None, namespace=None, name=None, num_outputs=1
-    ):
+        self,
+        plugin: Union[str, Type[_plugin.Plugin]],
+        inputs: Union[TensorArg, Sequence[Optional[TensorArg]]],
+        fields: Optional[Mapping[str, Any]] = None,
+        version: Optional[str] = None,
+        namespace: Optional[str] = None,
+        name: Optional[str] = None,
+        num_outputs: int = 1,
+    ) -> Union[Tensor, List[Tensor]]:
         """A plugin layer. plugin: a plugin name or a kiln.Plugin subclass (registered into the
         network's registry if it is not there yet). fields: {name: value}; for Python plugins
         values follow the declared field types, otherwise the type comes from the value (int:
         int64, float: float32, str: string, bytes, list of ints/floats)."""
-        cls = None
+        cls: Optional[Type[_plugin.Plugin]] = None
         if isinstance(plugin, type):
             cls = plugin
             self.registry.add(cls)
-            plugin, version, namespace = cls.name, str(cls.version or ""), str(cls.namespace or "")
+            pname, version, namespace = cls.name, str(cls.version or ""), str(cls.namespace or "")
         else:
+            pname = plugin
             cls = self.registry.python_plugin(plugin, version, namespace)
-        ids, n_in = self._ids(inputs, f"layer '{name or plugin}'")
-        items = []
+        ids, n_in = self._ids(inputs, f"layer '{name or pname}'")
+        items: List[Tuple[str, _plugin.FieldType, Any]] = []
         for fname, value in dict(fields or {}).items():
             spec = cls._kiln_specs.get(fname) if cls is not None else None
             ftype = spec.type if spec is not None else _infer_field_type(fname, value)
@@ -451,13 +547,13 @@ class Network:
         try:
             farr, keep = _plugin.make_field_array(items)
         except (TypeError, ValueError) as e:
-            raise KilnError(ERR_INVALID_ARGUMENT, f"layer '{name or plugin}': {e}") from None
+            raise KilnError(ERR_INVALID_ARGUMENT, f"layer '{name or pname}': {e}") from None
         outs = (ctypes.c_int32 * max(int(num_outputs), 1))()
         check(
             lib.kiln_network_add_plugin(
                 self._h,
                 encode(name),
-                encode(plugin),
+                encode(pname),
                 encode(version),
                 encode(namespace),
                 n_in,
@@ -471,7 +567,9 @@ class Network:
         res = [Tensor(self, outs[i]) for i in range(int(num_outputs))]
         return res[0] if num_outputs == 1 else res
 
-    def _const_or_tensor(self, v, layer, what):
+    def _const_or_tensor(
+        self, v: Optional[WeightArg], layer: Optional[str], what: str
+    ) -> Optional[TensorArg]:
         if v is None or isinstance(v, Tensor) or (isinstance(v, int) and not isinstance(v, bool)):
             return v
         if not isinstance(v, np.ndarray):
@@ -482,15 +580,15 @@ class Network:
 
     def build(
         self,
-        shapes=None,
-        threads=None,
-        prefer_plugins=None,
-        progress=None,
-        backends=None,
-        precision=None,
-    ):
+        shapes: Optional[Mapping[str, Any]] = None,
+        threads: Optional[int] = None,
+        prefer_plugins: Optional[Union[str, Sequence[str]]] = None,
+        progress: Optional[Callable[[str, float], None]] = None,
+        backends: Optional[Union[str, Sequence[str]]] = None,
+        precision: Optional[PrecisionArg] = None,
+    ) -> bytes:
         """The plan (bytes); see kiln.build."""
-        return build_plan(
+        plan = build_plan(
             self._b,
             self._h,
             shapes,
@@ -500,8 +598,9 @@ class Network:
             backends=backends,
             precision=precision,
         )
+        return cast(bytes, plan)  # bytes whenever no path is given
 
-    def __del__(self):
+    def __del__(self) -> None:
         for attr in ("_hobj", "_bobj"):
             if getattr(self, attr, None) is not None:
                 getattr(self, attr).release()

@@ -11,12 +11,16 @@ Every callback catches every exception, reports it through the host API's set_er
 returns a failure code, so a bug in a plugin becomes a KilnError, never a crash.
 """
 
+from __future__ import annotations
+
 import ctypes
 import enum
 import itertools
 import traceback
+from typing import Any, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union, cast
 
 import numpy as np
+from numpy.typing import DTypeLike, NDArray
 
 from . import _device
 from . import _dtypes
@@ -48,13 +52,13 @@ class field:
     default=0.01)} or kiln.field(kiln.INT64S, required=True). A bare type (kiln.FLOAT32) is an
     optional field without a default."""
 
-    def __init__(self, type, required=False, default=_NO_DEFAULT):
+    def __init__(self, type: int, required: bool = False, default: Any = _NO_DEFAULT) -> None:
         self.type = FieldType(type)
         self.required = bool(required)
         self.default = default
 
 
-def _spec(value):
+def _spec(value: Union[field, int]) -> field:
     if isinstance(value, field):
         return value
     return field(value)
@@ -71,35 +75,39 @@ class Plugin:
     wrap them with torch.as_tensor(a, device="cuda") or cupy.asarray(a)). Python plugins are
     never recorded into CUDA graphs: compute runs Python on the host."""
 
-    name = None
-    version = "1"
-    namespace = ""
-    fields = {}
-    dtypes = (np.float32,)
-    backends = ("cpu",)
+    name: ClassVar[Optional[str]] = None
+    version: ClassVar[Optional[str]] = "1"
+    namespace: ClassVar[Optional[str]] = ""
+    fields: Dict[str, Any] = {}
+    dtypes: ClassVar[Sequence[DTypeLike]] = (np.float32,)
+    backends: ClassVar[Sequence[str]] = ("cpu",)
+    # set by kiln.register_plugin: the declared fields, each as a kiln.field
+    _kiln_specs: ClassVar[Dict[str, field]]
 
-    def __init__(self, fields=None):
+    def __init__(self, fields: Optional[Mapping[str, Any]] = None) -> None:
         self.fields = dict(fields or {})
 
-    def num_outputs(self):
+    def num_outputs(self) -> int:
         return 1
 
-    def output_dtypes(self, in_dtypes):
+    def output_dtypes(self, in_dtypes: Sequence[np.dtype[Any]]) -> Sequence[DTypeLike]:
         """numpy dtypes of the outputs from those of the inputs (default: input 0's)."""
         return [in_dtypes[0]] * self.num_outputs()
 
-    def output_shapes(self, input_shapes):
+    def output_shapes(self, input_shapes: Sequence[Tuple[int, ...]]) -> Sequence[Any]:
         """Output shapes (tuples of ints) from the input shapes (tuples of ints; kiln always
         calls with concrete dims)."""
         raise NotImplementedError("output_shapes")
 
-    def supports_format(self, pos, dtypes):
+    def supports_format(self, pos: int, dtypes: Sequence[Optional[np.dtype[Any]]]) -> bool:
         """Whether position pos (inputs first, then outputs) may have dtypes[pos]; dtypes holds
         the numpy dtypes chosen for positions 0..pos."""
         allowed = [np.dtype(d) for d in self.dtypes]
         return dtypes[pos] in allowed
 
-    def compute(self, inputs, outputs):
+    def compute(
+        self, inputs: Sequence[NDArray[Any]], outputs: Sequence[NDArray[Any]]
+    ) -> Optional[Union[NDArray[Any], Sequence[Any]]]:
         """Fill outputs (writable numpy views of kiln's buffers) from inputs (read-only
         views). Write in place (out[...] = ..., np.foo(..., out=out)); or return a list of
         arrays, which are copied into the outputs. On the CUDA backend inputs and outputs are
@@ -107,7 +115,7 @@ class Plugin:
         finished before returning)."""
         raise NotImplementedError("compute")
 
-    def clone(self):
+    def clone(self) -> Plugin:
         """A copy for another execution context (default: a new instance from the fields)."""
         return type(self)(dict(self.fields))
 
@@ -118,21 +126,21 @@ class Plugin:
 class _Instance:
     __slots__ = ("obj", "keep")
 
-    def __init__(self, obj):
+    def __init__(self, obj: Plugin) -> None:
         self.obj = obj
-        self.keep = None  # buffers of the last get_fields answer
+        self.keep: Optional[List[Any]] = None  # buffers of the last get_fields answer
 
 
-_instances = {}
+_instances: Dict[int, _Instance] = {}
 _handles = itertools.count(1)
 _host = _lib.lib.kiln_host_api_get().contents
 
 
-def _one_line(text):
+def _one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
-def _report(where, exc):
+def _report(where: str, exc: BaseException) -> None:
     """Give kiln the reason of a failed callback."""
     frames = traceback.extract_tb(exc.__traceback__)
     at = ""
@@ -146,20 +154,20 @@ def _report(where, exc):
         pass
 
 
-def _add_instance(obj):
+def _add_instance(obj: Plugin) -> int:
     h = next(_handles)
     _instances[h] = _Instance(obj)
     return h
 
 
-def _get(handle):
+def _get(handle: Any) -> _Instance:
     inst = _instances.get(handle)
     if inst is None:
         raise RuntimeError(f"unknown plugin instance {handle}")
     return inst
 
 
-def _num_outputs(handle):
+def _num_outputs(handle: Any) -> int:
     try:
         n = int(_get(handle).obj.num_outputs())
         if n < 1:
@@ -170,7 +178,9 @@ def _num_outputs(handle):
         return -1
 
 
-def _output_dtypes(handle, n_in, in_dtypes, n_out, out_dtypes):
+def _output_dtypes(
+    handle: Any, n_in: int, in_dtypes: Any, n_out: int, out_dtypes: Any
+) -> int:
     try:
         ins = [_dtypes.to_numpy(in_dtypes[i]) for i in range(n_in)]
         outs = list(_get(handle).obj.output_dtypes(ins))
@@ -184,13 +194,15 @@ def _output_dtypes(handle, n_in, in_dtypes, n_out, out_dtypes):
         return -1
 
 
-def _is_shape(x):
+def _is_shape(x: object) -> bool:
     return isinstance(x, (tuple, list)) and all(
         isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in x
     )
 
 
-def _output_shapes(handle, n_in, ins, n_out, outs, builder):
+def _output_shapes(
+    handle: Any, n_in: int, ins: Any, n_out: int, outs: Any, builder: Optional[int]
+) -> int:
     try:
         shapes = []
         for i in range(n_in):
@@ -201,8 +213,7 @@ def _output_shapes(handle, n_in, ins, n_out, outs, builder):
                     raise ValueError(f"input {i} dim {d} has no known value")
                 dims.append(v.value)
             shapes.append(tuple(dims))
-        res = _get(handle).obj.output_shapes(shapes)
-        res = list(res)
+        res: List[Any] = list(_get(handle).obj.output_shapes(shapes))
         if n_out == 1 and _is_shape(res) and len(res) > 0:
             res = [res]  # one shape given without the enclosing list
         if len(res) != n_out:
@@ -225,7 +236,7 @@ def _output_shapes(handle, n_in, ins, n_out, outs, builder):
         return -1
 
 
-def _supports_format(handle, pos, descs, n_in, n_out):
+def _supports_format(handle: Any, pos: int, descs: Any, n_in: int, n_out: int) -> int:
     try:
         if descs[pos].layout != 0:
             return 0
@@ -238,7 +249,7 @@ def _supports_format(handle, pos, descs, n_in, n_out):
         return 0
 
 
-def _view(ptr, desc, writable):
+def _view(ptr: Any, desc: Any, writable: bool) -> NDArray[Any]:
     dt = _dtypes.to_numpy(desc.dtype)
     shape = tuple(desc.dims[d] for d in range(desc.rank))
     n = int(np.prod(shape, dtype=np.int64)) if shape else 1
@@ -246,18 +257,28 @@ def _view(ptr, desc, writable):
         arr = np.zeros(shape, dtype=dt)
     else:
         buf = (ctypes.c_char * (n * dt.itemsize)).from_address(ptr)
-        arr = np.frombuffer(buf, dtype=dt).reshape(shape)
+        arr = np.frombuffer(buf, dtype=dt).reshape(shape)  # type: ignore[call-overload]
     if not writable:
         arr.flags.writeable = False
     return arr
 
 
-def _device_view(ptr, desc, stream, writable):
+def _device_view(ptr: Any, desc: Any, stream: Any, writable: bool) -> Any:
     shape = tuple(desc.dims[d] for d in range(desc.rank))
     return _device.DeviceArray(ptr, shape, _dtypes.to_numpy(desc.dtype), stream, writable)
 
 
-def _enqueue(handle, n_in, in_desc, inputs, n_out, out_desc, outputs, workspace, stream):
+def _enqueue(
+    handle: Any,
+    n_in: int,
+    in_desc: Any,
+    inputs: Any,
+    n_out: int,
+    out_desc: Any,
+    outputs: Any,
+    workspace: Optional[int],
+    stream: Any,
+) -> int:
     try:
         if stream and stream[0].backend == _lib.BACKEND_CUDA:
             s = stream[0].handle or 0
@@ -289,7 +310,7 @@ def _enqueue(handle, n_in, in_desc, inputs, n_out, out_desc, outputs, workspace,
         return -1
 
 
-def _field_value(ftype, count, data):
+def _field_value(ftype: FieldType, count: int, data: Any) -> Any:
     if ftype == FieldType.INT64:
         return ctypes.cast(data, ctypes.POINTER(ctypes.c_int64))[0]
     if ftype == FieldType.FLOAT32:
@@ -298,7 +319,7 @@ def _field_value(ftype, count, data):
         raw = ctypes.string_at(data, count) if count > 0 else b""
         return raw.decode("utf-8") if ftype == FieldType.STRING else raw
     if ftype == FieldType.INT64S:
-        p = ctypes.cast(data, ctypes.POINTER(ctypes.c_int64))
+        p: Any = ctypes.cast(data, ctypes.POINTER(ctypes.c_int64))
         return [p[i] for i in range(count)]
     if ftype == FieldType.FLOAT32S:
         p = ctypes.cast(data, ctypes.POINTER(ctypes.c_float))
@@ -306,7 +327,9 @@ def _field_value(ftype, count, data):
     raise ValueError(f"unknown field type {ftype}")
 
 
-def _coerce(plugin, fname, want, have, value):
+def _coerce(
+    plugin: Optional[str], fname: str, want: FieldType, have: FieldType, value: Any
+) -> Any:
     """A field value given as `have` converted to the declared type `want`."""
     if want == have:
         return value
@@ -324,10 +347,10 @@ def _coerce(plugin, fname, want, have, value):
     )
 
 
-def parse_fields(cls, field_list):
+def parse_fields(cls: Type[Plugin], field_list: Any) -> Dict[str, Any]:
     """{name: value} from a kiln_field_list, checked against the class's declared fields."""
     specs = cls._kiln_specs
-    values = {}
+    values: Dict[str, Any] = {}
     for i in range(field_list.count if field_list else 0):
         f = field_list.fields[i]
         fname = f.name.decode("utf-8") if f.name else ""
@@ -347,7 +370,7 @@ def parse_fields(cls, field_list):
     return values
 
 
-def field_buffers(ftype, fname, value):
+def field_buffers(ftype: int, fname: str, value: Any) -> Tuple[int, Any]:
     """(count, ctypes buffer) holding value as field type ftype."""
     if ftype == FieldType.INT64:
         return 1, ctypes.c_int64(int(value))
@@ -357,7 +380,7 @@ def field_buffers(ftype, fname, value):
         raw = value.encode("utf-8") if isinstance(value, str) else bytes(value)
         return len(raw), ctypes.create_string_buffer(raw, len(raw) + 1)
     if ftype == FieldType.INT64S:
-        vals = [int(v) for v in np.asarray(value).reshape(-1)]
+        vals: List[Any] = [int(v) for v in np.asarray(value).reshape(-1)]
         return len(vals), (ctypes.c_int64 * max(len(vals), 1))(*vals)
     if ftype == FieldType.FLOAT32S:
         vals = [float(v) for v in np.asarray(value).reshape(-1)]
@@ -365,9 +388,11 @@ def field_buffers(ftype, fname, value):
     raise ValueError(f"field '{fname}': unknown field type {ftype}")
 
 
-def make_field_array(items):
+def make_field_array(
+    items: Sequence[Tuple[str, int, Any]],
+) -> Tuple[ctypes.Array[_lib.Field], List[Any]]:
     """items: [(name, FieldType, value)] -> (ctypes Field array, objects to keep alive)."""
-    keep = []
+    keep: List[Any] = []
     arr = (_lib.Field * max(len(items), 1))()
     for i, (fname, ftype, value) in enumerate(items):
         try:
@@ -386,7 +411,7 @@ def make_field_array(items):
     return arr, keep
 
 
-def _get_fields(handle, out):
+def _get_fields(handle: Any, out: Any) -> int:
     try:
         inst = _get(handle)
         cls = type(inst.obj)
@@ -405,7 +430,7 @@ def _get_fields(handle, out):
         return -1
 
 
-def _clone(handle):
+def _clone(handle: Any) -> Optional[int]:
     try:
         obj = _get(handle).obj.clone()
         if not isinstance(obj, Plugin):
@@ -416,7 +441,7 @@ def _clone(handle):
         return None
 
 
-def _destroy(handle):
+def _destroy(handle: Any) -> None:
     _instances.pop(handle, None)
 
 
@@ -445,8 +470,8 @@ _ops = _lib.PluginOps(
 )
 
 
-def _make_create(cls):
-    def create(creator, field_list, out):
+def _make_create(cls: Type[Plugin]) -> Any:
+    def create(creator: Any, field_list: Any, out: Any) -> int:
         try:
             values = parse_fields(cls, field_list.contents if field_list else None)
             obj = cls(values)
@@ -463,15 +488,15 @@ def _make_create(cls):
 
 
 # Function tables and creators must outlive every registry that holds them: kept forever.
-_keepalive = []
+_keepalive: List[Tuple[Any, ...]] = []
 
 
-def check_plugin_class(cls):
+def check_plugin_class(cls: object) -> None:
     if not (isinstance(cls, type) and issubclass(cls, Plugin)):
         raise KilnError(_lib.ERR_INVALID_ARGUMENT, f"{cls!r} is not a subclass of kiln.Plugin")
     if not cls.name or not isinstance(cls.name, str):
         raise KilnError(_lib.ERR_INVALID_ARGUMENT, f"plugin class {cls.__name__} has no name")
-    specs = {}
+    specs: Dict[str, field] = {}
     for fname, decl in dict(cls.fields or {}).items():
         try:
             specs[str(fname)] = _spec(decl)
@@ -483,7 +508,7 @@ def check_plugin_class(cls):
     cls._kiln_specs = specs
 
 
-def make_creator(cls):
+def make_creator(cls: Type[Plugin]) -> _lib.PluginCreator:
     """A kiln_plugin_creator for a Plugin subclass (kept alive for the process)."""
     check_plugin_class(cls)
     specs = cls._kiln_specs
@@ -494,7 +519,7 @@ def make_creator(cls):
         spec_arr[i].type = int(s.type)
         spec_arr[i].required = 1 if s.required else 0
     strings = [
-        cls.name.encode("utf-8"),
+        cast(str, cls.name).encode("utf-8"),  # check_plugin_class made sure it is a str
         str(cls.version or "").encode("utf-8"),
         str(cls.namespace or "").encode("utf-8"),
     ]
@@ -514,6 +539,6 @@ def make_creator(cls):
     return creator
 
 
-def live_instances():
+def live_instances() -> int:
     """Number of Python plugin instances kiln currently holds (for leak checks)."""
     return len(_instances)
