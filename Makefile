@@ -14,14 +14,14 @@ KILN = $(BUILD)/bin/kiln
 APT_PACKAGES = cmake gcc make pkg-config protobuf-c-compiler libprotobuf-c-dev libcmocka-dev \
                libxxhash-dev clang
 PIP_PACKAGES = onnx==1.19.0 onnxruntime numpy pytest scikit-build-core tritonclient[http,grpc] \
-               polygraphy onnx-graphsurgeon ml_dtypes
+               polygraphy onnx-graphsurgeon ml_dtypes mypy~=2.4
 # The Triton tests use only the tritonserver binary and libraries this wheel carries, so its
 # Python dependencies (which pin an old numpy) are left out.
 PIP_NODEPS_PACKAGES = nvidia-pytriton
 EXAMPLE_DIR = tests/models/mobilenetv2_mini
 EXAMPLE = $(EXAMPLE_DIR)/model.onnx
 
-.PHONY: all deps build asan run test test-unit test-conformance test-models test-python test-tools test-asan \
+.PHONY: all deps build asan run test test-unit test-conformance test-models test-python test-types test-tools test-asan \
         test-tsan test-fuzz test-install test-triton bench test-gpu build-cuda \
         format clean
 
@@ -36,7 +36,7 @@ deps:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
 	@$(PYTHON) -c "import onnx, onnxruntime, numpy, pytest, scikit_build_core, tritonclient.http, \
-	  tritonclient.grpc, polygraphy, onnx_graphsurgeon, ml_dtypes; assert onnx.__version__ == '1.19.0'" \
+	  tritonclient.grpc, polygraphy, onnx_graphsurgeon, ml_dtypes, mypy; assert onnx.__version__ == '1.19.0'" \
 	  2>/dev/null || $(PYTHON) -m pip install -q $(PIP_PACKAGES)
 	@$(PYTHON) -c "import importlib.util as u; assert u.find_spec('pytriton')" 2>/dev/null || \
 	  $(PYTHON) -m pip install -q --no-deps $(PIP_NODEPS_PACKAGES)
@@ -80,6 +80,12 @@ test-python: build
 	  KILN_BACKEND_PATH=$(CURDIR)/$(BUILD)/tests/lib \
 	  PYTHONPATH=python $(PYTHON) -m pytest -q $$(ls -d tests/python tests/plugins tests/backend tests/layout 2>/dev/null)
 
+# The package's type hints: mypy over the package and a typed user script ([tool.mypy] in
+# pyproject.toml), then the script run for real against the build.
+test-types: build
+	$(PYTHON) -m mypy python/kiln tests/python/typed_usage.py
+	KILN_LIBRARY=$(BUILD)/lib/libkiln.so PYTHONPATH=python $(PYTHON) tests/python/typed_usage.py
+
 # The backend seam's threads (8 contexts of one engine split across testdev and the host)
 # under ThreadSanitizer: only the libraries and the one test it needs are built.
 test-tsan: deps
@@ -119,7 +125,7 @@ test-triton: build
 	KILN_BUILD=$(BUILD) $(PYTHON) -m pytest -q tests/triton
 	@cat $(BUILD)/triton/load_report.txt
 
-test: test-unit test-conformance test-models test-python test-tools test-install test-triton test-asan \
+test: test-unit test-conformance test-models test-python test-types test-tools test-install test-triton test-asan \
       test-tsan test-fuzz
 
 # The CUDA backend module and its tests, on a machine with a GPU and the CUDA 13 toolkit; never

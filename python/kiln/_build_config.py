@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import os
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Literal, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -15,6 +15,9 @@ from ._lib import ERR_INVALID_ARGUMENT, KilnError, check, encode, int64_array, l
 
 
 Shape = Tuple[int, ...]
+#: "fp32", "tf32", "fp16", "bf16", or {layer-name pattern: one of them} ("*" the default).
+Precision = Literal["fp32", "tf32", "fp16", "bf16"]
+PrecisionArg = Union[Precision, Mapping[str, Precision]]
 
 
 def _profile(name: str, spec: Any) -> Tuple[Shape, Shape, Shape]:
@@ -48,7 +51,7 @@ def _precision_code(p: str) -> int:
     return PRECISIONS[p]
 
 
-def _set_precision(h: ctypes.c_void_p, precision: Union[str, Mapping[str, str]]) -> None:
+def _set_precision(h: ctypes.c_void_p, precision: PrecisionArg) -> None:
     """precision: "fp16", or {"*": "fp16", "*attn*": "fp32"} ("*" alone sets the default;
     other keys are layer-name patterns, applied in order)."""
     if isinstance(precision, str):
@@ -70,7 +73,7 @@ class _Config:
         prefer_plugins: Optional[Union[str, Sequence[str]]],
         progress: Optional[Callable[[str, float], object]] = None,
         backends: Optional[Union[str, Sequence[str]]] = None,
-        precision: Optional[Union[str, Mapping[str, str]]] = None,
+        precision: Optional[PrecisionArg] = None,
     ) -> None:
         h = ctypes.c_void_p()
         check(lib.kiln_build_config_create(ctypes.byref(h)))
@@ -128,7 +131,7 @@ def build_plan(
     progress: Optional[Callable[[str, float], object]] = None,
     path: Optional[Union[str, os.PathLike[str]]] = None,
     backends: Optional[Union[str, Sequence[str]]] = None,
-    precision: Optional[Union[str, Mapping[str, str]]] = None,
+    precision: Optional[PrecisionArg] = None,
 ) -> Optional[bytes]:
     cfg = _Config(shapes, threads, prefer_plugins, progress, backends, precision)
     data, size = ctypes.c_void_p(), ctypes.c_size_t()

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import ctypes
 import os
-from typing import Any, Callable, List, Literal, Mapping, Optional, Sequence, Tuple, Union, cast
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple, Union, cast
 
 from . import _plan
 from . import registry as _registry
-from ._build_config import build_plan
+from ._build_config import Precision, PrecisionArg, build_plan
 from ._lib import ERR_INVALID_ARGUMENT, KilnError, check, encode, lib
 from .network import Network
 
@@ -19,9 +19,6 @@ ShapesArg = Mapping[str, Any]
 PluginsArg = Any
 #: A path, ONNX bytes, an onnx.ModelProto or a kiln.Network.
 ModelArg = Any
-#: "fp32", "tf32", "fp16", "bf16", or {layer-name pattern: one of them} ("*" the default).
-Precision = Literal["fp32", "tf32", "fp16", "bf16"]
-PrecisionArg = Union[Precision, Mapping[str, Precision]]
 
 
 def _is_path(x: object) -> bool:

@@ -27,12 +27,11 @@ from . import _dtypes
 from . import _lib
 from . import plugin as _plugin
 from . import registry as _registry
-from ._build_config import build_plan
+from ._build_config import PrecisionArg, build_plan
 from ._lib import ERR_INVALID_ARGUMENT, KilnError, check, encode, int64_array, lib
 
 if TYPE_CHECKING:
     from ._dtypes import DTypeArg
-    from .builder import PrecisionArg
 
 
 class Activation(enum.IntEnum):
