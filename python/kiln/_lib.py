@@ -584,7 +584,10 @@ class Handle:
     __slots__ = ("ptr", "_destroy", "_deps", "_refs", "_lock")
 
     def __init__(
-        self, ptr: Optional[ctypes.c_void_p], destroy: Callable[[Any], None], *deps: Optional[Handle]
+        self,
+        ptr: Optional[ctypes.c_void_p],
+        destroy: Callable[[Any], None],
+        *deps: Optional[Handle],
     ) -> None:
         self.ptr = ptr
         self._destroy = destroy

@@ -70,7 +70,9 @@ class Engine:
     registry is kept alive with the engine."""
 
     def __init__(
-        self, plan: Union[bytes, str, "os.PathLike[str]"], plugins: Optional[PluginsArg] = None
+        self,
+        plan: Union[bytes, bytearray, memoryview, str, "os.PathLike[str]"],
+        plugins: Optional[PluginsArg] = None,
     ) -> None:
         self.registry = _registry.resolve(plugins)
         h = ctypes.c_void_p()

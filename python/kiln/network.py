@@ -419,7 +419,11 @@ class Network:
         )
 
     def add_elementwise(
-        self, a: TensorArg, b: TensorArg, op: Union[ElementWise, str, int], name: Optional[str] = None
+        self,
+        a: TensorArg,
+        b: TensorArg,
+        op: Union[ElementWise, str, int],
+        name: Optional[str] = None,
     ) -> Tensor:
         """op: kiln.ElementWise or its name ("add", "sub", "mul", "div", "max", "min", "pow")."""
         return self._one(
@@ -467,7 +471,9 @@ class Network:
             name=name,
         )
 
-    def add_transpose(self, x: TensorArg, perm: Sequence[int], name: Optional[str] = None) -> Tensor:
+    def add_transpose(
+        self, x: TensorArg, perm: Sequence[int], name: Optional[str] = None
+    ) -> Tensor:
         axes = [int(d) for d in perm]
         return self._one(
             lib.kiln_network_add_transpose,

@@ -60,7 +60,9 @@ class Registry:
         self._python[key] = cls
         return cls
 
-    def has(self, name: str, version: Optional[str] = None, namespace: Optional[str] = None) -> bool:
+    def has(
+        self, name: str, version: Optional[str] = None, namespace: Optional[str] = None
+    ) -> bool:
         for n, v, ns in self.plugins():
             if n == name and version in (None, v) and namespace in (None, ns):
                 return True
