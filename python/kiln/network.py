@@ -10,6 +10,7 @@ from typing import (
     Any,
     Callable,
     List,
+    Literal,
     Mapping,
     Optional,
     Sequence,
@@ -18,6 +19,7 @@ from typing import (
     TypeVar,
     Union,
     cast,
+    overload,
 )
 
 import numpy as np
@@ -304,6 +306,26 @@ class Network:
 
     # ---- layers ----
 
+    @overload
+    def add_layer(
+        self,
+        op_type: str,
+        inputs: Union[TensorArg, Sequence[Optional[TensorArg]]],
+        attrs: Optional[Mapping[str, Any]] = None,
+        name: Optional[str] = None,
+        num_outputs: Literal[1] = 1,
+    ) -> Tensor: ...
+
+    @overload
+    def add_layer(
+        self,
+        op_type: str,
+        inputs: Union[TensorArg, Sequence[Optional[TensorArg]]],
+        attrs: Optional[Mapping[str, Any]] = None,
+        name: Optional[str] = None,
+        num_outputs: int = 1,
+    ) -> Union[Tensor, List[Tensor]]: ...
+
     def add_layer(
         self,
         op_type: str,
@@ -520,6 +542,30 @@ class Network:
             float(epsilon),
             name=name,
         )
+
+    @overload
+    def add_plugin(
+        self,
+        plugin: Union[str, Type[_plugin.Plugin]],
+        inputs: Union[TensorArg, Sequence[Optional[TensorArg]]],
+        fields: Optional[Mapping[str, Any]] = None,
+        version: Optional[str] = None,
+        namespace: Optional[str] = None,
+        name: Optional[str] = None,
+        num_outputs: Literal[1] = 1,
+    ) -> Tensor: ...
+
+    @overload
+    def add_plugin(
+        self,
+        plugin: Union[str, Type[_plugin.Plugin]],
+        inputs: Union[TensorArg, Sequence[Optional[TensorArg]]],
+        fields: Optional[Mapping[str, Any]] = None,
+        version: Optional[str] = None,
+        namespace: Optional[str] = None,
+        name: Optional[str] = None,
+        num_outputs: int = 1,
+    ) -> Union[Tensor, List[Tensor]]: ...
 
     def add_plugin(
         self,

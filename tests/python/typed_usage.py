@@ -36,8 +36,8 @@ def network_plan(registry: kiln.Registry, w: NDArray[np.float32]) -> bytes:
     x: kiln.Tensor = net.add_input("x", np.float32, ("batch", 4))
     y = net.add_matmul(x, w, name="fc")
     y = net.add_activation(y, "relu")
-    scaled = net.add_plugin(TypedScale, [y], fields={"alpha": 3.0})
-    assert isinstance(scaled, kiln.Tensor)
+    y = net.add_layer("Identity", [y], name="same")
+    scaled: kiln.Tensor = net.add_plugin(TypedScale, [y], fields={"alpha": 3.0})
     net.mark_output(scaled, "y")
     assert net.num_layers >= 3
     shapes: Mapping[str, Any] = {"x": ((1, 4), (2, 4), (8, 4))}
