@@ -9,7 +9,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import sys
-from typing import Any, Optional, Tuple
+from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -19,7 +19,7 @@ from ._lib import ERR_DTYPE, ERR_INVALID_ARGUMENT, KilnError
 _DLPACK_CUDA = 2  # DLDeviceType kDLCUDA
 
 
-def _torch():
+def _torch() -> Any:
     return sys.modules.get("torch")
 
 
@@ -79,7 +79,9 @@ def _stream_sync(handle: int, what: str) -> None:
         raise KilnError(_lib.ERR_INTERNAL, f"{what}: waiting for the array's CUDA stream failed")
 
 
-def describe(value: Any, what: str, want: Optional[np.dtype] = None):
+def describe(
+    value: Any, what: str, want: Optional[np.dtype] = None
+) -> Tuple[Any, int, Tuple[int, ...], np.dtype, int]:
     """(holder, device pointer, shape, numpy dtype, bytes) of a C-contiguous device array,
     after its producer's stream has finished writing it. Refuses strided arrays and, when
     want is given, any other dtype: converting would copy."""
@@ -111,12 +113,12 @@ def describe(value: Any, what: str, want: Optional[np.dtype] = None):
     return holder, ptr, shape, dt, n * dt.itemsize
 
 
-def empty_torch(shape, dtype: np.dtype):
+def empty_torch(shape: Sequence[int], dtype: np.dtype) -> Any:
     """An uninitialised torch CUDA tensor of this shape and numpy dtype."""
     torch = _torch()
     if torch is None:
         try:
-            import torch  # noqa: F811 - asked for by name: outputs="torch"
+            import torch  # type: ignore[no-redef]  # noqa: F811 - asked for by name: outputs="torch"
         except ImportError:
             raise KilnError(ERR_INVALID_ARGUMENT, 'outputs="torch" needs torch') from None
     tdt = torch.from_numpy(np.empty(0, dtype=dtype)).dtype
@@ -134,7 +136,9 @@ class DeviceArray:
 
     __slots__ = ("shape", "dtype", "ptr", "stream", "writable")
 
-    def __init__(self, ptr: int, shape, dtype: np.dtype, stream: int, writable: bool) -> None:
+    def __init__(
+        self, ptr: int, shape: Sequence[int], dtype: np.dtype, stream: int, writable: bool
+    ) -> None:
         self.ptr = int(ptr or 0)
         self.shape = tuple(shape)
         self.dtype = np.dtype(dtype)

@@ -15,7 +15,7 @@ import numpy as np
 try:
     import ml_dtypes
 except ImportError:  # the uint8 form below needs nothing
-    ml_dtypes = None
+    ml_dtypes = None  # type: ignore[assignment]
 
 from ._lib import ERR_DTYPE, KilnError
 

@@ -239,11 +239,12 @@ class Context:
             for o in self.engine.outputs
         }
 
-    def _bind_outputs(self, outputs) -> Dict[str, Any]:
+    def _bind_outputs(self, outputs: Any) -> Dict[str, Any]:
         """Bind the outputs the caller gave (or asked for as torch tensors) to device memory."""
         names = [o.name for o in self.engine.outputs]
         if outputs == "torch":
-            outputs = {o.name: _device.empty_torch(self.output_shape(o.name), o.dtype)
+            # an output without a numpy dtype (string) gets np.dtype(None), float64
+            outputs = {o.name: _device.empty_torch(self.output_shape(o.name), o.dtype)  # type: ignore[arg-type]
                        for o in self.engine.outputs}
         outputs = outputs or {}
         for name in names:  # a binding of an earlier run must not outlive it

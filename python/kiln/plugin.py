@@ -445,7 +445,7 @@ def _destroy(handle: Any) -> None:
     _instances.pop(handle, None)
 
 
-def _supports_backend(handle, backend):
+def _supports_backend(handle: Any, backend: Optional[bytes]) -> int:
     try:
         name = backend.decode("utf-8") if backend else ""
         return 1 if name in tuple(_get(handle).obj.backends) else 0
