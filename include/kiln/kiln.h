@@ -340,6 +340,14 @@ KILN_API kiln_status kiln_build_config_set_precision(kiln_build_config *config,
 KILN_API kiln_status kiln_build_config_set_layer_precision(kiln_build_config *config,
                                                            const char *pattern,
                                                            kiln_precision precision);
+/* A timing cache file (NULL or "": none). Device backends time the candidate algorithms of
+ * layers that have several (cuDNN convolutions on CUDA) and record the fastest in the plan;
+ * the cache keeps those choices by device, library versions and layer signature. It is read
+ * before tuning (a malformed or foreign file is ignored with a warning) and written (temporary
+ * file, then rename) when layers were timed, so a rebuild with it times nothing and writes the
+ * same plan. A build that times nothing (CPU only) leaves the file as it is. */
+KILN_API kiln_status kiln_build_config_set_timing_cache(kiln_build_config *config,
+                                                        const char *path);
 KILN_API kiln_status kiln_build_config_set_progress(kiln_build_config *config, kiln_progress_fn fn,
                                                     void *user);
 

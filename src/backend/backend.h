@@ -172,7 +172,30 @@ typedef struct kn_backend_iface {
     kiln_status (*capture_end)(kn_backend *b, kn_stream *s, void **graph);
     kiln_status (*graph_launch)(kn_backend *b, kn_stream *s, void *graph);
     void (*graph_destroy)(kn_backend *b, void *graph);
+
+    /* --- build-time tuning (optional as a group: NULL when the backend tunes nothing) --- */
+    /* The builder calls these for every node placed on the backend, with its tensors at the
+     * profile's opt shapes (dtypes and shapes set; data, host memory, for inputs known at
+     * build such as weights). tune_key writes the key of the node's tuning problem: the
+     * device, the library versions and the layer's signature (op, dtypes, shapes, the
+     * attributes that matter), printable text without tabs or newlines; false when the node
+     * has nothing to tune. The timing cache (builder/timing_cache.h) stores choices by it. */
+    bool (*tune_key)(kn_backend *b, const kn_node *n, int n_in, const kn_tensor *in, int n_out,
+                     const kn_tensor *out, char *key, size_t size);
+    /* Time the node's candidates (cuDNN algorithms, cuBLASLt algorithms, own variants) on
+     * buffers of its own, reject those whose output differs from the first candidate's, and
+     * write the fastest as up to KN_TACTIC_MAX integers (*n_tactic of them) and a short
+     * description for the build's log in note. The builder records the integers in the node's
+     * KN_ATTR_TACTIC attribute, which the kernel reads at run time (it checks that the shapes
+     * it runs at are those the tactic was timed at, and chooses as without one otherwise). */
+    kiln_status (*tune)(kn_backend *b, const kn_node *n, int n_in, const kn_tensor *in, int n_out,
+                        const kn_tensor *out, int64_t *tactic, int *n_tactic, char *note,
+                        size_t note_size);
 } kn_backend_iface;
+
+/* The most integers one tactic holds, and the node attribute (ints) that records it. */
+#define KN_TACTIC_MAX 16
+#define KN_ATTR_TACTIC "kiln_tactic"
 
 struct kn_backend {
     const kn_backend_iface *iface;

@@ -3,6 +3,8 @@
  * that every node has a kernel, and serialise. */
 #include "builder/builder.h"
 
+#include "builder/timing_cache.h"
+
 #include "core/alloc.h"
 #include "core/fileio.h"
 #include "ir/placement.h"
@@ -366,6 +368,109 @@ static kiln_status check_kernels(kn_graph *g, const kiln_build_config *cfg,
     return rc;
 }
 
+/* The node's tensors at resolution at, for a backend's supports/tune. */
+static bool node_tensors(const kn_node *n, const kn_resolved *at, kn_tensor *in, kn_tensor *out) {
+    bool known = true;
+    for (int j = 0; j < n->n_in; j++) {
+        in[j] = n->in[j] >= 0 ? at[n->in[j]].t : (kn_tensor){0};
+        known &= n->in[j] < 0 || at[n->in[j]].known;
+    }
+    for (int j = 0; j < n->n_out; j++) {
+        out[j] = n->out[j] >= 0 ? at[n->out[j]].t : (kn_tensor){0};
+        known &= n->out[j] < 0 || at[n->out[j]].known;
+    }
+    return known;
+}
+
+/* The node's tuning key on its backend at resolution at; false when it has nothing to tune. */
+static bool tune_key_of(const kn_node *n, const kn_resolved *at, kn_backend **b, char *key,
+                        size_t size) {
+    kn_tensor in[KN_MAX_NODE_IO], out[KN_MAX_NODE_IO];
+    if (n->dead || kn_is_plugin_node(n) || kn_node_copy_kind(n) != KN_COPY_NONE ||
+        kn_backend_get(kn_node_backend(n), b) != KILN_OK || (*b)->iface->tune == NULL ||
+        (*b)->iface->tune_key == NULL || !node_tensors(n, at, in, out))
+        return false;
+    return (*b)->iface->tune_key(*b, n, n->n_in, in, n->n_out, out, key, size);
+}
+
+/* Tactic selection by timing: each node whose backend tunes it gets the backend's choice at
+ * the profile's opt shapes in its KN_ATTR_TACTIC attribute, from the timing cache when the
+ * cache has its key, else timed now (and added to the cache, which also serves repeats of a
+ * layer signature within this build). */
+static kiln_status tune(kn_graph *g, const kiln_build_config *cfg, const kn_plugin_table *plugins) {
+    kn_backend *order[8];
+    int n_order;
+    bool any = false;
+    KN_TRY(find_backends(cfg, order, &n_order));
+    for (int k = 0; k < n_order; k++)
+        any |= order[k]->iface->tune != NULL;
+    if (!any)
+        return KILN_OK;
+    kn_resolved *at = kn_calloc((size_t)g->n_values + 1, sizeof *at);
+    if (at == NULL)
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    kiln_status rc = resolve_at(g, cfg, plugins, 1, at, NULL);
+    if (rc != KILN_OK) {
+        kn_free(at);
+        return rc;
+    }
+    kn_timing_cache cache = {0};
+    if (cfg->timing_cache != NULL)
+        rc = kn_timing_cache_load(&cache, cfg->timing_cache);
+    char key[1024];
+    kn_backend *b;
+    int total = 0, done = 0, timed = 0, from_file = 0, loaded = cache.n;
+    for (int i = 0; i < g->n_nodes; i++)
+        total += tune_key_of(&g->nodes[i], at, &b, key, sizeof key);
+    for (int i = 0; i < g->n_nodes && rc == KILN_OK; i++) {
+        const kn_node *n = &g->nodes[i];
+        if (!tune_key_of(n, at, &b, key, sizeof key))
+            continue;
+        char stage[64];
+        snprintf(stage, sizeof stage, "tuning %d/%d", ++done, total);
+        progress(cfg, stage, 0.85 + 0.1 * done / total);
+        const kn_timing_entry *e = kn_timing_cache_find(&cache, key);
+        if (e != NULL) {
+            from_file += e - cache.e < loaded;
+        } else {
+            kn_tensor in[KN_MAX_NODE_IO], out[KN_MAX_NODE_IO];
+            node_tensors(n, at, in, out);
+            int64_t v[KN_TACTIC_MAX];
+            int nv = 0;
+            char note[160] = "";
+            rc = b->iface->tune(b, n, n->n_in, in, n->n_out, out, v, &nv, note, sizeof note);
+            if (rc != KILN_OK) {
+                rc = kn_error_prefix(rc, "timing node '%s' (%s): ", n->name, n->op_type);
+                break;
+            }
+            if (nv < 1 || nv > KN_TACTIC_MAX) {
+                rc = kn_error(KILN_ERR_INTERNAL, "backend %s: tactic of %d integers for '%s'",
+                              b->iface->name, nv, n->name);
+                break;
+            }
+            kn_log(KILN_LOG_INFO, "timed %s '%s': %s", n->op_type, n->name, note);
+            timed++;
+            if ((rc = kn_timing_cache_add(&cache, key, v, nv)) != KILN_OK)
+                break;
+            e = kn_timing_cache_find(&cache, key);
+        }
+        kn_attr a = {
+            .name = KN_ATTR_TACTIC, .type = KN_ATTR_INTS, .n = e->n, .ints = (int64_t *)e->v};
+        rc = kn_node_set_attr(g, i, &a);
+    }
+    if (rc == KILN_OK)
+        kn_log(KILN_LOG_INFO,
+               "tuned %d layers: %d timed, %d from the timing cache file, %d repeating a layer "
+               "timed before",
+               done, timed, from_file, done - timed - from_file);
+    if (rc == KILN_OK && cfg->timing_cache != NULL && cache.added)
+        rc = kn_timing_cache_save(&cache, cfg->timing_cache);
+    kn_timing_cache_clear(&cache);
+    kn_resolved_release(at, g->n_values);
+    kn_free(at);
+    return rc;
+}
+
 /* Resolve at min and max, fold, annotate (check_declared: see annotate). */
 static kiln_status resolve_fold_annotate(kn_graph *g, const kiln_build_config *cfg,
                                          const kn_plugin_table *plugins, bool fold,
@@ -451,7 +556,8 @@ kiln_status kn_build_plan(const kiln_builder *b, const kiln_network *net,
          (rc = resolve_fold_annotate(g, cfg, &plugins, false, false)) != KILN_OK))
         goto fail;
     progress(cfg, "checking kernels", 0.85);
-    if ((rc = check_kernels(g, cfg, &plugins)) != KILN_OK)
+    if ((rc = check_kernels(g, cfg, &plugins)) != KILN_OK ||
+        (rc = tune(g, cfg, &plugins)) != KILN_OK)
         goto fail;
     out->graph = g;
     out->threads = cfg->threads;

@@ -31,6 +31,7 @@ struct kiln_build_config {
     int precision;                       /* kiln_precision */
     kn_layer_precision *layer_precision; /* overrides by node-name pattern, later ones win */
     int n_layer_precision;
+    char *timing_cache; /* path of the timing cache file, or NULL */
 };
 
 /* Build into a kn_plan (owned by the caller; clear with kn_plan_clear). */

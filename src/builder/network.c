@@ -101,6 +101,7 @@ void kiln_build_config_destroy(kiln_build_config *c) {
     for (int i = 0; i < c->n_layer_precision; i++)
         kn_free(c->layer_precision[i].pattern);
     kn_free(c->layer_precision);
+    kn_free(c->timing_cache);
     kn_free(c);
 }
 
@@ -115,6 +116,18 @@ kiln_status kiln_build_config_set_precision(kiln_build_config *c, kiln_precision
                         "kiln_build_config_set_precision: NULL config or unknown precision %d",
                         (int)precision);
     c->precision = (int)precision;
+    return KILN_OK;
+}
+
+kiln_status kiln_build_config_set_timing_cache(kiln_build_config *c, const char *path) {
+    if (c == NULL)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT,
+                        "kiln_build_config_set_timing_cache: NULL config");
+    char *copy = NULL;
+    if (path != NULL && path[0] != '\0' && (copy = kn_strdup(path)) == NULL)
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    kn_free(c->timing_cache);
+    c->timing_cache = copy;
     return KILN_OK;
 }
 

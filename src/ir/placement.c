@@ -24,7 +24,7 @@ kn_copy_kind kn_node_copy_kind(const kn_node *n) {
     return KN_COPY_NONE;
 }
 
-static kiln_status set_attr(kn_graph *g, int node, const kn_attr *a) {
+kiln_status kn_node_set_attr(kn_graph *g, int node, const kn_attr *a) {
     kn_node *n = &g->nodes[node];
     for (int i = 0; i < n->n_attr; i++)
         if (strcmp(n->attr[i].name, a->name) == 0) {
@@ -40,12 +40,12 @@ static kiln_status set_attr(kn_graph *g, int node, const kn_attr *a) {
 kiln_status kn_node_set_attr_string(kn_graph *g, int node, const char *name, const char *value) {
     kn_attr a = {
         .name = (char *)name, .type = KN_ATTR_STRING, .s = (char *)value, .slen = strlen(value)};
-    return set_attr(g, node, &a);
+    return kn_node_set_attr(g, node, &a);
 }
 
 kiln_status kn_node_set_attr_int(kn_graph *g, int node, const char *name, int64_t value) {
     kn_attr a = {.name = (char *)name, .type = KN_ATTR_INT, .i = value};
-    return set_attr(g, node, &a);
+    return kn_node_set_attr(g, node, &a);
 }
 
 kiln_status kn_node_copy_placement(kn_graph *g, int dst, int src) {

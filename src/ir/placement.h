@@ -29,7 +29,8 @@ kiln_status kn_node_copy_placement(kn_graph *g, int dst, int src);
 static inline bool kn_nodes_same_place(const kn_node *a, const kn_node *b) {
     return strcmp(kn_node_backend(a), kn_node_backend(b)) == 0;
 }
-/* Set (or replace) a node's string attribute / int attribute. */
+/* Set (or replace) a node's attribute (copied), string attribute, int attribute. */
+kiln_status kn_node_set_attr(kn_graph *g, int node, const kn_attr *a);
 kiln_status kn_node_set_attr_string(kn_graph *g, int node, const char *name, const char *value);
 kiln_status kn_node_set_attr_int(kn_graph *g, int node, const char *name, int64_t value);
 

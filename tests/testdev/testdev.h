@@ -11,6 +11,7 @@ typedef struct testdev_stats {
     atomic_long captured;       /* stream graphs recorded */
     atomic_long launched;       /* graph launches */
     atomic_long destroyed;      /* graphs destroyed */
+    atomic_long tuned;          /* layers "timed" at build (tune) */
 } testdev_stats;
 
 #endif

@@ -5,7 +5,7 @@
 #include <unistd.h>
 
 static const char usage[] =
-    "usage: kiln build MODEL.onnx -o PLAN [--shapes SPEC]... [--threads N] [--quiet]\n"
+    "usage: kiln build MODEL.onnx -o PLAN [--shapes SPEC]... [--threads N] [--quiet|--verbose]\n"
     "                  [--plugins LIB.so]...\n"
     "\n"
     "Optimizes MODEL (constant folding, batch-norm folding, activation and element-wise\n"
@@ -18,7 +18,10 @@ static const char usage[] =
     "                     Required for every input with dynamic dims.\n"
     "  --threads N        default threads per execution context of the plan (default: cores)\n"
     "  --quiet            no progress output (progress goes to stderr on a terminal "
-    "only)\n" CLI_BUILD_OPTIONS_HELP;
+    "only)\n"
+    "  --verbose          progress as one line a stage (each tuned layer counted), and a line\n"
+    "                     for each layer timed, on stderr whether a terminal or "
+    "not\n" CLI_BUILD_OPTIONS_HELP;
 
 static void on_progress(void *user, const char *stage, double fraction) {
     (void)user;
@@ -28,9 +31,24 @@ static void on_progress(void *user, const char *stage, double fraction) {
     fflush(stderr);
 }
 
+static void on_progress_lines(void *user, const char *stage, double fraction) {
+    (void)user;
+    fprintf(stderr, "kiln: building: %s (%.0f%%)\n", stage, fraction * 100.0);
+}
+
+/* --verbose: the build's informational messages (a line per layer timed) too. */
+static void log_verbose(void *user, kiln_log_level level, const char *message) {
+    (void)user;
+    fprintf(stderr, "kiln: %s%s\n",
+            level == KILN_LOG_ERROR     ? "error: "
+            : level == KILN_LOG_WARNING ? "warning: "
+                                        : "",
+            message);
+}
+
 int cmd_build(int argc, char **argv) {
     cli_opts o;
-    int rc = cli_parse(argc, argv, "ostqp", usage, &o);
+    int rc = cli_parse(argc, argv, "ostqpv", usage, &o);
     if (rc != 0) {
         cli_opts_free(&o);
         return rc < 0 ? 0 : rc;
@@ -55,10 +73,14 @@ int cmd_build(int argc, char **argv) {
     }
     if ((rc = cli_make_config(&o, net, &cfg)) != 0)
         goto out;
-    if (!o.quiet && isatty(2))
+    if (o.verbose) {
+        kiln_set_logger(log_verbose, NULL, KILN_LOG_INFO);
+        kiln_build_config_set_progress(cfg, on_progress_lines, NULL);
+    } else if (!o.quiet && isatty(2)) {
         kiln_build_config_set_progress(cfg, on_progress, NULL);
+    }
     if (kiln_build_to_file(b, net, cfg, o.output) != KILN_OK) {
-        if (!o.quiet && isatty(2))
+        if (!o.quiet && !o.verbose && isatty(2))
             fputc('\n', stderr);
         rc = cli_fail("%s: %s", o.model, kiln_last_error());
     }

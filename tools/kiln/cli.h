@@ -22,7 +22,11 @@
     "  --layer-precision PATTERN=P\n"                                                              \
     "                     the layers whose ONNX name matches PATTERN (* ? [...]) in P, e.g.\n"     \
     "                     '*attn*=fp32' (repeatable; later ones win); @FILE reads one\n"           \
-    "                     PATTERN=P a line (as kiln debug precision writes)\n"
+    "                     PATTERN=P a line (as kiln debug precision writes)\n"                     \
+    "  --timing-cache FILE\n"                                                                      \
+    "                     keep the tactics device backends choose by timing (cuDNN algorithms)\n"  \
+    "                     in FILE: read before tuning, written after; a rebuild with it times\n"   \
+    "                     nothing and writes the same plan (a CPU-only build leaves FILE alone)\n"
 
 typedef struct cli_shape {
     char *name;
@@ -54,10 +58,11 @@ typedef struct cli_opts {
     const char *precision;                      /* --precision fp32|tf32|fp16|bf16 */
     const char *layer_precision[CLI_MAX_ITEMS]; /* --layer-precision PATTERN=PREC */
     int n_layer_precision;
-    kiln_registry *registry; /* from --plugins and KILN_PLUGIN_PATH */
-    int threads;             /* 0: default */
+    const char *timing_cache; /* --timing-cache FILE */
+    kiln_registry *registry;  /* from --plugins and KILN_PLUGIN_PATH */
+    int threads;              /* 0: default */
     int warmup, iterations;
-    bool json, quiet;
+    bool json, quiet, verbose;
     bool profile;     /* bench --profile */
     bool all_outputs; /* cli_load_engine: every tensor a node writes becomes an output */
 } cli_opts;
@@ -69,7 +74,8 @@ int cli_fail_kiln(const char *what);
 
 /* Parse the verb's arguments (argv[0] is the verb). allowed is a string of option letters:
  * o=-o, s=--shapes, i=--input, d=--output-dir, t=--threads, w=--warmup/--iterations,
- * j=--json, q=--quiet, g=--dot, P=--profile. Returns 0 or an exit code (errors already printed). */
+ * j=--json, q=--quiet, v=--verbose, g=--dot, P=--profile. Returns 0 or an exit code (errors already
+ * printed). */
 int cli_parse(int argc, char **argv, const char *allowed, const char *usage, cli_opts *o);
 void cli_opts_free(cli_opts *o);
 

@@ -180,6 +180,9 @@ int cli_parse(int argc, char **argv, const char *allowed, const char *usage, cli
             if (o->n_layer_precision == CLI_MAX_ITEMS)
                 return cli_fail("too many --layer-precision");
             o->layer_precision[o->n_layer_precision++] = val;
+        } else if (strcmp(a, "--timing-cache") == 0) {
+            NEED('p', "--timing-cache");
+            o->timing_cache = val;
         } else if (strcmp(a, "--output-dir") == 0) {
             NEED('d', "--output-dir");
             o->output_dir = val;
@@ -207,6 +210,8 @@ int cli_parse(int argc, char **argv, const char *allowed, const char *usage, cli
             o->profile = true;
         } else if (strcmp(a, "--quiet") == 0 && strchr(allowed, 'q')) {
             o->quiet = true;
+        } else if (strcmp(a, "--verbose") == 0 && strchr(allowed, 'v')) {
+            o->verbose = true;
         } else if (a[0] == '-' && a[1] != '\0') {
             return cli_fail("unknown option '%s' for %s (see kiln %s --help)", a, argv[0], argv[0]);
         } else if (o->model == NULL) {
@@ -400,6 +405,11 @@ int cli_make_config(const cli_opts *o, kiln_network *net, kiln_build_config **ou
         kiln_build_config_set_threads(cfg, o->threads);
     for (int i = 0; i < o->n_prefer; i++)
         kiln_build_config_prefer_plugin(cfg, o->prefer[i]);
+    if (o->timing_cache != NULL &&
+        kiln_build_config_set_timing_cache(cfg, o->timing_cache) != KILN_OK) {
+        kiln_build_config_destroy(cfg);
+        return cli_fail_kiln("--timing-cache");
+    }
     if ((o->backends != NULL && set_backends(cfg, o->backends) != 0) ||
         set_precision(o, cfg) != 0) {
         kiln_build_config_destroy(cfg);

@@ -187,6 +187,43 @@ static bool cuda_supports(kn_backend *b, const kn_node *n, int n_in, const kn_te
     return true;
 }
 
+/* --- build-time tuning --- */
+
+char kc_device_id[192];
+
+static const struct {
+    const char *domain, *name;
+    kc_tune_key_fn key;
+    kc_tune_fn tune;
+} tunables[] = {
+    {"", "Conv", kc_conv_tune_key, kc_conv_tune},
+    {"kiln", "FusedConv", kc_conv_tune_key, kc_conv_tune},
+};
+
+static int tunable_of(const kn_node *n) {
+    const char *domain = strcmp(n->domain, "ai.onnx") == 0 ? "" : n->domain;
+    for (int i = 0; i < (int)(sizeof tunables / sizeof tunables[0]); i++)
+        if (strcmp(tunables[i].name, n->op_type) == 0 && strcmp(tunables[i].domain, domain) == 0)
+            return i;
+    return -1;
+}
+
+static bool cuda_tune_key(kn_backend *b, const kn_node *n, int n_in, const kn_tensor *in, int n_out,
+                          const kn_tensor *out, char *key, size_t size) {
+    (void)b;
+    int t = tunable_of(n);
+    return t >= 0 && tunables[t].key(n, n_in, in, n_out, out, key, size);
+}
+
+static kiln_status cuda_tune(kn_backend *b, const kn_node *n, int n_in, const kn_tensor *in,
+                             int n_out, const kn_tensor *out, int64_t *tactic, int *n_tactic,
+                             char *note, size_t note_size) {
+    int t = tunable_of(n);
+    if (t < 0)
+        return kc_fail(KILN_ERR_INTERNAL, "cuda: nothing to tune for %s", n->op_type);
+    return tunables[t].tune(b, n, n_in, in, n_out, out, tactic, n_tactic, note, note_size);
+}
+
 /* --- memory --- */
 
 static kiln_status cuda_buffer_alloc(kn_backend *b, kn_mem mem, size_t size, kn_buffer *out) {
@@ -404,10 +441,14 @@ static const kn_backend_iface cuda_iface = {
     .capture_end = cuda_capture_end,
     .graph_launch = cuda_graph_launch,
     .graph_destroy = cuda_graph_destroy,
+    .tune_key = cuda_tune_key,
+    .tune = cuda_tune,
 };
 
-/* The same without stream graphs (KILN_CUDA_GRAPHS=0): every run enqueues each kernel. */
-static kn_backend_iface cuda_iface_no_graphs;
+/* The same without stream graphs (KILN_CUDA_GRAPHS=0: every run enqueues each kernel) or
+ * without build-time tuning (KILN_CUDA_TUNE=0: plans record no tactic, so every Conv runs
+ * cuDNN's first heuristic choice). */
+static kn_backend_iface cuda_iface_env;
 
 static kn_backend cuda_backend = {.iface = &cuda_iface, .device = 0, .context = NULL};
 
@@ -436,6 +477,13 @@ static kiln_status check_device(void) {
         return kc_fail(KILN_ERR_UNSUPPORTED,
                        "%s has compute capability %d.%d; the module is built for 9.0 and newer",
                        prop.name, prop.major, prop.minor);
+    int runtime = 0;
+    cudaRuntimeGetVersion(&runtime);
+    snprintf(kc_device_id, sizeof kc_device_id, "%.100s sm_%d%d cuda %d cudnn %zu cublasLt %zu",
+             prop.name, prop.major, prop.minor, runtime, cudnnGetVersion(), cublasLtGetVersion());
+    for (char *c = kc_device_id; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == '|')
+            *c = ' '; /* a key is one line of printable text; '|' separates its fields */
     return kc_check(cudaSetDevice(0), "selecting device 0");
 }
 
@@ -447,14 +495,19 @@ kn_backend_entry(const kn_backend_host_api *host, uint32_t version, kn_backend *
     kc_host = host;
     *out = NULL;
     KC_TRY(check_device());
-    const char *graphs = getenv("KILN_CUDA_GRAPHS");
+    const char *graphs = getenv("KILN_CUDA_GRAPHS"), *tune = getenv("KILN_CUDA_TUNE");
+    cuda_iface_env = cuda_iface;
     if (graphs != NULL && strcmp(graphs, "0") == 0) {
-        cuda_iface_no_graphs = cuda_iface;
-        cuda_iface_no_graphs.capture_begin = NULL;
-        cuda_iface_no_graphs.capture_end = NULL;
-        cuda_iface_no_graphs.graph_launch = NULL;
-        cuda_iface_no_graphs.graph_destroy = NULL;
-        cuda_backend.iface = &cuda_iface_no_graphs;
+        cuda_iface_env.capture_begin = NULL;
+        cuda_iface_env.capture_end = NULL;
+        cuda_iface_env.graph_launch = NULL;
+        cuda_iface_env.graph_destroy = NULL;
+        cuda_backend.iface = &cuda_iface_env;
+    }
+    if (tune != NULL && strcmp(tune, "0") == 0) {
+        cuda_iface_env.tune_key = NULL;
+        cuda_iface_env.tune = NULL;
+        cuda_backend.iface = &cuda_iface_env;
     }
     *out = &cuda_backend;
     return KILN_OK;

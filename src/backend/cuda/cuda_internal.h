@@ -78,6 +78,21 @@ extern const kc_op kc_ops_nn[];
 extern const kc_op kc_ops_gemm[];
 extern const kc_op kc_ops_conv[];
 
+/* Build-time tuning of one op (kn_backend_iface.tune_key and tune, for nodes of that op). */
+typedef bool (*kc_tune_key_fn)(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
+                               const kn_tensor *out, char *key, size_t size);
+typedef kiln_status (*kc_tune_fn)(kn_backend *b, const kn_node *n, int n_in, const kn_tensor *in,
+                                  int n_out, const kn_tensor *out, int64_t *tactic, int *n_tactic,
+                                  char *note, size_t note_size);
+bool kc_conv_tune_key(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
+                      const kn_tensor *out, char *key, size_t size);
+kiln_status kc_conv_tune(kn_backend *b, const kn_node *n, int n_in, const kn_tensor *in, int n_out,
+                         const kn_tensor *out, int64_t *tactic, int *n_tactic, char *note,
+                         size_t note_size);
+/* What a tuning key starts with: the device, its compute capability and the CUDA, cuDNN and
+ * cuBLASLt versions in use (set by kn_backend_entry). */
+extern char kc_device_id[192];
+
 /* Helpers for supports functions. */
 /* Whether dtype is a float type the float kernels take (float32, float16, bfloat16). */
 bool kc_is_float(int32_t dtype);

@@ -4,12 +4,17 @@
  * compute in float32 (the convolution descriptor's type) and may use tensor cores. The epilogue of
  * fuse_activations (bias, residual, activation: passes.h) runs as one kernel after the convolution.
  *
- * This first version uses cuDNN's legacy convolution API (present through cuDNN 9, marked
- * deprecated there): the graph API with fused pointwise epilogues replaces it together with
- * tactic timing. conv_run takes X, W, B, Z explicitly, so kiln.FusedConv (inputs X, W, B, Z)
- * needs only its own table entry. */
+ * The algorithm is chosen by timing at build (kc_conv_tune: every candidate cuDNN's heuristic
+ * lists, checked against the first one's output) and recorded in the node's kiln_tactic; a run
+ * at the shapes it was timed at uses it, any other shape cuDNN's first heuristic choice.
+ *
+ * This version uses cuDNN's legacy convolution API (present through cuDNN 9, marked deprecated
+ * there): the graph API with fused pointwise epilogues replaces it later. conv_run takes X, W, B, Z
+ * explicitly, so kiln.FusedConv (inputs X, W, B, Z) needs only its own table entry. */
 #include "backend/cuda/cuda_internal.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
@@ -139,13 +144,33 @@ typedef struct conv_local {
     size_t ws;
 } conv_local;
 
+/* A Conv tactic (KN_ATTR_TACTIC): layout version, cuDNN algorithm, math type, workspace bytes,
+ * and the input's N, C, H, W it was timed at (the weights, and so the rest, are fixed). */
+enum { CT_VERSION = 1, CT_LEN = 8 };
+
+/* The tactic recorded for geometry g, or false. */
+static bool conv_tactic(const kn_node *nd, const conv_geom *g, cudnnConvolutionFwdAlgo_t *algo,
+                        cudnnMathType_t *math, size_t *ws) {
+    const int64_t *t;
+    if (kc_attr_ints(nd, KN_ATTR_TACTIC, &t) != CT_LEN || t[0] != CT_VERSION || t[4] != g->n ||
+        t[5] != g->c || t[6] != g->h || t[7] != g->w || t[1] < 0 ||
+        t[1] >= CUDNN_CONVOLUTION_FWD_ALGO_COUNT || t[3] < 0 ||
+        (!tensor_cores(g) && t[2] != CUDNN_FMA_MATH))
+        return false;
+    *algo = (cudnnConvolutionFwdAlgo_t)t[1];
+    *math = (cudnnMathType_t)t[2];
+    *ws = (size_t)t[3];
+    return true;
+}
+
 static void conv_local_free(kn_local_state *self) {
     conv_local *l = (conv_local *)self;
     descs_free(&l->d);
     kc_host->free(l);
 }
 
-static kiln_status conv_local_make(kn_stream *st, const conv_geom *g, conv_local **out) {
+static kiln_status conv_local_make(kn_stream *st, const kn_node *nd, const conv_geom *g,
+                                   conv_local **out) {
     conv_local *l = kc_host->alloc(sizeof *l);
     if (l == NULL)
         return kc_fail(KILN_ERR_OUT_OF_MEMORY, "out of memory for a convolution's state");
@@ -153,6 +178,16 @@ static kiln_status conv_local_make(kn_stream *st, const conv_geom *g, conv_local
     l->base.release = conv_local_free;
     l->g = *g;
     kiln_status rc = descs_make(g, &l->d);
+    cudnnMathType_t math;
+    if (rc == KILN_OK && conv_tactic(nd, g, &l->algo, &math, &l->ws)) {
+        rc = kc_check_dnn(cudnnSetConvolutionMathType(l->d.conv, math), "math type");
+        if (rc != KILN_OK) {
+            conv_local_free(&l->base);
+            return rc;
+        }
+        *out = l;
+        return KILN_OK;
+    }
     cudnnConvolutionFwdAlgoPerf_t perf[8];
     int found = 0;
     if (rc == KILN_OK)
@@ -187,7 +222,7 @@ static kiln_status conv_local_get(kn_kernel_ctx *k, const conv_geom *g, conv_loc
         *out = have;
         return KILN_OK;
     }
-    KC_TRY(conv_local_make(k->stream, g, out));
+    KC_TRY(conv_local_make(k->stream, k->node, g, out));
     if (k->local == NULL) {
         *temp = true;
         return KILN_OK;
@@ -223,11 +258,18 @@ static kiln_status conv_run(kn_kernel_ctx *k, const conv_geom *g, const void *x,
     return KILN_OK;
 }
 
+/* The geometry of node nd with these tensors, its type and math. */
+static bool conv_node_geom(const kn_node *nd, const kn_tensor *in, const kn_tensor *out,
+                           conv_geom *g) {
+    bool ok = conv_geom_of(nd, &in[0].shape, &in[1].shape, &out[0].shape, g);
+    g->dtype = out[0].dtype;
+    g->tf32 = g->dtype == KILN_DTYPE_FLOAT32 && kc_attr_int(nd, "kiln_allow_tf32", 0) != 0;
+    return ok;
+}
+
 static kiln_status run_conv(kn_kernel_ctx *k) {
     conv_geom g;
-    conv_geom_of(k->node, &k->in[0].shape, &k->in[1].shape, &k->out[0].shape, &g);
-    g.dtype = k->out[0].dtype;
-    g.tf32 = g.dtype == KILN_DTYPE_FLOAT32 && kc_attr_int(k->node, "kiln_allow_tf32", 0) != 0;
+    conv_node_geom(k->node, k->in, k->out, &g);
     const void *b = k->n_in > 2 && k->in[2].dtype ? k->in[2].data : NULL;
     const void *z = kc_attr_int(k->node, "kiln_residual", 0) && k->n_in > 3 && k->in[3].dtype
                         ? k->in[3].data
@@ -254,6 +296,244 @@ static bool sup_conv(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
     if (kc_activation(n, &a, &b) < 0)
         return kc_reason(caps, "cuda: unknown fused activation");
     return true;
+}
+
+/* --- tactic selection by timing (kn_backend_iface.tune) --- */
+
+/* Candidates needing more workspace than this are not timed. */
+#define KC_TUNE_WORKSPACE_MAX ((size_t)256 << 20)
+#define KC_TUNE_WARMUP 2
+#define KC_TUNE_RUNS 10
+
+bool kc_conv_tune_key(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
+                      const kn_tensor *out, char *key, size_t size) {
+    conv_geom g;
+    if (n_in < 2 || n_out < 1 || !conv_node_geom(n, in, out, &g) ||
+        (int64_t)g.n * g.k * g.oh * g.ow == 0)
+        return false;
+    snprintf(key, size,
+             "cuda conv %d|%s|%s%s|x %dx%dx%dx%d|w %dx%dx%dx%d|y %dx%d|pad %d,%d|stride %d,%d|"
+             "dilation %d,%d|group %d",
+             CT_VERSION, kc_device_id, kn_dtype_name(g.dtype), g.tf32 ? " tf32" : "", g.n, g.c, g.h,
+             g.w, g.k, g.c / g.groups, g.kh, g.kw, g.oh, g.ow, g.ph, g.pw, g.sh, g.sw, g.dh, g.dw,
+             g.groups);
+    return true;
+}
+
+/* The device buffers one timing uses. */
+typedef struct tune_bufs {
+    void *x, *w, *y;
+    float *yf, *tmp;  /* y as float32; float32 staging for uploads */
+    float *ref, *cur; /* host: the first candidate's output, the current one's */
+    int64_t nx, nw, ny;
+} tune_bufs;
+
+static void tune_free(tune_bufs *t) {
+    cudaFree(t->x);
+    cudaFree(t->w);
+    cudaFree(t->y);
+    cudaFree(t->yf);
+    cudaFree(t->tmp);
+    kc_host->free(t->ref);
+    kc_host->free(t->cur);
+}
+
+/* n values of a fixed pseudo-random sequence in [-1, 1] (the same for every build). */
+static void pattern(float *h, int64_t n, uint32_t seed) {
+    uint32_t s = seed;
+    for (int64_t i = 0; i < n; i++) {
+        s = s * 1664525u + 1013904223u;
+        h[i] = (float)(s >> 8) * (2.0f / 16777216.0f) - 1.0f;
+    }
+}
+
+/* h (float32, host) into dst (dtype, device). */
+static kiln_status upload(kn_stream *st, int dtype, const float *h, void *dst, float *tmp,
+                          int64_t n) {
+    void *to = dtype == KILN_DTYPE_FLOAT32 ? dst : (void *)tmp;
+    KC_TRY(kc_check(cudaMemcpyAsync(to, h, (size_t)n * 4, cudaMemcpyHostToDevice, st->s),
+                    "uploading timing data"));
+    if (dtype != KILN_DTYPE_FLOAT32)
+        KC_TRY(KC_LAUNCH(kc_cast(st->s, KILN_DTYPE_FLOAT32, dtype, tmp, dst, n), "timing data"));
+    return kc_check(cudaStreamSynchronize(st->s), "uploading timing data");
+}
+
+/* x from the pattern; w the node's weights when known at build (else the pattern). */
+static kiln_status tune_setup(kn_stream *st, const conv_geom *g, const kn_tensor *w, tune_bufs *t) {
+    size_t es = kn_dtype_size(g->dtype);
+    t->nx = (int64_t)g->n * g->c * g->h * g->w;
+    t->nw = (int64_t)g->k * (g->c / g->groups) * g->kh * g->kw;
+    t->ny = (int64_t)g->n * g->k * g->oh * g->ow;
+    int64_t big = t->nx > t->nw ? t->nx : t->nw;
+    KC_TRY(kc_check(cudaMalloc(&t->x, (size_t)t->nx * es), "timing buffers"));
+    KC_TRY(kc_check(cudaMalloc(&t->w, (size_t)t->nw * es), "timing buffers"));
+    KC_TRY(kc_check(cudaMalloc(&t->y, (size_t)t->ny * es), "timing buffers"));
+    KC_TRY(kc_check(cudaMalloc((void **)&t->yf, (size_t)t->ny * 4), "timing buffers"));
+    KC_TRY(kc_check(cudaMalloc((void **)&t->tmp, (size_t)big * 4), "timing buffers"));
+    t->ref = kc_host->alloc((size_t)t->ny * 4);
+    t->cur = kc_host->alloc((size_t)(t->ny > big ? t->ny : big) * 4);
+    if (t->ref == NULL || t->cur == NULL)
+        return kc_fail(KILN_ERR_OUT_OF_MEMORY, "out of memory for timing a convolution");
+    pattern(t->cur, t->nx, 1);
+    KC_TRY(upload(st, g->dtype, t->cur, t->x, t->tmp, t->nx));
+    if (w->data != NULL && w->dtype == g->dtype && kn_shape_numel(&w->shape) == t->nw)
+        return kc_check(cudaMemcpy(t->w, w->data, (size_t)t->nw * es, cudaMemcpyHostToDevice),
+                        "uploading weights");
+    pattern(t->cur, t->nw, 2);
+    return upload(st, g->dtype, t->cur, t->w, t->tmp, t->nw);
+}
+
+/* Run candidate p once into t->y and read the output back into t->cur (as float32). */
+static kiln_status tune_run_once(kn_stream *st, const conv_descs *d, tune_bufs *t,
+                                 const cudnnConvolutionFwdAlgoPerf_t *p, int dtype) {
+    const float one = 1.0f, zero = 0.0f;
+    KC_TRY(kc_check_dnn(cudnnSetConvolutionMathType(d->conv, p->mathType), "math type"));
+    KC_TRY(kc_workspace(st, p->memory));
+    KC_TRY(kc_check_dnn(cudnnConvolutionForward(st->dnn, &one, d->x, t->x, d->w, t->w, d->conv,
+                                                p->algo, st->ws, st->ws_size, &zero, d->y, t->y),
+                        "convolution"));
+    const void *yf = t->y;
+    if (dtype != KILN_DTYPE_FLOAT32) {
+        KC_TRY(KC_LAUNCH(kc_cast(st->s, dtype, KILN_DTYPE_FLOAT32, t->y, t->yf, t->ny), "cast"));
+        yf = t->yf;
+    }
+    KC_TRY(kc_check(cudaMemcpyAsync(t->cur, yf, (size_t)t->ny * 4, cudaMemcpyDeviceToHost, st->s),
+                    "reading the output"));
+    return kc_check(cudaStreamSynchronize(st->s), "running a candidate");
+}
+
+/* Milliseconds per run of candidate p (after a warm-up). */
+static kiln_status tune_time(kn_stream *st, const conv_descs *d, const tune_bufs *t,
+                             const cudnnConvolutionFwdAlgoPerf_t *p, float *ms) {
+    const float one = 1.0f, zero = 0.0f;
+    cudaEvent_t e[2] = {NULL, NULL};
+    kiln_status rc = kc_check(cudaEventCreate(&e[0]), "creating an event");
+    if (rc == KILN_OK)
+        rc = kc_check(cudaEventCreate(&e[1]), "creating an event");
+    for (int i = 0; i < KC_TUNE_WARMUP + KC_TUNE_RUNS && rc == KILN_OK; i++) {
+        if (i == KC_TUNE_WARMUP)
+            rc = kc_check(cudaEventRecord(e[0], st->s), "recording an event");
+        if (rc == KILN_OK)
+            rc = kc_check_dnn(cudnnConvolutionForward(st->dnn, &one, d->x, t->x, d->w, t->w,
+                                                      d->conv, p->algo, st->ws, st->ws_size, &zero,
+                                                      d->y, t->y),
+                              "convolution");
+    }
+    if (rc == KILN_OK)
+        rc = kc_check(cudaEventRecord(e[1], st->s), "recording an event");
+    if (rc == KILN_OK)
+        rc = kc_check(cudaEventSynchronize(e[1]), "timing a candidate");
+    if (rc == KILN_OK)
+        rc = kc_check(cudaEventElapsedTime(ms, e[0], e[1]), "timing a candidate");
+    *ms /= KC_TUNE_RUNS;
+    for (int i = 0; i < 2; i++)
+        if (e[i] != NULL)
+            cudaEventDestroy(e[i]);
+    return rc;
+}
+
+/* Whether cur matches ref: the largest difference within tol of ref's largest magnitude, and
+ * every value finite. */
+static bool outputs_agree(const float *ref, const float *cur, int64_t n, double tol) {
+    double big = 0.0, diff = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(cur[i]))
+            return false;
+        big = fmax(big, fabs((double)ref[i]));
+        diff = fmax(diff, fabs((double)cur[i] - (double)ref[i]));
+    }
+    return diff <= tol * (big > 1e-30 ? big : 1e-30);
+}
+
+/* Time every candidate of cuDNN's list that the math allows and the workspace limit admits;
+ * the first that runs is the reference the others must match. */
+static kiln_status tune_pick(kn_stream *st, const conv_geom *g, tune_bufs *t, int64_t *tactic,
+                             char *note, size_t note_size) {
+    conv_descs d;
+    kiln_status rc = descs_make(g, &d);
+    cudnnConvolutionFwdAlgoPerf_t perf[2 * CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    int found = 0, best = -1, tried = 0, rejected = 0;
+    float best_ms = 0.0f, first_ms = 0.0f;
+    bool have_ref = false;
+    double tol = g->dtype == KILN_DTYPE_FLOAT32 && !g->tf32 ? 1e-3
+                 : g->dtype == KILN_DTYPE_BFLOAT16          ? 4e-2
+                                                            : 1e-2;
+    if (rc == KILN_OK)
+        rc = kc_check_dnn(
+            cudnnGetConvolutionForwardAlgorithm_v7(
+                st->dnn, d.x, d.w, d.conv, d.y, 2 * CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, perf),
+            "listing algorithms");
+    for (int i = 0; i < found && rc == KILN_OK; i++) {
+        const cudnnConvolutionFwdAlgoPerf_t *p = &perf[i];
+        bool seen = false;
+        for (int j = 0; j < i; j++)
+            seen |= perf[j].algo == p->algo && perf[j].mathType == p->mathType;
+        if (seen || p->status != CUDNN_STATUS_SUCCESS ||
+            (!tensor_cores(g) && p->mathType != CUDNN_FMA_MATH) ||
+            p->memory > KC_TUNE_WORKSPACE_MAX)
+            continue;
+        float ms = 0.0f;
+        /* A candidate that fails to run is skipped, not an error: cuDNN's list is advice. */
+        if (tune_run_once(st, &d, t, p, g->dtype) != KILN_OK)
+            continue;
+        tried++;
+        if (!have_ref) {
+            memcpy(t->ref, t->cur, (size_t)t->ny * 4);
+            have_ref = true;
+        } else if (!outputs_agree(t->ref, t->cur, t->ny, tol)) {
+            rejected++;
+            continue;
+        }
+        if (tune_time(st, &d, t, p, &ms) != KILN_OK)
+            continue;
+        if (best < 0)
+            first_ms = ms;
+        if (best < 0 || ms < best_ms) {
+            best = i;
+            best_ms = ms;
+        }
+    }
+    descs_free(&d);
+    KC_TRY(rc);
+    if (best < 0)
+        return kc_fail(KILN_ERR_UNSUPPORTED, "cuDNN offers no %salgorithm that runs here",
+                       tensor_cores(g) ? "" : "strict float32 ");
+    (void)cudaGetLastError();
+    int64_t v[CT_LEN] = {CT_VERSION,
+                         perf[best].algo,
+                         perf[best].mathType,
+                         (int64_t)perf[best].memory,
+                         g->n,
+                         g->c,
+                         g->h,
+                         g->w};
+    memcpy(tactic, v, sizeof v);
+    snprintf(note, note_size,
+             "algorithm %d (math %d, %zu bytes of workspace) %.4f ms, cuDNN's first choice %.4f "
+             "ms; %d candidates run, %d rejected as different",
+             (int)perf[best].algo, (int)perf[best].mathType, perf[best].memory, best_ms, first_ms,
+             tried, rejected);
+    return KILN_OK;
+}
+
+kiln_status kc_conv_tune(kn_backend *b, const kn_node *n, int n_in, const kn_tensor *in, int n_out,
+                         const kn_tensor *out, int64_t *tactic, int *n_tactic, char *note,
+                         size_t note_size) {
+    conv_geom g;
+    if (n_in < 2 || n_out < 1 || !conv_node_geom(n, in, out, &g))
+        return kc_fail(KILN_ERR_INTERNAL, "cuda: not a convolution cuDNN runs");
+    kn_stream *st = NULL;
+    KC_TRY(b->iface->stream_create(b, &st));
+    tune_bufs t;
+    memset(&t, 0, sizeof t);
+    kiln_status rc = tune_setup(st, &g, &in[1], &t);
+    if (rc == KILN_OK)
+        rc = tune_pick(st, &g, &t, tactic, note, note_size);
+    b->iface->stream_destroy(b, st);
+    tune_free(&t);
+    if (rc == KILN_OK)
+        *n_tactic = CT_LEN;
+    return rc;
 }
 
 const kc_op kc_ops_conv[] = {
