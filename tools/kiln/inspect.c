@@ -1,6 +1,7 @@
 /* kiln inspect: what a model or plan holds after optimization. */
 #include "cli.h"
 
+#include "backend/backend.h"
 #include "ir/placement.h"
 #include "runtime/engine.h"
 
@@ -376,6 +377,14 @@ int cmd_inspect(int argc, char **argv) {
             printf(", \"backend\": ");
             jstr(kn_node_backend(n));
             printf(", \"precision\": \"%s\"", layer_precision(g, n));
+            const int64_t *tactic;
+            int64_t n_tactic = kn_attr_ints(n, KN_ATTR_TACTIC, &tactic);
+            if (n_tactic > 0) { /* the backend's choice by timing at build (backend.h) */
+                printf(", \"tactic\": [");
+                for (int64_t t = 0; t < n_tactic; t++)
+                    printf("%s%lld", t ? ", " : "", (long long)tactic[t]);
+                printf("]");
+            }
             const char *why = kn_attr_string(n, KN_ATTR_PLACEMENT_REASON, NULL);
             if (why) {
                 printf(", \"placement_reason\": ");

@@ -1,0 +1,115 @@
+"""`kiln build --timing-cache FILE` and Python's timing_cache=, without a GPU.
+
+On a CPU-only build nothing is tuned: the file is neither read nor written (a missing one is
+not created, a garbage one is left byte for byte). testdev (tests/testdev/testdev.c) tunes its
+convolutions deterministically, so with it the cache is written after a cold build, a rebuild
+with it tunes nothing and writes a byte-identical plan, and a corrupt or foreign cache gives one
+warning line, a successful build and a rewritten cache.
+"""
+
+import json
+import os
+import sys
+
+import pytest
+
+from test_testdev import BUILD, MANIFEST, MODELS, kiln, shape_args
+
+RESNET = next(m for m in MANIFEST if m["name"] == "resnet_mini")
+ONNX = os.path.join(MODELS, RESNET["model"])
+HEADER = "kiln-timing-cache 1\n"
+
+
+def build(plan, *extra):
+    return kiln("build", ONNX, "-o", str(plan), *shape_args(RESNET), *extra)
+
+
+def tuned_line(err):
+    """(timed, from file) of the verbose summary line."""
+    line = next(ln for ln in err.splitlines() if ln.startswith("kiln: tuned "))
+    parts = line.split(": ", 2)[2].split(", ")
+    return int(parts[0].split()[0]), int(parts[1].split()[0])
+
+
+def test_cpu_build_leaves_the_cache_alone(tmp_path):
+    cache = tmp_path / "cache.txt"
+    build(tmp_path / "a.plan", "--timing-cache", str(cache))
+    assert not cache.exists(), "a CPU build created the timing cache"
+    cache.write_bytes(b"\x00garbage\xff")
+    _, _, err = build(tmp_path / "b.plan", "--timing-cache", str(cache), "--verbose")
+    assert cache.read_bytes() == b"\x00garbage\xff"
+    assert "timing cache" not in err  # not read: nothing to tune
+    assert (tmp_path / "a.plan").read_bytes() == (tmp_path / "b.plan").read_bytes()
+
+
+def test_flag_needs_a_value(tmp_path):
+    rc, _, err = kiln("build", ONNX, "-o", str(tmp_path / "a.plan"), "--timing-cache",
+                      check=False)
+    assert rc != 0
+    assert len(err.strip().splitlines()) == 1 and "--timing-cache" in err
+
+
+def test_warm_cache_rebuild_is_identical_and_times_nothing(tmp_path):
+    cache = tmp_path / "cache.txt"
+    a, b = tmp_path / "a.plan", tmp_path / "b.plan"
+    _, _, err = build(a, "--backend", "testdev,cpu", "--timing-cache", str(cache), "--verbose")
+    timed, from_file = tuned_line(err)
+    assert timed > 0 and from_file == 0
+    assert "building: tuning 1/" in err  # the progress counter
+    text = cache.read_text()
+    assert text.startswith(HEADER)
+    entries = text.splitlines()[1:]
+    assert len(entries) == timed and entries == sorted(entries)
+    assert all(e.startswith("testdev 1|") and "\t" in e for e in entries)
+    assert b"kiln_tactic" in a.read_bytes()
+    info = json.loads(kiln("inspect", str(a), "--json")[1])
+    convs = [ly for ly in info["layers"] if ly["op"] in ("Conv", "FusedConv")]
+    assert convs and all(len(ly.get("tactic", [])) == 3 for ly in convs)
+    _, _, err = build(b, "--backend", "testdev,cpu", "--timing-cache", str(cache), "--verbose")
+    timed2, from_file2 = tuned_line(err)
+    assert timed2 == 0 and from_file2 >= timed  # repeated signatures count once per layer
+    assert a.read_bytes() == b.read_bytes()
+    assert cache.read_text() == text  # nothing new: not rewritten
+
+
+@pytest.mark.parametrize("content", [
+    b"", b"garbage\n", b"kiln-timing-cache 9\nk\t1\n", HEADER.encode() + b"key\t1 2",
+    HEADER.encode() + b"key without tab\n", b"\x7fELF\x02\x01\x00\x00",
+], ids=["empty", "garbage", "other-version", "truncated", "malformed", "binary"])
+def test_corrupt_cache_warns_once_and_is_rewritten(tmp_path, content):
+    cache = tmp_path / "cache.txt"
+    ref = tmp_path / "ref.plan"
+    build(ref, "--backend", "testdev,cpu")
+    cache.write_bytes(content)
+    _, _, err = build(tmp_path / "a.plan", "--backend", "testdev,cpu", "--timing-cache",
+                      str(cache))
+    warnings = [ln for ln in err.splitlines() if "warning" in ln]
+    assert len(warnings) == 1 and "timing cache" in warnings[0] and str(cache) in warnings[0]
+    assert cache.read_text().startswith(HEADER)
+    # testdev's choices depend only on the layer, so the plan is the one built without a cache
+    assert (tmp_path / "a.plan").read_bytes() == ref.read_bytes()
+
+
+def test_foreign_entries_are_kept_and_unused(tmp_path):
+    cache = tmp_path / "cache.txt"
+    foreign = "cuda conv 1|Some GPU sm_80|float32|x 1x3x8x8\t1 0 1 0 1 3 8 8\n"
+    cache.write_text(HEADER + foreign)
+    _, _, err = build(tmp_path / "a.plan", "--backend", "testdev,cpu", "--timing-cache",
+                      str(cache), "--verbose")
+    timed, from_file = tuned_line(err)
+    assert timed > 0 and from_file == 0
+    assert foreign in cache.read_text()
+
+
+def test_python_timing_cache(tmp_path):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "python"))
+    os.environ.setdefault("KILN_LIBRARY", os.path.join(BUILD, "lib", "libkiln.so"))
+    import kiln as kpy
+
+    cache = tmp_path / "py.cache"
+    shapes = {"input": ((1, 3, 32, 32), (2, 3, 64, 64), (4, 3, 96, 96))}
+    a = kpy.build(ONNX, shapes=shapes, backends="testdev,cpu", timing_cache=cache)
+    assert cache.read_text().startswith(HEADER)
+    b = kpy.build(ONNX, shapes=shapes, backends="testdev,cpu", timing_cache=str(cache))
+    assert a == b
