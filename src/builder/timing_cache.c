@@ -182,9 +182,9 @@ kiln_status kn_timing_cache_format(const kn_timing_cache *c, char **text, size_t
     if (c->n > 0)
         memcpy(sorted, c->e, (size_t)c->n * sizeof *sorted);
     qsort(sorted, (size_t)c->n, sizeof *sorted, by_key);
-    size_t cap = strlen(KN_TIMING_CACHE_HEADER) + 2;
+    size_t cap = strlen(KN_TIMING_CACHE_HEADER) + 2; /* with the terminating NUL */
     for (int i = 0; i < c->n; i++)
-        cap += strlen(sorted[i].key) + 2 + (size_t)sorted[i].n * 22;
+        cap += strlen(sorted[i].key) + 1 + (size_t)sorted[i].n * 21 + 1;
     char *out = kn_malloc(cap);
     if (out == NULL) {
         kn_free(sorted);
@@ -198,6 +198,7 @@ kiln_status kn_timing_cache_format(const kn_timing_cache *c, char **text, size_t
                                    (long long)sorted[i].v[j]);
         out[at++] = '\n';
     }
+    out[at] = '\0';
     kn_free(sorted);
     *text = out;
     *size = at;

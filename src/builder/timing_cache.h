@@ -40,7 +40,8 @@ kiln_status kn_timing_cache_load(kn_timing_cache *c, const char *path);
 const kn_timing_entry *kn_timing_cache_find(const kn_timing_cache *c, const char *key);
 /* Add (or replace) the entry for key. key must be printable text without tabs or newlines. */
 kiln_status kn_timing_cache_add(kn_timing_cache *c, const char *key, const int64_t *v, int n);
-/* The file's text (kn_malloc'd, the caller frees it), entries sorted by key. */
+/* The file's text (kn_malloc'd and NUL-terminated, the caller frees it; *size excludes the
+ * NUL), entries sorted by key. */
 kiln_status kn_timing_cache_format(const kn_timing_cache *c, char **text, size_t *size);
 /* Write c to path (temporary file, then rename). */
 kiln_status kn_timing_cache_save(const kn_timing_cache *c, const char *path);

@@ -16,6 +16,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 
@@ -302,8 +303,17 @@ static bool sup_conv(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
 
 /* Candidates needing more workspace than this are not timed. */
 #define KC_TUNE_WORKSPACE_MAX ((size_t)256 << 20)
-#define KC_TUNE_WARMUP 2
+/* Each candidate: KC_TUNE_RUNS runs in a graph, launched once to warm up, then KC_TUNE_LAUNCHES
+ * times timed. */
 #define KC_TUNE_RUNS 10
+#define KC_TUNE_LAUNCHES 3
+/* A candidate that launches more graph nodes than this a run (cuDNN loops over the groups of a
+ * grouped convolution for some algorithms: a thousand kernels for a depthwise layer) is not
+ * timed: recording and instantiating it costs more than the whole layer's tuning should. */
+#define KC_TUNE_MAX_NODES 16
+/* Once a layer's tuning has run this long, the candidates not yet tried are skipped (the first,
+ * cuDNN's own choice, is always timed): a bound on the build's time, whatever cuDNN lists. */
+#define KC_TUNE_LAYER_BUDGET_S 0.5
 
 bool kc_conv_tune_key(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
                       const kn_tensor *out, char *key, size_t size) {
@@ -402,22 +412,66 @@ static kiln_status tune_run_once(kn_stream *st, const conv_descs *d, tune_bufs *
     return kc_check(cudaStreamSynchronize(st->s), "running a candidate");
 }
 
-/* Milliseconds per run of candidate p (after a warm-up). */
-static kiln_status tune_time(kn_stream *st, const conv_descs *d, const tune_bufs *t,
-                             const cudnnConvolutionFwdAlgoPerf_t *p, float *ms) {
+/* R runs of candidate p enqueued on st. */
+static kiln_status tune_enqueue(kn_stream *st, const conv_descs *d, const tune_bufs *t,
+                                const cudnnConvolutionFwdAlgoPerf_t *p, int runs) {
     const float one = 1.0f, zero = 0.0f;
+    for (int i = 0; i < runs; i++)
+        KC_TRY(
+            kc_check_dnn(cudnnConvolutionForward(st->dnn, &one, d->x, t->x, d->w, t->w, d->conv,
+                                                 p->algo, st->ws, st->ws_size, &zero, d->y, t->y),
+                         "convolution"));
+    return KILN_OK;
+}
+
+/* KC_TUNE_RUNS runs of p recorded as one stream graph, or NULL when p cannot be recorded or
+ * launches more than KC_TUNE_MAX_NODES graph nodes a run (*too_many: then it is not timed). */
+static cudaGraphExec_t tune_graph(kn_stream *st, const conv_descs *d, const tune_bufs *t,
+                                  const cudnnConvolutionFwdAlgoPerf_t *p, bool *too_many) {
+    *too_many = false;
+    if (cudaStreamBeginCapture(st->s, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    kiln_status rc = tune_enqueue(st, d, t, p, KC_TUNE_RUNS);
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t exec = NULL;
+    size_t nodes = 0;
+    if (cudaStreamEndCapture(st->s, &g) == cudaSuccess && rc == KILN_OK &&
+        cudaGraphGetNodes(g, NULL, &nodes) == cudaSuccess &&
+        nodes <= (size_t)KC_TUNE_MAX_NODES * KC_TUNE_RUNS &&
+        cudaGraphInstantiateWithFlags(&exec, g, 0) != cudaSuccess)
+        exec = NULL;
+    if (nodes > (size_t)KC_TUNE_MAX_NODES * KC_TUNE_RUNS)
+        *too_many = true;
+    if (g != NULL)
+        cudaGraphDestroy(g);
+    (void)cudaGetLastError();
+    return exec;
+}
+
+/* Milliseconds per run of candidate p on the GPU. The runs are recorded into a stream graph and
+ * the graph is timed, as the runtime replays them: timing plain calls back to back would
+ * measure cuDNN's host work per call (tens of microseconds for some algorithms, more than the
+ * kernel of a small convolution) rather than the kernel. A candidate that cannot be recorded, or
+ * the first one when it launches too many nodes, is timed by plain calls (the runtime then runs
+ * its segment plainly too). */
+static kiln_status tune_time(kn_stream *st, const conv_descs *d, const tune_bufs *t,
+                             const cudnnConvolutionFwdAlgoPerf_t *p, bool first, float *ms) {
     cudaEvent_t e[2] = {NULL, NULL};
+    bool too_many;
+    cudaGraphExec_t graph = tune_graph(st, d, t, p, &too_many);
+    if (too_many && !first) /* the first is timed anyway: a layer always gets a choice */
+        return kc_fail(KILN_ERR_UNSUPPORTED, "cuDNN: a kernel per group");
     kiln_status rc = kc_check(cudaEventCreate(&e[0]), "creating an event");
     if (rc == KILN_OK)
         rc = kc_check(cudaEventCreate(&e[1]), "creating an event");
-    for (int i = 0; i < KC_TUNE_WARMUP + KC_TUNE_RUNS && rc == KILN_OK; i++) {
-        if (i == KC_TUNE_WARMUP)
+    for (int i = 0; i < 1 + KC_TUNE_LAUNCHES && rc == KILN_OK; i++) {
+        if (i == 1)
             rc = kc_check(cudaEventRecord(e[0], st->s), "recording an event");
         if (rc == KILN_OK)
-            rc = kc_check_dnn(cudnnConvolutionForward(st->dnn, &one, d->x, t->x, d->w, t->w,
-                                                      d->conv, p->algo, st->ws, st->ws_size, &zero,
-                                                      d->y, t->y),
-                              "convolution");
+            rc = graph != NULL ? kc_check(cudaGraphLaunch(graph, st->s), "launching a graph")
+                               : tune_enqueue(st, d, t, p, KC_TUNE_RUNS);
     }
     if (rc == KILN_OK)
         rc = kc_check(cudaEventRecord(e[1], st->s), "recording an event");
@@ -425,11 +479,19 @@ static kiln_status tune_time(kn_stream *st, const conv_descs *d, const tune_bufs
         rc = kc_check(cudaEventSynchronize(e[1]), "timing a candidate");
     if (rc == KILN_OK)
         rc = kc_check(cudaEventElapsedTime(ms, e[0], e[1]), "timing a candidate");
-    *ms /= KC_TUNE_RUNS;
+    *ms /= KC_TUNE_LAUNCHES * KC_TUNE_RUNS;
     for (int i = 0; i < 2; i++)
         if (e[i] != NULL)
             cudaEventDestroy(e[i]);
+    if (graph != NULL)
+        cudaGraphExecDestroy(graph);
     return rc;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* Whether cur matches ref: the largest difference within tol of ref's largest magnitude, and
@@ -463,8 +525,14 @@ static kiln_status tune_pick(kn_stream *st, const conv_geom *g, tune_bufs *t, in
             cudnnGetConvolutionForwardAlgorithm_v7(
                 st->dnn, d.x, d.w, d.conv, d.y, 2 * CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, perf),
             "listing algorithms");
+    double t0 = now_s();
+    int skipped = 0;
     for (int i = 0; i < found && rc == KILN_OK; i++) {
         const cudnnConvolutionFwdAlgoPerf_t *p = &perf[i];
+        if (best >= 0 && now_s() - t0 > KC_TUNE_LAYER_BUDGET_S) {
+            skipped = found - i;
+            break;
+        }
         bool seen = false;
         for (int j = 0; j < i; j++)
             seen |= perf[j].algo == p->algo && perf[j].mathType == p->mathType;
@@ -484,7 +552,7 @@ static kiln_status tune_pick(kn_stream *st, const conv_geom *g, tune_bufs *t, in
             rejected++;
             continue;
         }
-        if (tune_time(st, &d, t, p, &ms) != KILN_OK)
+        if (tune_time(st, &d, t, p, best < 0, &ms) != KILN_OK)
             continue;
         if (best < 0)
             first_ms = ms;
@@ -510,9 +578,9 @@ static kiln_status tune_pick(kn_stream *st, const conv_geom *g, tune_bufs *t, in
     memcpy(tactic, v, sizeof v);
     snprintf(note, note_size,
              "algorithm %d (math %d, %zu bytes of workspace) %.4f ms, cuDNN's first choice %.4f "
-             "ms; %d candidates run, %d rejected as different",
+             "ms; %d candidates run, %d rejected as different, %d left untried (time budget)",
              (int)perf[best].algo, (int)perf[best].mathType, perf[best].memory, best_ms, first_ms,
-             tried, rejected);
+             tried, rejected, skipped);
     return KILN_OK;
 }
 
