@@ -74,6 +74,7 @@ class _Config:
         progress: Optional[Callable[[str, float], object]] = None,
         backends: Optional[Union[str, Sequence[str]]] = None,
         precision: Optional[PrecisionArg] = None,
+        timing_cache: Optional[Union[str, "os.PathLike[str]"]] = None,
     ) -> None:
         h = ctypes.c_void_p()
         check(lib.kiln_build_config_create(ctypes.byref(h)))
@@ -111,6 +112,8 @@ class _Config:
                 check(lib.kiln_build_config_set_backends(h, arr, len(names)))
             if precision is not None:
                 _set_precision(h, precision)
+            if timing_cache is not None:
+                check(lib.kiln_build_config_set_timing_cache(h, encode(os.fspath(timing_cache))))
         except BaseException:
             self.close()
             raise
@@ -132,8 +135,9 @@ def build_plan(
     path: Optional[Union[str, os.PathLike[str]]] = None,
     backends: Optional[Union[str, Sequence[str]]] = None,
     precision: Optional[PrecisionArg] = None,
+    timing_cache: Optional[Union[str, "os.PathLike[str]"]] = None,
 ) -> Optional[bytes]:
-    cfg = _Config(shapes, threads, prefer_plugins, progress, backends, precision)
+    cfg = _Config(shapes, threads, prefer_plugins, progress, backends, precision, timing_cache)
     data, size = ctypes.c_void_p(), ctypes.c_size_t()
     try:
         if path is not None:

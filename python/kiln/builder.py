@@ -42,6 +42,7 @@ def build(
     progress: Optional[Callable[[str, float], None]] = None,
     backends: Optional[Union[str, Sequence[str]]] = None,
     precision: Optional[PrecisionArg] = None,
+    timing_cache: Optional[Union[str, "os.PathLike[str]"]] = None,
 ) -> bytes:
     """Build a plan and return it as bytes.
 
@@ -53,9 +54,20 @@ def build(
     during the build. backends: the backends to place nodes on, in order of preference (e.g.
     ["cuda", "cpu"] or "cuda,cpu"; default the CPU alone); the host takes what none runs.
     precision: "fp32" (default), "tf32", "fp16" or "bf16", or a dict of layer-name patterns to
-    those ("*" sets the default), e.g. {"*": "fp16", "*attn*": "fp32"}."""
+    those ("*" sets the default), e.g. {"*": "fp16", "*attn*": "fp32"}. timing_cache: a file
+    keeping the tactics device backends choose by timing (read before, written after; see
+    kiln_build_config_set_timing_cache)."""
     plan = _build(
-        model, None, shapes, threads, plugins, prefer_plugins, progress, backends, precision
+        model,
+        None,
+        shapes,
+        threads,
+        plugins,
+        prefer_plugins,
+        progress,
+        backends,
+        precision,
+        timing_cache,
     )
     return cast(bytes, plan)  # bytes whenever no path is given
 
@@ -70,10 +82,22 @@ def build_to_file(
     progress: Optional[Callable[[str, float], None]] = None,
     backends: Optional[Union[str, Sequence[str]]] = None,
     precision: Optional[PrecisionArg] = None,
+    timing_cache: Optional[Union[str, "os.PathLike[str]"]] = None,
 ) -> None:
     """Build a plan straight into a file (written beside it, then renamed, so a failed build
     never damages an existing plan). Arguments as for kiln.build."""
-    _build(model, path, shapes, threads, plugins, prefer_plugins, progress, backends, precision)
+    _build(
+        model,
+        path,
+        shapes,
+        threads,
+        plugins,
+        prefer_plugins,
+        progress,
+        backends,
+        precision,
+        timing_cache,
+    )
 
 
 def _build(
@@ -86,6 +110,7 @@ def _build(
     progress: Optional[Callable[[str, float], None]],
     backends: Optional[Union[str, Sequence[str]]] = None,
     precision: Optional[PrecisionArg] = None,
+    timing_cache: Optional[Union[str, "os.PathLike[str]"]] = None,
 ) -> Optional[bytes]:
     if isinstance(model, Network):
         if isinstance(plugins, _registry.Registry) and plugins is not model.registry:
@@ -97,7 +122,16 @@ def _build(
         if plugins is not None:
             model.registry.add(plugins)
         return build_plan(
-            model._b, model._h, shapes, threads, prefer_plugins, progress, path, backends, precision
+            model._b,
+            model._h,
+            shapes,
+            threads,
+            prefer_plugins,
+            progress,
+            path,
+            backends,
+            precision,
+            timing_cache,
         )
     reg = _registry.resolve(plugins)
     b = ctypes.c_void_p()
@@ -117,7 +151,16 @@ def _build(
                 f"{type(model).__name__}",
             )
         return build_plan(
-            b, net, shapes, threads, prefer_plugins, progress, path, backends, precision
+            b,
+            net,
+            shapes,
+            threads,
+            prefer_plugins,
+            progress,
+            path,
+            backends,
+            precision,
+            timing_cache,
         )
     finally:
         if net:

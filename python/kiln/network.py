@@ -637,6 +637,7 @@ class Network:
         progress: Optional[Callable[[str, float], None]] = None,
         backends: Optional[Union[str, Sequence[str]]] = None,
         precision: Optional[PrecisionArg] = None,
+        timing_cache: Optional[Union[str, "os.PathLike[str]"]] = None,
     ) -> bytes:
         """The plan (bytes); see kiln.build."""
         plan = build_plan(
@@ -648,6 +649,7 @@ class Network:
             progress,
             backends=backends,
             precision=precision,
+            timing_cache=timing_cache,
         )
         return cast(bytes, plan)  # bytes whenever no path is given
 
