@@ -33,6 +33,7 @@ sys.path.insert(0, os.path.join(REPO, "python"))
 from diff_backends import compare, compare_reduced, profile_feeds, shape_args  # noqa: E402
 
 MODELS = ("resnet_mini", "mobilenetv2_mini", "efficientnet_mini")
+os.environ["KILN_CUDA_TUNE"] = "1"  # tuning is opt-in (docs/cuda.md)
 
 
 def build(kiln, model, base, plan, precision, cache, backend):

@@ -446,8 +446,9 @@ static const kn_backend_iface cuda_iface = {
 };
 
 /* The same without stream graphs (KILN_CUDA_GRAPHS=0: every run enqueues each kernel) or
- * without build-time tuning (KILN_CUDA_TUNE=0: plans record no tactic, so every Conv runs
- * cuDNN's first heuristic choice). */
+ * without build-time tuning, the default until the tuned choice is measured to beat cuDNN's
+ * first heuristic choice (KILN_CUDA_TUNE=1 turns tuning on; without it plans record no tactic,
+ * so every Conv runs cuDNN's first heuristic choice). */
 static kn_backend_iface cuda_iface_env;
 
 static kn_backend cuda_backend = {.iface = &cuda_iface, .device = 0, .context = NULL};
@@ -504,7 +505,7 @@ kn_backend_entry(const kn_backend_host_api *host, uint32_t version, kn_backend *
         cuda_iface_env.graph_destroy = NULL;
         cuda_backend.iface = &cuda_iface_env;
     }
-    if (tune != NULL && strcmp(tune, "0") == 0) {
+    if (tune == NULL || strcmp(tune, "1") != 0) {
         cuda_iface_env.tune_key = NULL;
         cuda_iface_env.tune = NULL;
         cuda_backend.iface = &cuda_iface_env;
