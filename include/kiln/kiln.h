@@ -91,6 +91,9 @@ typedef enum kiln_dtype {
     KILN_DTYPE_INT4 = 22,
     KILN_DTYPE_FLOAT4E2M1 = 23,
     KILN_DTYPE_FLOAT8E8M0 = 24, /* a power of two: 2^(code - 127), 0xff NaN */
+    /* Not an ONNX element type: a sequence or optional value, held as one block of bytes
+     * (shape [bytes]) in the layout docs/sequences.md describes. */
+    KILN_DTYPE_CONTAINER = 64,
 } kiln_dtype;
 
 typedef enum kiln_log_level {

@@ -90,6 +90,7 @@ size_t kn_dtype_size(int32_t dtype) {
     case KILN_DTYPE_INT4:
     case KILN_DTYPE_FLOAT4E2M1:
     case KILN_DTYPE_FLOAT8E8M0:
+    case KILN_DTYPE_CONTAINER: /* a byte block: see core/container.h */
         return 1;
     case KILN_DTYPE_UINT16:
     case KILN_DTYPE_INT16:
@@ -131,6 +132,8 @@ const char *kn_dtype_name(int32_t dtype) {
         return "int64";
     case KILN_DTYPE_STRING:
         return "string";
+    case KILN_DTYPE_CONTAINER:
+        return "sequence/optional";
     case KILN_DTYPE_BOOL:
         return "bool";
     case KILN_DTYPE_FLOAT16:

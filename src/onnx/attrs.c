@@ -111,6 +111,14 @@ kiln_status kn_onnx_attr_convert(const Onnx__AttributeProto *ap, const char *bas
                         "%s: attribute '%s' is a subgraph; control flow (If, Loop, Scan) is not "
                         "supported",
                         label, name);
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TYPE_PROTO:
+        /* Optional's `type`: only the dtype it names matters to kiln, kept as an int */
+        a->type = KN_ATTR_INT;
+        a->i = ap->tp == NULL ? 0
+               : ap->tp->value_case == ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE && ap->tp->tensor_type
+                   ? ap->tp->tensor_type->elem_type
+                   : KILN_DTYPE_CONTAINER;
+        return KILN_OK;
     case 0:
         return kn_error(KILN_ERR_MODEL, "%s: attribute '%s' has no type and no value", label, name);
     default:

@@ -199,11 +199,23 @@ static kiln_status apply_type(importer *im, int vi, const Onnx__TypeProto *tp, c
             return kn_error(KILN_ERR_MODEL, "%s has no type", what);
         return KILN_OK;
     }
+    if (tp->value_case == ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE ||
+        tp->value_case == ONNX__TYPE_PROTO__VALUE_OPTIONAL_TYPE) {
+        /* one block of bytes whose size only the data tells (core/container.h) */
+        kn_value *v = &im->g->values[vi];
+        char sym[300];
+        snprintf(sym, sizeof sym, "%.250s_dim0", v->name);
+        v->dtype = KILN_DTYPE_CONTAINER;
+        for (int i = 1; i < v->rank && i < KN_MAX_RANK; i++)
+            KN_TRY(set_dim(v, i, 0, NULL));
+        v->rank = 1;
+        return set_dim(v, 0, -1, sym);
+    }
     if (tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || tp->tensor_type == NULL) {
         if (required)
             return kn_error(KILN_ERR_UNSUPPORTED,
-                            "%s is a sequence, map, optional or sparse tensor; only dense tensors "
-                            "are supported",
+                            "%s is a map or sparse tensor; only dense tensors, sequences and "
+                            "optionals are supported",
                             what);
         return KILN_OK;
     }

@@ -1,0 +1,55 @@
+/* Sequence and optional values. Both travel through kiln as one position-independent block of
+ * bytes of dtype KILN_DTYPE_CONTAINER and shape [bytes]: a header, one record per element, then
+ * the elements' data. Being plain bytes, a container moves through everything that moves
+ * tensors (Identity, If and Loop state, the arena, plan constants, graph inputs and outputs)
+ * unchanged and is freed with the buffer holding it; only the ops that look inside
+ * (Sequence*, SplitToSequence, ConcatFromSequence, Optional*) parse it. */
+#ifndef KN_CONTAINER_H
+#define KN_CONTAINER_H
+
+#include "core/status.h"
+#include "core/tensor.h"
+
+#define KN_CONTAINER_MAGIC 0x51534e4bu /* "KNSQ" */
+#define KN_CONTAINER_SEQUENCE 0
+#define KN_CONTAINER_OPTIONAL 1 /* zero elements (empty) or one */
+#define KN_CONTAINER_ALIGN 64   /* every element's data starts at a multiple of this */
+
+typedef struct kn_container_header {
+    uint32_t magic;
+    int32_t kind;       /* KN_CONTAINER_SEQUENCE or KN_CONTAINER_OPTIONAL */
+    int32_t elem_dtype; /* every element's dtype (a container's own for nested ones); 0 unknown */
+    int32_t count;
+    uint64_t bytes; /* the whole block */
+} kn_container_header;
+
+typedef struct kn_container_record {
+    int32_t dtype;
+    int32_t rank;
+    int64_t dims[KN_MAX_RANK];
+    uint64_t offset; /* from the block's start */
+    uint64_t nbytes;
+} kn_container_record;
+
+/* A parsed, validated container (a view: nothing owned). */
+typedef struct kn_container {
+    int kind;
+    int32_t elem_dtype;
+    int count;
+    const kn_container_record *items;
+    char *base;
+} kn_container;
+
+/* Bytes of a container holding items[0..n) (their dtypes and shapes; data not read). */
+size_t kn_container_bytes(int n, const kn_tensor *items);
+/* Write a container into dst (kn_container_bytes(n, items) bytes), copying each item's data
+ * where it is not NULL (the rest is left for the caller to fill through kn_container_item). */
+void kn_container_write(void *dst, int kind, int32_t elem_dtype, int n, const kn_tensor *items);
+/* Parse t as a container; a malformed block (user input) is a one-line error naming `what`. */
+kiln_status kn_container_open(const kn_tensor *t, const char *what, kn_container *out);
+/* Element i as a tensor whose data points into the block. */
+kn_tensor kn_container_item(const kn_container *c, int i);
+/* The tensor a container of n bytes has (dtype, shape [n], no data). */
+kn_tensor kn_container_tensor(size_t bytes);
+
+#endif
