@@ -15,8 +15,8 @@ a data.json). Every case ends in exactly one status:
   error        kiln exited non-zero with a message (first stderr line kept)
   crash        killed by a signal, exit code >= 128, or a sanitizer report on stderr
   timeout      still running after --timeout seconds
-  unsupported  a graph input or output is a sequence or optional, which the CLI cannot carry;
-               not run, reported as "skipped"
+  unsupported  a graph input or output is of a kind the CLI cannot carry (a map, a sparse
+               tensor); not run, reported as "skipped"
 
 --check compares the result with tests/conformance/expected_failures.txt and exits non-zero when
 a case not listed there does not pass, or when any case crashes or times out (those are never
@@ -215,7 +215,7 @@ def run_case(kiln, root, name, timeout, input_format, workdir):
     result = {"name": name, "status": "passed", "message": "", "seconds": 0.0}
     model = onnx.load(os.path.join(case_dir, "model.onnx"), load_external_data=False)
     inputs, outputs = graph_io(model)
-    odd = [vi.name for vi in inputs + outputs if value_kind(vi) != "tensor_type"]
+    odd = [vi.name for vi in inputs + outputs if value_kind(vi) not in VALUE_KINDS]
     if odd:
         result["status"] = "unsupported"
         result["message"] = "sequence/optional graph input or output: " + ", ".join(odd)
@@ -236,18 +236,58 @@ def run_case(kiln, root, name, timeout, input_format, workdir):
     return result
 
 
+# Graph input/output kinds kiln carries: tensors, sequences (a folder of 0.npy, 1.npy, ...)
+# and optionals (the element, or `none`).
+VALUE_KINDS = {"tensor_type": onnx.TensorProto, "sequence_type": onnx.SequenceProto,
+               "optional_type": onnx.OptionalProto}
+
+
+def read_value(path, kind):
+    """The proto in path, parsed as the graph's declared kind."""
+    proto = VALUE_KINDS[kind]()
+    with open(path, "rb") as f:
+        proto.ParseFromString(f.read())
+    return proto
+
+
+def value_array(proto, kind):
+    """A sequence as a list of arrays, an optional as None or its element, a tensor as an array."""
+    if kind == "sequence_type":
+        return numpy_helper.to_list(proto)
+    if kind == "optional_type":
+        return numpy_helper.to_optional(proto)
+    return numpy_helper.to_array(proto)
+
+
+def write_container(value, path):
+    """A sequence input as a folder of .npy files, an empty optional as `none`."""
+    if value is None:
+        return "none"
+    if isinstance(value, list):
+        os.mkdir(path)
+        for k, arr in enumerate(value):
+            np.save(os.path.join(path, f"{k}.npy"), arr)
+        return path
+    np.save(path + ".npy", value)
+    return path + ".npy"
+
+
 def input_args(set_dir, inputs, input_format, workdir):
     """Build the --input NAME=FILE arguments for one data set."""
     args = []
     files = numbered(set_dir, "input_")
     names = [vi.name for vi in inputs]
+    kinds = {vi.name: value_kind(vi) for vi in inputs}
     for i, path in enumerate(files):
-        tensor = onnx.TensorProto()
-        with open(path, "rb") as f:
-            tensor.ParseFromString(f.read())
-        name = tensor.name if tensor.name in names else (names[i] if i < len(names) else None)
+        by_position = names[i] if i < len(names) else None
+        tensor = read_value(path, kinds.get(by_position, "tensor_type"))
+        name = tensor.name if tensor.name in names else by_position
         if name is None:
             raise ValueError(f"input file {os.path.basename(path)} matches no graph input")
+        if kinds[name] != "tensor_type":
+            value = value_array(read_value(path, kinds[name]), kinds[name])
+            args += ["--input", f"{name}={write_container(value, os.path.join(workdir, f'input_{i}'))}"]
+            continue
         if input_format == "npy" and tensor.data_type != onnx.TensorProto.STRING:
             arr = numpy_helper.to_array(tensor)
             if arr.dtype.kind in "biufc" or arr.dtype == np.bool_:
@@ -287,21 +327,48 @@ def run_data_set(kiln, set_dir, inputs, outputs, timeout, input_format, workdir,
     with open(index_path) as f:
         index = json.load(f)
     expected_files = numbered(set_dir, "output_")
+    kinds = {vi.name: value_kind(vi) for vi in outputs}
     for i, path in enumerate(expected_files):
-        tensor = onnx.TensorProto()
-        with open(path, "rb") as f:
-            tensor.ParseFromString(f.read())
-        name = tensor.name if tensor.name in index else outputs[i].name
+        by_position = outputs[i].name if i < len(outputs) else None
+        tensor = read_value(path, kinds.get(by_position, "tensor_type"))
+        name = tensor.name if tensor.name in index else by_position
         if name not in index:
             return "failed", f"output {name!r} missing from outputs.json"
-        try:
-            actual = np.load(os.path.join(out_dir, index[name]), allow_pickle=False)
-        except Exception as exc:  # a malformed .npy from kiln is a failure of this case
-            return "failed", f"output {name!r}: unreadable .npy ({exc})"
-        reason = compare(numpy_helper.to_array(tensor), typed(actual), rtol, atol)
+        expected = value_array(read_value(path, kinds[name]), kinds[name])
+        reason = compare_value(expected, index[name], out_dir, rtol, atol)
         if reason:
             return "failed", f"output {name!r}: {reason}"
     return "passed", ""
+
+
+def compare_value(expected, entry, out_dir, rtol, atol):
+    """Why kiln's output (outputs.json entry) differs from expected, or None."""
+    if expected is None or entry is None:
+        return None if expected is None and entry is None else (
+            f"expected {'an empty optional' if expected is None else 'a value'}, got "
+            f"{'an empty optional' if entry is None else entry!r}")
+    path = os.path.join(out_dir, entry)
+    if isinstance(expected, list):
+        if not os.path.isdir(path):
+            return "expected a sequence (a folder of .npy files)"
+        got = numbered_npy(path)
+        if len(got) != len(expected):
+            return f"sequence of {len(got)} elements, expected {len(expected)}"
+        for k, (e, f) in enumerate(zip(expected, got)):
+            reason = compare_value(e, os.path.relpath(f, out_dir), out_dir, rtol, atol)
+            if reason:
+                return f"element {k}: {reason}"
+        return None
+    try:
+        actual = np.load(path, allow_pickle=False)
+    except Exception as exc:  # a malformed .npy from kiln is a failure of this case
+        return f"unreadable .npy ({exc})"
+    return compare(expected, typed(actual), rtol, atol)
+
+
+def numbered_npy(dirpath):
+    files = [f for f in os.listdir(dirpath) if f.endswith(".npy") and f[:-4].isdigit()]
+    return [os.path.join(dirpath, f) for f in sorted(files, key=lambda f: int(f[:-4]))]
 
 
 def load_expected(path):

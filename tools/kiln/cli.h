@@ -97,6 +97,15 @@ int cli_bind_inputs(const cli_opts *o, kiln_engine *e, kiln_context *ctx, bool r
 int cli_prepare_context(cli_opts *o, bool random_rest, kiln_engine **e, kiln_context **ctx,
                         kn_tensor *owned, int *n_owned);
 /* Build config from --shapes (and input files' shapes for inputs without one). */
+/* Sequence and optional inputs and outputs (containers.c): a folder of 0.npy, 1.npy, ... is a
+ * sequence, `none` an empty optional. */
+bool cli_is_container_path(const char *path);
+int cli_read_container(const char *path, kn_tensor *out);
+int cli_wrap_optional(const kn_tensor *t, kn_tensor *out);
+/* Writes container t as DIR/BASE (a folder) or DIR/BASE.npy; entry receives that name, or ""
+ * for an empty optional. */
+int cli_write_container(const char *dir, const char *base, const kn_tensor *t, char *entry,
+                        size_t size);
 int cli_make_config(const cli_opts *o, kiln_network *net, kiln_build_config **out);
 
 int cmd_build(int argc, char **argv);

@@ -2,6 +2,7 @@
 
 #include "builder/builder.h"
 #include "core/alloc.h"
+#include "core/container.h"
 #include "core/fileio.h"
 #include "onnx/onnx_import.h"
 
@@ -261,6 +262,11 @@ int cli_load_inputs(cli_opts *o) {
             if (strcmp(o->inputs[j].name, in->name) == 0)
                 return cli_fail("--input '%s' is given twice", in->name);
         kiln_status rc;
+        if (cli_is_container_path(in->path)) {
+            if (cli_read_container(in->path, &in->t) != 0)
+                return 1;
+            continue;
+        }
         if (ends_with(in->path, ".npy")) {
             rc = kn_npy_read(in->path, &in->t);
         } else {
@@ -444,7 +450,12 @@ int cli_make_config(const cli_opts *o, kiln_network *net, kiln_build_config **ou
                                 v->name, v->name, v->name);
             }
             const int64_t *d = in->t.shape.d;
-            rc = kiln_build_config_add_profile(cfg, v->name, in->t.shape.rank, d, d, d);
+            /* a tensor for an optional input is bound wrapped (cli_wrap_optional) */
+            int64_t wrapped = (int64_t)kn_container_bytes(1, &in->t);
+            if (v->dtype == KILN_DTYPE_CONTAINER && in->t.dtype != KILN_DTYPE_CONTAINER)
+                rc = kiln_build_config_add_profile(cfg, v->name, 1, &wrapped, &wrapped, &wrapped);
+            else
+                rc = kiln_build_config_add_profile(cfg, v->name, in->t.shape.rank, d, d, d);
         }
         if (rc != KILN_OK) {
             kiln_build_config_destroy(cfg);
@@ -563,6 +574,11 @@ int cli_bind_inputs(const cli_opts *o, kiln_engine *e, kiln_context *ctx, bool r
         kn_tensor t = {0};
         if (in != NULL) {
             t = in->t;
+            if (info.dtype == KILN_DTYPE_CONTAINER && t.dtype != KILN_DTYPE_CONTAINER) {
+                if (cli_wrap_optional(&in->t, &t) != 0)
+                    return 1;
+                owned[(*n_owned)++] = t;
+            }
             if (t.dtype != (int32_t)info.dtype)
                 return cli_fail("input '%s' is %s but the model expects %s", info.name,
                                 kn_dtype_name(t.dtype), kn_dtype_name(info.dtype));

@@ -14,9 +14,11 @@ static const char usage[] =
     "usage: kiln run MODEL.onnx|PLAN --input NAME=FILE... [--shapes SPEC]... [--output-dir DIR]\n"
     "                [--threads N]\n"
     "\n"
-    "Runs the model once. FILE is a .npy file or an ONNX TensorProto .pb file. Each graph\n"
-    "output is written to DIR as a .npy file (name made file-safe), and DIR/outputs.json maps\n"
-    "output names to file names. Given an .onnx model it is built in memory first; a dynamic\n"
+    "Runs the model once. FILE is a .npy file or an ONNX TensorProto .pb file; a sequence\n"
+    "input is a folder of 0.npy, 1.npy, ... and an empty optional the word none. Each graph\n"
+    "output is written to DIR as a .npy file (name made file-safe; a sequence as such a folder),\n"
+    "and DIR/outputs.json maps output names to file names (null: an empty optional). Given an "
+    ".onnx model it is built in memory first; a dynamic\n"
     "input takes its shape from --shapes or else from its input file. On failure nothing is\n"
     "written into DIR.\n"
     "\n"
@@ -79,7 +81,12 @@ static int write_outputs(kiln_engine *e, kiln_context *ctx, const char *dir) {
         kn_tensor t = {.dtype = v.dtype, .shape = {.rank = v.rank}, .data = (void *)v.data};
         memcpy(t.shape.d, v.dims, sizeof v.dims);
         snprintf(path, sizeof path, "%s/%s", dir, files[i]);
-        if (kn_npy_write(path, &t) != KILN_OK)
+        if (t.dtype == KILN_DTYPE_CONTAINER) {
+            char stem[300]; /* written as a folder, a .npy, or nothing */
+            snprintf(stem, sizeof stem, "%.*s", (int)strlen(files[i]) - 4, files[i]);
+            if ((rc = cli_write_container(dir, stem, &t, files[i], sizeof files[i])) == 0)
+                written++;
+        } else if (kn_npy_write(path, &t) != KILN_OK)
             rc = cli_fail("%s", kiln_last_error());
         else
             written++;
@@ -99,7 +106,10 @@ static int write_outputs(kiln_engine *e, kiln_context *ctx, const char *dir) {
                 fputs(i ? ",\n  " : "\n  ", f);
                 json_string(f, info.name);
                 fputs(": ", f);
-                json_string(f, files[i]);
+                if (files[i][0] != '\0')
+                    json_string(f, files[i]);
+                else
+                    fputs("null", f); /* an empty optional */
             }
             fputs("\n}\n", f);
             if (fclose(f) != 0 || rename(tmp, path) != 0) {
