@@ -200,6 +200,7 @@ KN_OP("", "ConcatFromSequence", 11, 0, kn_infer_concat_from_sequence, 1, 1, 1, 1
 KN_OP("", "If", 1, KN_OP_SUBGRAPH, kn_infer_if, 1, 1, 1, -1)
 KN_OP("", "Loop", 1, KN_OP_SUBGRAPH, kn_infer_loop, 2, -1, 1, -1)
 KN_OP("", "Scan", 9, KN_OP_SUBGRAPH, kn_infer_scan, 1, -1, 1, -1)
+KN_OP("", "SequenceMap", 17, KN_OP_SUBGRAPH, kn_infer_sequence_map, 1, -1, 1, -1)
 KN_OP("", "TfIdfVectorizer", 9, 0, kn_infer_tfidf, 1, 1, 1, 1)
 KN_OP("ai.onnx.preview.training", "Adagrad", 1, 0, kn_infer_optimizer, -1, -1, -1, -1)
 KN_OP("ai.onnx.preview.training", "Momentum", 1, 0, kn_infer_optimizer, -1, -1, -1, -1)

@@ -5,6 +5,7 @@
 #include "runtime/subgraph.h"
 
 #include "core/alloc.h"
+#include "core/container.h"
 #include "ops/op.h"
 #include "plugin/plugin.h"
 #include "shape/resolve.h"
@@ -438,6 +439,66 @@ static kiln_status run_scan(kn_backend *host, const kn_node *n, const kn_tensor 
     return rc;
 }
 
+/* SequenceMap: the body once per element of the input sequence; an additional input that is a
+ * sequence gives its element of the same position, a tensor itself. */
+static kiln_status run_sequence_map(kn_backend *host, const kn_node *n, const kn_tensor *in,
+                                    kn_tensor *out, kn_threadpool *pool) {
+    const kn_graph *g = body_of(n, "body");
+    int formal = n->n_in - g->n_outer;
+    kn_container seqs[KN_MAX_NODE_IO];
+    bool is_seq[KN_MAX_NODE_IO];
+    for (int j = 0; j < formal; j++) {
+        is_seq[j] = in[j].dtype == KILN_DTYPE_CONTAINER;
+        if (j == 0 || is_seq[j])
+            KN_TRY(kn_container_open(&in[j], j ? "an additional input" : "input 'input_sequence'",
+                                     &seqs[j]));
+        if (is_seq[j] && seqs[j].count != seqs[0].count)
+            return kn_error(KILN_ERR_SHAPE,
+                            "node '%s' (SequenceMap): input %d has %d elements, input 0 has %d",
+                            n->name, j, seqs[j].count, seqs[0].count);
+    }
+    int len = seqs[0].count;
+    kn_tensor *items = kn_calloc((size_t)n->n_out * (size_t)len + 1, sizeof *items);
+    if (items == NULL)
+        return oom(n);
+    kn_tensor bin[KN_MAX_NODE_IO];
+    for (int k = 0; k < g->n_outer; k++)
+        bin[formal + k] = in[formal + k];
+    kiln_status rc = KILN_OK;
+    for (int i = 0; i < len && rc == KILN_OK; i++) {
+        for (int j = 0; j < formal; j++)
+            bin[j] = is_seq[j] ? kn_container_item(&seqs[j], i) : in[j];
+        kn_tensor bout[KN_MAX_NODE_IO];
+        if ((rc = run_body(host, n, g, bin, bout, pool)) != KILN_OK)
+            break;
+        for (int k = 0; k < n->n_out; k++) {
+            items[(size_t)k * (size_t)len + (size_t)i] = bout[k];
+            if (rc == KILN_OK && i > 0 && bout[k].dtype != items[(size_t)k * (size_t)len].dtype)
+                rc = kn_error(KILN_ERR_DTYPE,
+                              "node '%s' (SequenceMap): body output %d changes dtype from one "
+                              "element to the next",
+                              n->name, k);
+        }
+    }
+    for (int k = 0; k < n->n_out && rc == KILN_OK; k++) {
+        const kn_tensor *row = &items[(size_t)k * (size_t)len];
+        size_t nb = kn_container_bytes(len, row);
+        out[k] = kn_container_tensor(nb);
+        if ((out[k].data = kn_malloc(nb)) == NULL) {
+            rc = oom(n);
+            for (int j = 0; j < k; j++)
+                kn_free(out[j].data);
+            break;
+        }
+        int32_t elem = len ? row[0].dtype : g->values[g->outputs[k]].dtype;
+        kn_container_write(out[k].data, KN_CONTAINER_SEQUENCE, elem, len, row);
+    }
+    for (size_t i = 0; i < (size_t)n->n_out * (size_t)len; i++)
+        kn_free(items[i].data);
+    kn_free(items);
+    return rc;
+}
+
 kiln_status kn_subgraph_run_node(kn_backend *host, const kn_node *n, const kn_tensor *in,
                                  kn_tensor *out, kn_threadpool *pool) {
     for (int j = 0; j < n->n_out; j++)
@@ -449,6 +510,8 @@ kiln_status kn_subgraph_run_node(kn_backend *host, const kn_node *n, const kn_te
         rc = run_if(host, n, in, out, pool);
     else if (strcmp(n->op_type, "Loop") == 0)
         rc = run_loop(host, n, in, out, pool);
+    else if (strcmp(n->op_type, "SequenceMap") == 0)
+        rc = run_sequence_map(host, n, in, out, pool);
     else
         rc = run_scan(host, n, in, out, pool);
     if (rc != KILN_OK)

@@ -1,5 +1,5 @@
-/* If, Loop and Scan: checks of their bodies against the node. Their output shapes come from
- * running a body (a branch taken, a trip count, shapes that change across iterations), so
+/* If, Loop, Scan and SequenceMap: checks of their bodies against the node. Their output shapes come
+ * from running a body (a branch taken, a trip count, shapes that change across iterations), so
  * inference always defers them to execution, where the runtime's subgraph executor
  * (runtime/subgraph.c) runs them and learns the shapes. */
 #include "ops/infer_util.h"
@@ -62,5 +62,17 @@ kiln_status kn_infer_scan(kn_infer_ctx *c) {
                         formal);
     if (b->n_inputs - b->n_outer != formal || b->n_outputs != c->n_out || c->n_out < formal - m)
         return kn_error(KILN_ERR_MODEL, "its body's inputs and outputs do not match the node's");
+    return KN_NEED_DATA;
+}
+
+kiln_status kn_infer_sequence_map(kn_infer_ctx *c) {
+    const kn_graph *b;
+    KN_TRY(need_body(c->node, "body", c->n_out, &b));
+    if (b->n_inputs - b->n_outer != c->n_in - b->n_outer)
+        return kn_error(KILN_ERR_MODEL, "its body takes %d inputs; the node has %d",
+                        b->n_inputs - b->n_outer, c->n_in - b->n_outer);
+    if (c->in[0].dtype != KILN_DTYPE_CONTAINER)
+        return kn_error(KILN_ERR_DTYPE, "input 'input_sequence' is %s, not a sequence",
+                        kn_dtype_name(c->in[0].dtype));
     return KN_NEED_DATA;
 }
