@@ -1,6 +1,6 @@
-/* The subgraph executor: runs control-flow nodes (If, Loop, Scan, SequenceMap) and their bodies on the host,
- * node by node in the body's order, each node inferred with its inputs' data at hand (shapes
- * inside a body may change from one iteration to the next) and run by the host backend. */
+/* The subgraph executor: runs control-flow nodes (If, Loop, Scan, SequenceMap) and their bodies on
+ * the host, node by node in the body's order, each node inferred with its inputs' data at hand
+ * (shapes inside a body may change from one iteration to the next) and run by the host backend. */
 #ifndef KN_SUBGRAPH_H
 #define KN_SUBGRAPH_H
 
