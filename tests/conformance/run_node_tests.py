@@ -218,7 +218,7 @@ def run_case(kiln, root, name, timeout, input_format, workdir):
     odd = [vi.name for vi in inputs + outputs if value_kind(vi) not in VALUE_KINDS]
     if odd:
         result["status"] = "unsupported"
-        result["message"] = "sequence/optional graph input or output: " + ", ".join(odd)
+        result["message"] = "map or sparse graph input or output: " + ", ".join(odd)
         return result
     rtol, atol = tolerances(case_dir)
     start = time.monotonic()
@@ -537,7 +537,7 @@ def main():
     runnable = total - counts["unsupported"]
     pct_run = 100.0 * counts["passed"] / runnable if runnable else 0.0
     print(f"breakdown: {counts['failed']} mismatch, {counts['error']} error, {counts['crash']} crash, "
-          f"{counts['timeout']} timeout, {counts['unsupported']} not runnable (sequence/optional I/O); "
+          f"{counts['timeout']} timeout, {counts['unsupported']} not runnable (map or sparse I/O); "
           f"{len(failing) + counts['unsupported'] - len(unexpected)} of the non-passing are listed "
           f"as expected; {elapsed:.0f} s")
     print(f"pass rate: {pct:.1f}% of {total} cases ({pct_run:.1f}% of the {runnable} runnable)")
