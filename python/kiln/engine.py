@@ -9,8 +9,9 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from . import _device
+from . import _containers, _device
 from . import _dtypes
+from ._containers import CONTAINER
 from . import _lib
 from . import _plan
 from . import registry as _registry
@@ -37,7 +38,7 @@ class IOInfo:
         self.name = info.name.decode("utf-8")
         self.kiln_dtype = int(info.dtype)
         self.dtype: Optional[np.dtype[Any]] = (
-            _dtypes.to_numpy(info.dtype) if info.dtype != 8 else None
+            _dtypes.to_numpy(info.dtype) if info.dtype not in (8, CONTAINER) else None
         )
         r = info.rank
         syms = [info.symbols[d] for d in range(r)]
@@ -130,6 +131,8 @@ class Engine:
 def _as_input(info: IOInfo, value: ArrayLike) -> NDArray[Any]:
     """value as a C-contiguous array of the input's dtype (converting only same-kind values,
     e.g. float64 -> float32 or int32 -> int64; float -> int is refused)."""
+    if info.kiln_dtype == CONTAINER:  # a sequence (list) or optional (None or a value)
+        return _containers.encode(info.name, value)
     want = info.dtype
     if want is None:
         raise KilnError(ERR_DTYPE, f"input '{info.name}' has a dtype Python cannot feed")
@@ -142,7 +145,8 @@ def _as_input(info: IOInfo, value: ArrayLike) -> NDArray[Any]:
                     f"which does not convert safely (convert it with .astype(np.{want.name}))",
                 )
             value = value.astype(want)
-        return np.ascontiguousarray(value)
+        # np.ascontiguousarray turns a 0-d array into a 1-d one
+        return value if value.flags["C_CONTIGUOUS"] else np.ascontiguousarray(value)
     try:
         arr = np.asarray(value)
     except Exception as e:
@@ -273,6 +277,8 @@ class Context:
     def _output(self, name: str) -> NDArray[Any]:
         view = _lib.TensorView()
         check(lib.kiln_context_get_output(self._h, encode(name), ctypes.byref(view)))
+        if view.dtype == CONTAINER:
+            return _containers.decode(ctypes.string_at(view.data, view.size))
         dt = _dtypes.to_numpy(view.dtype)
         shape = tuple(view.dims[d] for d in range(view.rank))
         out = np.empty(shape, dtype=dt)
@@ -316,7 +322,11 @@ def run(
         )
     if is_model:
         if shapes is None:
-            shapes = {n: np.shape(v) for n, v in feeds.items()}
+            shapes = {
+                n: (_containers.encode(n, v).size,) if v is None or isinstance(v, (list, tuple))
+                else np.shape(v)
+                for n, v in feeds.items()
+            }
         plan = build(model_or_plan, shapes=shapes, threads=threads, plugins=plugins)
     engine = Engine(plan, plugins=plugins)
     return engine.context().run(feeds)

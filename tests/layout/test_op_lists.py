@@ -35,5 +35,5 @@ def test_each_op_listed_once_and_kernels_match_ops():
     assert set(kernels) - set(ops) == set(), "CPU kernels for ops op_list.h does not define"
     copies = {("KN_COPY_DOMAIN", "KN_OP_COPY_TO_DEVICE"), ("KN_COPY_DOMAIN", "KN_OP_COPY_TO_HOST")}
     control_flow = set(rows("src/ops/op_list.h", SUBGRAPH_ROW))
-    assert {op for _, op in control_flow} == {'"If"', '"Loop"', '"Scan"'}
+    assert {op for _, op in control_flow} == {'"If"', '"Loop"', '"Scan"', '"SequenceMap"'}
     assert set(ops) - set(kernels) == copies | control_flow

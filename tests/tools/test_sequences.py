@@ -148,3 +148,25 @@ def test_mismatched_dtypes_are_errors(tmp_path):
     proc = run(model, str(tmp_path / "o"), ("s", seq_dir(tmp_path / "f", [np.zeros(2, np.float32)])),
                ("t", tmp_path / "t.npy"), check=False)
     one_line_error(proc, "int64", "float32")
+
+
+def test_python_lists_and_none(tmp_path):
+    import kiln as pk
+    model = edit_model(tmp_path)
+    rs = np.random.RandomState(1)
+    s = [rs.randn(2, 3).astype(np.float32) for _ in range(2)]
+    x = rs.randn(2, 3).astype(np.float32)
+    out = pk.run(model, {"s": s, "x": x, "pos": np.array(0, np.int64)})
+    assert isinstance(out["s2"], list) and len(out["s2"]) == 2
+    np.testing.assert_array_equal(out["s2"][0], x)
+    np.testing.assert_array_equal(out["s2"][1], s[0])  # x inserted first, the last erased
+    np.testing.assert_array_equal(out["stacked"], np.stack([x, s[0]]))
+    opt = helper.make_value_info("o", helper.make_optional_type_proto(
+        helper.make_tensor_type_proto(F, [2])))
+    path = save(tmp_path, [helper.make_node("OptionalHasElement", ["o"], ["has"]),
+                           helper.make_node("Identity", ["o"], ["o2"])], [opt],
+                [helper.make_tensor_value_info("has", TensorProto.BOOL, []),
+                 helper.make_value_info("o2", helper.make_optional_type_proto(
+                     helper.make_tensor_type_proto(F, [2])))], name="opt.onnx")
+    out = pk.run(path, {"o": None})
+    assert not out["has"] and out["o2"] is None

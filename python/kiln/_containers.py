@@ -1,0 +1,76 @@
+"""Sequence and optional values <-> kiln's container blocks (docs/sequences.md): a list of arrays
+is a sequence, None an empty optional, an array given for an optional input its one element."""
+
+import struct
+
+import numpy as np
+
+from . import _dtypes
+from ._lib import ERR_INVALID_ARGUMENT, KilnError
+
+CONTAINER = 64  # KILN_DTYPE_CONTAINER
+_MAGIC = 0x51534E4B
+_HEADER = struct.Struct("=IiiiQ")
+_RECORD = struct.Struct("=ii8qQQ")
+_ALIGN = 64
+
+
+def _up(n):
+    return (n + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+def _block(kind, elem, parts):
+    """parts: (dtype, shape, bytes) of each element."""
+    at = _up(_HEADER.size + len(parts) * _RECORD.size)
+    total = at + sum(_up(len(b)) for _, _, b in parts)
+    out = bytearray(total)
+    _HEADER.pack_into(out, 0, _MAGIC, kind, elem, len(parts), total)
+    for i, (dt, shape, b) in enumerate(parts):
+        dims = list(shape) + [0] * (8 - len(shape))
+        _RECORD.pack_into(out, _HEADER.size + i * _RECORD.size, dt, len(shape), *dims, at, len(b))
+        out[at:at + len(b)] = b
+        at += _up(len(b))
+    return np.frombuffer(bytes(out), dtype=np.uint8)
+
+
+def _element(name, value):
+    if isinstance(value, (list, tuple)):
+        b = encode(name, value).tobytes()
+        return CONTAINER, (len(b),), b
+    arr = np.ascontiguousarray(np.asarray(value))
+    if arr.ndim > 8:
+        raise KilnError(ERR_INVALID_ARGUMENT, f"input '{name}': an element has rank {arr.ndim}")
+    return _dtypes.from_any(arr.dtype), arr.shape, arr.tobytes()
+
+
+def encode(name, value):
+    """The container block (a uint8 array) for a list (sequence), None or one value (optional)."""
+    if value is None:
+        return _block(1, 0, [])
+    if isinstance(value, (list, tuple)):
+        parts = [_element(name, v) for v in value]
+        if len({p[0] for p in parts}) > 1:
+            raise KilnError(ERR_INVALID_ARGUMENT,
+                            f"input '{name}': a sequence's elements must share one dtype")
+        return _block(0, parts[0][0] if parts else 0, parts)
+    return _block(1, *(lambda p: (p[0], [p]))(_element(name, value)))
+
+
+def decode(raw):
+    """A list (sequence), None (empty optional) or the element of an optional."""
+    raw = bytes(raw)
+    magic, kind, _, count, total = _HEADER.unpack_from(raw, 0)
+    if magic != _MAGIC or total != len(raw):
+        raise KilnError(ERR_INVALID_ARGUMENT, "not a kiln sequence/optional block")
+    items = []
+    for i in range(count):
+        rec = _RECORD.unpack_from(raw, _HEADER.size + i * _RECORD.size)
+        dt, rank, dims, off, nb = rec[0], rec[1], rec[2:10], rec[10], rec[11]
+        data = raw[off:off + nb]
+        if dt == CONTAINER:
+            items.append(decode(data))
+        else:
+            items.append(np.frombuffer(data, dtype=_dtypes.to_numpy(dt)).reshape(dims[:rank]).copy())
+    if kind == 1:
+        return items[0] if items else None
+    return items
