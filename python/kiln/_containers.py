@@ -56,6 +56,13 @@ def encode(name, value):
     return _block(1, *(lambda p: (p[0], [p]))(_element(name, value)))
 
 
+def looks_like(value):
+    """Whether a feed is meant as a sequence (a non-empty list of arrays) or an empty optional
+    (None), before the model says so; a nested list of numbers stays a tensor."""
+    return value is None or (isinstance(value, (list, tuple)) and len(value) > 0 and
+                             all(isinstance(v, np.ndarray) for v in value))
+
+
 def decode(raw):
     """A list (sequence), None (empty optional) or the element of an optional."""
     raw = bytes(raw)

@@ -323,8 +323,7 @@ def run(
     if is_model:
         if shapes is None:
             shapes = {
-                n: (_containers.encode(n, v).size,) if v is None or isinstance(v, (list, tuple))
-                else np.shape(v)
+                n: (_containers.encode(n, v).size,) if _containers.looks_like(v) else np.shape(v)
                 for n, v in feeds.items()
             }
         plan = build(model_or_plan, shapes=shapes, threads=threads, plugins=plugins)
