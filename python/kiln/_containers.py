@@ -2,6 +2,7 @@
 is a sequence, None an empty optional, an array given for an optional input its one element."""
 
 import struct
+from typing import Any, List, Sequence, Tuple
 
 import numpy as np
 
@@ -15,12 +16,14 @@ _RECORD = struct.Struct("=ii8qQQ")
 _ALIGN = 64
 
 
-def _up(n):
+def _up(n: int) -> int:
     return (n + _ALIGN - 1) // _ALIGN * _ALIGN
 
 
-def _block(kind, elem, parts):
-    """parts: (dtype, shape, bytes) of each element."""
+Part = Tuple[int, Tuple[int, ...], bytes]  # dtype, shape, bytes of one element
+
+
+def _block(kind: int, elem: int, parts: Sequence[Part]) -> Any:
     at = _up(_HEADER.size + len(parts) * _RECORD.size)
     total = at + sum(_up(len(b)) for _, _, b in parts)
     out = bytearray(total)
@@ -33,17 +36,17 @@ def _block(kind, elem, parts):
     return np.frombuffer(bytes(out), dtype=np.uint8)
 
 
-def _element(name, value):
+def _element(name: str, value: Any) -> Part:
     if isinstance(value, (list, tuple)):
         b = encode(name, value).tobytes()
         return CONTAINER, (len(b),), b
     arr = np.ascontiguousarray(np.asarray(value))
     if arr.ndim > 8:
         raise KilnError(ERR_INVALID_ARGUMENT, f"input '{name}': an element has rank {arr.ndim}")
-    return _dtypes.from_any(arr.dtype), arr.shape, arr.tobytes()
+    return _dtypes.from_any(arr.dtype), tuple(arr.shape), arr.tobytes()
 
 
-def encode(name, value):
+def encode(name: str, value: Any) -> Any:
     """The container block (a uint8 array) for a list (sequence), None or one value (optional)."""
     if value is None:
         return _block(1, 0, [])
@@ -53,23 +56,24 @@ def encode(name, value):
             raise KilnError(ERR_INVALID_ARGUMENT,
                             f"input '{name}': a sequence's elements must share one dtype")
         return _block(0, parts[0][0] if parts else 0, parts)
-    return _block(1, *(lambda p: (p[0], [p]))(_element(name, value)))
+    part = _element(name, value)
+    return _block(1, part[0], [part])
 
 
-def looks_like(value):
+def looks_like(value: Any) -> bool:
     """Whether a feed is meant as a sequence (a non-empty list of arrays) or an empty optional
     (None), before the model says so; a nested list of numbers stays a tensor."""
     return value is None or (isinstance(value, (list, tuple)) and len(value) > 0 and
                              all(isinstance(v, np.ndarray) for v in value))
 
 
-def decode(raw):
+def decode(raw: bytes) -> Any:
     """A list (sequence), None (empty optional) or the element of an optional."""
     raw = bytes(raw)
     magic, kind, _, count, total = _HEADER.unpack_from(raw, 0)
     if magic != _MAGIC or total != len(raw):
         raise KilnError(ERR_INVALID_ARGUMENT, "not a kiln sequence/optional block")
-    items = []
+    items: List[Any] = []
     for i in range(count):
         rec = _RECORD.unpack_from(raw, _HEADER.size + i * _RECORD.size)
         dt, rank, dims, off, nb = rec[0], rec[1], rec[2:10], rec[10], rec[11]
