@@ -4,8 +4,8 @@ by the library at once, so a wrong call raises KilnError where it is made."""
 from __future__ import annotations
 
 import ctypes
-import os
 import enum
+import os
 from typing import (
     TYPE_CHECKING,
     Any,
