@@ -41,7 +41,9 @@ kiln_status kn_onnx_one_line_error(kiln_status rc) {
 }
 
 kiln_status kn_onnx_check_dtype(int32_t dtype, const char *what) {
-    if (kn_dtype_size(dtype) != 0) /* every numeric dtype kiln has, and bool */
+    /* every numeric dtype kiln has, and bool; kiln's container dtype is its own (sequences and
+     * optionals), never an ONNX element type */
+    if (kn_dtype_size(dtype) != 0 && dtype != KILN_DTYPE_CONTAINER)
         return KILN_OK;
     switch (dtype) {
     case KILN_DTYPE_UNDEFINED:
