@@ -196,11 +196,11 @@ static void im2col(const qjob *j, int64_t img, int64_t p0, int64_t m, uint8_t *a
         for (int64_t c = 0; c < g->c_in; c++)
             for (int64_t ky = 0; ky < kh; ky++) {
                 int64_t y = oy * g->stride[0] - g->pad_b[0] + ky * g->dil[0];
-                bool row_in = y >= 0 && y < ih;
-                const uint8_t *xr = x + (c * ih + y) * iw;
+                /* a padding row is never pointed into: x + offset would leave the tensor */
+                const uint8_t *xr = y >= 0 && y < ih ? x + (c * ih + y) * iw : NULL;
                 for (int64_t kx = 0; kx < kw; kx++) {
                     int64_t xx = ox * g->stride[1] - g->pad_b[1] + kx * g->dil[1];
-                    *dst++ = row_in && xx >= 0 && xx < iw ? (uint8_t)(xr[xx] ^ s->flip) : pad;
+                    *dst++ = xr != NULL && xx >= 0 && xx < iw ? (uint8_t)(xr[xx] ^ s->flip) : pad;
                 }
             }
         memset(dst, 0, (size_t)(s->b.kp - s->b.k));
