@@ -149,6 +149,11 @@ test-gpu: build-cuda
 	KILN_BACKEND_PATH=$(CURDIR)/$(CUDA_BUILD)/lib KILN_LIBRARY=$(CURDIR)/$(CUDA_BUILD)/lib/libkiln.so \
 	  $(PYTHON) tests/cuda/plugins_gpu.py --kiln $(CUDA_BUILD)/bin/kiln \
 	  --plugins $(CUDA_BUILD)/plugins --torch
+	KILN_BACKEND_PATH=$(CURDIR)/$(CUDA_BUILD)/lib KILN_LIBRARY=$(CURDIR)/$(CUDA_BUILD)/lib/libkiln.so \
+	  $(PYTHON) tests/cuda/threads_gpu.py --kiln $(CUDA_BUILD)/bin/kiln --precision fp32 fp16
+	KILN_BACKEND_PATH=$(CURDIR)/$(CUDA_BUILD)/lib \
+	  $(PYTHON) tests/cuda/sanitize_gpu.py --kiln $(CUDA_BUILD)/bin/kiln --precision fp32 fp16 \
+	  --racecheck
 
 bench: build
 	$(PYTHON) bench/bench.py --kiln $(KILN)
