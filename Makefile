@@ -151,6 +151,8 @@ test-gpu: build-cuda
 	  --plugins $(CUDA_BUILD)/plugins --torch
 	KILN_BACKEND_PATH=$(CURDIR)/$(CUDA_BUILD)/lib KILN_LIBRARY=$(CURDIR)/$(CUDA_BUILD)/lib/libkiln.so \
 	  $(PYTHON) tests/cuda/threads_gpu.py --kiln $(CUDA_BUILD)/bin/kiln --precision fp32 fp16
+	KILN_BACKEND_PATH=$(CURDIR)/$(CUDA_BUILD)/lib KILN_LIBRARY=$(CURDIR)/$(CUDA_BUILD)/lib/libkiln.so \
+	  $(PYTHON) tests/cuda/codegen_gpu.py --kiln $(CUDA_BUILD)/bin/kiln
 	KILN_BACKEND_PATH=$(CURDIR)/$(CUDA_BUILD)/lib \
 	  $(PYTHON) tests/cuda/sanitize_gpu.py --kiln $(CUDA_BUILD)/bin/kiln --precision fp32 fp16 \
 	  --racecheck

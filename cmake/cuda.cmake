@@ -36,5 +36,5 @@ if(KILN_CUDA)
   target_compile_options(kiln_cuda PRIVATE
                          $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra,-Werror -Werror=all-warnings>)
   target_link_libraries(kiln_cuda PRIVATE CUDA::cudart_static CUDA::cublasLt ${KILN_CUDNN_LIB}
-                                          Threads::Threads m)
+                                          Threads::Threads m ${CMAKE_DL_LIBS})
 endif()

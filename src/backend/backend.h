@@ -191,11 +191,24 @@ typedef struct kn_backend_iface {
     kiln_status (*tune)(kn_backend *b, const kn_node *n, int n_in, const kn_tensor *in, int n_out,
                         const kn_tensor *out, int64_t *tactic, int *n_tactic, char *note,
                         size_t note_size);
+
+    /* --- code generation at build (optional: NULL when the backend generates nothing) --- */
+    /* Code of the backend's own for node n (dtypes set in in/out; shapes are not known): a
+     * kernel compiled for this device, in a form of the backend's choosing, which the builder
+     * stores in the node's KN_ATTR_CODE attribute (a byte string in the plan) and the kernel's
+     * prepare reads back, so a plan loads without a compiler. *code (from the host allocator,
+     * freed by the builder) stays NULL when the node has nothing to generate; note describes
+     * the code for the build's log. */
+    kiln_status (*generate)(kn_backend *b, const kn_node *n, int n_in, const kn_tensor *in,
+                            int n_out, const kn_tensor *out, void **code, size_t *size, char *note,
+                            size_t note_size);
 } kn_backend_iface;
 
 /* The most integers one tactic holds, and the node attribute (ints) that records it. */
 #define KN_TACTIC_MAX 16
 #define KN_ATTR_TACTIC "kiln_tactic"
+/* The node attribute (a byte string) holding a backend's generated code (see generate). */
+#define KN_ATTR_CODE "kiln_code"
 
 struct kn_backend {
     const kn_backend_iface *iface;

@@ -16,7 +16,7 @@
 
 /* Bumped whenever kn_backend_iface, kn_kernel_ctx, kn_tensor, kn_node or this table change
  * shape: a module built against another version is refused by name and version. */
-#define KN_BACKEND_MODULE_VERSION 3
+#define KN_BACKEND_MODULE_VERSION 4
 #define KN_BACKEND_ENTRY_SYMBOL "kn_backend_entry"
 
 typedef struct kn_backend_host_api {

@@ -3,6 +3,7 @@
  * that every node has a kernel, and serialise. */
 #include "builder/builder.h"
 
+#include "builder/codegen.h"
 #include "builder/timing_cache.h"
 
 #include "core/alloc.h"
@@ -562,6 +563,9 @@ kiln_status kn_build_plan(const kiln_builder *b, const kiln_network *net,
     progress(cfg, "checking kernels", 0.85);
     if ((rc = check_kernels(g, cfg, &plugins)) != KILN_OK ||
         (rc = tune(g, cfg, &plugins)) != KILN_OK)
+        goto fail;
+    progress(cfg, "generating code", 0.95);
+    if ((rc = kn_build_generate(g)) != KILN_OK)
         goto fail;
     out->graph = g;
     out->threads = cfg->threads;

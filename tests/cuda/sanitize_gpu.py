@@ -16,6 +16,7 @@ Needs a GPU and compute-sanitizer (CUDA toolkit: on PATH, or under $CUDA_HOME/bi
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -52,7 +53,11 @@ def sanitize(sanitizer, tool, kiln, base, model, precision):
             cmd += ["--input", f"{name}={os.path.join(base, f)}"]
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     out = p.stdout + p.stderr
-    if p.returncode == 0 and "ERROR SUMMARY: 0 errors" in out:
+    # memcheck ends with "ERROR SUMMARY: N errors", racecheck with "RACECHECK SUMMARY: N hazards
+    # displayed (E errors, W warnings)": every count must be zero
+    counts = [int(c) for c in re.findall(r"(\d+) (?:errors?|hazards?|warnings?)\b", out)]
+    summary = "ERROR SUMMARY" in out or "RACECHECK SUMMARY" in out
+    if p.returncode == 0 and summary and not any(counts):
         return ""
     lines = [ln for ln in out.splitlines() if "=========" in ln and ln.strip("= ")]
     return f"exit {p.returncode}: " + " | ".join(lines[:4] or out.strip().splitlines()[-2:])

@@ -77,7 +77,9 @@ static void kernel_text(const kn_node *n, char *buf, size_t size) {
         const int64_t *prog;
         int64_t len = kn_attr_ints(n, "program", &prog);
         size_t l = strlen(buf);
-        snprintf(buf + l, size - l, "(%lld instructions)", (long long)len);
+        /* five integers an instruction (ops/fused_elementwise.h) */
+        snprintf(buf + l, size - l, "(%lld instructions%s)", (long long)len / 5,
+                 kn_node_attr(n, KN_ATTR_CODE) ? ", generated kernel" : "");
     }
 }
 

@@ -3,6 +3,7 @@
  * libkiln_cuda.so through kn_backend_entry (backend_module.h). */
 #include "backend/cuda/cuda_internal.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -224,15 +225,75 @@ static kiln_status cuda_tune(kn_backend *b, const kn_node *n, int n_in, const kn
     return tunables[t].tune(b, n, n_in, in, n_out, out, tactic, n_tactic, note, note_size);
 }
 
+static kiln_status cuda_generate(kn_backend *b, const kn_node *n, int n_in, const kn_tensor *in,
+                                 int n_out, const kn_tensor *out, void **code, size_t *size,
+                                 char *note, size_t note_size) {
+    (void)b;
+    return kc_fused_generate(n, n_in, in, n_out, out, code, size, note, note_size);
+}
+
+/* --- captures and device-wide calls ---
+ *
+ * CUDA invalidates every stream capture on a device when any thread makes a call that
+ * synchronises the device (cudaFree, a module load, library handle creation, ...), whatever
+ * the capture mode. Contexts of one engine run on their own threads, and one context's
+ * warm-up (allocating its arena, growing its workspace, choosing cuDNN algorithms, loading
+ * generated kernels) may coincide with another context's recording of its stream graph. So
+ * such calls and captures exclude each other: any number of captures at once, or any number of
+ * device-wide calls at once, never both. A capturing thread's own calls pass (they would fail
+ * its capture anyway, which the runtime then replaces by plain runs). */
+static pthread_mutex_t guard_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t guard_cv = PTHREAD_COND_INITIALIZER;
+static int guard_captures, guard_device_calls;
+static _Thread_local bool guard_capturing;
+
+void kc_device_call_begin(void) {
+    if (guard_capturing)
+        return;
+    pthread_mutex_lock(&guard_mu);
+    while (guard_captures > 0)
+        pthread_cond_wait(&guard_cv, &guard_mu);
+    guard_device_calls++;
+    pthread_mutex_unlock(&guard_mu);
+}
+
+void kc_device_call_end(void) {
+    if (guard_capturing)
+        return;
+    pthread_mutex_lock(&guard_mu);
+    if (--guard_device_calls == 0)
+        pthread_cond_broadcast(&guard_cv);
+    pthread_mutex_unlock(&guard_mu);
+}
+
+static void capture_enter(void) {
+    pthread_mutex_lock(&guard_mu);
+    while (guard_device_calls > 0)
+        pthread_cond_wait(&guard_cv, &guard_mu);
+    guard_captures++;
+    guard_capturing = true;
+    pthread_mutex_unlock(&guard_mu);
+}
+
+static void capture_leave(void) {
+    pthread_mutex_lock(&guard_mu);
+    guard_capturing = false;
+    if (--guard_captures == 0)
+        pthread_cond_broadcast(&guard_cv);
+    pthread_mutex_unlock(&guard_mu);
+}
+
 /* --- memory --- */
 
 static kiln_status cuda_buffer_alloc(kn_backend *b, kn_mem mem, size_t size, kn_buffer *out) {
     (void)b;
     memset(out, 0, sizeof *out);
     void *p = NULL;
+    kc_device_call_begin();
     cudaError_t err = mem == KN_MEM_DEVICE   ? cudaMalloc(&p, size ? size : 1)
                       : mem == KN_MEM_PINNED ? cudaMallocHost(&p, size ? size : 1)
                                              : cudaErrorInvalidValue;
+    kc_device_call_end();
     if (err != cudaSuccess) {
         char what[96];
         snprintf(what, sizeof what, "allocating %zu bytes of %s memory", size,
@@ -249,10 +310,12 @@ static void cuda_buffer_free(kn_backend *b, kn_buffer *buf) {
     (void)b;
     if (buf->base == NULL)
         return;
+    kc_device_call_begin();
     if (buf->mem == KN_MEM_PINNED)
         cudaFreeHost(buf->base);
     else
         cudaFree(buf->base);
+    kc_device_call_end();
     memset(buf, 0, sizeof *buf);
 }
 
@@ -266,12 +329,20 @@ static kiln_status cuda_copy(kn_backend *b, kn_stream *s, void *dst, kn_mem dst_
                                : dd     ? cudaMemcpyHostToDevice
                                : sd     ? cudaMemcpyDeviceToHost
                                         : cudaMemcpyHostToHost;
-    return kc_check(cudaMemcpyAsync(dst, src, n, kind, s ? s->s : cudaStreamPerThread), "copy");
+    /* from or to pageable host memory the copy synchronises with the host */
+    if (!(dd && sd))
+        kc_device_call_begin();
+    kiln_status rc =
+        kc_check(cudaMemcpyAsync(dst, src, n, kind, s ? s->s : cudaStreamPerThread), "copy");
+    if (!(dd && sd))
+        kc_device_call_end();
+    return rc;
 }
 
 /* --- streams --- */
 
 static void stream_free(kn_stream *st) {
+    kc_device_call_begin();
     if (st->ws)
         cudaFree(st->ws);
     if (st->dnn)
@@ -280,6 +351,7 @@ static void stream_free(kn_stream *st) {
         cublasLtDestroy(st->lt);
     if (st->s)
         cudaStreamDestroy(st->s);
+    kc_device_call_end();
     kc_host->free(st);
 }
 
@@ -290,6 +362,7 @@ static kiln_status cuda_stream_create(kn_backend *b, kn_stream **out) {
     if (st == NULL)
         return kc_fail(KILN_ERR_OUT_OF_MEMORY, "out of memory creating a CUDA stream");
     memset(st, 0, sizeof *st);
+    kc_device_call_begin();
     kiln_status rc =
         kc_check(cudaStreamCreateWithFlags(&st->s, cudaStreamNonBlocking), "creating a stream");
     if (rc == KILN_OK)
@@ -300,6 +373,7 @@ static kiln_status cuda_stream_create(kn_backend *b, kn_stream **out) {
         rc = kc_check_dnn(cudnnSetStream(st->dnn, st->s), "binding the stream");
     if (rc == KILN_OK)
         rc = kc_workspace(st, KC_DEFAULT_WORKSPACE);
+    kc_device_call_end();
     if (rc != KILN_OK) {
         stream_free(st);
         return rc;
@@ -331,11 +405,16 @@ kiln_status kc_workspace(kn_stream *st, size_t size) {
         return KILN_OK;
     if (st->ws != NULL) {
         KC_TRY(kc_check(cudaStreamSynchronize(st->s), "growing the workspace"));
+        kc_device_call_begin();
         cudaFree(st->ws);
+        kc_device_call_end();
         st->ws = NULL;
         st->ws_size = 0;
     }
-    KC_TRY(kc_check(cudaMalloc(&st->ws, size), "allocating the workspace"));
+    kc_device_call_begin();
+    kiln_status rc = kc_check(cudaMalloc(&st->ws, size), "allocating the workspace");
+    kc_device_call_end();
+    KC_TRY(rc);
     st->ws_size = size;
     return KILN_OK;
 }
@@ -387,21 +466,30 @@ static kiln_status cuda_event_elapsed(kn_backend *b, kn_event *start, kn_event *
 
 /* --- stream graphs --- */
 
-/* Thread-local capture: another context's thread may keep calling CUDA meanwhile, and a call
- * of this thread that cannot be recorded fails the capture (the runtime then runs plainly). */
+/* Thread-local capture: another context's thread may keep launching work meanwhile (its
+ * device-wide calls wait: see kc_device_call_begin), and a call of this thread that cannot be
+ * recorded fails the capture (the runtime then runs plainly). */
 static kiln_status cuda_capture_begin(kn_backend *b, kn_stream *s) {
     (void)b;
-    return kc_check(cudaStreamBeginCapture(s->s, cudaStreamCaptureModeThreadLocal),
-                    "beginning a stream capture");
+    capture_enter();
+    kiln_status rc = kc_check(cudaStreamBeginCapture(s->s, cudaStreamCaptureModeThreadLocal),
+                              "beginning a stream capture");
+    if (rc != KILN_OK)
+        capture_leave();
+    return rc;
 }
 
 static kiln_status cuda_capture_end(kn_backend *b, kn_stream *s, void **graph) {
     (void)b;
     *graph = NULL;
     cudaGraph_t g = NULL;
-    KC_TRY(kc_check(cudaStreamEndCapture(s->s, &g), "ending a stream capture"));
+    kiln_status ended = kc_check(cudaStreamEndCapture(s->s, &g), "ending a stream capture");
+    capture_leave();
+    KC_TRY(ended);
     cudaGraphExec_t exec = NULL;
+    kc_device_call_begin();
     kiln_status rc = kc_check(cudaGraphInstantiateWithFlags(&exec, g, 0), "instantiating a graph");
+    kc_device_call_end();
     cudaGraphDestroy(g);
     KC_TRY(rc);
     *graph = exec;
@@ -415,7 +503,9 @@ static kiln_status cuda_graph_launch(kn_backend *b, kn_stream *s, void *graph) {
 
 static void cuda_graph_destroy(kn_backend *b, void *graph) {
     (void)b;
+    kc_device_call_begin();
     cudaGraphExecDestroy((cudaGraphExec_t)graph);
+    kc_device_call_end();
 }
 
 static const kn_backend_iface cuda_iface = {
@@ -443,6 +533,7 @@ static const kn_backend_iface cuda_iface = {
     .graph_destroy = cuda_graph_destroy,
     .tune_key = cuda_tune_key,
     .tune = cuda_tune,
+    .generate = cuda_generate,
 };
 
 /* The same without stream graphs (KILN_CUDA_GRAPHS=0: every run enqueues each kernel) or

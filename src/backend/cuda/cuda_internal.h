@@ -44,6 +44,12 @@ kiln_status kc_check_dnn(cudnnStatus_t st, const char *what);
 /* A launcher's result (cuda_kernels.h) as a kiln status. */
 #define KC_LAUNCH(expr, what) kc_check((cudaError_t)(expr), what)
 
+/* Around a CUDA call that synchronises the device (allocation, freeing, module loads, handle
+ * creation, cuDNN's algorithm queries): waits while another thread records a stream graph,
+ * whose capture the call would invalidate (cuda_backend.c). */
+void kc_device_call_begin(void);
+void kc_device_call_end(void);
+
 /* Make the stream's workspace at least size bytes (waits for the stream when it grows). */
 kiln_status kc_workspace(kn_stream *st, size_t size);
 
@@ -103,6 +109,17 @@ bool kc_one_type(const kn_tensor *t, int n, int32_t dtype, kn_caps *caps);
 bool kc_reason(kn_caps *caps, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Broadcast of n inputs to out (all with the dims of out's rank, right-aligned). */
 bool kc_bcast_init(kc_bcast *b, const kn_shape *out, int n, const kn_shape *const *in);
+
+/* kiln.FusedElementwise: its program checked and copied (ops_elementwise.c); its kernel
+ * generated at build (kn_backend_iface.generate), loaded from the plan's code (lib NULL when
+ * there is none or it does not load here: the interpreter runs) and launched (fused_codegen.c). */
+kiln_status kc_fused_program(const kn_node *node, int n_in, kc_program *p);
+kiln_status kc_fused_generate(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
+                              const kn_tensor *out, void **code, size_t *size, char *note,
+                              size_t note_size);
+kiln_status kc_fused_code_load(const kn_node *n, cudaLibrary_t *lib, cudaKernel_t *kernel);
+kiln_status kc_fused_code_launch(cudaKernel_t kernel, cudaStream_t st, const kc_bcast *bc,
+                                 const void *const *in, int32_t dtype, void *y);
 
 /* The fused epilogue attributes of fuse_activations (passes.h) as KC_ACT_*. */
 int kc_activation(const kn_node *n, float *alpha, float *beta);

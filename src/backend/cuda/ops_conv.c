@@ -223,7 +223,10 @@ static kiln_status conv_local_get(kn_kernel_ctx *k, const conv_geom *g, conv_loc
         *out = have;
         return KILN_OK;
     }
-    KC_TRY(conv_local_make(k->stream, k->node, g, out));
+    kc_device_call_begin(); /* cuDNN's algorithm query and descriptors */
+    kiln_status rc = conv_local_make(k->stream, k->node, g, out);
+    kc_device_call_end();
+    KC_TRY(rc);
     if (k->local == NULL) {
         *temp = true;
         return KILN_OK;

@@ -242,23 +242,19 @@ static bool sup_cast(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
 
 /* --- kiln.FusedElementwise --- */
 
-static kiln_status fused_prepare(const kn_node *node, int n_in, const kn_tensor *in, void **state) {
-    (void)in;
+kiln_status kc_fused_program(const kn_node *node, int n_in, kc_program *p) {
     const int64_t *prog;
     int64_t np = kc_attr_ints(node, "program", &prog);
     const float *consts;
     int64_t nc = kc_attr_floats(node, "constants", &consts);
     if (np % 5 != 0 || np / 5 > KC_MAX_PROGRAM || nc > KC_MAX_CONSTS || n_in > KC_MAX_EW_IN)
         return kc_fail(KILN_ERR_UNSUPPORTED, "FusedElementwise: program too large for the GPU");
-    kc_program *p = kc_host->alloc(sizeof *p);
-    if (p == NULL)
-        return kc_fail(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     memset(p, 0, sizeof *p);
     p->n_instr = (int32_t)(np / 5);
     for (int64_t i = 0; i < p->n_instr; i++) {
         for (int f = 0; f < 5; f++)
             p->instr[i][f] = (int32_t)prog[i * 5 + f];
-        /* registers and indices in range, so the kernel needs no checks of its own */
+        /* registers and indices in range, so the kernels need no checks of their own */
         int32_t *ins = p->instr[i];
         bool ok = ins[0] >= 0 && ins[0] <= 4 && ins[2] >= 0 && ins[2] < 16;
         if (ins[0] == 0)
@@ -271,19 +267,49 @@ static kiln_status fused_prepare(const kn_node *node, int n_in, const kn_tensor 
             ok = ok && ins[3] >= 0 && ins[3] < 16 && ins[4] >= 0 && ins[4] < 16;
         else
             ok = ins[3] >= 0 && ins[3] < 16;
-        if (!ok) {
-            kc_host->free(p);
+        if (!ok)
             return kc_fail(KILN_ERR_MODEL, "FusedElementwise: instruction %lld out of range",
                            (long long)i);
-        }
     }
     for (int64_t i = 0; i < nc; i++)
         p->consts[i] = consts[i];
-    *state = p;
+    return KILN_OK;
+}
+
+/* The program, and its generated kernel when the plan carries one that loads here. */
+typedef struct fused_state {
+    kc_program p;
+    cudaLibrary_t lib;
+    cudaKernel_t kernel;
+} fused_state;
+
+static kiln_status fused_prepare(const kn_node *node, int n_in, const kn_tensor *in, void **state) {
+    (void)in;
+    fused_state *f = kc_host->alloc(sizeof *f);
+    if (f == NULL)
+        return kc_fail(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    memset(f, 0, sizeof *f);
+    kiln_status rc = kc_fused_program(node, n_in, &f->p);
+    if (rc == KILN_OK) {
+        kc_device_call_begin(); /* a module load */
+        rc = kc_fused_code_load(node, &f->lib, &f->kernel);
+        kc_device_call_end();
+    }
+    if (rc != KILN_OK) {
+        kc_host->free(f);
+        return rc;
+    }
+    *state = f;
     return KILN_OK;
 }
 
 static void fused_release(void *state) {
+    fused_state *f = state;
+    if (f != NULL && f->lib != NULL) {
+        kc_device_call_begin();
+        cudaLibraryUnload(f->lib);
+        kc_device_call_end();
+    }
     kc_host->free(state);
 }
 
@@ -297,7 +323,11 @@ static kiln_status run_fused(kn_kernel_ctx *k) {
     kc_bcast bc;
     if (!kc_bcast_init(&bc, &k->out[0].shape, k->n_in, s))
         return kc_fail(KILN_ERR_SHAPE, "FusedElementwise: inputs do not broadcast");
-    return KC_LAUNCH(kc_fused(STREAM(k), k->out[0].dtype, k->state, &bc, ptr, k->out[0].data),
+    const fused_state *f = k->state;
+    if (f->lib != NULL)
+        return kc_fused_code_launch(f->kernel, k->stream->s, &bc, ptr, k->out[0].dtype,
+                                    k->out[0].data);
+    return KC_LAUNCH(kc_fused(STREAM(k), k->out[0].dtype, &f->p, &bc, ptr, k->out[0].data),
                      "FusedElementwise");
 }
 
