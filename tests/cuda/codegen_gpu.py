@@ -10,7 +10,7 @@ plan. For float32, float16 and bfloat16 plans this checks that:
 - the plan's outputs match onnxruntime (CPU, float32) at shapes that take each path of the
   kernel: every input at the output's shape with an element count divisible by four (four
   elements per thread), an odd element count (one per thread), a per-channel input (broadcast
-  offsets) and a scalar input; float32 within 1e-5 of the output's magnitude, float16 1e-2,
+  offsets) and a one-element graph input read as a single value, in both flat paths; float32 within 1e-5 of the output's magnitude, float16 1e-2,
   bfloat16 8e-2;
 - a plan with generated code and one without give the same float32 results (within 1e-6: the
   same float operations, differently scheduled);
@@ -53,8 +53,8 @@ def model_silu_bias(path):
              helper.make_node("Add", ["hb", "z"], ["y"])]
     g = helper.make_graph(nodes, "silu_bias", [x, z], [y], [b, half])
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
-    return ["--shapes", "x:1x8x4x4,2x8x9x7,4x8x16x16", "--shapes",
-            "z:1x8x4x4,2x8x9x7,4x8x16x16"]
+    return ["--shapes", "x:1x8x3x3,2x8x9x7,4x8x16x16", "--shapes",
+            "z:1x8x3x3,2x8x9x7,4x8x16x16"]
 
 
 def model_gelu_tanh(path):
@@ -73,10 +73,24 @@ def model_gelu_tanh(path):
     return ["--shapes", "x:1x1,3x5,64x4096"]
 
 
+def model_scale(path):
+    """y = relu(x * s) + x with s a one-element graph input (read as a single value)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "D"])
+    sc = helper.make_tensor_value_info("s", TensorProto.FLOAT, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", "D"])
+    nodes = [helper.make_node("Mul", ["x", "s"], ["m"]),
+             helper.make_node("Relu", ["m"], ["r"]),
+             helper.make_node("Add", ["r", "x"], ["y"])]
+    g = helper.make_graph(nodes, "scale", [x, sc], [y])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    return ["--shapes", "x:1x1,3x7,8x1024"]
+
+
 MODELS = {"silu_bias": (model_silu_bias, [{"x": (2, 8, 16, 16), "z": (2, 8, 16, 16)},
                                           {"x": (1, 8, 3, 5), "z": (1, 8, 3, 5)},
                                           {"x": (4, 8, 16, 16), "z": (4, 8, 16, 16)}]),
-          "gelu_tanh": (model_gelu_tanh, [{"x": (64, 4096)}, {"x": (3, 5)}, {"x": (1, 1)}])}
+          "gelu_tanh": (model_gelu_tanh, [{"x": (64, 4096)}, {"x": (3, 5)}, {"x": (1, 1)}]),
+          "scale": (model_scale, [{"x": (8, 1024), "s": (1,)}, {"x": (3, 7), "s": (1,)}])}
 
 
 def kiln_cmd(kiln, *args, env=None):
@@ -93,6 +107,7 @@ def fused_layers(kiln, plan):
 
 
 def run_plan(kiln, plan, feeds, tmp, env=None):
+    os.makedirs(tmp, exist_ok=True)
     args = ["run", plan, "--output-dir", os.path.join(tmp, "out")]
     for name, arr in feeds.items():
         f = os.path.join(tmp, f"{name}.npy")
