@@ -531,6 +531,11 @@ KILN_API kiln_status kiln_context_set_profiling(kiln_context *ctx, int enabled);
 /* Milliseconds layer `index` took in the last execute (0 for layers evaluated when shapes
  * were set). Profiling must be on. */
 KILN_API kiln_status kiln_context_layer_time(const kiln_context *ctx, int index, double *ms);
+/* Milliseconds the last execute took on the device, measured by the device backend's events
+ * on the context's stream from before its first queued work (input copies included) to after
+ * its last (with stream graphs: the replay). Always measured, profiling on or off; host-only
+ * plans have no device time (KILN_ERR_UNSUPPORTED). */
+KILN_API kiln_status kiln_context_device_time(const kiln_context *ctx, double *ms);
 
 /* Capture intermediate tensors without changing the plan: after each execute, a host copy of
  * every named tensor (an output of some layer; NULL names with count < 0: every tensor any

@@ -172,6 +172,7 @@ void kiln_context_destroy(kiln_context *c) {
         }
     kn_free(c->runs);
     kn_profile_release(c);
+    kn_profile_run_release(c);
     kn_capture_destroy(c->capture, c->e->plan.graph->n_values);
     kn_free(c->in_shape);
     kn_free(c->in_shape_set);

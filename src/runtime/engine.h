@@ -75,6 +75,10 @@ struct kiln_context {
     double *layer_ms;       /* per node: time of the last execute, when profiling (see profile.c) */
     kn_event **prof_events; /* per node: start and end events of a device layer, profiling */
     bool *prof_pending;     /* per node: its events wait to be read */
+    kn_event *run_events[2]; /* around a whole execute on the device stream (profile.c) */
+    bool run_timed;          /* run_events recorded, not yet read */
+    double device_ms;        /* the last execute's device time */
+    bool device_ms_valid;
     struct kn_capture *capture; /* values copied out after their layer runs (see capture.c) */
     bool resolved;
     bool executed;

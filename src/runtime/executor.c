@@ -370,7 +370,11 @@ kiln_status kiln_context_enqueue(kiln_context *c) {
     KN_TRY(kn_context_resolve(c));
     KN_TRY(bind_inputs(c));
     c->enqueued = true;
-    kiln_status rc = run_nodes(c);
+    kiln_status rc = kn_profile_run_begin(c);
+    if (rc == KILN_OK)
+        rc = run_nodes(c);
+    if (rc == KILN_OK)
+        rc = kn_profile_run_end(c);
     if (rc != KILN_OK) {
         int restart;
         (void)kn_replay_abort(c, &restart); /* a failure inside a recording ends it */

@@ -1,5 +1,8 @@
 /* Layers of an engine and per-layer timing: the executor stores each node's time in
- * ctx->layer_ms when profiling is on; layers are the live nodes, in execution order. */
+ * ctx->layer_ms when profiling is on; layers are the live nodes, in execution order. And the
+ * device time of a whole execute: events on the device backend's stream around everything
+ * the execute queues there (always on for plans with a device backend: two event records a
+ * run). */
 #include "runtime/profile.h"
 
 #include "core/alloc.h"
@@ -85,7 +88,74 @@ kiln_status kn_profile_end(kiln_context *c, int i, double t0) {
     return b->iface->event_record(b, c->prof_events[2 * i + 1], c->streams[c->e->node_backend[i]]);
 }
 
+/* The device backend's index in the engine when it times by events, else 0. */
+static int run_timer_backend(const kiln_context *c) {
+    for (int k = 1; k < c->e->n_backends; k++) {
+        const kn_backend_iface *f = c->e->backends[k]->iface;
+        if (f->mem == KN_MEM_DEVICE && f->event_create && f->event_record && f->event_elapsed)
+            return k;
+    }
+    return 0;
+}
+
+kiln_status kn_profile_run_begin(kiln_context *c) {
+    int k = run_timer_backend(c);
+    c->run_timed = false;
+    if (k == 0)
+        return KILN_OK;
+    kn_backend *b = c->e->backends[k];
+    for (int j = 0; j < 2; j++)
+        if (c->run_events[j] == NULL)
+            KN_TRY(b->iface->event_create(b, &c->run_events[j]));
+    return b->iface->event_record(b, c->run_events[0], c->streams[k]);
+}
+
+kiln_status kn_profile_run_end(kiln_context *c) {
+    int k = run_timer_backend(c);
+    if (k == 0 || c->run_events[1] == NULL)
+        return KILN_OK;
+    kn_backend *b = c->e->backends[k];
+    KN_TRY(b->iface->event_record(b, c->run_events[1], c->streams[k]));
+    c->run_timed = true;
+    return KILN_OK;
+}
+
+static kiln_status run_collect(kiln_context *c) {
+    if (!c->run_timed)
+        return KILN_OK;
+    kn_backend *b = c->e->backends[run_timer_backend(c)];
+    float ms = 0;
+    c->run_timed = false;
+    KN_TRY(b->iface->event_elapsed(b, c->run_events[0], c->run_events[1], &ms));
+    c->device_ms = ms;
+    c->device_ms_valid = true;
+    return KILN_OK;
+}
+
+void kn_profile_run_release(kiln_context *c) {
+    int k = run_timer_backend(c);
+    for (int j = 0; j < 2 && k != 0; j++)
+        if (c->run_events[j] != NULL)
+            c->e->backends[k]->iface->event_destroy(c->e->backends[k], c->run_events[j]);
+    c->run_events[0] = c->run_events[1] = NULL;
+}
+
+kiln_status kiln_context_device_time(const kiln_context *c, double *ms) {
+    if (c == NULL || ms == NULL)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_context_device_time: NULL argument");
+    if (run_timer_backend(c) == 0)
+        return kn_error(KILN_ERR_UNSUPPORTED,
+                        "kiln_context_device_time: the plan runs on the host only (no device "
+                        "backend with events)");
+    if (!c->device_ms_valid)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT,
+                        "kiln_context_device_time: the context has not executed yet");
+    *ms = c->device_ms;
+    return KILN_OK;
+}
+
 kiln_status kn_profile_collect(kiln_context *c) {
+    KN_TRY(run_collect(c));
     if (c->layer_ms == NULL)
         return KILN_OK;
     for (int i = 0; i < c->e->plan.graph->n_nodes; i++) {

@@ -14,6 +14,11 @@ kiln_status kn_profile_begin(kiln_context *c, int i, double *t0);
 kiln_status kn_profile_end(kiln_context *c, int i, double t0);
 /* After the streams are idle: device layers' times from their events. */
 kiln_status kn_profile_collect(kiln_context *c);
+/* Around everything an execute queues (after binding its inputs, after its last node): the
+ * run's device time, read by kn_profile_collect into ctx->device_ms. */
+kiln_status kn_profile_run_begin(kiln_context *c);
+kiln_status kn_profile_run_end(kiln_context *c);
+void kn_profile_run_release(kiln_context *c);
 /* Free what profiling holds (events, times). */
 void kn_profile_release(kiln_context *c);
 

@@ -2,10 +2,11 @@
 
 import json
 import os
+import subprocess
 
 import onnx
 
-from tools_helpers import MODELS, kiln
+from tools_helpers import KILN, MODELS, REPO, kiln
 
 
 def test_profile_layers_cover_the_onnx_graph():
@@ -31,3 +32,27 @@ def test_profile_text_lists_slowest():
     r = kiln("bench", model, "--shapes", "input:1x3x64x64", "--iterations", "3", "--warmup", "0",
              "--profile")
     assert "per-layer median ms" in r.stdout and "slowest layers:" in r.stdout
+
+
+def bench_json(*args, env=None):
+    proc = subprocess.run([KILN, "bench", *args, "--json"], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_device_time_on_a_device_plan_only():
+    """A plan on a device backend reports each run's device time by the backend's events
+    (testdev's events complete when its worker thread reaches them); a host plan has none."""
+    model = os.path.join(MODELS, "resnet_mini", "model.onnx")
+    testdev = os.path.join(REPO, "build", "tests", "lib")
+    env = dict(os.environ, KILN_BACKEND_PATH=testdev)
+    out = bench_json(model, "--shapes", "input:1x3x32x32", "--iterations", "6", "--warmup", "1",
+                     "--backend", "testdev,cpu", env=env)
+    dev, host = out["device_ms"], out["latency_ms"]
+    assert set(dev) == set(host)
+    assert 0 < dev["min"] <= dev["median"] <= dev["p90"] <= dev["max"]
+    # the device work is part of what the host waits for in each run
+    assert dev["min"] <= host["max"]
+    out = bench_json(model, "--shapes", "input:1x3x32x32", "--iterations", "3", "--warmup", "0")
+    assert "device_ms" not in out
