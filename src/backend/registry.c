@@ -213,6 +213,19 @@ bool kn_backend_supports(kn_backend *b, const kn_node *n, int n_in, const kn_ten
                          const kn_tensor *out, kn_caps *caps) {
     memset(caps, 0, sizeof *caps);
     caps->layouts = KN_LAYOUT_LINEAR_BIT;
+    /* string tensors (core/strings.h) are host byte blocks: only the CPU backend reads them */
+    if (strcmp(b->iface->name, KN_BACKEND_HOST) != 0) {
+        bool strings = false;
+        for (int i = 0; i < n_in; i++)
+            strings |= in[i].dtype == KILN_DTYPE_STRING;
+        for (int i = 0; i < n_out; i++)
+            strings |= out[i].dtype == KILN_DTYPE_STRING;
+        if (strings) {
+            snprintf(caps->reason, sizeof caps->reason,
+                     "%s: string tensors run on the CPU backend only", b->iface->name);
+            return false;
+        }
+    }
     if (b->iface->supports != NULL)
         return b->iface->supports(b, n, n_in, in, n_out, out, caps);
     if (b->iface->find_kernel(b, n->domain, n->op_type) != NULL)

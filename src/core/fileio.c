@@ -3,6 +3,7 @@
 #include "core/narrow_dtype.h"
 
 #include "core/alloc.h"
+#include "core/strings.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -317,6 +318,13 @@ static kiln_status npy_dtype_from_descr(const char *s, size_t n, int32_t *dtype)
     return kn_error(KILN_ERR_UNSUPPORTED, ".npy: dtype '%.*s' is not supported", (int)n, s);
 }
 
+static int32_t record_dtype(const char *record) {
+    for (size_t i = 0; i < N_NPY_RECORDS; i++)
+        if (strcmp(npy_records[i].descr, record) == 0)
+            return npy_records[i].dtype;
+    return 0;
+}
+
 static const char *npy_record_field(int32_t dtype) {
     return dtype == KILN_DTYPE_BFLOAT16 ? "<u2" : "|u1";
 }
@@ -345,7 +353,23 @@ static kiln_status npy_record_descr(npy_cursor *c, int32_t *dtype) {
                     (int)nl, name);
 }
 
-static kiln_status npy_parse_header(const char *h, size_t n, kn_tensor *t) {
+/* numpy's fixed-width strings: '<Uw' / '=Uw' / '|Uw' (UTF-32) and '|Sw' (bytes); w > 0. */
+static bool npy_string_descr(const char *s, size_t n, size_t *width, bool *unicode) {
+    if (n < 3 || (s[0] != '<' && s[0] != '|' && s[0] != '=') || (s[1] != 'U' && s[1] != 'S'))
+        return false;
+    size_t w = 0;
+    for (size_t i = 2; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9' || w > 100000000)
+            return false;
+        w = w * 10 + (size_t)(s[i] - '0');
+    }
+    *width = w;
+    *unicode = s[1] == 'U';
+    return w > 0;
+}
+
+static kiln_status npy_parse_header(const char *h, size_t n, kn_tensor *t, size_t *str_width,
+                                    bool *unicode) {
     npy_cursor c = {h, h + n};
     bool have_descr = false, have_order = false, have_shape = false;
     if (!eat(&c, '{'))
@@ -362,6 +386,8 @@ static kiln_status npy_parse_header(const char *h, size_t n, kn_tensor *t) {
                 KN_TRY(npy_record_descr(&c, &t->dtype));
             else if (!parse_str(&c, &s, &sl))
                 return kn_error(KILN_ERR_IO, ".npy: malformed descr");
+            else if (npy_string_descr(s, sl, str_width, unicode))
+                t->dtype = KILN_DTYPE_STRING;
             else
                 KN_TRY(npy_dtype_from_descr(s, sl, &t->dtype));
             have_descr = true;
@@ -417,7 +443,19 @@ kiln_status kn_npy_from_bytes(const void *data, size_t size, kn_tensor *t) {
         return kn_error(KILN_ERR_IO, ".npy: truncated header (%zu bytes declared, %zu present)",
                         hlen, size - start);
     kn_tensor tmp = {0};
-    KN_TRY(npy_parse_header((const char *)b + start, hlen, &tmp));
+    size_t width = 0;
+    bool unicode = false;
+    KN_TRY(npy_parse_header((const char *)b + start, hlen, &tmp, &width, &unicode));
+    if (tmp.dtype == KILN_DTYPE_STRING) { /* into kiln's string block (core/strings.h) */
+        size_t avail = size - start - hlen, numel = (size_t)kn_shape_numel(&tmp.shape);
+        if (numel > 0 && (avail / numel / (unicode ? 4 : 1) != width ||
+                          avail != numel * width * (unicode ? 4 : 1)))
+            return kn_error(KILN_ERR_IO,
+                            ".npy: data is %zu bytes but %s%zu and the shape need "
+                            "more or fewer",
+                            avail, unicode ? "U" : "S", width);
+        return kn_strings_from_fixed(b + start + hlen, &tmp.shape, width, unicode, t);
+    }
     size_t es = kn_dtype_size(tmp.dtype);
     size_t nbytes = (size_t)kn_shape_numel(&tmp.shape) * es; /* bounded by the header check */
     size_t avail = size - start - hlen;
@@ -452,9 +490,37 @@ kiln_status kn_npy_read(const char *path, kn_tensor *t) {
     return rc;
 }
 
+static kiln_status npy_bytes(const char *descr, const char *record, const kn_shape *shape,
+                             const void *payload, size_t nbytes, void **data, size_t *size);
+
+/* A string block as numpy's fixed-width unicode ('<Uw'), or bytes ('|Sw') when an element is
+ * not valid UTF-8. */
+static kiln_status npy_strings_to_bytes(const kn_tensor *t, void **data, size_t *size) {
+    kn_strings s;
+    KN_TRY(kn_strings_open(t, ".npy: the tensor", &s));
+    size_t width;
+    bool unicode;
+    kn_strings_fixed_width(&s, &width, &unicode);
+    size_t unit = unicode ? 4 : 1;
+    if (width > SIZE_MAX / unit / ((size_t)s.count + 1))
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, ".npy: strings too wide");
+    size_t nbytes = (size_t)s.count * width * unit;
+    void *fixed = kn_malloc(nbytes + 1);
+    if (fixed == NULL)
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, ".npy: cannot allocate %zu bytes", nbytes);
+    kn_strings_to_fixed(&s, width, unicode, fixed);
+    char descr[32];
+    snprintf(descr, sizeof descr, "%s%zu", unicode ? "<U" : "|S", width);
+    kiln_status rc = npy_bytes(descr, NULL, &s.shape, fixed, nbytes, data, size);
+    kn_free(fixed);
+    return rc;
+}
+
 kiln_status kn_npy_to_bytes(const kn_tensor *t, void **data, size_t *size) {
     if (t == NULL || data == NULL || size == NULL)
         return kn_error(KILN_ERR_INVALID_ARGUMENT, ".npy: NULL argument");
+    if (t->dtype == KILN_DTYPE_STRING)
+        return npy_strings_to_bytes(t, data, size);
     const char *descr = npy_descr_of(t->dtype), *record = NULL;
     for (size_t i = 0; i < N_NPY_RECORDS; i++)
         if (npy_records[i].dtype == t->dtype)
@@ -468,19 +534,23 @@ kiln_status kn_npy_to_bytes(const kn_tensor *t, void **data, size_t *size) {
     size_t nbytes = (size_t)numel * kn_dtype_size(t->dtype);
     if (t->data == NULL && nbytes > 0)
         return kn_error(KILN_ERR_INVALID_ARGUMENT, ".npy: tensor has no data");
+    return npy_bytes(descr, record, &t->shape, t->data, nbytes, data, size);
+}
 
+static kiln_status npy_bytes(const char *descr, const char *record, const kn_shape *shape,
+                             const void *payload, size_t nbytes, void **data, size_t *size) {
     char dict[256];
     int len = record != NULL
                   ? snprintf(dict, sizeof dict,
                              "{'descr': [('%s', '%s')], 'fortran_order': False, "
                              "'shape': (",
-                             record, npy_record_field(t->dtype))
+                             record, npy_record_field(record_dtype(record)))
                   : snprintf(dict, sizeof dict,
                              "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
-    for (int i = 0; i < t->shape.rank; i++)
-        len += snprintf(dict + len, sizeof dict - (size_t)len, "%lld,%s", (long long)t->shape.d[i],
-                        i + 1 < t->shape.rank ? " " : "");
-    if (t->shape.rank > 1) /* numpy writes "(3,)" for rank 1 but "(2, 3)" otherwise */
+    for (int i = 0; i < shape->rank; i++)
+        len += snprintf(dict + len, sizeof dict - (size_t)len, "%lld,%s", (long long)shape->d[i],
+                        i + 1 < shape->rank ? " " : "");
+    if (shape->rank > 1) /* numpy writes "(3,)" for rank 1 but "(2, 3)" otherwise */
         len--;
     len += snprintf(dict + len, sizeof dict - (size_t)len, "), }");
     /* Pad with spaces and a final newline so the data starts on a 64-byte boundary. */
@@ -500,7 +570,7 @@ kiln_status kn_npy_to_bytes(const kn_tensor *t, void **data, size_t *size) {
     memset(buf + 10 + len, ' ', hlen - (size_t)len - 1);
     buf[padded - 1] = '\n';
     if (nbytes > 0)
-        memcpy(buf + padded, t->data, nbytes);
+        memcpy(buf + padded, payload, nbytes);
     *data = buf;
     *size = n;
     return KILN_OK;

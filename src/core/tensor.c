@@ -91,6 +91,7 @@ size_t kn_dtype_size(int32_t dtype) {
     case KILN_DTYPE_FLOAT4E2M1:
     case KILN_DTYPE_FLOAT8E8M0:
     case KILN_DTYPE_CONTAINER: /* a byte block: see core/container.h */
+    case KILN_DTYPE_STRING:    /* a byte block: see core/strings.h */
         return 1;
     case KILN_DTYPE_UINT16:
     case KILN_DTYPE_INT16:

@@ -42,7 +42,8 @@ static inline int64_t kn_tensor_numel(const kn_tensor *t) {
 }
 size_t kn_tensor_nbytes(const kn_tensor *t);
 
-size_t kn_dtype_size(int32_t dtype); /* 0 for unknown/string */
+size_t
+kn_dtype_size(int32_t dtype); /* 0 for unknown; 1 for the byte blocks (strings, containers) */
 const char *kn_dtype_name(int32_t dtype);
 bool kn_dtype_is_float(int32_t dtype);   /* float16, bfloat16, float32, float64 */
 bool kn_dtype_is_integer(int32_t dtype); /* signed or unsigned ints (not bool) */

@@ -6,6 +6,7 @@
 #include "core/alloc.h"
 #include "core/fileio.h"
 #include "core/narrow_dtype.h"
+#include "core/strings.h"
 #include "onnx/onnx_private.h"
 
 #include <stdio.h>
@@ -108,6 +109,27 @@ static kiln_status tensor_external(exporter *ex, Onnx__TensorProto *tp, const vo
     return KILN_OK;
 }
 
+/* A string block (core/strings.h) as dims and string_data, which borrow the graph's bytes. */
+static kiln_status string_proto(exporter *ex, const kn_tensor *t, Onnx__TensorProto *tp,
+                                Onnx__TensorProto **out) {
+    kn_strings s;
+    KN_TRY(kn_strings_open(t, "a string constant", &s));
+    tp->n_dims = (size_t)s.shape.rank;
+    tp->dims = ex_alloc(ex, tp->n_dims, sizeof *tp->dims);
+    tp->string_data = ex_alloc(ex, (size_t)s.count + 1, sizeof *tp->string_data);
+    if (tp->dims == NULL || tp->string_data == NULL)
+        return oom();
+    memcpy(tp->dims, s.shape.d, tp->n_dims * sizeof *tp->dims);
+    tp->n_string_data = (size_t)s.count;
+    for (int64_t i = 0; i < s.count; i++) {
+        kn_str e = kn_strings_at(&s, i);
+        tp->string_data[i].len = e.n;
+        tp->string_data[i].data = (uint8_t *)e.p;
+    }
+    *out = tp;
+    return KILN_OK;
+}
+
 static kiln_status tensor_proto(exporter *ex, const char *name, const kn_tensor *t,
                                 Onnx__TensorProto **out) {
     Onnx__TensorProto *tp = ex_alloc(ex, 1, sizeof *tp);
@@ -118,6 +140,8 @@ static kiln_status tensor_proto(exporter *ex, const char *name, const kn_tensor 
         return oom();
     tp->has_data_type = 1;
     tp->data_type = t->dtype;
+    if (t->dtype == KILN_DTYPE_STRING)
+        return string_proto(ex, t, tp, out);
     tp->n_dims = (size_t)t->shape.rank;
     tp->dims = ex_alloc(ex, tp->n_dims, sizeof *tp->dims);
     if (tp->dims == NULL)
@@ -220,7 +244,7 @@ static kiln_status value_info(exporter *ex, const kn_value *v, bool need_type,
     tt->has_elem_type = 1;
     tt->elem_type = v->dtype;
     vi->type = tp;
-    if (v->rank < 0)
+    if (v->rank < 0 || v->dtype == KILN_DTYPE_STRING) /* a string's own shape is in its data */
         return KILN_OK;
     Onnx__TensorShapeProto *sh = ex_alloc(ex, 1, sizeof *sh);
     Onnx__TensorShapeProto__Dimension **dims = ex_alloc(ex, (size_t)v->rank, sizeof *dims);

@@ -223,6 +223,18 @@ static kiln_status apply_type(importer *im, int vi, const Onnx__TypeProto *tp, c
     int32_t dtype = tt->has_elem_type ? tt->elem_type : 0;
     if (dtype != 0 || required)
         KN_TRY(kn_onnx_check_dtype(dtype, what));
+    if (dtype == KILN_DTYPE_STRING) {
+        /* one block of bytes whose size only the data tells (core/strings.h); the declared
+         * shape is the block's own business */
+        kn_value *v = &im->g->values[vi];
+        char sym[300];
+        snprintf(sym, sizeof sym, "%.250s_bytes", v->name);
+        v->dtype = KILN_DTYPE_STRING;
+        for (int i = 1; i < v->rank && i < KN_MAX_RANK; i++)
+            KN_TRY(set_dim(v, i, 0, NULL));
+        v->rank = 1;
+        return set_dim(v, 0, -1, sym);
+    }
     const Onnx__TensorShapeProto *sh = tt->shape;
     if (sh != NULL && sh->n_dim > KN_MAX_RANK)
         return kn_error(KILN_ERR_UNSUPPORTED, "%s has rank %zu; kiln supports at most %d", what,

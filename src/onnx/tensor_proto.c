@@ -5,6 +5,7 @@
 #include "core/alloc.h"
 #include "core/fileio.h"
 #include "core/narrow_dtype.h"
+#include "core/strings.h"
 #include "onnx/onnx_private.h"
 
 #include <stdbool.h>
@@ -41,15 +42,13 @@ kiln_status kn_onnx_one_line_error(kiln_status rc) {
 }
 
 kiln_status kn_onnx_check_dtype(int32_t dtype, const char *what) {
-    /* every numeric dtype kiln has, and bool; kiln's container dtype is its own (sequences and
-     * optionals), never an ONNX element type */
+    /* every numeric dtype kiln has, bool and string; kiln's container dtype is its own
+     * (sequences and optionals), never an ONNX element type */
     if (kn_dtype_size(dtype) != 0 && dtype != KILN_DTYPE_CONTAINER)
         return KILN_OK;
     switch (dtype) {
     case KILN_DTYPE_UNDEFINED:
         return kn_error(KILN_ERR_MODEL, "%s has no data type", what);
-    case KILN_DTYPE_STRING:
-        return kn_error(KILN_ERR_UNSUPPORTED, "%s: string tensors are not supported", what);
     default:
         return kn_error(KILN_ERR_UNSUPPORTED, "%s: data type %d is not supported", what,
                         (int)dtype);
@@ -248,6 +247,32 @@ static kiln_status convert_shape(const Onnx__TensorProto *tp, const char *what, 
     return KILN_OK;
 }
 
+/* A string tensor's string_data as one block (core/strings.h). */
+static kiln_status convert_strings(const Onnx__TensorProto *tp, const char *what,
+                                   const kn_shape *shape, int64_t numel, kn_tensor *t) {
+    if (tp->has_data_location && tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL)
+        return kn_error(KILN_ERR_UNSUPPORTED,
+                        "%s: string tensors in external data are not "
+                        "supported",
+                        what);
+    if (tp->has_raw_data && tp->raw_data.len > 0)
+        return kn_error(KILN_ERR_MODEL,
+                        "%s: a string tensor has raw_data; ONNX keeps strings in "
+                        "string_data",
+                        what);
+    if (tp->n_string_data != (size_t)numel) {
+        char dims[96];
+        return kn_error(KILN_ERR_MODEL, "%s: holds %zu strings but string [%s] needs %lld", what,
+                        tp->n_string_data, kn_shape_str(shape, dims, sizeof dims),
+                        (long long)numel);
+    }
+    kn_strings_builder b;
+    KN_TRY(kn_strings_begin(&b, shape));
+    for (size_t i = 0; i < tp->n_string_data; i++)
+        kn_strings_add(&b, (const char *)tp->string_data[i].data, tp->string_data[i].len);
+    return kn_strings_finish(&b, t);
+}
+
 kiln_status kn_onnx_tensor_convert(const Onnx__TensorProto *tp, const char *base_dir,
                                    const char *what, kn_tensor *t) {
     kn_tensor r = {0};
@@ -257,6 +282,8 @@ kiln_status kn_onnx_tensor_convert(const Onnx__TensorProto *tp, const char *base
     KN_TRY(convert_shape(tp, what, &r.shape, &numel));
     if (tp->segment != NULL)
         return kn_error(KILN_ERR_UNSUPPORTED, "%s: segmented tensors are not supported", what);
+    if (r.dtype == KILN_DTYPE_STRING)
+        return convert_strings(tp, what, &r.shape, numel, t);
 
     size_t nbytes = (size_t)numel * kn_dtype_size(r.dtype); /* kiln's buffer */
     /* ONNX packs 4-bit values two per byte, low nibble first: what the file holds. */

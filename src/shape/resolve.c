@@ -8,8 +8,42 @@
 
 #include <string.h>
 
+/* Ops that read string tensors (core/strings.h) or only move them as bytes. Every other op would
+ * take a string block for numbers, so a string input to it is refused. */
+static bool takes_strings(const kn_node *n) {
+    static const char *const names[] = {"Identity",
+                                        "Equal",
+                                        "StringNormalizer",
+                                        "StringConcat",
+                                        "StringSplit",
+                                        "RegexFullMatch",
+                                        "LabelEncoder",
+                                        "Cast",
+                                        "CastLike",
+                                        "If",
+                                        "Loop",
+                                        "SequenceConstruct",
+                                        "SequenceInsert",
+                                        "SequenceAt",
+                                        "SequenceErase",
+                                        "SequenceLength",
+                                        "Optional",
+                                        "OptionalGetElement",
+                                        "OptionalHasElement"};
+    if (strcmp(n->op_type, "LabelEncoder") == 0)
+        return strcmp(n->domain, "ai.onnx.ml") == 0;
+    return n->domain[0] == '\0' && kn_op_is_one_of(n, names, sizeof names / sizeof names[0]);
+}
+
 kiln_status kn_infer_node(const kn_node *n, const kiln_plugin_instance *plugin, const kn_tensor *in,
                           kn_tensor *out) {
+    for (int i = 0; i < n->n_in && !takes_strings(n); i++)
+        if (in[i].dtype == KILN_DTYPE_STRING)
+            return kn_error(KILN_ERR_UNSUPPORTED,
+                            "node '%s' (%s): input %d is a string tensor; kiln runs strings "
+                            "through Identity, Equal, Cast, the String* ops, RegexFullMatch, "
+                            "LabelEncoder, control flow and sequences only",
+                            n->name, n->op_type, i);
     if (kn_is_plugin_node(n))
         return kn_plugin_infer(n, plugin, in, out);
     const kn_op_schema *op = kn_op_find(n->domain, n->op_type);

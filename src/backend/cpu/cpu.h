@@ -13,6 +13,11 @@
 #undef KN_CPU_KERNEL
 #undef KN_CPU_KERNEL_STATE
 
+/* The numeric Equal and Cast kernels, which kn_cpu_equal and kn_cpu_cast call when no string is
+ * involved. */
+kiln_status ew_k_equal(kn_kernel_ctx *k);
+kiln_status ew_k_cast(kn_kernel_ctx *k);
+
 /* The CPU backend object (registered in the backend registry as "cpu"). */
 kn_backend *kn_cpu_backend(void);
 

@@ -3,6 +3,7 @@
  * a later opset only widened them) and attributes, then computes the broadcast output shape. */
 #include "ops/math/elementwise_infer.h"
 #include "ops/fused_elementwise.h"
+#include "ops/text/string_ops.h"
 
 #include <string.h>
 
@@ -148,6 +149,13 @@ kiln_status kn_infer_prelu(kn_infer_ctx *c) {
 }
 
 kiln_status kn_infer_equal(kn_infer_ctx *c) {
+    if (c->n_in == 2 &&
+        (c->in[0].dtype == KILN_DTYPE_STRING || c->in[1].dtype == KILN_DTYPE_STRING)) {
+        if (c->in[0].dtype != c->in[1].dtype)
+            return kn_error(KILN_ERR_DTYPE, "inputs are %s and %s", kn_dtype_name(c->in[0].dtype),
+                            kn_dtype_name(c->in[1].dtype));
+        return kn_infer_string_op(c);
+    }
     return infer_binary(c, M_NUM | M_BOOL, KILN_DTYPE_BOOL);
 }
 
@@ -222,7 +230,8 @@ kiln_status kn_infer_clip(kn_infer_ctx *c) {
 }
 
 bool kn_ew_cast_supported(int32_t dtype) {
-    return kn_dtype_size(dtype) != 0; /* every numeric dtype and bool; not strings */
+    /* every numeric dtype and bool; strings are cast by ops/text/string_cast.c */
+    return kn_dtype_size(dtype) != 0 && dtype != KILN_DTYPE_STRING && dtype != KILN_DTYPE_CONTAINER;
 }
 
 static kiln_status cast_to(kn_infer_ctx *c, int64_t to) {
@@ -233,8 +242,6 @@ static kiln_status cast_to(kn_infer_ctx *c, int64_t to) {
         return kn_error(KILN_ERR_MODEL,
                         "attribute 'round_mode' is '%.40s'; expected up, down or nearest",
                         round_mode);
-    if (to == KILN_DTYPE_STRING)
-        return kn_error(KILN_ERR_UNSUPPORTED, "casting to string is not supported");
     if (to < 0 || to > 64 || !kn_ew_cast_supported((int32_t)to))
         return kn_error(KILN_ERR_UNSUPPORTED, "casting to dtype %lld is not supported",
                         (long long)to);
@@ -247,10 +254,14 @@ kiln_status kn_infer_cast(kn_infer_ctx *c) {
     KN_TRY(ew_check_arity(c, 1, 1));
     if (kn_node_attr(c->node, "to") == NULL)
         return kn_error(KILN_ERR_MODEL, "attribute 'to' is required");
+    if (kn_string_cast_involved(c))
+        return kn_infer_string_op(c);
     return cast_to(c, kn_attr_int(c->node, "to", 0));
 }
 
 kiln_status kn_infer_cast_like(kn_infer_ctx *c) {
     KN_TRY(ew_check_arity(c, 2, 2));
+    if (kn_string_cast_involved(c))
+        return kn_infer_string_op(c);
     return cast_to(c, c->in[1].dtype);
 }
