@@ -6,7 +6,7 @@ from typing import Any, List, Sequence, Tuple
 
 import numpy as np
 
-from . import _dtypes
+from . import _dtypes, _strings
 from ._lib import ERR_INVALID_ARGUMENT, KilnError
 
 CONTAINER = 64  # KILN_DTYPE_CONTAINER
@@ -40,6 +40,9 @@ def _element(name: str, value: Any) -> Part:
     if isinstance(value, (list, tuple)):
         b = encode(name, value).tobytes()
         return CONTAINER, (len(b),), b
+    if _strings.is_strings(value):
+        b = _strings.encode(name, value).tobytes()
+        return _strings.STRING, (len(b),), b
     arr = np.ascontiguousarray(np.asarray(value))
     if arr.ndim > 8:
         raise KilnError(ERR_INVALID_ARGUMENT, f"input '{name}': an element has rank {arr.ndim}")
@@ -80,6 +83,8 @@ def decode(raw: bytes) -> Any:
         data = raw[off:off + nb]
         if dt == CONTAINER:
             items.append(decode(data))
+        elif dt == _strings.STRING:
+            items.append(_strings.decode(data))
         else:
             items.append(np.frombuffer(data, dtype=_dtypes.to_numpy(dt)).reshape(dims[:rank]).copy())
     if kind == 1:

@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from . import _containers, _device
+from . import _containers, _device, _strings
 from . import _dtypes
 from ._containers import CONTAINER
 from . import _lib
@@ -133,6 +133,8 @@ def _as_input(info: IOInfo, value: ArrayLike) -> NDArray[Any]:
     e.g. float64 -> float32 or int32 -> int64; float -> int is refused)."""
     if info.kiln_dtype == CONTAINER:  # a sequence (list) or optional (None or a value)
         return _containers.encode(info.name, value)
+    if info.kiln_dtype == _strings.STRING:  # an array of str or bytes
+        return _strings.encode(info.name, value)
     want = info.dtype
     if want is None:
         raise KilnError(ERR_DTYPE, f"input '{info.name}' has a dtype Python cannot feed")
@@ -279,6 +281,8 @@ class Context:
         check(lib.kiln_context_get_output(self._h, encode(name), ctypes.byref(view)))
         if view.dtype == CONTAINER:
             return _containers.decode(ctypes.string_at(view.data, view.size))
+        if view.dtype == _strings.STRING:
+            return _strings.decode(ctypes.string_at(view.data, view.size))
         dt = _dtypes.to_numpy(view.dtype)
         shape = tuple(view.dims[d] for d in range(view.rank))
         out = np.empty(shape, dtype=dt)
@@ -293,6 +297,15 @@ class Context:
         if h is not None:
             h.release()
             self._hobj = None
+
+
+def _profile_shape(name: str, value: Any) -> Tuple[int, ...]:
+    """The profile shape of a feed: a block's byte count for sequences, optionals and strings."""
+    if _containers.looks_like(value):
+        return (_containers.encode(name, value).size,)
+    if _strings.is_strings(value):
+        return (_strings.encode(name, value).size,)
+    return tuple(np.shape(value))
 
 
 def run(
@@ -322,10 +335,7 @@ def run(
         )
     if is_model:
         if shapes is None:
-            shapes = {
-                n: (_containers.encode(n, v).size,) if _containers.looks_like(v) else np.shape(v)
-                for n, v in feeds.items()
-            }
+            shapes = {n: _profile_shape(n, v) for n, v in feeds.items()}
         plan = build(model_or_plan, shapes=shapes, threads=threads, plugins=plugins)
     engine = Engine(plan, plugins=plugins)
     return engine.context().run(feeds)
