@@ -60,6 +60,21 @@ static const char *perl_class(char c, bool *neg) {
     }
 }
 
+/* The ASCII ranges of a POSIX class name (name[0..n)), or NULL. */
+static const char *posix_class(const char *name, size_t n) {
+    static const char *const classes[][2] = {
+        {"alpha", "A-Za-z"},        {"digit", "0-9"},        {"alnum", "0-9A-Za-z"},
+        {"upper", "A-Z"},           {"lower", "a-z"},        {"space", " \t\n\v\f\r"},
+        {"blank", " \t"},           {"xdigit", "0-9A-Fa-f"}, {"word", "0-9A-Za-z_"},
+        {"punct", "!-/:-@[-`{-~"},  {"print", " -~"},        {"graph", "!-~"},
+        {"cntrl", "\x01-\x1f\x7f"}, {"ascii", "\x01-\x7f"},
+    };
+    for (size_t i = 0; i < sizeof classes / sizeof classes[0]; i++)
+        if (strlen(classes[i][0]) == n && memcmp(classes[i][0], name, n) == 0)
+            return classes[i][1];
+    return NULL;
+}
+
 static kiln_status refuse(const char *pat, const char *what) {
     return kn_error(KILN_ERR_UNSUPPORTED,
                     "pattern '%.120s': %s is RE2 syntax kiln cannot run (see docs/strings.md)", pat,
@@ -76,13 +91,14 @@ static kiln_status bracket(const char *pat, const char **pp, ere *e) {
     ere body = {0};
     for (bool first = true; *p && (first || *p != ']'); first = false) {
         char c = *p++;
-        if (c == '[' && *p == ':') { /* a POSIX class: the same in both */
+        if (c == '[' && *p == ':') { /* a POSIX class: ASCII in RE2, so spelled as ranges */
             const char *end = strstr(p, ":]");
-            if (end == NULL)
-                break;
-            put(&body, "[");
-            for (const char *q = p; q < end + 2; q++)
-                put_char(&body, *q);
+            const char *cls = end != NULL ? posix_class(p + 1, (size_t)(end - p - 1)) : NULL;
+            if (cls == NULL) {
+                kn_free(body.s);
+                return refuse(pat, "this [:class:]");
+            }
+            put(&body, cls);
             p = end + 2;
             continue;
         }
