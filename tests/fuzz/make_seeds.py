@@ -58,6 +58,46 @@ def npy_seeds(out):
             put(out, "npy", buf.getvalue())
 
 
+STRING_CASES = ("test_string_concat_broadcasting", "test_string_split_maxsplit",
+                "test_strnormalizer_export_monday_insensintive_upper_twodim",
+                "test_regex_full_match_email_domain", "test_ai_onnx_ml_label_encoder_tensor_mapping",
+                "test_equal_string_broadcast")
+
+
+def string_seeds(kiln, out, tmp):
+    """String tensors: node-test models and their string_data inputs, a plan holding a string
+    constant, and numpy unicode and bytes arrays."""
+    import io
+
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    for t, model, data_dir in node_tests():
+        if t not in STRING_CASES:
+            continue
+        with open(model, "rb") as f:
+            put(out, "onnx", f.read())
+        for pb in sorted(os.listdir(data_dir)):
+            with open(os.path.join(data_dir, pb), "rb") as f:
+                put(out, "tensor_proto", f.read())
+    const = helper.make_tensor("c", TensorProto.STRING, [2], [b"ab", "\u4e2d".encode()])
+    graph = helper.make_graph([helper.make_node("StringConcat", ["x", "c"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.STRING, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.STRING, None)], [const])
+    model = os.path.join(tmp, "strings.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]), model)
+    with open(model, "rb") as f:
+        put(out, "onnx", f.read())
+    plan = build_plan(kiln, model, ["x:1,200,4000"], tmp)
+    if plan is not None:
+        put(out, "plan", plan)
+    for arr in [np.array(["a", "", "\u00e9\u4e2d"]), np.array([[b"ab", b"\xff"]]), np.array("x")]:
+        buf = io.BytesIO()
+        np.save(buf, arr)
+        put(out, "npy", buf.getvalue())
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kiln", required=True)
@@ -102,6 +142,7 @@ def main():
                 if len(data) <= 64 * 1024:
                     put(a.out, "npy", data)
     npy_seeds(a.out)
+    string_seeds(a.kiln, a.out, tmp)
     shutil.rmtree(tmp)
     for target in ["onnx", "plan", "npy", "tensor_proto"]:
         d = os.path.join(a.out, target)

@@ -155,23 +155,93 @@ static kiln_status bracket(const char *pat, const char **pp, ere *e) {
     return KILN_OK;
 }
 
+/* {n}, {n,} or {n,m} at p (just after '{'): the largest count it allows (n + 1 for {n,}) and
+ * the position after '}'; false when p starts no repetition (RE2 then reads '{' literally). */
+static bool repetition(const char *p, int64_t *most, const char **after) {
+    int64_t n = 0, m = -1;
+    const char *q = p;
+    if (*q < '0' || *q > '9')
+        return false;
+    while (*q >= '0' && *q <= '9' && n <= 100000)
+        n = n * 10 + (*q++ - '0');
+    if (*q == ',') {
+        q++;
+        m = *q >= '0' && *q <= '9' ? 0 : n + 1;
+        while (*q >= '0' && *q <= '9' && m <= 100000)
+            m = m * 10 + (*q++ - '0');
+    }
+    if (*q != '}')
+        return false;
+    *most = m > n ? m : n;
+    *after = q + 1;
+    return true;
+}
+
+/* RE2 refuses counts above 1000; kiln also bounds how far nested counts expand (POSIX engines
+ * expand them), so a pattern cannot ask for unbounded memory. */
+#define MAX_REPEAT 1000
+#define MAX_EXPANSION 100000
+#define MAX_DEPTH 64
+
 static kiln_status translate(const char *pat, ere *e) {
+    int64_t sum[MAX_DEPTH + 1] = {0}, last = 0; /* expanded size of each open group, last item */
+    int depth = 0;
     put(e, "^(");
     for (const char *p = pat; *p;) {
         char c = *p++;
+        if (c == '(') {
+            if (depth == MAX_DEPTH)
+                return refuse(pat, "groups nested this deep");
+            sum[++depth] = 0;
+            if (*p == '?') {
+                if (p[1] != ':')
+                    return refuse(pat, "a (?...) group other than (?:...)");
+                p += 2;
+            }
+            put(e, "(");
+            continue;
+        }
+        if (c == ')' && depth > 0) {
+            last = sum[depth--];
+            sum[depth] += last;
+            put(e, ")");
+            continue;
+        }
+        int64_t most;
+        const char *after;
+        if (c == '{' && repetition(p, &most, &after)) {
+            if (most > MAX_REPEAT)
+                return refuse(pat, "a count above 1000");
+            sum[depth] += last * (most - 1);
+            last *= most;
+            if (sum[depth] > MAX_EXPANSION || last > MAX_EXPANSION)
+                return refuse(pat, "counts expanding past 100000 items");
+            put(e, "{");
+            while (p < after)
+                put_char(e, *p++);
+            if (*p == '?' || *p == '+')
+                return refuse(pat, "a lazy or possessive quantifier");
+            continue;
+        }
+        if ((c == '*' || c == '+' || c == '?') && (*p == '?' || *p == '+'))
+            return refuse(pat, "a lazy or possessive quantifier");
+        if (c == '*' || c == '+' || c == '?' || c == '|' || c == '^' || c == '$') {
+            put_char(e, c);
+            continue;
+        }
+        sum[depth]++;
+        last = 1;
         if (c == '[') {
             KN_TRY(bracket(pat, &p, e));
             continue;
         }
-        if (c == '(' && *p == '?') {
-            if (p[1] != ':')
-                return refuse(pat, "a (?...) group other than (?:...)");
-            p += 2;
-            put(e, "(");
+        if (c == ')')
+            return kn_error(KILN_ERR_MODEL, "pattern '%.120s': a ')' has no '('", pat);
+        if (c == '{' || c == '}') { /* literal in RE2 here */
+            put_char(e, '\\');
+            put_char(e, c);
             continue;
         }
-        if ((c == '*' || c == '+' || c == '?' || c == '}') && (*p == '?' || *p == '+'))
-            return refuse(pat, "a lazy or possessive quantifier");
         if (c != '\\') {
             put_char(e, c);
             continue;
@@ -204,6 +274,8 @@ static kiln_status translate(const char *pat, ere *e) {
             put_char(e, c); /* an escaped character with no special meaning */
         }
     }
+    if (depth != 0)
+        return kn_error(KILN_ERR_MODEL, "pattern '%.120s': a '(' is not closed", pat);
     put(e, ")$");
     return e->oom ? kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory") : KILN_OK;
 }
