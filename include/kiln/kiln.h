@@ -74,6 +74,9 @@ typedef enum kiln_dtype {
     KILN_DTYPE_INT16 = 5,
     KILN_DTYPE_INT32 = 6,
     KILN_DTYPE_INT64 = 7,
+    /* A string tensor, held as one block of bytes (shape [bytes], kiln_dtype_size 1): a header
+     * {u32 magic 0x54534e4b, i32 rank, i64 dims[8], u64 count, u64 bytes}, then u64 offsets
+     * [count + 1] into the UTF-8 characters that follow (docs/strings.md). CPU only. */
     KILN_DTYPE_STRING = 8,
     KILN_DTYPE_BOOL = 9,
     KILN_DTYPE_FLOAT16 = 10,
@@ -120,7 +123,8 @@ KILN_API const char *kiln_last_error(void);
 KILN_API const char *kiln_status_name(kiln_status status);
 KILN_API const char *kiln_version_string(void);
 KILN_API const char *kiln_dtype_name(kiln_dtype dtype);
-KILN_API size_t kiln_dtype_size(kiln_dtype dtype); /* 0 for undefined and string */
+KILN_API size_t
+kiln_dtype_size(kiln_dtype dtype); /* 0 for undefined; 1 for string and container blocks */
 
 /* Allocator hook. alloc returns memory aligned to `align` (a power of two, at most 4096) or
  * NULL; free accepts what alloc returned or NULL. Set it once, before any other kiln call,
