@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "core/alloc.h"
+#include "core/strings.h"
 #include "core/threadpool.h"
 #include "ops/fused_elementwise.h"
 #include "ops/op.h"
@@ -285,7 +286,34 @@ static void test_cast(void **state) {
     assert_int_equal(run_node(&r, "", "CastLike", 15, NULL, 0, cl, 2), KILN_OK);
     EXPECT_ARRAY(&r, int16_t, 1, -1, 2);
     run_free(&r);
+    /* to string: shortest round-trip form, NaN as "NaN" (ops/text/string_cast.c) */
     to = ai("to", KILN_DTYPE_STRING);
+    assert_int_equal(run_node(&r, "", "Cast", 13, &to, 1, &x, 1), KILN_OK);
+    kn_strings s;
+    assert_int_equal(kn_strings_open(&r.out, "out", &s), KILN_OK);
+    const char *want[7] = {"1.9", "-1.9", "2.5", "1e+10", "-1e+10", "NaN", "0"};
+    for (int i = 0; i < 7; i++) {
+        kn_str e = kn_strings_at(&s, i);
+        assert_int_equal(e.n, strlen(want[i]));
+        assert_memory_equal(e.p, want[i], e.n);
+    }
+    /* and back; a string that is no number fails naming it */
+    kn_tensor back = r.out;
+    to = ai("to", KILN_DTYPE_FLOAT32);
+    run r2;
+    assert_int_equal(run_node(&r2, "", "Cast", 13, &to, 1, &back, 1), KILN_OK);
+    expect_f32(&r2, f, 7, 0.0f);
+    run_free(&r2);
+    run_free(&r);
+    kn_shape one = {.rank = 1, .d = {1}};
+    const kn_str bad[1] = {{"12x", 3}};
+    kn_tensor bt;
+    assert_int_equal(kn_strings_make(&one, bad, &bt), KILN_OK);
+    assert_int_equal(run_node(&r, "", "Cast", 13, &to, 1, &bt, 1), KILN_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(kiln_last_error(), "'12x'"));
+    run_free(&r);
+    kn_free(bt.data);
+    to = ai("to", KILN_DTYPE_CONTAINER);
     assert_int_equal(run_node(&r, "", "Cast", 13, &to, 1, &x, 1), KILN_ERR_UNSUPPORTED);
     run_free(&r);
 }

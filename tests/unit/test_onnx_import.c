@@ -5,6 +5,7 @@
 #include <cmocka.h>
 
 #include "core/alloc.h"
+#include "core/strings.h"
 #include "core/fileio.h"
 #include "onnx/onnx.pb-c.h"
 #include "onnx/onnx_import.h"
@@ -392,11 +393,37 @@ static void test_initializer_errors(void **state) {
     PUSH(m->graph->initializer, m->graph->n_initializer, t);
     assert_error(import(m, NULL, &g), KILN_ERR_MODEL, "initializer 'big'", "elements");
     arena_free();
-    /* strings, segments, unsupported dtype, duplicates */
+    /* strings: string_data must match the dims and raw_data is refused; segments, unsupported
+     * dtype, duplicates */
     m = small_model();
     t = tensor("s", KILN_DTYPE_STRING, 0, NULL);
     PUSH(m->graph->initializer, m->graph->n_initializer, t);
-    assert_error(import(m, NULL, &g), KILN_ERR_UNSUPPORTED, "initializer 's'", "string");
+    assert_error(import(m, NULL, &g), KILN_ERR_MODEL, "initializer 's'", "holds 0 strings");
+    arena_free();
+    m = small_model();
+    t = tensor("s", KILN_DTYPE_STRING, 1, (int64_t[]){2});
+    set_raw(t, "ab", 2);
+    PUSH(m->graph->initializer, m->graph->n_initializer, t);
+    assert_error(import(m, NULL, &g), KILN_ERR_MODEL, "initializer 's'", "string_data");
+    arena_free();
+    m = small_model();
+    t = tensor("names", KILN_DTYPE_STRING, 1, (int64_t[]){2});
+    t->n_string_data = 2;
+    t->string_data = A(2 * sizeof *t->string_data);
+    t->string_data[0] = (ProtobufCBinaryData){3, (uint8_t *)S("abc")};
+    t->string_data[1] = (ProtobufCBinaryData){0, (uint8_t *)S("")};
+    PUSH(m->graph->initializer, m->graph->n_initializer, t);
+    assert_int_equal(import(m, NULL, &g), KILN_OK);
+    const kn_value *sv = &g->values[kn_graph_find_value(g, "names")];
+    assert_int_equal(sv->dtype, KILN_DTYPE_STRING);
+    kn_tensor st = {
+        .dtype = sv->dtype, .shape = {.rank = 1, .d = {sv->dims[0].value}}, .data = sv->data};
+    kn_strings ss;
+    assert_int_equal(kn_strings_open(&st, "names", &ss), KILN_OK);
+    assert_int_equal(ss.count, 2);
+    assert_true(kn_str_eq(kn_strings_at(&ss, 0), (kn_str){"abc", 3}));
+    assert_int_equal(kn_strings_at(&ss, 1).n, 0);
+    kn_graph_destroy(g);
     arena_free();
     m = small_model();
     t = m->graph->initializer[0];

@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "core/alloc.h"
+#include "core/strings.h"
 #include "core/threadpool.h"
 #include "ops/op.h"
 
@@ -803,8 +804,20 @@ static void test_misc(void **state) {
     assert_memory_equal(r.out[1].data, ((const uint8_t[]){1, 1, 1}), 3);
     free_run(&r);
 
-    kn_tensor s = {.dtype = KILN_DTYPE_STRING, .shape = {.rank = 1, .d = {2}}};
-    assert_int_equal(run_op(&r, "Identity", 13, NULL, 0, &s, 1, 1), KILN_ERR_UNSUPPORTED);
+    /* a string block (core/strings.h) passes Identity as its bytes; reshaping one is refused */
+    kn_shape two = {.rank = 1, .d = {2}};
+    const kn_str words[2] = {{"ab", 2}, {"c", 1}};
+    kn_tensor s;
+    assert_int_equal(kn_strings_make(&two, words, &s), KILN_OK);
+    assert_int_equal(run_op(&r, "Identity", 13, NULL, 0, &s, 1, 1), KILN_OK);
+    assert_int_equal(r.out[0].dtype, KILN_DTYPE_STRING);
+    assert_int_equal(kn_tensor_nbytes(&r.out[0]), kn_tensor_nbytes(&s));
+    assert_memory_equal(r.out[0].data, s.data, kn_tensor_nbytes(&s));
+    free_run(&r);
+    int64_t shape2[] = {1, 2};
+    kn_tensor rs[] = {s, T(I64, shape2, 1, 2)};
+    assert_int_equal(run_op(&r, "Reshape", 14, NULL, 0, rs, 2, 1), KILN_ERR_UNSUPPORTED);
+    kn_free(s.data);
 }
 
 /* Extreme values must come back as errors, never as huge allocations or overflowed dims. */
