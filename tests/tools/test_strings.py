@@ -226,3 +226,61 @@ def test_regex_subset_matches_onnxruntime(tmp_path, pattern):
                   [helper.make_tensor_value_info("y", TensorProto.BOOL, None)])
     want = run_ort(path, {"x": TEXTS})["y"]
     np.testing.assert_array_equal(pk.run(path, {"x": TEXTS})["y"], want)
+
+
+def one_node(node, ins, outs, opset=20):
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, t, s)
+                                            for n, t, s in ins],
+                              [helper.make_tensor_value_info(n, t, None) for n, t in outs])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset),
+                                                    helper.make_opsetid("ai.onnx.ml", 4)])
+    model.ir_version = 9
+    return model.SerializeToString()
+
+
+EDGES = [
+    (helper.make_node("StringSplit", ["x"], ["a", "b"], maxsplit=1),
+     np.array(["a b c  ", "  x  y ", " ", ""]), [(S, None), (I64, None)], 20),
+    (helper.make_node("StringSplit", ["x"], ["a", "b"], delimiter="ab", maxsplit=1),
+     np.array(["xabyabz", "ab", "", "abab"]), [(S, None), (I64, None)], 20),
+    (helper.make_node("StringNormalizer", ["x"], ["y"], stopwords=["a"], locale="C.UTF-8"),
+     np.array([["a", "a"]]), [(S, None)], 10),
+    (helper.make_node("StringNormalizer", ["x"], ["y"], case_change_action="UPPER",
+                      locale="C.UTF-8"), np.array(["straße", "ǆ", "ﬁ", "ı", "ÿ"]), [(S, None)], 10),
+    (helper.make_node("StringNormalizer", ["x"], ["y"], case_change_action="LOWER",
+                      stopwords=["σ"], locale="C.UTF-8"), np.array(["İ", "Σ", "ǅ", "ÀÉ"]),
+     [(S, None)], 10),
+    (helper.make_node("LabelEncoder", ["x"], ["y"], domain="ai.onnx.ml", keys_strings=["a", "b"],
+                      values_strings=["A", "B"]), np.array([["a", "c"], ["b", ""]]), [(S, None)],
+     20),
+    (helper.make_node("LabelEncoder", ["x"], ["y"], domain="ai.onnx.ml", keys_strings=["a"],
+                      values_floats=[0.5]), np.array(["a", "z"]), [(TensorProto.FLOAT, None)], 20),
+]
+
+
+@pytest.mark.parametrize("case", range(len(EDGES)))
+def test_edge_cases_match_onnxruntime(case):
+    import kiln as pk
+    import onnxruntime as ort
+    node, x, outs, opset = EDGES[case]
+    model = one_node(node, [("x", S, list(x.shape))], [(o, t) for o, (t, _) in
+                                                        zip(node.output, outs)], opset)
+    sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    want = sess.run(None, {"x": x})
+    got = pk.run(model, {"x": x})
+    for name, w in zip(node.output, want):
+        same(got[name], w)
+
+
+def test_label_encoder_numeric_keys_match_onnxruntime():
+    import kiln as pk
+    import onnxruntime as ort
+    big = 2**53 + 1
+    node = helper.make_node("LabelEncoder", ["x"], ["y"], domain="ai.onnx.ml",
+                            keys_int64s=[big, 3], values_strings=["big", "three"],
+                            default_string="-")
+    model = one_node(node, [("x", I64, [3])], [("y", S)])
+    x = np.array([big, big - 1, 3], np.int64)
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    same(pk.run(model, {"x": x})["y"], want[0])
+    assert [str(v) for v in want[0]] == ["big", "-", "three"]

@@ -229,8 +229,9 @@ static bool is_space(char c) {
     return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
 }
 
-/* The pieces of s (as Python's str.split(delim, maxsplit) does; delim NULL: runs of
- * whitespace, with none at the ends); calls add for each unless it is NULL; returns the count. */
+/* The pieces of s (as Python's str.split(delim, maxsplit) does, but none for an empty s; delim
+ * NULL: runs of whitespace, with none at the ends); calls add for each unless it is NULL;
+ * returns the count. */
 static int64_t split_one(kn_str s, const char *delim, size_t dl, int64_t maxsplit,
                          kn_strings_builder *add) {
     int64_t pieces = 0;
@@ -257,6 +258,8 @@ static int64_t split_one(kn_str s, const char *delim, size_t dl, int64_t maxspli
         }
         return pieces;
     }
+    if (s.n == 0) /* no pieces, as onnxruntime (Python's split would give one empty one) */
+        return 0;
     for (;;) {
         size_t j = i;
         bool found = false;

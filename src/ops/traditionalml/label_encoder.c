@@ -166,6 +166,11 @@ kiln_status kn_label_encoder(const kn_node *n, const kn_tensor *x, kn_tensor *ou
             for (int64_t k = 0; k < keys.n && hit < 0; k++)
                 if (kn_str_eq(v, list_str(&keys, k)))
                     hit = k;
+        } else if (kn_dtype_is_integer(x->dtype)) { /* exact: int64 keys past 2^53 */
+            int64_t v = kn_tensor_get_i64(x, i);
+            for (int64_t k = 0; k < keys.n && hit < 0; k++)
+                if (v == list_i64(&keys, k))
+                    hit = k;
         } else {
             double v = kn_tensor_get_f64(x, i);
             for (int64_t k = 0; k < keys.n && hit < 0; k++)
