@@ -5,6 +5,7 @@
 #include "ir/placement.h"
 #include "ops/op.h"
 #include "runtime/memory_plan.h"
+#include "shape/string_move.h"
 
 #include <string.h>
 
@@ -29,6 +30,10 @@ static kiln_status prepare_node(kiln_engine *e, int i) {
             e->kernels[i] = b->iface->plugin_kernel(b, &kn_plugin_kernel);
         KN_TRY(kn_plugin_create_for_node(e->registry, n, &e->plugins[i]));
         return kn_plugin_check_backend(n, &e->plugins[i], b->iface->name);
+    }
+    if (kn_string_moves_in(g, n)) { /* on the host: placement keeps strings there */
+        e->kernels[i] = &kn_string_move_kernel;
+        return KILN_OK;
     }
     const kn_kernel *k = b->iface->find_kernel(b, n->domain, n->op_type);
     if (k == NULL)

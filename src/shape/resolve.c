@@ -5,6 +5,7 @@
 #include "ops/legacy_opset.h"
 #include "ops/op.h"
 #include "plugin/plugin.h"
+#include "shape/string_move.h"
 
 #include <string.h>
 
@@ -37,12 +38,12 @@ static bool takes_strings(const kn_node *n) {
 
 kiln_status kn_infer_node(const kn_node *n, const kiln_plugin_instance *plugin, const kn_tensor *in,
                           kn_tensor *out) {
-    for (int i = 0; i < n->n_in && !takes_strings(n); i++)
+    bool moves = kn_string_moves(n, n->n_in, in);
+    for (int i = 0; i < n->n_in && !moves && !takes_strings(n); i++)
         if (in[i].dtype == KILN_DTYPE_STRING)
             return kn_error(KILN_ERR_UNSUPPORTED,
-                            "node '%s' (%s): input %d is a string tensor; kiln runs strings "
-                            "through Identity, Equal, Cast, the String* ops, RegexFullMatch, "
-                            "LabelEncoder, control flow and sequences only",
+                            "node '%s' (%s): input %d is a string tensor, which this op "
+                            "does not take in kiln (docs/strings.md lists those that do)",
                             n->name, n->op_type, i);
     if (kn_is_plugin_node(n))
         return kn_plugin_infer(n, plugin, in, out);
@@ -76,7 +77,7 @@ kiln_status kn_infer_node(const kn_node *n, const kiln_plugin_instance *plugin, 
     for (int i = 0; i < n->n_out; i++)
         memset(&out[i], 0, sizeof out[i]);
     kn_infer_ctx c = {.node = n, .n_in = n->n_in, .in = in, .n_out = n->n_out, .out = out};
-    kiln_status rc = op->infer(&c);
+    kiln_status rc = moves ? kn_string_move_infer(n, n->n_in, in, n->n_out, out) : op->infer(&c);
     if (rc == KN_NEED_DATA)
         return rc;
     if (rc != KILN_OK)
@@ -99,7 +100,9 @@ kiln_status kn_infer_node(const kn_node *n, const kiln_plugin_instance *plugin, 
 kiln_status kn_eval_node(kn_backend *host, const kn_node *n, const kn_tensor *in, kn_tensor *out,
                          kn_threadpool *pool) {
     KN_ASSERT(kn_mem_host_visible(host->iface->mem));
-    const kn_kernel *k = host->iface->find_kernel(host, n->domain, n->op_type);
+    const kn_kernel *k = kn_string_moves(n, n->n_in, in)
+                             ? &kn_string_move_kernel
+                             : host->iface->find_kernel(host, n->domain, n->op_type);
     if (k == NULL)
         return kn_error(KILN_ERR_UNSUPPORTED, "node '%s' (%s): no %s kernel", n->name, n->op_type,
                         host->iface->name);

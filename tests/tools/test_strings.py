@@ -180,14 +180,22 @@ def test_bad_input_is_one_line_error(tmp_path):
                     [helper.make_tensor_value_info("y", S, None)], "loc.onnx", 10)
     one_line_error(kiln("run", locale, "--input", f"x={x}", "--output-dir", str(tmp_path / "o"),
                         check=False), "locale 'tr_TR'")
-    reshape = helper.make_graph(
-        [helper.make_node("Reshape", ["x", "s"], ["y"])], "g",
-        [helper.make_tensor_value_info("x", S, [2])], [helper.make_tensor_value_info("y", S, None)],
-        [helper.make_tensor("s", I64, [2], [1, 2])])
+    shape = helper.make_graph(
+        [helper.make_node("Shape", ["x"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", S, [2])], [helper.make_tensor_value_info("y", I64, None)])
     path = str(tmp_path / "r.onnx")
-    onnx.save(helper.make_model(reshape, opset_imports=[helper.make_opsetid("", 18)]), path)
+    onnx.save(helper.make_model(shape, opset_imports=[helper.make_opsetid("", 18)]), path)
     one_line_error(kiln("run", path, "--input", f"x={x}", "--output-dir", str(tmp_path / "o"),
-                        check=False), "Reshape", "string tensor")
+                        check=False), "Shape", "string tensor")
+    # a data-movement op given strings and numbers as its data
+    concat = helper.make_graph(
+        [helper.make_node("Concat", ["x", "n"], ["y"], axis=0)], "g",
+        [helper.make_tensor_value_info("x", S, [2])], [helper.make_tensor_value_info("y", S, None)],
+        [helper.make_tensor("n", I64, [1], [5])])
+    path = str(tmp_path / "mix.onnx")
+    onnx.save(helper.make_model(concat, opset_imports=[helper.make_opsetid("", 18)]), path)
+    one_line_error(kiln("run", path, "--input", f"x={x}", "--output-dir", str(tmp_path / "o"),
+                        check=False), "Concat", "int64", "strings")
     # a numeric .npy for a string input, and a truncated '<U' file
     concat = single(tmp_path, helper.make_node("StringConcat", ["x", "x"], ["y"]),
                     [helper.make_tensor_value_info("x", S, [2])],
@@ -284,3 +292,54 @@ def test_label_encoder_numeric_keys_match_onnxruntime():
     want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})
     same(pk.run(model, {"x": x})["y"], want[0])
     assert [str(v) for v in want[0]] == ["big", "-", "three"]
+
+
+def moves_model():
+    """The data-movement ops on strings, from graph inputs and from a string initializer."""
+    inits = [helper.make_tensor("shape", I64, [2], [3, 2]),
+             helper.make_tensor("idx", I64, [2], [1, 0]),
+             helper.make_tensor("st", I64, [1], [1]), helper.make_tensor("en", I64, [1], [3]),
+             helper.make_tensor("ax", I64, [1], [1]), helper.make_tensor("cond", TensorProto.BOOL,
+                                                                         [3], [1, 0, 1]),
+             helper.make_tensor("rep", I64, [2], [2, 1]), helper.make_tensor("sp", I64, [2], [1, 1]),
+             helper.make_tensor("words", S, [2, 2], [b"w", b"x", "\u4e2d".encode(), b""])]
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["r"]),
+             helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0]),
+             helper.make_node("Gather", ["x", "idx"], ["g"], axis=1),
+             helper.make_node("Concat", ["x", "y"], ["c"], axis=0),
+             helper.make_node("Slice", ["x", "st", "en", "ax"], ["s"]),
+             helper.make_node("Where", ["cond", "x", "y"], ["w"]),
+             helper.make_node("Tile", ["y", "rep"], ["ti"]),
+             helper.make_node("Split", ["x", "sp"], ["s0", "s1"], axis=0),
+             helper.make_node("Flatten", ["x"], ["f"], axis=0),
+             helper.make_node("Unsqueeze", ["y", "ax"], ["u"]),
+             helper.make_node("Transpose", ["words"], ["wt"], perm=[1, 0]),
+             helper.make_node("Concat", ["wt", "x"], ["wc"], axis=1)]
+    outs = ["r", "t", "g", "c", "s", "w", "ti", "s0", "s1", "f", "u", "wt", "wc"]
+    graph = helper.make_graph(nodes, "moves", [helper.make_tensor_value_info("x", S, [2, 3]),
+                                               helper.make_tensor_value_info("y", S, [1, 3])],
+                              [helper.make_tensor_value_info(o, S, None) for o in outs], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    return model
+
+
+def test_data_movement_on_strings_matches_onnxruntime(tmp_path):
+    import kiln as pk
+    path = str(tmp_path / "moves.onnx")
+    onnx.save(moves_model(), path)
+    x = np.array([["a", "bb", "ccc"], ["d", "", "中f"]])
+    y = np.array([["p", "q", "r"]])
+    ref = run_ort(path, {"x": x, "y": y})
+    got = pk.run(path, {"x": x, "y": y})
+    for name, want in ref.items():
+        same(got[name], want)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    plan = str(tmp_path / "moves.plan")
+    kiln("build", path, "-o", plan, "--shapes", "x:1,400,10000", "--shapes", "y:1,400,10000")
+    out = str(tmp_path / "out")
+    kiln("run", plan, "--input", f"x={tmp_path / 'x.npy'}", "--input", f"y={tmp_path / 'y.npy'}",
+         "--output-dir", out)
+    for name, want in ref.items():
+        same(read_out(out, name), want)
