@@ -70,7 +70,7 @@ kiln_status kn_strings_begin(kn_strings_builder *b, const kn_shape *shape) {
 char *kn_strings_grow(kn_strings_builder *b, size_t n) {
     if (b->failed || b->added >= b->count)
         return b->failed = true, NULL;
-    if (b->len + n > b->cap) {
+    if (b->chars == NULL || b->len + n > b->cap) { /* a buffer even for empty strings */
         size_t cap = b->cap ? b->cap * 2 : 64;
         while (cap < b->len + n)
             cap *= 2;
