@@ -50,7 +50,10 @@ kiln_status kn_pass_recognize_gelu(kn_graph *g);
  * by one kiln.Attention(q, k, v[, mask]) with attribute scale (src/ops/kiln/fused_attention.c),
  * where every node of the pattern sits on one backend that runs kiln.Attention and each
  * intermediate value has that single consumer and is not a graph output. Before
- * kn_pass_fuse_elementwise, which would otherwise take the scale and the mask. */
+ * kn_pass_fuse_elementwise, which would otherwise take the scale and the mask. The builder
+ * runs it for float16 and bfloat16 plans only: their kernel uses tensor cores, the float32
+ * one CUDA cores, and BERT-base in float32 with it measured slower on an H200 (2.55 / 30.4 ms
+ * at batch 1 / 32) than the unfused plan had (2.12 / 27.7 ms, docs/benchmarks.md). */
 kiln_status kn_pass_fuse_attention(kn_graph *g);
 /* Collapse chains of element-wise ops into one kiln.FusedElementwise node (recognizing GELU
  * first). */

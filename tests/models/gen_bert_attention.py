@@ -6,8 +6,9 @@ Q/K/V MatMul + bias, Reshape to [B, S, H, D], Transpose (0,2,1,3) for Q and V an
 for K, MatMul, Mul by 1/sqrt(D), Add of a padding mask (ids == 0 -> -10000, [B, 1, 1, S]),
 Softmax, MatMul, Transpose back, Reshape, output projection + bias + residual, LayerNorm,
 erf-GELU feed-forward + residual, LayerNorm. It is the pattern kiln.Attention fuses on a GPU
-(passes.h, kn_pass_fuse_attention); on the CPU it runs unfused. Head size 16 (the tensor-core
-kernel's multiple) and odd sequence lengths in the cases (key padding).
+in fp16 and bf16 plans (passes.h, kn_pass_fuse_attention); elsewhere it runs unfused. Head
+size 16 (the tensor-core kernel's multiple) and odd sequence lengths in the cases (key
+padding).
 
 Reference outputs come from onnxruntime (CPU, float32); the script adds or replaces the
 model's entry in manifest.json.
@@ -129,7 +130,7 @@ def main():
         manifest = json.load(f)
     entry = {"name": NAME, "model": f"{NAME}/model.onnx", "opset": 17, "parameters": params,
              "dynamic": True, "shapes": ["ids:1x4,2x16,4x32"], "rtol": 0.001, "atol": 0.001,
-             "cases": cases}
+             "cuda_ops": ["Attention"], "cases": cases}
     manifest["models"] = [m for m in manifest["models"] if m["name"] != NAME] + [entry]
     tmp = manifest_path + ".tmp"
     with open(tmp, "w") as f:

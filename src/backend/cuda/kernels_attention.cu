@@ -111,16 +111,28 @@ __host__ __device__ inline tc_layout tc_layout_of(int d, int skp, int elem) {
 }
 
 // Copies rows [0, n) of a strided [rows, d] matrix into shared memory with pitch ld, zeros
-// for rows in [n, rows): 16-byte vectors (d and the row stride are multiples of 8).
+// for rows in [n, rows): 16-byte vectors (d and the row stride are multiples of 8), issued
+// kBatch at a time per thread so that the loads are in flight together.
 template <typename T>
-__device__ void stage(T *dst, int ld, const T *src, int64_t stride, int64_t n, int rows, int d) {
-    int chunks = d / 8;
-    for (int t = (int)threadIdx.x; t < rows * chunks; t += (int)blockDim.x) {
-        int r = t / chunks, c = t - r * chunks;
-        uint4 val = make_uint4(0, 0, 0, 0);
-        if (r < n)
-            val = *reinterpret_cast<const uint4 *>(src + r * stride + c * 8);
-        *reinterpret_cast<uint4 *>(dst + r * ld + c * 8) = val;
+__device__ void stage(T *dst, int ld, const T *__restrict__ src, int64_t stride, int64_t n,
+                      int rows, int d) {
+    constexpr int kBatch = 8;
+    const int chunks = d / 8, total = rows * chunks, step = (int)blockDim.x;
+    for (int base = (int)threadIdx.x; base < total; base += step * kBatch) {
+        uint4 val[kBatch];
+#pragma unroll
+        for (int u = 0; u < kBatch; u++) {
+            int t = base + u * step, r = t / chunks, c = t - r * chunks;
+            val[u] = make_uint4(0, 0, 0, 0);
+            if (t < total && r < n)
+                val[u] = __ldg(reinterpret_cast<const uint4 *>(src + r * stride + c * 8));
+        }
+#pragma unroll
+        for (int u = 0; u < kBatch; u++) {
+            int t = base + u * step, r = t / chunks, c = t - r * chunks;
+            if (t < total)
+                *reinterpret_cast<uint4 *>(dst + r * ld + c * 8) = val[u];
+        }
     }
 }
 
