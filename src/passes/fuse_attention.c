@@ -171,7 +171,9 @@ static kiln_status try_fuse(matcher *m, int pv) {
     if (q < 0 || k < 0)
         return KILN_OK;
     int nodes[] = {t_q, t_k, t_v, qk, mul, add, sm, t_o};
+    /* a device's kernel only: the host's is a plain reference, slower than the products */
     if (!one_place(g, nodes, (int)(sizeof nodes / sizeof nodes[0]), pv) ||
+        strcmp(kn_node_backend(n), "cpu") == 0 ||
         !kn_backend_has_kernel(kn_node_backend(n), KN_DOMAIN, "Attention"))
         return KILN_OK;
 

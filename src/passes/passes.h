@@ -48,7 +48,8 @@ kiln_status kn_pass_recognize_gelu(kn_graph *g);
  *     -> [Add mask] -> Softmax(last axis) -> MatMul(., Transpose(v, perm 0,2,1,3))
  *     -> Transpose(perm 0,2,1,3) -> y [B, Sq, H, Dv]
  * by one kiln.Attention(q, k, v[, mask]) with attribute scale (src/ops/kiln/fused_attention.c),
- * where every node of the pattern sits on one backend that runs kiln.Attention and each
+ * where every node of the pattern sits on one device backend (not the host) that runs
+ * kiln.Attention and each
  * intermediate value has that single consumer and is not a graph output. Before
  * kn_pass_fuse_elementwise, which would otherwise take the scale and the mask. The builder
  * runs it for float16 and bfloat16 plans only: their kernel uses tensor cores, the float32
