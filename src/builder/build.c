@@ -544,7 +544,11 @@ kiln_status kn_build_plan(const kiln_builder *b, const kiln_network *net,
         (rc = place(g, cfg, &plugins)) != KILN_OK)
         goto fail;
     progress(cfg, "fusing", 0.6);
-    if ((rc = kn_pass_recognize_gelu(g)) != KILN_OK || (rc = tidy(g)) != KILN_OK ||
+    /* Attention is fused for 16-bit plans only: in float32 the fused kernel runs on CUDA
+     * cores and measured slower than the products and softmax it replaces (passes.h). */
+    bool half = cfg->precision == KILN_PRECISION_FP16 || cfg->precision == KILN_PRECISION_BF16;
+    if ((half && ((rc = kn_pass_fuse_attention(g)) != KILN_OK || (rc = tidy(g)) != KILN_OK)) ||
+        (rc = kn_pass_recognize_gelu(g)) != KILN_OK || (rc = tidy(g)) != KILN_OK ||
         (rc = kn_pass_fuse_activations(g)) != KILN_OK || (rc = tidy(g)) != KILN_OK ||
         (rc = kn_pass_fuse_elementwise(g)) != KILN_OK || (rc = tidy(g)) != KILN_OK)
         goto fail;

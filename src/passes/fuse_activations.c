@@ -111,16 +111,21 @@ static kiln_status try_residual(fuser *f, int pi) {
         return KILN_OK; /* the later product takes this Add */
     kn_node *p = &g->nodes[pi];
     int slot = strcmp(p->op_type, "MatMul") == 0 ? 2 : 3;
-    if (p->n_in > slot)
+    if (p->n_in > slot && p->in[slot] >= 0)
         return KILN_OK;
-    int *in = kn_realloc(p->in, (size_t)p->n_in * sizeof(int), (size_t)(slot + 1) * sizeof(int));
-    if (in == NULL)
-        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory fusing a residual Add");
-    for (int i = p->n_in; i < slot; i++)
-        in[i] = -1;
-    in[slot] = other;
-    p->in = in;
-    p->n_in = slot + 1;
+    if (p->n_in > slot) { /* a MatMul whose bias took input 3 */
+        p->in[slot] = other;
+    } else {
+        int *in =
+            kn_realloc(p->in, (size_t)p->n_in * sizeof(int), (size_t)(slot + 1) * sizeof(int));
+        if (in == NULL)
+            return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory fusing a residual Add");
+        for (int i = p->n_in; i < slot; i++)
+            in[i] = -1;
+        in[slot] = other;
+        p->in = in;
+        p->n_in = slot + 1;
+    }
     f->uses[other]++;
     KN_TRY(add_attr(g, pi, (kn_attr){.name = "kiln_residual", .type = KN_ATTR_INT, .i = 1}));
     take_output(f, pi, ci);
@@ -319,8 +324,7 @@ kiln_status kn_pass_fuse_activations(kn_graph *g) {
             kn_node_attr(&g->nodes[i], "kiln_residual") == NULL)
             rc = try_bias(&f, i);
         if (rc == KILN_OK && kn_node_attr(&g->nodes[i], "kiln_activation") == NULL &&
-            kn_node_attr(&g->nodes[i], "kiln_residual") == NULL &&
-            kn_node_attr(&g->nodes[i], "kiln_bias") == NULL)
+            kn_node_attr(&g->nodes[i], "kiln_residual") == NULL)
             rc = try_residual(&f, i);
         if (rc == KILN_OK && kn_node_attr(&g->nodes[i], "kiln_activation") == NULL)
             rc = try_activation(&f, i);

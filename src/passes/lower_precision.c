@@ -208,7 +208,9 @@ static kiln_status widen_outputs(lowering *L, int i) {
         }
         for (int k = 0; k < L->n_nodes; k++) {
             kn_node *n = &g->nodes[k];
-            if (n->dead || L->lowered[k])
+            const kn_op_schema *op = kn_op_find(n->domain, n->op_type);
+            /* Shape and Size read no data: they take the lowered value as it is */
+            if (n->dead || L->lowered[k] || (op != NULL && (op->flags & KN_OP_SHAPE_ONLY)))
                 continue;
             for (int j = 0; j < n->n_in; j++) {
                 if (n->in[j] != v)

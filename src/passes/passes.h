@@ -32,7 +32,8 @@ kiln_status kn_pass_fold_batchnorm(kn_graph *g);
  *     the activation; it sits at index 3 for FusedConv and FusedGemm (an absent bias/C is -1)
  *     and at index 2 for FusedMatMul.
  *   kiln_bias (int) = 1, FusedMatMul only: input 3 is a constant vector of N values added to
- *     every row (an Add of a per-column bias folded in); input 2 stays -1.
+ *     every row (an Add of a per-column bias folded in); input 2 is -1 unless a residual
+ *     Add after the bias is folded in too (kiln_residual).
  * y = act(product + bias + residual). ONNX's own Conv / Gemm / MatMul never read kiln_*
  * attributes. */
 kiln_status kn_pass_fuse_activations(kn_graph *g);
@@ -40,6 +41,21 @@ kiln_status kn_pass_fuse_activations(kn_graph *g);
  * form) by one Gelu node, where its nodes share a backend that runs Gelu: before
  * kn_pass_fuse_activations, so a product's GELU can join its epilogue. */
 kiln_status kn_pass_recognize_gelu(kn_graph *g);
+/* Replace the attention of exporters (PyTorch's eager attention, transformers' BERT and
+ * kin), on 4-D heads:
+ *   Transpose(q [B, Sq, H, D], perm 0,2,1,3) --------------------.
+ *   Transpose(k [B, Sk, H, D], perm 0,2,3,1) -> MatMul -> [Mul | Div by a scalar constant]
+ *     -> [Add mask] -> Softmax(last axis) -> MatMul(., Transpose(v, perm 0,2,1,3))
+ *     -> Transpose(perm 0,2,1,3) -> y [B, Sq, H, Dv]
+ * by one kiln.Attention(q, k, v[, mask]) with attribute scale (src/ops/kiln/fused_attention.c),
+ * where every node of the pattern sits on one device backend (not the host) that runs
+ * kiln.Attention and each
+ * intermediate value has that single consumer and is not a graph output. Before
+ * kn_pass_fuse_elementwise, which would otherwise take the scale and the mask. The builder
+ * runs it for float16 and bfloat16 plans only: their kernel uses tensor cores, the float32
+ * one CUDA cores, and BERT-base in float32 with it measured slower on an H200 (2.55 / 30.4 ms
+ * at batch 1 / 32) than the unfused plan had (2.12 / 27.7 ms, docs/benchmarks.md). */
+kiln_status kn_pass_fuse_attention(kn_graph *g);
 /* Collapse chains of element-wise ops into one kiln.FusedElementwise node (recognizing GELU
  * first). */
 kiln_status kn_pass_fuse_elementwise(kn_graph *g);

@@ -137,13 +137,16 @@ static kiln_status place_values(kiln_engine *e) {
                                                   : "host");
         }
     }
-    /* A graph input bound as device memory may only feed copies to the device: the first
-     * other reader, if any, is kept for the message that refuses such a binding. */
+    /* A graph input bound as device memory may only feed copies to the device and ops that
+     * read nothing but its shape (Shape, Size): the first other reader, if any, is kept for
+     * the message that refuses such a binding. */
     for (int k = 0; k < g->n_inputs; k++) {
         e->input_host_reader[k] = -1;
         for (int i = 0; i < g->n_nodes && e->input_host_reader[k] < 0; i++) {
             const kn_node *n = &g->nodes[i];
-            if (n->dead || kn_node_copy_kind(n) == KN_COPY_TO_DEVICE)
+            const kn_op_schema *op = kn_op_find(n->domain, n->op_type);
+            if (n->dead || kn_node_copy_kind(n) == KN_COPY_TO_DEVICE ||
+                (op != NULL && (op->flags & KN_OP_SHAPE_ONLY)))
                 continue;
             for (int j = 0; j < n->n_in; j++)
                 if (n->in[j] == g->inputs[k])

@@ -163,6 +163,28 @@ static kiln_status wait_for_host_reads(kiln_context *c, int node, uint64_t host_
     return KILN_OK;
 }
 
+/* The graph output that copy node i may write straight into the caller's device buffer, or -1:
+ * it copies a device value to the host as output j, j is bound to device memory large enough,
+ * and nothing else reads the host copy. Then the copy is device to device and copy_outputs
+ * leaves that output alone. */
+static int direct_device_output(const kiln_context *c, int i) {
+    const kn_graph *g = c->e->plan.graph;
+    const kn_node *n = &g->nodes[i];
+    if (kn_node_copy_kind(n) != KN_COPY_TO_HOST || n->out[0] < 0)
+        return -1;
+    int v = n->out[0], j = 0;
+    while (j < g->n_outputs && g->outputs[j] != v)
+        j++;
+    if (j == g->n_outputs || !c->out_device[j] || c->out_user[j] == NULL ||
+        c->out_user_size[j] < kn_tensor_nbytes(&c->vals[v].t))
+        return -1;
+    for (int k = 0; k < g->n_nodes; k++)
+        for (int m = 0; m < g->nodes[k].n_in && !g->nodes[k].dead; m++)
+            if (g->nodes[k].in[m] == v)
+                return -1;
+    return j;
+}
+
 static kiln_status run_copy(kiln_context *c, int i, const kn_tensor *in, const kn_tensor *out) {
     const kiln_engine *e = c->e;
     const kn_graph *g = e->plan.graph;
@@ -181,6 +203,10 @@ static kiln_status run_copy(kiln_context *c, int i, const kn_tensor *in, const k
         src = e->weights[k].ptr[n->in[0]], src_mem = KN_MEM_DEVICE;
     if (!to_host)
         KN_TRY(wait_for_host_reads(c, i, 1, false));
+    int direct = to_host ? direct_device_output(c, i) : -1;
+    if (direct >= 0) /* done by the synchronisation that ends the run */
+        return b->iface->copy(b, c->streams[k], c->out_user[direct], KN_MEM_DEVICE, src,
+                              KN_MEM_DEVICE, kn_tensor_nbytes(&in[0]));
     KN_TRY(b->iface->copy(b, c->streams[k], out[0].data, to_host ? KN_MEM_HOST : KN_MEM_DEVICE, src,
                           src_mem, kn_tensor_nbytes(&in[0])));
     if (c->copy_done[i] != NULL)
@@ -338,6 +364,9 @@ static kiln_status copy_outputs(kiln_context *c) {
         const kn_value *v = &g->values[g->outputs[i]];
         const kn_tensor *t = &c->vals[g->outputs[i]].t;
         size_t nb = kn_tensor_nbytes(t);
+        int p = v->producer;
+        if (p >= 0 && kn_context_node_runs(c, p) && direct_device_output(c, p) == i)
+            continue;
         if (c->out_user[i] != NULL) {
             if (c->out_user_size[i] < nb)
                 return kn_error(KILN_ERR_INVALID_ARGUMENT,

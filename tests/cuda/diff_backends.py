@@ -27,6 +27,10 @@ graphs and once with KILN_CUDA_GRAPHS=0, each in a child process (the variable i
 the module loads). `kiln inspect` counts the GPU layers that run in P; the same cases also
 run from .onnx with `kiln run --precision P`.
 
+A manifest entry may name ops that must run on the GPU in fp16 and bf16 ("cuda_ops":
+bert_attention's "Attention", made by the attention fusion pass): a case of such a model fails
+its reduced-precision run from .onnx when `kiln inspect` does not show them there.
+
 Node tests (--node-tests): onnx's backend node tests run through tests/conformance/
 run_node_tests.py twice, once plainly and once with --backend cuda; every case that passes on
 the CPU must pass on CUDA too (against onnx's reference outputs, at onnx's tolerances).
@@ -150,6 +154,9 @@ def run_models(kiln, manifest_path, only, device, refs, precision=None):
         shapes = shape_args(model)
         entry = {"model": model["name"],
                  "placement": placement(kiln, path, shapes, device, precision), "cases": []}
+        # ops a fusion pass must have made on the GPU in 16 bits (the manifest's "cuda_ops")
+        missing = [op for op in model.get("cuda_ops", []) if device == "cuda" and precision and
+                   op not in entry["placement"].get("cuda", {})]
         for case in model["cases"]:
             inputs = {k: os.path.join(base, v) for k, v in case["inputs"].items()}
             with tempfile.TemporaryDirectory() as tmp:
@@ -176,6 +183,8 @@ def run_models(kiln, manifest_path, only, device, refs, precision=None):
                     if why:
                         status, message = "failed", f"{name}: {why}"
                         break
+            if missing and status == "passed":
+                status, message = "failed", "not made on the GPU: " + ", ".join(missing)
             message = "; ".join([message] * bool(message) + sorted(notes))
             entry["cases"].append({"case": case["name"], "status": status, "message": message,
                                    "worst_vs_tolerance": round(worst, 4)})

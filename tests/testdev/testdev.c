@@ -293,7 +293,9 @@ static void run_copy(void *arg, char *err, size_t size) {
 
 static kiln_status td_copy(kn_backend *b, kn_stream *s, void *dst, kn_mem dst_mem, const void *src,
                            kn_mem src_mem, size_t n) {
-    (void)b;
+    testdev_stats *st = b->context;
+    if (src_mem == KN_MEM_DEVICE)
+        atomic_fetch_add(dst_mem == KN_MEM_DEVICE ? &st->on_device : &st->to_host, 1);
     copy_job *c = malloc(sizeof *c);
     if (c == NULL)
         return host->error(KILN_ERR_OUT_OF_MEMORY, "testdev: out of memory");

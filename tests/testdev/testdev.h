@@ -12,6 +12,8 @@ typedef struct testdev_stats {
     atomic_long launched;       /* graph launches */
     atomic_long destroyed;      /* graphs destroyed */
     atomic_long tuned;          /* layers "timed" at build (tune) */
+    atomic_long to_host;        /* copies from device to host memory */
+    atomic_long on_device;      /* copies from device to device memory */
 } testdev_stats;
 
 #endif

@@ -225,9 +225,15 @@ static void test_device_bound_input_and_output(void **state) {
     assert_int_equal(
         kiln_context_set_output_memory(ctx, "logits", dout.base, out_size[1], KILN_MEMORY_DEVICE),
         KILN_OK);
+    testdev_stats *st = b->context;
+    long to_host = st->to_host, on_device = st->on_device;
     kiln_status rc = kiln_context_execute(ctx);
     if (rc != KILN_OK)
         fail_msg("execute: %s", kiln_last_error());
+    /* the bound input is copied into the plan's device memory and the logits straight into
+     * the bound buffer: nothing goes through the host */
+    assert_int_equal(st->to_host - to_host, 0);
+    assert_int_equal(st->on_device - on_device, 2);
     float *back = malloc(out_size[1]);
     assert_int_equal(
         b->iface->copy(b, NULL, back, KN_MEM_HOST, dout.base, KN_MEM_DEVICE, out_size[1]), KILN_OK);

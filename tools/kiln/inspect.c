@@ -63,12 +63,10 @@ static void kernel_text(const kn_node *n, char *buf, size_t size) {
     bool bias = kn_attr_int(n, "kiln_bias", 0) != 0;
     const char *where = kn_node_backend(n);
     bool plugin = kn_is_plugin_node(n), host = strcmp(where, "cpu") == 0;
-    snprintf(buf, size, "%s%s%s:%s%s%s%s", plugin ? "plugin" : "", plugin && !host ? "@" : "",
+    snprintf(buf, size, "%s%s%s:%s%s%s%s%s", plugin ? "plugin" : "", plugin && !host ? "@" : "",
              plugin && host ? "" : where, n->domain[0] && !kn_is_plugin_node(n) ? n->domain : "",
-             n->domain[0] && !kn_is_plugin_node(n) ? "." : "", n->op_type,
-             bias       ? "+bias"
-             : residual ? "+residual"
-                        : "");
+             n->domain[0] && !kn_is_plugin_node(n) ? "." : "", n->op_type, bias ? "+bias" : "",
+             residual ? "+residual" : "");
     if (act) {
         size_t l = strlen(buf);
         snprintf(buf + l, size - l, "+%s", act);

@@ -148,8 +148,8 @@ int kc_activation(const kn_node *n, float *alpha, float *beta) {
 
 /* --- ops --- */
 
-static const kc_op *const families[] = {kc_ops_elementwise, kc_ops_tensor, kc_ops_nn, kc_ops_gemm,
-                                        kc_ops_conv};
+static const kc_op *const families[] = {kc_ops_elementwise, kc_ops_tensor, kc_ops_nn,
+                                        kc_ops_gemm,        kc_ops_conv,   kc_ops_attention};
 
 static const kc_op *find_op(const char *domain, const char *name) {
     if (domain == NULL || strcmp(domain, "ai.onnx") == 0)
@@ -343,6 +343,8 @@ static kiln_status cuda_copy(kn_backend *b, kn_stream *s, void *dst, kn_mem dst_
 
 static void stream_free(kn_stream *st) {
     kc_device_call_begin();
+    if (st->bad_index)
+        cudaFreeHost(st->bad_index);
     if (st->ws)
         cudaFree(st->ws);
     if (st->dnn)
@@ -373,6 +375,10 @@ static kiln_status cuda_stream_create(kn_backend *b, kn_stream **out) {
         rc = kc_check_dnn(cudnnSetStream(st->dnn, st->s), "binding the stream");
     if (rc == KILN_OK)
         rc = kc_workspace(st, KC_DEFAULT_WORKSPACE);
+    if (rc == KILN_OK)
+        rc = kc_check(
+            cudaHostAlloc((void **)&st->bad_index, sizeof *st->bad_index, cudaHostAllocMapped),
+            "allocating the stream's index flag");
     kc_device_call_end();
     if (rc != KILN_OK) {
         stream_free(st);
@@ -392,7 +398,13 @@ static void cuda_stream_destroy(kn_backend *b, kn_stream *s) {
 
 static kiln_status cuda_stream_sync(kn_backend *b, kn_stream *s) {
     (void)b;
-    return kc_check(cudaStreamSynchronize(s ? s->s : cudaStreamPerThread), "running the stream");
+    KC_TRY(kc_check(cudaStreamSynchronize(s ? s->s : cudaStreamPerThread), "running the stream"));
+    if (s != NULL && s->bad_index != NULL && *s->bad_index != 0) {
+        *s->bad_index = 0;
+        return kc_fail(KILN_ERR_INVALID_ARGUMENT,
+                       "a Gather index read on the GPU is out of range of its data's axis");
+    }
+    return KILN_OK;
 }
 
 static void *cuda_stream_native(kn_backend *b, kn_stream *s) {

@@ -16,13 +16,16 @@
 extern const kn_backend_host_api *kc_host;
 
 /* One per context: the CUDA stream (non-blocking), the library handles bound to it and a
- * device workspace shared by the kernels that run on it (one at a time, in stream order). */
+ * device workspace shared by the kernels that run on it (one at a time, in stream order).
+ * bad_index is a word of mapped host memory that kernels checking run-time indices set; the
+ * stream's synchronisation reports it as an error and clears it. */
 struct kn_stream {
     cudaStream_t s;
     cublasLtHandle_t lt;
     cudnnHandle_t dnn;
     void *ws;
     size_t ws_size;
+    unsigned *bad_index;
 };
 
 struct kn_event {
@@ -83,6 +86,7 @@ extern const kc_op kc_ops_tensor[];
 extern const kc_op kc_ops_nn[];
 extern const kc_op kc_ops_gemm[];
 extern const kc_op kc_ops_conv[];
+extern const kc_op kc_ops_attention[];
 
 /* Build-time tuning of one op (kn_backend_iface.tune_key and tune, for nodes of that op). */
 typedef bool (*kc_tune_key_fn)(const kn_node *n, int n_in, const kn_tensor *in, int n_out,

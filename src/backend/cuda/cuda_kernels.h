@@ -59,9 +59,23 @@ int kc_strided_copy(void *s, int rank, const int64_t *dims, const int64_t *src_s
 /* Concat helper: copy x (outer x inner_x elements) into y rows of inner_y at column offset. */
 int kc_copy_rows(void *s, const void *x, void *y, int64_t outer, int64_t inner_x, int64_t inner_y,
                  int64_t offset, int elem_size);
-/* Gather along an axis: x is [outer, axis_n, inner], idx has n_idx int64 (or int32) values. */
+/* Gather along an axis: x is [outer, axis_n, inner], idx has n_idx int64 (or int32) values.
+ * An index out of range reads row 0 and sets *bad to 1 (bad may be NULL). */
 int kc_gather(void *s, const void *x, const void *idx, int idx64, void *y, int64_t outer,
-              int64_t axis_n, int64_t n_idx, int64_t inner, int elem_size);
+              int64_t axis_n, int64_t n_idx, int64_t inner, int elem_size, unsigned *bad);
+
+/* Attention: o = softmax(q k^T * scale + mask) v for each batch b and head h, q [sq, d],
+ * k [sk, d], v [sk, dv], o [sq, dv] per (b, h), their last dim contiguous; strides in
+ * elements for batch, head and row. mask (may be NULL) is added to the scaled scores, its
+ * strides for batch, head, query and key (0 where it broadcasts). */
+typedef struct kc_attention {
+    int64_t batch, heads, sq, sk, d, dv;
+    int64_t q_stride[3], k_stride[3], v_stride[3], o_stride[3];
+    int64_t m_stride[4];
+    float scale;
+} kc_attention;
+int kc_attention_run(void *s, int dt, const kc_attention *a, const void *q, const void *k,
+                     const void *v, const void *mask, void *o);
 
 /* Softmax / LogSoftmax over rows of length n. */
 int kc_softmax(void *s, int dt, const void *x, void *y, int64_t rows, int64_t n, int log);

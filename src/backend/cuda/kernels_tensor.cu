@@ -41,7 +41,7 @@ __global__ void k_rows(const T *x, T *y, int64_t outer, int64_t inner_x, int64_t
 
 template <typename T, typename I>
 __global__ void k_gather(const T *x, const I *idx, T *y, int64_t outer, int64_t axis_n,
-                         int64_t n_idx, int64_t inner) {
+                         int64_t n_idx, int64_t inner, unsigned *bad) {
     int64_t n = outer * n_idx * inner;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -50,10 +50,13 @@ __global__ void k_gather(const T *x, const I *idx, T *y, int64_t outer, int64_t 
         int64_t k = (int64_t)idx[j];
         if (k < 0)
             k += axis_n;
-        // Out-of-range indices were refused on the host where they were known; a device
-        // index out of range reads element 0 of the row rather than faulting.
-        if (k < 0 || k >= axis_n)
+        // An index out of range reads element 0 of the row rather than faulting, and raises
+        // the stream's flag: the host reports it as an error once the stream is done.
+        if (k < 0 || k >= axis_n) {
+            if (bad != nullptr)
+                *bad = 1u;
             k = 0;
+        }
         y[i] = x[(o * axis_n + k) * inner + in];
     }
 }
@@ -98,14 +101,14 @@ template <typename T> struct rows_run {
 
 template <typename T> struct gather_run {
     static int run(cudaStream_t s, const void *x, const void *idx, int idx64, void *y,
-                   int64_t outer, int64_t axis_n, int64_t n_idx, int64_t inner) {
+                   int64_t outer, int64_t axis_n, int64_t n_idx, int64_t inner, unsigned *bad) {
         unsigned g = grid_for(outer * n_idx * inner);
         if (idx64)
             k_gather<T, int64_t><<<g, kThreads, 0, s>>>((const T *)x, (const int64_t *)idx, (T *)y,
-                                                        outer, axis_n, n_idx, inner);
+                                                        outer, axis_n, n_idx, inner, bad);
         else
             k_gather<T, int32_t><<<g, kThreads, 0, s>>>((const T *)x, (const int32_t *)idx, (T *)y,
-                                                        outer, axis_n, n_idx, inner);
+                                                        outer, axis_n, n_idx, inner, bad);
         return (int)cudaGetLastError();
     }
 };
@@ -136,9 +139,10 @@ extern "C" int kc_copy_rows(void *s, const void *x, void *y, int64_t outer, int6
 }
 
 extern "C" int kc_gather(void *s, const void *x, const void *idx, int idx64, void *y, int64_t outer,
-                         int64_t axis_n, int64_t n_idx, int64_t inner, int elem_size) {
+                         int64_t axis_n, int64_t n_idx, int64_t inner, int elem_size,
+                         unsigned *bad) {
     if (outer * n_idx * inner == 0)
         return 0;
     return by_size<gather_run>(elem_size, (cudaStream_t)s, x, idx, idx64, y, outer, axis_n, n_idx,
-                               inner);
+                               inner, bad);
 }

@@ -8,9 +8,10 @@
  *
  * The epilogue attributes of fuse_activations (passes.h) are honoured: y = act(product + bias
  * + residual). cuBLASLt takes the residual (or Gemm's full C) as its C matrix with beta, a
- * per-column bias as EPILOGUE_BIAS, and Relu when nothing is left after it; anything else
- * runs in kc_epilogue after the product. gemm_run takes the operands explicitly, so the
- * fused ops kiln.FusedGemm / kiln.FusedMatMul need only their own input numbering. */
+ * per-column bias as EPILOGUE_BIAS, and Relu or GELU (tanh form; the erf form too in 16 bits)
+ * when nothing is left after it; anything else runs in kc_epilogue after the product. gemm_run
+ * takes the operands explicitly, so the fused ops kiln.FusedGemm / kiln.FusedMatMul need only their
+ * own input numbering. */
 #include "backend/cuda/cuda_internal.h"
 
 #include <string.h>
@@ -207,13 +208,23 @@ static kiln_status gemm_run(kn_kernel_ctx *kc, gemm_call *g) {
     }
     if (c == NULL)
         beta = 0.0f;
-    bool own_epilogue = res != NULL || (g->act != KC_ACT_NONE && g->act != KC_ACT_RELU);
+    /* Lt's GELU is the tanh form: it stands for the erf form only in 16 bits, where the two
+     * differ (at most 5e-4) below the rounding of the result. */
+    bool gelu_in_lt =
+        g->act == KC_ACT_GELU_TANH || (g->act == KC_ACT_GELU && g->dtype != KILN_DTYPE_FLOAT32);
+    bool own_epilogue =
+        res != NULL || (g->act != KC_ACT_NONE && g->act != KC_ACT_RELU && !gelu_in_lt);
     cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
     bool relu_in_lt = g->act == KC_ACT_RELU && !own_epilogue;
+    gelu_in_lt = gelu_in_lt && !own_epilogue;
     if (g->bias != NULL && !own_epilogue)
-        epi = relu_in_lt ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+        epi = relu_in_lt   ? CUBLASLT_EPILOGUE_RELU_BIAS
+              : gelu_in_lt ? CUBLASLT_EPILOGUE_GELU_BIAS
+                           : CUBLASLT_EPILOGUE_BIAS;
     else if (relu_in_lt)
         epi = CUBLASLT_EPILOGUE_RELU;
+    else if (gelu_in_lt)
+        epi = CUBLASLT_EPILOGUE_GELU;
     gemm_key key;
     memset(&key, 0, sizeof key);
     key.m = g->m;
@@ -234,7 +245,8 @@ static kiln_status gemm_run(kn_kernel_ctx *kc, gemm_call *g) {
     bool temp;
     KC_TRY(gemm_local_get(kc, &key, &l, &temp));
     kiln_status rc = KILN_OK;
-    if (epi == CUBLASLT_EPILOGUE_BIAS || epi == CUBLASLT_EPILOGUE_RELU_BIAS)
+    if (epi == CUBLASLT_EPILOGUE_BIAS || epi == CUBLASLT_EPILOGUE_RELU_BIAS ||
+        epi == CUBLASLT_EPILOGUE_GELU_BIAS)
         rc = kc_check_lt(cublasLtMatmulDescSetAttribute(l->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                         &g->bias, sizeof g->bias),
                          "bias");

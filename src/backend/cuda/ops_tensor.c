@@ -159,7 +159,7 @@ static kiln_status run_gather(kn_kernel_ctx *k) {
     return KC_LAUNCH(kc_gather(STREAM(k), k->in[0].data, k->in[1].data,
                                k->in[1].dtype == KILN_DTYPE_INT64, k->out[0].data, outer,
                                xs->d[axis], kn_tensor_numel(&k->in[1]), inner,
-                               (int)kn_dtype_size(k->out[0].dtype)),
+                               (int)kn_dtype_size(k->out[0].dtype), k->stream->bad_index),
                      "Gather");
 }
 
@@ -169,8 +169,8 @@ static bool sup_gather(const kn_node *n, int n_in, const kn_tensor *in, int n_ou
         return false;
     if (in[1].dtype != KILN_DTYPE_INT64 && in[1].dtype != KILN_DTYPE_INT32)
         return kc_reason(caps, "cuda: Gather indices of %s", kn_dtype_name(in[1].dtype));
-    /* Indices known at build are checked here; the CPU reports a bad index at run time,
-     * which the device kernel cannot. */
+    /* Indices known at build are checked here; run-time ones by the kernel, which raises
+     * the stream's flag (reported when the stream is synchronised, as the CPU's error). */
     if (in[1].data != NULL) {
         int64_t dim = 0, axis = kc_attr_int(n, "axis", 0);
         if (axis < 0)
@@ -182,9 +182,8 @@ static bool sup_gather(const kn_node *n, int n_in, const kn_tensor *in, int n_ou
             if (v < -dim || v >= dim)
                 return kc_reason(caps, "cuda: Gather index %lld out of range", (long long)v);
         }
-        return true;
     }
-    return kc_reason(caps, "cuda: Gather with run-time indices runs on the CPU (bounds checks)");
+    return true;
 }
 
 const kc_op kc_ops_tensor[] = {

@@ -165,14 +165,20 @@ kiln_status kn_infer_matmul(kn_infer_ctx *c) {
     c->out[0].shape = out;
     if (bias) {
         /* kiln_bias (see passes.h): input 3 is a float32 vector of N values added per column;
-         * slot 2 (the residual) stays empty. */
-        if (c->n_in != 4 || kn_has_input(c, 2) || !kn_has_input(c, 3) ||
+         * slot 2 holds the residual with kiln_residual, else stays empty. */
+        bool residual;
+        KN_TRY(kn_fused_attrs(c->node, &(int){0}, &(float){0}, &(float){0}, &residual));
+        if (c->n_in != 4 || kn_has_input(c, 2) != residual || !kn_has_input(c, 3) ||
             c->in[3].dtype != c->in[0].dtype || kn_tensor_numel(&c->in[3]) != n || b1d)
             return kn_error(KILN_ERR_MODEL,
                             "kiln_bias needs input 3 to hold %lld values of input 0's "
-                            "dtype and input 2 to be empty",
+                            "dtype and input 2 to be the residual exactly when kiln_residual "
+                            "is set",
                             (long long)n);
-        return kn_fused_attrs(c->node, &(int){0}, &(float){0}, &(float){0}, &(bool){0});
+        if (residual && (c->in[2].dtype != c->out[0].dtype ||
+                         !kn_shape_equal(&c->in[2].shape, &c->out[0].shape)))
+            return kn_error(KILN_ERR_SHAPE, "the residual input 2 must match the output");
+        return KILN_OK;
     }
     int n_main;
     KN_TRY(check_fused(c, 2, &n_main));
