@@ -13,6 +13,7 @@
 #include "core/tensor.h"
 
 #include <immintrin.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -153,6 +154,27 @@ KN_CLONES static void panel_to_pairs(const float *src, int64_t kc, uint32_t *dst
             dst[q / 2 * NR + j] = to_bf16(src[q * NR + j]);
 }
 
+/* Rows [0, k) x columns [n0, n0 + nc) of a row-major float32 B (leading dimension ld) into one
+ * panel of pairs, straight from the matrix (a 1x1 convolution's image). */
+KN_CLONES static void rows_to_pairs(const float *b, int64_t ld, int64_t k, int64_t nc,
+                                    uint32_t *dst) {
+    int64_t q = 0;
+    for (; q + 1 < k; q += 2) {
+        const float *r0 = b + q * ld, *r1 = r0 + ld;
+        uint32_t *d = dst + q / 2 * NR;
+        if (nc == NR) {
+            for (int j = 0; j < NR; j++)
+                d[j] = pair(to_bf16(r0[j]), to_bf16(r1[j]));
+        } else {
+            for (int64_t j = 0; j < NR; j++)
+                d[j] = j < nc ? pair(to_bf16(r0[j]), to_bf16(r1[j])) : 0;
+        }
+    }
+    if (q < k)
+        for (int64_t j = 0; j < NR; j++)
+            dst[q / 2 * NR + j] = j < nc ? to_bf16(b[q * ld + j]) : 0;
+}
+
 /* Rows [i0, i0 + MR) of a float32 op(A) into one strip. */
 KN_CLONES static void strip_from_f32(const float *a, int64_t lda, bool trans, int64_t i0, int64_t m,
                                      int64_t k, uint32_t *dst) {
@@ -195,6 +217,10 @@ static void pack_b_range(void *arg, int64_t begin, int64_t end) {
     for (int64_t pn = begin; pn < end; pn++) {
         int64_t n0 = pn * NR, nc = min64(NR, j->rows - n0);
         uint32_t *d = j->dst + pn * j->kpairs * NR;
+        if (b->pack == NULL && !b->trans) {
+            rows_to_pairs(b->p + n0, b->ld, j->k, nc, d);
+            continue;
+        }
         for (int64_t k0 = 0; k0 < j->k; k0 += PACK_ROWS) {
             int64_t kc = min64(PACK_ROWS, j->k - k0);
             if (b->pack != NULL) {
@@ -213,11 +239,22 @@ static void pack_b_range(void *arg, int64_t begin, int64_t end) {
 
 #define NATIVE __attribute__((target("avx512f,avx512bf16")))
 
+/* The part of the epilogue a tile applies in registers: bias, residual, a clamp (Relu, Clip);
+ * other activations run over the tile afterwards. */
+typedef struct tile_ep {
+    const float *bias_row; /* one per tile row, or NULL */
+    const float *bias_col; /* one per tile column, or NULL */
+    const float *res;      /* the tile's residual, or NULL */
+    int64_t ldr;
+    bool clamp;
+    float lo, hi;
+} tile_ep;
+
 /* One MR x NR tile over kcp pairs, `rows` rows (a constant in each caller, so acc stays in
- * registers). */
+ * registers); ep (the last K slice only) finishes it. */
 NATIVE static inline __attribute__((always_inline)) void
 tile_native(int rows, int64_t kcp, const uint32_t *a, const uint32_t *b, float *c, int64_t ldc,
-            int nr, bool accumulate) {
+            int nr, bool accumulate, const tile_ep *ep) {
     __m512 acc[MR][2];
     for (int r = 0; r < rows; r++)
         acc[r][0] = acc[r][1] = _mm512_setzero_ps();
@@ -234,11 +271,33 @@ tile_native(int rows, int64_t kcp, const uint32_t *a, const uint32_t *b, float *
     __mmask16 m1 = nr >= 32   ? (__mmask16)0xFFFF
                    : nr <= 16 ? (__mmask16)0
                               : (__mmask16)((1u << (nr - 16)) - 1);
+    __m512 bc0 = _mm512_setzero_ps(), bc1 = _mm512_setzero_ps();
+    if (ep != NULL && ep->bias_col != NULL) {
+        bc0 = _mm512_maskz_loadu_ps(m0, ep->bias_col);
+        bc1 = _mm512_maskz_loadu_ps(m1, ep->bias_col + 16);
+    }
     for (int r = 0; r < rows; r++) {
         float *cr = c + r * ldc;
         if (accumulate) {
             acc[r][0] = _mm512_add_ps(acc[r][0], _mm512_maskz_loadu_ps(m0, cr));
             acc[r][1] = _mm512_add_ps(acc[r][1], _mm512_maskz_loadu_ps(m1, cr + 16));
+        }
+        if (ep != NULL) {
+            __m512 b0 = bc0, b1 = bc1;
+            if (ep->bias_row != NULL)
+                b0 = b1 = _mm512_set1_ps(ep->bias_row[r]);
+            acc[r][0] = _mm512_add_ps(acc[r][0], b0);
+            acc[r][1] = _mm512_add_ps(acc[r][1], b1);
+            if (ep->res != NULL) {
+                const float *rr = ep->res + r * ep->ldr;
+                acc[r][0] = _mm512_add_ps(acc[r][0], _mm512_maskz_loadu_ps(m0, rr));
+                acc[r][1] = _mm512_add_ps(acc[r][1], _mm512_maskz_loadu_ps(m1, rr + 16));
+            }
+            if (ep->clamp) {
+                __m512 lo = _mm512_set1_ps(ep->lo), hi = _mm512_set1_ps(ep->hi);
+                acc[r][0] = _mm512_min_ps(_mm512_max_ps(acc[r][0], lo), hi);
+                acc[r][1] = _mm512_min_ps(_mm512_max_ps(acc[r][1], lo), hi);
+            }
         }
         _mm512_mask_storeu_ps(cr, m0, acc[r][0]);
         _mm512_mask_storeu_ps(cr + 16, m1, acc[r][1]);
@@ -246,11 +305,11 @@ tile_native(int rows, int64_t kcp, const uint32_t *a, const uint32_t *b, float *
 }
 
 NATIVE static void ukr_native(int64_t kcp, const uint32_t *a, const uint32_t *b, float *c,
-                              int64_t ldc, int mr, int nr, bool accumulate) {
+                              int64_t ldc, int mr, int nr, bool accumulate, const tile_ep *ep) {
     switch (mr) {
 #define ROWS(R)                                                                                    \
     case R:                                                                                        \
-        tile_native(R, kcp, a, b, c, ldc, nr, accumulate);                                         \
+        tile_native(R, kcp, a, b, c, ldc, nr, accumulate, ep);                                     \
         break;
         ROWS(1)
         ROWS(2)
@@ -310,13 +369,31 @@ typedef struct gemm_job {
     int64_t tm, tn;
 } gemm_job;
 
-static void tile_epilogue(const gemm_job *j, float *ct, int64_t i0, int64_t j0, int mr, int nr) {
-    kn_epilogue e = *j->ep;
-    e.act = KN_ACT_NONE;
-    if (e.bias != NULL || e.residual != NULL)
+/* The epilogue of the tile at (i0, j0): its in-register part for the native kernel, all of it
+ * here for the portable one (te NULL). */
+static void tile_epilogue(const gemm_job *j, const tile_ep *te, float *ct, int64_t i0, int64_t j0,
+                          int mr, int nr) {
+    const kn_epilogue *ep = j->ep;
+    if (te == NULL && (ep->bias != NULL || ep->residual != NULL)) {
+        kn_epilogue e = *ep;
+        e.act = KN_ACT_NONE;
         kn_epilogue_apply(&e, ct, j->ldc, i0, j0, mr, nr);
-    if (j->ep->act != KN_ACT_NONE)
-        kn_act_apply_rows(j->ep->act, j->ep->alpha, j->ep->beta, ct, j->ldc, mr, nr);
+    }
+    bool clamped = te != NULL && te->clamp;
+    if (ep->act != KN_ACT_NONE && !clamped)
+        kn_act_apply_rows(ep->act, ep->alpha, ep->beta, ct, j->ldc, mr, nr);
+}
+
+static const tile_ep *make_tile_ep(const gemm_job *j, int64_t i0, int64_t j0, tile_ep *te) {
+    const kn_epilogue *ep = j->ep;
+    te->bias_row = ep->bias != NULL && ep->bias_per_row ? ep->bias + i0 : NULL;
+    te->bias_col = ep->bias != NULL && !ep->bias_per_row ? ep->bias + j0 : NULL;
+    te->res = ep->residual != NULL ? ep->residual + i0 * ep->ldr + j0 : NULL;
+    te->ldr = ep->ldr;
+    te->clamp = ep->act == KN_ACT_RELU || ep->act == KN_ACT_CLIP;
+    te->lo = ep->act == KN_ACT_RELU ? 0.0f : ep->alpha;
+    te->hi = ep->act == KN_ACT_RELU ? INFINITY : ep->beta;
+    return te;
 }
 
 static void run_tasks(void *arg, int64_t begin, int64_t end) {
@@ -337,12 +414,16 @@ static void run_tasks(void *arg, int64_t begin, int64_t end) {
                     int64_t i0 = s * MR;
                     int mr = (int)min64(MR, j->m - i0);
                     float *ct = j->c + i0 * j->ldc + j0;
+                    tile_ep te;
+                    const tile_ep *tep = NULL;
+                    if (last && j->ep != NULL && j->native)
+                        tep = make_tile_ep(j, i0, j0, &te);
                     if (j->native)
-                        ukr_native(kcp, ap, bp, ct, j->ldc, mr, nr, kb > 0);
+                        ukr_native(kcp, ap, bp, ct, j->ldc, mr, nr, kb > 0, tep);
                     else
                         ukr_portable(kcp, ap, bp, ct, j->ldc, mr, nr, kb > 0);
                     if (last && j->ep != NULL)
-                        tile_epilogue(j, ct, i0, j0, mr, nr);
+                        tile_epilogue(j, tep, ct, i0, j0, mr, nr);
                 }
             }
         }
