@@ -113,6 +113,9 @@ typedef struct kn_caps {
      * while the node still reads and writes float32 (a CPU product widens them as it packs):
      * the precision pass stores the weights so where the node is not lowered whole. */
     uint32_t lower_weights;
+    /* Of those, the bits where the node widens the weights back to float32 when the engine is
+     * made and computes in float32 (storage only); the pass marks such nodes kiln_compute. */
+    uint32_t widen_weights;
     /* Why the node stays float32 when reduced precision is asked (a static string), or NULL;
      * the pass records it for kiln inspect. */
     const char *keep_fp32;

@@ -79,6 +79,7 @@ static bool const_overflows_half(const kn_graph *g, const kn_node *n) {
 /* The backend's offer for node i, the same at every resolution. */
 typedef struct offer {
     uint32_t lower, weights; /* KN_LOWER_* bits: the whole node, its weights alone */
+    uint32_t widen;          /* of weights: widened to float32 at load */
     const char *keep_fp32;
 } offer;
 
@@ -89,7 +90,7 @@ static offer offered(const kn_graph *g, int i, const kn_resolved *const *at, int
     if (kn_backend_get(kn_node_backend(n), &b) != KILN_OK)
         return o;
     kn_tensor in[KN_MAX_NODE_IO], out[KN_MAX_NODE_IO];
-    o.lower = o.weights = KN_LOWER_FP16 | KN_LOWER_BF16;
+    o.lower = o.weights = o.widen = KN_LOWER_FP16 | KN_LOWER_BF16;
     for (int r = 0; r < n_at && (o.lower || o.weights); r++) {
         for (int j = 0; j < n->n_in; j++) {
             in[j] = n->in[j] >= 0 ? at[r][n->in[j]].t : (kn_tensor){0};
@@ -103,6 +104,7 @@ static offer offered(const kn_graph *g, int i, const kn_resolved *const *at, int
             return (offer){0};
         o.lower &= caps.lower;
         o.weights &= caps.lower_weights;
+        o.widen &= caps.widen_weights;
         if (caps.keep_fp32 != NULL)
             o.keep_fp32 = caps.keep_fp32;
     }
@@ -115,6 +117,7 @@ typedef struct lowering {
     const char *tag; /* "fp16" or "bf16" */
     bool *lowered;   /* per node (of the original graph) */
     bool *weights;   /* per node: only its constant input 1 is converted */
+    bool *widen;     /* per node: ... and widened back to float32 at load */
     int n_nodes;     /* nodes of the original graph */
     int *reduced;    /* per original value: its reduced-precision twin, or -1 */
     int *widened;    /* per value: its float32 twin made by a Cast, or -1 */
@@ -188,7 +191,8 @@ static kiln_status narrow_inputs(lowering *L, int i) {
     return KILN_OK;
 }
 
-/* Node i (weights lowered) reads its constant input 1 in reduced precision, the rest as is. */
+/* Node i (weights lowered) reads its constant input 1 in reduced precision, the rest as is;
+ * kiln_compute = "fp32" where it widens them at load (L->widen). */
 static kiln_status narrow_weights(lowering *L, int i) {
     kn_graph *g = L->g;
     int v = g->nodes[i].in[1];
@@ -198,6 +202,8 @@ static kiln_status narrow_weights(lowering *L, int i) {
         return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory lowering precision");
     g->nodes[i].in[1] = L->reduced[v];
     KN_TRY(kn_node_set_attr_string(g, i, "kiln_weights", L->tag));
+    if (L->widen[i])
+        KN_TRY(kn_node_set_attr_string(g, i, "kiln_compute", "fp32"));
     return kn_node_set_attr_string(g, i, "kiln_precision", L->tag);
 }
 
@@ -274,9 +280,10 @@ kiln_status kn_pass_lower_precision(kn_graph *g, int precision, const kn_layer_p
     lowering L = {.g = g, .n_nodes = n_nodes};
     L.lowered = kn_calloc((size_t)n_nodes + 1, sizeof *L.lowered);
     L.weights = kn_calloc((size_t)n_nodes + 1, sizeof *L.weights);
+    L.widen = kn_calloc((size_t)n_nodes + 1, sizeof *L.widen);
     L.reduced = kn_malloc(((size_t)n_values + 1) * sizeof *L.reduced);
     kiln_status rc = KILN_OK;
-    if (L.lowered == NULL || L.weights == NULL || L.reduced == NULL) {
+    if (L.lowered == NULL || L.weights == NULL || L.widen == NULL || L.reduced == NULL) {
         rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory lowering precision");
         goto out;
     }
@@ -308,6 +315,12 @@ kiln_status kn_pass_lower_precision(kn_graph *g, int precision, const kn_layer_p
         if ((o.weights & bit) && !(o.lower & bit) && const_weights(g, n)) {
             dtype = want;
             L.weights[i] = true;
+            L.widen[i] = (o.widen & bit) != 0;
+            if (L.widen[i] && o.keep_fp32 != NULL &&
+                kn_node_set_attr_string(g, i, "kiln_precision_note", o.keep_fp32) != KILN_OK) {
+                rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory lowering precision");
+                goto out;
+            }
             continue;
         }
         if (!(o.lower & bit) || !kn_backend_has_kernel(kn_node_backend(n), "", "Cast")) {
@@ -341,6 +354,7 @@ kiln_status kn_pass_lower_precision(kn_graph *g, int precision, const kn_layer_p
 out:
     kn_free(L.lowered);
     kn_free(L.weights);
+    kn_free(L.widen);
     kn_free(L.reduced);
     return rc;
 }

@@ -1,4 +1,5 @@
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/nn/conv.h"
 #include "ops/op.h"
 
 #include "ops/fused_elementwise.h"
@@ -76,6 +77,12 @@ static void cpu_weight_offer(const kn_node *n, int n_in, const kn_tensor *in, kn
         return;
     }
     caps->lower_weights = KN_LOWER_FP16 | KN_LOWER_BF16;
+    caps->widen_weights = KN_LOWER_FP16; /* fp16 is storage only */
+    if (conv && kn_cpu_conv_prefers_winograd(n, &in[0], w)) {
+        caps->widen_weights |= KN_LOWER_BF16;
+        caps->keep_fp32 = "3x3 conv: fp32 Winograd (a quarter of the multiplies) beats the bf16 "
+                          "GEMM; weights stored in 16 bits";
+    }
 }
 
 /* Weights the precision pass stored in 16 bits (kiln_weights): constant, and read by the

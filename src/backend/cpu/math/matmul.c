@@ -27,14 +27,14 @@ void kn_cpu_packed_release(void *state) {
 }
 
 /* Pack constant 2-D weights w (r x c stored; op(W) is k x n) once. */
-static kiln_status pack_weights(const kn_tensor *w, bool trans, void **state) {
+static kiln_status pack_weights(const kn_node *node, const kn_tensor *w, bool trans, void **state) {
     int64_t r = w->shape.d[0], c = w->shape.d[1];
     int64_t k = trans ? c : r, n = trans ? r : c;
     product_state *st = kn_calloc(1, sizeof *st);
     if (st == NULL)
         return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory packing weights");
     kiln_status rc;
-    if (w->dtype == KILN_DTYPE_BFLOAT16) {
+    if (w->dtype == KILN_DTYPE_BFLOAT16 && !kn_cpu_weights_widened(node, w)) {
         rc = kn_bf16_pack_b(w->data, w->dtype, c, trans, k, n, &st->bf16);
     } else {
         kn_cpu_f32 v;
@@ -61,7 +61,7 @@ kiln_status kn_cpu_gemm_prepare(const kn_node *node, int n_in, const kn_tensor *
     *state = NULL;
     if (!packable(n_in, in))
         return KILN_OK;
-    return pack_weights(&in[1], kn_attr_int(node, "transB", 0) != 0, state);
+    return pack_weights(node, &in[1], kn_attr_int(node, "transB", 0) != 0, state);
 }
 
 /* Weights in 16 bits reach run only packed (prepare always packs them). */
@@ -154,11 +154,10 @@ kiln_status kn_cpu_gemm_run(kn_kernel_ctx *k) {
 
 kiln_status kn_cpu_matmul_prepare(const kn_node *node, int n_in, const kn_tensor *in,
                                   void **state) {
-    (void)node;
     *state = NULL;
     if (!packable(n_in, in))
         return KILN_OK;
-    return pack_weights(&in[1], false, state);
+    return pack_weights(node, &in[1], false, state);
 }
 
 typedef struct matmul_job {

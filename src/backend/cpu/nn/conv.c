@@ -6,8 +6,9 @@
  * directly; a strided unpadded 1x1 conv reads a subsampled copy. 3x3 stride-1 convs with enough
  * channels take Winograd (conv_winograd.c), depthwise convs a direct kernel (conv_depthwise.c).
  * Bias, residual and activation run in the GEMM epilogue. Weights the precision pass stored in
- * bf16 (kiln_weights) are packed for the bf16 GEMM instead (no Winograd: its transforms would
- * need float32 weights again); weights stored in float16 are widened to float32 here once. */
+ * bf16 (kiln_weights) are packed for the bf16 GEMM instead, except on convs where fp32 Winograd
+ * is faster (kn_cpu_conv_prefers_winograd, kiln_compute): those, and weights stored in float16,
+ * are widened to float32 here once. */
 #include "backend/cpu/nn/conv.h"
 
 #include "backend/cpu/f32_stage.h"
@@ -68,6 +69,12 @@ static int wino_tile(const kn_node *node, const kn_tensor *x, const kn_shape *w,
     return wino_tiles(&g, 2) >= WINO_MIN_TILES ? 2 : 0;
 }
 
+bool kn_cpu_conv_prefers_winograd(const kn_node *node, const kn_tensor *x, const kn_shape *w) {
+    bool known;
+    return wino_candidate(node, w, kn_attr_int(node, "group", 1)) &&
+           wino_tile(node, x, w, &known) == 4 && known;
+}
+
 static bool is_depthwise(const kn_conv_geom *g) {
     return g->group == g->c_in && g->c_out == g->c_in && g->nsp <= 2;
 }
@@ -103,7 +110,8 @@ kiln_status kn_cpu_conv_prepare(const kn_node *node, int n_in, const kn_tensor *
     if (st == NULL)
         return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory packing conv weights");
     st->group = group;
-    if (in[1].dtype == KILN_DTYPE_BFLOAT16) {
+    bool widen = kn_cpu_weights_widened(node, &in[1]);
+    if (in[1].dtype == KILN_DTYPE_BFLOAT16 && !widen) {
         kiln_status rc = prepare_bf16(&in[1], group, st);
         if (rc != KILN_OK) {
             kn_cpu_conv_release(st);
@@ -113,7 +121,7 @@ kiln_status kn_cpu_conv_prepare(const kn_node *node, int n_in, const kn_tensor *
         return KILN_OK;
     }
     const float *wd = in[1].data;
-    if (in[1].dtype == KILN_DTYPE_FLOAT16) {
+    if (widen) {
         kn_cpu_f32 v;
         kiln_status rc = kn_cpu_f32_in(&in[1], &v);
         if (rc != KILN_OK) {
