@@ -109,6 +109,16 @@ typedef struct kn_caps {
      * node in (its float inputs and outputs in that type, accumulation float32), for the
      * precision pass. 0: float32 only. */
     uint32_t lower;
+    /* KN_LOWER_* bits the backend can hold this float32 node's constant weights (input 1) in
+     * while the node still reads and writes float32 (a CPU product widens them as it packs):
+     * the precision pass stores the weights so where the node is not lowered whole. */
+    uint32_t lower_weights;
+    /* Of those, the bits where the node widens the weights back to float32 when the engine is
+     * made and computes in float32 (storage only); the pass marks such nodes kiln_compute. */
+    uint32_t widen_weights;
+    /* Why the node stays float32 when reduced precision is asked (a static string), or NULL;
+     * the pass records it for kiln inspect. */
+    const char *keep_fp32;
     char reason[160]; /* when unsupported: why, for kiln inspect */
 } kn_caps;
 

@@ -3,6 +3,7 @@
  * that every node has a kernel, and serialise. */
 #include "builder/builder.h"
 
+#include "backend/cpu/math/gemm_bf16.h"
 #include "builder/codegen.h"
 #include "builder/timing_cache.h"
 
@@ -310,6 +311,20 @@ static kiln_status place(kn_graph *g, const kiln_build_config *cfg,
     return rc;
 }
 
+/* One line saying which bf16 path the CPU's products take when some took it: a warning where
+ * it is the slower portable one (no AVX512-BF16), --verbose's information otherwise. */
+static void note_cpu_bf16(const kn_graph *g) {
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kn_node *n = &g->nodes[i];
+        const kn_attr *a = kn_node_attr(n, "kiln_weights");
+        if (n->dead || a == NULL || a->type != KN_ATTR_STRING || strcmp(a->s, "bf16") != 0 ||
+            strcmp(kn_node_backend(n), KN_BACKEND_HOST) != 0)
+            continue;
+        kn_log(kn_bf16_native() ? KILN_LOG_INFO : KILN_LOG_WARNING, "%s", kn_bf16_path_name());
+        return;
+    }
+}
+
 /* Lower the precision of what the configuration and the backends allow. */
 static kiln_status lower(kn_graph *g, const kiln_build_config *cfg,
                          const kn_plugin_table *plugins) {
@@ -321,6 +336,8 @@ static kiln_status lower(kn_graph *g, const kiln_build_config *cfg,
         rc = kn_pass_lower_precision(g, cfg->precision, cfg->layer_precision,
                                      cfg->n_layer_precision, (const kn_resolved *const *)r.at, 3);
     resolutions_free(&r);
+    if (rc == KILN_OK)
+        note_cpu_bf16(g);
     return rc;
 }
 
@@ -554,9 +571,12 @@ kiln_status kn_build_plan(const kiln_builder *b, const kiln_network *net,
         goto fail;
     progress(cfg, "annotating", 0.7);
     int before_copies = g->n_nodes;
+    /* Lowering leaves the float32 constants it converted unread: tidy drops them, so the plan
+     * holds each weight once. */
+    bool lowering = cfg->precision != KILN_PRECISION_FP32 || cfg->n_layer_precision > 0;
     if ((rc = resolve_fold_annotate(g, cfg, &plugins, false, false)) != KILN_OK ||
-        (rc = lower(g, cfg, &plugins)) != KILN_OK ||
-        (g->n_nodes != before_copies &&
+        (rc = lower(g, cfg, &plugins)) != KILN_OK || (lowering && (rc = tidy(g)) != KILN_OK) ||
+        ((lowering || g->n_nodes != before_copies) &&
          (rc = resolve_fold_annotate(g, cfg, &plugins, false, false)) != KILN_OK))
         goto fail;
     before_copies = g->n_nodes;

@@ -5,7 +5,9 @@
  * float32 inputs through a Cast), and every float32 reader of a lowered node's output gets it
  * through a Cast. Shape inference then gives every value its dtype, so no kernel or op changes
  * to take part: a backend only says, in kn_caps.lower, which nodes it runs in reduced
- * precision. */
+ * precision. A backend whose products compute in float32 but read narrow weights (the CPU's
+ * bf16 GEMM rounds activations as it packs them) says so in kn_caps.lower_weights: then only
+ * the constant weights change type, which halves their bytes in the plan and costs no Casts. */
 #include "core/alloc.h"
 #include "ir/placement.h"
 #include "ops/op.h"
@@ -75,27 +77,38 @@ static bool const_overflows_half(const kn_graph *g, const kn_node *n) {
 }
 
 /* The backend's offer for node i, the same at every resolution. */
-static uint32_t offered(const kn_graph *g, int i, const kn_resolved *const *at, int n_at) {
+typedef struct offer {
+    uint32_t lower, weights; /* KN_LOWER_* bits: the whole node, its weights alone */
+    uint32_t widen;          /* of weights: widened to float32 at load */
+    const char *keep_fp32;
+} offer;
+
+static offer offered(const kn_graph *g, int i, const kn_resolved *const *at, int n_at) {
     const kn_node *n = &g->nodes[i];
+    offer o = {0};
     kn_backend *b;
     if (kn_backend_get(kn_node_backend(n), &b) != KILN_OK)
-        return 0;
+        return o;
     kn_tensor in[KN_MAX_NODE_IO], out[KN_MAX_NODE_IO];
-    uint32_t lower = KN_LOWER_FP16 | KN_LOWER_BF16;
-    for (int r = 0; r < n_at && lower; r++) {
+    o.lower = o.weights = o.widen = KN_LOWER_FP16 | KN_LOWER_BF16;
+    for (int r = 0; r < n_at && (o.lower || o.weights); r++) {
         for (int j = 0; j < n->n_in; j++) {
             in[j] = n->in[j] >= 0 ? at[r][n->in[j]].t : (kn_tensor){0};
             if (n->in[j] >= 0 && !at[r][n->in[j]].known)
-                return 0;
+                return (offer){0};
         }
         for (int j = 0; j < n->n_out; j++)
             out[j] = n->out[j] >= 0 ? at[r][n->out[j]].t : (kn_tensor){0};
         kn_caps caps;
         if (!kn_backend_supports(b, n, n->n_in, in, n->n_out, out, &caps))
-            return 0;
-        lower &= caps.lower;
+            return (offer){0};
+        o.lower &= caps.lower;
+        o.weights &= caps.lower_weights;
+        o.widen &= caps.widen_weights;
+        if (caps.keep_fp32 != NULL)
+            o.keep_fp32 = caps.keep_fp32;
     }
-    return lower;
+    return o;
 }
 
 typedef struct lowering {
@@ -103,6 +116,8 @@ typedef struct lowering {
     int32_t dtype;   /* KILN_DTYPE_FLOAT16 or BFLOAT16 */
     const char *tag; /* "fp16" or "bf16" */
     bool *lowered;   /* per node (of the original graph) */
+    bool *weights;   /* per node: only its constant input 1 is converted */
+    bool *widen;     /* per node: ... and widened back to float32 at load */
     int n_nodes;     /* nodes of the original graph */
     int *reduced;    /* per original value: its reduced-precision twin, or -1 */
     int *widened;    /* per value: its float32 twin made by a Cast, or -1 */
@@ -176,6 +191,28 @@ static kiln_status narrow_inputs(lowering *L, int i) {
     return KILN_OK;
 }
 
+/* Node i (weights lowered) reads its constant input 1 in reduced precision, the rest as is;
+ * kiln_compute = "fp32" where it widens them at load (L->widen). */
+static kiln_status narrow_weights(lowering *L, int i) {
+    kn_graph *g = L->g;
+    int v = g->nodes[i].in[1];
+    if (L->reduced[v] < 0)
+        L->reduced[v] = convert_const(L, v);
+    if (L->reduced[v] < 0)
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory lowering precision");
+    g->nodes[i].in[1] = L->reduced[v];
+    KN_TRY(kn_node_set_attr_string(g, i, "kiln_weights", L->tag));
+    if (L->widen[i])
+        KN_TRY(kn_node_set_attr_string(g, i, "kiln_compute", "fp32"));
+    return kn_node_set_attr_string(g, i, "kiln_precision", L->tag);
+}
+
+/* Whether node n's input 1 is a float32 constant (the weights a backend may hold narrower). */
+static bool const_weights(const kn_graph *g, const kn_node *n) {
+    int v = n->n_in > 1 ? n->in[1] : -1;
+    return v >= 0 && g->values[v].dtype == KILN_DTYPE_FLOAT32 && kn_value_is_const(&g->values[v]);
+}
+
 /* Float32 readers of what lowered node i makes get it through a Cast on i's side; a graph
  * output keeps its name and dtype (the node makes a twin, the Cast writes the output). */
 static kiln_status widen_outputs(lowering *L, int i) {
@@ -244,9 +281,11 @@ kiln_status kn_pass_lower_precision(kn_graph *g, int precision, const kn_layer_p
     int n_nodes = g->n_nodes, n_values = g->n_values;
     lowering L = {.g = g, .n_nodes = n_nodes};
     L.lowered = kn_calloc((size_t)n_nodes + 1, sizeof *L.lowered);
+    L.weights = kn_calloc((size_t)n_nodes + 1, sizeof *L.weights);
+    L.widen = kn_calloc((size_t)n_nodes + 1, sizeof *L.widen);
     L.reduced = kn_malloc(((size_t)n_values + 1) * sizeof *L.reduced);
     kiln_status rc = KILN_OK;
-    if (L.lowered == NULL || L.reduced == NULL) {
+    if (L.lowered == NULL || L.weights == NULL || L.widen == NULL || L.reduced == NULL) {
         rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory lowering precision");
         goto out;
     }
@@ -274,9 +313,26 @@ kiln_status kn_pass_lower_precision(kn_graph *g, int precision, const kn_layer_p
                 continue;
         }
         uint32_t bit = want == KILN_DTYPE_FLOAT16 ? KN_LOWER_FP16 : KN_LOWER_BF16;
-        if (!(offered(g, i, at, n_at) & bit) ||
-            !kn_backend_has_kernel(kn_node_backend(n), "", "Cast"))
+        offer o = offered(g, i, at, n_at);
+        if ((o.weights & bit) && !(o.lower & bit) && const_weights(g, n)) {
+            dtype = want;
+            L.weights[i] = true;
+            L.widen[i] = (o.widen & bit) != 0;
+            if (L.widen[i] && o.keep_fp32 != NULL &&
+                kn_node_set_attr_string(g, i, "kiln_precision_note", o.keep_fp32) != KILN_OK) {
+                rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory lowering precision");
+                goto out;
+            }
             continue;
+        }
+        if (!(o.lower & bit) || !kn_backend_has_kernel(kn_node_backend(n), "", "Cast")) {
+            if (o.keep_fp32 != NULL &&
+                kn_node_set_attr_string(g, i, "kiln_precision_note", o.keep_fp32) != KILN_OK) {
+                rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory lowering precision");
+                goto out;
+            }
+            continue;
+        }
         dtype = want;
         L.lowered[i] = true;
     }
@@ -287,6 +343,8 @@ kiln_status kn_pass_lower_precision(kn_graph *g, int precision, const kn_layer_p
     for (int i = 0; i < n_nodes && rc == KILN_OK; i++)
         if (L.lowered[i])
             rc = narrow_inputs(&L, i);
+        else if (L.weights[i])
+            rc = narrow_weights(&L, i);
     for (int i = 0; i < n_nodes && rc == KILN_OK; i++)
         if (L.lowered[i]) {
             rc = widen_outputs(&L, i);
@@ -297,6 +355,8 @@ kiln_status kn_pass_lower_precision(kn_graph *g, int precision, const kn_layer_p
         rc = kn_graph_toposort(g);
 out:
     kn_free(L.lowered);
+    kn_free(L.weights);
+    kn_free(L.widen);
     kn_free(L.reduced);
     return rc;
 }

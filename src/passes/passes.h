@@ -85,7 +85,12 @@ typedef struct kn_layer_precision {
  * producer's side joins every edge between a lowered and a float32 node. Graph inputs and
  * outputs keep their dtypes (an output made in reduced precision is cast back under its own
  * name). Lowered nodes carry kiln_precision ("fp16" or "bf16"); with TF32, products carry
- * kiln_allow_tf32 = 1. at[n_at] are the graph's resolutions at the profile's shapes. */
+ * kiln_allow_tf32 = 1. A node whose backend offers only its weights in the type
+ * (kn_caps.lower_weights) keeps float32 activations and gets its constant input 1 converted,
+ * with kiln_precision and kiln_weights set to the type (and kiln_compute = "fp32" where the
+ * backend widens them at load, kn_caps.widen_weights); a node the backend keeps in float32
+ * for a reason (kn_caps.keep_fp32) gets it in kiln_precision_note. at[n_at] are the graph's
+ * resolutions at the profile's shapes. */
 kiln_status kn_pass_lower_precision(kn_graph *g, int precision, const kn_layer_precision *layers,
                                     int n_layers, const struct kn_resolved *const *at, int n_at);
 

@@ -139,11 +139,16 @@ static void arena_at_max(kiln_engine *e, size_t *size) {
     kiln_context_destroy(ctx);
 }
 
-/* The float type a layer computes in: that of its first float output ("-" when none). */
+/* The float type a layer computes in: that of its first float output ("-" when none), or that
+ * of its weights where only they were lowered (kiln_weights: a CPU product in bf16), unless it
+ * widens them at load (kiln_compute). */
 static const char *layer_precision(const kn_graph *g, const kn_node *n) {
     if (strcmp(n->domain, "kiln") == 0 &&
         (strcmp(n->op_type, "QConv") == 0 || strcmp(n->op_type, "QMatMul") == 0))
         return "int8";
+    const char *weights = kn_attr_string(n, "kiln_weights", NULL);
+    if (weights != NULL)
+        return kn_attr_string(n, "kiln_compute", weights);
     for (int j = 0; j < n->n_out; j++) {
         int v = n->out[j];
         if (v < 0)
@@ -395,6 +400,16 @@ int cmd_inspect(int argc, char **argv) {
                 printf(", \"int8_reason\": ");
                 jstr(int8_why);
             }
+            const char *weights = kn_attr_string(n, "kiln_weights", NULL);
+            if (weights) {
+                printf(", \"weights\": ");
+                jstr(weights);
+            }
+            const char *fp32_why = kn_attr_string(n, "kiln_precision_note", NULL);
+            if (fp32_why) {
+                printf(", \"precision_reason\": ");
+                jstr(fp32_why);
+            }
             if (kn_node_n_outer(n) > 0 || kn_node_attr(n, "body") || kn_node_attr(n, "then_branch"))
                 json_bodies(n);
             printf("}");
@@ -424,10 +439,21 @@ int cmd_inspect(int argc, char **argv) {
             const char *int8_why = kn_attr_string(n, "kiln_int8_reason", NULL);
             bool shown =
                 strcmp(prec, "fp16") == 0 || strcmp(prec, "bf16") == 0 || strcmp(prec, "int8") == 0;
-            printf("  %4d  %-36s %-34s -> %s%s%s%s%s%s%s%s%s\n", i, n->name, k, s, shown ? " " : "",
-                   shown ? prec : "", why ? "  (host: " : "", why ? why : "", why ? ")" : "",
+            /* weights stored narrow for a layer that computes in fp32 */
+            const char *stored = kn_attr_string(n, "kiln_compute", NULL)
+                                     ? kn_attr_string(n, "kiln_weights", NULL)
+                                     : NULL;
+            if (stored != NULL) {
+                shown = true;
+                prec = stored;
+            }
+            const char *fp32_why = kn_attr_string(n, "kiln_precision_note", NULL);
+            printf("  %4d  %-36s %-34s -> %s%s%s%s%s%s%s%s%s%s%s%s%s\n", i, n->name, k, s,
+                   shown ? " " : "", shown ? prec : "", stored ? " weights" : "",
+                   why ? "  (host: " : "", why ? why : "", why ? ")" : "",
                    int8_why ? "  (fp32, not int8: " : "", int8_why ? int8_why : "",
-                   int8_why ? ")" : "");
+                   int8_why ? ")" : "", fp32_why ? "  (fp32: " : "", fp32_why ? fp32_why : "",
+                   fp32_why ? ")" : "");
             print_bodies(n, 0);
         }
         if (e->n_backends > 1) {

@@ -1,4 +1,5 @@
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/nn/conv.h"
 #include "ops/op.h"
 
 #include "ops/fused_elementwise.h"
@@ -30,16 +31,67 @@ static const kn_kernel *cpu_backend_find_kernel(kn_backend *b, const char *domai
     return cpu_find_kernel(domain, name);
 }
 
-/* Ops whose CPU kernels compute in float32 only (their op inference takes any float type). */
-/* Ops whose CPU kernels run float16 and bfloat16 as they run float32 (element-wise math goes
- * through float; data movement copies bytes): the precision pass may lower them, for memory. */
+/* Ops whose CPU kernels run float16 as they run float32 (element-wise math goes through float;
+ * data movement copies bytes): the precision pass may lower them, for memory. Not in bfloat16:
+ * there the products keep float32 activations (below), so lowering what sits between them
+ * would only add Casts. */
 static uint32_t cpu_lowerable(const kn_node *n) {
     if (n->domain[0] != '\0')
         return 0;
     const kn_op_schema *op = kn_op_find(n->domain, n->op_type);
     bool elementwise =
         op != NULL && (op->flags & KN_OP_ELEMENTWISE) && strcmp(n->op_type, "Cast") != 0;
-    return elementwise || kn_op_moves_data(n) ? KN_LOWER_FP16 | KN_LOWER_BF16 : 0;
+    return elementwise || kn_op_moves_data(n) ? KN_LOWER_FP16 : 0;
+}
+
+static bool op_is(const kn_node *n, const char *onnx, const char *fused) {
+    return (n->domain[0] == '\0' && strcmp(n->op_type, onnx) == 0) ||
+           (strcmp(n->domain, KN_DOMAIN) == 0 && strcmp(n->op_type, fused) == 0);
+}
+
+/* Products whose constant weights (input 1) the CPU holds in bfloat16 (packed for the bf16
+ * GEMM, activations rounded as they are packed, fp32 accumulation and epilogue) or float16
+ * (storage alone: widened to float32 when the engine is made); otherwise why they stay. */
+static void cpu_weight_offer(const kn_node *n, int n_in, const kn_tensor *in, kn_caps *caps) {
+    bool conv = op_is(n, "Conv", "FusedConv");
+    if (!conv && !op_is(n, "Gemm", "FusedGemm") && !op_is(n, "MatMul", "FusedMatMul")) {
+        if (op_is(n, "ConvTranspose", "FusedConvTranspose"))
+            caps->keep_fp32 = "ConvTranspose has no reduced-precision kernel on the CPU";
+        return;
+    }
+    if (n_in < 2 || in[1].data == NULL || in[1].dtype != KILN_DTYPE_FLOAT32) {
+        caps->keep_fp32 = "a product of two activations: the CPU narrows only constant "
+                          "weights";
+        return;
+    }
+    const kn_shape *w = &in[1].shape;
+    if (conv) {
+        int64_t group = kn_attr_int(n, "group", 1);
+        if (w->rank < 3 || (group == w->d[0] && w->d[1] == 1)) {
+            caps->keep_fp32 = "depthwise conv: the direct fp32 kernel is memory-bound, a bf16 "
+                              "GEMM would not help";
+            return;
+        }
+    } else if (w->rank != 2) {
+        caps->keep_fp32 = "batched weights: the CPU packs only 2-D weights";
+        return;
+    }
+    caps->lower_weights = KN_LOWER_FP16 | KN_LOWER_BF16;
+    caps->widen_weights = KN_LOWER_FP16; /* fp16 is storage only */
+    if (conv && kn_cpu_conv_prefers_winograd(n, &in[0], w)) {
+        caps->widen_weights |= KN_LOWER_BF16;
+        caps->keep_fp32 = "3x3 conv: fp32 Winograd (a quarter of the multiplies) beats the bf16 "
+                          "GEMM; weights stored in 16 bits";
+    }
+}
+
+/* Weights the precision pass stored in 16 bits (kiln_weights): constant, and read by the
+ * product's prepare, which packs or widens them. */
+static bool narrow_weights(const kn_node *n, const kn_tensor *w) {
+    const kn_attr *a = kn_node_attr(n, "kiln_weights");
+    return a != NULL && a->type == KN_ATTR_STRING &&
+           ((strcmp(a->s, "bf16") == 0 && w->dtype == KILN_DTYPE_BFLOAT16) ||
+            (strcmp(a->s, "fp16") == 0 && w->dtype == KILN_DTYPE_FLOAT16));
 }
 
 static bool cpu_supports(kn_backend *b, const kn_node *n, int n_in, const kn_tensor *in, int n_out,
@@ -56,13 +108,14 @@ static bool cpu_supports(kn_backend *b, const kn_node *n, int n_in, const kn_ten
         (strcmp(n->domain, "kiln") == 0 && strcmp(n->op_type, "FusedElementwise") == 0))
         for (int j = 0; j < n_in; j++)
             if (in[j].dtype != 0 && kn_dtype_is_float(in[j].dtype) &&
-                in[j].dtype != KILN_DTYPE_FLOAT32) {
+                in[j].dtype != KILN_DTYPE_FLOAT32 && !(j == 1 && narrow_weights(n, &in[1]))) {
                 snprintf(caps->reason, sizeof caps->reason,
                          "the cpu backend runs %s in float32 only (input %d is %s)", n->op_type, j,
                          kn_dtype_name(in[j].dtype));
                 return false;
             }
     caps->lower = cpu_lowerable(n);
+    cpu_weight_offer(n, n_in, in, caps);
     return true;
 }
 

@@ -3,6 +3,7 @@
 #include "core/alloc.h"
 
 #include <stdint.h>
+#include <string.h>
 
 kiln_status kn_cpu_f32_in(const kn_tensor *t, kn_cpu_f32 *v) {
     v->owned = false;
@@ -82,4 +83,11 @@ void kn_cpu_f32_release(kn_cpu_f32 *v) {
 
 bool kn_cpu_has_out(const kn_kernel_ctx *k, int i) {
     return i < k->n_out && k->node->out[i] >= 0 && k->out[i].data != NULL;
+}
+
+bool kn_cpu_weights_widened(const kn_node *n, const kn_tensor *w) {
+    if (w->dtype == KILN_DTYPE_FLOAT16)
+        return true;
+    const char *c = kn_attr_string(n, "kiln_compute", NULL);
+    return w->dtype == KILN_DTYPE_BFLOAT16 && c != NULL && strcmp(c, "fp32") == 0;
 }

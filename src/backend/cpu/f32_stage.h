@@ -19,6 +19,10 @@ kiln_status kn_cpu_f32_in(const kn_tensor *t, kn_cpu_f32 *v);
 kiln_status kn_cpu_f32_out(kn_tensor *t, kn_cpu_f32 *v);
 void kn_cpu_f32_commit(kn_tensor *t, kn_cpu_f32 *v);
 void kn_cpu_f32_release(kn_cpu_f32 *v);
+/* Whether a product's 16-bit weights (kiln_weights) are widened to float32 when the engine is
+ * made: float16 ones always (storage only), bfloat16 ones where the precision pass marked the
+ * node kiln_compute = "fp32" (a Winograd conv). */
+bool kn_cpu_weights_widened(const kn_node *n, const kn_tensor *w);
 /* True when output i exists and has storage. */
 bool kn_cpu_has_out(const kn_kernel_ctx *k, int i);
 

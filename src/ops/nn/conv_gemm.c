@@ -24,6 +24,24 @@ static kiln_status check_float(const kn_infer_ctx *c, int i, const char *what) {
     return KILN_OK;
 }
 
+/* Input 1 (the weights) is of input 0's dtype, or of the 16-bit type kiln_weights names (the
+ * precision pass stores a CPU product's weights so, its activations staying float32). */
+static kiln_status check_weights(const kn_infer_ctx *c, const char *what) {
+    const kn_attr *w = kn_node_attr(c->node, "kiln_weights");
+    if (w != NULL && w->type == KN_ATTR_STRING && c->in[0].dtype == KILN_DTYPE_FLOAT32) {
+        int32_t want = strcmp(w->s, "bf16") == 0   ? KILN_DTYPE_BFLOAT16
+                       : strcmp(w->s, "fp16") == 0 ? KILN_DTYPE_FLOAT16
+                                                   : 0;
+        if (want == 0)
+            return kn_error(KILN_ERR_MODEL, "kiln_weights '%s': expected bf16 or fp16", w->s);
+        if (c->in[1].dtype != want)
+            return kn_error(KILN_ERR_DTYPE, "input 1 (%s) has dtype %s; kiln_weights says %s", what,
+                            kn_dtype_name(c->in[1].dtype), kn_dtype_name(want));
+        return KILN_OK;
+    }
+    return check_float(c, 1, what);
+}
+
 /* Validates the fused attributes and, when kiln_residual is set, that input `at` exists and
  * has the output's dtype and shape. Returns in *n_main the inputs before the residual. */
 static kiln_status check_fused(const kn_infer_ctx *c, int at, int *n_main) {
@@ -60,7 +78,7 @@ static kiln_status check_arity(const kn_infer_ctx *c, int min_in, int max_in) {
 static kiln_status infer_conv_common(kn_infer_ctx *c, bool transpose) {
     KN_TRY(check_arity(c, 2, 4));
     KN_TRY(check_float(c, 0, "X"));
-    KN_TRY(check_float(c, 1, "W"));
+    KN_TRY(check_weights(c, "W"));
     kn_conv_geom g;
     KN_TRY(kn_conv_geom_init(c->node, &c->in[0].shape, &c->in[1].shape, transpose, &g));
     c->out[0].dtype = c->in[0].dtype;
@@ -90,7 +108,7 @@ kiln_status kn_infer_conv_transpose(kn_infer_ctx *c) {
 kiln_status kn_infer_gemm(kn_infer_ctx *c) {
     KN_TRY(check_arity(c, 2, 4));
     KN_TRY(check_float(c, 0, "A"));
-    KN_TRY(check_float(c, 1, "B"));
+    KN_TRY(check_weights(c, "B"));
     const kn_shape *a = &c->in[0].shape, *b = &c->in[1].shape;
     char b1[96], b2[96];
     if (a->rank != 2 || b->rank != 2)
@@ -125,7 +143,7 @@ kiln_status kn_infer_matmul(kn_infer_ctx *c) {
     bool bias = is_fused(c->node) && kn_attr_int(c->node, "kiln_bias", 0) != 0;
     KN_TRY(check_arity(c, 2, bias ? 4 : 3));
     KN_TRY(check_float(c, 0, "A"));
-    KN_TRY(check_float(c, 1, "B"));
+    KN_TRY(check_weights(c, "B"));
     kn_shape a = c->in[0].shape, b = c->in[1].shape;
     char b1[96], b2[96];
     if (a.rank < 1 || b.rank < 1)

@@ -1,30 +1,53 @@
-/* bf16 GEMM for the CPU backend: C = A * B with A in fp32 (rounded to bf16 as it is read), B
- * packed once as bf16, products accumulated in fp32. Two paths chosen at run time: AVX512-BF16
- * (vdpbf16ps, which multiplies pairs along K) and a portable one (convert, then fp32 multiply-add)
- * for CPUs without it, so one binary and one plan serve both. KILN_BF16_PORTABLE=1 forces the
- * portable path (tests compare the two). */
+/* bf16 GEMM for the CPU backend: C = epilogue(op(A) * op(B)) with both operands rounded to
+ * bf16 (constant weights packed once, activations as they are packed), products accumulated in
+ * fp32, C and the epilogue (bias, residual, activation) in fp32. Two paths chosen at run time:
+ * AVX512-BF16 (vdpbf16ps, which multiplies pairs along K) and a portable one (bf16 widened to
+ * fp32, fp32 multiply-add) for CPUs without it, so one binary and one plan serve both.
+ * KILN_BF16_PORTABLE=1 forces the portable path (tests compare the two). AMX tiles are not used.
+ *
+ * Both operands are held as pairs along K: A in strips of KN_BF16_MR rows (per pair of K, the
+ * strip's rows side by side), B in panels of KN_BF16_NR columns (per pair of K, the panel's
+ * columns side by side), K padded to the pair with zeros. */
 #ifndef KN_CPU_GEMM_BF16_H
 #define KN_CPU_GEMM_BF16_H
+
+#include "backend/cpu/math/gemm.h"
 
 #include <stdbool.h>
 #include <stdint.h>
 
-/* B (K x N, row-major, leading dimension ldb) packed in panels of 16 columns; within a panel,
- * for each pair of rows of K, the 16 columns' (k, k+1) values side by side. K and N are padded
- * with zeros to the pair and the panel. */
-typedef struct kn_bf16_packed_b {
-    int64_t k, n, kpairs, panels;
-    uint16_t *data; /* panels * kpairs * 32 values */
-} kn_bf16_packed_b;
+#define KN_BF16_MR 8
+#define KN_BF16_NR 32
 
-/* false when memory runs out. */
-bool kn_bf16_pack_b(kn_bf16_packed_b *pb, const float *b, int64_t ldb, int64_t k, int64_t n);
-void kn_bf16_packed_b_free(kn_bf16_packed_b *pb);
+/* An operand packed once (constant weights). Immutable afterwards; shareable by threads. */
+typedef struct kn_bf16_packed kn_bf16_packed;
 
-/* C (M x N, leading dimension ldc) = A (M x K, leading dimension lda) * B. false when memory
- * runs out. */
-bool kn_gemm_bf16(int64_t m, const float *a, int64_t lda, const kn_bf16_packed_b *pb, float *c,
-                  int64_t ldc);
+/* Pack op(A) (m x k) or op(B) (k x n) from float32 or bfloat16 data (dtype KILN_DTYPE_*);
+ * trans means the stored matrix is the transpose. */
+kiln_status kn_bf16_pack_a(const void *a, int32_t dtype, int64_t lda, bool trans, int64_t m,
+                           int64_t k, kn_bf16_packed **out);
+kiln_status kn_bf16_pack_b(const void *b, int32_t dtype, int64_t ldb, bool trans, int64_t k,
+                           int64_t n, kn_bf16_packed **out);
+void kn_bf16_packed_free(kn_bf16_packed *p);
+/* Bytes the packed data holds (for the build's report). */
+size_t kn_bf16_packed_bytes(const kn_bf16_packed *p);
+
+/* One of: a float32 matrix (p, ld, trans), a pre-packed operand, or (B only) a routine that
+ * writes float32 panels KN_BF16_NR wide (kn_gemm_pack_fn's contract with nr = KN_BF16_NR). */
+typedef struct kn_bf16_operand {
+    const float *p;
+    int64_t ld;
+    bool trans;
+    const kn_bf16_packed *packed;
+    kn_gemm_pack_fn pack;
+    void *pack_arg;
+} kn_bf16_operand;
+
+/* C (m x n, leading dimension ldc) = epilogue(op(A) * op(B)); C is only written. ep may be
+ * NULL, pool may be NULL. Fails only on out-of-memory. */
+kiln_status kn_gemm_bf16(kn_threadpool *pool, int64_t m, int64_t n, int64_t k,
+                         const kn_bf16_operand *a, const kn_bf16_operand *b, float *c, int64_t ldc,
+                         const kn_epilogue *ep);
 
 /* true when the AVX512-BF16 path runs (the CPU has it and KILN_BF16_PORTABLE is not set). */
 bool kn_bf16_native(void);

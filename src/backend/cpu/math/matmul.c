@@ -1,27 +1,93 @@
-/* Gemm and MatMul. Constant B operands (weights) are packed once in prepare. */
+/* Gemm and MatMul. Constant B operands (weights) are packed once in prepare: as float32, or
+ * as bf16 for the bf16 GEMM when the precision pass stored them in bf16 (kiln_weights); weights
+ * stored in float16 are widened to float32 first (storage only). */
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/f32_stage.h"
 #include "backend/cpu/math/gemm.h"
+#include "backend/cpu/math/gemm_bf16.h"
 
 #include "core/alloc.h"
 
 #include <stdatomic.h>
 #include <string.h>
 
+/* What prepare keeps: one of the two packed forms. */
+typedef struct product_state {
+    kn_gemm_packed *f32;
+    kn_bf16_packed *bf16;
+} product_state;
+
 void kn_cpu_packed_release(void *state) {
-    kn_gemm_packed_free(state);
+    product_state *st = state;
+    if (st == NULL)
+        return;
+    kn_gemm_packed_free(st->f32);
+    kn_bf16_packed_free(st->bf16);
+    kn_free(st);
+}
+
+/* Pack constant 2-D weights w (r x c stored; op(W) is k x n) once. */
+static kiln_status pack_weights(const kn_node *node, const kn_tensor *w, bool trans, void **state) {
+    int64_t r = w->shape.d[0], c = w->shape.d[1];
+    int64_t k = trans ? c : r, n = trans ? r : c;
+    product_state *st = kn_calloc(1, sizeof *st);
+    if (st == NULL)
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory packing weights");
+    kiln_status rc;
+    if (w->dtype == KILN_DTYPE_BFLOAT16 && !kn_cpu_weights_widened(node, w)) {
+        rc = kn_bf16_pack_b(w->data, w->dtype, c, trans, k, n, &st->bf16);
+    } else {
+        kn_cpu_f32 v;
+        rc = kn_cpu_f32_in(w, &v);
+        if (rc == KILN_OK)
+            rc = kn_gemm_pack_b(v.p, c, trans, k, n, &st->f32);
+        kn_cpu_f32_release(&v);
+    }
+    if (rc != KILN_OK) {
+        kn_cpu_packed_release(st);
+        return rc;
+    }
+    *state = st;
+    return KILN_OK;
+}
+
+static bool packable(int n_in, const kn_tensor *in) {
+    return n_in >= 2 && in[1].data != NULL && in[1].shape.rank == 2 &&
+           (in[1].dtype == KILN_DTYPE_FLOAT32 || in[1].dtype == KILN_DTYPE_BFLOAT16 ||
+            in[1].dtype == KILN_DTYPE_FLOAT16);
 }
 
 kiln_status kn_cpu_gemm_prepare(const kn_node *node, int n_in, const kn_tensor *in, void **state) {
     *state = NULL;
-    if (n_in < 2 || in[1].data == NULL || in[1].dtype != KILN_DTYPE_FLOAT32 ||
-        in[1].shape.rank != 2)
+    if (!packable(n_in, in))
         return KILN_OK;
-    bool tb = kn_attr_int(node, "transB", 0) != 0;
-    int64_t r = in[1].shape.d[0], c = in[1].shape.d[1];
-    kn_gemm_packed *p;
-    KN_TRY(kn_gemm_pack_b(in[1].data, c, tb, tb ? c : r, tb ? r : c, &p));
-    *state = p;
+    return pack_weights(node, &in[1], kn_attr_int(node, "transB", 0) != 0, state);
+}
+
+/* Weights in 16 bits reach run only packed (prepare always packs them). */
+static kiln_status weights_packed(const kn_kernel_ctx *k) {
+    if (k->in[1].dtype != KILN_DTYPE_FLOAT32 && k->state == NULL)
+        return kn_error(KILN_ERR_UNSUPPORTED, "%s weights of dtype %s were not packed at load",
+                        k->node->op_type, kn_dtype_name(k->in[1].dtype));
     return KILN_OK;
+}
+
+/* The bf16 GEMM for Gemm's general case: y holds beta*C (or nothing), alpha scales the product
+ * and the epilogue comes last. */
+static kiln_status gemm_bf16_general(kn_kernel_ctx *k, int64_t m, int64_t n, int64_t kk,
+                                     const kn_bf16_operand *a, const kn_bf16_operand *b,
+                                     float alpha, float gemm_beta, const kn_epilogue *ep,
+                                     float *y) {
+    float *t = kn_aligned_alloc((size_t)(m * n > 0 ? m * n : 1) * sizeof(float), 64);
+    if (t == NULL)
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory in Gemm");
+    kiln_status rc = kn_gemm_bf16(k->pool, m, n, kk, a, b, t, n, NULL);
+    for (int64_t i = 0; rc == KILN_OK && i < m * n; i++)
+        y[i] = alpha * t[i] + (gemm_beta != 0.0f ? y[i] : 0.0f);
+    if (rc == KILN_OK && (ep->bias != NULL || ep->residual != NULL || ep->act != KN_ACT_NONE))
+        kn_epilogue_apply(ep, y, n, 0, 0, m, n);
+    kn_free(t);
+    return rc;
 }
 
 /* Folds beta*C into the epilogue bias when C is a row or column vector; otherwise writes the
@@ -67,27 +133,31 @@ kiln_status kn_cpu_gemm_run(kn_kernel_ctx *k) {
     float *y = k->out[0].data, *scaled = NULL, gemm_beta = 0.0f;
     if (k->n_in > 2 && k->in[2].dtype != 0 && beta != 0.0f && kn_tensor_numel(&k->in[2]) > 0)
         KN_TRY(gemm_bias(&k->in[2], beta, m, n, y, &ep, &scaled, &gemm_beta));
-    kn_gemm_operand a = {.p = k->in[0].data, .ld = as->d[1], .trans = ta};
-    kn_gemm_operand b = {.p = k->in[1].data, .ld = bs->d[1], .trans = tb};
-    if (k->state != NULL)
-        b = (kn_gemm_operand){.packed = k->state};
-    kiln_status rc = kn_gemm(k->pool, m, n, kk, alpha, &a, &b, gemm_beta, y, n, &ep);
+    const product_state *st = k->state;
+    kiln_status rc;
+    if (st != NULL && st->bf16 != NULL) {
+        kn_bf16_operand a = {.p = k->in[0].data, .ld = as->d[1], .trans = ta};
+        kn_bf16_operand b = {.packed = st->bf16};
+        rc = alpha == 1.0f && gemm_beta == 0.0f
+                 ? kn_gemm_bf16(k->pool, m, n, kk, &a, &b, y, n, &ep)
+                 : gemm_bf16_general(k, m, n, kk, &a, &b, alpha, gemm_beta, &ep, y);
+    } else if ((rc = weights_packed(k)) == KILN_OK) {
+        kn_gemm_operand a = {.p = k->in[0].data, .ld = as->d[1], .trans = ta};
+        kn_gemm_operand b = {.p = k->in[1].data, .ld = bs->d[1], .trans = tb};
+        if (st != NULL)
+            b = (kn_gemm_operand){.packed = st->f32};
+        rc = kn_gemm(k->pool, m, n, kk, alpha, &a, &b, gemm_beta, y, n, &ep);
+    }
     kn_free(scaled);
     return rc;
 }
 
 kiln_status kn_cpu_matmul_prepare(const kn_node *node, int n_in, const kn_tensor *in,
                                   void **state) {
-    (void)node;
     *state = NULL;
-    if (n_in < 2 || in[1].data == NULL || in[1].dtype != KILN_DTYPE_FLOAT32 ||
-        in[1].shape.rank != 2)
+    if (!packable(n_in, in))
         return KILN_OK;
-    kn_gemm_packed *p;
-    KN_TRY(kn_gemm_pack_b(in[1].data, in[1].shape.d[1], false, in[1].shape.d[0], in[1].shape.d[1],
-                          &p));
-    *state = p;
-    return KILN_OK;
+    return pack_weights(node, &in[1], false, state);
 }
 
 typedef struct matmul_job {
@@ -166,11 +236,18 @@ kiln_status kn_cpu_matmul_run(kn_kernel_ctx *k) {
         int64_t rows = 1;
         for (int i = 0; i < as.rank - 1; i++)
             rows *= as.d[i];
+        const product_state *st = k->state;
+        if (st != NULL && st->bf16 != NULL) {
+            kn_bf16_operand a = {.p = j.a, .ld = j.k}, b = {.packed = st->bf16};
+            return kn_gemm_bf16(k->pool, rows, j.n, j.k, &a, &b, j.y, j.n, &ep);
+        }
+        KN_TRY(weights_packed(k));
         kn_gemm_operand a = {.p = j.a, .ld = j.k}, b = {.p = j.b, .ld = j.n};
-        if (k->state != NULL)
-            b = (kn_gemm_operand){.packed = k->state};
+        if (st != NULL)
+            b = (kn_gemm_operand){.packed = st->f32};
         return kn_gemm(k->pool, rows, j.n, j.k, 1.0f, &a, &b, 0.0f, j.y, j.n, &ep);
     }
+    KN_TRY(weights_packed(k));
     j.rank = (as.rank > bs.rank ? as.rank : bs.rank) - 2;
     int64_t batches = 1;
     for (int i = 0; i < j.rank; i++) {

@@ -5,15 +5,22 @@
  * every tap reads a contiguous run). A 1x1, stride-1, unpadded conv reads the image as B
  * directly; a strided unpadded 1x1 conv reads a subsampled copy. 3x3 stride-1 convs with enough
  * channels take Winograd (conv_winograd.c), depthwise convs a direct kernel (conv_depthwise.c).
- * Bias, residual and activation run in the GEMM epilogue. */
+ * Bias, residual and activation run in the GEMM epilogue. Weights the precision pass stored in
+ * bf16 (kiln_weights) are packed for the bf16 GEMM instead, except on convs where fp32 Winograd
+ * is faster (kn_cpu_conv_prefers_winograd, kiln_compute): those, and weights stored in float16,
+ * are widened to float32 here once. */
 #include "backend/cpu/nn/conv.h"
 
+#include "backend/cpu/f32_stage.h"
+#include "backend/cpu/math/gemm_bf16.h"
 #include "core/alloc.h"
 
 #include <string.h>
 
 typedef struct conv_state {
-    kn_wino *wino; /* 3x3 stride-1 weights for Winograd, or NULL */
+    kn_wino *wino;       /* 3x3 stride-1 weights for Winograd, or NULL */
+    float *w32;          /* float16 weights widened, when a path may read them plain */
+    kn_bf16_packed **bw; /* bf16 weights, one per group, or NULL */
     int64_t group;
     kn_gemm_packed *w[]; /* one per group */
 } conv_state;
@@ -62,26 +69,71 @@ static int wino_tile(const kn_node *node, const kn_tensor *x, const kn_shape *w,
     return wino_tiles(&g, 2) >= WINO_MIN_TILES ? 2 : 0;
 }
 
+bool kn_cpu_conv_prefers_winograd(const kn_node *node, const kn_tensor *x, const kn_shape *w) {
+    bool known;
+    return wino_candidate(node, w, kn_attr_int(node, "group", 1)) &&
+           wino_tile(node, x, w, &known) == 4 && known;
+}
+
 static bool is_depthwise(const kn_conv_geom *g) {
     return g->group == g->c_in && g->c_out == g->c_in && g->nsp <= 2;
 }
 
+/* bf16 weights: one packed operand per group for the bf16 GEMM. */
+static kiln_status prepare_bf16(const kn_tensor *w, int64_t group, conv_state *st) {
+    int64_t cog = w->shape.d[0] / group, kdim = kn_shape_numel(&w->shape) / w->shape.d[0];
+    st->bw = kn_calloc((size_t)group, sizeof *st->bw);
+    if (st->bw == NULL)
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory packing conv weights");
+    const uint16_t *wd = w->data;
+    for (int64_t g = 0; g < group; g++)
+        KN_TRY(kn_bf16_pack_a(wd + g * cog * kdim, KILN_DTYPE_BFLOAT16, kdim, false, cog, kdim,
+                              &st->bw[g]));
+    return KILN_OK;
+}
+
 kiln_status kn_cpu_conv_prepare(const kn_node *node, int n_in, const kn_tensor *in, void **state) {
     *state = NULL;
-    if (n_in < 2 || in[1].data == NULL || in[1].dtype != KILN_DTYPE_FLOAT32 || in[1].shape.rank < 3)
+    if (n_in < 2 || in[1].data == NULL || in[1].shape.rank < 3 ||
+        (in[1].dtype != KILN_DTYPE_FLOAT32 && in[1].dtype != KILN_DTYPE_FLOAT16 &&
+         in[1].dtype != KILN_DTYPE_BFLOAT16))
         return KILN_OK;
     const kn_shape *w = &in[1].shape;
     int64_t group = kn_attr_int(node, "group", 1);
     if (group < 1 || w->d[0] % group != 0)
         return KILN_OK; /* run reports the error with the input shapes */
-    if (group == w->d[0] && w->d[1] == 1 && w->rank <= 4)
+    bool depthwise = group == w->d[0] && w->d[1] == 1 && w->rank <= 4;
+    if (depthwise && in[1].dtype == KILN_DTYPE_FLOAT32)
         return KILN_OK; /* depthwise: direct kernel reads W as is */
     int64_t cog = w->d[0] / group, kdim = kn_shape_numel(w) / w->d[0];
     conv_state *st = kn_calloc(1, sizeof *st + (size_t)group * sizeof st->w[0]);
     if (st == NULL)
         return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory packing conv weights");
     st->group = group;
+    bool widen = kn_cpu_weights_widened(node, &in[1]);
+    if (in[1].dtype == KILN_DTYPE_BFLOAT16 && !widen) {
+        kiln_status rc = prepare_bf16(&in[1], group, st);
+        if (rc != KILN_OK) {
+            kn_cpu_conv_release(st);
+            return rc;
+        }
+        *state = st;
+        return KILN_OK;
+    }
     const float *wd = in[1].data;
+    if (widen) {
+        kn_cpu_f32 v;
+        kiln_status rc = kn_cpu_f32_in(&in[1], &v);
+        if (rc != KILN_OK) {
+            kn_cpu_conv_release(st);
+            return rc;
+        }
+        wd = st->w32 = v.p;
+        if (depthwise) {
+            *state = st;
+            return KILN_OK;
+        }
+    }
     bool known = false;
     int tile = wino_candidate(node, w, group) ? wino_tile(node, &in[0], w, &known) : 0;
     /* With the input shape fixed, a Winograd conv never takes the GEMM path: no packed copy. */
@@ -107,8 +159,13 @@ void kn_cpu_conv_release(void *state) {
     conv_state *st = state;
     if (st == NULL)
         return;
-    for (int64_t g = 0; g < st->group; g++)
+    for (int64_t g = 0; g < st->group; g++) {
         kn_gemm_packed_free(st->w[g]);
+        if (st->bw != NULL)
+            kn_bf16_packed_free(st->bw[g]);
+    }
+    kn_free(st->bw);
+    kn_free(st->w32);
     kn_cpu_wino_free(st->wino);
     kn_free(st);
 }
@@ -346,7 +403,14 @@ kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
     KN_TRY(kn_conv_geom_init(k->node, &k->in[0].shape, &k->in[1].shape, false, &g));
     kn_epilogue ep = {0};
     KN_TRY(kn_cpu_fused_epilogue(k, 3, &ep));
+    const conv_state *st = k->state;
     const float *x = k->in[0].data, *w = k->in[1].data;
+    bool bf16 = st != NULL && st->bw != NULL;
+    if (st != NULL && st->w32 != NULL)
+        w = st->w32;
+    else if (k->in[1].dtype != KILN_DTYPE_FLOAT32 && !bf16)
+        return kn_error(KILN_ERR_UNSUPPORTED, "Conv weights of dtype %s were not prepared at load",
+                        kn_dtype_name(k->in[1].dtype));
     const float *bias = k->n_in > 2 && k->in[2].dtype != 0 ? k->in[2].data : NULL;
     const float *res = ep.residual;
     float *y = k->out[0].data;
@@ -359,11 +423,15 @@ kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
         pointwise =
             pointwise && g.k[i] == 1 && g.stride[i] == 1 && g.pad_b[i] == 0 && g.pad_e[i] == 0;
     }
+    if (bf16 && (st->group != g.group || is_depthwise(&g)))
+        return kn_error(KILN_ERR_UNSUPPORTED,
+                        "Conv: bf16 weights packed for %lld groups, run "
+                        "with %lld (depthwise convs stay float32)",
+                        (long long)st->group, (long long)g.group);
     if (is_depthwise(&g)) {
         ep.bias = bias;
         return kn_cpu_conv_depthwise(k->pool, &g, x, w, &ep, y);
     }
-    const conv_state *st = k->state;
     if (st != NULL && st->wino != NULL && kn_cpu_wino_applies(&g) &&
         wino_tiles(&g, kn_cpu_wino_tile(st->wino)) >= WINO_MIN_TILES) {
         ep.bias = bias;
@@ -393,7 +461,8 @@ kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
             kn_gemm_operand a = {.p = w + gi * cog * kdim, .ld = kdim};
             if (st != NULL && st->group == g.group && st->w[gi] != NULL)
                 a = (kn_gemm_operand){.packed = st->w[gi]};
-            im2col_arg ia = {.x = xg, .g = &g, .nr = kn_gemm_nr(), .c = c2, .xs = xs, .w2 = w2};
+            int nr = bf16 ? KN_BF16_NR : kn_gemm_nr();
+            im2col_arg ia = {.x = xg, .g = &g, .nr = nr, .c = c2, .xs = xs, .w2 = w2};
             if (split) {
                 split_job sj = {.x = xg, .xs = xs, .w = c2.w, .w2 = w2};
                 kn_parallel_for(k->pool, cig * c2.h, 16, split_rows, &sj);
@@ -407,7 +476,7 @@ kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
             } else if (!pointwise)
                 b = (kn_gemm_operand){.pack = g.nsp <= 2 ? pack_im2col_2d : pack_im2col_nd,
                                       .pack_arg = &ia};
-            if (!pointwise && !sub && g.nsp <= 2 && fast_im2col(&c2, xg, xs, w2, &fast))
+            if (!pointwise && !sub && g.nsp <= 2 && nr == 32 && fast_im2col(&c2, xg, xs, w2, &fast))
                 b = (kn_gemm_operand){.pack = pack_im2col_fast, .pack_arg = &fast};
             kn_epilogue e = ep;
             int64_t off = (n * g.c_out + gi * cog) * os;
@@ -415,7 +484,13 @@ kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
             e.bias_per_row = true;
             e.residual = res != NULL ? res + off : NULL;
             e.ldr = os;
-            rc = kn_gemm(k->pool, cog, os, kdim, 1.0f, &a, &b, 0.0f, y + off, os, &e);
+            if (bf16) {
+                kn_bf16_operand ba = {.packed = st->bw[gi]};
+                kn_bf16_operand bb = {.p = b.p, .ld = b.ld, .pack = b.pack, .pack_arg = b.pack_arg};
+                rc = kn_gemm_bf16(k->pool, cog, os, kdim, &ba, &bb, y + off, os, &e);
+            } else {
+                rc = kn_gemm(k->pool, cog, os, kdim, 1.0f, &a, &b, 0.0f, y + off, os, &e);
+            }
         }
     }
     kn_free(xs);

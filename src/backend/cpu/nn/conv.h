@@ -113,6 +113,10 @@ void kn_cpu_dw_pad_avx512(const float *x, int64_t h, int64_t w, int64_t ph, int6
 void kn_cpu_dw_pad_split_avx512(const float *x, int64_t h, int64_t w, int64_t ph, int64_t pw,
                                 int64_t hq, int64_t wq, float *out);
 
+/* Whether the conv takes Winograd with 4x4 tiles at input x's shape (known): there it beats
+ * the bf16 GEMM (a quarter of the multiplies), so bf16 weights are widened for it. */
+bool kn_cpu_conv_prefers_winograd(const kn_node *node, const kn_tensor *x, const kn_shape *w);
+
 /* Depthwise (group == C_in == C_out) 1-D/2-D convolution without GEMM. */
 kiln_status kn_cpu_conv_depthwise(kn_threadpool *pool, const kn_conv_geom *g, const float *x,
                                   const float *w, const kn_epilogue *ep, float *y);

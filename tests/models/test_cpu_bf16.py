@@ -1,0 +1,364 @@
+"""bf16 and fp16 on the CPU backend (--precision bf16|fp16 with the default backend).
+
+bf16: Conv (GEMM paths), Gemm and MatMul with constant weights store them in bf16 and run the
+bf16 GEMM (activations rounded as they are packed, fp32 accumulation and epilogue); depthwise
+convs, products of two activations, softmax and layer norm stay fp32, with the reason shown.
+fp16: the weights are stored in fp16 and widened at load. Each is checked against onnxruntime
+in fp32 on ResNet-mini and the transformer encoder, on both bf16 paths (AVX512-BF16 where the
+CPU has it, and the portable one that KILN_BF16_PORTABLE=1 forces); single layers on odd shapes
+against onnxruntime fed the same bf16-rounded operands, which the bf16 GEMM must match to fp32
+rounding."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+KILN = os.environ.get("KILN") or os.path.join(REPO, "build", "bin", "kiln")
+
+with open(os.path.join(HERE, "manifest.json")) as _f:
+    MANIFEST = {m["name"]: m for m in json.load(_f)["models"]}
+
+PORTABLE = {"KILN_BF16_PORTABLE": "1"}
+
+
+def has_avx512_bf16():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return "avx512_bf16" in f.read()
+    except OSError:
+        return False
+
+
+# The default path is AVX512-BF16 where the CPU has it, the portable one elsewhere.
+PATHS = [("default", {}), ("portable", PORTABLE)]
+
+
+def kiln(*args, env=None, check=True):
+    e = dict(os.environ)
+    e.pop("KILN_BF16_PORTABLE", None)
+    e.update(env or {})
+    p = subprocess.run([KILN, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       stdin=subprocess.DEVNULL, timeout=300, env=e)
+    out, err = p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
+    if check:
+        assert p.returncode == 0, f"kiln {' '.join(args)}: {err}"
+    return p.returncode, out, err
+
+
+def run_plan(plan, inputs, out_dir, env=None):
+    os.makedirs(out_dir, exist_ok=True)
+    args = ["run", plan, "--output-dir", out_dir]
+    for name, arr in inputs.items():
+        path = os.path.join(out_dir, f"in_{name}.npy")
+        np.save(path, arr)
+        args += ["--input", f"{name}={path}"]
+    kiln(*args, env=env)
+    with open(os.path.join(out_dir, "outputs.json")) as f:
+        return {k: np.load(os.path.join(out_dir, v)) for k, v in json.load(f).items()}
+
+
+def layers(plan):
+    return json.loads(kiln("inspect", plan, "--json")[1])["layers"]
+
+
+def weight_bytes(plan):
+    return json.loads(kiln("inspect", plan, "--json")[1])["weight_bytes"]
+
+
+def round_bf16(x):
+    u = np.ascontiguousarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+    return u.astype(np.uint32).view(np.float32)
+
+
+def rel_err(got, ref):
+    return float(np.abs(got.astype(np.float64) - ref).max() / max(np.abs(ref).max(), 1e-6))
+
+
+def build(model, plan, precision, *extra, env=None):
+    shapes = [a for s in MANIFEST[model]["shapes"] for a in ("--shapes", s)]
+    return kiln("build", os.path.join(HERE, MANIFEST[model]["model"]), "-o", plan,
+                "--precision", precision, *shapes, *extra, env=env)
+
+
+def case_inputs(model):
+    for case in MANIFEST[model]["cases"]:
+        yield case["name"], {k: np.load(os.path.join(HERE, v)) for k, v in case["inputs"].items()}
+
+
+def products_with_weights(plan_layers):
+    return [l for l in plan_layers
+            if l["op"] in ("Conv", "FusedConv", "Gemm", "FusedGemm", "MatMul", "FusedMatMul")
+            and "precision_reason" not in l]
+
+
+@pytest.mark.parametrize("path,env", PATHS, ids=[p for p, _ in PATHS])
+@pytest.mark.parametrize("model", ["resnet_mini", "transformer_encoder"])
+def test_bf16_matches_onnxruntime_fp32(model, path, env, tmp_path):
+    plan, plan32 = str(tmp_path / "bf16.plan"), str(tmp_path / "fp32.plan")
+    _, _, err = build(model, plan, "bf16", env=env)
+    if path == "portable" or not has_avx512_bf16():  # one line naming the slower path
+        assert err.count("\n") == 1 and "portable path" in err, err
+    else:
+        assert err == "", err
+    build(model, plan32, "fp32")
+    # the products' weights stored once, in bf16 (embeddings, norms and biases stay fp32)
+    assert weight_bytes(plan) < 0.65 * weight_bytes(plan32)
+    info = layers(plan)
+    prods = products_with_weights(info)
+    assert prods and all(l["precision"] == "bf16" and l["weights"] == "bf16" for l in prods), prods
+    for l in info:
+        if l["op"] in ("Softmax", "LayerNormalization", "ReduceMean", "GlobalAveragePool"):
+            assert l["precision"] == "fp32", l
+        if "precision_reason" in l:
+            assert l["precision"] == "fp32", l
+    if model == "transformer_encoder":  # attention's Q.K^T and P.V multiply two activations
+        reasons = [l for l in info if "precision_reason" in l]
+        assert reasons and all("two activations" in l["precision_reason"] for l in reasons)
+    sess = ort.InferenceSession(os.path.join(HERE, MANIFEST[model]["model"]))
+    for name, inputs in case_inputs(model):
+        ref = sess.run(None, inputs)
+        got = run_plan(plan, inputs, str(tmp_path / name), env=env)
+        out = list(got.values())[0]
+        assert out.shape == ref[0].shape
+        e = rel_err(out, ref[0])
+        assert 0 < e <= 2e-2, f"{name}: bf16 error {e:.3g} of the output's max"
+
+
+def test_bf16_paths_agree(tmp_path):
+    """The AVX512-BF16 and portable paths multiply the same bf16 values and accumulate in fp32:
+    on the same plan their outputs differ by fp32 rounding alone (on a CPU without AVX512-BF16
+    both runs take the portable path)."""
+    plan = str(tmp_path / "bf16.plan")
+    build("resnet_mini", plan, "bf16")
+    for name, inputs in case_inputs("resnet_mini"):
+        a = list(run_plan(plan, inputs, str(tmp_path / f"n{name}")).values())[0]
+        b = list(run_plan(plan, inputs, str(tmp_path / f"p{name}"), env=PORTABLE).values())[0]
+        assert rel_err(a, b) < 1e-4, name
+
+
+@pytest.mark.parametrize("model", ["resnet_mini", "transformer_encoder"])
+def test_fp16_storage_matches_onnxruntime_fp32(model, tmp_path):
+    plan, plan32 = str(tmp_path / "fp16.plan"), str(tmp_path / "fp32.plan")
+    build(model, plan, "fp16")
+    build(model, plan32, "fp32")
+    assert weight_bytes(plan) < 0.65 * weight_bytes(plan32)
+    prods = products_with_weights(layers(plan))
+    assert prods and all(l["weights"] == "fp16" for l in prods), prods
+    _, text, _ = kiln("inspect", plan)
+    assert "fp16 weights" in text
+    sess = ort.InferenceSession(os.path.join(HERE, MANIFEST[model]["model"]))
+    for name, inputs in case_inputs(model):
+        ref = sess.run(None, inputs)[0]
+        got = list(run_plan(plan, inputs, str(tmp_path / name)).values())[0]
+        assert rel_err(got, ref) <= 1e-2, name
+
+
+def test_layer_override_keeps_a_layer_fp32(tmp_path):
+    plan = str(tmp_path / "p.plan")
+    build("resnet_mini", plan, "bf16", "--layer-precision", "/fc/*=fp32",
+          "--layer-precision", "/stem/*=fp32")
+    by_name = {l["name"]: l for l in layers(plan)}
+    for name in ("/fc/Gemm", "/stem/stem.0/Conv"):
+        assert by_name[name]["precision"] == "fp32" and "weights" not in by_name[name]
+    assert by_name["/layers/layers.0/conv1/Conv"]["precision"] == "bf16"
+    sess = ort.InferenceSession(os.path.join(HERE, MANIFEST["resnet_mini"]["model"]))
+    for name, inputs in case_inputs("resnet_mini"):
+        got = list(run_plan(plan, inputs, str(tmp_path / name)).values())[0]
+        assert rel_err(got, sess.run(None, inputs)[0]) <= 2e-2
+
+
+def save_model(nodes, inputs, outputs, inits, path, opset=13):
+    g = helper.make_graph(nodes, "m", inputs, outputs, inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    onnx.save(m, path)
+    return m
+
+
+def f32(name, shape=None):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+def reference_on_rounded(model, weight_names, feeds):
+    """onnxruntime in fp32 on the model with its weights and inputs rounded to bf16: what the
+    bf16 GEMM computes, up to fp32 rounding of the sums."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    for t in m.graph.initializer:
+        if t.name in weight_names:
+            t.CopyFrom(numpy_helper.from_array(round_bf16(numpy_helper.to_array(t)), t.name))
+    sess = ort.InferenceSession(m.SerializeToString())
+    return sess.run(None, {k: round_bf16(v) for k, v in feeds.items()})[0]
+
+
+CONVS = [  # c_in, c_out, h, w, kernel, stride, pad, group, dilation, fused activation
+    (8, 16, 9, 11, 3, 1, 1, 1, 1, None),
+    (8, 16, 9, 11, 3, 2, 1, 1, 1, "Relu"),     # stride 2: even/odd column split
+    (8, 17, 9, 11, 1, 2, 0, 1, 1, None),       # strided 1x1: subsampled copy
+    (5, 19, 9, 11, 1, 1, 0, 1, 1, "Relu"),     # 1x1: the image read as B in place
+    (12, 18, 10, 7, 3, 1, 1, 3, 1, None),      # grouped
+    (8, 16, 9, 11, 3, 1, 2, 1, 2, None),       # dilated
+    (3, 8, 33, 31, 7, 2, 3, 1, 1, "Relu"),     # stem-like 7x7 stride 2, K = 147 (odd)
+    (48, 48, 7, 7, 3, 1, 1, 1, 1, None),       # a Winograd candidate in fp32
+    (7, 9, 5, 40, 5, 1, 2, 1, 1, None),        # odd channels, wide rows
+]
+
+
+@pytest.mark.parametrize("path,env", PATHS, ids=[p for p, _ in PATHS])
+@pytest.mark.parametrize("cfg", CONVS, ids=[str(i) for i in range(len(CONVS))])
+def test_conv_bf16_on_odd_shapes(cfg, path, env, tmp_path):
+    ci, co, h, w, k, s, p, g, d, act = cfg
+    rng = np.random.default_rng(sum(cfg[:9]))
+    W = rng.standard_normal((co, ci // g, k, k)).astype(np.float32)
+    B = rng.standard_normal(co).astype(np.float32)
+    R = rng.standard_normal((2, co, (h + 2 * p - d * (k - 1) - 1) // s + 1,
+                             (w + 2 * p - d * (k - 1) - 1) // s + 1)).astype(np.float32)
+    x = rng.standard_normal((2, ci, h, w)).astype(np.float32)
+    # conv + residual Add (+ activation): the residual and activation join the fp32 epilogue
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"], strides=[s, s], pads=[p] * 4,
+                              group=g, dilations=[d, d], name="conv"),
+             helper.make_node("Add", ["c", "r"], ["y" if act is None else "a"], name="add")]
+    if act:
+        nodes.append(helper.make_node(act, ["a"], ["y"], name="act"))
+    model = save_model(nodes, [f32("x", list(x.shape)), f32("r", list(R.shape))], [f32("y")],
+                       [numpy_helper.from_array(W, "W"), numpy_helper.from_array(B, "B")],
+                       str(tmp_path / "m.onnx"))
+    plan = str(tmp_path / "p.plan")
+    kiln("build", str(tmp_path / "m.onnx"), "-o", plan, "--precision", "bf16", env=env)
+    conv = [l for l in layers(plan) if l["name"] == "conv"][0]
+    assert conv["precision"] == "bf16", conv
+    got = run_plan(plan, {"x": x, "r": R}, str(tmp_path / "o"), env=env)["y"]
+    # the residual joins the fp32 epilogue unrounded: only x and W are rounded
+    m2 = onnx.ModelProto()
+    m2.CopyFrom(model)
+    for t in m2.graph.initializer:
+        if t.name == "W":
+            t.CopyFrom(numpy_helper.from_array(round_bf16(W), "W"))
+    want = ort.InferenceSession(m2.SerializeToString()).run(None, {"x": round_bf16(x), "r": R})[0]
+    assert got.shape == want.shape
+    assert rel_err(got, want) < 2e-6, rel_err(got, want)
+    # and against plain fp32: bf16's rounding, no more
+    exact = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x, "r": R})[0]
+    assert 0 < rel_err(got, exact) < 2e-2
+
+
+GEMMS = [  # m, k, n, transB, alpha, beta, C shape (None: no C)
+    (1, 7, 5, 0, 1.0, 1.0, (5,)),
+    (3, 33, 17, 1, 1.0, 1.0, (17,)),
+    (13, 64, 40, 1, 1.0, 1.0, (1, 40)),
+    (5, 9, 33, 0, 0.5, 2.0, (5, 33)),    # alpha, beta and a full C: the general path
+    (9, 300, 65, 1, 1.0, 0.0, None),
+]
+
+
+@pytest.mark.parametrize("path,env", PATHS, ids=[p for p, _ in PATHS])
+@pytest.mark.parametrize("cfg", GEMMS, ids=[str(i) for i in range(len(GEMMS))])
+def test_gemm_bf16_on_odd_shapes(cfg, path, env, tmp_path):
+    m, k, n, tb, alpha, beta, cshape = cfg
+    rng = np.random.default_rng(m * 1000 + k + n)
+    Bw = rng.standard_normal((n, k) if tb else (k, n)).astype(np.float32)
+    inits = [numpy_helper.from_array(Bw, "B")]
+    ins = ["a", "B"]
+    if cshape is not None:
+        inits.append(numpy_helper.from_array(rng.standard_normal(cshape).astype(np.float32), "C"))
+        ins.append("C")
+    node = helper.make_node("Gemm", ins, ["y"], transB=tb, alpha=alpha, beta=beta, name="gemm")
+    model = save_model([node], [f32("a", [m, k])], [f32("y")], inits, str(tmp_path / "m.onnx"))
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    plan = str(tmp_path / "p.plan")
+    kiln("build", str(tmp_path / "m.onnx"), "-o", plan, "--precision", "bf16", env=env)
+    assert [l for l in layers(plan) if l["name"] == "gemm"][0]["precision"] == "bf16"
+    got = run_plan(plan, {"a": a}, str(tmp_path / "o"), env=env)["y"]
+    want = reference_on_rounded(model, {"B"}, {"a": a})
+    assert rel_err(got, want) < 2e-6
+
+
+@pytest.mark.parametrize("path,env", PATHS, ids=[p for p, _ in PATHS])
+@pytest.mark.parametrize("ashape,n", [((2, 3, 37), 19), ((37,), 8), ((4, 130), 33)])
+def test_matmul_bf16_with_constant_weights(ashape, n, path, env, tmp_path):
+    rng = np.random.default_rng(n)
+    k = ashape[-1]
+    W = rng.standard_normal((k, n)).astype(np.float32)
+    node = helper.make_node("MatMul", ["a", "W"], ["y"], name="mm")
+    model = save_model([node], [f32("a", list(ashape))], [f32("y")],
+                       [numpy_helper.from_array(W, "W")], str(tmp_path / "m.onnx"))
+    a = rng.standard_normal(ashape).astype(np.float32)
+    plan = str(tmp_path / "p.plan")
+    kiln("build", str(tmp_path / "m.onnx"), "-o", plan, "--precision", "bf16", env=env)
+    assert [l for l in layers(plan) if l["name"] == "mm"][0]["precision"] == "bf16"
+    got = run_plan(plan, {"a": a}, str(tmp_path / "o"), env=env)["y"]
+    assert rel_err(got, reference_on_rounded(model, {"W"}, {"a": a})) < 2e-6
+
+
+def test_depthwise_stays_fp32_with_its_reason(tmp_path):
+    rng = np.random.default_rng(5)
+    dw = rng.standard_normal((16, 1, 3, 3)).astype(np.float32)
+    pw = rng.standard_normal((24, 16, 1, 1)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "dw"], ["h"], pads=[1] * 4, group=16, name="dw"),
+             helper.make_node("Conv", ["h", "pw"], ["y"], name="pw")]
+    model = save_model(nodes, [f32("x", [1, 16, 12, 12])], [f32("y")],
+                       [numpy_helper.from_array(dw, "dw"), numpy_helper.from_array(pw, "pw")],
+                       str(tmp_path / "m.onnx"))
+    plan = str(tmp_path / "p.plan")
+    kiln("build", str(tmp_path / "m.onnx"), "-o", plan, "--precision", "bf16")
+    by_name = {l["name"]: l for l in layers(plan)}
+    assert by_name["dw"]["precision"] == "fp32"
+    assert "depthwise" in by_name["dw"]["precision_reason"]
+    assert by_name["pw"]["precision"] == "bf16"
+    _, text, _ = kiln("inspect", plan)
+    assert "(fp32: depthwise conv" in text
+    x = rng.standard_normal((1, 16, 12, 12)).astype(np.float32)
+    got = run_plan(plan, {"x": x}, str(tmp_path / "o"))["y"]
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    assert rel_err(got, want) < 2e-2
+
+
+def test_python_build_precision_bf16(tmp_path):
+    sys.path.insert(0, os.path.join(REPO, "python"))
+    os.environ.setdefault("KILN_LIBRARY", os.path.join(os.path.dirname(os.path.dirname(
+        os.path.abspath(KILN))), "lib", "libkiln.so"))
+    import kiln as k
+    path = os.path.join(HERE, MANIFEST["resnet_mini"]["model"])
+    shapes = {"input": [(1, 3, 32, 32), (2, 3, 64, 64), (4, 3, 96, 96)]}
+    plan32 = k.build(path, shapes=shapes)
+    plan16 = k.build(path, shapes=shapes, precision="bf16")
+    assert len(plan16) < 0.6 * len(plan32)
+    sess = ort.InferenceSession(path)
+    for name, inputs in case_inputs("resnet_mini"):
+        got = k.run(plan16, inputs)["logits"]
+        assert 0 < rel_err(got, sess.run(None, inputs)[0]) <= 2e-2, name
+
+
+def test_winograd_conv_keeps_bf16_weights_and_computes_fp32(tmp_path):
+    """A 3x3 stride-1 conv with enough channels and tiles runs fp32 Winograd (a quarter of the
+    multiplies beats the bf16 GEMM): its weights are stored in bf16 and widened at load, its
+    activations stay fp32, and inspect says so."""
+    rng = np.random.default_rng(9)
+    W = rng.standard_normal((24, 20, 3, 3)).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "W"], ["y"], pads=[1] * 4, name="conv")
+    model = save_model([node], [f32("x", [1, 20, 29, 30])], [f32("y")],
+                       [numpy_helper.from_array(W, "W")], str(tmp_path / "m.onnx"))
+    plan, plan32 = str(tmp_path / "p.plan"), str(tmp_path / "f.plan")
+    kiln("build", str(tmp_path / "m.onnx"), "-o", plan, "--precision", "bf16")
+    kiln("build", str(tmp_path / "m.onnx"), "-o", plan32)
+    conv = [l for l in layers(plan) if l["name"] == "conv"][0]
+    assert conv["precision"] == "fp32" and conv["weights"] == "bf16", conv
+    assert "Winograd" in conv["precision_reason"]
+    assert weight_bytes(plan) < 0.55 * weight_bytes(plan32)
+    x = rng.standard_normal((1, 20, 29, 30)).astype(np.float32)
+    got = run_plan(plan, {"x": x}, str(tmp_path / "o"))["y"]
+    m2 = onnx.ModelProto()
+    m2.CopyFrom(model)
+    m2.graph.initializer[0].CopyFrom(numpy_helper.from_array(round_bf16(W), "W"))
+    want = ort.InferenceSession(m2.SerializeToString()).run(None, {"x": x})[0]
+    assert rel_err(got, want) < 1e-5
