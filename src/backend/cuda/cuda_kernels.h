@@ -125,6 +125,22 @@ enum {
 int kc_epilogue(void *s, int dt, void *y, const void *bias, const void *residual, int64_t outer,
                 int64_t c, int64_t inner, int act, float alpha, float beta);
 
+/* Depthwise 2-D convolution (groups = c = output channels, weights [c, 1, k, k]) with its
+ * epilogue: y = act(conv(x, w) + bias[c] + residual), bias and residual may be NULL. Square
+ * windows of k = 3 or 5 at stride s = 1 or 2 (both dims), dilation 1, symmetric pads ph, pw
+ * < k; x, y, residual in NCHW, or NHWC when nhwc is set. */
+typedef struct kc_dwconv {
+    int32_t n, c, h, w, oh, ow;
+    int32_t k, s, ph, pw;
+    int32_t nhwc;
+    int32_t act;
+    float alpha, beta;
+} kc_dwconv;
+/* Whether kc_dwconv_run takes geometry p (1) or not (0). */
+int kc_dwconv_takes(const kc_dwconv *p);
+int kc_dwconv_run(void *s, int dt, const kc_dwconv *p, const void *x, const void *w,
+                  const void *bias, const void *residual, void *y);
+
 /* Resize of the last two dims of [outer, h, w] (NCHW): mode 0 nearest, 1 linear. coord:
  * 0 half_pixel, 1 asymmetric, 2 align_corners, 3 pytorch_half_pixel, 4 tf_half_pixel_for_nn;
  * nearest_mode: 0 round_prefer_floor, 1 round_prefer_ceil, 2 floor, 3 ceil. */

@@ -2,6 +2,7 @@
 // and the bias + residual + activation epilogue of Conv and Gemm. Templated on the tensor type;
 // sums, means, variances and exponentials are float32 whatever the type (kernels_float.cuh).
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/kernels_activate.cuh"
 #include "backend/cuda/kernels_float.cuh"
 
 #include <float.h>
@@ -174,43 +175,6 @@ template <typename T> __global__ void k_pool2d(const kc_pool2d p, const T *x, T 
     }
 }
 
-__device__ __forceinline__ float activate(int act, float v, float a, float b) {
-    switch (act) {
-    case KC_ACT_RELU:
-        return v < 0.f ? 0.f : v;
-    case KC_ACT_CLIP: {
-        float lo = v < a ? a : v;
-        return lo > b ? b : lo;
-    }
-    case KC_ACT_SIGMOID:
-        return 1.f / (1.f + expf(-v));
-    case KC_ACT_SWISH:
-        return v / (1.f + expf(-v));
-    case KC_ACT_LEAKY:
-        return v < 0.f ? a * v : v;
-    case KC_ACT_HARD_SIGMOID: {
-        float h = a * v + b;
-        h = h < 0.f ? 0.f : h;
-        return h > 1.f ? 1.f : h;
-    }
-    case KC_ACT_HARD_SWISH: {
-        float h = v * (1.f / 6.f) + 0.5f;
-        h = h < 0.f ? 0.f : h;
-        return v * (h > 1.f ? 1.f : h);
-    }
-    case KC_ACT_GELU:
-        return 0.5f * v * (1.f + erff(v * 0.70710678118654752f));
-    case KC_ACT_GELU_TANH:
-        return 0.5f * v * (1.f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)));
-    case KC_ACT_MISH:
-        return v * tanhf(log1pf(expf(v)));
-    case KC_ACT_TANH:
-        return tanhf(v);
-    default:
-        return v;
-    }
-}
-
 template <typename T>
 __global__ void k_epilogue(T *y, const T *bias, const T *res, int64_t outer, int64_t c,
                            int64_t inner, int act, float a, float b) {
@@ -222,7 +186,7 @@ __global__ void k_epilogue(T *y, const T *bias, const T *res, int64_t outer, int
             v += kc_widen(bias[(t / inner) % c]);
         if (res)
             v += kc_widen(res[t]);
-        y[t] = kc_narrow<T>(activate(act, v, a, b));
+        y[t] = kc_narrow<T>(kc_activate(act, v, a, b));
     }
 }
 

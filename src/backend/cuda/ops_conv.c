@@ -8,6 +8,10 @@
  * lists, checked against the first one's output) and recorded in the node's kiln_tactic; a run
  * at the shapes it was timed at uses it, any other shape cuDNN's first heuristic choice.
  *
+ * Depthwise layers (groups = C = K, 3x3 or 5x5, stride 1 or 2) do not go through cuDNN: they
+ * run the module's own kernel (kernels_depthwise.cu) with the epilogue fused, and have nothing
+ * to time.
+ *
  * This version uses cuDNN's legacy convolution API (present through cuDNN 9, marked deprecated
  * there): the graph API with fused pointwise epilogues replaces it later. conv_run takes X, W, B, Z
  * explicitly, so kiln.FusedConv (inputs X, W, B, Z) needs only its own table entry. */
@@ -237,12 +241,38 @@ static kiln_status conv_local_get(kn_kernel_ctx *k, const conv_geom *g, conv_loc
     return KILN_OK;
 }
 
+/* The own depthwise kernel's parameters for g (kernels_depthwise.cu), or false when g is not
+ * a depthwise layer it takes: those run it instead of cuDNN, with the epilogue fused. */
+static bool depthwise_of(const conv_geom *g, int act, float aa, float ab, kc_dwconv *p) {
+    if (g->groups != g->c || g->k != g->c || g->kh != g->kw || g->sh != g->sw || g->dh != 1 ||
+        g->dw != 1)
+        return false;
+    *p = (kc_dwconv){.n = g->n,
+                     .c = g->c,
+                     .h = g->h,
+                     .w = g->w,
+                     .oh = g->oh,
+                     .ow = g->ow,
+                     .k = g->kh,
+                     .s = g->sh,
+                     .ph = g->ph,
+                     .pw = g->pw,
+                     .act = act,
+                     .alpha = aa,
+                     .beta = ab};
+    return kc_dwconv_takes(p) != 0;
+}
+
 /* y = act(conv(x, w) + b + z); b and z may be NULL. */
 static kiln_status conv_run(kn_kernel_ctx *k, const conv_geom *g, const void *x, const void *w,
                             const void *b, const void *z, void *y, int act, float aa, float ab) {
     if ((int64_t)g->n * g->k * g->oh * g->ow == 0)
         return KILN_OK;
     kn_stream *st = k->stream;
+    kc_dwconv dw;
+    if (depthwise_of(g, act, aa, ab, &dw))
+        return KC_LAUNCH(kc_dwconv_run(st->s, g->dtype, &dw, x, w, b, z, y),
+                         "depthwise convolution");
     conv_local *l;
     bool temp;
     KC_TRY(conv_local_get(k, g, &l, &temp));
@@ -321,9 +351,10 @@ static bool sup_conv(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
 bool kc_conv_tune_key(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
                       const kn_tensor *out, char *key, size_t size) {
     conv_geom g;
+    kc_dwconv dw;
     if (n_in < 2 || n_out < 1 || !conv_node_geom(n, in, out, &g) ||
-        (int64_t)g.n * g.k * g.oh * g.ow == 0)
-        return false;
+        (int64_t)g.n * g.k * g.oh * g.ow == 0 || depthwise_of(&g, KC_ACT_NONE, 0.f, 0.f, &dw))
+        return false; /* the depthwise kernel has no variants to time */
     snprintf(key, size,
              "cuda conv %d|%s|%s%s|x %dx%dx%dx%d|w %dx%dx%dx%d|y %dx%d|pad %d,%d|stride %d,%d|"
              "dilation %d,%d|group %d",
