@@ -377,6 +377,10 @@ int cmd_inspect(int argc, char **argv) {
             printf(", \"backend\": ");
             jstr(kn_node_backend(n));
             printf(", \"precision\": \"%s\"", layer_precision(g, n));
+            const int64_t *nhwc;
+            if (kn_attr_ints(n, "kiln_nhwc", &nhwc) == 2) /* passes/layout_nhwc.c */
+                printf(", \"nhwc\": {\"inputs\": %lld, \"outputs\": %lld}", (long long)nhwc[0],
+                       (long long)nhwc[1]);
             const int64_t *tactic;
             int64_t n_tactic = kn_attr_ints(n, KN_ATTR_TACTIC, &tactic);
             if (n_tactic > 0) { /* the backend's choice by timing at build (backend.h) */
@@ -424,8 +428,11 @@ int cmd_inspect(int argc, char **argv) {
             const char *int8_why = kn_attr_string(n, "kiln_int8_reason", NULL);
             bool shown =
                 strcmp(prec, "fp16") == 0 || strcmp(prec, "bf16") == 0 || strcmp(prec, "int8") == 0;
-            printf("  %4d  %-36s %-34s -> %s%s%s%s%s%s%s%s%s\n", i, n->name, k, s, shown ? " " : "",
-                   shown ? prec : "", why ? "  (host: " : "", why ? why : "", why ? ")" : "",
+            const int64_t *nhwc;
+            bool in_nhwc = kn_attr_ints(n, "kiln_nhwc", &nhwc) == 2;
+            printf("  %4d  %-36s %-34s -> %s%s%s%s%s%s%s%s%s%s\n", i, n->name, k, s,
+                   shown ? " " : "", shown ? prec : "", in_nhwc ? " NHWC" : "",
+                   why ? "  (host: " : "", why ? why : "", why ? ")" : "",
                    int8_why ? "  (fp32, not int8: " : "", int8_why ? int8_why : "",
                    int8_why ? ")" : "");
             print_bodies(n, 0);

@@ -146,9 +146,23 @@ template <typename T> __global__ void k_pool2d(const kc_pool2d p, const T *x, T 
     int64_t total = p.n * p.c * p.oh * p.ow;
     for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total;
          t += (int64_t)gridDim.x * blockDim.x) {
-        int64_t ox = t % p.ow, r = t / p.ow;
-        int64_t oy = r % p.oh, nc = r / p.oh;
-        const T *xp = x + nc * p.h * p.w;
+        /* NCHW: x of plane n*c + ci at unit stride; NHWC: x of pixel n with channel stride */
+        int64_t ox, oy, step;
+        const T *xp;
+        if (p.nhwc) {
+            int64_t ci = t % p.c, r = t / p.c;
+            ox = r % p.ow;
+            r /= p.ow;
+            oy = r % p.oh;
+            xp = x + (r / p.oh) * p.h * p.w * p.c + ci;
+            step = p.c;
+        } else {
+            int64_t r = t / p.ow;
+            ox = t % p.ow;
+            oy = r % p.oh;
+            xp = x + (r / p.oh) * p.h * p.w;
+            step = 1;
+        }
         float acc = p.kind == 0 ? -INFINITY : 0.f;
         int cnt = 0;
         for (int ky = 0; ky < p.kh; ky++) {
@@ -158,12 +172,12 @@ template <typename T> __global__ void k_pool2d(const kc_pool2d p, const T *x, T 
                 bool in = iy >= 0 && iy < p.h && ix >= 0 && ix < p.w;
                 if (p.kind == 0) {
                     if (in) {
-                        float v = kc_widen(xp[iy * p.w + ix]);
+                        float v = kc_widen(xp[(iy * p.w + ix) * step]);
                         acc = v > acc || v != v ? v : acc;
                     }
                 } else {
                     if (in) {
-                        acc += kc_widen(xp[iy * p.w + ix]);
+                        acc += kc_widen(xp[(iy * p.w + ix) * step]);
                         cnt++;
                     } else if (p.count_include_pad && iy < p.h + p.ph && ix < p.w + p.pw) {
                         cnt++;
