@@ -602,8 +602,8 @@ kn_backend_entry(const kn_backend_host_api *host, uint32_t version, kn_backend *
     *out = NULL;
     KC_TRY(check_device());
     const char *graphs = getenv("KILN_CUDA_GRAPHS"), *tune = getenv("KILN_CUDA_TUNE");
-    const char *nhwc = getenv("KILN_CUDA_NHWC"); /* 16-bit convolution regions in NHWC */
-    kc_nhwc_offered = nhwc != NULL && strcmp(nhwc, "1") == 0;
+    const char *nhwc = getenv("KILN_CUDA_NHWC"); /* 0: no NHWC storage offered at build */
+    kc_nhwc_offered = nhwc == NULL || strcmp(nhwc, "0") != 0;
     cuda_iface_env = cuda_iface;
     if (graphs != NULL && strcmp(graphs, "0") == 0) {
         cuda_iface_env.capture_begin = NULL;

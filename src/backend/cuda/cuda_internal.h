@@ -133,7 +133,7 @@ bool kc_nhwc_out(const kn_node *n, int j);
  * are then ones whose bytes are the same in both orders: the layout pass sees to that). */
 bool kc_bcast_stored(kc_bcast *b, const kn_node *n, const kn_shape *out, int n_in,
                      const kn_shape *const *in);
-/* Whether the module offers NHWC to the layout pass (KILN_CUDA_NHWC). */
+/* Whether the module offers NHWC to the layout pass (yes unless KILN_CUDA_NHWC=0). */
 extern bool kc_nhwc_offered;
 
 /* The fused epilogue attributes of fuse_activations (passes.h) as KC_ACT_*. */

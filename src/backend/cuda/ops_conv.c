@@ -345,8 +345,12 @@ static bool sup_conv(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
             return kc_reason(caps, "cuda: Conv dims beyond 32 bits");
     if (kc_activation(n, &a, &b) < 0)
         return kc_reason(caps, "cuda: unknown fused activation");
-    if (in[0].shape.rank == 4 && out[0].dtype != KILN_DTYPE_FLOAT32)
-        caps->layouts |= KN_LAYOUT_NHWC_BIT; /* 16-bit: cuDNN's tensor-core layout */
+    /* 16-bit: cuDNN's tensor-core layout. Not for depthwise layers: the own kernel's NHWC form
+     * measured 2.5x slower than its NCHW one (MobileNetV2 at batch 64, docs/perf-notes.md), so a
+     * network with depthwise layers keeps its convolutions NCHW (the layout pass joins them). */
+    if (in[0].shape.rank == 4 && out[0].dtype != KILN_DTYPE_FLOAT32 &&
+        !(g.groups == g.c && g.k == g.c && g.groups > 1))
+        caps->layouts |= KN_LAYOUT_NHWC_BIT;
     return true;
 }
 
