@@ -12,6 +12,8 @@ caches drift alike for all of them:
   kiln           kiln_context_execute (enqueue + synchronize), stream graphs on (the default)
   torch-eager    module(x), then torch.cuda.synchronize()
   torch-graph    a torch.cuda.CUDAGraph of module(x) replayed, then synchronize
+  kiln NAME=VALUE  the same model built with that environment variable set (--variant, e.g.
+                 KILN_CUDA_NHWC=1), in its own context, side by side with the default plan
   torch-compile  torch.compile(mode="reduce-overhead") (with --compile; it takes minutes)
   torch-*-cl     the same in channels_last (CNNs with --precision fp16)
 
@@ -135,7 +137,7 @@ def export(model, name, batches, path):
         torch.onnx.export(model, (x,), path, **kw)
 
 
-def build_plan(kiln_cli, onnx_path, name, batches, plan, precision):
+def build_plan(kiln_cli, onnx_path, name, batches, plan, precision, env=None):
     lo, hi = min(batches), max(batches)
     tail = "128" if name == "bert" else "3x224x224"
     spec = f"x:{lo}x{tail},{hi}x{tail},{hi}x{tail}"
@@ -143,7 +145,7 @@ def build_plan(kiln_cli, onnx_path, name, batches, plan, precision):
     p = subprocess.run([kiln_cli, "build", onnx_path, "-o", plan, "--backend", "cuda,cpu",
                         "--shapes", spec, "--precision", precision, "--quiet"],
                        stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, timeout=600)
+                       stderr=subprocess.PIPE, timeout=600, env=dict(os.environ, **(env or {})))
     if p.returncode != 0:
         raise RuntimeError("kiln build: " + p.stderr.decode().strip())
     return time.perf_counter() - t0
@@ -191,7 +193,7 @@ def eager_and_graph(configs, suffix, model, x, label):
     configs["torch-graph" + suffix] = replay
 
 
-def bench_one(K, engine, model, name, batch, args):
+def bench_one(K, engine, model, name, batch, args, variants=()):
     dev = "cuda"
     x_host = example(name, batch, "cpu")
     x_dev = x_host.to(dev)
@@ -201,6 +203,7 @@ def bench_one(K, engine, model, name, batch, args):
         ref = model(x_torch).float()
     out = torch.empty_like(ref)
     ctx = K.context(engine)
+    extra = []  # (label, context, output) of each variant plan
     try:
         K.bind(ctx, "x", x_dev)
         K.bind(ctx, "y", out, output=True)
@@ -210,6 +213,16 @@ def bench_one(K, engine, model, name, batch, args):
         err = float((out - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
 
         configs = {"kiln": run_kiln}
+        variant_err = {}
+        for label, veng in variants:
+            vctx, vout = K.context(veng), torch.empty_like(ref)
+            extra.append((label, vctx, vout))
+            K.bind(vctx, "x", x_host if name == "bert" else x_dev)
+            K.bind(vctx, "y", vout, output=True)
+            configs[label] = (lambda c: lambda: K.check(K.lib.kiln_context_execute(c)))(vctx)
+            configs[label]()
+            torch.cuda.synchronize()
+            variant_err[label] = float((vout - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
         label = f"{name} batch {batch}"
         eager_and_graph(configs, "", model, x_torch, label)
         cl_model = None
@@ -246,11 +259,14 @@ def bench_one(K, engine, model, name, batch, args):
         err_replay = float((out - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
         row = {"model": name, "batch": batch, "precision": args.precision,
                "kiln_vs_torch_max_rel_err": err,
-               "after_replays_max_rel_err": err_replay, "torch_compile_s": compile_s}
+               "after_replays_max_rel_err": err_replay, "torch_compile_s": compile_s,
+               "variant_max_rel_err": variant_err}
         row.update({k: summary(v) for k, v in times.items()})
         return row
     finally:
         K.lib.kiln_context_destroy(ctx)
+        for _, vctx, _ in extra:
+            K.lib.kiln_context_destroy(vctx)
 
 
 def main():
@@ -265,6 +281,9 @@ def main():
     ap.add_argument("--compile", action="store_true", help="also torch.compile reduce-overhead "
                     "(of the channels_last module for CNNs in fp16)")
     ap.add_argument("--precision", choices=["fp32", "fp16"], default="fp32")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME=VALUE",
+                    help="also time a kiln plan built with this environment variable set (e.g. "
+                    "KILN_CUDA_NHWC=1), as the configuration 'kiln NAME=VALUE' (repeatable)")
     ap.add_argument("--json-out")
     ap.add_argument("--work", help="folder for the exports and plans (default: a new temporary "
                     "one); an export already there is reused")
@@ -286,6 +305,13 @@ def main():
                 export(model, name, batches, onnx_path)
             plan = os.path.join(work, f"{name}.plan")
             build_s = build_plan(args.kiln, onnx_path, name, batches, plan, args.precision)
+            variants = []
+            for i, v in enumerate(args.variant):
+                key, _, value = v.partition("=")
+                vplan = os.path.join(work, f"{name}.{i}.plan")
+                build_plan(args.kiln, onnx_path, name, batches, vplan, args.precision,
+                           {key: value})
+                variants.append((f"kiln {v}", K.load(vplan)))
             model = model.cuda()
             if args.precision == "fp16":
                 model = model.half()
@@ -296,20 +322,22 @@ def main():
             continue
         for b in batches:
             try:
-                row = bench_one(K, engine, model, name, b, args)
+                row = bench_one(K, engine, model, name, b, args, variants)
                 row["kiln_build_s"] = build_s
             except Exception as e:
                 row = {"model": name, "batch": b, "error": f"{type(e).__name__}: {e}"}
             rows.append(row)
             print(json.dumps(row), flush=True)
         K.lib.kiln_engine_destroy(engine)
+        for _, veng in variants:
+            K.lib.kiln_engine_destroy(veng)
         del model
         torch.cuda.empty_cache()
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
                        "rows": rows}, f, indent=1)
-    cols = ["kiln", "torch-eager", "torch-graph"]
+    cols = ["kiln"] + [f"kiln {v}" for v in args.variant] + ["torch-eager", "torch-graph"]
     if args.precision == "fp16":
         cols += ["torch-eager-cl", "torch-graph-cl"]
     cols += ["torch-compile"] if args.compile else []
@@ -321,7 +349,7 @@ def main():
             print(f"| {r['model']} | {r.get('batch', '')} | error: {r['error'][:120]} |")
             continue
         cells = [f"{r[c]['median']:.3f} / {r[c]['p90']:.3f}" if c in r else "n/a" for c in cols]
-        best = min(r[c]["median"] for c in cols[1:] if c in r)
+        best = min(r[c]["median"] for c in cols if c.startswith("torch") and c in r)
         print(f"| {r['model']} | {r['batch']} | " + " | ".join(cells) +
               f" | {best / r['kiln']['median']:.2f}x | {r['kiln_vs_torch_max_rel_err']:.1e}, "
               f"{r['after_replays_max_rel_err']:.1e} |")

@@ -341,6 +341,28 @@ static kiln_status lower(kn_graph *g, const kiln_build_config *cfg,
     return rc;
 }
 
+static kiln_status tidy(kn_graph *g);
+
+/* NHWC storage where the backends take it (passes/layout_nhwc.c): only 16-bit values qualify,
+ * so a float32 build skips it. */
+static kiln_status choose_layouts(kn_graph *g, const kiln_build_config *cfg,
+                                  const kn_plugin_table *plugins) {
+    if (cfg->precision != KILN_PRECISION_FP16 && cfg->precision != KILN_PRECISION_BF16 &&
+        cfg->n_layer_precision == 0)
+        return KILN_OK;
+    resolutions r;
+    int n_nhwc = 0;
+    kiln_status rc = resolve_three(g, cfg, plugins, min_opt_max, false, &r);
+    if (rc == KILN_OK)
+        rc = kn_pass_layout_nhwc(g, (const kn_resolved *const *)r.at, 3, &n_nhwc);
+    resolutions_free(&r);
+    if (rc == KILN_OK && n_nhwc > 0) {
+        kn_log(KILN_LOG_INFO, "%d layers store their tensors NHWC", n_nhwc);
+        rc = tidy(g); /* the NCHW weights the permuted ones replace */
+    }
+    return rc;
+}
+
 /* Whether node n's backend runs it at resolution at (only its kernel can be checked when
  * its shapes are known at run time alone). */
 static bool node_runs(kn_backend *b, const kn_node *n, const kn_resolved *at, kn_caps *caps) {
@@ -583,6 +605,8 @@ kiln_status kn_build_plan(const kiln_builder *b, const kiln_network *net,
     if ((rc = kn_pass_insert_copies(g)) != KILN_OK ||
         (g->n_nodes != before_copies &&
          (rc = resolve_fold_annotate(g, cfg, &plugins, false, false)) != KILN_OK))
+        goto fail;
+    if ((rc = choose_layouts(g, cfg, &plugins)) != KILN_OK)
         goto fail;
     progress(cfg, "checking kernels", 0.85);
     if ((rc = check_kernels(g, cfg, &plugins)) != KILN_OK ||

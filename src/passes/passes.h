@@ -94,6 +94,15 @@ typedef struct kn_layer_precision {
 kiln_status kn_pass_lower_precision(kn_graph *g, int precision, const kn_layer_precision *layers,
                                     int n_layers, const struct kn_resolved *const *at, int n_at);
 
+/* Store in NHWC the float16/bfloat16 activations of rank 4 whose producer and readers all run
+ * on a device backend that takes NHWC for them (kn_caps.layouts), keeping their NCHW shapes:
+ * such nodes get kiln_nhwc = {in_mask, out_mask} (bit j: input / output j stored NHWC), an
+ * NHWC convolution's weights are permuted to [K, R, S, C/g] (layout_nhwc.c says which inputs
+ * follow an op's layout). *n_nhwc receives how many nodes got a mask. After precision lowering
+ * and copy insertion; at[n_at] are the graph's resolutions at the profile's shapes. */
+kiln_status kn_pass_layout_nhwc(kn_graph *g, const struct kn_resolved *const *at, int n_at,
+                                int *n_nhwc);
+
 /* What placement needs: the backends in order of preference (the host among them, or
  * implied last), the graph resolved at the profile's shapes, and the plugin bound to each
  * plugin node. */

@@ -708,6 +708,11 @@ static bool td_supports(kn_backend *b, const kn_node *n, int n_in, const kn_tens
         }
     caps->host_in = host_inputs(n->op_type);
     caps->capture_safe = true;
+    /* KILN_TESTDEV_NHWC: offer NHWC for every op, so a test sees the layout pass's choices
+     * (passes/layout_nhwc.c) in a plan; the host's kernels then read the bytes as NCHW, so
+     * such plans are for inspection, not for running */
+    if (getenv("KILN_TESTDEV_NHWC") != NULL)
+        caps->layouts |= KN_LAYOUT_NHWC_BIT;
     /* it runs the host's kernels: it lowers what the host lowers, but never to float16,
      * which it refuses above */
     kn_backend *h = host->host_backend();

@@ -382,6 +382,10 @@ int cmd_inspect(int argc, char **argv) {
             printf(", \"backend\": ");
             jstr(kn_node_backend(n));
             printf(", \"precision\": \"%s\"", layer_precision(g, n));
+            const int64_t *nhwc;
+            if (kn_attr_ints(n, "kiln_nhwc", &nhwc) == 2) /* passes/layout_nhwc.c */
+                printf(", \"nhwc\": {\"inputs\": %lld, \"outputs\": %lld}", (long long)nhwc[0],
+                       (long long)nhwc[1]);
             const int64_t *tactic;
             int64_t n_tactic = kn_attr_ints(n, KN_ATTR_TACTIC, &tactic);
             if (n_tactic > 0) { /* the backend's choice by timing at build (backend.h) */
@@ -448,9 +452,11 @@ int cmd_inspect(int argc, char **argv) {
                 prec = stored;
             }
             const char *fp32_why = kn_attr_string(n, "kiln_precision_note", NULL);
-            printf("  %4d  %-36s %-34s -> %s%s%s%s%s%s%s%s%s%s%s%s%s\n", i, n->name, k, s,
+            const int64_t *nhwc;
+            bool in_nhwc = kn_attr_ints(n, "kiln_nhwc", &nhwc) == 2;
+            printf("  %4d  %-36s %-34s -> %s%s%s%s%s%s%s%s%s%s%s%s%s%s\n", i, n->name, k, s,
                    shown ? " " : "", shown ? prec : "", stored ? " weights" : "",
-                   why ? "  (host: " : "", why ? why : "", why ? ")" : "",
+                   in_nhwc ? " NHWC" : "", why ? "  (host: " : "", why ? why : "", why ? ")" : "",
                    int8_why ? "  (fp32, not int8: " : "", int8_why ? int8_why : "",
                    int8_why ? ")" : "", fp32_why ? "  (fp32: " : "", fp32_why ? fp32_why : "",
                    fp32_why ? ")" : "");

@@ -180,6 +180,8 @@ static bool cuda_supports(kn_backend *b, const kn_node *n, int n_in, const kn_te
     caps->capture_safe = true;
     if (!o->supports(n, n_in, in, n_out, out, caps))
         return false;
+    if (!kc_nhwc_offered)
+        caps->layouts = 0;
     /* Every float kernel here reads and writes float32, float16 or bfloat16 and computes in
      * float32 (cuBLASLt and cuDNN accumulate in float32 too), so the precision pass may lower
      * any op but Cast, which is the conversion itself. */
@@ -600,6 +602,8 @@ kn_backend_entry(const kn_backend_host_api *host, uint32_t version, kn_backend *
     *out = NULL;
     KC_TRY(check_device());
     const char *graphs = getenv("KILN_CUDA_GRAPHS"), *tune = getenv("KILN_CUDA_TUNE");
+    const char *nhwc = getenv("KILN_CUDA_NHWC"); /* 0: no NHWC storage offered at build */
+    kc_nhwc_offered = nhwc == NULL || strcmp(nhwc, "0") != 0;
     cuda_iface_env = cuda_iface;
     if (graphs != NULL && strcmp(graphs, "0") == 0) {
         cuda_iface_env.capture_begin = NULL;

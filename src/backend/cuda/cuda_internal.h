@@ -124,6 +124,17 @@ kiln_status kc_fused_generate(const kn_node *n, int n_in, const kn_tensor *in, i
 kiln_status kc_fused_code_load(const kn_node *n, cudaLibrary_t *lib, cudaKernel_t *kernel);
 kiln_status kc_fused_code_launch(cudaKernel_t kernel, cudaStream_t st, const kc_bcast *bc,
                                  const void *const *in, int32_t dtype, void *y);
+/* Whether input j / output j of node n is stored NHWC (kiln_nhwc, passes/layout_nhwc.c: the
+ * value keeps its NCHW shape, its bytes are ordered N, H, W, C). */
+bool kc_nhwc_in(const kn_node *n, int j);
+bool kc_nhwc_out(const kn_node *n, int j);
+/* kc_bcast_init over the order node n's tensors are stored in: when its output 0 is NHWC
+ * (rank 4), every shape, right-aligned to rank 4, is taken as [N, H, W, C] (inputs stored NCHW
+ * are then ones whose bytes are the same in both orders: the layout pass sees to that). */
+bool kc_bcast_stored(kc_bcast *b, const kn_node *n, const kn_shape *out, int n_in,
+                     const kn_shape *const *in);
+/* Whether the module offers NHWC to the layout pass (yes unless KILN_CUDA_NHWC=0). */
+extern bool kc_nhwc_offered;
 
 /* The fused epilogue attributes of fuse_activations (passes.h) as KC_ACT_*. */
 int kc_activation(const kn_node *n, float *alpha, float *beta);

@@ -98,11 +98,13 @@ enum {
 int kc_reduce(void *s, int dt, int op, const void *x, void *y, int64_t outer, int64_t n,
               int64_t inner);
 
-/* 2-D pooling over NCHW; kind 0 max, 1 average. count_include_pad for average. */
+/* 2-D pooling over NCHW (NHWC when nhwc is set); kind 0 max, 1 average. count_include_pad
+ * for average. */
 typedef struct kc_pool2d {
     int64_t n, c, h, w, oh, ow;
     int32_t kh, kw, sh, sw, ph, pw, dh, dw;
     int32_t kind, count_include_pad;
+    int32_t nhwc;
 } kc_pool2d;
 int kc_pool2d_run(void *s, int dt, const kc_pool2d *p, const void *x, void *y);
 
@@ -124,6 +126,33 @@ enum {
 };
 int kc_epilogue(void *s, int dt, void *y, const void *bias, const void *residual, int64_t outer,
                 int64_t c, int64_t inner, int act, float alpha, float beta);
+
+/* Depthwise 2-D convolution (groups = c = output channels, weights [c, 1, k, k]) with its
+ * epilogue: y = act(conv(x, w) + bias[c] + residual), bias and residual may be NULL. Square
+ * windows of k = 3 or 5 at stride s = 1 or 2 (both dims), dilation 1, symmetric pads ph, pw
+ * < k; x, y, residual in NCHW, or NHWC when nhwc is set. */
+typedef struct kc_dwconv {
+    int32_t n, c, h, w, oh, ow;
+    int32_t k, s, ph, pw;
+    int32_t nhwc;
+    int32_t act;
+    float alpha, beta;
+} kc_dwconv;
+/* Whether kc_dwconv_run takes geometry p (1) or not (0). */
+int kc_dwconv_takes(const kc_dwconv *p);
+int kc_dwconv_run(void *s, int dt, const kc_dwconv *p, const void *x, const void *w,
+                  const void *bias, const void *residual, void *y);
+
+/* A convolution of a 1x1 image by 1x1 filters, y[n, k] = act(w[k, :] . x[n, :] + bias[k] +
+ * residual[n, k]) (x [n, c], w [k, c]; bias, residual may be NULL): the same bytes in NCHW
+ * and NHWC. */
+int kc_pointwise_1x1(void *s, int dt, int n, int c, int k, const void *x, const void *w,
+                     const void *bias, const void *residual, void *y, int act, float alpha,
+                     float beta);
+/* Global average (max = 0) or max pooling of [n, c, hw] (NCHW) or [n, hw, c] (nhwc set)
+ * into [n, c]. */
+int kc_global_pool(void *s, int dt, int max, int64_t n, int64_t c, int64_t hw, int nhwc,
+                   const void *x, void *y);
 
 /* Resize of the last two dims of [outer, h, w] (NCHW): mode 0 nearest, 1 linear. coord:
  * 0 half_pixel, 1 asymmetric, 2 align_corners, 3 pytorch_half_pixel, 4 tf_half_pixel_for_nn;

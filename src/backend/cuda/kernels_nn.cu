@@ -2,6 +2,7 @@
 // and the bias + residual + activation epilogue of Conv and Gemm. Templated on the tensor type;
 // sums, means, variances and exponentials are float32 whatever the type (kernels_float.cuh).
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/kernels_activate.cuh"
 #include "backend/cuda/kernels_float.cuh"
 
 #include <float.h>
@@ -145,9 +146,23 @@ template <typename T> __global__ void k_pool2d(const kc_pool2d p, const T *x, T 
     int64_t total = p.n * p.c * p.oh * p.ow;
     for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total;
          t += (int64_t)gridDim.x * blockDim.x) {
-        int64_t ox = t % p.ow, r = t / p.ow;
-        int64_t oy = r % p.oh, nc = r / p.oh;
-        const T *xp = x + nc * p.h * p.w;
+        /* NCHW: x of plane n*c + ci at unit stride; NHWC: x of pixel n with channel stride */
+        int64_t ox, oy, step;
+        const T *xp;
+        if (p.nhwc) {
+            int64_t ci = t % p.c, r = t / p.c;
+            ox = r % p.ow;
+            r /= p.ow;
+            oy = r % p.oh;
+            xp = x + (r / p.oh) * p.h * p.w * p.c + ci;
+            step = p.c;
+        } else {
+            int64_t r = t / p.ow;
+            ox = t % p.ow;
+            oy = r % p.oh;
+            xp = x + (r / p.oh) * p.h * p.w;
+            step = 1;
+        }
         float acc = p.kind == 0 ? -INFINITY : 0.f;
         int cnt = 0;
         for (int ky = 0; ky < p.kh; ky++) {
@@ -157,12 +172,12 @@ template <typename T> __global__ void k_pool2d(const kc_pool2d p, const T *x, T 
                 bool in = iy >= 0 && iy < p.h && ix >= 0 && ix < p.w;
                 if (p.kind == 0) {
                     if (in) {
-                        float v = kc_widen(xp[iy * p.w + ix]);
+                        float v = kc_widen(xp[(iy * p.w + ix) * step]);
                         acc = v > acc || v != v ? v : acc;
                     }
                 } else {
                     if (in) {
-                        acc += kc_widen(xp[iy * p.w + ix]);
+                        acc += kc_widen(xp[(iy * p.w + ix) * step]);
                         cnt++;
                     } else if (p.count_include_pad && iy < p.h + p.ph && ix < p.w + p.pw) {
                         cnt++;
@@ -171,43 +186,6 @@ template <typename T> __global__ void k_pool2d(const kc_pool2d p, const T *x, T 
             }
         }
         y[t] = kc_narrow<T>(p.kind == 0 ? acc : acc / (float)(cnt > 0 ? cnt : 1));
-    }
-}
-
-__device__ __forceinline__ float activate(int act, float v, float a, float b) {
-    switch (act) {
-    case KC_ACT_RELU:
-        return v < 0.f ? 0.f : v;
-    case KC_ACT_CLIP: {
-        float lo = v < a ? a : v;
-        return lo > b ? b : lo;
-    }
-    case KC_ACT_SIGMOID:
-        return 1.f / (1.f + expf(-v));
-    case KC_ACT_SWISH:
-        return v / (1.f + expf(-v));
-    case KC_ACT_LEAKY:
-        return v < 0.f ? a * v : v;
-    case KC_ACT_HARD_SIGMOID: {
-        float h = a * v + b;
-        h = h < 0.f ? 0.f : h;
-        return h > 1.f ? 1.f : h;
-    }
-    case KC_ACT_HARD_SWISH: {
-        float h = v * (1.f / 6.f) + 0.5f;
-        h = h < 0.f ? 0.f : h;
-        return v * (h > 1.f ? 1.f : h);
-    }
-    case KC_ACT_GELU:
-        return 0.5f * v * (1.f + erff(v * 0.70710678118654752f));
-    case KC_ACT_GELU_TANH:
-        return 0.5f * v * (1.f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)));
-    case KC_ACT_MISH:
-        return v * tanhf(log1pf(expf(v)));
-    case KC_ACT_TANH:
-        return tanhf(v);
-    default:
-        return v;
     }
 }
 
@@ -222,7 +200,7 @@ __global__ void k_epilogue(T *y, const T *bias, const T *res, int64_t outer, int
             v += kc_widen(bias[(t / inner) % c]);
         if (res)
             v += kc_widen(res[t]);
-        y[t] = kc_narrow<T>(activate(act, v, a, b));
+        y[t] = kc_narrow<T>(kc_activate(act, v, a, b));
     }
 }
 

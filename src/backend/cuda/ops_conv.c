@@ -1,4 +1,5 @@
-/* Conv on the GPU through cuDNN, NCHW, 1-D and 2-D, groups and dilations. Float32 is strict
+/* Conv on the GPU through cuDNN, NCHW (or NHWC where the layout pass stores a 16-bit conv's
+ * tensors so: kiln_nhwc), 1-D and 2-D, groups and dilations. Float32 is strict
  * (CUDNN_FMA_MATH: no TF32) unless the precision pass allowed TF32 (kiln_allow_tf32:
  * CUDNN_TENSOR_OP_MATH); float16 and bfloat16 convolutions keep their tensors in 16 bits,
  * compute in float32 (the convolution descriptor's type) and may use tensor cores. The epilogue of
@@ -7,6 +8,10 @@
  * The algorithm is chosen by timing at build (kc_conv_tune: every candidate cuDNN's heuristic
  * lists, checked against the first one's output) and recorded in the node's kiln_tactic; a run
  * at the shapes it was timed at uses it, any other shape cuDNN's first heuristic choice.
+ *
+ * Depthwise layers (groups = C = K, 3x3 or 5x5, stride 1 or 2) and 1x1 convolutions of a 1x1
+ * image do not go through cuDNN: they run the module's own kernels (kernels_cnn.cu) with the
+ * epilogue fused, and have nothing to time.
  *
  * This version uses cuDNN's legacy convolution API (present through cuDNN 9, marked deprecated
  * there): the graph API with fused pointwise epilogues replaces it later. conv_run takes X, W, B, Z
@@ -26,6 +31,7 @@ typedef struct conv_geom {
     int oh, ow;
     int ph, pw, sh, sw, dh, dw, groups;
     int dtype, tf32; /* the tensors' kiln dtype; float32 with TF32 allowed */
+    int nhwc;        /* X, Y, Z stored NHWC and W as [K, R, S, C/g] (kiln_nhwc) */
 } conv_geom;
 
 /* Geometry of a 1-D or 2-D conv (1-D as H = 1); false when cuDNN's symmetric padding
@@ -115,15 +121,14 @@ static kiln_status descs_make(const conv_geom *g, conv_descs *d) {
     KC_TRY(kc_check_dnn(cudnnCreateTensorDescriptor(&d->y), "tensor descriptor"));
     KC_TRY(kc_check_dnn(cudnnCreateFilterDescriptor(&d->w), "filter descriptor"));
     KC_TRY(kc_check_dnn(cudnnCreateConvolutionDescriptor(&d->conv), "convolution descriptor"));
+    cudnnTensorFormat_t f = g->nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+    KC_TRY(kc_check_dnn(cudnnSetTensor4dDescriptor(d->x, f, t, g->n, g->c, g->h, g->w),
+                        "input descriptor"));
+    KC_TRY(kc_check_dnn(cudnnSetTensor4dDescriptor(d->y, f, t, g->n, g->k, g->oh, g->ow),
+                        "output descriptor"));
     KC_TRY(
-        kc_check_dnn(cudnnSetTensor4dDescriptor(d->x, CUDNN_TENSOR_NCHW, t, g->n, g->c, g->h, g->w),
-                     "input descriptor"));
-    KC_TRY(kc_check_dnn(
-        cudnnSetTensor4dDescriptor(d->y, CUDNN_TENSOR_NCHW, t, g->n, g->k, g->oh, g->ow),
-        "output descriptor"));
-    KC_TRY(kc_check_dnn(cudnnSetFilter4dDescriptor(d->w, t, CUDNN_TENSOR_NCHW, g->k,
-                                                   g->c / g->groups, g->kh, g->kw),
-                        "filter descriptor"));
+        kc_check_dnn(cudnnSetFilter4dDescriptor(d->w, t, f, g->k, g->c / g->groups, g->kh, g->kw),
+                     "filter descriptor"));
     KC_TRY(kc_check_dnn(cudnnSetConvolution2dDescriptor(d->conv, g->ph, g->pw, g->sh, g->sw, g->dh,
                                                         g->dw, CUDNN_CROSS_CORRELATION,
                                                         CUDNN_DATA_FLOAT),
@@ -237,12 +242,50 @@ static kiln_status conv_local_get(kn_kernel_ctx *k, const conv_geom *g, conv_loc
     return KILN_OK;
 }
 
+/* The own depthwise kernel's parameters for g (kernels_cnn.cu), or false when g is not
+ * a depthwise layer it takes: those run it instead of cuDNN, with the epilogue fused. */
+static bool depthwise_of(const conv_geom *g, int act, float aa, float ab, kc_dwconv *p) {
+    if (g->groups != g->c || g->k != g->c || g->kh != g->kw || g->sh != g->sw || g->dh != 1 ||
+        g->dw != 1)
+        return false;
+    *p = (kc_dwconv){.n = g->n,
+                     .c = g->c,
+                     .h = g->h,
+                     .w = g->w,
+                     .oh = g->oh,
+                     .ow = g->ow,
+                     .k = g->kh,
+                     .s = g->sh,
+                     .ph = g->ph,
+                     .pw = g->pw,
+                     .nhwc = g->nhwc,
+                     .act = act,
+                     .alpha = aa,
+                     .beta = ab};
+    return kc_dwconv_takes(p) != 0;
+}
+
+/* Whether g is a 1x1 convolution of a 1x1 image (squeeze-and-excitation's layers), which the
+ * module's own kernel runs as the small matrix product it is. */
+static bool pointwise_1x1(const conv_geom *g) {
+    return g->h == 1 && g->w == 1 && g->kh == 1 && g->kw == 1 && g->oh == 1 && g->ow == 1 &&
+           g->groups == 1;
+}
+
 /* y = act(conv(x, w) + b + z); b and z may be NULL. */
 static kiln_status conv_run(kn_kernel_ctx *k, const conv_geom *g, const void *x, const void *w,
                             const void *b, const void *z, void *y, int act, float aa, float ab) {
     if ((int64_t)g->n * g->k * g->oh * g->ow == 0)
         return KILN_OK;
     kn_stream *st = k->stream;
+    kc_dwconv dw;
+    if (depthwise_of(g, act, aa, ab, &dw))
+        return KC_LAUNCH(kc_dwconv_run(st->s, g->dtype, &dw, x, w, b, z, y),
+                         "depthwise convolution");
+    if (pointwise_1x1(g))
+        return KC_LAUNCH(
+            kc_pointwise_1x1(st->s, g->dtype, g->n, g->c, g->k, x, w, b, z, y, act, aa, ab),
+            "1x1 convolution");
     conv_local *l;
     bool temp;
     KC_TRY(conv_local_get(k, g, &l, &temp));
@@ -255,10 +298,12 @@ static kiln_status conv_run(kn_kernel_ctx *k, const conv_geom *g, const void *x,
     if (temp)
         conv_local_free(&l->base);
     KC_TRY(rc);
+    /* NHWC: the channel is the last dim of [N * OH * OW, K] */
+    int64_t outer = g->nhwc ? (int64_t)g->n * g->oh * g->ow : g->n;
+    int64_t inner = g->nhwc ? 1 : (int64_t)g->oh * g->ow;
     if (b != NULL || z != NULL || act != KC_ACT_NONE)
-        KC_TRY(KC_LAUNCH(
-            kc_epilogue(st->s, g->dtype, y, b, z, g->n, g->k, (int64_t)g->oh * g->ow, act, aa, ab),
-            "conv epilogue"));
+        KC_TRY(KC_LAUNCH(kc_epilogue(st->s, g->dtype, y, b, z, outer, g->k, inner, act, aa, ab),
+                         "conv epilogue"));
     return KILN_OK;
 }
 
@@ -268,6 +313,7 @@ static bool conv_node_geom(const kn_node *nd, const kn_tensor *in, const kn_tens
     bool ok = conv_geom_of(nd, &in[0].shape, &in[1].shape, &out[0].shape, g);
     g->dtype = out[0].dtype;
     g->tf32 = g->dtype == KILN_DTYPE_FLOAT32 && kc_attr_int(nd, "kiln_allow_tf32", 0) != 0;
+    g->nhwc = in[0].shape.rank == 4 && (kc_nhwc_in(nd, 0) || kc_nhwc_out(nd, 0));
     return ok;
 }
 
@@ -299,6 +345,12 @@ static bool sup_conv(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
             return kc_reason(caps, "cuda: Conv dims beyond 32 bits");
     if (kc_activation(n, &a, &b) < 0)
         return kc_reason(caps, "cuda: unknown fused activation");
+    /* 16-bit: cuDNN's tensor-core layout. Not for depthwise layers: the own kernel's NHWC form
+     * measured 2.5x slower than its NCHW one (MobileNetV2 at batch 64, docs/perf-notes.md), so a
+     * network with depthwise layers keeps its convolutions NCHW (the layout pass joins them). */
+    if (in[0].shape.rank == 4 && out[0].dtype != KILN_DTYPE_FLOAT32 &&
+        !(g.groups == g.c && g.k == g.c && g.groups > 1))
+        caps->layouts |= KN_LAYOUT_NHWC_BIT;
     return true;
 }
 
@@ -321,15 +373,17 @@ static bool sup_conv(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
 bool kc_conv_tune_key(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
                       const kn_tensor *out, char *key, size_t size) {
     conv_geom g;
+    kc_dwconv dw;
     if (n_in < 2 || n_out < 1 || !conv_node_geom(n, in, out, &g) ||
-        (int64_t)g.n * g.k * g.oh * g.ow == 0)
-        return false;
+        (int64_t)g.n * g.k * g.oh * g.ow == 0 || depthwise_of(&g, KC_ACT_NONE, 0.f, 0.f, &dw) ||
+        pointwise_1x1(&g))
+        return false; /* the own kernels have no variants to time */
     snprintf(key, size,
-             "cuda conv %d|%s|%s%s|x %dx%dx%dx%d|w %dx%dx%dx%d|y %dx%d|pad %d,%d|stride %d,%d|"
+             "cuda conv %d|%s|%s%s%s|x %dx%dx%dx%d|w %dx%dx%dx%d|y %dx%d|pad %d,%d|stride %d,%d|"
              "dilation %d,%d|group %d",
-             CT_VERSION, kc_device_id, kn_dtype_name(g.dtype), g.tf32 ? " tf32" : "", g.n, g.c, g.h,
-             g.w, g.k, g.c / g.groups, g.kh, g.kw, g.oh, g.ow, g.ph, g.pw, g.sh, g.sw, g.dh, g.dw,
-             g.groups);
+             CT_VERSION, kc_device_id, kn_dtype_name(g.dtype), g.tf32 ? " tf32" : "",
+             g.nhwc ? " nhwc" : "", g.n, g.c, g.h, g.w, g.k, g.c / g.groups, g.kh, g.kw, g.oh, g.ow,
+             g.ph, g.pw, g.sh, g.sw, g.dh, g.dw, g.groups);
     return true;
 }
 

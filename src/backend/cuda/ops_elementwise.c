@@ -77,9 +77,12 @@ static kiln_status run_unary(kn_kernel_ctx *k) {
                      k->node->op_type);
 }
 
+/* Float element-wise kernels: flat, or broadcast over the order the tensors are stored in
+ * (kc_bcast_stored), so they take NHWC tensors too. */
 static bool sup_float(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
                       const kn_tensor *out, kn_caps *caps) {
     (void)n;
+    caps->layouts |= KN_LAYOUT_NHWC_BIT;
     return kc_all_float(in, n_in, caps, "input") && kc_all_float(out, n_out, caps, "output") &&
            kc_one_type(in, n_in, out[0].dtype, caps);
 }
@@ -139,7 +142,7 @@ static int compare_op(const char *name) {
 
 static kiln_status bcast2(const kn_kernel_ctx *k, kc_bcast *bc) {
     const kn_shape *s[2] = {&k->in[0].shape, &k->in[1].shape};
-    if (!kc_bcast_init(bc, &k->out[0].shape, 2, s))
+    if (!kc_bcast_stored(bc, k->node, &k->out[0].shape, 2, s))
         return kc_fail(KILN_ERR_SHAPE, "%s: inputs do not broadcast to the output",
                        k->node->op_type);
     return KILN_OK;
@@ -213,8 +216,30 @@ static bool float_type(int32_t dt) {
     return kc_is_float(dt) || dt == KILN_DTYPE_FLOAT64;
 }
 
+/* A Cast between NCHW and NHWC storage (the edge of an NHWC region): convert into the
+ * workspace, then reorder into the output. */
+static kiln_status run_cast_reorder(kn_kernel_ctx *k, bool to_nhwc) {
+    const kn_shape *s = &k->out[0].shape;
+    int64_t n = kn_tensor_numel(&k->out[0]), es = (int64_t)kn_dtype_size(k->out[0].dtype);
+    KC_TRY(kc_workspace(k->stream, (size_t)(n * es)));
+    KC_TRY(KC_LAUNCH(
+        kc_cast(STREAM(k), k->in[0].dtype, k->out[0].dtype, k->in[0].data, k->stream->ws, n),
+        "Cast"));
+    int64_t N = s->d[0], C = s->d[1], H = s->d[2], W = s->d[3];
+    /* output dims in stored order, and the source's element strides along them */
+    int64_t to_dims[4] = {N, H, W, C}, to_src[4] = {C * H * W, W, 1, H * W};
+    int64_t from_dims[4] = {N, C, H, W}, from_src[4] = {H * W * C, 1, W * C, C};
+    return KC_LAUNCH(kc_strided_copy(STREAM(k), 4, to_nhwc ? to_dims : from_dims,
+                                     to_nhwc ? to_src : from_src, 0, k->stream->ws, k->out[0].data,
+                                     (int)es),
+                     "Cast");
+}
+
 static kiln_status run_cast(kn_kernel_ctx *k) {
     int64_t n = kn_tensor_numel(&k->out[0]);
+    bool in_nhwc = kc_nhwc_in(k->node, 0), out_nhwc = kc_nhwc_out(k->node, 0);
+    if (in_nhwc != out_nhwc && k->out[0].shape.rank == 4 && n > 0)
+        return run_cast_reorder(k, out_nhwc);
     if (k->in[0].dtype == k->out[0].dtype)
         return kc_check(cudaMemcpyAsync(k->out[0].data, k->in[0].data, kn_tensor_nbytes(&k->out[0]),
                                         cudaMemcpyDeviceToDevice, k->stream->s),
@@ -231,6 +256,8 @@ static bool sup_cast(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
     (void)n_out;
     if (in[0].dtype == out[0].dtype)
         return true;
+    if (kc_is_float(in[0].dtype) && kc_is_float(out[0].dtype))
+        caps->layouts |= KN_LAYOUT_NHWC_BIT; /* it reorders between NCHW and NHWC too */
     if (!cast_type(in[0].dtype) || !cast_type(out[0].dtype))
         return kc_reason(caps, "cuda: Cast from %s to %s", kn_dtype_name(in[0].dtype),
                          kn_dtype_name(out[0].dtype));
@@ -321,7 +348,7 @@ static kiln_status run_fused(kn_kernel_ctx *k) {
         ptr[j] = k->in[j].data;
     }
     kc_bcast bc;
-    if (!kc_bcast_init(&bc, &k->out[0].shape, k->n_in, s))
+    if (!kc_bcast_stored(&bc, k->node, &k->out[0].shape, k->n_in, s))
         return kc_fail(KILN_ERR_SHAPE, "FusedElementwise: inputs do not broadcast");
     const fused_state *f = k->state;
     if (f->lib != NULL)

@@ -170,16 +170,16 @@ static bool sup_reduce(const kn_node *n, int n_in, const kn_tensor *in, int n_ou
     return f32_io(n, n_in, in, n_out, out, caps);
 }
 
-/* --- Global pooling: a reduction over H*W --- */
+/* --- Global pooling: a reduction over H*W (kernels_cnn.cu), NCHW or NHWC (kiln_nhwc) --- */
 
 static kiln_status run_global_pool(kn_kernel_ctx *k) {
     const kn_shape *s = &k->in[0].shape;
-    int64_t nc = s->d[0] * s->d[1], hw = 1;
+    int64_t hw = 1;
     for (int d = 2; d < s->rank; d++)
         hw *= s->d[d];
-    int op = strcmp(k->node->op_type, "GlobalMaxPool") == 0 ? KC_RED_MAX : KC_RED_MEAN;
     return KC_LAUNCH(
-        kc_reduce(STREAM(k), k->out[0].dtype, op, k->in[0].data, k->out[0].data, nc, hw, 1),
+        kc_global_pool(STREAM(k), k->out[0].dtype, strcmp(k->node->op_type, "GlobalMaxPool") == 0,
+                       s->d[0], s->d[1], hw, kc_nhwc_in(k->node, 0), k->in[0].data, k->out[0].data),
         k->node->op_type);
 }
 
@@ -187,10 +187,12 @@ static bool sup_global_pool(const kn_node *n, int n_in, const kn_tensor *in, int
                             const kn_tensor *out, kn_caps *caps) {
     if (in[0].shape.rank < 3)
         return kc_reason(caps, "cuda: %s of rank %d", n->op_type, in[0].shape.rank);
+    if (in[0].shape.rank == 4 && in[0].shape.d[0] <= 65535)
+        caps->layouts |= KN_LAYOUT_NHWC_BIT;
     return f32_io(n, n_in, in, n_out, out, caps);
 }
 
-/* --- MaxPool / AveragePool, 2-D NCHW --- */
+/* --- MaxPool / AveragePool, 2-D, NCHW or NHWC (kiln_nhwc) --- */
 
 static kiln_status pool_params(const kn_node *n, const kn_shape *x, const kn_shape *y,
                                kc_pool2d *p) {
@@ -238,6 +240,7 @@ static kiln_status pool_params(const kn_node *n, const kn_shape *x, const kn_sha
 static kiln_status run_pool(kn_kernel_ctx *k) {
     kc_pool2d p;
     pool_params(k->node, &k->in[0].shape, &k->out[0].shape, &p);
+    p.nhwc = kc_nhwc_in(k->node, 0);
     return KC_LAUNCH(kc_pool2d_run(STREAM(k), k->out[0].dtype, &p, k->in[0].data, k->out[0].data),
                      k->node->op_type);
 }
@@ -254,6 +257,7 @@ static bool sup_pool(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
      * windows past the padding. */
     if (p.kind == 1 && kc_attr_int(n, "ceil_mode", 0))
         return kc_reason(caps, "cuda: AveragePool with ceil_mode runs on the CPU");
+    caps->layouts |= KN_LAYOUT_NHWC_BIT;
     return f32_io(n, n_in, in, 1, out, caps);
 }
 
