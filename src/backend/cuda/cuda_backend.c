@@ -349,6 +349,8 @@ static void stream_free(kn_stream *st) {
         cudaFreeHost(st->bad_index);
     if (st->ws)
         cudaFree(st->ws);
+    for (int i = 0; i < st->n_retired; i++)
+        cudaFree(st->retired[i]);
     if (st->dnn)
         cudnnDestroy(st->dnn);
     if (st->lt)
@@ -417,18 +419,28 @@ static void *cuda_stream_native(kn_backend *b, kn_stream *s) {
 kiln_status kc_workspace(kn_stream *st, size_t size) {
     if (size <= st->ws_size)
         return KILN_OK;
-    if (st->ws != NULL) {
-        KC_TRY(kc_check(cudaStreamSynchronize(st->s), "growing the workspace"));
-        kc_device_call_begin();
-        cudaFree(st->ws);
-        kc_device_call_end();
-        st->ws = NULL;
-        st->ws_size = 0;
-    }
+    if (st->ws != NULL && size < 2 * st->ws_size)
+        size = 2 * st->ws_size;
+    KC_TRY(kc_check(cudaStreamSynchronize(st->s), "growing the workspace"));
+    void *grown = NULL;
     kc_device_call_begin();
-    kiln_status rc = kc_check(cudaMalloc(&st->ws, size), "allocating the workspace");
+    kiln_status rc = kc_check(cudaMalloc(&grown, size), "allocating the workspace");
+    /* the old one stays allocated (see retired), unless the list is full: then it goes, and
+     * with it the stream's graphs would dangle, so the runtime's graphs must not outlive it;
+     * 24 doublings past the default never happen in practice */
+    if (rc == KILN_OK && st->ws != NULL) {
+        if (st->n_retired < KC_MAX_RETIRED_WS)
+            st->retired[st->n_retired++] = st->ws;
+        else
+            rc = kc_fail(KILN_ERR_OUT_OF_MEMORY, "the workspace grew %d times", KC_MAX_RETIRED_WS);
+    }
     kc_device_call_end();
-    KC_TRY(rc);
+    if (rc != KILN_OK) {
+        if (grown != NULL)
+            cudaFree(grown);
+        return rc;
+    }
+    st->ws = grown;
     st->ws_size = size;
     return KILN_OK;
 }

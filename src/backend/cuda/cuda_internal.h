@@ -19,12 +19,17 @@ extern const kn_backend_host_api *kc_host;
  * device workspace shared by the kernels that run on it (one at a time, in stream order).
  * bad_index is a word of mapped host memory that kernels checking run-time indices set; the
  * stream's synchronisation reports it as an error and clears it. */
+#define KC_MAX_RETIRED_WS 24
 struct kn_stream {
     cudaStream_t s;
     cublasLtHandle_t lt;
     cudnnHandle_t dnn;
     void *ws;
     size_t ws_size;
+    /* Workspaces outgrown: stream graphs recorded at earlier shapes still point into them, so
+     * they live as long as the stream (each growth at least doubles: a bounded list). */
+    void *retired[KC_MAX_RETIRED_WS];
+    int n_retired;
     unsigned *bad_index;
 };
 
