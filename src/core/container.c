@@ -1,5 +1,6 @@
 #include "core/container.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static size_t align_up(size_t n) {
@@ -69,6 +70,31 @@ kiln_status kn_container_open(const kn_tensor *t, const char *what, kn_container
             return kn_error(KILN_ERR_INVALID_ARGUMENT, "%s: element %d is malformed", what, i);
     }
     return KILN_OK;
+}
+
+static const char *kind_name(int32_t kind) {
+    return kind == KILN_IO_SEQUENCE            ? "a sequence"
+           : kind == KILN_IO_OPTIONAL          ? "an optional tensor"
+           : kind == KILN_IO_OPTIONAL_SEQUENCE ? "an optional sequence"
+                                               : "a sequence or optional";
+}
+
+kiln_status kn_container_check_kind(const kn_tensor *t, int32_t kind, const char *name) {
+    char what[300];
+    snprintf(what, sizeof what, "input '%.250s'", name);
+    kn_container c;
+    KN_TRY(kn_container_open(t, what, &c));
+    if (kind == KILN_IO_TENSOR)
+        return KILN_OK;
+    bool nested = c.count == 1 && c.items[0].dtype == KILN_DTYPE_CONTAINER;
+    int32_t got = c.kind == KN_CONTAINER_SEQUENCE ? KILN_IO_SEQUENCE
+                  : c.count == 0                  ? -1 /* an empty optional fits either */
+                  : nested                        ? KILN_IO_OPTIONAL_SEQUENCE
+                                                  : KILN_IO_OPTIONAL;
+    if (got == kind || (got == -1 && kind != KILN_IO_SEQUENCE))
+        return KILN_OK;
+    return kn_error(KILN_ERR_INVALID_ARGUMENT, "%s is %s, got %s", what, kind_name(kind),
+                    got == -1 ? "an empty optional" : kind_name(got));
 }
 
 kn_tensor kn_container_item(const kn_container *c, int i) {

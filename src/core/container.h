@@ -47,6 +47,10 @@ size_t kn_container_bytes(int n, const kn_tensor *items);
 void kn_container_write(void *dst, int kind, int32_t elem_dtype, int n, const kn_tensor *items);
 /* Parse t as a container; a malformed block (user input) is a one-line error naming `what`. */
 kiln_status kn_container_open(const kn_tensor *t, const char *what, kn_container *out);
+/* Parse t as the value of graph input `name`, which the model declares as holding `kind` (a
+ * kiln_io_kind; KILN_IO_TENSOR: undeclared, any container): a sequence where an optional is
+ * declared, or the other way round, is a one-line error. */
+kiln_status kn_container_check_kind(const kn_tensor *t, int32_t kind, const char *name);
 /* Element i as a tensor whose data points into the block. */
 kn_tensor kn_container_item(const kn_container *c, int i);
 /* The tensor a container of n bytes has (dtype, shape [n], no data). */

@@ -126,6 +126,21 @@ def optional_model():
                  [vi("has", B, []), vi("y", F, None), opt_vi("oy", F)], [one, zeros], opset=18)
 
 
+def optional_sequence_model():
+    """o: an optional sequence; has = it holds one, n = its length if so, else -1."""
+    o = helper.make_value_info("o", helper.make_optional_type_proto(
+        helper.make_sequence_type_proto(helper.make_tensor_type_proto(F, None))))
+    then_g = helper.make_graph(
+        [helper.make_node("OptionalGetElement", ["o"], ["s"]),
+         helper.make_node("SequenceLength", ["s"], ["l"])], "then", [], [vi("l", I64, [])])
+    else_g = helper.make_graph(
+        [helper.make_node("Constant", [], ["z"], value=const_i64("minus", -1))], "else", [],
+        [vi("z", I64, [])])
+    nodes = [helper.make_node("OptionalHasElement", ["o"], ["has"]),
+             helper.make_node("If", ["has"], ["n"], then_branch=then_g, else_branch=else_g)]
+    return model(nodes, [o], [vi("has", B, []), vi("n", I64, [])], opset=18)
+
+
 def write_input(tmp_path, name, value):
     """A tensor as NAME.npy, a list as a folder of NAME/0.npy..., None as `none`."""
     if value is None:
@@ -217,6 +232,14 @@ def test_optional_input(tmp_path, form, empty):
     run_kiln(tmp_path, optional_model(), {"o": o}, form)
 
 
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("empty", [False, True])
+def test_optional_sequence_input(tmp_path, form, empty):
+    """An optional sequence is a folder (or `none`): the folder's sequence is its element."""
+    o = None if empty else [np.zeros(2, np.float32), np.ones(3, np.float32)]
+    run_kiln(tmp_path, optional_sequence_model(), {"o": o}, form)
+
+
 def refused(tmp_path, m, feeds, needle):
     target = save_target(tmp_path, m, "onnx")
     args = []
@@ -246,6 +269,21 @@ def test_tensor_where_sequence_is_needed_is_refused(tmp_path):
     m = model([helper.make_node("SequenceLength", ["seq"], ["n"])],
               [seq_vi("seq", F)], [vi("n", I64, [])])
     refused(tmp_path, m, {"seq": np.zeros(2, np.float32)}, "seq")
+
+
+def test_sequence_and_optional_kinds_are_not_mixed(tmp_path):
+    """An empty optional (`none`) for a sequence input, a folder's sequence for an optional
+    tensor, and a tensor for an optional sequence are each refused in one line."""
+    m = model([helper.make_node("SequenceLength", ["seq"], ["n"])],
+              [seq_vi("seq", F)], [vi("n", I64, [])])
+    cases = [(m, {"seq": None}, "'seq' is a sequence"),
+             (optional_model(), {"o": [np.zeros(2, np.float32)]}, "'o' is an optional tensor"),
+             (optional_sequence_model(), {"o": np.zeros(2, np.float32)},
+              "'o' is an optional sequence")]
+    for i, (bad, feeds, needle) in enumerate(cases):
+        sub = tmp_path / str(i)
+        sub.mkdir()
+        refused(sub, bad, feeds, needle)
 
 
 def kiln_python():
@@ -278,6 +316,17 @@ def test_python_lists_and_none(tmp_path, form):
         names = [o.name for o in sess.get_outputs()]
         for name, want in zip(names, sess.run(None, feeds)):
             assert_same(name, got[name], want)
+    path = tmp_path / "optseq.onnx"
+    onnx.save(optional_sequence_model(), path)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    target = str(path) if form == "onnx" else k.build(str(path))
+    for o in (None, [np.zeros(2, np.float32)] * 3):
+        got = k.run(target, {"o": o})
+        for name, want in zip(["has", "n"], sess.run(None, {"o": o})):
+            assert_same(name, got[name], want)
+    with pytest.raises(k.KilnError, match="'seq' is a sequence"):
+        k.run(str(tmp_path / "m0.onnx"), {"seq": np.zeros((1, 3), np.float32),
+                                          "x": np.zeros((2, 3), np.float32)})
     with pytest.raises(k.KilnError, match="one dtype"):
         k.run(str(tmp_path / "m0.onnx"), {"seq": [np.zeros((1, 3), np.float32),
                                                    np.zeros((1, 3), np.int64)],
