@@ -240,8 +240,8 @@ def test_optional_sequence_input(tmp_path, form, empty):
     run_kiln(tmp_path, optional_sequence_model(), {"o": o}, form)
 
 
-def refused(tmp_path, m, feeds, needle):
-    target = save_target(tmp_path, m, "onnx")
+def refused(tmp_path, m, feeds, needle, form="onnx"):
+    target = save_target(tmp_path, m, form)
     args = []
     for name, value in feeds.items():
         args += ["--input", f"{name}={write_input(tmp_path, name, value)}"]
@@ -271,9 +271,11 @@ def test_tensor_where_sequence_is_needed_is_refused(tmp_path):
     refused(tmp_path, m, {"seq": np.zeros(2, np.float32)}, "seq")
 
 
-def test_sequence_and_optional_kinds_are_not_mixed(tmp_path):
+@pytest.mark.parametrize("form", FORMS)
+def test_sequence_and_optional_kinds_are_not_mixed(tmp_path, form):
     """An empty optional (`none`) for a sequence input, a folder's sequence for an optional
-    tensor, and a tensor for an optional sequence are each refused in one line."""
+    tensor, and a tensor for an optional sequence are each refused in one line (a plan keeps
+    the kind each input declares)."""
     m = model([helper.make_node("SequenceLength", ["seq"], ["n"])],
               [seq_vi("seq", F)], [vi("n", I64, [])])
     cases = [(m, {"seq": None}, "'seq' is a sequence"),
@@ -283,7 +285,7 @@ def test_sequence_and_optional_kinds_are_not_mixed(tmp_path):
     for i, (bad, feeds, needle) in enumerate(cases):
         sub = tmp_path / str(i)
         sub.mkdir()
-        refused(sub, bad, feeds, needle)
+        refused(sub, bad, feeds, needle, form)
 
 
 def kiln_python():
