@@ -48,22 +48,54 @@ static kiln_status run_one(kn_backend *host, const kn_node *n, const kn_tensor *
     return kn_eval_node(host, n, in, out, pool);
 }
 
-/* Run body g: in has g->n_inputs tensors (borrowed), out receives g->n_outputs tensors whose
- * data the caller owns. */
+/* A SequenceInsert without a position whose input sequence the body owns and nothing reads
+ * after it: the element is appended in place (kn_container_append), so a Loop that grows a
+ * sequence each trip copies O(n) bytes in all, not O(n^2). */
+static bool append_in_place(const kn_node *n, int node, const bool *owned, const int *last_use,
+                            kn_tensor *vals) {
+    if (n->domain[0] != '\0' || strcmp(n->op_type, "SequenceInsert") != 0 || n->n_in < 2 ||
+        (n->n_in > 2 && n->in[2] >= 0) || n->n_out != 1 || n->out[0] < 0 || n->in[0] < 0 ||
+        n->in[1] < 0 || n->in[0] == n->in[1] || !owned[n->in[0]] || last_use[n->in[0]] != node)
+        return false;
+    kn_tensor seq = vals[n->in[0]];
+    bool done = false;
+    if (kn_container_append(&seq, &vals[n->in[1]], &done) != KILN_OK || !done)
+        return false; /* the ordinary insert decides, and words any error */
+    vals[n->in[0]] = (kn_tensor){0};
+    vals[n->out[0]] = seq;
+    return true;
+}
+
+/* Run body g: in has g->n_inputs tensors, borrowed except where donated[i] (may be NULL) hands
+ * in[i]'s data (kn_malloc'd) over to the body, which frees it or returns it; out receives
+ * g->n_outputs tensors whose data the caller owns. */
 static kiln_status run_body(kn_backend *host, const kn_node *owner, const kn_graph *g,
-                            const kn_tensor *in, kn_tensor *out, kn_threadpool *pool) {
+                            const kn_tensor *in, const bool *donated, kn_tensor *out,
+                            kn_threadpool *pool) {
     kn_tensor *vals = kn_calloc((size_t)g->n_values + 1, sizeof *vals);
     bool *owned = kn_calloc((size_t)g->n_values + 1, sizeof *owned);
+    int *last_use = kn_calloc((size_t)g->n_values + 1, sizeof *last_use);
     kiln_status rc = KILN_OK;
-    if (vals == NULL || owned == NULL) {
+    if (vals == NULL || owned == NULL || last_use == NULL) {
         rc = oom(owner);
+        for (int i = 0; donated != NULL && i < g->n_inputs; i++) /* the body's to free, even now */
+            if (donated[i])
+                kn_free(in[i].data);
         goto done;
     }
     for (int v = 0; v < g->n_values; v++)
         if (g->values[v].data != NULL)
             vals[v] = kn_value_tensor(&g->values[v]);
-    for (int i = 0; i < g->n_inputs; i++)
+    for (int i = 0; i < g->n_inputs; i++) {
         vals[g->inputs[i]] = in[i];
+        owned[g->inputs[i]] = donated != NULL && donated[i];
+    }
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int j = 0; !g->nodes[i].dead && j < g->nodes[i].n_in; j++)
+            if (g->nodes[i].in[j] >= 0)
+                last_use[g->nodes[i].in[j]] = i;
+    for (int o = 0; o < g->n_outputs; o++)
+        last_use[g->outputs[o]] = g->n_nodes;
     kn_tensor tin[KN_MAX_NODE_IO], tout[KN_MAX_NODE_IO];
     for (int i = 0; i < g->n_nodes && rc == KILN_OK; i++) {
         const kn_node *n = &g->nodes[i];
@@ -73,6 +105,11 @@ static kiln_status run_body(kn_backend *host, const kn_node *owner, const kn_gra
             rc = kn_error(KILN_ERR_UNSUPPORTED, "node '%s' (%s) has more than %d inputs or outputs",
                           n->name, n->op_type, KN_MAX_NODE_IO);
             break;
+        }
+        if (append_in_place(n, i, owned, last_use, vals)) {
+            owned[n->in[0]] = false;
+            owned[n->out[0]] = true;
+            continue;
         }
         for (int j = 0; j < n->n_in; j++)
             tin[j] = n->in[j] >= 0 ? vals[n->in[j]] : (kn_tensor){0};
@@ -110,6 +147,7 @@ done:
                 kn_free(vals[v].data);
     kn_free(vals);
     kn_free(owned);
+    kn_free(last_use);
     return rc;
 }
 
@@ -122,7 +160,7 @@ static kiln_status run_if(kn_backend *host, const kn_node *n, const kn_tensor *i
                           kn_threadpool *pool) {
     bool cond = *(const uint8_t *)in[0].data != 0;
     const kn_graph *g = body_of(n, cond ? "then_branch" : "else_branch");
-    return run_body(host, n, g, in + 1, out, pool);
+    return run_body(host, n, g, in + 1, NULL, out, pool);
 }
 
 /* A tensor slot that either borrows its data or owns it. */
@@ -287,11 +325,15 @@ static kiln_status run_loop(kn_backend *host, const kn_node *n, const kn_tensor 
     for (int k = 0; k < scans; k++)
         st[k].axis = -1;
     kiln_status rc = KILN_OK;
+    bool donated[KN_MAX_NODE_IO] = {false};
     for (; iter < trips && cond && rc == KILN_OK; iter++) {
-        for (int k = 0; k < carried; k++)
+        for (int k = 0; k < carried; k++) { /* a state the loop owns moves into the body */
             bin[2 + k] = state[k].t;
+            donated[2 + k] = state[k].owned;
+            state[k].owned = false;
+        }
         cond_in = (uint8_t)cond;
-        if ((rc = run_body(host, n, g, bin, bout, pool)) != KILN_OK)
+        if ((rc = run_body(host, n, g, bin, donated, bout, pool)) != KILN_OK)
             break;
         if (in[1].dtype != 0)
             rc = read_scalar(n, &bout[0], KILN_DTYPE_BOOL, "the body's condition output", &cond);
@@ -400,7 +442,7 @@ static kiln_status scan_core(kn_backend *host, const kn_node *n, const kn_graph 
         for (int i = 0; i < m; i++)
             copy_slice(&in[carried + i], in_ax[i], in_dir[i] ? len - 1 - it : it,
                        bin[carried + i].data, false);
-        if ((rc = run_body(host, n, g, bin, bout, pool)) != KILN_OK)
+        if ((rc = run_body(host, n, g, bin, NULL, bout, pool)) != KILN_OK)
             break;
         for (int k = 0; k < carried; k++)
             slot_set(&state[k], bout[k], true);
@@ -594,7 +636,7 @@ static kiln_status run_sequence_map(kn_backend *host, const kn_node *n, const kn
         for (int j = 0; j < formal; j++)
             bin[j] = is_seq[j] ? kn_container_item(&seqs[j], i) : in[j];
         kn_tensor bout[KN_MAX_NODE_IO];
-        if ((rc = run_body(host, n, g, bin, bout, pool)) != KILN_OK)
+        if ((rc = run_body(host, n, g, bin, NULL, bout, pool)) != KILN_OK)
             break;
         for (int k = 0; k < n->n_out; k++) {
             items[(size_t)k * (size_t)len + (size_t)i] = bout[k];

@@ -110,6 +110,25 @@ def loop_model():
     return model(nodes, [vi("M", I64, []), vi("x", F, [2])], [seq_vi("s", F), vi("n", I64, [])])
 
 
+def loop_appends_twice_model():
+    """Each trip appends x * i twice and records the length of the sequence it was given, read
+    after the first append (so that append must leave its input intact), as a scan output."""
+    body = helper.make_graph(
+        [helper.make_node("Cast", ["i"], ["fi"], to=F),
+         helper.make_node("Mul", ["x", "fi"], ["xi"]),
+         helper.make_node("SequenceInsert", ["s_in", "xi"], ["s_mid"]),
+         helper.make_node("SequenceLength", ["s_in"], ["old_len"]),
+         helper.make_node("SequenceInsert", ["s_mid", "xi"], ["s_out"]),
+         helper.make_node("Identity", ["c_in"], ["c_out"])],
+        "body", [vi("i", I64, []), vi("c_in", B, []), seq_vi("s_in", F)],
+        [vi("c_out", B, []), seq_vi("s_out", F), vi("old_len", I64, [])])
+    nodes = [helper.make_node("SequenceEmpty", [], ["s0"], dtype=F),
+             helper.make_node("Loop", ["M", "", "s0"], ["s", "lens"], body=body),
+             helper.make_node("ConcatFromSequence", ["s"], ["cat"], axis=0)]
+    return model(nodes, [vi("M", I64, []), vi("x", F, [2])],
+                 [seq_vi("s", F), vi("lens", I64, None), vi("cat", F, None)])
+
+
 def optional_model():
     """has = the optional holds a tensor; y = its element + 1 if so, else zeros(2)."""
     one = numpy_helper.from_array(np.array(1, np.float32), "onef")
@@ -223,6 +242,15 @@ def test_split_to_sequence(tmp_path, form):
 def test_loop_carries_a_sequence(tmp_path, form, trips):
     feeds = {"M": np.array(trips, np.int64), "x": np.array([1.5, -2], np.float32)}
     run_kiln(tmp_path, loop_model(), feeds, form)
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("trips", [1, 100])
+def test_loop_grows_a_sequence_many_trips(tmp_path, form, trips):
+    """Appends inside a loop grow the carried sequence in place (docs/sequences.md, Cost): the
+    result is the same as onnxruntime's, and a value read after an append is untouched."""
+    feeds = {"M": np.array(trips, np.int64), "x": np.array([0.5, -1], np.float32)}
+    run_kiln(tmp_path, loop_appends_twice_model(), feeds, form)
 
 
 @pytest.mark.parametrize("form", FORMS)
