@@ -53,8 +53,8 @@ static bool cpu_supports(kn_backend *b, const kn_node *n, int n_in, const kn_ten
     }
     /* the CPU products and fused element-wise programs compute in float32 only; a plain
      * MatMul of 16-bit floats is staged through float32 (math/matmul.c) */
-    bool staged_matmul = n->domain[0] == '\0' && strcmp(n->op_type, "MatMul") == 0 &&
-                         n_in == 2 && in[0].dtype == in[1].dtype &&
+    bool staged_matmul = n->domain[0] == '\0' && strcmp(n->op_type, "MatMul") == 0 && n_in == 2 &&
+                         in[0].dtype == in[1].dtype &&
                          (in[0].dtype == KILN_DTYPE_FLOAT16 || in[0].dtype == KILN_DTYPE_BFLOAT16);
     if ((kn_op_is_product(n) && !staged_matmul) ||
         (strcmp(n->domain, "kiln") == 0 && strcmp(n->op_type, "FusedElementwise") == 0))
