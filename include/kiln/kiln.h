@@ -381,6 +381,15 @@ KILN_API kiln_status kiln_engine_load_memory(const void *data, size_t size, kiln
 /* Destroy after every context of it is destroyed. */
 KILN_API void kiln_engine_destroy(kiln_engine *engine);
 
+/* What a graph input or output of dtype KILN_DTYPE_CONTAINER holds, as the model declares it
+ * (KILN_IO_TENSOR for tensors and for containers a network built by hand left undeclared). */
+typedef enum kiln_io_kind {
+    KILN_IO_TENSOR = 0,
+    KILN_IO_SEQUENCE = 1,
+    KILN_IO_OPTIONAL = 2,          /* an optional tensor */
+    KILN_IO_OPTIONAL_SEQUENCE = 3, /* an optional sequence */
+} kiln_io_kind;
+
 typedef struct kiln_io_info {
     const char *name; /* owned by the engine */
     kiln_dtype dtype;
@@ -391,6 +400,7 @@ typedef struct kiln_io_info {
     int64_t min[KILN_MAX_RANK];         /* profile bounds (equal to dims when fixed) */
     int64_t opt[KILN_MAX_RANK];
     int64_t max[KILN_MAX_RANK];
+    kiln_io_kind kind; /* what a KILN_DTYPE_CONTAINER input or output holds */
 } kiln_io_info;
 
 KILN_API int kiln_engine_num_inputs(const kiln_engine *engine);

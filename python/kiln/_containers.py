@@ -2,7 +2,7 @@
 is a sequence, None an empty optional, an array given for an optional input its one element."""
 
 import struct
-from typing import Any, List, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -49,17 +49,33 @@ def _element(name: str, value: Any) -> Part:
     return _dtypes.from_any(arr.dtype), tuple(arr.shape), arr.tobytes()
 
 
-def encode(name: str, value: Any) -> Any:
-    """The container block (a uint8 array) for a list (sequence), None or one value (optional)."""
+#: kiln_io_kind of a container input or output
+KINDS = {1: "sequence", 2: "optional", 3: "optional sequence"}
+
+
+def encode(name: str, value: Any, kind: Optional[str] = None) -> Any:
+    """The container block (a uint8 array) for a list (sequence), None or one value (optional)
+    given for input `name`, which holds `kind` (None: undeclared)."""
     if value is None:
+        if kind == "sequence":
+            raise KilnError(ERR_INVALID_ARGUMENT,
+                            f"input '{name}' is a sequence: give a list of arrays, not None")
         return _block(1, 0, [])
-    if isinstance(value, (list, tuple)):
+    is_list = isinstance(value, (list, tuple))
+    if kind == "sequence" and not is_list:
+        raise KilnError(ERR_INVALID_ARGUMENT,
+                        f"input '{name}' is a sequence: give a list of arrays, not "
+                        f"{type(value).__name__}")
+    if kind == "optional sequence" and is_list:  # the optional's one element, a sequence
+        part = _element(name, value)
+        return _block(1, part[0], [part])
+    if is_list and kind != "optional":
         parts = [_element(name, v) for v in value]
         if len({p[0] for p in parts}) > 1:
             raise KilnError(ERR_INVALID_ARGUMENT,
                             f"input '{name}': a sequence's elements must share one dtype")
         return _block(0, parts[0][0] if parts else 0, parts)
-    part = _element(name, value)
+    part = _element(name, np.asarray(value) if is_list else value)  # an optional tensor
     return _block(1, part[0], [part])
 
 

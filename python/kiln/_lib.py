@@ -112,6 +112,7 @@ class IoInfo(Structure):
         ("min", c_int64 * MAX_RANK),
         ("opt", c_int64 * MAX_RANK),
         ("max", c_int64 * MAX_RANK),
+        ("kind", c_int),
     ]
 
 

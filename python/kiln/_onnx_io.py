@@ -10,15 +10,17 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 from ._lib import ERR_MODEL, KilnError
 
 Dim = Union[int, str, None]
-#: (name, ONNX elem_type, shape or None when the model gives none) of an input or output.
-IO = Tuple[str, int, Optional[List[Dim]]]
+#: (name, type string as onnxruntime writes it, shape or None when the model gives none) of an
+#: input or output.
+IO = Tuple[str, str, Optional[List[Dim]]]
 
 # Field numbers of onnx.proto3.
 _MODEL_GRAPH = 7
 _GRAPH_INITIALIZER, _GRAPH_INPUT, _GRAPH_OUTPUT = 5, 11, 12
 _TENSOR_NAME = 8
 _VALUE_NAME, _VALUE_TYPE = 1, 2
-_TYPE_TENSOR = 1
+_TYPE_TENSOR, _TYPE_SEQUENCE, _TYPE_OPTIONAL = 1, 4, 9
+_CONTAINER_ELEM = 1  # Sequence.elem_type, Optional.elem_type
 _TENSOR_ELEM_TYPE, _TENSOR_SHAPE = 1, 2
 _SHAPE_DIM = 1
 _DIM_VALUE, _DIM_PARAM = 1, 2
@@ -63,36 +65,54 @@ def _signed(v: int) -> int:
     return v - (1 << 64) if v >= 1 << 63 else v
 
 
+def _type(data: bytes) -> Tuple[str, int, Optional[List[Dim]]]:
+    """(onnxruntime's type string, elem_type, shape) of a TypeProto: a tensor's element type and
+    shape; a sequence or optional as "seq(...)" or "optional(...)" of its element (elem_type 0,
+    no shape: kiln sizes it from the value)."""
+    kind, elem = "", 0
+    shape: Optional[List[Dim]] = None
+    for tf, tv in _fields(data):
+        if tf in (_TYPE_SEQUENCE, _TYPE_OPTIONAL):
+            inner = "tensor(undefined)"
+            for ef, ev in _fields(tv):
+                if ef == _CONTAINER_ELEM:
+                    inner = _type(ev)[0]
+            kind = ("seq(%s)" if tf == _TYPE_SEQUENCE else "optional(%s)") % inner
+        if tf != _TYPE_TENSOR:
+            continue
+        for ef, ev in _fields(tv):
+            if ef == _TENSOR_ELEM_TYPE:
+                elem = ev
+            elif ef == _TENSOR_SHAPE:
+                shape = []
+                for sf, sv in _fields(ev):
+                    if sf != _SHAPE_DIM:
+                        continue
+                    dim: Dim = None
+                    for df, dv in _fields(sv):
+                        if df == _DIM_VALUE:
+                            dim = _signed(dv)
+                        elif df == _DIM_PARAM:
+                            dim = dv.decode("utf-8")
+                    shape.append(dim)
+    if kind:
+        return kind, 0, None
+    return TYPE_STRINGS.get(elem, "tensor(undefined)"), elem, shape
+
+
 def _value_info(data: bytes) -> IO:
-    name, elem = "", 0
+    name, type_string = "", "tensor(undefined)"
     shape: Optional[List[Dim]] = None
     for f, v in _fields(data):
         if f == _VALUE_NAME:
             name = v.decode("utf-8")
         elif f == _VALUE_TYPE:
-            for tf, tv in _fields(v):
-                if tf != _TYPE_TENSOR:
-                    continue
-                for ef, ev in _fields(tv):
-                    if ef == _TENSOR_ELEM_TYPE:
-                        elem = ev
-                    elif ef == _TENSOR_SHAPE:
-                        shape = []
-                        for sf, sv in _fields(ev):
-                            if sf != _SHAPE_DIM:
-                                continue
-                            dim: Dim = None
-                            for df, dv in _fields(sv):
-                                if df == _DIM_VALUE:
-                                    dim = _signed(dv)
-                                elif df == _DIM_PARAM:
-                                    dim = dv.decode("utf-8")
-                            shape.append(dim)
-    return name, elem, shape
+            type_string, _, shape = _type(v)
+    return name, type_string, shape
 
 
 def graph_io(model: bytes) -> Tuple[List[IO], List[IO]]:
-    """([(name, elem_type, shape)] of the graph inputs that are not initializers, [... outputs])."""
+    """([(name, type string, shape)] of the graph inputs that are not initializers, [... outputs])."""
     graph = None
     for f, v in _fields(model):
         if f == _MODEL_GRAPH:

@@ -46,6 +46,8 @@ class IOInfo:
             syms[d].decode("utf-8") if syms[d] else int(info.dims[d]) for d in range(r)
         )
         self.is_input = is_input
+        #: what a container holds: "sequence", "optional", "optional sequence", or None
+        self.kind: Optional[str] = _containers.KINDS.get(int(info.kind))
         self.min_shape = tuple(int(info.min[d]) for d in range(r))
         self.opt_shape = tuple(int(info.opt[d]) for d in range(r))
         self.max_shape = tuple(int(info.max[d]) for d in range(r))
@@ -132,7 +134,7 @@ def _as_input(info: IOInfo, value: ArrayLike) -> NDArray[Any]:
     """value as a C-contiguous array of the input's dtype (converting only same-kind values,
     e.g. float64 -> float32 or int32 -> int64; float -> int is refused)."""
     if info.kiln_dtype == CONTAINER:  # a sequence (list) or optional (None or a value)
-        return _containers.encode(info.name, value)
+        return _containers.encode(info.name, value, info.kind)
     if info.kiln_dtype == _strings.STRING:  # an array of str or bytes
         return _strings.encode(info.name, value)
     want = info.dtype
@@ -300,9 +302,7 @@ class Context:
 
 
 def _profile_shape(name: str, value: Any) -> Tuple[int, ...]:
-    """The profile shape of a feed: a block's byte count for sequences, optionals and strings."""
-    if _containers.looks_like(value):
-        return (_containers.encode(name, value).size,)
+    """The profile shape of a feed: a block's byte count for strings."""
     if _strings.is_strings(value):
         return (_strings.encode(name, value).size,)
     return tuple(np.shape(value))
@@ -335,7 +335,9 @@ def run(
         )
     if is_model:
         if shapes is None:
-            shapes = {n: _profile_shape(n, v) for n, v in feeds.items()}
+            # a sequence or optional input needs no profile: its value sizes it at run time
+            shapes = {n: _profile_shape(n, v) for n, v in feeds.items()
+                      if not _containers.looks_like(v)}
         plan = build(model_or_plan, shapes=shapes, threads=threads, plugins=plugins)
     engine = Engine(plan, plugins=plugins)
     return engine.context().run(feeds)

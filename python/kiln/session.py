@@ -107,9 +107,19 @@ def _providers(providers: Optional[Sequence[Any]]) -> List[str]:
     return chosen or list(PROVIDERS)
 
 
+_KIND_TYPES = {"sequence": "seq(tensor(undefined))", "optional": "optional(tensor(undefined))",
+               "optional sequence": "optional(seq(tensor(undefined)))"}
+
+
 def _node_arg(io: IOInfo) -> NodeArg:
+    if io.kind is not None:  # a plan keeps the kind, not the element type
+        return NodeArg(io.name, _KIND_TYPES[io.kind], [])
     return NodeArg(io.name, _onnx_io.TYPE_STRINGS.get(io.kiln_dtype, "tensor(undefined)"),
                    list(io.shape))
+
+
+def _is_container(arg: "NodeArg") -> bool:
+    return arg.type.startswith(("seq(", "optional("))
 
 
 class InferenceSession:
@@ -152,11 +162,10 @@ class InferenceSession:
         # The model's bytes are kept only to build; a path lets external data be found.
         self._model = data if self._model_path is None else self._model_path
         ins, outs = _onnx_io.graph_io(data)
-        self._inputs = [NodeArg(n, _onnx_io.TYPE_STRINGS.get(t, "tensor(undefined)"), s or [])
-                        for n, t, s in ins]
-        self._outputs = [NodeArg(n, _onnx_io.TYPE_STRINGS.get(t, "tensor(undefined)"), s or [])
-                         for n, t, s in outs]
-        fixed = all(all(isinstance(d, int) and d >= 0 for d in i.shape) for i in self._inputs)
+        self._inputs = [NodeArg(n, t, s or []) for n, t, s in ins]
+        self._outputs = [NodeArg(n, t, s or []) for n, t, s in outs]
+        fixed = all(all(isinstance(d, int) and d >= 0 for d in i.shape) for i in self._inputs
+                    if not _is_container(i))
         if fixed or self._options.profile:
             self._engine = self._build(self._options.profile)
 
@@ -223,6 +232,8 @@ class InferenceSession:
 
     def _fits(self, engine: Engine, feeds: Mapping[str, Any]) -> bool:
         for io in engine.inputs:
+            if io.kind is not None:  # a sequence or optional needs no profile
+                continue
             shape = np.shape(feeds[io.name])
             if len(shape) != io.rank or any(
                 not lo <= d <= hi for d, lo, hi in zip(shape, io.min_shape, io.max_shape)
@@ -245,6 +256,8 @@ class InferenceSession:
     def _widened(self, feeds: Mapping[str, Any]) -> Dict[str, Tuple[Shape, Shape, Shape]]:
         profile: Dict[str, Tuple[Shape, Shape, Shape]] = {}
         for i in self._inputs:
+            if _is_container(i):  # sized by its value at run time (docs/sequences.md)
+                continue
             shape = tuple(int(d) for d in np.shape(feeds[i.name]))
             if len(shape) != len(i.shape):
                 raise KilnError(

@@ -32,6 +32,13 @@ static const kn_profile *find_profile(const kiln_build_config *cfg, const char *
     return NULL;
 }
 
+/* A sequence or optional input is one block whose size only the value given at run time tells
+ * (core/container.h), so it has no profile: one given (kiln.run passes every feed's shape) is
+ * dropped, and the build resolves without its size. */
+static const kn_profile *input_profile(const kiln_build_config *cfg, const kn_value *v) {
+    return v->dtype == KILN_DTYPE_CONTAINER ? NULL : find_profile(cfg, v->name);
+}
+
 /* Every dynamic input needs a profile that agrees with its fixed dims; every profile must
  * name an input. */
 static kiln_status check_profiles(const kn_graph *g, const kiln_build_config *cfg) {
@@ -45,7 +52,7 @@ static kiln_status check_profiles(const kn_graph *g, const kiln_build_config *cf
     }
     for (int i = 0; i < g->n_inputs; i++) {
         const kn_value *v = &g->values[g->inputs[i]];
-        const kn_profile *p = find_profile(cfg, v->name);
+        const kn_profile *p = input_profile(cfg, v);
         if (v->rank < 0)
             return kn_error(KILN_ERR_MODEL, "input '%s' has no declared rank", v->name);
         if (v->dtype == 0 || kn_dtype_size(v->dtype) == 0)
@@ -55,7 +62,7 @@ static kiln_status check_profiles(const kn_graph *g, const kiln_build_config *cf
         for (int d = 0; d < v->rank; d++)
             dynamic |= v->dims[d].sym != NULL;
         if (p == NULL) {
-            if (dynamic)
+            if (dynamic && v->dtype != KILN_DTYPE_CONTAINER)
                 return kn_error(KILN_ERR_SHAPE,
                                 "input '%s' has dynamic dims: give a shape or profile for it "
                                 "(e.g. --shapes %s:1x...)",
@@ -88,7 +95,7 @@ static kiln_status resolve_at(const kn_graph *g, const kiln_build_config *cfg,
     memset(vals, 0, (size_t)g->n_values * sizeof *vals);
     for (int i = 0; i < g->n_inputs; i++) {
         const kn_value *v = &g->values[g->inputs[i]];
-        const kn_profile *p = find_profile(cfg, v->name);
+        const kn_profile *p = input_profile(cfg, v);
         kn_resolved *r = &vals[g->inputs[i]];
         r->t.dtype = v->dtype;
         r->t.shape.rank = v->rank;
@@ -97,7 +104,7 @@ static kiln_status resolve_at(const kn_graph *g, const kiln_build_config *cfg,
                               : which == 0 ? p->min[d]
                               : which == 1 ? p->opt[d]
                                            : p->max[d];
-        r->known = true;
+        r->known = v->dtype != KILN_DTYPE_CONTAINER;
     }
     kn_resolve_opts opts = {.max_eval_elems = KN_BUILD_EVAL_ELEMS,
                             .plugin_of = table_plugin,
@@ -623,10 +630,13 @@ kiln_status kn_build_plan(const kiln_builder *b, const kiln_network *net,
         goto fail_out;
     }
     for (int i = 0; i < cfg->n_profiles; i++) {
-        out->profiles[i] = cfg->profiles[i];
-        out->profiles[i].input = kn_strdup(cfg->profiles[i].input);
-        out->n_profiles++;
-        if (out->profiles[i].input == NULL) {
+        int v = kn_graph_find_value(g, cfg->profiles[i].input);
+        if (v >= 0 && input_profile(cfg, &g->values[v]) == NULL)
+            continue;
+        kn_profile *p = &out->profiles[out->n_profiles++];
+        *p = cfg->profiles[i];
+        p->input = kn_strdup(cfg->profiles[i].input);
+        if (p->input == NULL) {
             rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
             goto fail_out;
         }

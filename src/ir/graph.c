@@ -569,6 +569,7 @@ kn_graph *kn_graph_clone(const kn_graph *g) {
         d->rank = s->rank;
         d->is_input = s->is_input;
         d->is_output = s->is_output;
+        d->container = s->container;
         for (int k = 0; k < KN_MAX_RANK; k++) {
             d->dims[k].value = s->dims[k].value;
             if (s->dims[k].sym && (d->dims[k].sym = kn_strdup(s->dims[k].sym)) == NULL)

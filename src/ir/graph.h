@@ -51,6 +51,8 @@ typedef struct kn_value {
     int producer;   /* node index, or -1 for graph inputs and constants */
     bool is_input;  /* a graph input (not an initializer) */
     bool is_output; /* a graph output */
+    /* kiln_io_kind: what a KILN_DTYPE_CONTAINER value holds, where the model declares it */
+    int32_t container;
     /* Constant data (initializer, folded value): `data` is either owned (data_owned) or points
      * into a mapping that outlives the graph (external data, a plan's weight section). */
     void *data;

@@ -206,6 +206,14 @@ static kiln_status apply_type(importer *im, int vi, const Onnx__TypeProto *tp, c
         char sym[300];
         snprintf(sym, sizeof sym, "%.250s_dim0", v->name);
         v->dtype = KILN_DTYPE_CONTAINER;
+        const Onnx__TypeProto *elem =
+            tp->value_case == ONNX__TYPE_PROTO__VALUE_OPTIONAL_TYPE && tp->optional_type != NULL
+                ? tp->optional_type->elem_type
+                : NULL;
+        v->container = tp->value_case == ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE ? KILN_IO_SEQUENCE
+                       : elem != NULL && elem->value_case == ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE
+                           ? KILN_IO_OPTIONAL_SEQUENCE
+                           : KILN_IO_OPTIONAL;
         for (int i = 1; i < v->rank && i < KN_MAX_RANK; i++)
             KN_TRY(set_dim(v, i, 0, NULL));
         v->rank = 1;

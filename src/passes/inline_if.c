@@ -89,6 +89,11 @@ static kiln_status inline_branch(kn_graph *g, int node, const kn_graph *b, int *
             rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory inlining node '%s'", name);
     }
     kn_free(bound);
+    /* The dead If no longer makes its outputs: left in place, it would still count as their
+     * producer when the graph is sorted, and the branch nodes that now make them could land
+     * after their readers (and be dropped as dead). */
+    for (int o = 0; o < g->nodes[node].n_out; o++)
+        g->nodes[node].out[o] = -1;
     return rc;
 }
 

@@ -58,6 +58,9 @@ enum {
 
 /* Value record flags. */
 #define KN_PLAN_VALUE_CONST 1u
+/* Bits 1-2: the kiln_io_kind of a container value (0 for every other dtype). */
+#define KN_PLAN_VALUE_KIND_SHIFT 1
+#define KN_PLAN_VALUE_KIND_MASK 6u
 /* Node record flags. */
 #define KN_PLAN_NODE_DEAD 1u
 

@@ -151,10 +151,12 @@ static kiln_status rd_value(cursor *c, kn_value *v) {
         return fail(c, "unknown dtype %d", (int)dtype);
     if (rank < -1 || rank > KN_MAX_RANK)
         return fail(c, "rank %d is out of range", (int)rank);
-    if (flags & ~KN_PLAN_VALUE_CONST)
+    if ((flags & ~(KN_PLAN_VALUE_CONST | KN_PLAN_VALUE_KIND_MASK)) ||
+        ((flags & KN_PLAN_VALUE_KIND_MASK) && dtype != KILN_DTYPE_CONTAINER))
         return fail(c, "unknown flags 0x%x", flags);
     if (!(v->name = kn_strdup(name)))
         return oom();
+    v->container = (int32_t)((flags & KN_PLAN_VALUE_KIND_MASK) >> KN_PLAN_VALUE_KIND_SHIFT);
     v->dtype = dtype;
     v->rank = rank;
     v->producer = -1;

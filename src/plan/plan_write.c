@@ -197,6 +197,9 @@ static kiln_status write_value(writer *w, const kn_value *v) {
         KN_TRY(add_weight(w, v->data, size, &offset));
         flags |= KN_PLAN_VALUE_CONST;
     }
+    if (v->dtype == KILN_DTYPE_CONTAINER && v->container > 0 &&
+        v->container <= KILN_IO_OPTIONAL_SEQUENCE)
+        flags |= (uint32_t)v->container << KN_PLAN_VALUE_KIND_SHIFT;
     KN_TRY(put_str(w, b, v->name, "a value name"));
     put_i32(b, v->dtype);
     put_i32(b, v->rank);

@@ -253,7 +253,7 @@ static kiln_status configure_plugins(kiln_engine *e) {
                                   : done == 0 ? p->min[d]
                                   : done == 1 ? p->opt[d]
                                               : p->max[d];
-            x->known = true;
+            x->known = v->dtype != KILN_DTYPE_CONTAINER; /* sized by its value alone */
         }
         rc = kn_resolve(g, r[done], NULL, &opts);
     }
@@ -421,6 +421,7 @@ static void fill_info(const kiln_engine *e, int v, const kn_profile *p, kiln_io_
     info->name = val->name;
     info->dtype = (kiln_dtype)val->dtype;
     info->rank = val->rank < 0 ? 0 : val->rank;
+    info->kind = val->dtype == KILN_DTYPE_CONTAINER ? (kiln_io_kind)val->container : KILN_IO_TENSOR;
     for (int d = 0; d < info->rank; d++) {
         info->symbols[d] = val->dims[d].sym;
         int64_t fixed = val->dims[d].sym ? -1 : val->dims[d].value;

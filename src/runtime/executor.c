@@ -1,5 +1,6 @@
 /* Execution: bind inputs, run every node's kernel in order, copy outputs out. */
 #include "core/alloc.h"
+#include "core/container.h"
 #include "ir/placement.h"
 #include "ops/op.h"
 #include "runtime/capture.h"
@@ -56,6 +57,8 @@ static kiln_status bind_inputs(kiln_context *c) {
         if (c->in_device[i])
             KN_TRY(check_device_input(c, i));
         r->t.data = (void *)c->in_data[i];
+        if (v->dtype == KILN_DTYPE_CONTAINER && !c->in_device[i])
+            KN_TRY(kn_container_check_kind(&r->t, v->container, v->name));
     }
     return KILN_OK;
 }

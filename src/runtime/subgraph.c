@@ -48,22 +48,54 @@ static kiln_status run_one(kn_backend *host, const kn_node *n, const kn_tensor *
     return kn_eval_node(host, n, in, out, pool);
 }
 
-/* Run body g: in has g->n_inputs tensors (borrowed), out receives g->n_outputs tensors whose
- * data the caller owns. */
+/* A SequenceInsert without a position whose input sequence the body owns and nothing reads
+ * after it: the element is appended in place (kn_container_append), so a Loop that grows a
+ * sequence each trip copies O(n) bytes in all, not O(n^2). */
+static bool append_in_place(const kn_node *n, int node, const bool *owned, const int *last_use,
+                            kn_tensor *vals) {
+    if (n->domain[0] != '\0' || strcmp(n->op_type, "SequenceInsert") != 0 || n->n_in < 2 ||
+        (n->n_in > 2 && n->in[2] >= 0) || n->n_out != 1 || n->out[0] < 0 || n->in[0] < 0 ||
+        n->in[1] < 0 || n->in[0] == n->in[1] || !owned[n->in[0]] || last_use[n->in[0]] != node)
+        return false;
+    kn_tensor seq = vals[n->in[0]];
+    bool done = false;
+    if (kn_container_append(&seq, &vals[n->in[1]], &done) != KILN_OK || !done)
+        return false; /* the ordinary insert decides, and words any error */
+    vals[n->in[0]] = (kn_tensor){0};
+    vals[n->out[0]] = seq;
+    return true;
+}
+
+/* Run body g: in has g->n_inputs tensors, borrowed except where donated[i] (may be NULL) hands
+ * in[i]'s data (kn_malloc'd) over to the body, which frees it or returns it; out receives
+ * g->n_outputs tensors whose data the caller owns. */
 static kiln_status run_body(kn_backend *host, const kn_node *owner, const kn_graph *g,
-                            const kn_tensor *in, kn_tensor *out, kn_threadpool *pool) {
+                            const kn_tensor *in, const bool *donated, kn_tensor *out,
+                            kn_threadpool *pool) {
     kn_tensor *vals = kn_calloc((size_t)g->n_values + 1, sizeof *vals);
     bool *owned = kn_calloc((size_t)g->n_values + 1, sizeof *owned);
+    int *last_use = kn_calloc((size_t)g->n_values + 1, sizeof *last_use);
     kiln_status rc = KILN_OK;
-    if (vals == NULL || owned == NULL) {
+    if (vals == NULL || owned == NULL || last_use == NULL) {
         rc = oom(owner);
+        for (int i = 0; donated != NULL && i < g->n_inputs; i++) /* the body's to free, even now */
+            if (donated[i])
+                kn_free(in[i].data);
         goto done;
     }
     for (int v = 0; v < g->n_values; v++)
         if (g->values[v].data != NULL)
             vals[v] = kn_value_tensor(&g->values[v]);
-    for (int i = 0; i < g->n_inputs; i++)
+    for (int i = 0; i < g->n_inputs; i++) {
         vals[g->inputs[i]] = in[i];
+        owned[g->inputs[i]] = donated != NULL && donated[i];
+    }
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int j = 0; !g->nodes[i].dead && j < g->nodes[i].n_in; j++)
+            if (g->nodes[i].in[j] >= 0)
+                last_use[g->nodes[i].in[j]] = i;
+    for (int o = 0; o < g->n_outputs; o++)
+        last_use[g->outputs[o]] = g->n_nodes;
     kn_tensor tin[KN_MAX_NODE_IO], tout[KN_MAX_NODE_IO];
     for (int i = 0; i < g->n_nodes && rc == KILN_OK; i++) {
         const kn_node *n = &g->nodes[i];
@@ -73,6 +105,11 @@ static kiln_status run_body(kn_backend *host, const kn_node *owner, const kn_gra
             rc = kn_error(KILN_ERR_UNSUPPORTED, "node '%s' (%s) has more than %d inputs or outputs",
                           n->name, n->op_type, KN_MAX_NODE_IO);
             break;
+        }
+        if (append_in_place(n, i, owned, last_use, vals)) {
+            owned[n->in[0]] = false;
+            owned[n->out[0]] = true;
+            continue;
         }
         for (int j = 0; j < n->n_in; j++)
             tin[j] = n->in[j] >= 0 ? vals[n->in[j]] : (kn_tensor){0};
@@ -110,6 +147,7 @@ done:
                 kn_free(vals[v].data);
     kn_free(vals);
     kn_free(owned);
+    kn_free(last_use);
     return rc;
 }
 
@@ -122,7 +160,7 @@ static kiln_status run_if(kn_backend *host, const kn_node *n, const kn_tensor *i
                           kn_threadpool *pool) {
     bool cond = *(const uint8_t *)in[0].data != 0;
     const kn_graph *g = body_of(n, cond ? "then_branch" : "else_branch");
-    return run_body(host, n, g, in + 1, out, pool);
+    return run_body(host, n, g, in + 1, NULL, out, pool);
 }
 
 /* A tensor slot that either borrows its data or owns it. */
@@ -287,11 +325,15 @@ static kiln_status run_loop(kn_backend *host, const kn_node *n, const kn_tensor 
     for (int k = 0; k < scans; k++)
         st[k].axis = -1;
     kiln_status rc = KILN_OK;
+    bool donated[KN_MAX_NODE_IO] = {false};
     for (; iter < trips && cond && rc == KILN_OK; iter++) {
-        for (int k = 0; k < carried; k++)
+        for (int k = 0; k < carried; k++) { /* a state the loop owns moves into the body */
             bin[2 + k] = state[k].t;
+            donated[2 + k] = state[k].owned;
+            state[k].owned = false;
+        }
         cond_in = (uint8_t)cond;
-        if ((rc = run_body(host, n, g, bin, bout, pool)) != KILN_OK)
+        if ((rc = run_body(host, n, g, bin, donated, bout, pool)) != KILN_OK)
             break;
         if (in[1].dtype != 0)
             rc = read_scalar(n, &bout[0], KILN_DTYPE_BOOL, "the body's condition output", &cond);
@@ -342,23 +384,24 @@ static kiln_status scan_axes(const kn_node *n, const char *name, int count, int 
     return KILN_OK;
 }
 
-static kiln_status run_scan(kn_backend *host, const kn_node *n, const kn_tensor *in, kn_tensor *out,
-                            kn_threadpool *pool) {
-    const kn_graph *g = body_of(n, "body");
-    int formal = n->n_in - g->n_outer;
-    int m = (int)kn_attr_int(n, "num_scan_inputs", 1), carried = formal - m;
-    int scans = n->n_out - carried;
+/* How a Scan's body reads its inputs: `formal` body inputs (carried states, then the `m` scan
+ * inputs), each scan input's axis and direction, each scan output's direction and axis. */
+typedef struct scan_form {
+    int formal, m;
     int in_ax[KN_MAX_NODE_IO], in_dir[KN_MAX_NODE_IO], out_dir[KN_MAX_NODE_IO];
-    KN_TRY(scan_axes(n, "scan_input_axes", m, 0, in + carried, in_ax));
-    KN_TRY(scan_axes(n, "scan_input_directions", m, 0, NULL, in_dir));
-    KN_TRY(scan_axes(n, "scan_output_directions", scans, 0, NULL, out_dir));
-    const int64_t *oa;
-    int64_t n_oa = kn_attr_ints(n, "scan_output_axes", &oa);
-    if (n_oa != 0 && n_oa != scans)
-        return kn_error(KILN_ERR_MODEL,
-                        "node '%s' (Scan): scan_output_axes has %lld entries, "
-                        "expected %d",
-                        n->name, (long long)n_oa, scans);
+    const int64_t *oa; /* scan_output_axes, n_oa entries (0: every output along axis 0) */
+    int64_t n_oa;
+} scan_form;
+
+/* The scan itself: in holds f->formal inputs, then the body's enclosing-scope values. */
+static kiln_status scan_core(kn_backend *host, const kn_node *n, const kn_graph *g,
+                             const scan_form *f, const kn_tensor *in, kn_tensor *out,
+                             kn_threadpool *pool) {
+    int formal = f->formal, m = f->m, carried = formal - m;
+    int scans = n->n_out - carried;
+    const int *in_ax = f->in_ax, *in_dir = f->in_dir, *out_dir = f->out_dir;
+    const int64_t *oa = f->oa;
+    int64_t n_oa = f->n_oa;
     int64_t len = -1;
     for (int i = 0; i < m; i++) {
         const kn_tensor *t = &in[carried + i];
@@ -399,7 +442,7 @@ static kiln_status run_scan(kn_backend *host, const kn_node *n, const kn_tensor 
         for (int i = 0; i < m; i++)
             copy_slice(&in[carried + i], in_ax[i], in_dir[i] ? len - 1 - it : it,
                        bin[carried + i].data, false);
-        if ((rc = run_body(host, n, g, bin, bout, pool)) != KILN_OK)
+        if ((rc = run_body(host, n, g, bin, NULL, bout, pool)) != KILN_OK)
             break;
         for (int k = 0; k < carried; k++)
             slot_set(&state[k], bout[k], true);
@@ -439,6 +482,130 @@ static kiln_status run_scan(kn_backend *host, const kn_node *n, const kn_tensor 
     return rc;
 }
 
+static kiln_status run_scan(kn_backend *host, const kn_node *n, const kn_tensor *in, kn_tensor *out,
+                            kn_threadpool *pool) {
+    const kn_graph *g = body_of(n, "body");
+    scan_form f = {.formal = n->n_in - g->n_outer, .m = (int)kn_attr_int(n, "num_scan_inputs", 1)};
+    int carried = f.formal - f.m, scans = n->n_out - carried;
+    KN_TRY(scan_axes(n, "scan_input_axes", f.m, 0, in + carried, f.in_ax));
+    KN_TRY(scan_axes(n, "scan_input_directions", f.m, 0, NULL, f.in_dir));
+    KN_TRY(scan_axes(n, "scan_output_directions", scans, 0, NULL, f.out_dir));
+    f.n_oa = kn_attr_ints(n, "scan_output_axes", &f.oa);
+    if (f.n_oa != 0 && f.n_oa != scans)
+        return kn_error(KILN_ERR_MODEL,
+                        "node '%s' (Scan): scan_output_axes has %lld entries, "
+                        "expected %d",
+                        n->name, (long long)f.n_oa, scans);
+    return scan_core(host, n, g, &f, in, out, pool);
+}
+
+/* Scan-8: every input and output has a leading batch axis, a scan input's sequence is its axis
+ * 1, and sequence_lens (input 0, optional) gives each batch's length. Each batch entry is a
+ * Scan-9 run over that entry's slices; a scan output's steps past its entry's length are 0. */
+static kiln_status run_scan8(kn_backend *host, const kn_node *n, const kn_tensor *in,
+                             kn_tensor *out, kn_threadpool *pool) {
+    const kn_graph *g = body_of(n, "body");
+    scan_form f = {.formal = n->n_in - g->n_outer - 1,
+                   .m = (int)kn_attr_int(n, "num_scan_inputs", 1)};
+    int carried = f.formal - f.m;
+    KN_TRY(scan_axes(n, "directions", f.m, 0, NULL, f.in_dir));
+    const kn_tensor *x = in + 1, *lens = in[0].dtype != 0 ? &in[0] : NULL;
+    int64_t batch = -1, steps = -1;
+    for (int k = 0; k < f.formal; k++) {
+        bool scan = k >= carried;
+        if (x[k].shape.rank < (scan ? 2 : 1) || (batch >= 0 && x[k].shape.d[0] != batch) ||
+            (scan && steps >= 0 && x[k].shape.d[1] != steps))
+            return kn_error(KILN_ERR_SHAPE,
+                            "node '%s' (Scan): input %d must be [batch%s, ...] with the batch "
+                            "(and sequence) of the others",
+                            n->name, k + 1, scan ? ", sequence" : "");
+        batch = x[k].shape.d[0];
+        if (scan)
+            steps = x[k].shape.d[1];
+    }
+    if (lens != NULL && (lens->dtype != KILN_DTYPE_INT64 || kn_tensor_numel(lens) != batch))
+        return kn_error(KILN_ERR_MODEL, "node '%s' (Scan): sequence_lens must be %lld int64 values",
+                        n->name, (long long)batch);
+    kiln_status rc = KILN_OK;
+    for (int k = 0; k < n->n_out; k++)
+        out[k] = (kn_tensor){0};
+    for (int64_t b = 0; b < batch && rc == KILN_OK; b++) {
+        int64_t len = lens != NULL ? ((const int64_t *)lens->data)[b] : steps;
+        if (len < 0 || len > steps) {
+            rc = kn_error(KILN_ERR_INVALID_ARGUMENT,
+                          "node '%s' (Scan): sequence_lens[%lld] = %lld is outside [0, %lld]",
+                          n->name, (long long)b, (long long)len, (long long)steps);
+            break;
+        }
+        kn_tensor sub[KN_MAX_NODE_IO], got[KN_MAX_NODE_IO];
+        for (int k = 0; k < f.formal; k++) { /* batch entry b: contiguous, the batch axis gone */
+            sub[k] = (kn_tensor){.dtype = x[k].dtype, .shape.rank = x[k].shape.rank - 1};
+            for (int d = 1; d < x[k].shape.rank; d++)
+                sub[k].shape.d[d - 1] = x[k].shape.d[d];
+            sub[k].data = (char *)x[k].data + (size_t)b * kn_tensor_nbytes(&sub[k]);
+            if (k >= carried)
+                sub[k].shape.d[0] = len; /* the entry's first len steps */
+        }
+        for (int k = 0; k < g->n_outer; k++)
+            sub[f.formal + k] = in[1 + f.formal + k];
+        if ((rc = scan_core(host, n, g, &f, sub, got, pool)) != KILN_OK)
+            break;
+        for (int k = 0; k < n->n_out && rc == KILN_OK; k++) {
+            kn_tensor step = got[k];
+            if (k >= carried)
+                step.shape.d[0] = steps;
+            if (b == 0) {
+                if (step.shape.rank + 1 > KN_MAX_RANK) {
+                    rc = kn_error(KILN_ERR_UNSUPPORTED, "node '%s' (Scan): output %d has rank %d",
+                                  n->name, k, step.shape.rank + 1);
+                    break;
+                }
+                out[k] = (kn_tensor){.dtype = step.dtype, .shape.rank = step.shape.rank + 1};
+                out[k].shape.d[0] = batch;
+                for (int d = 0; d < step.shape.rank; d++)
+                    out[k].shape.d[d + 1] = step.shape.d[d];
+                size_t nb = kn_tensor_nbytes(&out[k]);
+                if ((out[k].data = kn_calloc(nb ? nb : 1, 1)) == NULL)
+                    rc = oom(n);
+            } else {
+                bool same = step.dtype == out[k].dtype && step.shape.rank + 1 == out[k].shape.rank;
+                for (int d = 0; same && d < step.shape.rank; d++)
+                    same = step.shape.d[d] == out[k].shape.d[d + 1];
+                if (!same)
+                    rc = kn_error(KILN_ERR_SHAPE,
+                                  "node '%s' (Scan): output %d changes shape from one batch "
+                                  "entry to the next",
+                                  n->name, k);
+            }
+            if (rc == KILN_OK && kn_tensor_nbytes(&got[k]) > 0)
+                memcpy((char *)out[k].data + (size_t)b * kn_tensor_nbytes(&step), got[k].data,
+                       kn_tensor_nbytes(&got[k]));
+        }
+        for (int k = 0; k < n->n_out; k++)
+            kn_free(got[k].data);
+    }
+    if (rc == KILN_OK && batch == 0) /* no entry: empty outputs, shaped as the body declares */
+        for (int k = 0; k < n->n_out && rc == KILN_OK; k++) {
+            const kn_value *d = &g->values[g->outputs[k]];
+            int rank = d->rank >= 0 && d->rank < KN_MAX_RANK - 1 ? d->rank : 0;
+            int extra = k >= carried ? 1 : 0;
+            out[k] = (kn_tensor){.dtype = d->dtype ? d->dtype : KILN_DTYPE_FLOAT32,
+                                 .shape.rank = rank + 1 + extra};
+            if (extra)
+                out[k].shape.d[1] = steps < 0 ? 0 : steps;
+            for (int i = 0; i < rank; i++)
+                out[k].shape.d[1 + extra + i] = d->dims[i].value >= 0 ? d->dims[i].value : 0;
+            if ((out[k].data = kn_malloc(1)) == NULL)
+                rc = oom(n);
+        }
+    if (rc != KILN_OK)
+        for (int k = 0; k < n->n_out; k++) {
+            kn_free(out[k].data);
+            out[k].data = NULL;
+        }
+    return rc;
+}
+
 /* SequenceMap: the body once per element of the input sequence; an additional input that is a
  * sequence gives its element of the same position, a tensor itself. */
 static kiln_status run_sequence_map(kn_backend *host, const kn_node *n, const kn_tensor *in,
@@ -469,7 +636,7 @@ static kiln_status run_sequence_map(kn_backend *host, const kn_node *n, const kn
         for (int j = 0; j < formal; j++)
             bin[j] = is_seq[j] ? kn_container_item(&seqs[j], i) : in[j];
         kn_tensor bout[KN_MAX_NODE_IO];
-        if ((rc = run_body(host, n, g, bin, bout, pool)) != KILN_OK)
+        if ((rc = run_body(host, n, g, bin, NULL, bout, pool)) != KILN_OK)
             break;
         for (int k = 0; k < n->n_out; k++) {
             items[(size_t)k * (size_t)len + (size_t)i] = bout[k];
@@ -512,6 +679,8 @@ kiln_status kn_subgraph_run_node(kn_backend *host, const kn_node *n, const kn_te
         rc = run_loop(host, n, in, out, pool);
     else if (strcmp(n->op_type, "SequenceMap") == 0)
         rc = run_sequence_map(host, n, in, out, pool);
+    else if (n->opset < 9)
+        rc = run_scan8(host, n, in, out, pool);
     else
         rc = run_scan(host, n, in, out, pool);
     if (rc != KILN_OK)

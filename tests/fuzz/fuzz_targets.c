@@ -9,6 +9,7 @@
 
 #include "builder/builder.h"
 #include "core/alloc.h"
+#include "core/container.h"
 #include "core/fileio.h"
 #include "onnx/onnx_import.h"
 #include "plan/plan_format.h"
@@ -151,6 +152,35 @@ static bool too_slow(kiln_context *ctx) {
     return false;
 }
 
+/* A sequence or optional input has no profile (its value sizes it): a valid block of the kind
+ * the model declares, empty, or (extreme) holding float32 elements of fill_extreme's values,
+ * so the ops that open it run. The element dtype is the common one, not the model's: a model
+ * that wants another refuses it, which is checked too. */
+static void *container_input(const kiln_io_info *info, bool extreme, size_t *size) {
+    float v[3] = {0};
+    kn_tensor items[2] = {{.dtype = KILN_DTYPE_FLOAT32, .shape = {.rank = 1, .d = {3}}, .data = v},
+                          {.dtype = KILN_DTYPE_FLOAT32, .shape = {.rank = 1, .d = {2}}, .data = v}};
+    if (extreme)
+        fill_extreme(&items[0]);
+    int n = extreme ? (info->kind == KILN_IO_SEQUENCE ? 2 : 1) : 0;
+    int kind = info->kind == KILN_IO_SEQUENCE ? KN_CONTAINER_SEQUENCE : KN_CONTAINER_OPTIONAL;
+    void *seq = NULL;
+    if (info->kind == KILN_IO_OPTIONAL_SEQUENCE && extreme) { /* the optional's element */
+        size_t nb = kn_container_bytes(2, items);
+        if ((seq = malloc(nb)) == NULL)
+            return NULL;
+        kn_container_write(seq, KN_CONTAINER_SEQUENCE, KILN_DTYPE_FLOAT32, 2, items);
+        items[0] = kn_container_tensor(nb);
+        items[0].data = seq;
+    }
+    *size = kn_container_bytes(n, items);
+    void *block = calloc(*size, 1);
+    if (block != NULL)
+        kn_container_write(block, kind, n ? items[0].dtype : 0, n, items);
+    free(seq);
+    return block;
+}
+
 /* One execution at the smallest shape each input's profile allows, with every input zero or
  * (extreme) filled with fill_extreme's values. */
 static int run_engine(kiln_engine *e, bool extreme) {
@@ -168,6 +198,17 @@ static int run_engine(kiln_engine *e, bool extreme) {
         kiln_io_info info;
         if ((rc = kiln_engine_input_info(e, i, &info)) != KILN_OK)
             break;
+        if (info.dtype == KILN_DTYPE_CONTAINER) {
+            size_t nb = 0;
+            int64_t dim;
+            if ((bufs[i] = container_input(&info, extreme, &nb)) == NULL)
+                goto out;
+            dim = (int64_t)nb;
+            rc = kiln_context_set_input_shape(ctx, info.name, 1, &dim);
+            if (rc == KILN_OK)
+                rc = kiln_context_set_input(ctx, info.name, bufs[i], nb);
+            continue;
+        }
         int64_t n = numel_of(info.rank, info.min);
         size_t es = kiln_dtype_size(info.dtype);
         if (n < 0 || n > FUZZ_MAX_INPUT_ELEMS || es == 0)
@@ -202,8 +243,8 @@ static kiln_status add_profiles(const kiln_network *net, kiln_build_config *cfg)
     const kn_graph *g = net->graph;
     for (int i = 0; i < g->n_inputs; i++) {
         const kn_value *v = &g->values[g->inputs[i]];
-        if (v->rank <= 0 || v->rank > KN_MAX_RANK)
-            continue;
+        if (v->rank <= 0 || v->rank > KN_MAX_RANK || v->dtype == KILN_DTYPE_CONTAINER)
+            continue; /* a sequence or optional is sized by its value */
         int64_t dims[KN_MAX_RANK];
         bool dynamic = false;
         for (int d = 0; d < v->rank; d++) {

@@ -9,6 +9,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -98,6 +99,35 @@ def string_seeds(kiln, out, tmp):
         put(out, "npy", buf.getvalue())
 
 
+# Node tests of sequences, optionals, control flow that carries them, and Scan (both forms):
+# always seeds, whatever the sampling above picks, so the fuzzers start from blocks the
+# container ops open and from bodies the runtime executes.
+CONTAINER_TESTS = re.compile(r"^test_(sequence_|optional_|split_to_sequence|concat_from_sequence|"
+                             r"loop1[36]_seq|if_seq|if_opt|identity_sequence|identity_opt|scan)")
+
+
+def container_seeds(out, kiln, tmp):
+    """The node tests above and the sequence/optional and Scan-8 models of tests/models, as .onnx
+    and as plans (their sequence and optional inputs need no --shapes)."""
+    sys.path.insert(0, os.path.join(ROOT, "tests", "models"))
+    import onnx
+    import test_control_flow as tc
+    import test_sequences as ts
+    models = [model for t, model, _ in node_tests() if CONTAINER_TESTS.match(t)]
+    for i, m in enumerate([ts.edit_model(), ts.split_model(), ts.loop_model(),
+                           ts.optional_model(), ts.optional_sequence_model(),
+                           tc.scan8_model(False), tc.scan8_model(True)]):
+        path = os.path.join(tmp, f"sequences_{i}.onnx")
+        onnx.save(m, path)
+        models.append(path)
+    for model in models:
+        with open(model, "rb") as f:
+            put(out, "onnx", f.read())
+        plan = build_plan(kiln, model, [], tmp)
+        if plan is not None:
+            put(out, "plan", plan)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kiln", required=True)
@@ -141,6 +171,7 @@ def main():
                     data = f.read()
                 if len(data) <= 64 * 1024:
                     put(a.out, "npy", data)
+    container_seeds(a.out, a.kiln, tmp)
     npy_seeds(a.out)
     string_seeds(a.kiln, a.out, tmp)
     shutil.rmtree(tmp)

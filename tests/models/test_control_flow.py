@@ -7,6 +7,7 @@ and through a plan, against onnxruntime.
   that reads a value two scopes up.
 - Scan: a running sum over the sequence axis with a carried state, reversed and non-zero
   axes.
+- Scan-8 (opset 8): a leading batch axis, per-entry sequence_lens, a reversed scan input.
 - An If on a constant condition is folded at build: its branch inlined, the other dropped.
 """
 
@@ -32,9 +33,9 @@ def kiln(*args):
     return proc
 
 
-def model(nodes, inputs, outputs, inits=()):
+def model(nodes, inputs, outputs, inits=(), opset=17):
     graph = helper.make_graph(nodes, "control_flow", inputs, outputs, list(inits))
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     return m
 
 
@@ -108,6 +109,24 @@ def scan_model():
                  [vi("acc", F, [2]), vi("y", F, [2, 5])])
 
 
+def scan8_model(with_lens):
+    """Scan-8 over x [batch 3, sequence 4, 2]: a running sum carried per batch entry (acc0 [3, 2])
+    and the sums as a scan output; the second scan input is read reversed. With sequence_lens,
+    each entry stops at its own length (a scan output's later steps are 0)."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["acc_in", "xt"], ["acc_out"]),
+         helper.make_node("Mul", ["acc_out", "rt"], ["yt"])],
+        "body", [vi("acc_in", F, [2]), vi("xt", F, [2]), vi("rt", F, [2])],
+        [vi("acc_out", F, [2]), vi("yt", F, [2])])
+    lens = "lens" if with_lens else ""
+    nodes = [helper.make_node("Scan", [lens, "acc0", "x", "r"], ["acc", "y"], body=body,
+                              num_scan_inputs=2, directions=[0, 1])]
+    inputs = [vi("acc0", F, [3, 2]), vi("x", F, [3, 4, 2]), vi("r", F, [3, 4, 2])]
+    if with_lens:
+        inputs.insert(0, vi("lens", I64, [3]))
+    return model(nodes, inputs, [vi("acc", F, [3, 2]), vi("y", F, [3, 4, 2])], opset=8)
+
+
 def run_kiln(tmp_path, m, feeds, form, shapes=None):
     path = tmp_path / "model.onnx"
     onnx.save(m, path)
@@ -167,6 +186,17 @@ def test_scan_axes_and_directions(tmp_path, form):
     feeds = {"acc0": rng.randn(2).astype(np.float32), "x": rng.randn(2, 5).astype(np.float32),
              "bias": rng.randn(2).astype(np.float32)}
     run_kiln(tmp_path, scan_model(), feeds, form)
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("with_lens", [False, True])
+def test_scan8_batch_and_sequence_lens(tmp_path, form, with_lens):
+    rng = np.random.RandomState(5)
+    feeds = {"acc0": rng.randn(3, 2).astype(np.float32), "x": rng.randn(3, 4, 2).astype(np.float32),
+             "r": rng.randn(3, 4, 2).astype(np.float32)}
+    if with_lens:
+        feeds = {"lens": np.array([4, 2, 1], np.int64), **feeds}
+    run_kiln(tmp_path, scan8_model(with_lens), feeds, form)
 
 
 def constant_if_model(cond):

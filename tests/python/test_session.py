@@ -119,3 +119,41 @@ def test_one_session_serves_many_threads(relu_add_model):
     for t in threads:
         t.join()
     assert errors == []
+
+
+def test_sequences_and_optionals_as_onnxruntime_reports_and_runs_them(tmp_path):
+    """A sequence input (list of arrays of different shapes), an optional one (None or an
+    array) and a Loop that returns a sequence: the same input/output types as onnxruntime, the
+    same values, and several runs of one session without a rebuild (a container needs no
+    profile)."""
+    import onnx
+    import onnxruntime as ort
+    sys.path.insert(0, MODELS)
+    import test_sequences as ts
+    rng = np.random.RandomState(7)
+    cases = [(ts.edit_model(), [{"seq": [rng.randn(r, 3).astype(np.float32) for r in rows],
+                                 "x": rng.randn(2, 3).astype(np.float32)}
+                                for rows in ((1, 4, 2), (3,))]),
+             (ts.optional_model(), [{"o": None}, {"o": np.array([1, 2], np.float32)}]),
+             (ts.loop_model(), [{"M": np.array(m, np.int64), "x": np.ones(2, np.float32)}
+                                for m in (0, 3)])]
+    for i, (m, feeds) in enumerate(cases):
+        path = str(tmp_path / f"m{i}.onnx")
+        onnx.save(m, path)
+        want_s, got_s = ort.InferenceSession(path), kiln.InferenceSession(path)
+        for want_io, got_io in ((want_s.get_inputs(), got_s.get_inputs()),
+                                (want_s.get_outputs(), got_s.get_outputs())):
+            assert [(a.name, a.type) for a in want_io] == [(b.name, b.type) for b in got_io]
+        engines = set()
+        for feed in feeds:
+            for want, got in zip(want_s.run(None, feed), got_s.run(None, feed)):
+                if isinstance(want, list):
+                    assert isinstance(got, list) and len(got) == len(want)
+                    for w, g in zip(want, got):
+                        np.testing.assert_allclose(g, w, rtol=1e-6)
+                elif want is None:
+                    assert got is None
+                else:
+                    np.testing.assert_allclose(got, want, rtol=1e-6)
+            engines.add(id(got_s.engine))
+        assert len(engines) == 1

@@ -102,6 +102,10 @@ int cli_prepare_context(cli_opts *o, bool random_rest, kiln_engine **e, kiln_con
 bool cli_is_container_path(const char *path);
 int cli_read_container(const char *path, kn_tensor *out);
 int cli_wrap_optional(const kn_tensor *t, kn_tensor *out);
+/* Whether the value t given for input `info` is an optional's element, bound wrapped: a
+ * tensor for an optional tensor (or an undeclared container), a folder's sequence for an
+ * optional sequence. */
+bool cli_wraps_optional(const kiln_io_info *info, const kn_tensor *t);
 /* Writes container t as DIR/BASE (a folder) or DIR/BASE.npy; entry receives that name, or ""
  * for an empty optional. */
 int cli_write_container(const char *dir, const char *base, const kn_tensor *t, char *entry,

@@ -441,8 +441,8 @@ int cli_make_config(const cli_opts *o, kiln_network *net, kiln_build_config **ou
             bool dynamic = false;
             for (int d = 0; d < v->rank; d++)
                 dynamic |= v->dims[d].sym != NULL;
-            if (!dynamic)
-                continue;
+            if (!dynamic || v->dtype == KILN_DTYPE_CONTAINER)
+                continue; /* a sequence or optional is sized by its value at run time */
             if (in == NULL) {
                 kiln_build_config_destroy(cfg);
                 return cli_fail("input '%s' has dynamic dims: pass --shapes %s:DIMS or "
@@ -450,12 +450,7 @@ int cli_make_config(const cli_opts *o, kiln_network *net, kiln_build_config **ou
                                 v->name, v->name, v->name);
             }
             const int64_t *d = in->t.shape.d;
-            /* a tensor for an optional input is bound wrapped (cli_wrap_optional) */
-            int64_t wrapped = (int64_t)kn_container_bytes(1, &in->t);
-            if (v->dtype == KILN_DTYPE_CONTAINER && in->t.dtype != KILN_DTYPE_CONTAINER)
-                rc = kiln_build_config_add_profile(cfg, v->name, 1, &wrapped, &wrapped, &wrapped);
-            else
-                rc = kiln_build_config_add_profile(cfg, v->name, in->t.shape.rank, d, d, d);
+            rc = kiln_build_config_add_profile(cfg, v->name, in->t.shape.rank, d, d, d);
         }
         if (rc != KILN_OK) {
             kiln_build_config_destroy(cfg);
@@ -574,10 +569,18 @@ int cli_bind_inputs(const cli_opts *o, kiln_engine *e, kiln_context *ctx, bool r
         kn_tensor t = {0};
         if (in != NULL) {
             t = in->t;
-            if (info.dtype == KILN_DTYPE_CONTAINER && t.dtype != KILN_DTYPE_CONTAINER) {
+            if (info.dtype == KILN_DTYPE_CONTAINER && cli_wraps_optional(&info, &in->t)) {
                 if (cli_wrap_optional(&in->t, &t) != 0)
                     return 1;
                 owned[(*n_owned)++] = t;
+            } else if ((info.kind == KILN_IO_SEQUENCE || info.kind == KILN_IO_OPTIONAL_SEQUENCE) &&
+                       t.dtype != KILN_DTYPE_CONTAINER) {
+                return cli_fail("input '%s' is %s: give a folder holding 0.npy, 1.npy, ... (one "
+                                "file per element)%s, not a .npy file",
+                                info.name,
+                                info.kind == KILN_IO_SEQUENCE ? "a sequence"
+                                                              : "an optional sequence",
+                                info.kind == KILN_IO_SEQUENCE ? "" : " or the word none");
             }
             if (t.dtype != (int32_t)info.dtype)
                 return cli_fail("input '%s' is %s but the model expects %s", info.name,

@@ -58,6 +58,14 @@ int cli_wrap_optional(const kn_tensor *t, kn_tensor *out) {
     return make(KN_CONTAINER_OPTIONAL, t->dtype, 1, t, out);
 }
 
+bool cli_wraps_optional(const kiln_io_info *info, const kn_tensor *t) {
+    if (t->dtype != KILN_DTYPE_CONTAINER)
+        return info->kind == KILN_IO_OPTIONAL || info->kind == KILN_IO_TENSOR;
+    kn_container c;
+    return info->kind == KILN_IO_OPTIONAL_SEQUENCE &&
+           kn_container_open(t, info->name, &c) == KILN_OK && c.kind == KN_CONTAINER_SEQUENCE;
+}
+
 static int write_npy(const char *path, const kn_tensor *t) {
     return kn_npy_write(path, t) == KILN_OK ? 0 : cli_fail("%s", kiln_last_error());
 }

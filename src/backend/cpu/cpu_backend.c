@@ -103,8 +103,12 @@ static bool cpu_supports(kn_backend *b, const kn_node *n, int n_in, const kn_ten
                  n->domain, n->domain[0] ? "." : "", n->op_type);
         return false;
     }
-    /* the CPU products and fused element-wise programs compute in float32 only */
-    if (kn_op_is_product(n) ||
+    /* the CPU products and fused element-wise programs compute in float32 only; a plain
+     * MatMul of 16-bit floats is staged through float32 (math/matmul.c) */
+    bool staged_matmul = n->domain[0] == '\0' && strcmp(n->op_type, "MatMul") == 0 && n_in == 2 &&
+                         in[0].dtype == in[1].dtype &&
+                         (in[0].dtype == KILN_DTYPE_FLOAT16 || in[0].dtype == KILN_DTYPE_BFLOAT16);
+    if ((kn_op_is_product(n) && !staged_matmul) ||
         (strcmp(n->domain, "kiln") == 0 && strcmp(n->op_type, "FusedElementwise") == 0))
         for (int j = 0; j < n_in; j++)
             if (in[j].dtype != 0 && kn_dtype_is_float(in[j].dtype) &&

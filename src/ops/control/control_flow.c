@@ -56,7 +56,8 @@ kiln_status kn_infer_scan(kn_infer_ctx *c) {
     const kn_graph *b;
     KN_TRY(need_body(c->node, "body", -1, &b));
     int64_t m = kn_attr_int(c->node, "num_scan_inputs", -1);
-    int formal = c->n_in - b->n_outer;
+    /* Scan-8's first input, sequence_lens, is not the body's */
+    int formal = c->n_in - b->n_outer - (c->node->opset < 9 ? 1 : 0);
     if (m < 1 || m > formal)
         return kn_error(KILN_ERR_MODEL, "num_scan_inputs is %lld with %d inputs", (long long)m,
                         formal);

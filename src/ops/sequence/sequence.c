@@ -113,7 +113,7 @@ static kiln_status split(const kn_node *node, int n_in, const kn_tensor *in, kn_
         if (chunk <= 0)
             return kn_error(KILN_ERR_INVALID_ARGUMENT, "split %lld must be positive",
                             (long long)chunk);
-        count = (len + chunk - 1) / chunk;
+        count = len == 0 ? 0 : (len - 1) / chunk + 1; /* len + chunk could overflow */
     } else if (s != NULL) {
         count = s->shape.d[0];
         int64_t sum = 0;
@@ -121,6 +121,10 @@ static kiln_status split(const kn_node *node, int n_in, const kn_tensor *in, kn_
             int64_t v = kn_tensor_get_i64(s, i);
             if (v < 0)
                 return kn_error(KILN_ERR_INVALID_ARGUMENT, "split[%lld] is negative", (long long)i);
+            if (v > len - sum) /* sum stays within [0, len], so it cannot overflow */
+                return kn_error(KILN_ERR_INVALID_ARGUMENT,
+                                "the splits add up to more than axis %lld's %lld", (long long)axis,
+                                (long long)len);
             sum += v;
         }
         if (sum != len)

@@ -1,6 +1,6 @@
 /* Signal kernels: windows, DFT, STFT, MelWeightMatrix. Transforms run in double precision:
- * a radix-2 FFT when the length is a power of two, a direct sum over a twiddle table
- * otherwise. */
+ * a radix-2 FFT when the length is a power of two, a direct sum over a twiddle table for
+ * other short lengths, Bluestein's chirp-z (through a radix-2 FFT) for other long ones. */
 #include "backend/cpu/f32_stage.h"
 #include "core/alloc.h"
 
@@ -32,34 +32,23 @@ kiln_status kn_cpu_window(kn_kernel_ctx *k) {
     return KILN_OK;
 }
 
+/* Lengths up to this are summed directly (exactly as small node tests expect); longer lengths
+ * that are not powers of two go through Bluestein's chirp-z, O(n log n) like the radix-2 FFT. */
+#define KN_DFT_DIRECT_MAX 64
+
 typedef struct dft_plan {
     int64_t n;
     bool pow2;
     double *cs, *sn; /* cos and sin of 2*pi*m/n */
+    /* Bluestein (n past KN_DFT_DIRECT_MAX, not a power of two): an m-point radix-2 FFT with
+     * m >= 2n - 1 (mcs, msn: its twiddles), the chirp c[j] = exp(-pi*i*j^2/n) (chr, chi) and
+     * the FFT of the conjugate chirp laid out circularly (bre, bim). */
+    int64_t m;
+    double *mcs, *msn, *chr, *chi, *bre, *bim;
 } dft_plan;
 
-static kiln_status dft_plan_init(dft_plan *p, int64_t n) {
-    p->n = n;
-    p->pow2 = (n & (n - 1)) == 0;
-    p->cs = kn_malloc((size_t)n * sizeof(double));
-    p->sn = kn_malloc((size_t)n * sizeof(double));
-    if (p->cs == NULL || p->sn == NULL)
-        return kn_error(KILN_ERR_OUT_OF_MEMORY, "no memory for a %lld-point DFT", (long long)n);
-    for (int64_t m = 0; m < n; m++) {
-        double t = 2.0 * KN_PI * (double)m / (double)n;
-        p->cs[m] = cos(t);
-        p->sn[m] = sin(t);
-    }
-    return KILN_OK;
-}
-
-static void dft_plan_free(dft_plan *p) {
-    kn_free(p->cs);
-    kn_free(p->sn);
-}
-
-static void fft_pow2(const dft_plan *p, double *re, double *im, double sign) {
-    int64_t n = p->n;
+static void fft_pow2(int64_t n, const double *cs, const double *sn, double *re, double *im,
+                     double sign) {
     for (int64_t i = 1, j = 0; i < n; i++) {
         int64_t bit = n >> 1;
         for (; j & bit; bit >>= 1)
@@ -78,7 +67,7 @@ static void fft_pow2(const dft_plan *p, double *re, double *im, double sign) {
         int64_t step = n / len, half = len / 2;
         for (int64_t s = 0; s < n; s += len)
             for (int64_t j = 0; j < half; j++) {
-                double wr = p->cs[j * step], wi = -sign * p->sn[j * step];
+                double wr = cs[j * step], wi = -sign * sn[j * step];
                 int64_t a = s + j, b = a + half;
                 double xr = re[b] * wr - im[b] * wi, xi = re[b] * wi + im[b] * wr;
                 re[b] = re[a] - xr;
@@ -89,13 +78,109 @@ static void fft_pow2(const dft_plan *p, double *re, double *im, double sign) {
     }
 }
 
-/* In-place transform of re/im (length n); t_re/t_im are scratch of length n. sign +1 is the
- * forward transform (exp(-2*pi*i*f*k/n)), -1 the inverse one (unscaled). */
+static double *twiddles(int64_t n, bool sine) {
+    double *t = kn_malloc((size_t)n * sizeof(double));
+    for (int64_t m = 0; t != NULL && m < n; m++) {
+        double a = 2.0 * KN_PI * (double)m / (double)n;
+        t[m] = sine ? sin(a) : cos(a);
+    }
+    return t;
+}
+
+static kiln_status bluestein_init(dft_plan *p) {
+    int64_t n = p->n, m = 1;
+    while (m < 2 * n - 1)
+        m <<= 1;
+    p->m = m;
+    p->mcs = twiddles(m, false);
+    p->msn = twiddles(m, true);
+    p->chr = kn_malloc((size_t)n * sizeof(double));
+    p->chi = kn_malloc((size_t)n * sizeof(double));
+    p->bre = kn_calloc((size_t)m, sizeof(double));
+    p->bim = kn_calloc((size_t)m, sizeof(double));
+    if (!p->mcs || !p->msn || !p->chr || !p->chi || !p->bre || !p->bim)
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "no memory for a %lld-point DFT", (long long)n);
+    for (int64_t j = 0, q = 0; j < n; j++) { /* q = j^2 mod 2n, kept small for accuracy */
+        double a = KN_PI * (double)q / (double)n;
+        p->chr[j] = cos(a);
+        p->chi[j] = -sin(a);
+        p->bre[j] = p->chr[j];
+        p->bim[j] = -p->chi[j];
+        if (j > 0) {
+            p->bre[m - j] = p->bre[j];
+            p->bim[m - j] = p->bim[j];
+        }
+        q = (q + 2 * j + 1) % (2 * n);
+    }
+    fft_pow2(m, p->mcs, p->msn, p->bre, p->bim, 1.0);
+    return KILN_OK;
+}
+
+static kiln_status dft_plan_init(dft_plan *p, int64_t n) {
+    memset(p, 0, sizeof *p);
+    p->n = n;
+    p->pow2 = (n & (n - 1)) == 0;
+    if (!p->pow2 && n > KN_DFT_DIRECT_MAX)
+        return bluestein_init(p);
+    p->cs = twiddles(n, false);
+    p->sn = twiddles(n, true);
+    if (p->cs == NULL || p->sn == NULL)
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "no memory for a %lld-point DFT", (long long)n);
+    return KILN_OK;
+}
+
+static void dft_plan_free(dft_plan *p) {
+    kn_free(p->cs);
+    kn_free(p->sn);
+    kn_free(p->mcs);
+    kn_free(p->msn);
+    kn_free(p->chr);
+    kn_free(p->chi);
+    kn_free(p->bre);
+    kn_free(p->bim);
+}
+
+/* Doubles of scratch dft_run needs in each of t_re and t_im. */
+static int64_t dft_scratch(const dft_plan *p) {
+    return p->m > p->n ? p->m : p->n;
+}
+
+/* The forward transform as a convolution with the chirp: X[k] = c[k] * sum_j (x[j] c[j])
+ * conj(c[k - j]), the sum an m-point circular convolution by FFT. */
+static void bluestein(const dft_plan *p, double *re, double *im, double *ar, double *ai) {
+    int64_t n = p->n, m = p->m;
+    for (int64_t j = 0; j < m; j++) {
+        ar[j] = j < n ? re[j] * p->chr[j] - im[j] * p->chi[j] : 0.0;
+        ai[j] = j < n ? re[j] * p->chi[j] + im[j] * p->chr[j] : 0.0;
+    }
+    fft_pow2(m, p->mcs, p->msn, ar, ai, 1.0);
+    for (int64_t j = 0; j < m; j++) {
+        double r = ar[j] * p->bre[j] - ai[j] * p->bim[j], i = ar[j] * p->bim[j] + ai[j] * p->bre[j];
+        ar[j] = r;
+        ai[j] = i;
+    }
+    fft_pow2(m, p->mcs, p->msn, ar, ai, -1.0);
+    for (int64_t k = 0; k < n; k++) {
+        re[k] = (ar[k] * p->chr[k] - ai[k] * p->chi[k]) / (double)m;
+        im[k] = (ar[k] * p->chi[k] + ai[k] * p->chr[k]) / (double)m;
+    }
+}
+
+/* In-place transform of re/im (length n); t_re/t_im are scratch of dft_scratch(p) doubles.
+ * sign +1 is the forward transform (exp(-2*pi*i*f*k/n)), -1 the inverse one (unscaled). */
 static void dft_run(const dft_plan *p, double *re, double *im, double *t_re, double *t_im,
                     double sign) {
     int64_t n = p->n;
     if (p->pow2) {
-        fft_pow2(p, re, im, sign);
+        fft_pow2(n, p->cs, p->sn, re, im, sign);
+        return;
+    }
+    if (p->m > 0) { /* the inverse as the conjugate of the forward transform of the conjugate */
+        for (int64_t x = 0; sign < 0 && x < n; x++)
+            im[x] = -im[x];
+        bluestein(p, re, im, t_re, t_im);
+        for (int64_t x = 0; sign < 0 && x < n; x++)
+            im[x] = -im[x];
         return;
     }
     for (int64_t f = 0; f < n; f++) {
@@ -123,13 +208,13 @@ typedef struct dft_job {
 
 static void dft_range(void *arg, int64_t begin, int64_t end) {
     dft_job *j = arg;
-    int64_t n = j->plan.n;
-    double *buf = kn_malloc((size_t)n * 4 * sizeof(double));
+    int64_t n = j->plan.n, sc = dft_scratch(&j->plan);
+    double *buf = kn_malloc((size_t)(2 * n + 2 * sc) * sizeof(double));
     if (buf == NULL) {
         atomic_store(&j->oom, 1);
         return;
     }
-    double *re = buf, *im = buf + n, *tr = buf + 2 * n, *ti = buf + 3 * n;
+    double *re = buf, *im = buf + n, *tr = buf + 2 * n, *ti = tr + sc;
     double scale = j->inverse ? 1.0 / (double)n : 1.0;
     for (int64_t line = begin; line < end; line++) {
         int64_t o = line / j->inner, in = line % j->inner;
@@ -201,13 +286,13 @@ typedef struct stft_job {
 
 static void stft_range(void *arg, int64_t begin, int64_t end) {
     stft_job *j = arg;
-    int64_t n = j->plan.n;
-    double *buf = kn_malloc((size_t)n * 4 * sizeof(double));
+    int64_t n = j->plan.n, sc = dft_scratch(&j->plan);
+    double *buf = kn_malloc((size_t)(2 * n + 2 * sc) * sizeof(double));
     if (buf == NULL) {
         atomic_store(&j->oom, 1);
         return;
     }
-    double *re = buf, *im = buf + n, *tr = buf + 2 * n, *ti = buf + 3 * n;
+    double *re = buf, *im = buf + n, *tr = buf + 2 * n, *ti = tr + sc;
     for (int64_t bf = begin; bf < end; bf++) {
         int64_t b = bf / j->frames, f = bf % j->frames;
         for (int64_t t = 0; t < n; t++) {
