@@ -564,7 +564,8 @@ kiln_status kn_build_plan(const kiln_builder *b, const kiln_network *net,
                       (rc = resolve_fold_annotate(g, cfg, &plugins, true, false)) != KILN_OK ||
                       (rc = tidy(g)) != KILN_OK))
         goto fail;
-    if ((rc = place(g, cfg, &plugins)) != KILN_OK)
+    if ((rc = kn_pass_fuse_qadd(g)) != KILN_OK || (rc = tidy(g)) != KILN_OK ||
+        (rc = place(g, cfg, &plugins)) != KILN_OK)
         goto fail;
     progress(cfg, "fusing", 0.6);
     /* Attention is fused for 16-bit plans only: in float32 the fused kernel runs on CUDA

@@ -73,6 +73,14 @@ kiln_status kn_pass_fuse_elementwise(kn_graph *g);
  * weights. */
 kiln_status kn_pass_fuse_qdq(kn_graph *g);
 
+/* A residual Add between int8 layers into the kiln.QConv before it: QConv -> DequantizeLinear
+ * -> Add (other input DequantizeLinear(r), r of the conv output's shape) -> [Relu] ->
+ * QuantizeLinear becomes the QConv with inputs 9 to 13 r, r_scale, r_zero_point, c_scale,
+ * c_zero_point (c: the conv's own output, still rounded to its grid before the add), y's scale
+ * and zero point those of the QuantizeLinear, and the Relu as its kiln_activation (applied
+ * after the add). Needs the values' shapes (after annotation). */
+kiln_status kn_pass_fuse_qadd(kn_graph *g);
+
 /* int8 for a float model. A layer can run in int8 when it is a Conv (2-D, ungrouped), Gemm (no
  * transA, alpha = beta = 1) or MatMul with a constant float32 weight (and bias) reading a
  * computed input x, and its output y (after a Relu or constant-bounded Clip that alone reads
