@@ -17,6 +17,7 @@
 #include "ops/nn/conv_geom.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -116,7 +117,9 @@ typedef struct qcjob {
     kn_conv_geom g;
     int64_t pixels, pc, chunks; /* output pixels per image; per chunk (a multiple of 16) */
     int64_t rows, parts;        /* output channels per task (a multiple of 6); tasks a chunk */
-    kiln_status rc;
+    uint8_t *scratch;           /* slots * slot_bytes, 64-byte aligned */
+    atomic_int *busy;           /* per slot */
+    int slots;
 } qcjob;
 
 /* Row (c, ky, kx) of the im2col for output pixels [p0, p0 + m) of image img, w16 columns. */
@@ -250,31 +253,34 @@ typedef struct qcbufs {
     int32_t *c, *e;
 } qcbufs;
 
-static void bufs_put(qcbufs *b) {
-    kn_free(b->t);
-    kn_free(b->panel);
-    kn_free(b->c);
-    kn_free(b->e);
+static size_t round64(size_t n) {
+    return (n + 63) / 64 * 64;
 }
 
-static bool bufs_get(const qcjob *j, qcbufs *b) {
-    size_t panel = (size_t)(j->s->kp * j->pc);
-    b->t = kn_malloc(panel);
-    b->panel = kn_aligned_alloc(panel, 64);
-    b->c = kn_malloc((size_t)(j->rows * j->pc) * sizeof(int32_t));
-    b->e = kn_malloc((size_t)j->pc * sizeof(int32_t));
-    return b->t != NULL && b->panel != NULL && b->c != NULL && b->e != NULL;
+/* The bytes of one slot of scratch: the im2col, the panel, the sums and the ones row's sums. */
+static size_t slot_bytes(const qcjob *j) {
+    size_t panel = round64((size_t)(j->s->kp * j->pc));
+    return 2 * panel + round64((size_t)(j->rows * j->pc) * sizeof(int32_t)) +
+           round64((size_t)j->pc * sizeof(int32_t));
 }
 
+static qcbufs slot_bufs(const qcjob *j, int slot) {
+    uint8_t *p = j->scratch + (size_t)slot * slot_bytes(j);
+    size_t panel = round64((size_t)(j->s->kp * j->pc));
+    qcbufs b = {.t = p, .panel = (int8_t *)(p + panel), .c = (int32_t *)(p + 2 * panel)};
+    b.e = b.c + round64((size_t)(j->rows * j->pc) * sizeof(int32_t)) / sizeof(int32_t);
+    return b;
+}
+
+/* Each running range takes a free slot of the scratch: no more ranges run at once than the
+ * pool has threads, which is the number of slots. */
 static void conv_range(void *arg, int64_t begin, int64_t end) {
     qcjob *j = arg;
     const qconv *s = j->s;
-    qcbufs b;
-    if (!bufs_get(j, &b)) {
-        bufs_put(&b);
-        j->rc = KILN_ERR_OUT_OF_MEMORY;
-        return;
-    }
+    int slot = 0;
+    while (atomic_exchange_explicit(&j->busy[slot], 1, memory_order_acquire) != 0)
+        slot = (slot + 1) % j->slots;
+    qcbufs b = slot_bufs(j, slot);
     int64_t done_chunk = -1; /* the panel packed last (tasks of one chunk run in order) */
     for (int64_t t = begin; t < end; t++) {
         int64_t chunk = t / j->parts, part = t % j->parts;
@@ -299,16 +305,13 @@ static void conv_range(void *arg, int64_t begin, int64_t end) {
                 requantize(s, r, acc, b.e, m, y);
         }
     }
-    bufs_put(&b);
+    atomic_store_explicit(&j->busy[slot], 0, memory_order_release);
 }
 
 kiln_status kn_cpu_qconv_run(kn_kernel_ctx *k) {
     const qconv *s = k->state;
-    qcjob j = {.s = s,
-               .x = k->in[0].data,
-               .res = s->residual ? k->in[9].data : NULL,
-               .y = k->out[0].data,
-               .rc = KILN_OK};
+    qcjob j = {
+        .s = s, .x = k->in[0].data, .res = s->residual ? k->in[9].data : NULL, .y = k->out[0].data};
     KN_TRY(kn_conv_geom_init(k->node, &k->in[0].shape, &k->in[3].shape, false, &j.g));
     if (j.g.nsp != 2 || j.g.group != 1)
         return kn_error(KILN_ERR_UNSUPPORTED, "int8 Conv: only 2-D, ungrouped convolutions");
@@ -329,8 +332,21 @@ kiln_status kn_cpu_qconv_run(kn_kernel_ctx *k) {
     }
     j.rows = ((s->n + parts - 1) / parts + 5) / 6 * 6;
     j.parts = (s->n + j.rows - 1) / j.rows;
+    /* The context's pool keeps the scratch between runs, so no layer maps fresh pages. */
+    j.slots = threads;
+    size_t bytes = (size_t)j.slots * slot_bytes(&j);
+    uint8_t *own = NULL;
+    j.scratch = kn_threadpool_scratch(k->pool, bytes);
+    if (j.scratch == NULL)
+        j.scratch = own = kn_aligned_alloc(bytes, 64);
+    j.busy = kn_calloc((size_t)j.slots, sizeof *j.busy);
+    if (j.scratch == NULL || j.busy == NULL) {
+        kn_free(own);
+        kn_free(j.busy);
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "no memory for an int8 Conv");
+    }
     kn_parallel_for(k->pool, tasks * j.parts, 1, conv_range, &j);
-    if (j.rc != KILN_OK)
-        return kn_error(j.rc, "no memory for an int8 Conv");
+    kn_free(own);
+    kn_free(j.busy);
     return KILN_OK;
 }
