@@ -355,6 +355,26 @@ KILN_API kiln_status kiln_build_config_set_layer_precision(kiln_build_config *co
  * same plan. A build that times nothing (CPU only) leaves the file as it is. */
 KILN_API kiln_status kiln_build_config_set_timing_cache(kiln_build_config *config,
                                                         const char *path);
+/* int8 for a float32 model, calibrated on the CPU. The model runs in float32 over the samples
+ * in calibration_dir: one sub-folder per sample holding INPUT.npy for each model input (a '/'
+ * in an input's name becomes '_'), or, for a model of one input, one .npy file per sample.
+ * Each Conv (2-D, ungrouped), Gemm and MatMul with constant weights whose output is not a graph
+ * output then runs in int8: its input and output tensors get the scale that method gives
+ * (ENTROPY: the threshold of least KL divergence over a 2048-bin histogram of |x|; MINMAX: the
+ * largest |x| seen), uint8 where the tensor was never negative, int8 otherwise, and its weights
+ * one symmetric int8 scale per output channel. cache (NULL or "": none) is a text file of the
+ * scales, one tensor a line, under a header naming the model's hash and the method: a build
+ * that finds it runs no calibration (calibration_dir may then be NULL) and writes the same plan;
+ * one made for another model or method fails the build with the reason. A build that
+ * calibrates writes it (temporary file, then rename). The build's progress callback reports
+ * the calibration runs. */
+typedef enum kiln_calibration_method {
+    KILN_CALIBRATION_ENTROPY = 0,
+    KILN_CALIBRATION_MINMAX = 1,
+} kiln_calibration_method;
+KILN_API kiln_status kiln_build_config_set_int8(kiln_build_config *config,
+                                                const char *calibration_dir,
+                                                kiln_calibration_method method, const char *cache);
 KILN_API kiln_status kiln_build_config_set_progress(kiln_build_config *config, kiln_progress_fn fn,
                                                     void *user);
 

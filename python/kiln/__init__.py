@@ -14,6 +14,7 @@ from ._device import DeviceArray
 from ._dtypes import DType
 from ._lib import KilnError, LIBRARY_PATH, lib as _clib
 from .hooks import LogLevel, allocated_bytes, dtype_size, set_logger
+from ._build_config import Calibration
 from .builder import build, build_to_file, plan_layers
 from .engine import Context, Engine, IOInfo, run
 from .network import Activation, ElementWise, Network, Pooling, Tensor
@@ -44,6 +45,7 @@ __version__ = _clib.kiln_version_string().decode("ascii")
 
 __all__ = [
     "Activation",
+    "Calibration",
     "allocated_bytes",
     "build",
     "build_to_file",

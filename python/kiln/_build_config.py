@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, Literal, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -18,6 +19,44 @@ Shape = Tuple[int, ...]
 #: "fp32", "tf32", "fp16", "bf16", or {layer-name pattern: one of them} ("*" the default).
 Precision = Literal["fp32", "tf32", "fp16", "bf16"]
 PrecisionArg = Union[Precision, Mapping[str, Precision]]
+
+
+PathArg = Union[str, "os.PathLike[str]"]
+CalibrationMethod = Literal["entropy", "minmax"]
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """int8 calibration of a float32 model (see kiln_build_config_set_int8): data is the folder
+    of samples (one sub-folder per sample holding INPUT.npy for each input, or .npy files for a
+    one-input model); method "entropy" (KL-divergence threshold) or "minmax"; cache a file of
+    the scales, read when it exists (no calibration runs), else written."""
+
+    data: Optional[PathArg] = None
+    method: CalibrationMethod = "entropy"
+    cache: Optional[PathArg] = None
+
+
+#: A folder of samples, or a kiln.Calibration.
+CalibrationArg = Union[str, "os.PathLike[str]", Calibration]
+_METHODS: Dict[str, int] = {"entropy": 0, "minmax": 1}
+
+
+def _set_int8(h: ctypes.c_void_p, calibration: Optional[CalibrationArg]) -> None:
+    c = calibration if isinstance(calibration, Calibration) else Calibration(data=calibration)
+    if c.method not in _METHODS:
+        raise KilnError(
+            ERR_INVALID_ARGUMENT, f"calibration method {c.method!r}: expected entropy or minmax"
+        )
+    if c.data is None and c.cache is None:
+        raise KilnError(
+            ERR_INVALID_ARGUMENT,
+            "int8=True needs calibration= (a folder of samples, or a kiln.Calibration with a "
+            "cache of an earlier build)",
+        )
+    data = encode(os.fspath(c.data)) if c.data is not None else None
+    cache = encode(os.fspath(c.cache)) if c.cache is not None else None
+    check(lib.kiln_build_config_set_int8(h, data, _METHODS[c.method], cache))
 
 
 def _profile(name: str, spec: Any) -> Tuple[Shape, Shape, Shape]:
@@ -75,6 +114,8 @@ class _Config:
         backends: Optional[Union[str, Sequence[str]]] = None,
         precision: Optional[PrecisionArg] = None,
         timing_cache: Optional[Union[str, "os.PathLike[str]"]] = None,
+        int8: bool = False,
+        calibration: Optional[CalibrationArg] = None,
     ) -> None:
         h = ctypes.c_void_p()
         check(lib.kiln_build_config_create(ctypes.byref(h)))
@@ -114,6 +155,10 @@ class _Config:
                 _set_precision(h, precision)
             if timing_cache is not None:
                 check(lib.kiln_build_config_set_timing_cache(h, encode(os.fspath(timing_cache))))
+            if int8:
+                _set_int8(h, calibration)
+            elif calibration is not None:
+                raise KilnError(ERR_INVALID_ARGUMENT, "calibration= needs int8=True")
         except BaseException:
             self.close()
             raise
@@ -136,8 +181,13 @@ def build_plan(
     backends: Optional[Union[str, Sequence[str]]] = None,
     precision: Optional[PrecisionArg] = None,
     timing_cache: Optional[Union[str, "os.PathLike[str]"]] = None,
+    int8: bool = False,
+    calibration: Optional[CalibrationArg] = None,
 ) -> Optional[bytes]:
-    cfg = _Config(shapes, threads, prefer_plugins, progress, backends, precision, timing_cache)
+    cfg = _Config(
+        shapes, threads, prefer_plugins, progress, backends, precision, timing_cache, int8,
+        calibration,
+    )
     data, size = ctypes.c_void_p(), ctypes.c_size_t()
     try:
         if path is not None:

@@ -8,7 +8,7 @@ from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple, Unio
 
 from . import _plan
 from . import registry as _registry
-from ._build_config import Precision, PrecisionArg, build_plan
+from ._build_config import CalibrationArg, Precision, PrecisionArg, build_plan
 from ._lib import ERR_INVALID_ARGUMENT, KilnError, check, encode, lib
 from .network import Network
 
@@ -43,6 +43,8 @@ def build(
     backends: Optional[Union[str, Sequence[str]]] = None,
     precision: Optional[PrecisionArg] = None,
     timing_cache: Optional[Union[str, "os.PathLike[str]"]] = None,
+    int8: bool = False,
+    calibration: Optional[CalibrationArg] = None,
 ) -> bytes:
     """Build a plan and return it as bytes.
 
@@ -56,7 +58,10 @@ def build(
     precision: "fp32" (default), "tf32", "fp16" or "bf16", or a dict of layer-name patterns to
     those ("*" sets the default), e.g. {"*": "fp16", "*attn*": "fp32"}. timing_cache: a file
     keeping the tactics device backends choose by timing (read before, written after; see
-    kiln_build_config_set_timing_cache)."""
+    kiln_build_config_set_timing_cache). int8: run a float32 model's Conv, Gemm and MatMul
+    layers in int8, calibrated on the CPU by calibration: a folder of .npy samples (one
+    sub-folder per sample holding INPUT.npy for each input, or .npy files for a one-input model)
+    or a kiln.Calibration(data, method="entropy"|"minmax", cache=FILE)."""
     plan = _build(
         model,
         None,
@@ -68,6 +73,8 @@ def build(
         backends,
         precision,
         timing_cache,
+        int8,
+        calibration,
     )
     return cast(bytes, plan)  # bytes whenever no path is given
 
@@ -83,6 +90,8 @@ def build_to_file(
     backends: Optional[Union[str, Sequence[str]]] = None,
     precision: Optional[PrecisionArg] = None,
     timing_cache: Optional[Union[str, "os.PathLike[str]"]] = None,
+    int8: bool = False,
+    calibration: Optional[CalibrationArg] = None,
 ) -> None:
     """Build a plan straight into a file (written beside it, then renamed, so a failed build
     never damages an existing plan). Arguments as for kiln.build."""
@@ -97,6 +106,8 @@ def build_to_file(
         backends,
         precision,
         timing_cache,
+        int8,
+        calibration,
     )
 
 
@@ -111,6 +122,8 @@ def _build(
     backends: Optional[Union[str, Sequence[str]]] = None,
     precision: Optional[PrecisionArg] = None,
     timing_cache: Optional[Union[str, "os.PathLike[str]"]] = None,
+    int8: bool = False,
+    calibration: Optional[CalibrationArg] = None,
 ) -> Optional[bytes]:
     if isinstance(model, Network):
         if isinstance(plugins, _registry.Registry) and plugins is not model.registry:
@@ -132,6 +145,8 @@ def _build(
             backends,
             precision,
             timing_cache,
+            int8,
+            calibration,
         )
     reg = _registry.resolve(plugins)
     b = ctypes.c_void_p()
@@ -161,6 +176,8 @@ def _build(
             backends,
             precision,
             timing_cache,
+            int8,
+            calibration,
         )
     finally:
         if net:

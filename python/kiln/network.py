@@ -30,7 +30,7 @@ from . import _dtypes
 from . import _lib
 from . import plugin as _plugin
 from . import registry as _registry
-from ._build_config import PrecisionArg, build_plan
+from ._build_config import CalibrationArg, PrecisionArg, build_plan
 from ._lib import ERR_INVALID_ARGUMENT, KilnError, check, encode, int64_array, lib
 
 if TYPE_CHECKING:
@@ -639,6 +639,8 @@ class Network:
         backends: Optional[Union[str, Sequence[str]]] = None,
         precision: Optional[PrecisionArg] = None,
         timing_cache: Optional[Union[str, "os.PathLike[str]"]] = None,
+        int8: bool = False,
+        calibration: Optional[CalibrationArg] = None,
     ) -> bytes:
         """The plan (bytes); see kiln.build."""
         plan = build_plan(
@@ -651,6 +653,8 @@ class Network:
             backends=backends,
             precision=precision,
             timing_cache=timing_cache,
+            int8=int8,
+            calibration=calibration,
         )
         return cast(bytes, plan)  # bytes whenever no path is given
 

@@ -586,7 +586,14 @@ kiln_status kn_build_plan(const kiln_builder *b, const kiln_network *net,
         (rc = tidy(g)) != KILN_OK || (rc = inline_constant_ifs(g, cfg, &plugins)) != KILN_OK)
         goto fail;
     progress(cfg, "placing", 0.5);
-    if ((rc = kn_pass_fold_batchnorm(g)) != KILN_OK || (rc = tidy(g)) != KILN_OK ||
+    if ((rc = kn_pass_fold_batchnorm(g)) != KILN_OK || (rc = tidy(g)) != KILN_OK)
+        goto fail;
+    /* Calibration sees the weights batch-norm folding leaves, which are the ones that run. */
+    if (cfg->int8 && ((rc = kn_int8_calibrate(b, cfg, g)) != KILN_OK || (rc = tidy(g)) != KILN_OK ||
+                      (rc = resolve_fold_annotate(g, cfg, &plugins, true, false)) != KILN_OK ||
+                      (rc = tidy(g)) != KILN_OK))
+        goto fail;
+    if ((rc = kn_pass_fuse_qadd(g)) != KILN_OK || (rc = tidy(g)) != KILN_OK ||
         (rc = place(g, cfg, &plugins)) != KILN_OK)
         goto fail;
     progress(cfg, "fusing", 0.6);

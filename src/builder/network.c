@@ -102,6 +102,8 @@ void kiln_build_config_destroy(kiln_build_config *c) {
         kn_free(c->layer_precision[i].pattern);
     kn_free(c->layer_precision);
     kn_free(c->timing_cache);
+    kn_free(c->calibration_dir);
+    kn_free(c->calibration_cache);
     kn_free(c);
 }
 
@@ -128,6 +130,28 @@ kiln_status kiln_build_config_set_timing_cache(kiln_build_config *c, const char 
         return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     kn_free(c->timing_cache);
     c->timing_cache = copy;
+    return KILN_OK;
+}
+
+kiln_status kiln_build_config_set_int8(kiln_build_config *c, const char *calibration_dir,
+                                       kiln_calibration_method method, const char *cache) {
+    if (c == NULL || (method != KILN_CALIBRATION_ENTROPY && method != KILN_CALIBRATION_MINMAX))
+        return kn_error(KILN_ERR_INVALID_ARGUMENT,
+                        "kiln_build_config_set_int8: NULL config or unknown method %d",
+                        (int)method);
+    char *dir = NULL, *file = NULL;
+    if ((calibration_dir != NULL && calibration_dir[0] != '\0' &&
+         (dir = kn_strdup(calibration_dir)) == NULL) ||
+        (cache != NULL && cache[0] != '\0' && (file = kn_strdup(cache)) == NULL)) {
+        kn_free(dir);
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    kn_free(c->calibration_dir);
+    kn_free(c->calibration_cache);
+    c->int8 = true;
+    c->calibration_method = (int)method;
+    c->calibration_dir = dir;
+    c->calibration_cache = file;
     return KILN_OK;
 }
 

@@ -73,6 +73,36 @@ kiln_status kn_pass_fuse_elementwise(kn_graph *g);
  * weights. */
 kiln_status kn_pass_fuse_qdq(kn_graph *g);
 
+/* A residual Add between int8 layers into the kiln.QConv before it: QConv -> DequantizeLinear
+ * -> Add (other input DequantizeLinear(r), r of the conv output's shape) -> [Relu] ->
+ * QuantizeLinear becomes the QConv with inputs 9 to 13 r, r_scale, r_zero_point, c_scale,
+ * c_zero_point (c: the conv's own output, still rounded to its grid before the add), y's scale
+ * and zero point those of the QuantizeLinear, and the Relu as its kiln_activation (applied
+ * after the add). Needs the values' shapes (after annotation). */
+kiln_status kn_pass_fuse_qadd(kn_graph *g);
+
+/* int8 for a float model. A layer can run in int8 when it is a Conv (2-D, ungrouped), Gemm (no
+ * transA, alpha = beta = 1) or MatMul with a constant float32 weight (and bias) reading a
+ * computed input x, and its output y (after a Relu or constant-bounded Clip that alone reads
+ * it) is not a graph output. kn_int8_layers lists them (node, x, y: indices in g); *out is
+ * freed with kn_free. */
+typedef struct kn_int8_layer {
+    int node, x, y;
+} kn_int8_layer;
+kiln_status kn_int8_layers(const kn_graph *g, kn_int8_layer **out, int *n);
+/* A calibrated tensor: real values in [-127, 127] * scale (int8) or [0, 255] * scale (uint8,
+ * is_unsigned), zero point 0. scale <= 0: not calibrated. */
+typedef struct kn_int8_range {
+    float scale;
+    bool is_unsigned;
+} kn_int8_range;
+/* Quantize the listed layers whose x and y both have a range (ranges[] by value index): one
+ * QuantizeLinear / DequantizeLinear pair per tensor, read by all its consumers, and per-output-
+ * channel symmetric int8 weights behind a DequantizeLinear; then kn_pass_fuse_qdq makes them
+ * int8 products. */
+kiln_status kn_pass_quantize_int8(kn_graph *g, const kn_int8_layer *layers, int n_layers,
+                                  const kn_int8_range *ranges);
+
 /* A precision override for the nodes whose name matches pattern (fnmatch). */
 typedef struct kn_layer_precision {
     char *pattern;

@@ -155,3 +155,38 @@ def test_unfit_product_stays_fp32_with_reason(tmp_path):
     assert conv["precision"] == "fp32"
     assert "ungrouped" in conv["int8_reason"]
     assert np.abs(got - ref).max() <= 2 * output_step(qdq) + 1e-6
+
+
+def test_qdq_conv_geometry_matches_onnxruntime(tmp_path):
+    """The int8 Conv's im2col and panel at batch 2 over strided, dilated, asymmetrically padded
+    and 1x1 convolutions, channel counts that are no multiple of 4 or 16, and an image too small
+    to split by pixels (its output channels are split across threads instead)."""
+    rng = np.random.default_rng(8)
+
+    def init(name, *shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32),
+                                       name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], strides=[2, 1], dilations=[1, 2],
+                         pads=[1, 0, 2, 3], kernel_shape=[3, 3]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], kernel_shape=[1, 1]),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("Conv", ["r2", "w3", "b3"], ["y"], strides=[2, 2], pads=[1, 1, 1, 1],
+                         kernel_shape=[3, 3]),
+    ]
+    g = helper.make_graph(
+        nodes, "geometry", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5, 13, 11])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [init("w1", 7, 5, 3, 3), init("b1", 7), init("w2", 90, 7, 1, 1), init("w3", 19, 90, 3, 3),
+         init("b3", 19)])
+    fp32 = tmp_path / "geo.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), fp32)
+    for act in ("u8", "s8"):
+        qdq = tmp_path / f"geo_{act}.onnx"
+        name = quantize(fp32, qdq, [2, 5, 13, 11], act)
+        info, got, ref = run_both(qdq, name, [2, 5, 13, 11], tmp_path, [])
+        assert [l["precision"] for l in info["layers"] if l["op"] == "QConv"] == ["int8"] * 3
+        assert got.shape == ref.shape
+        assert np.abs(got - ref).max() <= 2 * output_step(qdq) + 1e-6, act

@@ -2,11 +2,13 @@
 #include "cli.h"
 
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 static const char usage[] =
     "usage: kiln build MODEL.onnx -o PLAN [--shapes SPEC]... [--threads N] [--quiet|--verbose]\n"
-    "                  [--plugins LIB.so]...\n"
+    "                  [--plugins LIB.so]... [--int8 --calibration DIR [--calibration-method M]\n"
+    "                  [--calibration-cache FILE]]\n"
     "\n"
     "Optimizes MODEL (constant folding, batch-norm folding, activation and element-wise\n"
     "fusion, memory planning) into PLAN. PLAN is written to a temporary file and renamed,\n"
@@ -21,7 +23,41 @@ static const char usage[] =
     "only)\n"
     "  --verbose          progress as one line a stage (each tuned layer counted), and a line\n"
     "                     for each layer timed, on stderr whether a terminal or "
-    "not\n" CLI_BUILD_OPTIONS_HELP;
+    "not\n" CLI_BUILD_OPTIONS_HELP
+    "  --int8             run Conv (2-D, ungrouped), Gemm and MatMul layers of a float32\n"
+    "                     model in int8, calibrated by running it in float32 over the samples of\n"
+    "                     --calibration (a model with QuantizeLinear/DequantizeLinear pairs\n"
+    "                     runs them in int8 without this)\n"
+    "  --calibration DIR  the samples: one folder per sample holding INPUT.npy for each model\n"
+    "                     input ('/' in a name becomes '_'), or, for a one-input model, one\n"
+    "                     .npy file per sample\n"
+    "  --calibration-method entropy|minmax\n"
+    "                     entropy (default): the KL-divergence threshold over a 2048-bin\n"
+    "                     histogram per tensor; minmax: the largest |value| seen\n"
+    "  --calibration-cache FILE\n"
+    "                     the tensor scales as text: read when it exists (no calibration runs;\n"
+    "                     a cache of another model or method fails the build), else written\n";
+
+int cli_set_int8(const cli_opts *o, kiln_build_config *cfg) {
+    if (!o->int8) {
+        if (o->calibration != NULL || o->calibration_method != NULL || o->calibration_cache != NULL)
+            return cli_fail("--calibration, --calibration-method and --calibration-cache need "
+                            "--int8");
+        return 0;
+    }
+    kiln_calibration_method m = KILN_CALIBRATION_ENTROPY;
+    if (o->calibration_method != NULL && strcmp(o->calibration_method, "minmax") == 0)
+        m = KILN_CALIBRATION_MINMAX;
+    else if (o->calibration_method != NULL && strcmp(o->calibration_method, "entropy") != 0)
+        return cli_fail("--calibration-method '%s': expected entropy or minmax",
+                        o->calibration_method);
+    if (o->calibration == NULL && o->calibration_cache == NULL)
+        return cli_fail("--int8 needs --calibration DIR (or --calibration-cache FILE of an "
+                        "earlier build)");
+    if (kiln_build_config_set_int8(cfg, o->calibration, m, o->calibration_cache) != KILN_OK)
+        return cli_fail_kiln("--int8");
+    return 0;
+}
 
 static void on_progress(void *user, const char *stage, double fraction) {
     (void)user;
@@ -48,7 +84,7 @@ static void log_verbose(void *user, kiln_log_level level, const char *message) {
 
 int cmd_build(int argc, char **argv) {
     cli_opts o;
-    int rc = cli_parse(argc, argv, "ostqpv", usage, &o);
+    int rc = cli_parse(argc, argv, "ostqpvI", usage, &o);
     if (rc != 0) {
         cli_opts_free(&o);
         return rc < 0 ? 0 : rc;

@@ -65,6 +65,9 @@ typedef struct cli_opts {
     bool json, quiet, verbose;
     bool profile;     /* bench --profile */
     bool all_outputs; /* cli_load_engine: every tensor a node writes becomes an output */
+    /* build --int8 --calibration DIR --calibration-method M --calibration-cache FILE */
+    bool int8;
+    const char *calibration, *calibration_method, *calibration_cache;
 } cli_opts;
 
 /* Print "kiln: error: <msg>" on one line to stderr; returns 1. */
@@ -75,7 +78,7 @@ int cli_fail_kiln(const char *what);
 /* Parse the verb's arguments (argv[0] is the verb). allowed is a string of option letters:
  * o=-o, s=--shapes, i=--input, d=--output-dir, t=--threads, w=--warmup/--iterations,
  * j=--json, q=--quiet, v=--verbose, g=--dot, P=--profile. Returns 0 or an exit code (errors already
- * printed). */
+ * printed). I takes --int8 and the --calibration options. */
 int cli_parse(int argc, char **argv, const char *allowed, const char *usage, cli_opts *o);
 void cli_opts_free(cli_opts *o);
 
@@ -111,6 +114,8 @@ bool cli_wraps_optional(const kiln_io_info *info, const kn_tensor *t);
 int cli_write_container(const char *dir, const char *base, const kn_tensor *t, char *entry,
                         size_t size);
 int cli_make_config(const cli_opts *o, kiln_network *net, kiln_build_config **out);
+/* --int8 with --calibration DIR, --calibration-method and --calibration-cache (build.c). */
+int cli_set_int8(const cli_opts *o, kiln_build_config *cfg);
 
 int cmd_build(int argc, char **argv);
 int cmd_run(int argc, char **argv);

@@ -184,6 +184,17 @@ int cli_parse(int argc, char **argv, const char *allowed, const char *usage, cli
         } else if (strcmp(a, "--timing-cache") == 0) {
             NEED('p', "--timing-cache");
             o->timing_cache = val;
+        } else if (strcmp(a, "--int8") == 0 && strchr(allowed, 'I')) {
+            o->int8 = true;
+        } else if (strcmp(a, "--calibration") == 0) {
+            NEED('I', "--calibration");
+            o->calibration = val;
+        } else if (strcmp(a, "--calibration-method") == 0) {
+            NEED('I', "--calibration-method");
+            o->calibration_method = val;
+        } else if (strcmp(a, "--calibration-cache") == 0) {
+            NEED('I', "--calibration-cache");
+            o->calibration_cache = val;
         } else if (strcmp(a, "--output-dir") == 0) {
             NEED('d', "--output-dir");
             o->output_dir = val;
@@ -417,7 +428,7 @@ int cli_make_config(const cli_opts *o, kiln_network *net, kiln_build_config **ou
         return cli_fail_kiln("--timing-cache");
     }
     if ((o->backends != NULL && set_backends(cfg, o->backends) != 0) ||
-        set_precision(o, cfg) != 0) {
+        set_precision(o, cfg) != 0 || cli_set_int8(o, cfg) != 0) {
         kiln_build_config_destroy(cfg);
         return 1;
     }

@@ -20,13 +20,24 @@ static kiln_status check_common(const kn_infer_ctx *c, int64_t n_out_ch) {
     return KILN_OK;
 }
 
+/* Inputs 9 to 13 (kn_pass_fuse_qadd): a residual r, its scale and zero point, and the scale
+ * and zero point the conv's own result is rounded to before r is added; r has the output's
+ * shape. */
 kiln_status kn_infer_qconv(kn_infer_ctx *c) {
-    KN_TRY(kn_infer_need(c, 8, 9, 1));
+    KN_TRY(kn_infer_need(c, 8, 14, 1));
     kn_conv_geom g;
     KN_TRY(kn_conv_geom_init(c->node, &c->in[0].shape, &c->in[3].shape, false, &g));
     KN_TRY(check_common(c, g.c_out));
     c->out[0].dtype = c->in[7].dtype;
     kn_conv_geom_out_shape(&g, &c->out[0].shape);
+    if (kn_has_input(c, 9)) {
+        if (c->n_in < 14 || !is_q8(c->in[9].dtype) || !is_q8(c->in[11].dtype) ||
+            !is_q8(c->in[13].dtype))
+            return kn_error(KILN_ERR_DTYPE, "the residual must be int8 or uint8 with its scale "
+                                            "and zero point");
+        if (!kn_shape_equal(&c->in[9].shape, &c->out[0].shape))
+            return kn_error(KILN_ERR_SHAPE, "the residual must have the output's shape");
+    }
     return KILN_OK;
 }
 

@@ -1,5 +1,6 @@
-/* kiln.QConv and kiln.QMatMul (made by kn_pass_fuse_qdq): int8 x int8 products accumulated in
- * int32 by the int8 GEMM, then requantized per output channel. Activations reach the GEMM as
+/* kiln.QMatMul (made by kn_pass_fuse_qdq; kiln.QConv is qconv.c): int8 x int8 products
+ * accumulated in int32 by the int8 GEMM, then requantized per output channel. Rows of x are
+ * the GEMM's rows, the weights its packed panel. Activations reach the GEMM as
  * uint8: a signed input is shifted by +128 (x ^ 0x80), so its zero point moves by 128 too, and
  * the zero point comes off through the weights' column sums:
  *   sum (x - xz) w = sum xu w - xzu * colsum(w).
@@ -9,7 +10,7 @@
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/math/gemm_int8.h"
 #include "core/alloc.h"
-#include "ops/nn/conv_geom.h"
+#include "backend/cpu/quantization/qproduct.h"
 
 #include <math.h>
 #include <string.h>
@@ -32,7 +33,7 @@ static kiln_status need_const(const kn_tensor *t, const char *what) {
     return KILN_OK;
 }
 
-void kn_cpu_qproduct_release(void *state) {
+void kn_cpu_qmatmul_release(void *state) {
     qstate *s = state;
     if (s == NULL)
         return;
@@ -42,9 +43,8 @@ void kn_cpu_qproduct_release(void *state) {
     kn_free(s);
 }
 
-kiln_status kn_cpu_qproduct_prepare(const kn_node *node, int n_in, const kn_tensor *in,
-                                    void **state) {
-    *state = NULL;
+kiln_status kn_qproduct_epilogue(const kn_node *node, int n_in, const kn_tensor *in,
+                                 kn_qepilogue *e) {
     if (n_in < 8)
         return kn_error(KILN_ERR_MODEL, "int8 product: expected at least 8 inputs");
     KN_TRY(need_const(&in[1], "x_scale"));
@@ -53,51 +53,65 @@ kiln_status kn_cpu_qproduct_prepare(const kn_node *node, int n_in, const kn_tens
     KN_TRY(need_const(&in[4], "w_scale"));
     KN_TRY(need_const(&in[6], "y_scale"));
     KN_TRY(need_const(&in[7], "y_zero_point"));
-    bool conv = strcmp(node->op_type, "QConv") == 0;
-    const kn_tensor *w = &in[3];
-    int64_t n = conv ? w->shape.d[0] : w->shape.d[1];
-    int64_t k = kn_tensor_numel(w) / (n > 0 ? n : 1);
     if (n_in > 5 && in[5].dtype != 0) {
         KN_TRY(need_const(&in[5], "w_zero_point"));
         for (int64_t i = 0; i < kn_tensor_numel(&in[5]); i++)
             if (kn_tensor_get_i64(&in[5], i) != 0)
                 return kn_error(KILN_ERR_UNSUPPORTED, "int8 product: w_zero_point must be 0");
     }
+    if (n_in > 8 && in[8].dtype != 0)
+        KN_TRY(need_const(&in[8], "bias"));
+    e->xs = kn_tensor_get_f64(&in[1], 0);
+    e->flip = in[0].dtype == KILN_DTYPE_INT8 ? 0x80 : 0;
+    e->xzu = (int32_t)kn_tensor_get_i64(&in[2], 0) + (e->flip ? 128 : 0);
+    e->ys = (float)kn_tensor_get_f64(&in[6], 0);
+    e->yz = (float)kn_tensor_get_i64(&in[7], 0);
+    bool y_signed = in[7].dtype == KILN_DTYPE_INT8;
+    e->qmin = y_signed ? -128.0f : 0.0f;
+    e->qmax = y_signed ? 127.0f : 255.0f;
+    e->lo = -INFINITY;
+    e->hi = INFINITY;
+    const char *act = kn_attr_string(node, "kiln_activation", NULL);
+    if (act != NULL && strcmp(act, "Relu") == 0) {
+        e->lo = 0.0f;
+    } else if (act != NULL && strcmp(act, "Clip") == 0) {
+        e->lo = kn_attr_float(node, "kiln_alpha", -INFINITY);
+        e->hi = kn_attr_float(node, "kiln_beta", INFINITY);
+    } else if (act != NULL) {
+        return kn_error(KILN_ERR_UNSUPPORTED, "int8 product: activation %s is not fused", act);
+    }
+    return KILN_OK;
+}
+
+kiln_status kn_cpu_qmatmul_prepare(const kn_node *node, int n_in, const kn_tensor *in,
+                                   void **state) {
+    *state = NULL;
+    kn_qepilogue ep;
+    KN_TRY(kn_qproduct_epilogue(node, n_in, in, &ep));
+    const kn_tensor *w = &in[3];
+    int64_t n = w->shape.d[1], k = w->shape.d[0];
     qstate *s = kn_calloc(1, sizeof *s);
     if (s == NULL)
         return kn_error(KILN_ERR_OUT_OF_MEMORY, "no memory for an int8 product");
     *state = s;
-    KN_TRY(kn_qgemm_pack_b(w->data, k, n, conv ? 1 : n, conv ? k : 1, &s->b));
+    KN_TRY(kn_qgemm_pack_b(w->data, k, n, n, 1, &s->b));
     s->scale = kn_malloc((size_t)(s->b.nb * 16) * sizeof(float));
     s->bias = kn_calloc((size_t)(s->b.nb * 16), sizeof(float));
     if (s->scale == NULL || s->bias == NULL)
         return kn_error(KILN_ERR_OUT_OF_MEMORY, "no memory for an int8 product");
-    double xs = kn_tensor_get_f64(&in[1], 0);
     int64_t n_ws = kn_tensor_numel(&in[4]);
     for (int64_t j = 0; j < s->b.nb * 16; j++)
-        s->scale[j] = j < n ? (float)(xs * kn_tensor_get_f64(&in[4], n_ws > 1 ? j : 0)) : 0.0f;
-    if (n_in > 8 && in[8].dtype != 0) {
-        KN_TRY(need_const(&in[8], "bias"));
+        s->scale[j] = j < n ? (float)(ep.xs * kn_tensor_get_f64(&in[4], n_ws > 1 ? j : 0)) : 0.0f;
+    if (n_in > 8 && in[8].dtype != 0)
         memcpy(s->bias, in[8].data, (size_t)n * sizeof(float));
-    }
-    s->flip = in[0].dtype == KILN_DTYPE_INT8 ? 0x80 : 0;
-    s->xzu = (int32_t)kn_tensor_get_i64(&in[2], 0) + (s->flip ? 128 : 0);
-    s->ys = (float)kn_tensor_get_f64(&in[6], 0);
-    s->yz = (float)kn_tensor_get_i64(&in[7], 0);
-    bool y_signed = in[7].dtype == KILN_DTYPE_INT8;
-    s->qmin = y_signed ? -128.0f : 0.0f;
-    s->qmax = y_signed ? 127.0f : 255.0f;
-    s->lo = -INFINITY;
-    s->hi = INFINITY;
-    const char *act = kn_attr_string(node, "kiln_activation", NULL);
-    if (act != NULL && strcmp(act, "Relu") == 0) {
-        s->lo = 0.0f;
-    } else if (act != NULL && strcmp(act, "Clip") == 0) {
-        s->lo = kn_attr_float(node, "kiln_alpha", -INFINITY);
-        s->hi = kn_attr_float(node, "kiln_beta", INFINITY);
-    } else if (act != NULL) {
-        return kn_error(KILN_ERR_UNSUPPORTED, "int8 product: activation %s is not fused", act);
-    }
+    s->flip = ep.flip;
+    s->xzu = ep.xzu;
+    s->ys = ep.ys;
+    s->yz = ep.yz;
+    s->qmin = ep.qmin;
+    s->qmax = ep.qmax;
+    s->lo = ep.lo;
+    s->hi = ep.hi;
     return KILN_OK;
 }
 
@@ -123,8 +137,6 @@ typedef struct qjob {
     const uint8_t *x;
     uint8_t *y;
     int64_t rows, k;
-    kn_conv_geom g; /* QConv */
-    int64_t chunks; /* QConv: row chunks per image */
     kiln_status rc;
 } qjob;
 
@@ -179,70 +191,5 @@ kiln_status kn_cpu_qmatmul_run(kn_kernel_ctx *k) {
     kn_parallel_for(k->pool, (j.rows + ROWS - 1) / ROWS, 1, matmul_range, &j);
     if (j.rc != KILN_OK)
         return kn_error(j.rc, "no memory for an int8 MatMul");
-    return KILN_OK;
-}
-
-/* im2col of output pixels [p0, p0 + m) of image img into rows of kp bytes: padding takes x's
- * zero point, which is real zero. */
-static void im2col(const qjob *j, int64_t img, int64_t p0, int64_t m, uint8_t *a) {
-    const qstate *s = j->s;
-    const kn_conv_geom *g = &j->g;
-    int64_t kh = g->k[0], kw = g->k[1], ih = g->in[0], iw = g->in[1], ow = g->out[1];
-    const uint8_t *x = j->x + img * g->c_in * ih * iw;
-    uint8_t pad = (uint8_t)s->xzu;
-    for (int64_t i = 0; i < m; i++) {
-        int64_t p = p0 + i, oy = p / ow, ox = p % ow;
-        uint8_t *dst = a + i * s->b.kp;
-        for (int64_t c = 0; c < g->c_in; c++)
-            for (int64_t ky = 0; ky < kh; ky++) {
-                int64_t y = oy * g->stride[0] - g->pad_b[0] + ky * g->dil[0];
-                /* a padding row is never pointed into: x + offset would leave the tensor */
-                const uint8_t *xr = y >= 0 && y < ih ? x + (c * ih + y) * iw : NULL;
-                for (int64_t kx = 0; kx < kw; kx++) {
-                    int64_t xx = ox * g->stride[1] - g->pad_b[1] + kx * g->dil[1];
-                    *dst++ = xr != NULL && xx >= 0 && xx < iw ? (uint8_t)(xr[xx] ^ s->flip) : pad;
-                }
-            }
-        memset(dst, 0, (size_t)(s->b.kp - s->b.k));
-    }
-}
-
-static void conv_range(void *arg, int64_t begin, int64_t end) {
-    qjob *j = arg;
-    const qstate *s = j->s;
-    qbufs b;
-    if (!bufs_get(s, &b)) {
-        bufs_put(&b);
-        j->rc = KILN_ERR_OUT_OF_MEMORY;
-        return;
-    }
-    int64_t ldc = s->b.nb * 16, pixels = j->rows;
-    for (int64_t t = begin; t < end; t++) {
-        int64_t img = t / j->chunks, p0 = (t % j->chunks) * ROWS;
-        int64_t m = pixels - p0 < ROWS ? pixels - p0 : ROWS;
-        im2col(j, img, p0, m, b.a);
-        kn_qgemm_u8s8(b.a, s->b.kp, m, &s->b, b.c, ldc);
-        for (int64_t i = 0; i < m; i++)
-            requantize(s, b.c + i * ldc, s->b.n, b.y + i * s->b.n);
-        /* Rows of the GEMM are pixels; the output is channel-major (NCHW). */
-        uint8_t *y = j->y + img * s->b.n * pixels + p0;
-        for (int64_t c = 0; c < s->b.n; c++)
-            for (int64_t i = 0; i < m; i++)
-                y[c * pixels + i] = b.y[i * s->b.n + c];
-    }
-    bufs_put(&b);
-}
-
-kiln_status kn_cpu_qconv_run(kn_kernel_ctx *k) {
-    const qstate *s = k->state;
-    qjob j = {.s = s, .x = k->in[0].data, .y = k->out[0].data, .rc = KILN_OK};
-    KN_TRY(kn_conv_geom_init(k->node, &k->in[0].shape, &k->in[3].shape, false, &j.g));
-    if (j.g.nsp != 2 || j.g.group != 1)
-        return kn_error(KILN_ERR_UNSUPPORTED, "int8 Conv: only 2-D, ungrouped convolutions");
-    j.rows = j.g.out[0] * j.g.out[1];
-    j.chunks = (j.rows + ROWS - 1) / ROWS;
-    kn_parallel_for(k->pool, j.g.n * j.chunks, 1, conv_range, &j);
-    if (j.rc != KILN_OK)
-        return kn_error(j.rc, "no memory for an int8 Conv");
     return KILN_OK;
 }

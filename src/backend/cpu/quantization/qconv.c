@@ -1,0 +1,352 @@
+/* kiln.QConv (made by kn_pass_fuse_qdq) in its tensors' own layout, NCHW, with no transpose:
+ * the product is Y[j][p] = W[j][k] X[k][p], the weights the int8 GEMM's broadcast rows and a
+ * chunk of the image's im2col (rows (c, ky, kx), columns output pixels, built by row copies)
+ * its packed panel, so each output channel's pixels come out as one contiguous row.
+ * vpdpbusd multiplies uint8 by int8, so the weights go in as w + 128 (uint8) and the
+ * activations as xu - 128 (int8; xu is x in the uint8 domain, zero point xz). With
+ * e[p] = sum_k (xu - 128), the product of the panel with a row of ones, the exact sum is
+ *   sum_k w (xu - xz) = acc - 128 e[p] + (128 - xz) sum_k w[j],
+ * and the weight rows and the ones row are zero past k, so the panel may hold anything there.
+ * The real output is that sum * x_scale * w_scale[j] + bias[j] (with a fused residual,
+ * kn_pass_fuse_qadd: rounded to the conv output's own grid, plus the residual), clamped by a
+ * fused Relu / Clip, quantized with y's scale and zero point (rounding half to even). */
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/math/gemm_int8.h"
+#include "backend/cpu/quantization/qproduct.h"
+#include "core/alloc.h"
+#include "ops/nn/conv_geom.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+typedef struct qconv {
+    uint8_t *a;    /* [n][kp]: w + 128, 0 past k */
+    uint8_t *ones; /* [kp]: 1 below k, 0 past */
+    float *scale;  /* [n]: x_scale * w_scale[j] */
+    float *bias;   /* [n], zero when absent */
+    int32_t *corr; /* [n]: (128 - xz) * sum_k w[j] */
+    int64_t n, k, kp;
+    kn_qepilogue ep;
+    uint8_t mask;  /* an input byte ^ mask is xu - 128 as int8 */
+    uint8_t pad;   /* x's zero point as the input stores it: the real zero of padding */
+    bool residual; /* inputs 9 to 13 (kn_pass_fuse_qadd): r added before the activation */
+    float rs;      /* r's scale */
+    int32_t rzu;   /* r's zero point in the uint8 domain */
+    uint8_t rflip; /* 0x80 for int8 r */
+    float cs, cz, cmin, cmax; /* the grid the conv's result is rounded to before the add */
+} qconv;
+
+/* Panel bytes one task packs at most (the panel and its im2col stay in L2). */
+#define PANEL_BYTES (96 * 1024)
+
+void kn_cpu_qconv_release(void *state) {
+    qconv *s = state;
+    if (s == NULL)
+        return;
+    kn_free(s->a);
+    kn_free(s->ones);
+    kn_free(s->scale);
+    kn_free(s->bias);
+    kn_free(s->corr);
+    kn_free(s);
+}
+
+kiln_status kn_cpu_qconv_prepare(const kn_node *node, int n_in, const kn_tensor *in, void **state) {
+    *state = NULL;
+    qconv *s = kn_calloc(1, sizeof *s);
+    if (s == NULL)
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "no memory for an int8 Conv");
+    *state = s;
+    KN_TRY(kn_qproduct_epilogue(node, n_in, in, &s->ep));
+    const kn_tensor *w = &in[3];
+    if (w->shape.rank != 4)
+        return kn_error(KILN_ERR_UNSUPPORTED, "int8 Conv: only 2-D convolutions");
+    s->n = w->shape.d[0];
+    s->k = s->n > 0 ? kn_tensor_numel(w) / s->n : 0;
+    s->kp = (s->k + 3) / 4 * 4;
+    size_t n1 = (size_t)(s->n > 0 ? s->n : 1);
+    s->a = kn_calloc(n1 * (size_t)(s->kp > 0 ? s->kp : 4), 1);
+    s->ones = kn_calloc((size_t)(s->kp > 0 ? s->kp : 4), 1);
+    s->scale = kn_malloc(n1 * sizeof(float));
+    s->bias = kn_calloc(n1, sizeof(float));
+    s->corr = kn_malloc(n1 * sizeof(int32_t));
+    if (s->a == NULL || s->ones == NULL || s->scale == NULL || s->bias == NULL || s->corr == NULL)
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "no memory for an int8 Conv");
+    const int8_t *wd = w->data;
+    int64_t n_ws = kn_tensor_numel(&in[4]);
+    for (int64_t j = 0; j < s->n; j++) {
+        int32_t sum = 0;
+        for (int64_t e = 0; e < s->k; e++) {
+            s->a[j * s->kp + e] = (uint8_t)(wd[j * s->k + e] + 128);
+            sum += wd[j * s->k + e];
+        }
+        s->corr[j] = (128 - s->ep.xzu) * sum;
+        s->scale[j] = (float)(s->ep.xs * kn_tensor_get_f64(&in[4], n_ws > 1 ? j : 0));
+    }
+    memset(s->ones, 1, (size_t)s->k);
+    if (n_in > 8 && in[8].dtype != 0)
+        memcpy(s->bias, in[8].data, (size_t)s->n * sizeof(float));
+    if (n_in > 13 && in[9].dtype != 0) {
+        if (in[10].data == NULL || in[11].data == NULL || in[12].data == NULL ||
+            in[13].data == NULL)
+            return kn_error(KILN_ERR_UNSUPPORTED,
+                            "int8 Conv: the residual's scale and zero point must be constants");
+        s->residual = true;
+        s->rs = (float)kn_tensor_get_f64(&in[10], 0);
+        s->rflip = in[9].dtype == KILN_DTYPE_INT8 ? 0x80 : 0;
+        s->rzu = (int32_t)kn_tensor_get_i64(&in[11], 0) + (s->rflip ? 128 : 0);
+        s->cs = (float)kn_tensor_get_f64(&in[12], 0);
+        s->cz = (float)kn_tensor_get_i64(&in[13], 0);
+        bool c_signed = in[13].dtype == KILN_DTYPE_INT8;
+        s->cmin = (c_signed ? -128.0f : 0.0f) - s->cz;
+        s->cmax = (c_signed ? 127.0f : 255.0f) - s->cz;
+    }
+    s->mask = s->ep.flip ^ 0x80;
+    s->pad = (uint8_t)(s->ep.xzu - (s->ep.flip ? 128 : 0));
+    return KILN_OK;
+}
+
+typedef struct qcjob {
+    const qconv *s;
+    const uint8_t *x, *res; /* res: the residual, or NULL */
+    uint8_t *y;
+    kn_conv_geom g;
+    int64_t pixels, pc, chunks; /* output pixels per image; per chunk (a multiple of 16) */
+    int64_t rows, parts;        /* output channels per task (a multiple of 6); tasks a chunk */
+    uint8_t *scratch;           /* slots * slot_bytes, 64-byte aligned */
+    atomic_int *busy;           /* per slot */
+    int slots;
+} qcjob;
+
+/* Row (c, ky, kx) of the im2col for output pixels [p0, p0 + m) of image img, w16 columns. */
+static void im2col_row(const qcjob *j, const uint8_t *x, int64_t c, int64_t ky, int64_t kx,
+                       int64_t p0, int64_t m, uint8_t *row) {
+    const kn_conv_geom *g = &j->g;
+    int64_t ih = g->in[0], iw = g->in[1], ow = g->out[1], sx = g->stride[1];
+    uint8_t pad = j->s->pad;
+    int64_t oy = p0 / ow, ox = p0 % ow;
+    for (int64_t i = 0; i < m; oy++, ox = 0) {
+        int64_t run = ow - ox < m - i ? ow - ox : m - i;
+        int64_t iy = oy * g->stride[0] - g->pad_b[0] + ky * g->dil[0];
+        uint8_t *dst = row + i;
+        i += run;
+        if (iy < 0 || iy >= ih) {
+            memset(dst, pad, (size_t)run);
+            continue;
+        }
+        const uint8_t *xr = x + (c * ih + iy) * iw;
+        int64_t ix0 = ox * sx - g->pad_b[1] + kx * g->dil[1];
+        if (sx != 1) {
+            for (int64_t q = 0; q < run; q++) {
+                int64_t ix = ix0 + q * sx;
+                dst[q] = ix >= 0 && ix < iw ? xr[ix] : pad;
+            }
+            continue;
+        }
+        /* stride 1: pixels [lo, hi) of the run read xr[ix0 + q] */
+        int64_t lo = ix0 < 0 ? -ix0 : 0, hi = iw - ix0;
+        lo = lo < run ? lo : run;
+        hi = hi < lo ? lo : hi > run ? run : hi;
+        memset(dst, pad, (size_t)lo);
+        if (hi > lo)
+            memcpy(dst + lo, xr + (ix0 + lo), (size_t)(hi - lo));
+        memset(dst + hi, pad, (size_t)(run - hi));
+    }
+}
+
+static void im2col(const qcjob *j, int64_t img, int64_t p0, int64_t m, int64_t w16, uint8_t *t) {
+    const kn_conv_geom *g = &j->g;
+    const qconv *s = j->s;
+    const uint8_t *x = j->x + img * g->c_in * g->in[0] * g->in[1];
+    int64_t e = 0;
+    for (int64_t c = 0; c < g->c_in; c++)
+        for (int64_t ky = 0; ky < g->k[0]; ky++)
+            for (int64_t kx = 0; kx < g->k[1]; kx++, e++) {
+                im2col_row(j, x, c, ky, kx, p0, m, t + e * w16);
+                memset(t + e * w16 + m, s->pad, (size_t)(w16 - m));
+            }
+    memset(t + e * w16, 0, (size_t)((s->kp - e) * w16));
+}
+
+/* The im2col rows t[kp][w16] into the GEMM's panel: 16-column blocks of [kp / 4][16][4]
+ * bytes, each byte ^ mask. */
+static void pack_panel(const uint8_t *t, int64_t kp, int64_t w16, uint8_t mask, int8_t *panel) {
+    for (int64_t b = 0; b < w16 / 16; b++) {
+        int8_t *dst = panel + b * kp * 16;
+        for (int64_t e = 0; e < kp; e += 4) {
+            const uint8_t *r = t + e * w16 + b * 16;
+#if defined(__SSE2__)
+            __m128i mk = _mm_set1_epi8((char)mask);
+            __m128i r0 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)r), mk);
+            __m128i r1 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(r + w16)), mk);
+            __m128i r2 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(r + 2 * w16)), mk);
+            __m128i r3 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(r + 3 * w16)), mk);
+            __m128i t0 = _mm_unpacklo_epi8(r0, r1), t1 = _mm_unpackhi_epi8(r0, r1);
+            __m128i t2 = _mm_unpacklo_epi8(r2, r3), t3 = _mm_unpackhi_epi8(r2, r3);
+            __m128i *o = (__m128i *)(dst + e * 16);
+            _mm_storeu_si128(o, _mm_unpacklo_epi16(t0, t2));
+            _mm_storeu_si128(o + 1, _mm_unpackhi_epi16(t0, t2));
+            _mm_storeu_si128(o + 2, _mm_unpacklo_epi16(t1, t3));
+            _mm_storeu_si128(o + 3, _mm_unpackhi_epi16(t1, t3));
+#else
+            for (int q = 0; q < 16; q++)
+                for (int u = 0; u < 4; u++)
+                    dst[e * 16 + q * 4 + u] = (int8_t)(r[u * w16 + q] ^ mask);
+#endif
+        }
+    }
+}
+
+/* Output channel j's m pixels from its int32 sums, in loops the compiler vectorizes: clamps by
+ * comparison, rounding half to even by adding and taking away 1.5 * 2^23. */
+static void requantize(const qconv *s, int64_t j, const int32_t *acc, const int32_t *e, int64_t m,
+                       uint8_t *y) {
+    const float magic = 12582912.0f;
+    const kn_qepilogue *ep = &s->ep;
+    float qlo = ep->qmin - ep->yz, qhi = ep->qmax - ep->yz, sc = s->scale[j], b = s->bias[j];
+    float lo = ep->lo, hi = ep->hi, ys = ep->ys, yz = ep->yz;
+    int32_t corr = s->corr[j];
+    for (int64_t i = 0; i < m; i++) {
+        float r = (float)(acc[i] - 128 * e[i] + corr) * sc + b;
+        r = r > lo ? r : lo;
+        r = r < hi ? r : hi;
+        float v = r / ys;
+        v = v > qlo ? v : qlo;
+        v = v < qhi ? v : qhi;
+        y[i] = (uint8_t)(int32_t)((v + magic) - magic + yz);
+    }
+}
+
+/* The same with a fused residual row res: the conv's result on c's grid, plus res, then the
+ * activation and y's quantization. */
+static void requantize_residual(const qconv *s, int64_t j, const int32_t *acc, const int32_t *e,
+                                const uint8_t *res, int64_t m, uint8_t *y) {
+    const float magic = 12582912.0f;
+    const kn_qepilogue *ep = &s->ep;
+    float qlo = ep->qmin - ep->yz, qhi = ep->qmax - ep->yz, sc = s->scale[j], b = s->bias[j];
+    float lo = ep->lo, hi = ep->hi, ys = ep->ys, yz = ep->yz, rs = s->rs, cs = s->cs;
+    float cmin = s->cmin, cmax = s->cmax;
+    int32_t corr = s->corr[j], rzu = s->rzu;
+    uint8_t rflip = s->rflip;
+    for (int64_t i = 0; i < m; i++) {
+        float c = ((float)(acc[i] - 128 * e[i] + corr) * sc + b) / cs;
+        c = c > cmin ? c : cmin;
+        c = c < cmax ? c : cmax;
+        float r = ((c + magic) - magic) * cs;
+        r += (float)((int32_t)(uint8_t)(res[i] ^ rflip) - rzu) * rs;
+        r = r > lo ? r : lo;
+        r = r < hi ? r : hi;
+        float v = r / ys;
+        v = v > qlo ? v : qlo;
+        v = v < qhi ? v : qhi;
+        y[i] = (uint8_t)(int32_t)((v + magic) - magic + yz);
+    }
+}
+
+typedef struct qcbufs {
+    uint8_t *t;
+    int8_t *panel;
+    int32_t *c, *e;
+} qcbufs;
+
+static size_t round64(size_t n) {
+    return (n + 63) / 64 * 64;
+}
+
+/* The bytes of one slot of scratch: the im2col, the panel, the sums and the ones row's sums. */
+static size_t slot_bytes(const qcjob *j) {
+    size_t panel = round64((size_t)(j->s->kp * j->pc));
+    return 2 * panel + round64((size_t)(j->rows * j->pc) * sizeof(int32_t)) +
+           round64((size_t)j->pc * sizeof(int32_t));
+}
+
+static qcbufs slot_bufs(const qcjob *j, int slot) {
+    uint8_t *p = j->scratch + (size_t)slot * slot_bytes(j);
+    size_t panel = round64((size_t)(j->s->kp * j->pc));
+    qcbufs b = {.t = p, .panel = (int8_t *)(p + panel), .c = (int32_t *)(p + 2 * panel)};
+    b.e = b.c + round64((size_t)(j->rows * j->pc) * sizeof(int32_t)) / sizeof(int32_t);
+    return b;
+}
+
+/* Each running range takes a free slot of the scratch: no more ranges run at once than the
+ * pool has threads, which is the number of slots. */
+static void conv_range(void *arg, int64_t begin, int64_t end) {
+    qcjob *j = arg;
+    const qconv *s = j->s;
+    int slot = 0;
+    while (atomic_exchange_explicit(&j->busy[slot], 1, memory_order_acquire) != 0)
+        slot = (slot + 1) % j->slots;
+    qcbufs b = slot_bufs(j, slot);
+    int64_t done_chunk = -1; /* the panel packed last (tasks of one chunk run in order) */
+    for (int64_t t = begin; t < end; t++) {
+        int64_t chunk = t / j->parts, part = t % j->parts;
+        int64_t img = chunk / j->chunks, p0 = (chunk % j->chunks) * j->pc;
+        int64_t m = j->pixels - p0 < j->pc ? j->pixels - p0 : j->pc, w16 = (m + 15) / 16 * 16;
+        kn_qgemm_b panel = {.k = s->k, .n = w16, .kp = s->kp, .nb = w16 / 16, .packed = b.panel};
+        if (chunk != done_chunk) {
+            im2col(j, img, p0, m, w16, b.t);
+            pack_panel(b.t, s->kp, w16, s->mask, b.panel);
+            kn_qgemm_u8s8(s->ones, s->kp, 1, &panel, b.e, w16);
+            done_chunk = chunk;
+        }
+        int64_t r0 = part * j->rows, r1 = r0 + j->rows < s->n ? r0 + j->rows : s->n;
+        kn_qgemm_u8s8(s->a + r0 * s->kp, s->kp, r1 - r0, &panel, b.c, w16);
+        int64_t at = img * s->n * j->pixels + p0;
+        for (int64_t r = r0; r < r1; r++) {
+            const int32_t *acc = b.c + (r - r0) * w16;
+            uint8_t *y = j->y + at + r * j->pixels;
+            if (j->res != NULL)
+                requantize_residual(s, r, acc, b.e, j->res + at + r * j->pixels, m, y);
+            else
+                requantize(s, r, acc, b.e, m, y);
+        }
+    }
+    atomic_store_explicit(&j->busy[slot], 0, memory_order_release);
+}
+
+kiln_status kn_cpu_qconv_run(kn_kernel_ctx *k) {
+    const qconv *s = k->state;
+    qcjob j = {
+        .s = s, .x = k->in[0].data, .res = s->residual ? k->in[9].data : NULL, .y = k->out[0].data};
+    KN_TRY(kn_conv_geom_init(k->node, &k->in[0].shape, &k->in[3].shape, false, &j.g));
+    if (j.g.nsp != 2 || j.g.group != 1)
+        return kn_error(KILN_ERR_UNSUPPORTED, "int8 Conv: only 2-D, ungrouped convolutions");
+    j.pixels = j.g.out[0] * j.g.out[1];
+    if (j.pixels == 0 || j.g.n == 0 || s->n == 0)
+        return KILN_OK;
+    int64_t pc = PANEL_BYTES / (s->kp > 0 ? s->kp : 4) / 16 * 16;
+    pc = pc < 32 ? 32 : pc > 256 ? 256 : pc;
+    j.pc = pc < (j.pixels + 15) / 16 * 16 ? pc : (j.pixels + 15) / 16 * 16;
+    j.chunks = (j.pixels + j.pc - 1) / j.pc;
+    /* Few chunks (small images) split the output channels too, so every thread has work. */
+    int threads = kn_threadpool_size(k->pool);
+    int64_t tasks = j.g.n * j.chunks, parts = 1;
+    if (threads > 1 && tasks < 2 * threads) {
+        parts = (2 * threads + tasks - 1) / tasks;
+        int64_t most = s->n / 48 > 1 ? s->n / 48 : 1;
+        parts = parts < most ? parts : most;
+    }
+    j.rows = ((s->n + parts - 1) / parts + 5) / 6 * 6;
+    j.parts = (s->n + j.rows - 1) / j.rows;
+    /* The context's pool keeps the scratch between runs, so no layer maps fresh pages. */
+    j.slots = threads;
+    size_t bytes = (size_t)j.slots * slot_bytes(&j);
+    uint8_t *own = NULL;
+    j.scratch = kn_threadpool_scratch(k->pool, bytes);
+    if (j.scratch == NULL)
+        j.scratch = own = kn_aligned_alloc(bytes, 64);
+    j.busy = kn_calloc((size_t)j.slots, sizeof *j.busy);
+    if (j.scratch == NULL || j.busy == NULL) {
+        kn_free(own);
+        kn_free(j.busy);
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "no memory for an int8 Conv");
+    }
+    kn_parallel_for(k->pool, tasks * j.parts, 1, conv_range, &j);
+    kn_free(own);
+    kn_free(j.busy);
+    return KILN_OK;
+}
