@@ -17,12 +17,16 @@ kiln_status tensor_infer_reshape(kn_infer_ctx *c) {
     KN_TRY(tensor_check_movable(x, "input 'data'"));
     int64_t shp[KN_MAX_RANK], n = 0;
     if (c->node->opset < 5) {
-        const int64_t *a;
+        const int64_t *a = NULL;
+        if (kn_node_attr(c->node, "shape") == NULL)
+            return kn_error(KILN_ERR_MODEL, "Reshape-%d needs its attribute 'shape'",
+                            c->node->opset);
         n = kn_attr_ints(c->node, "shape", &a);
         if (n > KN_MAX_RANK)
             return kn_error(KILN_ERR_SHAPE, "attribute 'shape' has %lld values, at most %d",
                             (long long)n, KN_MAX_RANK);
-        memcpy(shp, a, (size_t)n * sizeof *shp);
+        if (n > 0)
+            memcpy(shp, a, (size_t)n * sizeof *shp);
     } else {
         KN_TRY(tensor_need_input(c, 1, "shape"));
         KN_TRY(tensor_read_ints(&c->in[1], "input 'shape'", KN_MAX_RANK, shp, &n));

@@ -5,12 +5,17 @@
 #include <math.h>
 #include <string.h>
 
-/* Index of the pool n-gram of size s equal to tokens x[p], x[p+d], ..., or -1. */
-static int64_t find_gram(const kn_node *node, const kn_tensor *x, int64_t row, int64_t p, int64_t d,
-                         int64_t s) {
+/* The n-gram pool of the node's attributes. */
+typedef struct gram_pool {
     const int64_t *counts, *pool;
-    int64_t n_counts = kn_attr_ints(node, "ngram_counts", &counts);
-    int64_t n_pool = kn_attr_ints(node, "pool_int64s", &pool);
+    int64_t n_counts, n_pool;
+} gram_pool;
+
+/* Index of the pool n-gram of size s equal to tokens x[p], x[p+d], ..., or -1. */
+static int64_t find_gram(const gram_pool *gp, const kn_tensor *x, int64_t row, int64_t p, int64_t d,
+                         int64_t s) {
+    const int64_t *counts = gp->counts, *pool = gp->pool;
+    int64_t n_counts = gp->n_counts, n_pool = gp->n_pool;
     if (s > n_counts)
         return -1;
     int64_t id = 0;
@@ -46,6 +51,16 @@ kiln_status kn_cpu_tfidf(kn_kernel_ctx *k) {
      * larger ones (an attribute may say anything) add nothing but time. */
     if (skips > c)
         skips = c;
+    /* every skip revisits every token: a bound on the work, so a malformed attribute cannot
+     * keep a run busy for minutes (real models skip a few tokens) */
+    if ((double)rows * (double)c * (double)(skips + 1) * (double)(hi - lo + 1) > 1073741824.0)
+        return kn_error(KILN_ERR_UNSUPPORTED,
+                        "TfIdfVectorizer '%s': max_skip_count %lld over %lld tokens a row is "
+                        "more work than kiln runs (2^30 n-gram probes)",
+                        node->name, (long long)skips, (long long)c);
+    gram_pool gp;
+    gp.n_counts = kn_attr_ints(node, "ngram_counts", &gp.counts);
+    gp.n_pool = kn_attr_ints(node, "pool_int64s", &gp.pool);
     float *f = y->data;
     for (int64_t i = 0; i < rows * out; i++)
         f[i] = 0.0f;
@@ -55,7 +70,7 @@ kiln_status kn_cpu_tfidf(kn_kernel_ctx *k) {
             int64_t s_lo = d > 1 && lo < 2 ? 2 : lo;
             for (int64_t p = 0; p < c; p++)
                 for (int64_t s = s_lo; s <= hi && p + (s - 1) * d < c; s++) {
-                    int64_t g = find_gram(node, x, r * c, p, d, s);
+                    int64_t g = find_gram(&gp, x, r * c, p, d, s);
                     if (g >= 0)
                         f[r * out + idx[g]] += 1.0f;
                 }
