@@ -150,11 +150,13 @@ kiln_status cpu_tensor_run_cumsum(kn_kernel_ctx *k) {
     case KILN_DTYPE_BFLOAT16:
         CUMSUM_T(uint16_t, float, kn_bf16_to_float, kn_float_to_bf16);
         break;
+    /* signed sums wrap around as two's complement (as onnxruntime's do), summed unsigned so
+     * an overflow is defined */
     case KILN_DTYPE_INT32:
-        CUMSUM_T(int32_t, int32_t, SAME, SAME);
+        CUMSUM_T(int32_t, uint32_t, SAME, SAME);
         break;
     case KILN_DTYPE_INT64:
-        CUMSUM_T(int64_t, int64_t, SAME, SAME);
+        CUMSUM_T(int64_t, uint64_t, SAME, SAME);
         break;
     case KILN_DTYPE_UINT32:
         CUMSUM_T(uint32_t, uint32_t, SAME, SAME);
