@@ -665,3 +665,17 @@ int64_t kn_attr_floats(const kn_node *n, const char *name, const float **out) {
     *out = a->floats;
     return a->n;
 }
+
+int *kn_graph_value_uses(const kn_graph *g) {
+    int *uses = kn_calloc((size_t)g->n_values + 1, sizeof(int));
+    if (uses == NULL)
+        return NULL;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kn_node *n = &g->nodes[i];
+        if (!n->dead)
+            for (int j = 0; j < n->n_in; j++)
+                if (n->in[j] >= 0)
+                    uses[n->in[j]]++;
+    }
+    return uses;
+}

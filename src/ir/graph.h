@@ -146,6 +146,9 @@ kn_graph *kn_graph_clone(const kn_graph *g);
 
 /* Attribute lookup on a node; NULL if absent. */
 const kn_attr *kn_node_attr(const kn_node *n, const char *name);
+/* How many inputs of live nodes read each value (n_values + 1 ints, caller frees with
+ * kn_free); NULL when out of memory. */
+int *kn_graph_value_uses(const kn_graph *g);
 int64_t kn_attr_int(const kn_node *n, const char *name, int64_t def);
 float kn_attr_float(const kn_node *n, const char *name, float def);
 const char *kn_attr_string(const kn_node *n, const char *name, const char *def);

@@ -305,16 +305,9 @@ static kiln_status make_explicit(kn_graph *g, int i) {
 }
 
 kiln_status kn_pass_fuse_activations(kn_graph *g) {
-    fuser f = {.g = g, .uses = kn_calloc((size_t)g->n_values + 1, sizeof(int))};
+    fuser f = {.g = g, .uses = kn_graph_value_uses(g)};
     if (f.uses == NULL)
         return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory fusing activations");
-    for (int i = 0; i < g->n_nodes; i++) {
-        const kn_node *n = &g->nodes[i];
-        if (!n->dead)
-            for (int j = 0; j < n->n_in; j++)
-                if (n->in[j] >= 0)
-                    f.uses[n->in[j]]++;
-    }
     kiln_status rc = KILN_OK;
     for (int i = 0; i < g->n_nodes && rc == KILN_OK; i++) {
         if (!is_product(&g->nodes[i]) || g->nodes[i].n_out != 1 || g->nodes[i].out[0] < 0 ||

@@ -226,16 +226,9 @@ static kiln_status try_fuse(matcher *m, int pv) {
 }
 
 kiln_status kn_pass_fuse_attention(kn_graph *g) {
-    matcher m = {.g = g, .uses = kn_calloc((size_t)g->n_values + 1, sizeof(int))};
+    matcher m = {.g = g, .uses = kn_graph_value_uses(g)};
     if (m.uses == NULL)
         return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory fusing attention");
-    for (int i = 0; i < g->n_nodes; i++) {
-        const kn_node *n = &g->nodes[i];
-        if (!n->dead)
-            for (int j = 0; j < n->n_in; j++)
-                if (n->in[j] >= 0)
-                    m.uses[n->in[j]]++;
-    }
     kiln_status rc = KILN_OK;
     for (int i = 0; i < g->n_nodes && rc == KILN_OK; i++)
         if (is_op(&g->nodes[i], "MatMul"))

@@ -281,17 +281,9 @@ static kiln_status try_product(qdq *q, int i) {
 }
 
 kiln_status kn_pass_fuse_qdq(kn_graph *g) {
-    qdq q = {
-        .g = g, .uses = kn_calloc((size_t)g->n_values + 1, sizeof(int)), .n_uses = g->n_values};
+    qdq q = {.g = g, .uses = kn_graph_value_uses(g), .n_uses = g->n_values};
     if (q.uses == NULL)
         return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory fusing QDQ");
-    for (int i = 0; i < g->n_nodes; i++) {
-        const kn_node *n = &g->nodes[i];
-        if (!n->dead)
-            for (int j = 0; j < n->n_in; j++)
-                if (n->in[j] >= 0)
-                    q.uses[n->in[j]]++;
-    }
     kiln_status rc = KILN_OK;
     int n_nodes = g->n_nodes;
     for (int i = 0; i < n_nodes && rc == KILN_OK; i++) {
