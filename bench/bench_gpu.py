@@ -14,7 +14,8 @@ caches drift alike for all of them:
   torch-graph    a torch.cuda.CUDAGraph of module(x) replayed, then synchronize
   kiln NAME=VALUE  the same model built with that environment variable set (--variant, e.g.
                  KILN_CUDA_NHWC=1), in its own context, side by side with the default plan
-  torch-compile  torch.compile(mode="reduce-overhead") (with --compile; it takes minutes)
+  torch-compile-MODE  torch.compile(mode=MODE) (with --compile MODES: reduce-overhead,
+                 max-autotune; each takes a minute or more)
   torch-*-cl     the same in channels_last (CNNs with --precision fp16)
 
 Each iteration is timed on the host clock around the synchronous call; the table gives the
@@ -193,6 +194,27 @@ def eager_and_graph(configs, suffix, model, x, label):
     configs["torch-graph" + suffix] = replay
 
 
+def plan_load_ms(K, plan, times=5):
+    """Milliseconds to load the plan (kiln_engine_load_file) and to create a first context on it:
+    the first load in the process (libkiln_cuda.so opened, the device's libraries initialized;
+    torch has already made the CUDA context) and the median of the next `times`."""
+    def one():
+        t0 = time.perf_counter()
+        e = K.load(plan)
+        t1 = time.perf_counter()
+        c = K.context(e)
+        t2 = time.perf_counter()
+        K.lib.kiln_context_destroy(c)
+        K.lib.kiln_engine_destroy(e)
+        return (t1 - t0) * 1e3, (t2 - t1) * 1e3
+    first = one()
+    rest = [one() for _ in range(times)]
+    return {"first_load": first[0], "first_context": first[1],
+            "load_median": statistics.median(r[0] for r in rest),
+            "context_median": statistics.median(r[1] for r in rest),
+            "plan_mb": os.path.getsize(plan) / 1e6}
+
+
 def bench_one(K, engine, model, name, batch, args, variants=()):
     dev = "cuda"
     x_host = example(name, batch, "cpu")
@@ -230,23 +252,24 @@ def bench_one(K, engine, model, name, batch, args, variants=()):
             cl_model = copy.deepcopy(model).to(memory_format=torch.channels_last)
             x_cl = x_torch.contiguous(memory_format=torch.channels_last)
             eager_and_graph(configs, "-cl", cl_model, x_cl, label + " channels_last")
-        compile_s = None
-        if args.compile:
+        compile_s = {}
+        for mode in args.compile.split(",") if args.compile else []:
             cmodel, cx = (cl_model, x_cl) if cl_model is not None else (model, x_torch)
-            compiled = torch.compile(cmodel, mode="reduce-overhead")
+            torch._dynamo.reset()
+            compiled = torch.compile(copy.deepcopy(cmodel), mode=mode)
             t0 = time.perf_counter()
             with torch.no_grad():
                 for _ in range(3):
                     compiled(cx)
             torch.cuda.synchronize()
-            compile_s = time.perf_counter() - t0
+            compile_s[mode] = time.perf_counter() - t0
 
-            def comp():
+            def comp(compiled=compiled, cx=cx):
                 with torch.no_grad():
                     compiled(cx)
                 torch.cuda.synchronize()
 
-            configs["torch-compile"] = comp
+            configs[f"torch-compile-{mode}"] = comp
         for fn in configs.values():
             for _ in range(args.warmup):
                 fn()
@@ -278,8 +301,10 @@ def main():
     ap.add_argument("--bert-batches", default="1,32")
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--iterations", type=int, default=50)
-    ap.add_argument("--compile", action="store_true", help="also torch.compile reduce-overhead "
-                    "(of the channels_last module for CNNs in fp16)")
+    ap.add_argument("--compile", nargs="?", const="reduce-overhead", metavar="MODES",
+                    help="also torch.compile in these modes, comma-separated (default "
+                    "reduce-overhead; e.g. reduce-overhead,max-autotune), of the channels_last "
+                    "module for CNNs in fp16; each compile takes a minute or more")
     ap.add_argument("--precision", choices=["fp32", "fp16"], default="fp32")
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=VALUE",
                     help="also time a kiln plan built with this environment variable set (e.g. "
@@ -315,6 +340,7 @@ def main():
             model = model.cuda()
             if args.precision == "fp16":
                 model = model.half()
+            load_ms = plan_load_ms(K, plan)
             engine = K.load(plan)
         except Exception as e:  # one model's failure must not hide the others' rows
             print(f"{name}: {type(e).__name__}: {e}", flush=True)
@@ -324,6 +350,7 @@ def main():
             try:
                 row = bench_one(K, engine, model, name, b, args, variants)
                 row["kiln_build_s"] = build_s
+                row["plan_load_ms"] = load_ms
             except Exception as e:
                 row = {"model": name, "batch": b, "error": f"{type(e).__name__}: {e}"}
             rows.append(row)
@@ -340,7 +367,7 @@ def main():
     cols = ["kiln"] + [f"kiln {v}" for v in args.variant] + ["torch-eager", "torch-graph"]
     if args.precision == "fp16":
         cols += ["torch-eager-cl", "torch-graph-cl"]
-    cols += ["torch-compile"] if args.compile else []
+    cols += [f"torch-compile-{m}" for m in args.compile.split(",")] if args.compile else []
     print("\n| model | batch | " + " | ".join(f"{c} median / p90 ms" for c in cols) +
           " | best torch / kiln | kiln err (first, last run) |")
     print("| --- | ---: |" + " ---: |" * len(cols) + " ---: | ---: |")

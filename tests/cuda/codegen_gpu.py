@@ -8,8 +8,8 @@ plan. For float32, float16 and bfloat16 plans this checks that:
 - `kiln inspect` shows the layer with a generated kernel (and without one when the plan is
   built with KILN_CUDA_CODEGEN=0);
 - the plan's outputs match onnxruntime (CPU, float32) at shapes that take each path of the
-  kernel: every input at the output's shape with an element count divisible by four (four
-  elements per thread), an odd element count (one per thread), a per-channel input (broadcast
+  kernel: every input at the output's shape with an element count divisible by eight (eight
+  elements per thread), counts of 12 and odd ones (one per thread), a per-channel input (broadcast
   offsets) and a one-element graph input read as a single value, in both flat paths; float32 within 1e-5 of the output's magnitude, float16 1e-2,
   bfloat16 8e-2;
 - a plan with generated code and one without give the same float32 results (within 1e-6: the
@@ -89,7 +89,8 @@ def model_scale(path):
 MODELS = {"silu_bias": (model_silu_bias, [{"x": (2, 8, 16, 16), "z": (2, 8, 16, 16)},
                                           {"x": (1, 8, 3, 5), "z": (1, 8, 3, 5)},
                                           {"x": (4, 8, 16, 16), "z": (4, 8, 16, 16)}]),
-          "gelu_tanh": (model_gelu_tanh, [{"x": (64, 4096)}, {"x": (3, 5)}, {"x": (1, 1)}]),
+          "gelu_tanh": (model_gelu_tanh, [{"x": (64, 4096)}, {"x": (3, 4)}, {"x": (3, 5)},
+                                          {"x": (1, 1)}]),
           "scale": (model_scale, [{"x": (8, 1024), "s": (1,)}, {"x": (3, 7), "s": (1,)}])}
 
 

@@ -128,7 +128,7 @@ kiln_status kc_fused_generate(const kn_node *n, int n_in, const kn_tensor *in, i
                               size_t note_size);
 kiln_status kc_fused_code_load(const kn_node *n, cudaLibrary_t *lib, cudaKernel_t *kernel);
 kiln_status kc_fused_code_launch(cudaKernel_t kernel, cudaStream_t st, const kc_bcast *bc,
-                                 const void *const *in, int32_t dtype, void *y);
+                                 const void *const *in, void *y);
 /* Whether input j / output j of node n is stored NHWC (kiln_nhwc, passes/layout_nhwc.c: the
  * value keeps its NCHW shape, its bytes are ordered N, H, W, C). */
 bool kc_nhwc_in(const kn_node *n, int j);

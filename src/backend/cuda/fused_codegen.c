@@ -6,9 +6,9 @@
  * for plans without code and for code that does not load.
  *
  * The kernel has two paths, chosen per launch: when every input is either the output's shape
- * (read at the element's own index) or a single value, four elements per thread with vector
- * loads and stores (the inputs and output 16-byte aligned for float32, 8 for 16-bit types, the
- * element count a multiple of four) or one per thread; otherwise the broadcast offsets of
+ * (read at the element's own index) or a single value, eight elements per thread with 16-byte
+ * vector loads and stores (two for float32; the inputs and output 16-byte aligned, the element
+ * count a multiple of eight) or one per thread; otherwise the broadcast offsets of
  * every input from the element's coordinates, as the interpreter does.
  *
  * NVRTC (libnvrtc.so.13) is loaded on first use at build only; without it the build keeps
@@ -82,16 +82,18 @@ static uint32_t float_bits(float f) {
 /* Storage type, loads (widen to float) and stores (round to nearest even) for dtype. */
 static void put_type(text *t, int dtype) {
     if (dtype == KILN_DTYPE_FLOAT32) {
-        put(t, "typedef float kc_t;\ntypedef float4 kc_t4;\n"
+        put(t, "typedef float kc_t;\nstruct kc_t8 { float4 a, b; };\n"
                "__device__ __forceinline__ float kc_ld(kc_t v) { return v; }\n"
                "__device__ __forceinline__ kc_t kc_st(float v) { return v; }\n"
-               "__device__ __forceinline__ void kc_unpack(kc_t4 v, float *f) "
-               "{ f[0] = v.x; f[1] = v.y; f[2] = v.z; f[3] = v.w; }\n"
-               "__device__ __forceinline__ kc_t4 kc_pack(const float *f) "
-               "{ return make_float4(f[0], f[1], f[2], f[3]); }\n");
+               "__device__ __forceinline__ void kc_unpack(kc_t8 v, float *f) {\n"
+               "  f[0] = v.a.x; f[1] = v.a.y; f[2] = v.a.z; f[3] = v.a.w;\n"
+               "  f[4] = v.b.x; f[5] = v.b.y; f[6] = v.b.z; f[7] = v.b.w; }\n"
+               "__device__ __forceinline__ kc_t8 kc_pack(const float *f) {\n"
+               "  kc_t8 v; v.a = make_float4(f[0], f[1], f[2], f[3]);\n"
+               "  v.b = make_float4(f[4], f[5], f[6], f[7]); return v; }\n");
         return;
     }
-    put(t, "typedef unsigned short kc_t;\ntypedef uint2 kc_t4;\n");
+    put(t, "typedef unsigned short kc_t;\ntypedef uint4 kc_t8;\n");
     if (dtype == KILN_DTYPE_FLOAT16)
         put(t, "__device__ __forceinline__ float kc_ld(kc_t v) "
                "{ float f; asm(\"cvt.f32.f16 %%0, %%1;\" : \"=f\"(f) : \"h\"(v)); return f; }\n"
@@ -103,12 +105,17 @@ static void put_type(text *t, int dtype) {
             "{ return __int_as_float(((unsigned)v) << 16); }\n"
             "__device__ __forceinline__ kc_t kc_st(float f) "
             "{ kc_t v; asm(\"cvt.rn.bf16.f32 %%0, %%1;\" : \"=h\"(v) : \"f\"(f)); return v; }\n");
-    put(t, "__device__ __forceinline__ void kc_unpack(kc_t4 v, float *f) {\n"
-           "  f[0] = kc_ld((kc_t)(v.x & 0xffffu)); f[1] = kc_ld((kc_t)(v.x >> 16));\n"
-           "  f[2] = kc_ld((kc_t)(v.y & 0xffffu)); f[3] = kc_ld((kc_t)(v.y >> 16)); }\n"
-           "__device__ __forceinline__ kc_t4 kc_pack(const float *f) {\n"
-           "  kc_t4 v; v.x = (unsigned)kc_st(f[0]) | ((unsigned)kc_st(f[1]) << 16);\n"
-           "  v.y = (unsigned)kc_st(f[2]) | ((unsigned)kc_st(f[3]) << 16); return v; }\n");
+    put(t, "__device__ __forceinline__ void kc_unpack(kc_t8 v, float *f) {\n"
+           "  unsigned w[4] = {v.x, v.y, v.z, v.w};\n"
+           "  for (int j = 0; j < 4; j++) {\n"
+           "    f[2 * j] = kc_ld((kc_t)(w[j] & 0xffffu)); f[2 * j + 1] = kc_ld((kc_t)(w[j] >> "
+           "16)); }\n"
+           "}\n"
+           "__device__ __forceinline__ kc_t8 kc_pack(const float *f) {\n"
+           "  unsigned w[4];\n"
+           "  for (int j = 0; j < 4; j++)\n"
+           "    w[j] = (unsigned)kc_st(f[2 * j]) | ((unsigned)kc_st(f[2 * j + 1]) << 16);\n"
+           "  return make_uint4(w[0], w[1], w[2], w[3]); }\n");
 }
 
 /* The program's instructions for one element; reg names carry the lane suffix. `load` prints
@@ -166,7 +173,7 @@ static void put_regs(text *t, const char *lane) {
 /* The kernel's source for program p on tensors of dtype with n_in inputs. Its parameters:
  * the broadcast (cuda_kernels.h's kc_bcast layout), the input pointers, the output, the mask
  * of inputs at the output's shape (the others of the flat paths are single values), and the
- * path (0 strided, 1 flat, 2 four elements per thread). */
+ * path (0 strided, 1 flat, 2 eight elements per thread). */
 static char *source(const kc_program *p, int dtype, int n_in) {
     text t = {0};
     put(&t, "%s\n", ew_source);
@@ -180,22 +187,22 @@ static char *source(const kc_program *p, int dtype, int n_in) {
         "  long long step = (long long)gridDim.x * blockDim.x;\n"
         "  long long start = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n",
         KC_MAX_RANK, KC_MAX_EW_IN, KC_MAX_RANK, KC_MAX_EW_IN);
-    /* four per thread */
+    /* eight per thread: 16-byte vectors (two for float32) */
     put(&t, "  if (path == 2) {\n"
-            "   for (long long q = start; q < bc.numel / 4; q += step) {\n");
+            "   for (long long q = start; q < bc.numel / 8; q += step) {\n");
     for (int a = 0; a < n_in; a++)
         put(&t,
-            "    float v%d[4];\n"
-            "    if (full >> %d & 1u) kc_unpack(((const kc_t4 *)in.p[%d])[q], v%d);\n"
-            "    else v%d[0] = v%d[1] = v%d[2] = v%d[3] = kc_ld(in.p[%d][0]);\n",
-            a, a, a, a, a, a, a, a, a);
-    const char *lanes[4] = {"_0", "_1", "_2", "_3"};
-    for (int l = 0; l < 4; l++) {
+            "    float v%d[8];\n"
+            "    if (full >> %d & 1u) kc_unpack(((const kc_t8 *)in.p[%d])[q], v%d);\n"
+            "    else for (int j = 0; j < 8; j++) v%d[j] = kc_ld(in.p[%d][0]);\n",
+            a, a, a, a, a, a);
+    const char *lanes[8] = {"_0", "_1", "_2", "_3", "_4", "_5", "_6", "_7"};
+    for (int l = 0; l < 8; l++) {
         put_regs(&t, lanes[l]);
         put_body(&t, p, lanes[l], load_vec);
     }
-    put(&t, "    float o[4] = {out_0, out_1, out_2, out_3};\n"
-            "    ((kc_t4 *)y)[q] = kc_pack(o);\n"
+    put(&t, "    float o[8] = {out_0, out_1, out_2, out_3, out_4, out_5, out_6, out_7};\n"
+            "    ((kc_t8 *)y)[q] = kc_pack(o);\n"
             "   }\n"
             "   return;\n"
             "  }\n");
@@ -440,7 +447,7 @@ kiln_status kc_fused_code_load(const kn_node *n, cudaLibrary_t *lib, cudaKernel_
 }
 
 kiln_status kc_fused_code_launch(cudaKernel_t kernel, cudaStream_t st, const kc_bcast *bc,
-                                 const void *const *in, int32_t dtype, void *y) {
+                                 const void *const *in, void *y) {
     if (bc->numel == 0)
         return KILN_OK;
     struct {
@@ -448,8 +455,8 @@ kiln_status kc_fused_code_launch(cudaKernel_t kernel, cudaStream_t st, const kc_
     } ptrs = {{0}};
     /* Input k is at the output's shape when its strides are the output's own (row-major). */
     unsigned full = 0;
-    bool flat = true, vec = bc->numel % 4 == 0;
-    size_t align = dtype == KILN_DTYPE_FLOAT32 ? 16 : 8;
+    bool flat = true, vec = bc->numel % 8 == 0;
+    size_t align = 16;
     vec = vec && ((uintptr_t)y % align) == 0;
     for (int k = 0; k < bc->n_in; k++) {
         ptrs.p[k] = in[k];
@@ -470,7 +477,7 @@ kiln_status kc_fused_code_launch(cudaKernel_t kernel, cudaStream_t st, const kc_
             vec = vec && ((uintptr_t)in[k] % align) == 0;
     }
     int path = !flat ? 0 : vec ? 2 : 1;
-    int64_t work = path == 2 ? bc->numel / 4 : bc->numel;
+    int64_t work = path == 2 ? bc->numel / 8 : bc->numel;
     int64_t blocks = (work + 255) / 256;
     if (blocks > 65536)
         blocks = 65536;

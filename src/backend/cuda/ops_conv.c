@@ -20,6 +20,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -148,6 +149,12 @@ typedef struct conv_local {
     conv_descs d;
     cudnnConvolutionFwdAlgo_t algo;
     size_t ws;
+    /* cuDNN's fused convolution + bias (+ residual) + ReLU/identity, made on first use:
+     * fused is 0 until tried, 1 when cuDNN runs it, -1 when it refused (then the epilogue
+     * kernel runs after the plain convolution). */
+    cudnnTensorDescriptor_t bias;
+    cudnnActivationDescriptor_t act;
+    int fused_act, fused;
 } conv_local;
 
 /* A Conv tactic (KN_ATTR_TACTIC): layout version, cuDNN algorithm, math type, workspace bytes,
@@ -171,6 +178,10 @@ static bool conv_tactic(const kn_node *nd, const conv_geom *g, cudnnConvolutionF
 
 static void conv_local_free(kn_local_state *self) {
     conv_local *l = (conv_local *)self;
+    if (l->act)
+        cudnnDestroyActivationDescriptor(l->act);
+    if (l->bias)
+        cudnnDestroyTensorDescriptor(l->bias);
     descs_free(&l->d);
     kc_host->free(l);
 }
@@ -272,6 +283,62 @@ static bool pointwise_1x1(const conv_geom *g) {
            g->groups == 1;
 }
 
+/* Whether cuDNN's fused convolution may be tried (KILN_CUDA_CONV_FUSE=0: never). */
+static bool fuse_allowed(void) {
+    static int allowed = -1;
+    if (allowed < 0) {
+        const char *e = getenv("KILN_CUDA_CONV_FUSE");
+        allowed = e == NULL || strcmp(e, "0") != 0;
+    }
+    return allowed != 0;
+}
+
+/* y = act(conv(x, w) + b + z) in one cuDNN call (cudnnConvolutionBiasActivationForward), for
+ * act ReLU or none; *done false when cuDNN refuses this geometry or algorithm (remembered in l,
+ * so the refusal costs one call a context), and the caller runs the convolution and the
+ * epilogue kernel instead. Saves the epilogue's pass over y (read y and z, write y). */
+static kiln_status conv_fused(kn_stream *st, conv_local *l, const void *x, const void *w,
+                              const void *b, const void *z, void *y, int act, bool *done) {
+    *done = false;
+    if (l->fused < 0 || (l->fused > 0 && l->fused_act != act) || !fuse_allowed())
+        return KILN_OK;
+    const conv_geom *g = &l->g;
+    if (l->bias == NULL) {
+        cudnnDataType_t t = g->dtype == KILN_DTYPE_FLOAT16    ? CUDNN_DATA_HALF
+                            : g->dtype == KILN_DTYPE_BFLOAT16 ? CUDNN_DATA_BFLOAT16
+                                                              : CUDNN_DATA_FLOAT;
+        KC_TRY(kc_check_dnn(cudnnCreateTensorDescriptor(&l->bias), "tensor descriptor"));
+        KC_TRY(kc_check_dnn(
+            cudnnSetTensor4dDescriptor(l->bias, g->nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, t,
+                                       1, g->k, 1, 1),
+            "bias descriptor"));
+    }
+    if (l->act == NULL)
+        KC_TRY(kc_check_dnn(cudnnCreateActivationDescriptor(&l->act), "activation descriptor"));
+    if (l->fused == 0 || l->fused_act != act)
+        KC_TRY(kc_check_dnn(
+            cudnnSetActivationDescriptor(
+                l->act, act == KC_ACT_RELU ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY,
+                CUDNN_PROPAGATE_NAN, 0.0),
+            "activation descriptor"));
+    const float one = 1.0f, zero = 0.0f;
+    cudnnStatus_t s = cudnnConvolutionBiasActivationForward(
+        st->dnn, &one, l->d.x, x, l->d.w, w, l->d.conv, l->algo, st->ws, st->ws_size,
+        z != NULL ? &one : &zero, l->d.y, z != NULL ? z : y, l->bias, b, l->act, l->d.y, y);
+    if (s == CUDNN_STATUS_SUCCESS) {
+        l->fused = 1;
+        l->fused_act = act;
+        *done = true;
+        return KILN_OK;
+    }
+    /* cuDNN 9's bad-parameter (2xxx) and not-supported (3xxx) classes: a refusal, not a fault */
+    if (l->fused == 0 && s >= CUDNN_STATUS_BAD_PARAM && s < CUDNN_STATUS_INTERNAL_ERROR) {
+        l->fused = -1;
+        return KILN_OK;
+    }
+    return kc_check_dnn(s, "fused convolution");
+}
+
 /* y = act(conv(x, w) + b + z); b and z may be NULL. */
 static kiln_status conv_run(kn_kernel_ctx *k, const conv_geom *g, const void *x, const void *w,
                             const void *b, const void *z, void *y, int act, float aa, float ab) {
@@ -290,14 +357,19 @@ static kiln_status conv_run(kn_kernel_ctx *k, const conv_geom *g, const void *x,
     bool temp;
     KC_TRY(conv_local_get(k, g, &l, &temp));
     kiln_status rc = kc_workspace(st, l->ws);
+    bool done = false;
+    if (rc == KILN_OK && b != NULL && (act == KC_ACT_NONE || act == KC_ACT_RELU))
+        rc = conv_fused(st, l, x, w, b, z, y, act, &done);
     const float one = 1.0f, zero = 0.0f;
-    if (rc == KILN_OK)
+    if (rc == KILN_OK && !done)
         rc = kc_check_dnn(cudnnConvolutionForward(st->dnn, &one, l->d.x, x, l->d.w, w, l->d.conv,
                                                   l->algo, st->ws, st->ws_size, &zero, l->d.y, y),
                           "convolution");
     if (temp)
         conv_local_free(&l->base);
     KC_TRY(rc);
+    if (done)
+        return KILN_OK;
     /* NHWC: the channel is the last dim of [N * OH * OW, K] */
     int64_t outer = g->nhwc ? (int64_t)g->n * g->oh * g->ow : g->n;
     int64_t inner = g->nhwc ? 1 : (int64_t)g->oh * g->ow;

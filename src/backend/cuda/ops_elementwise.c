@@ -352,8 +352,7 @@ static kiln_status run_fused(kn_kernel_ctx *k) {
         return kc_fail(KILN_ERR_SHAPE, "FusedElementwise: inputs do not broadcast");
     const fused_state *f = k->state;
     if (f->lib != NULL)
-        return kc_fused_code_launch(f->kernel, k->stream->s, &bc, ptr, k->out[0].dtype,
-                                    k->out[0].data);
+        return kc_fused_code_launch(f->kernel, k->stream->s, &bc, ptr, k->out[0].data);
     return KC_LAUNCH(kc_fused(STREAM(k), k->out[0].dtype, &f->p, &bc, ptr, k->out[0].data),
                      "FusedElementwise");
 }
