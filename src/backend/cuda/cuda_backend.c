@@ -89,6 +89,40 @@ int64_t kc_attr_floats(const kn_node *n, const char *name, const float **out) {
     return a->n;
 }
 
+/* Merge neighbouring dims that every input walks alike (both contiguous in it, or both
+ * broadcast) and drop dims of one element: the same elements at the same offsets, with fewer
+ * dims for the kernels' index arithmetic (a squeeze-and-excitation Mul of [N, C, H, W] by
+ * [N, C, 1, 1] becomes [N * C, H * W]). At least one dim stays. */
+static void bcast_collapse(kc_bcast *b) {
+    int r = 0;
+    for (int d = 0; d < b->rank; d++) {
+        if (b->dims[d] == 1 && b->rank > 1)
+            continue;
+        bool merge = r > 0;
+        for (int k = 0; k < b->n_in && merge; k++) {
+            int64_t outer = b->strides[k][r - 1], inner = b->strides[k][d];
+            merge = (outer == 0 && inner == 0) || (inner != 0 && outer == inner * b->dims[d]);
+        }
+        if (merge) {
+            b->dims[r - 1] *= b->dims[d];
+            for (int k = 0; k < b->n_in; k++)
+                b->strides[k][r - 1] = b->strides[k][d];
+            continue;
+        }
+        b->dims[r] = b->dims[d];
+        for (int k = 0; k < b->n_in; k++)
+            b->strides[k][r] = b->strides[k][d];
+        r++;
+    }
+    if (r == 0) { /* every dim one element */
+        b->dims[0] = 1;
+        for (int k = 0; k < b->n_in; k++)
+            b->strides[k][0] = 0;
+        r = 1;
+    }
+    b->rank = r;
+}
+
 bool kc_bcast_init(kc_bcast *b, const kn_shape *out, int n, const kn_shape *const *in) {
     memset(b, 0, sizeof *b);
     if (out->rank > KC_MAX_RANK || n > KC_MAX_EW_IN)
@@ -112,6 +146,7 @@ bool kc_bcast_init(kc_bcast *b, const kn_shape *out, int n, const kn_shape *cons
             stride *= dim;
         }
     }
+    bcast_collapse(b);
     return true;
 }
 

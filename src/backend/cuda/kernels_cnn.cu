@@ -6,7 +6,8 @@
 // convolutions, a poor fit (its heuristic's first choice took most of EfficientNet-B0's time),
 // while the layer is memory-bound: each output reads K*K inputs that neighbouring outputs share,
 // so a thread computes kRow outputs along W from one register window per input row (NCHW), or
-// one output with the threads of a warp on consecutive channels (NHWC, coalesced).
+// kRow outputs of 16 bytes of channels each with the threads of a warp on consecutive channel
+// vectors (NHWC, coalesced; one output a thread when the channels do not fill vectors).
 //
 // A convolution over a 1x1 image with a 1x1 filter (squeeze-and-excitation's two layers after
 // global pooling) is a small matrix product y[n, k] = w[k, :] . x[n, :]; cuDNN took 0.3 ms
@@ -124,10 +125,100 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
+// NHWC with 16 bytes of channels a thread (8 halves or 4 floats) and kRow outputs along W: the
+// kRow outputs share (kRow - 1) * S + K input columns, each one 16-byte load of V channels, and
+// consecutive threads take consecutive channel vectors of the same pixels, so a warp's loads
+// are contiguous runs of the rows. The filter taps are read per channel (weights are
+// [C, K, K]); they are few and stay in the L1 cache. Taken when C * sizeof(T) is a multiple of
+// 16 and the tensors are 16-byte aligned.
+template <typename T, int K, int S>
+__global__ void __launch_bounds__(kThreads)
+    k_dw_nhwc_vec(kc_dwconv p, const T *__restrict__ x, const T *__restrict__ w,
+                  const T *__restrict__ bias, const T *__restrict__ res, T *__restrict__ y) {
+    constexpr int V = 16 / sizeof(T);
+    constexpr int kCols = (kRow - 1) * S + K;
+    const int cv = p.c / V, groups = (p.ow + kRow - 1) / kRow;
+    const int64_t total = (int64_t)p.n * p.oh * groups * cv;
+    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        const int c0 = (int)(t % cv) * V;
+        int64_t r = t / cv;
+        const int gi = (int)(r % groups);
+        r /= groups;
+        const int oh = (int)(r % p.oh);
+        const int64_t n = r / p.oh;
+        const int ow0 = gi * kRow, iw0 = ow0 * S - p.pw;
+        float acc[kRow][V];
+#pragma unroll
+        for (int i = 0; i < kRow; i++)
+#pragma unroll
+            for (int j = 0; j < V; j++)
+                acc[i][j] = 0.f;
+#pragma unroll
+        for (int kh = 0; kh < K; kh++) {
+            const int ih = oh * S - p.ph + kh;
+            if (ih < 0 || ih >= p.h)
+                continue;
+            const T *row = x + ((n * p.h + ih) * p.w) * p.c + c0;
+            float wk[K][V];
+#pragma unroll
+            for (int kw = 0; kw < K; kw++)
+#pragma unroll
+                for (int j = 0; j < V; j++)
+                    wk[kw][j] = kc_widen(w[(c0 + j) * K * K + kh * K + kw]);
+#pragma unroll
+            for (int col = 0; col < kCols; col++) {
+                const int iw = iw0 + col;
+                if (iw < 0 || iw >= p.w)
+                    continue;
+                uint4 raw = *(const uint4 *)(row + (int64_t)iw * p.c);
+                const T *v = (const T *)&raw;
+#pragma unroll
+                for (int i = 0; i < kRow; i++) {
+                    const int kw = col - i * S;
+                    if (kw >= 0 && kw < K)
+#pragma unroll
+                        for (int j = 0; j < V; j++)
+                            acc[i][j] += kc_widen(v[j]) * wk[kw][j];
+                }
+            }
+        }
+        float bv[V];
+#pragma unroll
+        for (int j = 0; j < V; j++)
+            bv[j] = bias ? kc_widen(bias[c0 + j]) : 0.f;
+        const int64_t ob = ((n * p.oh + oh) * p.ow) * p.c + c0;
+#pragma unroll
+        for (int i = 0; i < kRow; i++) {
+            if (ow0 + i >= p.ow)
+                break;
+            const int64_t o = ob + (int64_t)(ow0 + i) * p.c;
+            uint4 zr = res ? *(const uint4 *)(res + o) : make_uint4(0, 0, 0, 0);
+            const T *zv = (const T *)&zr;
+            uint4 out;
+            T *ov = (T *)&out;
+#pragma unroll
+            for (int j = 0; j < V; j++) {
+                float v = acc[i][j] + bv[j] + (res ? kc_widen(zv[j]) : 0.f);
+                ov[j] = kc_narrow<T>(kc_activate(p.act, v, p.alpha, p.beta));
+            }
+            *(uint4 *)(y + o) = out;
+        }
+    }
+}
+
+// Whether the vector NHWC kernel takes these tensors.
+template <typename T> bool nhwc_vec(const kc_dwconv &p, const T *x, const T *z, const T *y) {
+    return (p.c * sizeof(T)) % 16 == 0 && ((uintptr_t)x | (uintptr_t)z | (uintptr_t)y) % 16 == 0;
+}
+
 template <typename T, int K, int S>
 int launch(cudaStream_t s, const kc_dwconv &p, const T *x, const T *w, const T *b, const T *z,
            T *y) {
-    if (p.nhwc) {
+    if (p.nhwc && nhwc_vec(p, x, z, y)) {
+        int64_t total = (int64_t)p.n * p.oh * ((p.ow + kRow - 1) / kRow) * (p.c * sizeof(T) / 16);
+        k_dw_nhwc_vec<T, K, S><<<grid_for(total), kThreads, 0, s>>>(p, x, w, b, z, y);
+    } else if (p.nhwc) {
         int64_t total = (int64_t)p.n * p.oh * p.ow * p.c;
         k_dw_nhwc<T, K, S><<<grid_for(total), kThreads, 0, s>>>(p, x, w, b, z, y);
     } else {

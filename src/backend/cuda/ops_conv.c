@@ -401,6 +401,12 @@ static kiln_status run_conv(kn_kernel_ctx *k) {
     return conv_run(k, &g, k->in[0].data, k->in[1].data, b, z, k->out[0].data, act, aa, ab);
 }
 
+/* Whether depthwise layers may be stored NHWC (KILN_CUDA_NHWC_DEPTHWISE=0: no). */
+static bool nhwc_depthwise(void) {
+    const char *e = getenv("KILN_CUDA_NHWC_DEPTHWISE");
+    return e == NULL || strcmp(e, "0") != 0;
+}
+
 static bool sup_conv(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
                      const kn_tensor *out, kn_caps *caps) {
     conv_geom g;
@@ -417,11 +423,17 @@ static bool sup_conv(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
             return kc_reason(caps, "cuda: Conv dims beyond 32 bits");
     if (kc_activation(n, &a, &b) < 0)
         return kc_reason(caps, "cuda: unknown fused activation");
-    /* 16-bit: cuDNN's tensor-core layout. Not for depthwise layers: the own kernel's NHWC form
-     * measured 2.5x slower than its NCHW one (MobileNetV2 at batch 64, docs/perf-notes.md), so a
-     * network with depthwise layers keeps its convolutions NCHW (the layout pass joins them). */
+    /* 16-bit: cuDNN's tensor-core layout. Depthwise layers only where the own kernel's vector
+     * NHWC form takes them (channels filling 16-byte vectors): its scalar NHWC form measured
+     * 2.5x slower than the NCHW one (MobileNetV2 at batch 64, docs/perf-notes.md), and a
+     * depthwise layer left NCHW keeps its neighbours NCHW too (the layout pass joins them).
+     * KILN_CUDA_NHWC_DEPTHWISE=0 keeps every depthwise layer NCHW. */
+    bool dw = g.groups == g.c && g.k == g.c && g.groups > 1;
+    kc_dwconv dwp;
+    g.dtype = out[0].dtype;
     if (in[0].shape.rank == 4 && out[0].dtype != KILN_DTYPE_FLOAT32 &&
-        !(g.groups == g.c && g.k == g.c && g.groups > 1))
+        (!dw || (nhwc_depthwise() && depthwise_of(&g, KC_ACT_NONE, 0.f, 0.f, &dwp) &&
+                 (g.c * kn_dtype_size(g.dtype)) % 16 == 0)))
         caps->layouts |= KN_LAYOUT_NHWC_BIT;
     return true;
 }
