@@ -1,11 +1,12 @@
-/* Collapse groups of float32 element-wise nodes into one kiln.FusedElementwise node.
+/* Collapse groups of element-wise nodes of one float type into one kiln.FusedElementwise node
+ * (float16 and bfloat16 ones only on a device backend: node_fusible).
  *
  * Walking nodes from the last to the first, each fusible node not yet in a group roots a new
  * one; the group then takes in every fusible producer whose output feeds only that group and
  * is not a graph output. The root's output is then the group's only result and its shape is
  * the broadcast of the group's inputs. The root's slot receives the fused node, which keeps
  * the graph sorted: everything the group reads is produced before its first member. Scalar
- * float32 constants become CONST instructions instead of inputs when that cannot change the
+ * constants become CONST instructions instead of inputs when that cannot change the
  * output's rank.
  *
  * Before grouping, the exact GELU exporters write out, x * 0.5 * (1 + Erf(x / sqrt 2)) in any
@@ -30,32 +31,57 @@ static bool is_f32(const kn_graph *g, int v) {
     return v >= 0 && g->values[v].dtype == KILN_DTYPE_FLOAT32;
 }
 
+/* Whether value v has dtype dt. */
+static bool is_dt(const kn_graph *g, int v, int32_t dt) {
+    return v >= 0 && g->values[v].dtype == dt;
+}
+
+/* A one-element constant of a float type the fused program reads (its value as float). */
 static bool scalar_const(const kn_graph *g, int v) {
-    if (!is_f32(g, v) || !kn_value_is_const(&g->values[v]))
+    if (v < 0 || !kn_value_is_const(&g->values[v]))
+        return false;
+    int32_t dt = g->values[v].dtype;
+    if (dt != KILN_DTYPE_FLOAT32 && dt != KILN_DTYPE_FLOAT16 && dt != KILN_DTYPE_BFLOAT16)
         return false;
     kn_shape s;
     return kn_value_shape(&g->values[v], &s) && kn_shape_numel(&s) == 1;
 }
 
 static float const_value(const kn_graph *g, int v) {
-    return *(const float *)g->values[v].data;
+    const void *d = g->values[v].data;
+    switch (g->values[v].dtype) {
+    case KILN_DTYPE_FLOAT16:
+        return kn_half_to_float(*(const uint16_t *)d);
+    case KILN_DTYPE_BFLOAT16:
+        return kn_bf16_to_float(*(const uint16_t *)d);
+    default:
+        return *(const float *)d;
+    }
 }
 
+/* float32 nodes fuse wherever they run; float16 and bfloat16 ones (a model exported in 16
+ * bits) where a device backend runs them, whose fused kernel computes in float32 and rounds
+ * once at the store (the host's fused kernel is float32 only). Every operand has the
+ * output's dtype, so a group never mixes types. */
 static bool node_fusible(const kn_graph *g, const kn_node *n) {
-    if (n->dead || n->n_out != 1 || !is_f32(g, n->out[0]))
+    if (n->dead || n->n_out != 1 || n->out[0] < 0)
+        return false;
+    int32_t dt = g->values[n->out[0]].dtype;
+    if (dt != KILN_DTYPE_FLOAT32 && !((dt == KILN_DTYPE_FLOAT16 || dt == KILN_DTYPE_BFLOAT16) &&
+                                      strcmp(kn_node_backend(n), "cpu") != 0))
         return false;
     int u = kn_ew_unary_of(n);
     if (u == KN_EW_CLIP && n->opset >= 11) {
-        if (n->n_in < 1 || n->n_in > 3 || !is_f32(g, n->in[0]))
+        if (n->n_in < 1 || n->n_in > 3 || !is_dt(g, n->in[0], dt))
             return false;
         for (int i = 1; i < n->n_in; i++)
-            if (n->in[i] >= 0 && !scalar_const(g, n->in[i]))
+            if (n->in[i] >= 0 && !(scalar_const(g, n->in[i]) && is_dt(g, n->in[i], dt)))
                 return false;
         return true;
     }
     if (u >= 0)
-        return n->n_in == 1 && is_f32(g, n->in[0]);
-    return kn_ew_binary_of(n) >= 0 && is_f32(g, n->in[0]) && is_f32(g, n->in[1]);
+        return n->n_in == 1 && is_dt(g, n->in[0], dt);
+    return kn_ew_binary_of(n) >= 0 && is_dt(g, n->in[0], dt) && is_dt(g, n->in[1], dt);
 }
 
 /* Operands a member reads as registers (Clip's constant bounds are parameters instead). */

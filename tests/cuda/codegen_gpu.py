@@ -10,10 +10,11 @@ plan. For float32, float16 and bfloat16 plans this checks that:
 - the plan's outputs match onnxruntime (CPU, float32) at shapes that take each path of the
   kernel: every input at the output's shape with an element count divisible by eight (eight
   elements per thread), counts of 12 and odd ones (one per thread), a per-channel input (broadcast
-  offsets) and a one-element graph input read as a single value, in both flat paths; float32 within 1e-5 of the output's magnitude, float16 1e-2,
+  offsets, once per eight elements where the innermost dim allows) and a one-element graph input read as a single value, in both flat paths; float32 within 1e-5 of the output's magnitude, float16 1e-2,
   bfloat16 8e-2;
 - a plan with generated code and one without give the same float32 results (within 1e-6: the
   same float operations, differently scheduled);
+- a model typed float16 throughout fuses its element-wise chain into one generated layer too;
 - loading and running a plan with generated code never loads the compiler: after a process
   loads such a plan through kiln's Python API and runs it, libnvrtc is not in its memory map
   (/proc/self/maps).
@@ -145,6 +146,39 @@ def no_compiler_at_load(plan):
     return ""
 
 
+def half_model_fuses(kiln, tmp):
+    """A model typed float16 end to end (as a model exported in 16 bits): its Relu, Sigmoid and
+    Mul fuse into one generated layer on CUDA, and the result matches numpy's float32 over the
+    float16 input within float16's rounding. Returns failures."""
+    path, plan = os.path.join(tmp, "half.onnx"), os.path.join(tmp, "half.plan")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT16, [4, 8, 16, 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT16, [4, 8, 16, 16])
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Sigmoid", ["x"], ["s"]),
+             helper.make_node("Mul", ["r", "s"], ["y"])]
+    g = helper.make_graph(nodes, "half", [x], [y])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    rc, _, err = kiln_cmd(kiln, "build", path, "-o", plan, "--backend", "cuda", "--quiet")
+    if rc != 0:
+        return [f"float16 model: build: {err.strip()}"]
+    rc, out, err = kiln_cmd(kiln, "inspect", plan, "--json")
+    ops = [layer.get("op") for layer in json.loads(out).get("layers", [])]
+    fails = []
+    if ops.count("FusedElementwise") != 1 or "Relu" in ops or "Mul" in ops:
+        fails.append(f"float16 model: not fused into one layer: {ops}")
+    elif not all("generated" in json.dumps(x) for x in fused_layers(kiln, plan)):
+        fails.append("float16 model: the fused layer has no generated kernel")
+    xv = np.random.default_rng(1).standard_normal((4, 8, 16, 16)).astype(np.float16) * 3
+    got, _ = run_plan(kiln, plan, {"x": xv}, os.path.join(tmp, "rh"))
+    xf = xv.astype(np.float32)
+    want = np.maximum(xf, 0) / (1 + np.exp(-xf))
+    rel = float(np.max(np.abs(got["y"].astype(np.float32) - want))) / float(np.max(np.abs(want)))
+    print(f"codegen float16 model fused into {ops.count('FusedElementwise')} layer(s), "
+          f"max rel diff {rel:.2e}", flush=True)
+    if got["y"].dtype != np.float16 or rel > 1e-3:
+        fails.append(f"float16 model: {got['y'].dtype}, max rel diff {rel:.2e}")
+    return fails
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kiln", default=os.path.join(REPO, "build-cuda/bin/kiln"))
@@ -203,6 +237,8 @@ def main():
                 print(f"codegen load without NVRTC: {why or 'ok'}", flush=True)
                 if why:
                     failures.append(why)
+        checks += 1
+        failures += half_model_fuses(a.kiln, tmp)
     for f in failures:
         print("FAILED", f)
     print(f"codegen: {checks - len(failures)}/{checks} checks passed")

@@ -170,10 +170,22 @@ static void put_regs(text *t, const char *lane) {
     put(t, ", out%s = 0.f;\n", lane);
 }
 
+/* off[a] of every input a for the element at index idx (consumed). */
+static void put_offsets(text *t, int n_in) {
+    for (int a = 0; a < n_in; a++)
+        put(t, "    off[%d] = 0;\n", a);
+    put(t, "    for (int d = bc.rank - 1; d >= 0; d--) {\n"
+           "      long long qd = idx / bc.dims[d], r = idx - qd * bc.dims[d];\n"
+           "      idx = qd;\n");
+    for (int a = 0; a < n_in; a++)
+        put(t, "      off[%d] += r * bc.strides[%d][d];\n", a, a);
+    put(t, "    }\n");
+}
+
 /* The kernel's source for program p on tensors of dtype with n_in inputs. Its parameters:
  * the broadcast (cuda_kernels.h's kc_bcast layout), the input pointers, the output, the mask
  * of inputs at the output's shape (the others of the flat paths are single values), and the
- * path (0 strided, 1 flat, 2 eight elements per thread). */
+ * path (0 strided, 1 flat, 2 eight elements per thread, 3 strided by eights). */
 static char *source(const kc_program *p, int dtype, int n_in) {
     text t = {0};
     put(&t, "%s\n", ew_source);
@@ -215,19 +227,36 @@ static char *source(const kc_program *p, int dtype, int n_in) {
             "   }\n"
             "   return;\n"
             "  }\n");
+    /* broadcast offsets once per eight elements: the innermost dim a multiple of eight that
+     * every input either walks contiguously (one or two vector loads) or repeats (one value) */
+    put(&t,
+        "  if (path == 3) {\n"
+        "   for (long long q = start; q < bc.numel / 8; q += step) {\n"
+        "    long long off[%d], idx = q * 8;\n",
+        n_in > 0 ? n_in : 1);
+    put_offsets(&t, n_in);
+    for (int a = 0; a < n_in; a++)
+        put(&t,
+            "    float v%d[8];\n"
+            "    if (bc.strides[%d][bc.rank - 1]) kc_unpack(*(const kc_t8 *)(in.p[%d] + off[%d]), "
+            "v%d);\n"
+            "    else for (int j = 0; j < 8; j++) v%d[j] = kc_ld(in.p[%d][off[%d]]);\n",
+            a, a, a, a, a, a, a, a);
+    for (int l = 0; l < 8; l++) {
+        put_regs(&t, lanes[l]);
+        put_body(&t, p, lanes[l], load_vec);
+    }
+    put(&t, "    float o[8] = {out_0, out_1, out_2, out_3, out_4, out_5, out_6, out_7};\n"
+            "    ((kc_t8 *)y)[q] = kc_pack(o);\n"
+            "   }\n"
+            "   return;\n"
+            "  }\n");
     /* broadcast offsets */
     put(&t,
         "  for (long long i = start; i < bc.numel; i += step) {\n"
         "    long long off[%d], idx = i;\n",
         n_in > 0 ? n_in : 1);
-    for (int a = 0; a < n_in; a++)
-        put(&t, "    off[%d] = 0;\n", a);
-    put(&t, "    for (int d = bc.rank - 1; d >= 0; d--) {\n"
-            "      long long qd = idx / bc.dims[d], r = idx - qd * bc.dims[d];\n"
-            "      idx = qd;\n");
-    for (int a = 0; a < n_in; a++)
-        put(&t, "      off[%d] += r * bc.strides[%d][d];\n", a, a);
-    put(&t, "    }\n");
+    put_offsets(&t, n_in);
     put_regs(&t, "");
     put_body(&t, p, "", load_strided);
     put(&t, "    y[i] = kc_st(out);\n"
@@ -446,6 +475,26 @@ kiln_status kc_fused_code_load(const kn_node *n, cudaLibrary_t *lib, cudaKernel_
     return KILN_OK;
 }
 
+/* Whether path 3 takes the broadcast: the innermost dim a multiple of eight, every input
+ * either contiguous along it (its other strides multiples of eight and its address 16-byte
+ * aligned, so each run of eight is one aligned vector) or repeating one value along it. */
+static bool strided_by_eights(const kc_bcast *bc, const void *const *in, const void *y) {
+    int last = bc->rank - 1;
+    if (last < 0 || bc->dims[last] % 8 != 0 || (uintptr_t)y % 16 != 0)
+        return false;
+    for (int k = 0; k < bc->n_in; k++) {
+        int64_t s = bc->strides[k][last];
+        if (s == 0)
+            continue;
+        if (s != 1 || (uintptr_t)in[k] % 16 != 0)
+            return false;
+        for (int d = 0; d < last; d++)
+            if (bc->strides[k][d] % 8 != 0)
+                return false;
+    }
+    return true;
+}
+
 kiln_status kc_fused_code_launch(cudaKernel_t kernel, cudaStream_t st, const kc_bcast *bc,
                                  const void *const *in, void *y) {
     if (bc->numel == 0)
@@ -476,8 +525,8 @@ kiln_status kc_fused_code_launch(cudaKernel_t kernel, cudaStream_t st, const kc_
         if (same)
             vec = vec && ((uintptr_t)in[k] % align) == 0;
     }
-    int path = !flat ? 0 : vec ? 2 : 1;
-    int64_t work = path == 2 ? bc->numel / 8 : bc->numel;
+    int path = !flat ? (strided_by_eights(bc, in, y) ? 3 : 0) : vec ? 2 : 1;
+    int64_t work = path >= 2 ? bc->numel / 8 : bc->numel;
     int64_t blocks = (work + 255) / 256;
     if (blocks > 65536)
         blocks = 65536;
