@@ -50,6 +50,24 @@ __global__ void k_binary(int op, const kc_bcast bc, const T *a, const T *b, T *y
     }
 }
 
+// The same below 2^31 elements, in 32-bit index arithmetic: a 64-bit division is a long
+// software sequence, a 32-bit one a few instructions, and a broadcast (a squeeze-and-excitation
+// multiply of [N * C, H * W] by [N * C, 1]) pays one per dim per element.
+template <typename T>
+__global__ void k_binary32(int op, const kc_bcast bc, const T *a, const T *b, T *y) {
+    const unsigned n = (unsigned)bc.numel;
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        unsigned oa = 0, ob = 0, idx = i;
+        for (int d = bc.rank - 1; d >= 0; d--) {
+            unsigned dim = (unsigned)bc.dims[d], q = idx / dim, r = idx - q * dim;
+            idx = q;
+            oa += r * (unsigned)bc.strides[0][d];
+            ob += r * (unsigned)bc.strides[1][d];
+        }
+        y[i] = kc_narrow<T>(binary(op, kc_widen(a[oa]), kc_widen(b[ob])));
+    }
+}
+
 template <typename T>
 __global__ void k_compare(int op, const kc_bcast bc, const T *a, const T *b, uint8_t *y) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < bc.numel;
@@ -268,6 +286,10 @@ extern "C" int kc_binary(void *s, int dt, int op, const kc_bcast *bc, const void
                           k_binary_flat<T>
                           <<<g, kThreads, 0, st>>>(op, (const T *)a, sa < 0 ? 1 : sa, (const T *)b,
                                                    sb < 0 ? 1 : sb, (T *)y, bc->numel));
+    } else if (bc->numel < ((int64_t)1 << 31)) {
+        KC_FLOAT_DISPATCH(dt, T,
+                          k_binary32<T>
+                          <<<g, kThreads, 0, st>>>(op, *bc, (const T *)a, (const T *)b, (T *)y));
     } else {
         KC_FLOAT_DISPATCH(dt, T,
                           k_binary<T>
