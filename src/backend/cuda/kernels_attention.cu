@@ -3,8 +3,8 @@
 //
 // Two kernels:
 //  - k_attn_tc (float16, bfloat16; head size a multiple of 16 up to 128, keys up to what fits
-//    in shared memory): a CTA of 4 warps takes 64 query rows of one (batch, head); Q, K and V
-//    are staged in shared memory, Q K^T and P V run on tensor cores (WMMA 16x16x16, float32
+//    in shared memory): a CTA of 4 warps takes 64 query rows of one (batch, head); Q and K, then
+//    V in their room, are staged in shared memory, Q K^T and P V run on tensor cores (WMMA 16x16x16, float32
 //    accumulators), each warp normalises its 16 score rows in shared memory in between.
 //  - k_attn_rows (everything else, float32 included): one warp per query row, one pass over
 //    the keys with a running maximum (online softmax), the row's dot products by warp shuffles.
@@ -86,27 +86,32 @@ __global__ void k_attn_rows(kc_attention a, const T *q, const T *k, const T *v, 
     }
 }
 
-// Shared memory of k_attn_tc, in elements of its type: Q [64][d+8]; a region holding K
-// [skp][d+8] for the scores and then the float32 output [64][d+4]; V [skp][d+8]; the float32
-// scores [64][skp+4], overwritten row by row by the probabilities in T (row pitch 2 (skp+4)).
-// The pads keep rows off the same banks and every WMMA pointer 32-byte aligned.
+// Shared memory of k_attn_tc (byte offsets): region A holds Q [64][d+8] and K [skp][d+8] while
+// the scores are computed, then V [skp][d+8]; region S holds the float32 scores [64][ld_s], then
+// in each row the probabilities in T (its first skp * sizeof(T) bytes) and the float32 output
+// (from byte o_col on); a mask row shared by every query (float32 [skp]) comes last. Loading V
+// after the scores lets it reuse Q and K's room: 61 KB instead of 80 KB for d 64 and 128 keys,
+// three CTAs an SM instead of two. The pads keep rows off the same banks and every WMMA pointer
+// 32-byte aligned.
 struct tc_layout {
-    int ld, ld_s, ld_o;
-    size_t q_off, ko_off, v_off, s_off, bytes;
+    int ld, ld_s, o_col; // T elements a Q/K/V row; floats a score row; float column of the output
+    size_t q_off, k_off, v_off, s_off, m_off, bytes;
 };
 
 __host__ __device__ inline tc_layout tc_layout_of(int d, int skp, int elem) {
     tc_layout t;
     t.ld = d + 8;
-    t.ld_s = skp + 4;
-    t.ld_o = d + 4;
-    size_t q = (size_t)kRowsPerCta * t.ld * elem;
-    size_t kk = (size_t)skp * t.ld * elem, oo = (size_t)kRowsPerCta * t.ld_o * 4;
+    t.o_col = ((skp * elem + 31) / 32 * 32) / 4;
+    int need = t.o_col + d + 4;
+    t.ld_s = (skp + 4 > need ? skp + 4 : need + 3) / 4 * 4;
+    size_t q = (size_t)kRowsPerCta * t.ld * elem, kv = (size_t)skp * t.ld * elem;
+    size_t a = q + kv;
     t.q_off = 0;
-    t.ko_off = q;
-    t.v_off = t.ko_off + (kk > oo ? kk : oo);
-    t.s_off = t.v_off + kk;
-    t.bytes = t.s_off + (size_t)kRowsPerCta * t.ld_s * 4;
+    t.k_off = q;
+    t.v_off = 0;
+    t.s_off = (a + 127) / 128 * 128;
+    t.m_off = t.s_off + (size_t)kRowsPerCta * t.ld_s * 4;
+    t.bytes = t.m_off + (size_t)skp * 4;
     return t;
 }
 
@@ -136,7 +141,8 @@ __device__ void stage(T *dst, int ld, const T *__restrict__ src, int64_t stride,
     }
 }
 
-template <typename T>
+// NC: 32-key chunks of a score row each lane holds (skp <= 32 * NC).
+template <typename T, int NC>
 __global__ void k_attn_tc(kc_attention a, int skp, const T *q, const T *k, const T *v,
                           const T *mask, T *o) {
     using namespace nvcuda;
@@ -144,12 +150,12 @@ __global__ void k_attn_tc(kc_attention a, int skp, const T *q, const T *k, const
     const int d = (int)a.d;
     tc_layout L = tc_layout_of(d, skp, (int)sizeof(T));
     T *qs = reinterpret_cast<T *>(smem + L.q_off);
-    T *ks = reinterpret_cast<T *>(smem + L.ko_off);
-    float *os = reinterpret_cast<float *>(smem + L.ko_off);
+    T *ks = reinterpret_cast<T *>(smem + L.k_off);
     T *vs = reinterpret_cast<T *>(smem + L.v_off);
     float *ss = reinterpret_cast<float *>(smem + L.s_off);
     T *ps = reinterpret_cast<T *>(smem + L.s_off);
-    const int ld_p = 2 * L.ld_s;
+    float *ms = reinterpret_cast<float *>(smem + L.m_off);
+    const int ld_p = (int)(L.ld_s * 4 / sizeof(T));
 
     int64_t blocks_per_bh = (a.sq + kRowsPerCta - 1) / kRowsPerCta;
     int64_t bh = blockIdx.x / blocks_per_bh;
@@ -159,7 +165,13 @@ __global__ void k_attn_tc(kc_attention a, int skp, const T *q, const T *k, const
     stage(qs, L.ld, q + b * a.q_stride[0] + h * a.q_stride[1] + i0 * a.q_stride[2], a.q_stride[2],
           rows_here, kRowsPerCta, d);
     stage(ks, L.ld, k + b * a.k_stride[0] + h * a.k_stride[1], a.k_stride[2], a.sk, skp, d);
-    stage(vs, L.ld, v + b * a.v_stride[0] + h * a.v_stride[1], a.v_stride[2], a.sk, skp, d);
+    // A mask row every query shares (a padding mask [B, 1, 1, S]) is read once into shared
+    // memory; a per-query mask is read from global memory in the softmax.
+    const bool shared_mask = mask != nullptr && a.m_stride[2] == 0;
+    const T *mb = mask ? mask + b * a.m_stride[0] + h * a.m_stride[1] : nullptr;
+    if (shared_mask)
+        for (int j = (int)threadIdx.x; j < a.sk; j += (int)blockDim.x)
+            ms[j] = kc_widen(mb[j * a.m_stride[3]]);
     __syncthreads();
 
     const int warp = (int)(threadIdx.x / 32), lane = (int)(threadIdx.x % 32);
@@ -177,29 +189,30 @@ __global__ void k_attn_tc(kc_attention a, int skp, const T *q, const T *k, const
         }
         wmma::store_matrix_sync(ss + r0 * L.ld_s + n * 16, acc, L.ld_s, wmma::mem_row_major);
     }
-    __syncwarp();
+    __syncthreads(); // every warp is done with Q and K: their room takes V
+    stage(vs, L.ld, v + b * a.v_stride[0] + h * a.v_stride[1], a.v_stride[2], a.sk, skp, d);
     // Softmax of each row, written back over the row as T (each lane holds its scores of the
-    // row in registers first: at most skp / 32 of them).
+    // row in registers first: NC of them), while V's loads are in flight.
     for (int r = r0; r < r0 + 16; r++) {
         int64_t i = i0 + r;
-        float sv[kMaxKeys / 32];
-        const T *mr = mask && i < a.sq
-                          ? mask + b * a.m_stride[0] + h * a.m_stride[1] + i * a.m_stride[2]
-                          : nullptr;
+        float sv[NC];
+        const T *mr = mask && !shared_mask && i < a.sq ? mb + i * a.m_stride[2] : nullptr;
         float m = -FLT_MAX;
 #pragma unroll
-        for (int c = 0; c < kMaxKeys / 32; c++) {
+        for (int c = 0; c < NC; c++) {
             int j = lane + 32 * c;
             float s = -INFINITY;
             if (j < a.sk && i < a.sq)
-                s = ss[r * L.ld_s + j] * a.scale + (mr ? kc_widen(mr[j * a.m_stride[3]]) : 0.f);
+                s = ss[r * L.ld_s + j] * a.scale + (shared_mask ? ms[j]
+                                                    : mr        ? kc_widen(mr[j * a.m_stride[3]])
+                                                                : 0.f);
             sv[c] = s;
             m = fmaxf(m, s);
         }
         m = warp_max(m);
         float sum = 0.f;
 #pragma unroll
-        for (int c = 0; c < kMaxKeys / 32; c++) {
+        for (int c = 0; c < NC; c++) {
             sv[c] = expf(sv[c] - m);
             sum += sv[c];
         }
@@ -207,15 +220,16 @@ __global__ void k_attn_tc(kc_attention a, int skp, const T *q, const T *k, const
         float inv = i < a.sq ? 1.f / sum : 0.f;
         __syncwarp();
 #pragma unroll
-        for (int c = 0; c < kMaxKeys / 32; c++) {
+        for (int c = 0; c < NC; c++) {
             int j = lane + 32 * c;
             if (j < skp)
                 ps[r * ld_p + j] = kc_narrow<T>(sv[c] * inv);
         }
         __syncwarp();
     }
-    __syncthreads(); // every warp is done with K: its region takes the output
-    // O = P V for the warp's rows, a 16-column tile at a time.
+    __syncthreads(); // V is staged
+    // O = P V for the warp's rows, a 16-column tile at a time, stored beside P in each row.
+    float *os = ss + L.o_col;
     for (int dn = 0; dn < d / 16; dn++) {
         wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
         wmma::fill_fragment(acc, 0.f);
@@ -226,7 +240,7 @@ __global__ void k_attn_tc(kc_attention a, int skp, const T *q, const T *k, const
             wmma::load_matrix_sync(fb, vs + kt * 16 * L.ld + dn * 16, L.ld);
             wmma::mma_sync(acc, fa, fb, acc);
         }
-        wmma::store_matrix_sync(os + r0 * L.ld_o + dn * 16, acc, L.ld_o, wmma::mem_row_major);
+        wmma::store_matrix_sync(os + r0 * L.ld_s + dn * 16, acc, L.ld_s, wmma::mem_row_major);
     }
     __syncwarp();
     for (int r = r0; r < r0 + 16; r++) {
@@ -235,7 +249,7 @@ __global__ void k_attn_tc(kc_attention a, int skp, const T *q, const T *k, const
             break;
         T *orow = o + b * a.o_stride[0] + h * a.o_stride[1] + i * a.o_stride[2];
         for (int c = lane; c < d; c += 32)
-            orow[c] = kc_narrow<T>(os[r * L.ld_o + c]);
+            orow[c] = kc_narrow<T>(os[r * L.ld_s + c]);
     }
 }
 
@@ -251,6 +265,24 @@ int launch_rows(cudaStream_t s, const kc_attention *a, const void *q, const void
 
 template <typename T> bool aligned16(const void *p) {
     return ((uintptr_t)p & 15u) == 0;
+}
+
+// One instantiation of the tensor-core kernel, its shared-memory limit raised once per size (the
+// warm-up run does it, before any stream capture).
+template <typename T, int NC>
+int launch_tc_nc(cudaStream_t s, const kc_attention *a, int skp, size_t bytes, int64_t blocks,
+                 const void *q, const void *k, const void *v, const void *mask, void *o) {
+    static size_t allowed = 48 * 1024;
+    if (bytes > allowed) {
+        cudaError_t err = cudaFuncSetAttribute(
+            k_attn_tc<T, NC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+        if (err != cudaSuccess)
+            return (int)err;
+        allowed = bytes;
+    }
+    k_attn_tc<T, NC><<<(unsigned)blocks, 128, bytes, s>>>(*a, skp, (const T *)q, (const T *)k,
+                                                          (const T *)v, (const T *)mask, (T *)o);
+    return (int)cudaGetLastError();
 }
 
 // The tensor-core kernel takes the call when the head sizes, strides and addresses suit it and
@@ -273,18 +305,14 @@ int launch_tc(cudaStream_t s, const kc_attention *a, const void *q, const void *
     tc_layout L = tc_layout_of((int)a->d, (int)skp, (int)sizeof(T));
     if (L.bytes > kMaxSmem)
         return 0;
-    // Raised once per size (the warm-up run does it, before any stream capture).
-    static size_t allowed = 48 * 1024;
-    if (L.bytes > allowed) {
-        cudaError_t err = cudaFuncSetAttribute(
-            k_attn_tc<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)L.bytes);
-        if (err != cudaSuccess)
-            return (int)err;
-        allowed = L.bytes;
-    }
     int64_t blocks = a->batch * a->heads * ((a->sq + kRowsPerCta - 1) / kRowsPerCta);
-    k_attn_tc<T><<<(unsigned)blocks, 128, L.bytes, s>>>(*a, (int)skp, (const T *)q, (const T *)k,
-                                                        (const T *)v, (const T *)mask, (T *)o);
+    int rc = skp <= 32    ? launch_tc_nc<T, 1>(s, a, (int)skp, L.bytes, blocks, q, k, v, mask, o)
+             : skp <= 64  ? launch_tc_nc<T, 2>(s, a, (int)skp, L.bytes, blocks, q, k, v, mask, o)
+             : skp <= 128 ? launch_tc_nc<T, 4>(s, a, (int)skp, L.bytes, blocks, q, k, v, mask, o)
+             : skp <= 256 ? launch_tc_nc<T, 8>(s, a, (int)skp, L.bytes, blocks, q, k, v, mask, o)
+                          : launch_tc_nc<T, 16>(s, a, (int)skp, L.bytes, blocks, q, k, v, mask, o);
+    if (rc != 0)
+        return rc;
     *done = true;
     return (int)cudaGetLastError();
 }
