@@ -297,6 +297,51 @@ static void test_softmax_long_rows(void **state) {
     case_free(&r);
 }
 
+/* A row (or column) of -inf only is NaN, as exp(x - max) makes it and onnxruntime and the
+ * CUDA backend give; a row with one finite element is that element's one-hot. */
+static void test_softmax_all_masked(void **state) {
+    (void)state;
+    enum { R = 3, D = 40 };
+    static float x[R * D];
+    for (int i = 0; i < R * D; i++)
+        x[i] = (float)cos(i * 0.7);
+    for (int j = 0; j < D; j++) {
+        x[D + j] = -INFINITY;
+        x[2 * D + j] = j == 7 ? 1.5f : -INFINITY;
+    }
+    const char *ops[] = {"Softmax", "LogSoftmax"};
+    for (int o = 0; o < 2; o++) {
+        kn_tensor in[] = {F32(x, R, D)};
+        case_run r;
+        assert_int_equal(run_case(&r, ops[o], 13, NULL, 0, in, 1, 1), KILN_OK);
+        const float *y = r.out[0].data;
+        for (int j = 0; j < D; j++) {
+            if (!isnan(y[D + j]))
+                fail_msg("%s: masked row element %d is %g, not NaN", ops[o], j, y[D + j]);
+            float want = o == 0 ? (j == 7 ? 1.0f : 0.0f) : (j == 7 ? 0.0f : -INFINITY);
+            /* (the exp's clamp leaves 1e-38 where -inf meets it: tolerated, as in long rows) */
+            if (!(y[2 * D + j] == want || fabsf(y[2 * D + j] - want) <= 1e-30f))
+                fail_msg("%s: one-hot row element %d is %g", ops[o], j, y[2 * D + j]);
+            if (isnan(y[j]))
+                fail_msg("%s: finite row element %d is NaN", ops[o], j);
+        }
+        case_free(&r);
+        /* The same along axis 0 (the column path): column 1 all -inf. */
+        float xc[D * R];
+        for (int i = 0; i < D; i++)
+            for (int c = 0; c < R; c++)
+                xc[i * R + c] = c == 1 ? -INFINITY : (float)sin(i + c);
+        kn_tensor inc[] = {F32(xc, D, R)};
+        kn_attr at[] = {ai("axis", 0)};
+        assert_int_equal(run_case(&r, ops[o], 13, at, 1, inc, 1, 1), KILN_OK);
+        y = r.out[0].data;
+        for (int i = 0; i < D; i++)
+            if (!isnan(y[i * R + 1]) || isnan(y[i * R]))
+                fail_msg("%s axis 0: element %d: %g %g", ops[o], i, y[i * R], y[i * R + 1]);
+        case_free(&r);
+    }
+}
+
 static void test_hardmax_first_max(void **state) {
     (void)state;
     float x[] = {1, 3, 3, 0, 2, 2, 2, 1};
@@ -765,6 +810,7 @@ int main(void) {
         cmocka_unit_test(test_reduce_errors),
         cmocka_unit_test(test_softmax_axis_semantics),
         cmocka_unit_test(test_softmax_long_rows),
+        cmocka_unit_test(test_softmax_all_masked),
         cmocka_unit_test(test_hardmax_first_max),
         cmocka_unit_test(test_argmax_select_last),
         cmocka_unit_test(test_topk_ties),

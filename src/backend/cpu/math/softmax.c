@@ -87,6 +87,11 @@ __attribute__((target("avx512f"))) static void sm_row_softmax_avx512(const float
     __mmask16 tail = (__mmask16)((1u << (n - i)) - 1u);
     vm = _mm512_max_ps(vm, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), tail, x + i));
     float m = _mm512_reduce_max_ps(vm);
+    if (m == -INFINITY) { /* every element -inf: NaN, as exp(x - max) gives (and onnxruntime) */
+        for (i = 0; i < n; i++)
+            y[i] = NAN;
+        return;
+    }
     if (isinf(m))
         m = 0;
     __m512 shift = _mm512_set1_ps(m), vs = _mm512_setzero_ps();
@@ -127,6 +132,11 @@ KN_CLONES static void sm_row(int op, const float *x, float *y, int64_t n) {
                 y[i] = 1;
                 break;
             }
+        return;
+    }
+    if (m == -INFINITY) { /* every element -inf: NaN, as exp(x - max) gives (and onnxruntime) */
+        for (int64_t i = 0; i < n; i++)
+            y[i] = NAN;
         return;
     }
     if (isinf(m))
@@ -178,14 +188,19 @@ KN_CLONES static void sm_tile(const sm_args *a, const float *x, float *y, int64_
             }
         return;
     }
-    for (int64_t c = 0; c < w; c++)
+    bool masked[SM_TILE]; /* a column of -inf only: NaN, as in a row (sm_row) */
+    for (int64_t c = 0; c < w; c++) {
+        masked[c] = m[c] == -INFINITY;
         m[c] = isinf(m[c]) ? 0 : m[c];
+    }
     for (int64_t i = 0; i < n; i++)
         for (int64_t c = 0; c < w; c++) {
             float e = kiln_math_exp(x[i * ld + c] - m[c]);
             y[i * ld + c] = e;
             s[c] += e;
         }
+    for (int64_t c = 0; c < w; c++)
+        s[c] = masked[c] ? NAN : s[c];
     if (a->op == SM_SOFTMAX) {
         for (int64_t c = 0; c < w; c++)
             s[c] = 1.0f / s[c];
