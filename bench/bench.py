@@ -45,6 +45,7 @@ FULL_MODELS = {
     "yolov8n_320": "YOLOv8n-style detector at 320 (C2f, SPPF, DFL head, 1×3×320×320)",
     "yolov8n_640": "YOLOv8n-style detector at 640 (C2f, SPPF, DFL head, 1×3×640×640)",
     "transformer": "Transformer encoder (4 layers, d=256, 4 heads, ff=1024, 1×128 tokens)",
+    "bert": "BERT-base-sized encoder (12 layers, d=768, 12 heads, ff=3072, 1×128 tokens)",
 }
 # The models bench/export_torch.py knows; the others are always built with onnx.helper.
 TORCH_EXPORTS = {"resnet50", "mobilenetv2", "efficientnet_b0", "transformer"}

@@ -226,7 +226,8 @@ def transformer(d=256, heads=4, ff=1024, layers=4, seq=128):
 
 
 BUILDERS = {"resnet50": resnet50, "mobilenetv2": mobilenetv2, "efficientnet_b0": efficientnet_b0,
-            "yolov8n_320": yolov8n, "yolov8n_640": lambda: yolov8n(640), "transformer": transformer}
+            "yolov8n_320": yolov8n, "yolov8n_640": lambda: yolov8n(640), "transformer": transformer,
+            "bert": lambda: transformer(d=768, heads=12, ff=3072, layers=12, seq=128)}
 
 
 def build(name, path):
