@@ -14,13 +14,7 @@
  * own input numbering. */
 #include "backend/cuda/cuda_internal.h"
 
-#include <stdlib.h>
 #include <string.h>
-
-/* Candidates of cuBLASLt's heuristic timed per product with KILN_CUDA_GEMM_TUNE=1, and the
- * timed runs of each. */
-#define GEMM_CANDIDATES 8
-#define GEMM_TUNE_RUNS 3
 
 typedef struct gemm_call {
     int64_t m, n, k;
@@ -78,10 +72,6 @@ typedef struct gemm_local {
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulAlgo_t algo;
-    /* With KILN_CUDA_GEMM_TUNE=1: the heuristic's candidates, timed on the first run that may
-     * (gemm_tune), after which algo is the fastest and n_cand 0. */
-    cublasLtMatmulAlgo_t cand[GEMM_CANDIDATES];
-    int n_cand;
 } gemm_local;
 
 static void gemm_local_free(kn_local_state *self) {
@@ -95,18 +85,6 @@ static void gemm_local_free(kn_local_state *self) {
     if (l->desc)
         cublasLtMatmulDescDestroy(l->desc);
     kc_host->free(l);
-}
-
-/* Whether products time the heuristic's candidates on their first run (KILN_CUDA_GEMM_TUNE=1),
- * as cuDNN's benchmark mode does for convolutions; off by default: the first run of every
- * context then takes longer, and the heuristic's first choice is kept otherwise. */
-static bool gemm_tune_on(void) {
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("KILN_CUDA_GEMM_TUNE");
-        on = e != NULL && strcmp(e, "1") == 0;
-    }
-    return on != 0;
 }
 
 static kiln_status gemm_local_init(kn_stream *st, gemm_local *l) {
@@ -154,22 +132,18 @@ static kiln_status gemm_local_init(kn_stream *st, gemm_local *l) {
         rc =
             kc_check_lt(cublasLtMatmulPreferenceSetAttribute(pref, aligns[i], &align, sizeof align),
                         "alignment");
-    cublasLtMatmulHeuristicResult_t heur[GEMM_CANDIDATES];
-    int found = 0, want = gemm_tune_on() ? GEMM_CANDIDATES : 1;
+    cublasLtMatmulHeuristicResult_t heur;
+    int found = 0;
     if (rc == KILN_OK)
         rc = kc_check_lt(cublasLtMatmulAlgoGetHeuristic(st->lt, l->desc, l->la, l->lb, l->lc, l->lc,
-                                                        pref, want, heur, &found),
+                                                        pref, 1, &heur, &found),
                          "choosing an algorithm");
     cublasLtMatmulPreferenceDestroy(pref);
     KC_TRY(rc);
     if (found == 0)
         return kc_fail(KILN_ERR_UNSUPPORTED, "cuBLASLt has no algorithm for %lldx%lldx%lld",
                        (long long)g->m, (long long)g->n, (long long)g->k);
-    l->algo = heur[0].algo;
-    l->n_cand = 0;
-    for (int i = 0; i < found && found > 1; i++)
-        if (heur[i].state == CUBLAS_STATUS_SUCCESS)
-            l->cand[l->n_cand++] = heur[i].algo;
+    l->algo = heur.algo;
     return KILN_OK;
 }
 
@@ -217,48 +191,6 @@ static uint32_t alignment(const gemm_call *g, const void *c) {
         bits |=
             (uintptr_t)g->stride_a * es | (uintptr_t)g->stride_b * es | (uintptr_t)g->stride_c * es;
     return (uint32_t)(bits & (~bits + 1));
-}
-
-/* Time l's candidates on the call's own operands (each run rewrites y from a, b and C, which
- * it does not alias, so the real run after it is unaffected) and keep the fastest; a candidate
- * that fails is skipped. Not while the stream is being recorded (synchronising would end the
- * recording): a later plain run tunes. */
-static kiln_status gemm_tune(kn_stream *st, gemm_local *l, const gemm_call *g, float beta,
-                             const void *cin) {
-    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(st->s, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone)
-        return KILN_OK;
-    cudaEvent_t ev[2] = {NULL, NULL};
-    kc_device_call_begin();
-    kiln_status rc = kc_check(cudaEventCreate(&ev[0]), "creating an event");
-    if (rc == KILN_OK)
-        rc = kc_check(cudaEventCreate(&ev[1]), "creating an event");
-    float best = -1.0f;
-    for (int i = 0; i < l->n_cand && rc == KILN_OK; i++) {
-        bool ok = true;
-        for (int r = 0; r <= GEMM_TUNE_RUNS && ok; r++) {
-            if (r == 1)
-                ok = cudaEventRecord(ev[0], st->s) == cudaSuccess;
-            ok = ok && cublasLtMatmul(st->lt, l->desc, &g->alpha, g->b, l->la, g->a, l->lb, &beta,
-                                      cin, l->lc, g->y, l->lc, &l->cand[i], st->ws, st->ws_size,
-                                      st->s) == CUBLAS_STATUS_SUCCESS;
-        }
-        float ms = 0.0f;
-        ok = ok && cudaEventRecord(ev[1], st->s) == cudaSuccess &&
-             cudaEventSynchronize(ev[1]) == cudaSuccess &&
-             cudaEventElapsedTime(&ms, ev[0], ev[1]) == cudaSuccess;
-        (void)cudaGetLastError();
-        if (ok && (best < 0.0f || ms < best)) {
-            best = ms;
-            l->algo = l->cand[i];
-        }
-    }
-    for (int i = 0; i < 2; i++)
-        if (ev[i] != NULL)
-            cudaEventDestroy(ev[i]);
-    kc_device_call_end();
-    l->n_cand = 0;
-    return rc;
 }
 
 static kiln_status gemm_run(kn_kernel_ctx *kc, gemm_call *g) {
@@ -318,13 +250,10 @@ static kiln_status gemm_run(kn_kernel_ctx *kc, gemm_call *g) {
         rc = kc_check_lt(cublasLtMatmulDescSetAttribute(l->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                         &g->bias, sizeof g->bias),
                          "bias");
-    const void *cin = c ? (const void *)c : (const void *)g->y;
-    if (rc == KILN_OK && !temp && l->n_cand > 1 && (beta == 0.0f || cin != g->y))
-        rc = gemm_tune(st, l, g, beta, cin);
     if (rc == KILN_OK)
         rc = kc_check_lt(cublasLtMatmul(st->lt, l->desc, &g->alpha, g->b, l->la, g->a, l->lb, &beta,
-                                        cin, l->lc, g->y, l->lc, &l->algo, st->ws, st->ws_size,
-                                        st->s),
+                                        c ? (const void *)c : (const void *)g->y, l->lc, g->y,
+                                        l->lc, &l->algo, st->ws, st->ws_size, st->s),
                          "matmul");
     if (temp)
         gemm_local_free(&l->base);
