@@ -10,6 +10,7 @@
  * The real output is that sum * x_scale * w_scale[j] + bias[j] (with a fused residual,
  * kn_pass_fuse_qadd: rounded to the conv output's own grid, plus the residual), clamped by a
  * fused Relu / Clip, quantized with y's scale and zero point (rounding half to even). */
+#include "backend/cpu/clones.h"
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/math/gemm_int8.h"
 #include "backend/cpu/quantization/qproduct.h"
@@ -203,8 +204,9 @@ static void pack_panel(const uint8_t *t, int64_t kp, int64_t w16, uint8_t mask, 
 
 /* Output channel j's m pixels from its int32 sums, in loops the compiler vectorizes: clamps by
  * comparison, rounding half to even by adding and taking away 1.5 * 2^23. */
-static void requantize(const qconv *s, int64_t j, const int32_t *acc, const int32_t *e, int64_t m,
-                       uint8_t *y) {
+/* (AVX-512 clones: 16 pixels a step on machines that have it; the build stays generic) */
+KN_CLONES static void requantize(const qconv *s, int64_t j, const int32_t *acc, const int32_t *e,
+                                 int64_t m, uint8_t *y) {
     const float magic = 12582912.0f;
     const kn_qepilogue *ep = &s->ep;
     float qlo = ep->qmin - ep->yz, qhi = ep->qmax - ep->yz, sc = s->scale[j], b = s->bias[j];
@@ -223,8 +225,9 @@ static void requantize(const qconv *s, int64_t j, const int32_t *acc, const int3
 
 /* The same with a fused residual row res: the conv's result on c's grid, plus res, then the
  * activation and y's quantization. */
-static void requantize_residual(const qconv *s, int64_t j, const int32_t *acc, const int32_t *e,
-                                const uint8_t *res, int64_t m, uint8_t *y) {
+KN_CLONES static void requantize_residual(const qconv *s, int64_t j, const int32_t *acc,
+                                          const int32_t *e, const uint8_t *res, int64_t m,
+                                          uint8_t *y) {
     const float magic = 12582912.0f;
     const kn_qepilogue *ep = &s->ep;
     float qlo = ep->qmin - ep->yz, qhi = ep->qmax - ep->yz, sc = s->scale[j], b = s->bias[j];
