@@ -124,6 +124,17 @@ typedef struct qcjob {
 } qcjob;
 
 /* Row (c, ky, kx) of the im2col for output pixels [p0, p0 + m) of image img, w16 columns. */
+/* n bytes of v at dst: the padding of a row is mostly one or two bytes, where a call to memset
+ * costs more than the stores. */
+static inline void fill(uint8_t *dst, uint8_t v, int64_t n) {
+    if (n <= 4) {
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = v;
+        return;
+    }
+    memset(dst, v, (size_t)n);
+}
+
 static void im2col_row(const qcjob *j, const uint8_t *x, int64_t c, int64_t ky, int64_t kx,
                        int64_t p0, int64_t m, uint8_t *row) {
     const kn_conv_geom *g = &j->g;
@@ -141,21 +152,21 @@ static void im2col_row(const qcjob *j, const uint8_t *x, int64_t c, int64_t ky, 
         }
         const uint8_t *xr = x + (c * ih + iy) * iw;
         int64_t ix0 = ox * sx - g->pad_b[1] + kx * g->dil[1];
-        if (sx != 1) {
-            for (int64_t q = 0; q < run; q++) {
-                int64_t ix = ix0 + q * sx;
-                dst[q] = ix >= 0 && ix < iw ? xr[ix] : pad;
-            }
-            continue;
-        }
-        /* stride 1: pixels [lo, hi) of the run read xr[ix0 + q] */
-        int64_t lo = ix0 < 0 ? -ix0 : 0, hi = iw - ix0;
+        /* pixels [lo, hi) of the run read xr[ix0 + q * sx], the others are padding */
+        int64_t lo = ix0 < 0 ? (-ix0 + sx - 1) / sx : 0,
+                hi = ix0 < iw ? (iw - ix0 + sx - 1) / sx : 0;
         lo = lo < run ? lo : run;
         hi = hi < lo ? lo : hi > run ? run : hi;
-        memset(dst, pad, (size_t)lo);
-        if (hi > lo)
-            memcpy(dst + lo, xr + (ix0 + lo), (size_t)(hi - lo));
-        memset(dst + hi, pad, (size_t)(run - hi));
+        fill(dst, pad, lo);
+        if (sx == 1) {
+            if (hi > lo)
+                memcpy(dst + lo, xr + (ix0 + lo), (size_t)(hi - lo));
+        } else {
+            const uint8_t *src = xr + ix0;
+            for (int64_t q = lo; q < hi; q++)
+                dst[q] = src[q * sx];
+        }
+        fill(dst + hi, pad, run - hi);
     }
 }
 
