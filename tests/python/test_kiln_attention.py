@@ -51,6 +51,24 @@ def test_attention_matches_numpy(mask_shape):
     np.testing.assert_allclose(got, reference(q, k, v, mask, 0.35), rtol=1e-5, atol=1e-5)
 
 
+def test_attention_fully_masked_row_is_nan():
+    """A query row whose every key is masked with -inf gives NaN, as the unfused Softmax and
+    MatMul do (and numpy, onnxruntime and the CUDA kernel); the other rows are unaffected."""
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in [(1, 4, 2, 8), (1, 6, 2, 8),
+                                                                      (1, 6, 2, 8)])
+    mask = np.zeros((1, 2, 4, 6), np.float32)
+    mask[0, 1, 2, :] = -np.inf
+    plan = kiln.build(model(q.shape, k.shape, v.shape, mask.shape, 0.5))
+    got = kiln.run(plan, {"q": q, "k": k, "v": v, "mask": mask})["y"]
+    with np.errstate(invalid="ignore"):
+        want = reference(q, k, v, mask, 0.5)
+    assert np.isnan(got[0, 2, 1]).all() and np.isnan(want[0, 2, 1]).all()
+    ok = ~np.isnan(want)
+    assert not np.isnan(got[ok]).any()
+    np.testing.assert_allclose(got[ok], want[ok], rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("k_shape,mask_shape,message", [
     ((2, 7, 3, 4), None, "disagree"),
     ((2, 7, 3, 8), (2, 3, 5, 6), "does not broadcast"),

@@ -59,12 +59,17 @@ kiln_status kn_cpu_kiln_attention(kn_kernel_ctx *k) {
                     p[j] = s;
                     m = fmaxf(m, s);
                 }
+                float *orow = o + b * o_st[0] + h * o_st[1] + i * o_st[2];
+                if (m == -INFINITY) { /* every key masked: NaN, as the unfused Softmax gives */
+                    for (int64_t c = 0; c < dv; c++)
+                        orow[c] = NAN;
+                    continue;
+                }
                 for (int64_t j = 0; j < sk; j++) {
-                    p[j] = m == -INFINITY ? 0.0f : expf(p[j] - m);
+                    p[j] = expf(p[j] - m);
                     sum += p[j];
                 }
                 float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-                float *orow = o + b * o_st[0] + h * o_st[1] + i * o_st[2];
                 memset(orow, 0, (size_t)dv * sizeof(float));
                 for (int64_t j = 0; j < sk; j++) {
                     const float *vr = v + b * v_st[0] + h * v_st[1] + j * v_st[2];
