@@ -290,10 +290,13 @@ def compare_model(kiln, label, model_path, given, threads_list, args, work):
             "ort_ms": statistics.median(r["median"] for r in o_rounds),
             "kiln_p90": statistics.median(r["p90"] for r in k_rounds),
             "ort_p90": statistics.median(r["p90"] for r in o_rounds),
+            "kiln_min": min(r["min"] for r in k_rounds),
+            "ort_min": min(r["min"] for r in o_rounds),
         }
         row["speedup"] = row["ort_ms"] / row["kiln_ms"] if row["kiln_ms"] > 0 else float("nan")
         log(f"{label:<28} {threads} thr  kiln {row['kiln_ms']:8.3f} ms  onnxruntime "
-            f"{row['ort_ms']:8.3f} ms  ×{row['speedup']:.2f}  (rel diff {diff:.1e})")
+            f"{row['ort_ms']:8.3f} ms  ×{row['speedup']:.2f}  min {row['kiln_min']:.3f} / "
+            f"{row['ort_min']:.3f} ms ×{row['ort_min'] / row['kiln_min']:.2f}  (rel diff {diff:.1e})")
         rows.append(row)
     return rows
 

@@ -77,7 +77,8 @@ def main():
     ap.add_argument("--iterations", type=int, default=20)
     ap.add_argument("--top", type=int, default=30)
     args = ap.parse_args()
-    onnx_names = {n.name for n in onnx.load(args.model, load_external_data=False).graph.node}
+    graph = onnx.load(args.model, load_external_data=False).graph
+    onnx_names = {n.name for n in graph.node}
     with tempfile.TemporaryDirectory() as work:
         arrays, files, specs = make_inputs(args.model, work)
         plan = os.path.join(work, "model.plan")
@@ -97,14 +98,30 @@ def main():
             o_tot.append(total)
             for k, v in nodes.items():
                 o_nodes[k] = min(v, o_nodes.get(k, v))
+    # kiln lists the node a fused layer is named for, not always the activation nodes it took
+    # in (Clip, Sigmoid + Mul): an ONNX node that no kiln layer names counts for the layer that
+    # holds its first computed input, so onnxruntime's Clip or QuickGelu lands beside it.
+    holder = {o: layer["name"] for layer in k_layers.values()
+              for o in layer.get("onnx_nodes") or [layer["name"]]}
+    made_by = {out: n for n in graph.node for out in n.output}
+    consts = {t.name for t in graph.initializer}
+
+    def holding_layer(name, depth=0):
+        if name in holder or depth > 8:
+            return holder.get(name)
+        node = next((n for n in graph.node if n.name == name), None)
+        ins = [i for i in (node.input if node else []) if i and i not in consts and i in made_by]
+        return holding_layer(made_by[ins[0]].name, depth + 1) if ins else None
+
     owner = {}
     for name in o_nodes:
         o = ort_owner(name, onnx_names)
-        if o is not None:
-            owner.setdefault(o, []).append(name)
+        layer = holding_layer(o) if o is not None else None
+        if layer is not None:
+            owner.setdefault(layer, []).append(name)
     rows, claimed = [], set()
     for layer in k_layers.values():
-        mine = [n for o in layer.get("onnx_nodes") or [layer["name"]] for n in owner.get(o, [])]
+        mine = owner.get(layer["name"], [])
         claimed.update(mine)
         ort_ms = sum(o_nodes[n] for n in mine) if mine else float("nan")
         rows.append((layer["median_ms"], ort_ms, layer["name"], layer["op"],

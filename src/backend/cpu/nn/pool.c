@@ -28,6 +28,10 @@ typedef struct pool_args {
     float *y;
     int64_t *ind;
     const tap_range *taps[3]; /* per output index of each dim */
+    /* 2-D path: per output column the taps its average divides by (with or without pads), and
+     * whether any column's window misses the input (such outputs are 0). */
+    const float *col_div;
+    bool empty_col;
 } pool_args;
 
 static tap_range taps(const pool_args *a, int dim, int64_t o) {
@@ -158,61 +162,106 @@ KN_CLONES static void pool_planes(void *arg, int64_t begin, int64_t end) {
     }
 }
 
-/* 2-D max or average pooling without dilation or indices, the shape CNNs use: each output row
- * is built with one pass per window tap over the row, so the inner loops are plain strided
- * loops instead of a window walk per output. */
+/* 2-D max or average pooling without dilation or indices, the shape CNNs use. Both reductions
+ * are separable: per output row, the input rows its window covers are reduced into one padded
+ * row (contiguous vector loops over the full width), and that row along X, k_y + k_x steps per
+ * output instead of k_x * k_y. A window walk per output stayed scalar on short rows and stride
+ * 2 (0.54 ms for ResNet-50's stem pool, 0.14 ms for YOLO's 5x5 SPPF pool). */
 #define KN_POOL_ROW_MAX 4096
 
-static int64_t div_floor(int64_t a, int64_t b) {
-    return a / b - (a % b != 0 && (a < 0) != (b < 0));
+static bool pool2d_fast(const pool_args *a) {
+    int64_t ow = a->out[2], s = a->s[2], kx = a->k[2];
+    int64_t len = (ow - 1) * s + kx, w = a->in[2] + a->pb[2];
+    return (a->kind == POOL_MAX || a->kind == POOL_AVG) && a->ind == NULL && a->nsp == 2 &&
+           a->d[1] == 1 && a->d[2] == 1 && kx <= 64 && (len > w ? len : w) <= KN_POOL_ROW_MAX;
 }
 
-static bool pool2d_fast(const pool_args *a) {
-    return (a->kind == POOL_MAX || a->kind == POOL_AVG) && a->ind == NULL && a->nsp == 2 &&
-           a->d[1] == 1 && a->d[2] == 1 && a->out[2] <= KN_POOL_ROW_MAX;
+/* y[ox] = reduction over KX taps of buf[ox * S + jx]; literal S and KX let GCC unroll the taps
+ * and vectorize along the row. */
+#define POOL_X_FIXED(S, KX)                                                                        \
+    for (int64_t ox = 0; ox < ow; ox++) {                                                          \
+        float m = buf[ox * (S)];                                                                   \
+        _Pragma("GCC unroll 8") for (int jx = 1; jx < (KX); jx++) {                                \
+            float v = buf[ox * (S) + jx];                                                          \
+            m = is_max ? (v > m ? v : m) : m + v;                                                  \
+        }                                                                                          \
+        y[ox] = m;                                                                                 \
+    }
+
+KN_CLONES static void pool_row_x(const float *buf, int64_t s, int64_t kx, int64_t ow, bool is_max,
+                                 float *y) {
+    if (s == 1 && kx == 3) {
+        POOL_X_FIXED(1, 3)
+    } else if (s == 1 && kx == 5) {
+        POOL_X_FIXED(1, 5)
+    } else if (s == 2 && kx == 3) {
+        POOL_X_FIXED(2, 3)
+    } else if (s == 2 && kx == 2) {
+        POOL_X_FIXED(2, 2)
+    } else {
+        for (int64_t ox = 0; ox < ow; ox++)
+            y[ox] = buf[ox * s];
+        for (int64_t jx = 1; jx < kx; jx++)
+            if (is_max)
+                for (int64_t ox = 0; ox < ow; ox++)
+                    y[ox] = buf[ox * s + jx] > y[ox] ? buf[ox * s + jx] : y[ox];
+            else
+                for (int64_t ox = 0; ox < ow; ox++)
+                    y[ox] += buf[ox * s + jx];
+    }
 }
 
 KN_CLONES static void pool2d_planes(void *arg, int64_t begin, int64_t end) {
     const pool_args *a = arg;
     int64_t W = a->in[2], OH = a->out[1], OW = a->out[2], s = a->s[2], pb = a->pb[2];
+    int64_t kx = a->k[2], len = (OW - 1) * s + kx;
     bool is_max = a->kind == POOL_MAX;
-    float acc[KN_POOL_ROW_MAX];
-    /* Only taps that land on the input for some output column: with huge padding the kernel
-     * may be far wider than the input, and walking all of it would take hours for nothing. */
-    int64_t jx0 = pb - (OW - 1) * s, jx1 = pb + W;
-    jx0 = jx0 < 0 ? 0 : jx0;
-    jx1 = jx1 > a->k[2] ? a->k[2] : jx1;
+    /* The reduced row with its padding (the reduction's identity) on both sides, so no tap needs
+     * a bounds check; -Inf rather than a first tap also keeps NaN out of max as before. */
+    float buf[KN_POOL_ROW_MAX];
+    float pad = is_max ? -INFINITY : 0.0f;
+    int64_t lead = pb < len ? pb : len, body = len - lead < W ? len - lead : W;
+    for (int64_t i = 0; i < lead; i++)
+        buf[i] = pad;
+    for (int64_t i = lead + body; i < len; i++)
+        buf[i] = pad;
+    float *row = buf + lead;
     for (int64_t u = begin; u < end; u++) {
         const float *x = a->x + u * a->in_plane;
         float *y = a->y + u * a->out_plane;
         for (int64_t oy = 0; oy < OH; oy++) {
             const tap_range *ty = &a->taps[1][oy];
-            for (int64_t ox = 0; ox < OW; ox++)
-                acc[ox] = is_max ? -INFINITY : 0.0f;
-            for (int64_t jy = ty->j0; jy < ty->j1; jy++) {
-                const float *row = x + (ty->start + jy) * W;
-                for (int64_t jx = jx0; jx < jx1; jx++) {
-                    int64_t lo = -div_floor(jx - pb, s), hi = div_floor(W - 1 + pb - jx, s) + 1;
-                    lo = lo < 0 ? 0 : lo;
-                    hi = hi > OW ? OW : hi;
-                    const float *src = row + jx - pb;
-                    if (is_max)
-                        for (int64_t ox = lo; ox < hi; ox++)
-                            acc[ox] = src[ox * s] > acc[ox] ? src[ox * s] : acc[ox];
-                    else
-                        for (int64_t ox = lo; ox < hi; ox++)
-                            acc[ox] += src[ox * s];
-                }
+            int64_t r0 = ty->start + ty->j0, r1 = ty->start + ty->j1;
+            float *yr = y + oy * OW;
+            if (r1 <= r0) {
+                for (int64_t ox = 0; ox < OW; ox++)
+                    yr[ox] = 0.0f;
+                continue;
             }
-            int64_t rows = ty->j1 - ty->j0, rows_inc = ty->jinc;
-            for (int64_t ox = 0; ox < OW; ox++) {
-                const tap_range *tx = &a->taps[2][ox];
-                int64_t n = rows * (tx->j1 - tx->j0);
-                int64_t div = a->include_pad ? rows_inc * tx->jinc : n;
-                if (is_max)
-                    y[oy * OW + ox] = n > 0 ? acc[ox] : 0.0f;
+            const float *x0 = x + r0 * W;
+            for (int64_t r = r0; r < r1; r++) {
+                const float *xr = x + r * W;
+                if (r == r0)
+                    for (int64_t i = 0; i < body; i++)
+                        row[i] = x0[i];
+                else if (is_max)
+                    for (int64_t i = 0; i < body; i++)
+                        row[i] = xr[i] > row[i] ? xr[i] : row[i];
                 else
-                    y[oy * OW + ox] = div > 0 ? acc[ox] / (float)div : 0.0f;
+                    for (int64_t i = 0; i < body; i++)
+                        row[i] += xr[i];
+            }
+            pool_row_x(buf, s, kx, OW, is_max, yr);
+            /* Windows with no input give 0; averages divide by the taps counted. */
+            if (!is_max) {
+                float rdiv = (float)(a->include_pad ? ty->jinc : r1 - r0);
+                for (int64_t ox = 0; ox < OW; ox++) {
+                    float div = rdiv * a->col_div[ox];
+                    yr[ox] = div > 0.0f ? yr[ox] / div : 0.0f;
+                }
+            } else if (a->empty_col) {
+                for (int64_t ox = 0; ox < OW; ox++)
+                    yr[ox] = a->taps[2][ox].j1 > a->taps[2][ox].j0 ? yr[ox] : 0.0f;
             }
         }
     }
@@ -258,8 +307,12 @@ kiln_status kn_cpu_cpu_pool_window(kn_kernel_ctx *k) {
         return KILN_OK;
     a.ind = k->n_out > 1 && k->node->out[1] >= 0 ? k->out[1].data : NULL;
     tap_range *tr = kn_malloc((size_t)(a.out[0] + a.out[1] + a.out[2]) * sizeof *tr);
-    if (tr == NULL)
+    float *col_div = kn_malloc((size_t)a.out[2] * sizeof *col_div);
+    if (tr == NULL || col_div == NULL) {
+        kn_free(tr);
+        kn_free(col_div);
         return kn_error(KILN_ERR_OUT_OF_MEMORY, "no memory for pooling windows");
+    }
     int64_t at = 0;
     for (int dim = 0; dim < 3; dim++) {
         a.taps[dim] = tr + at;
@@ -267,6 +320,12 @@ kiln_status kn_cpu_cpu_pool_window(kn_kernel_ctx *k) {
             tr[at + o] = taps(&a, dim, o);
         at += a.out[dim];
     }
+    for (int64_t o = 0; o < a.out[2]; o++) {
+        const tap_range *t = &a.taps[2][o];
+        col_div[o] = (float)(a.include_pad ? t->jinc : t->j1 - t->j0);
+        a.empty_col = a.empty_col || t->j1 <= t->j0;
+    }
+    a.col_div = col_div;
     kn_cpu_f32 xv = {0}, yv = {0};
     kiln_status rc = kn_cpu_f32_in(x, &xv);
     if (rc == KILN_OK)
@@ -284,6 +343,7 @@ kiln_status kn_cpu_cpu_pool_window(kn_kernel_ctx *k) {
     kn_cpu_f32_release(&yv);
     kn_cpu_f32_release(&xv);
     kn_free(tr);
+    kn_free(col_div);
     return rc;
 }
 
