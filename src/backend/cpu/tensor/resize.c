@@ -2,6 +2,7 @@
  * weight) per output index; an output element is the weighted sum over the product of its axes'
  * taps, which covers nearest, linear, cubic and antialiased filters in any rank. */
 #include "backend/cpu/quantization/saturate.h"
+#include "backend/cpu/clones.h"
 #include "core/alloc.h"
 #include "ops/tensor/resize.h"
 
@@ -24,6 +25,7 @@ typedef struct rs_work {
     const kn_tensor *x;
     kn_tensor *y;
     size_t esize;
+    int x_repeat; /* nearest planes: each input column repeated this many times, or 0 */
 } rs_work;
 
 static double source_coord(const kn_resize_params *p, int a, int64_t x) {
@@ -269,6 +271,57 @@ static void resize_2d_range(void *arg, int64_t begin, int64_t end) {
     }
 }
 
+/* Nearest on float32 planes with every sample inside: a copy per element, no weights. An output
+ * row with the same source row as the one before is copied whole, and an integer upscale along
+ * x (YOLO's 2x) stores each input element x_repeat times: the weighted-tap loop above took 1.3
+ * ns per element on YOLO's 2x upsampling. */
+KN_CLONES static void nearest_2d_range(void *arg, int64_t begin, int64_t end) {
+    const rs_work *w = arg;
+    const kn_resize_params *p = w->p;
+    int ay = p->rank - 2, ax = p->rank - 1;
+    const axis_taps *ty = &w->taps[ay], *tx = &w->taps[ax];
+    int64_t oh = p->out[ay], ow = p->out[ax], plane = p->in[ay] * p->in[ax], iw = p->in[ax];
+    const float *x = w->x->data;
+    float *y = w->y->data;
+    for (int64_t r = begin; r < end; r++) {
+        int64_t oy = r % oh;
+        float *dst = y + r * ow;
+        int64_t sy = ty->idx[ty->off[oy]];
+        if (oy > 0 && r > begin && ty->idx[ty->off[oy - 1]] == sy) {
+            memcpy(dst, dst - ow, (size_t)ow * sizeof(float));
+            continue;
+        }
+        const float *row = x + (r / oh) * plane + sy;
+        if (w->x_repeat == 2) {
+            for (int64_t i = 0; i < iw; i++) {
+                float v = row[i];
+                dst[2 * i] = v;
+                dst[2 * i + 1] = v;
+            }
+        } else {
+            for (int64_t ox = 0; ox < ow; ox++)
+                dst[ox] = row[tx->idx[tx->off[ox]]];
+        }
+    }
+}
+
+/* Whether every nearest sample lands inside; and x_repeat when output column o reads input
+ * column o / 2 exactly. */
+static bool nearest_inside(rs_work *w) {
+    const kn_resize_params *p = w->p;
+    for (int a = p->rank - 2; a < p->rank; a++)
+        for (int64_t o = 0; o < p->out[a]; o++)
+            if (w->taps[a].outside[o] || w->taps[a].off[o + 1] - w->taps[a].off[o] != 1)
+                return false;
+    const axis_taps *tx = &w->taps[p->rank - 1];
+    int64_t ow = p->out[p->rank - 1];
+    bool twice = ow == 2 * p->in[p->rank - 1];
+    for (int64_t o = 0; twice && o < ow; o++)
+        twice = tx->idx[tx->off[o]] == o / 2;
+    w->x_repeat = twice ? 2 : 0;
+    return true;
+}
+
 kiln_status kn_cpu_resize(kn_kernel_ctx *k) {
     kn_resize_params p;
     kiln_status rc = kn_resize_params_get(k->node, k->n_in, k->in, &p);
@@ -290,7 +343,8 @@ kiln_status kn_cpu_resize(kn_kernel_ctx *k) {
     if (rc == KILN_OK && planes) {
         int64_t rows = total / p.out[p.rank - 1];
         int64_t grain = 4096 / (p.out[p.rank - 1] + 1) + 1;
-        kn_parallel_for(k->pool, rows, grain, resize_2d_range, &w);
+        bool nearest = p.mode == KN_RESIZE_NEAREST && nearest_inside(&w);
+        kn_parallel_for(k->pool, rows, grain, nearest ? nearest_2d_range : resize_2d_range, &w);
     } else if (rc == KILN_OK) {
         kn_parallel_for(k->pool, total, 1024, resize_range, &w);
     }
