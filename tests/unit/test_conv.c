@@ -294,6 +294,13 @@ static void test_conv2d_sweep(void **state) {
         /* wide stride-2 depthwise planes are padded and phase-split in one pass */
         {2, 1, 4, 4, 4, {9, 101}, {3, 3}, {2, 2}, {1, 1}, {1, 0}, {0, 1}, NULL, true, true},
         {2, 1, 4, 4, 4, {8, 112}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, NULL, false, false},
+        /* stride 2, <= 32 output channels, >= 14 columns: phase planes gathered in place (one
+         * output row a tile, two rows of <= 16, an odd last row, two K slices, groups, 7x7) */
+        {2, 1, 3, 16, 1, {20, 60}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, NULL, true, true},
+        {2, 2, 32, 13, 1, {17, 31}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
+        {2, 1, 8, 20, 2, {29, 29}, {3, 3}, {2, 2}, {1, 1}, {0, 1}, {1, 0}, NULL, false, true},
+        {2, 1, 3, 24, 1, {40, 80}, {7, 7}, {2, 2}, {1, 1}, {3, 3}, {3, 3}, NULL, true, false},
+        {2, 1, 4, 32, 1, {9, 70}, {5, 4}, {2, 2}, {1, 1}, {2, 1}, {2, 2}, NULL, true, true},
     };
     const char *isas[] = {"avx512", "avx2", "scalar"};
     const char *orig = kn_gemm_isa();

@@ -120,6 +120,75 @@ __attribute__((target("avx512f"))) static void ukr_direct(int64_t kc, const floa
         body(kc, a, b, ldb, c, ldc, alpha, beta, mr, nr, ep, 12, 1, 1);
 }
 
+/* B read in place through per-k row offsets (kn_gemm_gather: strided convs over prepared phase
+ * planes, no im2col copy). The two vectors of a tile may be apart in B and in C: one output
+ * row of up to 32 columns, or two rows of up to 16. */
+#define GDECL(i) __m512 g##i##0 = _mm512_setzero_ps(), g##i##1 = _mm512_setzero_ps();
+#define GFMA(i)                                                                                    \
+    if (i < ROWS_N) {                                                                              \
+        __m512 ai = _mm512_set1_ps(a[i]);                                                          \
+        g##i##0 = _mm512_fmadd_ps(ai, b0, g##i##0);                                                \
+        g##i##1 = _mm512_fmadd_ps(ai, b1, g##i##1);                                                \
+    }
+#define GSTORE(i)                                                                                  \
+    if (i < ROWS_N && i < mr) {                                                                    \
+        float *ci = c + (int64_t)i * ldc;                                                          \
+        __m512 v0 = g##i##0, v1 = g##i##1;                                                         \
+        if (beta != 0.0f) {                                                                        \
+            v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, ci));                                 \
+            v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, ci + t->c1));                         \
+        }                                                                                          \
+        if (ep != NULL) {                                                                          \
+            if (ep->bias_row != NULL) {                                                            \
+                __m512 br = _mm512_set1_ps(ep->bias_row[i]);                                       \
+                v0 = _mm512_add_ps(v0, br);                                                        \
+                v1 = _mm512_add_ps(v1, br);                                                        \
+            }                                                                                      \
+            if (ep->res != NULL) {                                                                 \
+                const float *ri = ep->res + (int64_t)i * ep->ldr;                                  \
+                v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, ri));                             \
+                v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, ri + t->c1));                     \
+            }                                                                                      \
+            if (ep->clamp) {                                                                       \
+                v0 = _mm512_min_ps(_mm512_max_ps(v0, vlo), vhi);                                   \
+                v1 = _mm512_min_ps(_mm512_max_ps(v1, vlo), vhi);                                   \
+            }                                                                                      \
+        }                                                                                          \
+        _mm512_mask_storeu_ps(ci, m0, v0);                                                         \
+        _mm512_mask_storeu_ps(ci + t->c1, m1, v1);                                                 \
+    }
+
+__attribute__((target("avx512f"), always_inline)) static inline void
+gather_body(int64_t kc, const float *a, const kn_gather_tile *t, float *c, int64_t ldc, float beta,
+            int mr, const kn_ukr_ep *ep, const int ROWS_N) {
+    __mmask16 m0 = t->n0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << t->n0) - 1);
+    __mmask16 m1 = t->n1 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << t->n1) - 1);
+    const float *b = t->b, *bb = t->b + t->b1;
+    const int64_t *off = t->off;
+    ROWS(GDECL)
+    for (int64_t k = 0; k < kc; k++) {
+        __m512 b0 = _mm512_maskz_loadu_ps(m0, b + off[k]);
+        __m512 b1 = _mm512_maskz_loadu_ps(m1, bb + off[k]);
+        ROWS(GFMA)
+        a += MR;
+    }
+    __m512 vlo = _mm512_set1_ps(ep != NULL ? ep->lo : 0.0f);
+    __m512 vhi = _mm512_set1_ps(ep != NULL ? ep->hi : 0.0f);
+    ROWS(GSTORE)
+}
+
+__attribute__((target("avx512f"))) static void ukr_gather(int64_t kc, const float *a,
+                                                          const kn_gather_tile *t, float *c,
+                                                          int64_t ldc, float beta, int mr,
+                                                          const kn_ukr_ep *ep) {
+    if (mr <= 4)
+        gather_body(kc, a, t, c, ldc, beta, mr, ep, 4);
+    else if (mr <= 8)
+        gather_body(kc, a, t, c, ldc, beta, mr, ep, 8);
+    else
+        gather_body(kc, a, t, c, ldc, beta, mr, ep, 12);
+}
+
 /* One row (batch-1 fully connected layers): the 12-row kernel would do 12x the multiplies.
  * Four k phases keep eight independent accumulators in flight. */
 __attribute__((target("avx512f"))) static void ukr_m1(int64_t kc, const float *a, const float *b,
@@ -270,7 +339,8 @@ const kn_gemm_ukr kn_gemm_ukr_avx512 = {.name = "avx512",
                                         .fn_rows8 = ukr_rows8,
                                         .fn_rows8_half_n = ukr_rows8_half_n,
                                         .fn_rows4 = ukr_rows4,
-                                        .fn_rows4_half_n = ukr_rows4_half_n};
+                                        .fn_rows4_half_n = ukr_rows4_half_n,
+                                        .fn_gather = ukr_gather};
 
 #else
 

@@ -518,6 +518,94 @@ kiln_status kn_gemm(kn_threadpool *pool, int64_t m, int64_t n, int64_t k, float 
     return KILN_OK;
 }
 
+typedef struct gather_job {
+    const kn_gemm_ukr *u;
+    const kn_gemm_packed *a;
+    const float *b;
+    const int64_t *off;
+    int64_t oh, ow, row_step, ncol;
+    int rows; /* output rows per tile: 2 when a row fits one vector */
+    float *c;
+    const kn_epilogue *ep;
+} gather_job;
+
+static void gather_tiles(void *arg, int64_t begin, int64_t end) {
+    const gather_job *j = arg;
+    const kn_gemm_ukr *u = j->u;
+    int64_t m = j->a->rows, k = j->a->k, ldc = j->oh * j->ow;
+    const kn_epilogue *ep = j->ep;
+    for (int64_t t = begin; t < end; t++) {
+        int64_t oy = t / j->ncol * j->rows, ox0 = t % j->ncol * u->nr;
+        kn_gather_tile gt;
+        if (j->rows == 2) {
+            gt = (kn_gather_tile){.b1 = j->row_step,
+                                  .c1 = j->ow,
+                                  .n0 = (int)j->ow,
+                                  .n1 = oy + 1 < j->oh ? (int)j->ow : 0};
+        } else {
+            int64_t left = j->ow - ox0;
+            gt = (kn_gather_tile){.b1 = 16,
+                                  .c1 = 16,
+                                  .n0 = (int)min64(16, left),
+                                  .n1 = (int)(left > 16 ? min64(16, left - 16) : 0)};
+        }
+        float *cbase = j->c + oy * j->ow + ox0;
+        gt.b = j->b + oy * j->row_step + ox0;
+        for (int64_t k0 = 0; k0 < k; k0 += KC) {
+            int64_t kc = min64(KC, k - k0);
+            bool last = k0 + kc >= k;
+            gt.off = j->off + k0;
+            const float *ap = j->a->data + k0 * j->a->pad;
+            for (int64_t ir = 0; ir < m; ir += u->mr) {
+                int mr = (int)min64(u->mr, m - ir);
+                float *ct = cbase + ir * ldc;
+                kn_ukr_ep te = {0}, *tep = NULL;
+                if (last && ep != NULL) {
+                    te.bias_row = ep->bias != NULL ? ep->bias + ir : NULL;
+                    te.res = ep->residual != NULL ? ep->residual + ir * ep->ldr + oy * j->ow + ox0
+                                                  : NULL;
+                    te.ldr = ep->ldr;
+                    te.clamp = ep->act == KN_ACT_RELU || ep->act == KN_ACT_CLIP;
+                    te.lo = ep->act == KN_ACT_RELU ? 0.0f : ep->alpha;
+                    te.hi = ep->act == KN_ACT_RELU ? INFINITY : ep->beta;
+                    tep = &te;
+                }
+                u->fn_gather(kc, ap + ir * kc, &gt, ct, ldc, k0 == 0 ? 0.0f : 1.0f, mr, tep);
+                if (tep != NULL && !te.clamp && ep->act != KN_ACT_NONE) {
+                    kn_act_apply_rows(ep->act, ep->alpha, ep->beta, ct, ldc, mr, gt.n0);
+                    if (gt.n1 > 0)
+                        kn_act_apply_rows(ep->act, ep->alpha, ep->beta, ct + gt.c1, ldc, mr, gt.n1);
+                }
+            }
+        }
+    }
+}
+
+bool kn_gemm_gather_ok(const kn_gemm_packed *a) {
+    return a != NULL && a->ukr == ukr_get() && a->ukr->fn_gather != NULL && a->ukr->nr == 32;
+}
+
+void kn_gemm_gather(kn_threadpool *pool, const kn_gemm_packed *a, const float *b,
+                    const int64_t *off, int64_t oh, int64_t ow, int64_t row_step, float *c,
+                    const kn_epilogue *ep) {
+    gather_job j = {.u = ukr_get(),
+                    .a = a,
+                    .b = b,
+                    .off = off,
+                    .oh = oh,
+                    .ow = ow,
+                    .row_step = row_step,
+                    .rows = ow <= 16 ? 2 : 1,
+                    .c = c,
+                    .ep = ep};
+    j.ncol = j.rows == 2 ? 1 : (ow + j.u->nr - 1) / j.u->nr;
+    int64_t tiles = (oh + j.rows - 1) / j.rows * j.ncol;
+    if (oh <= 0 || ow <= 0 || a->rows <= 0)
+        return;
+    kn_parallel_for(a->rows * a->k * ow * oh >= PARALLEL_MIN_WORK ? pool : NULL, tiles, 1,
+                    gather_tiles, &j);
+}
+
 int64_t kn_gemm_serial_scratch(int64_t n, const kn_gemm_operand *a, const kn_gemm_operand *b) {
     const kn_gemm_ukr *u = ukr_get();
     int64_t nc = min64(NC_TARGET / u->nr * u->nr, round_up(n, u->nr));

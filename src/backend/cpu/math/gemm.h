@@ -58,6 +58,17 @@ kiln_status kn_gemm_pack_b(const float *b, int64_t ldb, bool trans, int64_t k, i
                            kn_gemm_packed **out);
 void kn_gemm_packed_free(kn_gemm_packed *p);
 
+/* C = A B (+ epilogue, bias per row) over an output grid of oh rows of ow: C is m x (oh * ow),
+ * row-major, and B is never packed: element (k, oy * ow + ox) of B is
+ * b[off[k] + oy * row_step + ox], so each tile's rows of B are runs read in place. A is packed
+ * (kn_gemm_pack_a, m x k). For strided convs over prepared phase planes, whose im2col copy cost
+ * as much as the product when the conv has few output channels. Only where
+ * kn_gemm_gather_ok(a): the CPU's kernels take it and a was packed for them. */
+bool kn_gemm_gather_ok(const kn_gemm_packed *a);
+void kn_gemm_gather(kn_threadpool *pool, const kn_gemm_packed *a, const float *b,
+                    const int64_t *off, int64_t oh, int64_t ow, int64_t row_step, float *c,
+                    const kn_epilogue *ep);
+
 /* Writes rows [k0, k0+kc) x columns [n0, n0+nc) of op(B) into dst as kn_gemm_nr()-wide
  * column panels: panel p holds kc rows of nr floats at dst + p*kc*nr, columns past nc zero. */
 typedef void (*kn_gemm_pack_fn)(void *arg, int64_t k0, int64_t kc, int64_t n0, int64_t nc,

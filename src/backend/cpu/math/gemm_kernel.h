@@ -22,6 +22,19 @@ typedef struct kn_ukr_ep {
 typedef void (*kn_gemm_ukr_fn)(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                                float alpha, float beta, int mr, int nr, const kn_ukr_ep *ep);
 
+/* A tile whose B is read in place through per-k offsets (kn_gemm_gather): B row k of the tile is
+ * b + off[k], its first vector n0 lanes there, its second n1 lanes at + b1; in C (and the
+ * residual) the second vector's columns start c1 after the first's. */
+typedef struct kn_gather_tile {
+    const float *b;
+    const int64_t *off;
+    int64_t b1, c1;
+    int n0, n1;
+} kn_gather_tile;
+
+typedef void (*kn_gemm_gather_fn)(int64_t kc, const float *a, const kn_gather_tile *t, float *c,
+                                  int64_t ldc, float beta, int mr, const kn_ukr_ep *ep);
+
 typedef struct kn_gemm_ukr {
     const char *name;
     int mr, nr;
@@ -43,6 +56,8 @@ typedef struct kn_gemm_ukr {
     kn_gemm_ukr_fn fn_m1;
     /* Optional kernels for edge tiles of <= 8 and <= 4 rows (full width and half width). */
     kn_gemm_ukr_fn fn_rows8, fn_rows8_half_n, fn_rows4, fn_rows4_half_n;
+    /* Optional: any mr x (n0 + n1) tile with B gathered by offsets (kn_gather_tile). */
+    kn_gemm_gather_fn fn_gather;
 } kn_gemm_ukr;
 
 extern const kn_gemm_ukr kn_gemm_ukr_avx512;

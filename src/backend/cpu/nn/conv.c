@@ -448,7 +448,11 @@ kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
     for (int i = 0; i < g.nsp; i++)
         unpadded = unpadded && g.pad_b[i] == 0 && g.pad_e[i] == 0;
     bool sub = !pointwise && g.nsp <= 2 && c2.kh == 1 && c2.kw == 1 && unpadded;
-    bool split = !pointwise && !sub && g.nsp <= 2 && c2.sw == 2;
+    /* Packed fp32 weights and a stride-2 kernel: phase planes read in place, no im2col. */
+    bool strided = !pointwise && !sub && !bf16 && g.nsp == 2 && st != NULL &&
+                   st->group == g.group && st->w[0] != NULL &&
+                   kn_cpu_conv_strided_applies(&c2, g.c_out / g.group, st->w[0]);
+    bool split = !pointwise && !sub && !strided && g.nsp <= 2 && c2.sw == 2;
     int64_t w2 = split ? (c2.w + 1) / 2 : 0;
     float *xs = NULL;
     if (split || sub) {
@@ -466,7 +470,7 @@ kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
                 a = (kn_gemm_operand){.packed = st->w[gi]};
             int nr = bf16 ? KN_BF16_NR : kn_gemm_nr();
             im2col_arg ia = {.x = xg, .g = &g, .nr = nr, .c = c2, .xs = xs, .w2 = w2};
-            if (split) {
+            if (split && !strided) {
                 split_job sj = {.x = xg, .xs = xs, .w = c2.w, .w2 = w2};
                 kn_parallel_for(k->pool, cig * c2.h, 16, split_rows, &sj);
             }
@@ -487,7 +491,9 @@ kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
             e.bias_per_row = true;
             e.residual = res != NULL ? res + off : NULL;
             e.ldr = os;
-            if (bf16) {
+            if (strided) {
+                rc = kn_cpu_conv_strided(k->pool, &c2, cig, xg, st->w[gi], &e, y + off);
+            } else if (bf16) {
                 kn_bf16_operand ba = {.packed = st->bw[gi]};
                 kn_bf16_operand bb = {.p = b.p, .ld = b.ld, .pack = b.pack, .pack_arg = b.pack_arg};
                 rc = kn_gemm_bf16(k->pool, cog, os, kdim, &ba, &bb, y + off, os, &e);

@@ -117,6 +117,14 @@ void kn_cpu_dw_pad_split_avx512(const float *x, int64_t h, int64_t w, int64_t ph
  * the bf16 GEMM (a quarter of the multiplies), so bf16 weights are widened for it. */
 bool kn_cpu_conv_prefers_winograd(const kn_node *node, const kn_tensor *x, const kn_shape *w);
 
+/* Stride-2 2-D convolution of one group (cin channels of x) with packed weights a, through
+ * padded phase planes and kn_gemm_gather instead of an im2col copy; y is C_out x oh x ow.
+ * Only where kn_cpu_conv_strided_applies (cout: output channels per group). */
+bool kn_cpu_conv_strided_applies(const kn_conv2d *c, int64_t cout, const kn_gemm_packed *a);
+kiln_status kn_cpu_conv_strided(kn_threadpool *pool, const kn_conv2d *c, int64_t cin,
+                                const float *x, const kn_gemm_packed *a, const kn_epilogue *ep,
+                                float *y);
+
 /* Depthwise (group == C_in == C_out) 1-D/2-D convolution without GEMM. */
 kiln_status kn_cpu_conv_depthwise(kn_threadpool *pool, const kn_conv_geom *g, const float *x,
                                   const float *w, const kn_epilogue *ep, float *y);

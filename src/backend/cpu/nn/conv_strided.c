@@ -1,0 +1,96 @@
+/* Stride-2 convolutions without an im2col copy: the input is written once as padded phase
+ * planes (per channel and padded row, its even columns then its odd columns), so that every
+ * tap (c, ky, kx) reads one contiguous run per output row, and the GEMM reads those runs in
+ * place through a table of per-tap offsets (kn_gemm_gather). The im2col packer wrote K x N
+ * floats per call and took a quarter to a third of these layers (YOLO's 16 -> 32 3x3 at 160:
+ * 27% packing, 6% column split). */
+#include "backend/cpu/nn/conv.h"
+
+#include "core/alloc.h"
+
+#include <string.h>
+
+/* Narrower outputs go two rows a tile (up to 16 columns each); below this the tile is mostly
+ * padding and the packed GEMM's narrow kernels win. */
+#define GATHER_MIN_OW 14
+/* With more output channels the packed path wins: its B panel is reused by every row tile from
+ * L1, while the gathered rows (three lines each, scattered) fall out of it. In YOLO at 320
+ * (kiln bench --profile, minimum of 7 rounds): 3 -> 16 at 320 0.43 -> 0.38 ms, 16 -> 32 at 160
+ * 0.51 -> 0.41, but 32 -> 64 at 80 0.37 -> 0.46 and 64 -> 64 at 40 0.20 -> 0.24. */
+#define GATHER_MAX_COUT 32
+/* Padded rows up to this wide (the row buffer is on the stack). */
+#define GATHER_MAX_ROW 8192
+
+typedef struct phase_job {
+    const float *x;
+    float *xq;
+    const kn_conv2d *c;
+    int64_t hp, w2, half; /* half: w2 rounded up to whole vectors, the odd half's offset */
+} phase_job;
+
+KN_CLONES static void phase_row(const float *src, int64_t w, int64_t pw, int64_t w2, int64_t half,
+                                float *row, float *d) {
+    /* row: the padded input row, 2 * w2 wide; d: its even columns, then its odd ones at d +
+     * half, so that both halves start on a cache line (taps with an even kx / 2 then load
+     * whole lines). */
+    memset(row, 0, (size_t)(2 * w2) * sizeof *row);
+    if (src != NULL) {
+        int64_t n = pw + w <= 2 * w2 ? w : 2 * w2 - pw;
+        if (n > 0)
+            memcpy(row + pw, src, (size_t)n * sizeof *row);
+    }
+    for (int64_t j = 0; j < w2; j++) {
+        d[j] = row[2 * j];
+        d[half + j] = row[2 * j + 1];
+    }
+}
+
+static void phase_rows(void *arg, int64_t begin, int64_t end) {
+    const phase_job *j = arg;
+    const kn_conv2d *c = j->c;
+    float row[GATHER_MAX_ROW];
+    for (int64_t r = begin; r < end; r++) {
+        int64_t ci = r / j->hp, ih = r % j->hp - c->ph;
+        const float *src = ih >= 0 && ih < c->h ? j->x + (ci * c->h + ih) * c->w : NULL;
+        phase_row(src, c->w, c->pw, j->w2, j->half, row, j->xq + r * 2 * j->half);
+    }
+}
+
+bool kn_cpu_conv_strided_applies(const kn_conv2d *c, int64_t cout, const kn_gemm_packed *a) {
+    return cout <= GATHER_MAX_COUT && c->sh == 2 && c->sw == 2 && c->dh == 1 && c->dw == 1 &&
+           (c->kh > 1 || c->kw > 1) && c->ow >= GATHER_MIN_OW &&
+           (c->ow - 1) * 2 + c->kw + 1 <= GATHER_MAX_ROW && kn_gemm_gather_ok(a);
+}
+
+kiln_status kn_cpu_conv_strided(kn_threadpool *pool, const kn_conv2d *c, int64_t cin,
+                                const float *x, const kn_gemm_packed *a, const kn_epilogue *ep,
+                                float *y) {
+    /* Rows and columns of the padded input the taps reach; the phase halves are w2 wide. */
+    int64_t hp = (c->oh - 1) * 2 + c->kh, wp = (c->ow - 1) * 2 + c->kw, w2 = (wp + 1) / 2;
+    int64_t half = (w2 + 15) / 16 * 16, rs = 2 * half, plane = hp * rs, k = cin * c->kh * c->kw;
+    /* The pool's scratch (kn_gemm_gather takes none), kept between runs and layers: a buffer
+     * of its own each call was memory no layer had touched for a whole run, and writing the
+     * planes into it cost more in the model than the im2col copy it replaces. */
+    size_t bytes = (size_t)(cin * plane) * sizeof(float);
+    float *own = NULL, *xq = kn_threadpool_scratch(pool, bytes);
+    if (xq == NULL)
+        xq = own = kn_aligned_alloc(bytes, 64);
+    int64_t *off = kn_malloc((size_t)k * sizeof *off);
+    if (xq == NULL || off == NULL) {
+        kn_free(own);
+        kn_free(off);
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory in Conv");
+    }
+    phase_job pj = {.x = x, .xq = xq, .c = c, .hp = hp, .w2 = w2, .half = half};
+    kn_parallel_for(pool, cin * hp, 16, phase_rows, &pj);
+    /* Tap (ci, ky, kx) of output (oy, ox) is padded input (2 oy + ky, 2 ox + kx): column
+     * ox + kx / 2 of the kx-parity half of row 2 oy + ky. */
+    for (int64_t ci = 0, i = 0; ci < cin; ci++)
+        for (int64_t ky = 0; ky < c->kh; ky++)
+            for (int64_t kx = 0; kx < c->kw; kx++)
+                off[i++] = ci * plane + ky * rs + (kx & 1) * half + kx / 2;
+    kn_gemm_gather(pool, a, xq, off, c->oh, c->ow, 2 * rs, y, ep);
+    kn_free(off);
+    kn_free(own);
+    return KILN_OK;
+}
