@@ -223,7 +223,7 @@ kiln_status ew_binary(kn_kernel_ctx *k, const kn_tensor *a, const kn_tensor *b, 
                  .loop = table[lookup]};
     const kn_shape *in[2] = {&a->shape, &b->shape};
     ew_bcast_init(&j.bc, &y->shape, 2, in);
-    kn_parallel_for(k->pool, j.bc.numel, EW_GRAIN, bin_chunk, &j);
+    kn_parallel_for(k->pool, j.bc.numel, EW_BINARY_GRAIN, bin_chunk, &j);
     return KILN_OK;
 }
 
