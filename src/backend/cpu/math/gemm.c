@@ -310,40 +310,38 @@ static void run_block(const gemm_job *j, int64_t m0, int64_t m1, int64_t n0, int
                     int64_t jr = (rows_outer ? t % n_jr : t / n_ir) * u->nr;
                     int64_t ir = (rows_outer ? t / n_jr : t % n_ir) * u->mr;
                     int nr = (int)min64(u->nr, nc - jr);
-                    {
-                        int mr = (int)min64(u->mr, mc - ir);
-                        if (j->direct) {
-                            float *ct = j->c + (ic + ir) * j->ldc + jc + jr;
-                            kn_ukr_ep te, *tep = NULL;
-                            if (last && j->ep != NULL)
-                                tep = tile_ep(j, ic + ir, jc + jr, &te);
-                            u->fn_direct(kc, ap + ir * kc, bp + jr, b->ld, ct, j->ldc, j->alpha,
-                                         beta, mr, nr, tep);
-                            if (last && j->ep_act_after)
-                                kn_act_apply_rows(j->ep->act, j->ep->alpha, j->ep->beta, ct, j->ldc,
-                                                  mr, nr);
+                    int mr = (int)min64(u->mr, mc - ir);
+                    if (j->direct) {
+                        float *ct = j->c + (ic + ir) * j->ldc + jc + jr;
+                        kn_ukr_ep te, *tep = NULL;
+                        if (last && j->ep != NULL)
+                            tep = tile_ep(j, ic + ir, jc + jr, &te);
+                        u->fn_direct(kc, ap + ir * kc, bp + jr, b->ld, ct, j->ldc, j->alpha, beta,
+                                     mr, nr, tep);
+                        if (last && j->ep_act_after)
+                            kn_act_apply_rows(j->ep->act, j->ep->alpha, j->ep->beta, ct, j->ldc, mr,
+                                              nr);
+                        continue;
+                    }
+                    /* A panel's last columns may take the narrow kernel: e.g. 17 = 16 + 1. */
+                    int split = nr;
+                    if (u->fn_narrow_n != NULL && nr <= u->nr / 2 + u->narrow_n)
+                        split = nr <= u->narrow_n ? 0 : nr > u->nr / 2 ? u->nr / 2 : nr;
+                    for (int part = 0; part < 2; part++) {
+                        int off = part == 0 ? 0 : split, w = part == 0 ? split : nr - split;
+                        if (w == 0)
                             continue;
-                        }
-                        /* A panel's last columns may take the narrow kernel: e.g. 17 = 16 + 1. */
-                        int split = nr;
-                        if (u->fn_narrow_n != NULL && nr <= u->nr / 2 + u->narrow_n)
-                            split = nr <= u->narrow_n ? 0 : nr > u->nr / 2 ? u->nr / 2 : nr;
-                        for (int part = 0; part < 2; part++) {
-                            int off = part == 0 ? 0 : split, w = part == 0 ? split : nr - split;
-                            if (w == 0)
-                                continue;
-                            int64_t col = jc + jr + off;
-                            float *ct = j->c + (ic + ir) * j->ldc + col;
-                            kn_ukr_ep te, *tep = NULL;
-                            if (last && j->ep != NULL)
-                                tep = tile_ep(j, ic + ir, col, &te);
-                            kn_gemm_ukr_fn fn = part == 1 ? u->fn_narrow_n : pick(u, mr, w);
-                            fn(kc, ap + ir * kc, bp + jr * kc + off, ct, j->ldc, j->alpha, beta, mr,
-                               w, tep);
-                            if (last && j->ep_act_after)
-                                kn_act_apply_rows(j->ep->act, j->ep->alpha, j->ep->beta, ct, j->ldc,
-                                                  mr, w);
-                        }
+                        int64_t col = jc + jr + off;
+                        float *ct = j->c + (ic + ir) * j->ldc + col;
+                        kn_ukr_ep te, *tep = NULL;
+                        if (last && j->ep != NULL)
+                            tep = tile_ep(j, ic + ir, col, &te);
+                        kn_gemm_ukr_fn fn = part == 1 ? u->fn_narrow_n : pick(u, mr, w);
+                        fn(kc, ap + ir * kc, bp + jr * kc + off, ct, j->ldc, j->alpha, beta, mr, w,
+                           tep);
+                        if (last && j->ep_act_after)
+                            kn_act_apply_rows(j->ep->act, j->ep->alpha, j->ep->beta, ct, j->ldc, mr,
+                                              w);
                     }
                 }
             }
