@@ -4,8 +4,9 @@
 // Two kernels:
 //  - k_attn_tc (float16, bfloat16; head size a multiple of 16 up to 128, keys up to what fits
 //    in shared memory): a CTA of 4 warps takes 64 query rows of one (batch, head); Q and K, then
-//    V in their room, are staged in shared memory, Q K^T and P V run on tensor cores (WMMA 16x16x16, float32
-//    accumulators), each warp normalises its 16 score rows in shared memory in between.
+//    V in their room, are staged in shared memory, Q K^T and P V run on tensor cores (WMMA
+//    16x16x16, float32 accumulators), each warp normalises its 16 score rows in shared memory in
+//    between.
 //  - k_attn_rows (everything else, float32 included): one warp per query row, one pass over
 //    the keys with a running maximum (online softmax), the row's dot products by warp shuffles.
 #include "backend/cuda/cuda_kernels.h"
