@@ -48,15 +48,8 @@ static bool scalar_const(const kn_graph *g, int v) {
 }
 
 static float const_value(const kn_graph *g, int v) {
-    const void *d = g->values[v].data;
-    switch (g->values[v].dtype) {
-    case KILN_DTYPE_FLOAT16:
-        return kn_half_to_float(*(const uint16_t *)d);
-    case KILN_DTYPE_BFLOAT16:
-        return kn_bf16_to_float(*(const uint16_t *)d);
-    default:
-        return *(const float *)d;
-    }
+    const kn_tensor t = {.dtype = g->values[v].dtype, .data = (void *)g->values[v].data};
+    return (float)kn_tensor_get_f64(&t, 0);
 }
 
 /* float32 nodes fuse wherever they run; float16 and bfloat16 ones (a model exported in 16

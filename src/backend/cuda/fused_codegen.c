@@ -170,6 +170,21 @@ static void put_regs(text *t, const char *lane) {
     put(t, ", out%s = 0.f;\n", lane);
 }
 
+/* The program on the eight lanes v<input>[0..8) of a vector path, the 16-byte store of its
+ * results and the end of the path's loop. */
+static void put_eight(text *t, const kc_program *p) {
+    static const char *const lanes[8] = {"_0", "_1", "_2", "_3", "_4", "_5", "_6", "_7"};
+    for (int l = 0; l < 8; l++) {
+        put_regs(t, lanes[l]);
+        put_body(t, p, lanes[l], load_vec);
+    }
+    put(t, "    float o[8] = {out_0, out_1, out_2, out_3, out_4, out_5, out_6, out_7};\n"
+           "    ((kc_t8 *)y)[q] = kc_pack(o);\n"
+           "   }\n"
+           "   return;\n"
+           "  }\n");
+}
+
 /* off[a] of every input a for the element at index idx (consumed). */
 static void put_offsets(text *t, int n_in) {
     for (int a = 0; a < n_in; a++)
@@ -208,16 +223,7 @@ static char *source(const kc_program *p, int dtype, int n_in) {
             "    if (full >> %d & 1u) kc_unpack(((const kc_t8 *)in.p[%d])[q], v%d);\n"
             "    else for (int j = 0; j < 8; j++) v%d[j] = kc_ld(in.p[%d][0]);\n",
             a, a, a, a, a, a);
-    const char *lanes[8] = {"_0", "_1", "_2", "_3", "_4", "_5", "_6", "_7"};
-    for (int l = 0; l < 8; l++) {
-        put_regs(&t, lanes[l]);
-        put_body(&t, p, lanes[l], load_vec);
-    }
-    put(&t, "    float o[8] = {out_0, out_1, out_2, out_3, out_4, out_5, out_6, out_7};\n"
-            "    ((kc_t8 *)y)[q] = kc_pack(o);\n"
-            "   }\n"
-            "   return;\n"
-            "  }\n");
+    put_eight(&t, p);
     /* one per thread, flat */
     put(&t, "  if (path == 1) {\n"
             "   for (long long i = start; i < bc.numel; i += step) {\n");
@@ -242,15 +248,7 @@ static char *source(const kc_program *p, int dtype, int n_in) {
             "v%d);\n"
             "    else for (int j = 0; j < 8; j++) v%d[j] = kc_ld(in.p[%d][off[%d]]);\n",
             a, a, a, a, a, a, a, a);
-    for (int l = 0; l < 8; l++) {
-        put_regs(&t, lanes[l]);
-        put_body(&t, p, lanes[l], load_vec);
-    }
-    put(&t, "    float o[8] = {out_0, out_1, out_2, out_3, out_4, out_5, out_6, out_7};\n"
-            "    ((kc_t8 *)y)[q] = kc_pack(o);\n"
-            "   }\n"
-            "   return;\n"
-            "  }\n");
+    put_eight(&t, p);
     /* broadcast offsets */
     put(&t,
         "  for (long long i = start; i < bc.numel; i += step) {\n"

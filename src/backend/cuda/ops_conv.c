@@ -113,11 +113,16 @@ static bool tensor_cores(const conv_geom *g) {
     return g->dtype != KILN_DTYPE_FLOAT32 || g->tf32;
 }
 
+/* cuDNN's type for a conv tensor of kiln dtype dt (float32, float16 or bfloat16). */
+static cudnnDataType_t dnn_type(int dt) {
+    return dt == KILN_DTYPE_FLOAT16    ? CUDNN_DATA_HALF
+           : dt == KILN_DTYPE_BFLOAT16 ? CUDNN_DATA_BFLOAT16
+                                       : CUDNN_DATA_FLOAT;
+}
+
 static kiln_status descs_make(const conv_geom *g, conv_descs *d) {
     memset(d, 0, sizeof *d);
-    cudnnDataType_t t = g->dtype == KILN_DTYPE_FLOAT16    ? CUDNN_DATA_HALF
-                        : g->dtype == KILN_DTYPE_BFLOAT16 ? CUDNN_DATA_BFLOAT16
-                                                          : CUDNN_DATA_FLOAT;
+    cudnnDataType_t t = dnn_type(g->dtype);
     KC_TRY(kc_check_dnn(cudnnCreateTensorDescriptor(&d->x), "tensor descriptor"));
     KC_TRY(kc_check_dnn(cudnnCreateTensorDescriptor(&d->y), "tensor descriptor"));
     KC_TRY(kc_check_dnn(cudnnCreateFilterDescriptor(&d->w), "filter descriptor"));
@@ -304,9 +309,7 @@ static kiln_status conv_fused(kn_stream *st, conv_local *l, const void *x, const
         return KILN_OK;
     const conv_geom *g = &l->g;
     if (l->bias == NULL) {
-        cudnnDataType_t t = g->dtype == KILN_DTYPE_FLOAT16    ? CUDNN_DATA_HALF
-                            : g->dtype == KILN_DTYPE_BFLOAT16 ? CUDNN_DATA_BFLOAT16
-                                                              : CUDNN_DATA_FLOAT;
+        cudnnDataType_t t = dnn_type(g->dtype);
         KC_TRY(kc_check_dnn(cudnnCreateTensorDescriptor(&l->bias), "tensor descriptor"));
         KC_TRY(kc_check_dnn(
             cudnnSetTensor4dDescriptor(l->bias, g->nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, t,
