@@ -2,35 +2,28 @@
 // never reach global memory. Accumulation and the softmax are float32 whatever the I/O type.
 //
 // Two kernels:
-//  - k_attn_tc (float16, bfloat16; head size a multiple of 16 up to 128, keys up to what fits
-//    in shared memory): a CTA of 4 warps takes 64 query rows of one (batch, head); Q and K, then
-//    V in their room, are staged in shared memory, Q K^T and P V run on tensor cores (WMMA
-//    16x16x16, float32 accumulators), each warp normalises its 16 score rows in shared memory in
-//    between.
+//  - k_attn_mma (float16, bfloat16; head size a multiple of 16 up to 128): each warp owns 16
+//    query rows, its Q fragments and its scores in registers; the CTA's warps walk the keys in
+//    tiles of 64 that they stage together in shared memory (K as read, V transposed), with a
+//    running maximum and sum per row (online softmax), so any number of keys fits. The products
+//    are tensor-core mma.sync m16n8k16 with float32 accumulators, whose fragment layout is
+//    documented, so the probabilities go from the score accumulators straight into the A
+//    operand of P V without a trip through shared memory.
 //  - k_attn_rows (everything else, float32 included): one warp per query row, one pass over
 //    the keys with a running maximum (online softmax), the row's dot products by warp shuffles.
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/kernels_float.cuh"
 
 #include <float.h>
-#include <mma.h>
+#include <stdint.h>
 
 namespace {
 
-constexpr int kRowsPerCta = 64; // tensor-core kernel: 4 warps x 16 query rows
-constexpr int kMaxPerLane = 8;  // row kernel: head size up to 32 x 8
-constexpr size_t kMaxSmem = 227 * 1024;
-constexpr int kMaxKeys = 512; // tensor-core kernel: scores of a row held in registers
+constexpr int kMaxPerLane = 8; // row kernel: head size up to 32 x 8
 
 __device__ __forceinline__ float warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1)
         v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-__device__ __forceinline__ float warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1)
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
 
@@ -87,170 +80,195 @@ __global__ void k_attn_rows(kc_attention a, const T *q, const T *k, const T *v, 
     }
 }
 
-// Shared memory of k_attn_tc (byte offsets): region A holds Q [64][d+8] and K [skp][d+8] while
-// the scores are computed, then V [skp][d+8]; region S holds the float32 scores [64][ld_s], then
-// in each row the probabilities in T (its first skp * sizeof(T) bytes) and the float32 output
-// (from byte o_col on); a mask row shared by every query (float32 [skp]) comes last. Loading V
-// after the scores lets it reuse Q and K's room: 61 KB instead of 80 KB for d 64 and 128 keys,
-// three CTAs an SM instead of two. The pads keep rows off the same banks and every WMMA pointer
-// 32-byte aligned.
-struct tc_layout {
-    int ld, ld_s, o_col; // T elements a Q/K/V row; floats a score row; float column of the output
-    size_t q_off, k_off, v_off, s_off, m_off, bytes;
+constexpr int kKeyTile = 64;                  // keys a CTA stages at a time
+constexpr float kLog2e = 1.4426950408889634f; // softmax in base 2: exp2f is one instruction
+
+template <typename T> struct mma_op;
+template <> struct mma_op<__half> {
+    __device__ static void run(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+    __device__ static uint32_t pack(float lo, float hi) {
+        __half2 h = __floats2half2_rn(lo, hi);
+        return *reinterpret_cast<uint32_t *>(&h);
+    }
+};
+template <> struct mma_op<__nv_bfloat16> {
+    __device__ static void run(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+    __device__ static uint32_t pack(float lo, float hi) {
+        __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+        return *reinterpret_cast<uint32_t *>(&h);
+    }
 };
 
-__host__ __device__ inline tc_layout tc_layout_of(int d, int skp, int elem) {
-    tc_layout t;
-    t.ld = d + 8;
-    t.o_col = ((skp * elem + 31) / 32 * 32) / 4;
-    int need = t.o_col + d + 4;
-    t.ld_s = (skp + 4 > need ? skp + 4 : need + 3) / 4 * 4;
-    size_t q = (size_t)kRowsPerCta * t.ld * elem, kv = (size_t)skp * t.ld * elem;
-    size_t a = q + kv;
-    t.q_off = 0;
-    t.k_off = q;
-    t.v_off = 0;
-    t.s_off = (a + 127) / 128 * 128;
-    t.m_off = t.s_off + (size_t)kRowsPerCta * t.ld_s * 4;
-    t.bytes = t.m_off + (size_t)skp * 4;
-    return t;
+template <typename T> __device__ __forceinline__ uint32_t ld32(const T *p) {
+    return *reinterpret_cast<const uint32_t *>(p);
 }
 
-// Copies rows [0, n) of a strided [rows, d] matrix into shared memory with pitch ld, zeros
-// for rows in [n, rows): 16-byte vectors (d and the row stride are multiples of 8), issued
-// kBatch at a time per thread so that the loads are in flight together.
-template <typename T>
-__device__ void stage(T *dst, int ld, const T *__restrict__ src, int64_t stride, int64_t n,
-                      int rows, int d) {
-    constexpr int kBatch = 8;
-    const int chunks = d / 8, total = rows * chunks, step = (int)blockDim.x;
-    for (int base = (int)threadIdx.x; base < total; base += step * kBatch) {
-        uint4 val[kBatch];
-#pragma unroll
-        for (int u = 0; u < kBatch; u++) {
-            int t = base + u * step, r = t / chunks, c = t - r * chunks;
-            val[u] = make_uint4(0, 0, 0, 0);
-            if (t < total && r < n)
-                val[u] = __ldg(reinterpret_cast<const uint4 *>(src + r * stride + c * 8));
-        }
-#pragma unroll
-        for (int u = 0; u < kBatch; u++) {
-            int t = base + u * step, r = t / chunks, c = t - r * chunks;
-            if (t < total)
-                *reinterpret_cast<uint4 *>(dst + r * ld + c * 8) = val[u];
-        }
-    }
-}
-
-// NC: 32-key chunks of a score row each lane holds (skp <= 32 * NC).
-template <typename T, int NC>
-__global__ void k_attn_tc(kc_attention a, int skp, const T *q, const T *k, const T *v,
-                          const T *mask, T *o) {
-    using namespace nvcuda;
-    extern __shared__ __align__(128) unsigned char smem[];
-    const int d = (int)a.d;
-    tc_layout L = tc_layout_of(d, skp, (int)sizeof(T));
-    T *qs = reinterpret_cast<T *>(smem + L.q_off);
-    T *ks = reinterpret_cast<T *>(smem + L.k_off);
-    T *vs = reinterpret_cast<T *>(smem + L.v_off);
-    float *ss = reinterpret_cast<float *>(smem + L.s_off);
-    T *ps = reinterpret_cast<T *>(smem + L.s_off);
-    float *ms = reinterpret_cast<float *>(smem + L.m_off);
-    const int ld_p = (int)(L.ld_s * 4 / sizeof(T));
-
-    int64_t blocks_per_bh = (a.sq + kRowsPerCta - 1) / kRowsPerCta;
-    int64_t bh = blockIdx.x / blocks_per_bh;
-    int64_t i0 = (blockIdx.x - bh * blocks_per_bh) * kRowsPerCta;
-    int64_t h = bh % a.heads, b = bh / a.heads;
-    int64_t rows_here = a.sq - i0 < kRowsPerCta ? a.sq - i0 : kRowsPerCta;
-    stage(qs, L.ld, q + b * a.q_stride[0] + h * a.q_stride[1] + i0 * a.q_stride[2], a.q_stride[2],
-          rows_here, kRowsPerCta, d);
-    stage(ks, L.ld, k + b * a.k_stride[0] + h * a.k_stride[1], a.k_stride[2], a.sk, skp, d);
-    // A mask row every query shares (a padding mask [B, 1, 1, S]) is read once into shared
-    // memory; a per-query mask is read from global memory in the softmax.
-    const bool shared_mask = mask != nullptr && a.m_stride[2] == 0;
+// ND: the head size in 16-column steps (d = 16 ND). Fragment coordinates (PTX ISA, mma
+// m16n8k16): lane = 4 g + t; an A register holds row g or g + 8, columns 2t, 2t + 1 (+ 8); a B
+// register rows 2t, 2t + 1 (+ 8) of column g; an accumulator row g (c0, c1) or g + 8 (c2, c3),
+// columns 2t, 2t + 1.
+template <typename T, int ND>
+__global__ void __launch_bounds__(128)
+    k_attn_mma(kc_attention a, const T *__restrict__ q, const T *__restrict__ k,
+               const T *__restrict__ v, const T *__restrict__ mask, T *__restrict__ o) {
+    constexpr int D = ND * 16, LDK = D + 8, LDV = kKeyTile + 8, NK = kKeyTile / 8;
+    __shared__ __align__(16) T ks[kKeyTile * LDK]; // K tile [key][d]
+    __shared__ __align__(16) T vt[D * LDV];        // V tile transposed [d][key]
+    __shared__ float ms[kKeyTile];                 // a mask row every query shares, base 2
+    const int warps = (int)(blockDim.x / 32), warp = (int)(threadIdx.x / 32);
+    const int lane = (int)(threadIdx.x % 32), g = lane >> 2, t = lane & 3;
+    const int64_t rows_cta = 16 * warps, blocks_per_bh = (a.sq + rows_cta - 1) / rows_cta;
+    const int64_t bh = blockIdx.x / blocks_per_bh, h = bh % a.heads, b = bh / a.heads;
+    const int64_t r0 = (blockIdx.x - bh * blocks_per_bh) * rows_cta + warp * 16 + g, r1 = r0 + 8;
+    const bool ok0 = r0 < a.sq, ok1 = r1 < a.sq;
+    const T *qb = q + b * a.q_stride[0] + h * a.q_stride[1];
+    const T *kb = k + b * a.k_stride[0] + h * a.k_stride[1];
+    const T *vb = v + b * a.v_stride[0] + h * a.v_stride[1];
     const T *mb = mask ? mask + b * a.m_stride[0] + h * a.m_stride[1] : nullptr;
-    if (shared_mask)
-        for (int j = (int)threadIdx.x; j < a.sk; j += (int)blockDim.x)
-            ms[j] = kc_widen(mb[j * a.m_stride[3]]);
-    __syncthreads();
+    const bool shared_mask = mask != nullptr && a.m_stride[2] == 0;
+    const float sl2 = a.scale * kLog2e;
 
-    const int warp = (int)(threadIdx.x / 32), lane = (int)(threadIdx.x % 32);
-    const int r0 = warp * 16;
-    // Scores of the warp's 16 rows: S = Q K^T (K^T is K read column-major).
-    for (int n = 0; n < skp / 16; n++) {
-        wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-        wmma::fill_fragment(acc, 0.f);
-        for (int kk = 0; kk < d / 16; kk++) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
-            wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fb;
-            wmma::load_matrix_sync(fa, qs + r0 * L.ld + kk * 16, L.ld);
-            wmma::load_matrix_sync(fb, ks + n * 16 * L.ld + kk * 16, L.ld);
-            wmma::mma_sync(acc, fa, fb, acc);
-        }
-        wmma::store_matrix_sync(ss + r0 * L.ld_s + n * 16, acc, L.ld_s, wmma::mem_row_major);
-    }
-    __syncthreads(); // every warp is done with Q and K: their room takes V
-    stage(vs, L.ld, v + b * a.v_stride[0] + h * a.v_stride[1], a.v_stride[2], a.sk, skp, d);
-    // Softmax of each row, written back over the row as T (each lane holds its scores of the
-    // row in registers first: NC of them), while V's loads are in flight.
-    for (int r = r0; r < r0 + 16; r++) {
-        int64_t i = i0 + r;
-        float sv[NC];
-        const T *mr = mask && !shared_mask && i < a.sq ? mb + i * a.m_stride[2] : nullptr;
-        float m = -FLT_MAX;
+    uint32_t qf[ND][4];
 #pragma unroll
-        for (int c = 0; c < NC; c++) {
-            int j = lane + 32 * c;
-            float s = -INFINITY;
-            if (j < a.sk && i < a.sq)
-                s = ss[r * L.ld_s + j] * a.scale + (shared_mask ? ms[j]
-                                                    : mr        ? kc_widen(mr[j * a.m_stride[3]])
-                                                                : 0.f);
-            sv[c] = s;
-            m = fmaxf(m, s);
-        }
-        m = warp_max(m);
-        float sum = 0.f;
-#pragma unroll
-        for (int c = 0; c < NC; c++) {
-            sv[c] = expf(sv[c] - m);
-            sum += sv[c];
-        }
-        sum = warp_sum(sum);
-        float inv = i < a.sq ? 1.f / sum : 0.f;
-        __syncwarp();
-#pragma unroll
-        for (int c = 0; c < NC; c++) {
-            int j = lane + 32 * c;
-            if (j < skp)
-                ps[r * ld_p + j] = kc_narrow<T>(sv[c] * inv);
-        }
-        __syncwarp();
+    for (int kk = 0; kk < ND; kk++) {
+        const int c = kk * 16 + 2 * t;
+        qf[kk][0] = ok0 ? ld32(qb + r0 * a.q_stride[2] + c) : 0u;
+        qf[kk][1] = ok1 ? ld32(qb + r1 * a.q_stride[2] + c) : 0u;
+        qf[kk][2] = ok0 ? ld32(qb + r0 * a.q_stride[2] + c + 8) : 0u;
+        qf[kk][3] = ok1 ? ld32(qb + r1 * a.q_stride[2] + c + 8) : 0u;
     }
-    __syncthreads(); // V is staged
-    // O = P V for the warp's rows, a 16-column tile at a time, stored beside P in each row.
-    float *os = ss + L.o_col;
-    for (int dn = 0; dn < d / 16; dn++) {
-        wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-        wmma::fill_fragment(acc, 0.f);
-        for (int kt = 0; kt < skp / 16; kt++) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
-            wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> fb;
-            wmma::load_matrix_sync(fa, ps + r0 * ld_p + kt * 16, ld_p);
-            wmma::load_matrix_sync(fb, vs + kt * 16 * L.ld + dn * 16, L.ld);
-            wmma::mma_sync(acc, fa, fb, acc);
+    float acc[2 * ND][4];
+#pragma unroll
+    for (int n = 0; n < 2 * ND; n++)
+        acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+    // Running maximum (base 2) and this lane's part of the running sum, rows r0 and r1.
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+
+    for (int64_t j0 = 0; j0 < a.sk; j0 += kKeyTile) {
+        __syncthreads(); // the previous tile is consumed
+        for (int idx = (int)threadIdx.x; idx < kKeyTile * (D / 8); idx += (int)blockDim.x) {
+            const int r = idx / (D / 8), c = (idx - r * (D / 8)) * 8;
+            const bool in = j0 + r < a.sk;
+            uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
+            if (in) {
+                kv = __ldg(reinterpret_cast<const uint4 *>(kb + (j0 + r) * a.k_stride[2] + c));
+                vv = __ldg(reinterpret_cast<const uint4 *>(vb + (j0 + r) * a.v_stride[2] + c));
+            }
+            *reinterpret_cast<uint4 *>(ks + r * LDK + c) = kv;
+            const T *ve = reinterpret_cast<const T *>(&vv);
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                vt[(c + e) * LDV + r] = ve[e];
         }
-        wmma::store_matrix_sync(os + r0 * L.ld_s + dn * 16, acc, L.ld_s, wmma::mem_row_major);
+        if (shared_mask)
+            for (int r = (int)threadIdx.x; r < kKeyTile; r += (int)blockDim.x)
+                ms[r] = j0 + r < a.sk ? kc_widen(mb[(j0 + r) * a.m_stride[3]]) * kLog2e : 0.f;
+        __syncthreads();
+
+        float s[NK][4];
+#pragma unroll
+        for (int n = 0; n < NK; n++) {
+            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < ND; kk++) {
+                const T *kp = ks + (n * 8 + g) * LDK + kk * 16 + 2 * t;
+                mma_op<T>::run(s[n], qf[kk], ld32(kp), ld32(kp + 8));
+            }
+        }
+        float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < NK; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int jt = n * 8 + 2 * t + (e & 1);
+                const int64_t j = j0 + jt;
+                float x = s[n][e] * sl2;
+                if (j >= a.sk)
+                    x = -INFINITY;
+                else if (shared_mask)
+                    x += ms[jt];
+                else if (mb != nullptr && (e < 2 ? ok0 : ok1))
+                    x += kc_widen(mb[(e < 2 ? r0 : r1) * a.m_stride[2] + j * a.m_stride[3]]) *
+                         kLog2e;
+                s[n][e] = x;
+                if (e < 2)
+                    mx0 = fmaxf(mx0, x);
+                else
+                    mx1 = fmaxf(mx1, x);
+            }
+#pragma unroll
+        for (int off = 1; off < 4; off <<= 1) {
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+        }
+        // A row whose keys are all masked so far keeps maximum -inf: its probabilities are 0
+        // and its sum stays 0, so that a row masked everywhere ends 0 / 0 = NaN, as onnxruntime
+        // and the CPU give.
+        const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+        const float c0 = n0 == -INFINITY ? 1.f : exp2f(m0 - n0);
+        const float c1 = n1 == -INFINITY ? 1.f : exp2f(m1 - n1);
+        const float b0 = n0 == -INFINITY ? 0.f : n0, b1 = n1 == -INFINITY ? 0.f : n1;
+        m0 = n0;
+        m1 = n1;
+        float ps0 = 0.f, ps1 = 0.f;
+#pragma unroll
+        for (int n = 0; n < NK; n++) {
+            s[n][0] = exp2f(s[n][0] - b0);
+            s[n][1] = exp2f(s[n][1] - b0);
+            s[n][2] = exp2f(s[n][2] - b1);
+            s[n][3] = exp2f(s[n][3] - b1);
+            ps0 += s[n][0] + s[n][1];
+            ps1 += s[n][2] + s[n][3];
+        }
+        l0 = l0 * c0 + ps0;
+        l1 = l1 * c1 + ps1;
+#pragma unroll
+        for (int n = 0; n < 2 * ND; n++) {
+            acc[n][0] *= c0;
+            acc[n][1] *= c0;
+            acc[n][2] *= c1;
+            acc[n][3] *= c1;
+        }
+        // O += P V: the A operand of keys [16 kt, 16 kt + 16) is score blocks 2 kt and 2 kt + 1.
+#pragma unroll
+        for (int kt = 0; kt < kKeyTile / 16; kt++) {
+            uint32_t pa[4] = {mma_op<T>::pack(s[2 * kt][0], s[2 * kt][1]),
+                              mma_op<T>::pack(s[2 * kt][2], s[2 * kt][3]),
+                              mma_op<T>::pack(s[2 * kt + 1][0], s[2 * kt + 1][1]),
+                              mma_op<T>::pack(s[2 * kt + 1][2], s[2 * kt + 1][3])};
+#pragma unroll
+            for (int n = 0; n < 2 * ND; n++) {
+                const T *vp = vt + (n * 8 + g) * LDV + kt * 16 + 2 * t;
+                mma_op<T>::run(acc[n], pa, ld32(vp), ld32(vp + 8));
+            }
+        }
     }
-    __syncwarp();
-    for (int r = r0; r < r0 + 16; r++) {
-        int64_t i = i0 + r;
-        if (i >= a.sq)
-            break;
-        T *orow = o + b * a.o_stride[0] + h * a.o_stride[1] + i * a.o_stride[2];
-        for (int c = lane; c < d; c += 32)
-            orow[c] = kc_narrow<T>(os[r * L.ld_s + c]);
+#pragma unroll
+    for (int off = 1; off < 4; off <<= 1) {
+        l0 += __shfl_xor_sync(0xffffffffu, l0, off);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, off);
+    }
+    const float i0 = 1.f / l0, i1 = 1.f / l1;
+    T *ob = o + b * a.o_stride[0] + h * a.o_stride[1];
+#pragma unroll
+    for (int n = 0; n < 2 * ND; n++) {
+        const int c = n * 8 + 2 * t;
+        if (ok0)
+            *reinterpret_cast<uint32_t *>(ob + r0 * a.o_stride[2] + c) =
+                mma_op<T>::pack(acc[n][0] * i0, acc[n][1] * i0);
+        if (ok1)
+            *reinterpret_cast<uint32_t *>(ob + r1 * a.o_stride[2] + c) =
+                mma_op<T>::pack(acc[n][2] * i1, acc[n][3] * i1);
     }
 }
 
@@ -268,52 +286,72 @@ template <typename T> bool aligned16(const void *p) {
     return ((uintptr_t)p & 15u) == 0;
 }
 
-// One instantiation of the tensor-core kernel, its shared-memory limit raised once per size (the
-// warm-up run does it, before any stream capture).
-template <typename T, int NC>
-int launch_tc_nc(cudaStream_t s, const kc_attention *a, int skp, size_t bytes, int64_t blocks,
-                 const void *q, const void *k, const void *v, const void *mask, void *o) {
-    static size_t allowed = 48 * 1024;
-    if (bytes > allowed) {
-        cudaError_t err = cudaFuncSetAttribute(
-            k_attn_tc<T, NC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
-        if (err != cudaSuccess)
-            return (int)err;
-        allowed = bytes;
+// The multiprocessor count of the current device, read once (the CTA size is picked so that a
+// small batch still spreads over the GPU).
+int sm_count() {
+    static int n = 0;
+    if (n == 0) {
+        int dev = 0, v = 0;
+        if (cudaGetDevice(&dev) == cudaSuccess &&
+            cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess)
+            n = v > 0 ? v : 1;
+        else
+            n = 1;
     }
-    k_attn_tc<T, NC><<<(unsigned)blocks, 128, bytes, s>>>(*a, skp, (const T *)q, (const T *)k,
-                                                          (const T *)v, (const T *)mask, (T *)o);
-    return (int)cudaGetLastError();
+    return n;
 }
 
-// The tensor-core kernel takes the call when the head sizes, strides and addresses suit it and
-// its shared memory fits; 0 with *done false otherwise.
+// The tensor-core kernel takes the call when the head sizes, strides and addresses suit it; 0
+// with *done false otherwise. CTAs of 4 warps (64 query rows, K and V staged once for them),
+// fewer warps when that would leave the GPU under two CTAs an SM (batch 1).
 template <typename T>
-int launch_tc(cudaStream_t s, const kc_attention *a, const void *q, const void *k, const void *v,
-              const void *mask, void *o, bool *done) {
+int launch_mma(cudaStream_t s, const kc_attention *a, const void *q, const void *k, const void *v,
+               const void *mask, void *o, bool *done) {
     *done = false;
     if (a->d != a->dv || a->d % 16 != 0 || a->d > 128 || a->sk == 0)
         return 0;
-    const int64_t *st[] = {a->q_stride, a->k_stride, a->v_stride};
-    for (int t = 0; t < 3; t++)
-        if (st[t][0] % 8 || st[t][1] % 8 || st[t][2] % 8)
+    const int64_t *st[] = {a->q_stride, a->k_stride, a->v_stride, a->o_stride};
+    for (int i = 0; i < 4; i++)
+        if (st[i][0] % 8 || st[i][1] % 8 || st[i][2] % 8)
             return 0;
-    if (!aligned16<T>(q) || !aligned16<T>(k) || !aligned16<T>(v))
+    if (!aligned16<T>(q) || !aligned16<T>(k) || !aligned16<T>(v) || !aligned16<T>(o))
         return 0;
-    int64_t skp = (a->sk + 15) / 16 * 16;
-    if (skp > kMaxKeys)
+    const int64_t bh = a->batch * a->heads;
+    int warps = 4;
+    while (warps > 1 && bh * ((a->sq + 16 * warps - 1) / (16 * warps)) < 2 * sm_count())
+        warps /= 2;
+    const int64_t blocks = bh * ((a->sq + 16 * warps - 1) / (16 * warps));
+    if (blocks > INT32_MAX)
         return 0;
-    tc_layout L = tc_layout_of((int)a->d, (int)skp, (int)sizeof(T));
-    if (L.bytes > kMaxSmem)
-        return 0;
-    int64_t blocks = a->batch * a->heads * ((a->sq + kRowsPerCta - 1) / kRowsPerCta);
-    int rc = skp <= 32    ? launch_tc_nc<T, 1>(s, a, (int)skp, L.bytes, blocks, q, k, v, mask, o)
-             : skp <= 64  ? launch_tc_nc<T, 2>(s, a, (int)skp, L.bytes, blocks, q, k, v, mask, o)
-             : skp <= 128 ? launch_tc_nc<T, 4>(s, a, (int)skp, L.bytes, blocks, q, k, v, mask, o)
-             : skp <= 256 ? launch_tc_nc<T, 8>(s, a, (int)skp, L.bytes, blocks, q, k, v, mask, o)
-                          : launch_tc_nc<T, 16>(s, a, (int)skp, L.bytes, blocks, q, k, v, mask, o);
-    if (rc != 0)
-        return rc;
+    const dim3 grid((unsigned)blocks), block((unsigned)(32 * warps));
+    const T *qt = (const T *)q, *kt = (const T *)k, *vt = (const T *)v, *mt = (const T *)mask;
+    T *ot = (T *)o;
+    switch (a->d / 16) {
+    case 1:
+        k_attn_mma<T, 1><<<grid, block, 0, s>>>(*a, qt, kt, vt, mt, ot);
+        break;
+    case 2:
+        k_attn_mma<T, 2><<<grid, block, 0, s>>>(*a, qt, kt, vt, mt, ot);
+        break;
+    case 3:
+        k_attn_mma<T, 3><<<grid, block, 0, s>>>(*a, qt, kt, vt, mt, ot);
+        break;
+    case 4:
+        k_attn_mma<T, 4><<<grid, block, 0, s>>>(*a, qt, kt, vt, mt, ot);
+        break;
+    case 5:
+        k_attn_mma<T, 5><<<grid, block, 0, s>>>(*a, qt, kt, vt, mt, ot);
+        break;
+    case 6:
+        k_attn_mma<T, 6><<<grid, block, 0, s>>>(*a, qt, kt, vt, mt, ot);
+        break;
+    case 7:
+        k_attn_mma<T, 7><<<grid, block, 0, s>>>(*a, qt, kt, vt, mt, ot);
+        break;
+    default:
+        k_attn_mma<T, 8><<<grid, block, 0, s>>>(*a, qt, kt, vt, mt, ot);
+        break;
+    }
     *done = true;
     return (int)cudaGetLastError();
 }
@@ -330,9 +368,9 @@ extern "C" int kc_attention_run(void *s, int dt, const kc_attention *a, const vo
     bool done = false;
     int rc = 0;
     if (dt == KC_DT_F16)
-        rc = launch_tc<__half>(st, a, q, k, v, mask, o, &done);
+        rc = launch_mma<__half>(st, a, q, k, v, mask, o, &done);
     else if (dt == KC_DT_BF16)
-        rc = launch_tc<__nv_bfloat16>(st, a, q, k, v, mask, o, &done);
+        rc = launch_mma<__nv_bfloat16>(st, a, q, k, v, mask, o, &done);
     if (rc != 0 || done)
         return rc;
     KC_FLOAT_DISPATCH(dt, T, return launch_rows<T>(st, a, q, k, v, mask, o));

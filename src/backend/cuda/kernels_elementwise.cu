@@ -68,6 +68,62 @@ __global__ void k_binary32(int op, const kc_bcast bc, const T *a, const T *b, T 
     }
 }
 
+// 16 bytes a thread where the innermost dim is a multiple of the vector: each side's innermost
+// stride is 1 (a vector load) or 0 (one value for the vector), the offsets are computed once a
+// vector. The squeeze-and-excitation multiply of NHWC [N, H * W, C] by [N, 1, C] takes it.
+template <typename T>
+__global__ void k_binary_vec(int op, const kc_bcast bc, const T *a, const T *b, T *y) {
+    constexpr unsigned V = 16 / sizeof(T);
+    const unsigned nvec = (unsigned)bc.numel / V;
+    const int last = bc.rank - 1;
+    const bool va = bc.strides[0][last] != 0, vb = bc.strides[1][last] != 0;
+    for (unsigned t = blockIdx.x * blockDim.x + threadIdx.x; t < nvec;
+         t += gridDim.x * blockDim.x) {
+        unsigned oa = 0, ob = 0, idx = t * V;
+        for (int d = last; d >= 0; d--) {
+            unsigned dim = (unsigned)bc.dims[d], q = idx / dim, r = idx - q * dim;
+            idx = q;
+            oa += r * (unsigned)bc.strides[0][d];
+            ob += r * (unsigned)bc.strides[1][d];
+        }
+        uint4 ra = make_uint4(0, 0, 0, 0), rb = make_uint4(0, 0, 0, 0);
+        float sa = 0.f, sb = 0.f;
+        if (va)
+            ra = __ldg(reinterpret_cast<const uint4 *>(a + oa));
+        else
+            sa = kc_widen(a[oa]);
+        if (vb)
+            rb = __ldg(reinterpret_cast<const uint4 *>(b + ob));
+        else
+            sb = kc_widen(b[ob]);
+        const T *ea = reinterpret_cast<const T *>(&ra), *eb = reinterpret_cast<const T *>(&rb);
+        uint4 out;
+        T *o = reinterpret_cast<T *>(&out);
+#pragma unroll
+        for (unsigned j = 0; j < V; j++)
+            o[j] = kc_narrow<T>(binary(op, va ? kc_widen(ea[j]) : sa, vb ? kc_widen(eb[j]) : sb));
+        reinterpret_cast<uint4 *>(y)[t] = out;
+    }
+}
+
+// Whether k_binary_vec takes bc: below 2^31 elements, the innermost dim a multiple of the
+// vector with strides 1 or 0, the other strides of a vector side multiples of the vector (so
+// its loads stay 16-byte aligned), every address 16-byte aligned.
+bool binary_vec_ok(const kc_bcast *bc, int64_t v, const void *a, const void *b, const void *y) {
+    if (bc->rank < 1 || bc->numel >= ((int64_t)1 << 31) || bc->dims[bc->rank - 1] % v != 0 ||
+        (((uintptr_t)a | (uintptr_t)b | (uintptr_t)y) & 15u) != 0)
+        return false;
+    for (int side = 0; side < 2; side++) {
+        int64_t inner = bc->strides[side][bc->rank - 1];
+        if (inner != 0 && inner != 1)
+            return false;
+        for (int d = 0; d < bc->rank - 1 && inner == 1; d++)
+            if (bc->strides[side][d] % v != 0)
+                return false;
+    }
+    return true;
+}
+
 template <typename T>
 __global__ void k_compare(int op, const kc_bcast bc, const T *a, const T *b, uint8_t *y) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < bc.numel;
@@ -279,6 +335,13 @@ extern "C" int kc_binary(void *s, int dt, int op, const kc_bcast *bc, const void
             flat = false;
         sa = ea;
         sb = eb;
+    }
+    const int64_t v = dt == KC_DT_F32 ? 4 : 8;
+    if (binary_vec_ok(bc, v, a, b, y)) {
+        KC_FLOAT_DISPATCH(dt, T,
+                          k_binary_vec<T><<<grid_for(bc->numel / v), kThreads, 0, st>>>(
+                              op, *bc, (const T *)a, (const T *)b, (T *)y));
+        return (int)cudaGetLastError();
     }
     unsigned g = grid_for(bc->numel);
     if (flat) {

@@ -67,6 +67,67 @@ template <typename T> __global__ void k_softmax(const T *x, T *y, int64_t n, int
     }
 }
 
+// One warp per row, the row held in registers (NV 16-byte vectors a lane): one read of x, the
+// mean and variance by shuffles, no block barriers. For rows up to 32 * NV vectors whose length
+// and addresses suit 16-byte access (BERT's 768: three vectors a lane in float16).
+template <typename T, int NV>
+__global__ void k_layernorm_warp(const T *x, const T *scale, const T *bias, T *y, int64_t rows,
+                                 int n, float eps) {
+    constexpr int V = 16 / sizeof(T);
+    int64_t row = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (row >= rows)
+        return;
+    const int lane = (int)(threadIdx.x % 32), nvec = n / V;
+    const T *xr = x + row * n;
+    float v[NV][V];
+    float s = 0.f;
+#pragma unroll
+    for (int c = 0; c < NV; c++) {
+        int vi = lane + 32 * c;
+        uint4 raw = make_uint4(0, 0, 0, 0);
+        if (vi < nvec)
+            raw = __ldg(reinterpret_cast<const uint4 *>(xr) + vi);
+        const T *e = reinterpret_cast<const T *>(&raw);
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            v[c][j] = kc_widen(e[j]);
+            s += v[c][j];
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1)
+        s += __shfl_xor_sync(0xffffffffu, s, o);
+    const float mean = s / (float)n;
+    float q = 0.f;
+#pragma unroll
+    for (int c = 0; c < NV; c++)
+        if (lane + 32 * c < nvec)
+#pragma unroll
+            for (int j = 0; j < V; j++) {
+                float d = v[c][j] - mean;
+                q += d * d;
+            }
+    for (int o = 16; o > 0; o >>= 1)
+        q += __shfl_xor_sync(0xffffffffu, q, o);
+    const float rstd = rsqrtf(q / (float)n + eps);
+#pragma unroll
+    for (int c = 0; c < NV; c++) {
+        int vi = lane + 32 * c;
+        if (vi >= nvec)
+            continue;
+        uint4 gr = __ldg(reinterpret_cast<const uint4 *>(scale) + vi), br = make_uint4(0, 0, 0, 0);
+        if (bias)
+            br = __ldg(reinterpret_cast<const uint4 *>(bias) + vi);
+        const T *g = reinterpret_cast<const T *>(&gr), *b = reinterpret_cast<const T *>(&br);
+        uint4 out;
+        T *o = reinterpret_cast<T *>(&out);
+#pragma unroll
+        for (int j = 0; j < V; j++)
+            o[j] = kc_narrow<T>((v[c][j] - mean) * rstd * kc_widen(g[j]) +
+                                (bias ? kc_widen(b[j]) : 0.f));
+        reinterpret_cast<uint4 *>(y + row * n)[vi] = out;
+    }
+}
+
 template <typename T>
 __global__ void k_layernorm(const T *x, const T *scale, const T *bias, T *y, int64_t n, float eps) {
     const T *xr = x + blockIdx.x * n;
@@ -248,6 +309,43 @@ __global__ void k_epilogue(T *y, const T *bias, const T *res, int64_t outer, int
     }
 }
 
+// The epilogue 16 bytes a thread, for tensors under 2^31 elements whose channel runs either
+// across the vector (inner 1, as in NHWC: c a multiple of V, bias read as a vector) or not at
+// all (inner a multiple of V: one bias value for the vector). 32-bit index arithmetic once per
+// vector instead of a 64-bit division per element.
+template <typename T>
+__global__ void k_epilogue_vec(T *y, const T *bias, const T *res, unsigned nvec, unsigned c,
+                               unsigned inner, int act, float a, float b) {
+    constexpr unsigned V = 16 / sizeof(T);
+    for (unsigned t = blockIdx.x * blockDim.x + threadIdx.x; t < nvec;
+         t += gridDim.x * blockDim.x) {
+        uint4 raw = reinterpret_cast<const uint4 *>(y)[t], rr = make_uint4(0, 0, 0, 0),
+              braw = make_uint4(0, 0, 0, 0);
+        const unsigned e0 = t * V;
+        float bs = 0.f;
+        if (res)
+            rr = __ldg(reinterpret_cast<const uint4 *>(res) + t);
+        if (bias) {
+            if (inner == 1)
+                braw = __ldg(reinterpret_cast<const uint4 *>(bias + e0 % c));
+            else
+                bs = kc_widen(bias[(e0 / inner) % c]);
+        }
+        const T *yv = reinterpret_cast<const T *>(&raw), *rv = reinterpret_cast<const T *>(&rr),
+                *bv = reinterpret_cast<const T *>(&braw);
+        uint4 out;
+        T *o = reinterpret_cast<T *>(&out);
+#pragma unroll
+        for (unsigned j = 0; j < V; j++) {
+            float v = kc_widen(yv[j]) + (inner == 1 ? kc_widen(bv[j]) : bs);
+            if (res)
+                v += kc_widen(rv[j]);
+            o[j] = kc_narrow<T>(kc_activate(act, v, a, b));
+        }
+        reinterpret_cast<uint4 *>(y)[t] = out;
+    }
+}
+
 __device__ __forceinline__ float src_coord(int coord, float o, float scale, int64_t in_n,
                                            int64_t out_n) {
     switch (coord) {
@@ -320,6 +418,28 @@ extern "C" int kc_layernorm(void *s, int dt, const void *x, const void *scale, c
                             void *y, int64_t rows, int64_t n, float eps) {
     if (rows * n == 0)
         return 0;
+    const int es = dt == KC_DT_F32 ? 4 : 2, v = 16 / es;
+    const int64_t nv = n / v, per_lane = (nv + 31) / 32;
+    if (n % v == 0 && per_lane <= 8 && rows < ((int64_t)1 << 31) / 8 &&
+        (((uintptr_t)x | (uintptr_t)y | (uintptr_t)scale | (uintptr_t)bias) & 15u) == 0) {
+        const unsigned grid = (unsigned)((rows + 7) / 8), nn = (unsigned)n;
+        cudaStream_t st = (cudaStream_t)s;
+#define KC_LN_WARP(NV)                                                                             \
+    KC_FLOAT_DISPATCH(dt, T,                                                                       \
+                      k_layernorm_warp<T, NV><<<grid, 256, 0, st>>>(                               \
+                          (const T *)x, (const T *)scale, (const T *)bias, (T *)y, rows, nn, eps))
+        if (per_lane <= 1) {
+            KC_LN_WARP(1);
+        } else if (per_lane <= 2) {
+            KC_LN_WARP(2);
+        } else if (per_lane <= 4) {
+            KC_LN_WARP(4);
+        } else {
+            KC_LN_WARP(8);
+        }
+#undef KC_LN_WARP
+        return (int)cudaGetLastError();
+    }
     KC_FLOAT_DISPATCH(dt, T,
                       k_layernorm<T><<<(unsigned)rows, kThreads, 0, (cudaStream_t)s>>>(
                           (const T *)x, (const T *)scale, (const T *)bias, (T *)y, n, eps));
@@ -360,6 +480,17 @@ extern "C" int kc_epilogue(void *s, int dt, void *y, const void *bias, const voi
     int64_t total = outer * c * inner;
     if (total == 0)
         return 0;
+    const int64_t v = dt == KC_DT_F32 ? 4 : 8;
+    const bool lanes_ok = inner == 1 ? c % v == 0 : inner % v == 0;
+    if (lanes_ok && total < ((int64_t)1 << 31) &&
+        (((uintptr_t)y | (uintptr_t)bias | (uintptr_t)residual) & 15u) == 0) {
+        const unsigned nvec = (unsigned)(total / v);
+        KC_FLOAT_DISPATCH(dt, T,
+                          k_epilogue_vec<T><<<grid_for(nvec), kThreads, 0, (cudaStream_t)s>>>(
+                              (T *)y, (const T *)bias, (const T *)residual, nvec, (unsigned)c,
+                              (unsigned)inner, act, alpha, beta));
+        return (int)cudaGetLastError();
+    }
     KC_FLOAT_DISPATCH(
         dt, T,
         k_epilogue<T><<<grid_for(total), kThreads, 0, (cudaStream_t)s>>>(

@@ -299,11 +299,13 @@ static bool fuse_allowed(void) {
 }
 
 /* y = act(conv(x, w) + b + z) in one cuDNN call (cudnnConvolutionBiasActivationForward), for
- * act ReLU or none; *done false when cuDNN refuses this geometry or algorithm (remembered in l,
- * so the refusal costs one call a context), and the caller runs the convolution and the
- * epilogue kernel instead. Saves the epilogue's pass over y (read y and z, write y). */
+ * act ReLU, ReLU6-style Clip (0 to ceiling) or none; *done false when cuDNN refuses this geometry
+ * or algorithm (remembered in l, so the refusal costs one call a context), and the caller runs the
+ * convolution and the epilogue kernel instead. Saves the epilogue's pass over y (read y and z,
+ * write y). */
 static kiln_status conv_fused(kn_stream *st, conv_local *l, const void *x, const void *w,
-                              const void *b, const void *z, void *y, int act, bool *done) {
+                              const void *b, const void *z, void *y, int act, float ceiling,
+                              bool *done) {
     *done = false;
     if (l->fused < 0 || (l->fused > 0 && l->fused_act != act) || !fuse_allowed())
         return KILN_OK;
@@ -320,9 +322,11 @@ static kiln_status conv_fused(kn_stream *st, conv_local *l, const void *x, const
         KC_TRY(kc_check_dnn(cudnnCreateActivationDescriptor(&l->act), "activation descriptor"));
     if (l->fused == 0 || l->fused_act != act)
         KC_TRY(kc_check_dnn(
-            cudnnSetActivationDescriptor(
-                l->act, act == KC_ACT_RELU ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY,
-                CUDNN_PROPAGATE_NAN, 0.0),
+            cudnnSetActivationDescriptor(l->act,
+                                         act == KC_ACT_RELU   ? CUDNN_ACTIVATION_RELU
+                                         : act == KC_ACT_CLIP ? CUDNN_ACTIVATION_CLIPPED_RELU
+                                                              : CUDNN_ACTIVATION_IDENTITY,
+                                         CUDNN_PROPAGATE_NAN, act == KC_ACT_CLIP ? ceiling : 0.0),
             "activation descriptor"));
     const float one = 1.0f, zero = 0.0f;
     cudnnStatus_t s = cudnnConvolutionBiasActivationForward(
@@ -361,8 +365,10 @@ static kiln_status conv_run(kn_kernel_ctx *k, const conv_geom *g, const void *x,
     KC_TRY(conv_local_get(k, g, &l, &temp));
     kiln_status rc = kc_workspace(st, l->ws);
     bool done = false;
-    if (rc == KILN_OK && b != NULL && (act == KC_ACT_NONE || act == KC_ACT_RELU))
-        rc = conv_fused(st, l, x, w, b, z, y, act, &done);
+    /* ReLU6 (Clip 0..c) as cuDNN's clipped ReLU */
+    bool relu_clip = act == KC_ACT_CLIP && aa == 0.0f && isfinite(ab) && ab > 0.0f;
+    if (rc == KILN_OK && b != NULL && (act == KC_ACT_NONE || act == KC_ACT_RELU || relu_clip))
+        rc = conv_fused(st, l, x, w, b, z, y, act, ab, &done);
     const float one = 1.0f, zero = 0.0f;
     if (rc == KILN_OK && !done)
         rc = kc_check_dnn(cudnnConvolutionForward(st->dnn, &one, l->d.x, x, l->d.w, w, l->d.conv,
