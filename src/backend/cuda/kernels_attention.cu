@@ -113,6 +113,37 @@ template <typename T> __device__ __forceinline__ uint32_t ld32(const T *p) {
     return *reinterpret_cast<const uint32_t *>(p);
 }
 
+// 16 bytes global -> shared without passing through registers (cp.async, sm_80 on); zeros when
+// !in (src is then not read).
+__device__ __forceinline__ void cp16(void *dst, const void *src, bool in) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
+                 "r"(in ? 16 : 0));
+}
+__device__ __forceinline__ void cp_commit() {
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N> __device__ __forceinline__ void cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Four 8x8 16-bit matrices from shared memory, transposed (ldmatrix .trans): lane L gives the
+// address of row L % 8 of matrix L / 8, and receives in r[m] the two elements of matrix m's
+// column L / 4 at rows 2 (L % 4) and 2 (L % 4) + 1: the B operand of mma from a row-major tile.
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void *p) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
+// Shared memory of k_attn_mma: two stages of a K tile and a V tile [key][d + 8] (the pad keeps
+// the 8 rows an ldmatrix or a fragment load reads on distinct banks), then two stages of the
+// shared mask row (float32, base 2).
+template <typename T> constexpr size_t attn_smem_bytes(int d) {
+    return 4 * (size_t)kKeyTile * (d + 8) * sizeof(T) + 2 * kKeyTile * sizeof(float);
+}
+
 // ND: the head size in 16-column steps (d = 16 ND). Fragment coordinates (PTX ISA, mma
 // m16n8k16): lane = 4 g + t; an A register holds row g or g + 8, columns 2t, 2t + 1 (+ 8); a B
 // register rows 2t, 2t + 1 (+ 8) of column g; an accumulator row g (c0, c1) or g + 8 (c2, c3),
@@ -121,10 +152,11 @@ template <typename T, int ND>
 __global__ void __launch_bounds__(128)
     k_attn_mma(kc_attention a, const T *__restrict__ q, const T *__restrict__ k,
                const T *__restrict__ v, const T *__restrict__ mask, T *__restrict__ o) {
-    constexpr int D = ND * 16, LDK = D + 8, LDV = kKeyTile + 8, NK = kKeyTile / 8;
-    __shared__ __align__(16) T ks[kKeyTile * LDK]; // K tile [key][d]
-    __shared__ __align__(16) T vt[D * LDV];        // V tile transposed [d][key]
-    __shared__ float ms[kKeyTile];                 // a mask row every query shares, base 2
+    constexpr int D = ND * 16, LDK = D + 8, NK = kKeyTile / 8;
+    extern __shared__ __align__(16) unsigned char smem[];
+    T *ks = reinterpret_cast<T *>(smem);                            // [2][kKeyTile * LDK]
+    T *vs = ks + 2 * kKeyTile * LDK;                                // [2][kKeyTile * LDK]
+    float *ms = reinterpret_cast<float *>(vs + 2 * kKeyTile * LDK); // [2][kKeyTile]
     const int warps = (int)(blockDim.x / 32), warp = (int)(threadIdx.x / 32);
     const int lane = (int)(threadIdx.x % 32), g = lane >> 2, t = lane & 3;
     const int64_t rows_cta = 16 * warps, blocks_per_bh = (a.sq + rows_cta - 1) / rows_cta;
@@ -137,6 +169,46 @@ __global__ void __launch_bounds__(128)
     const T *mb = mask ? mask + b * a.m_stride[0] + h * a.m_stride[1] : nullptr;
     const bool shared_mask = mask != nullptr && a.m_stride[2] == 0;
     const float sl2 = a.scale * kLog2e;
+    const int ntiles = (int)((a.sk + kKeyTile - 1) / kKeyTile);
+
+    // Tile `tile`'s K and V rows into stage `st` (asynchronous copies, one group).
+    auto issue = [&](int tile, int st) {
+        const int64_t j0 = (int64_t)tile * kKeyTile;
+        for (int idx = (int)threadIdx.x; idx < kKeyTile * (D / 8); idx += (int)blockDim.x) {
+            const int r = idx / (D / 8), c = (idx - r * (D / 8)) * 8;
+            const bool in = j0 + r < a.sk;
+            cp16(ks + (st * kKeyTile + r) * LDK + c, in ? kb + (j0 + r) * a.k_stride[2] + c : kb,
+                 in);
+            cp16(vs + (st * kKeyTile + r) * LDK + c, in ? vb + (j0 + r) * a.v_stride[2] + c : vb,
+                 in);
+        }
+        cp_commit();
+    };
+    // The shared mask row of tile `tile`, entries this thread stages (kKeyTile / 32 at most).
+    auto mask_of = [&](int tile, float(&out)[kKeyTile / 32]) {
+        const int64_t j0 = (int64_t)tile * kKeyTile;
+#pragma unroll
+        for (int u = 0; u < kKeyTile / 32; u++) {
+            const int r = (int)threadIdx.x + u * (int)blockDim.x;
+            out[u] = r < kKeyTile && j0 + r < a.sk ? kc_widen(mb[(j0 + r) * a.m_stride[3]]) * kLog2e
+                                                   : 0.f;
+        }
+    };
+    auto mask_put = [&](int st, const float(&in)[kKeyTile / 32]) {
+#pragma unroll
+        for (int u = 0; u < kKeyTile / 32; u++) {
+            const int r = (int)threadIdx.x + u * (int)blockDim.x;
+            if (r < kKeyTile)
+                ms[st * kKeyTile + r] = in[u];
+        }
+    };
+
+    issue(0, 0);
+    float mnext[kKeyTile / 32];
+    if (shared_mask) {
+        mask_of(0, mnext);
+        mask_put(0, mnext);
+    }
 
     uint32_t qf[ND][4];
 #pragma unroll
@@ -154,26 +226,23 @@ __global__ void __launch_bounds__(128)
     // Running maximum (base 2) and this lane's part of the running sum, rows r0 and r1.
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
 
-    for (int64_t j0 = 0; j0 < a.sk; j0 += kKeyTile) {
-        __syncthreads(); // the previous tile is consumed
-        for (int idx = (int)threadIdx.x; idx < kKeyTile * (D / 8); idx += (int)blockDim.x) {
-            const int r = idx / (D / 8), c = (idx - r * (D / 8)) * 8;
-            const bool in = j0 + r < a.sk;
-            uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
-            if (in) {
-                kv = __ldg(reinterpret_cast<const uint4 *>(kb + (j0 + r) * a.k_stride[2] + c));
-                vv = __ldg(reinterpret_cast<const uint4 *>(vb + (j0 + r) * a.v_stride[2] + c));
-            }
-            *reinterpret_cast<uint4 *>(ks + r * LDK + c) = kv;
-            const T *ve = reinterpret_cast<const T *>(&vv);
-#pragma unroll
-            for (int e = 0; e < 8; e++)
-                vt[(c + e) * LDV + r] = ve[e];
+    // Two stages: tile + 1's copies are in flight while tile is computed.
+    for (int tile = 0; tile < ntiles; tile++) {
+        const int st = tile & 1;
+        const bool more = tile + 1 < ntiles;
+        if (more) {
+            issue(tile + 1, st ^ 1);
+            if (shared_mask)
+                mask_of(tile + 1, mnext);
+            cp_wait<1>();
+        } else {
+            cp_wait<0>();
         }
-        if (shared_mask)
-            for (int r = (int)threadIdx.x; r < kKeyTile; r += (int)blockDim.x)
-                ms[r] = j0 + r < a.sk ? kc_widen(mb[(j0 + r) * a.m_stride[3]]) * kLog2e : 0.f;
-        __syncthreads();
+        __syncthreads(); // tile's copies (and its mask row) are visible to every warp
+        const int64_t j0 = (int64_t)tile * kKeyTile;
+        const T *kt_s = ks + st * kKeyTile * LDK;
+        const T *vt_s = vs + st * kKeyTile * LDK;
+        const float *mt_s = ms + st * kKeyTile;
 
         float s[NK][4];
 #pragma unroll
@@ -181,7 +250,7 @@ __global__ void __launch_bounds__(128)
             s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
 #pragma unroll
             for (int kk = 0; kk < ND; kk++) {
-                const T *kp = ks + (n * 8 + g) * LDK + kk * 16 + 2 * t;
+                const T *kp = kt_s + (n * 8 + g) * LDK + kk * 16 + 2 * t;
                 mma_op<T>::run(s[n], qf[kk], ld32(kp), ld32(kp + 8));
             }
         }
@@ -196,7 +265,7 @@ __global__ void __launch_bounds__(128)
                 if (j >= a.sk)
                     x = -INFINITY;
                 else if (shared_mask)
-                    x += ms[jt];
+                    x += mt_s[jt];
                 else if (mb != nullptr && (e < 2 ? ok0 : ok1))
                     x += kc_widen(mb[(e < 2 ? r0 : r1) * a.m_stride[2] + j * a.m_stride[3]]) *
                          kLog2e;
@@ -246,12 +315,20 @@ __global__ void __launch_bounds__(128)
                               mma_op<T>::pack(s[2 * kt][2], s[2 * kt][3]),
                               mma_op<T>::pack(s[2 * kt + 1][0], s[2 * kt + 1][1]),
                               mma_op<T>::pack(s[2 * kt + 1][2], s[2 * kt + 1][3])};
+            // V's B operands two 8-column blocks at a time: lanes 0-15 address keys
+            // 16 kt + (0..15) of block n, lanes 16-31 the same keys of block n + 1.
+            const T *vrow = vt_s + (kt * 16 + (lane & 15)) * LDK + (lane >> 4) * 8;
 #pragma unroll
-            for (int n = 0; n < 2 * ND; n++) {
-                const T *vp = vt + (n * 8 + g) * LDV + kt * 16 + 2 * t;
-                mma_op<T>::run(acc[n], pa, ld32(vp), ld32(vp + 8));
+            for (int n = 0; n < 2 * ND; n += 2) {
+                uint32_t vf[4];
+                ldsm_x4_trans(vf, vrow + n * 8);
+                mma_op<T>::run(acc[n], pa, vf[0], vf[1]);
+                mma_op<T>::run(acc[n + 1], pa, vf[2], vf[3]);
             }
         }
+        if (more && shared_mask)
+            mask_put(st ^ 1, mnext);
+        __syncthreads(); // every warp is done with stage st before tile + 2's copies reuse it
     }
 #pragma unroll
     for (int off = 1; off < 4; off <<= 1) {
@@ -301,6 +378,25 @@ int sm_count() {
     return n;
 }
 
+// One head size of the tensor-core kernel; its shared-memory limit is raised once where it
+// needs more than the default 48 KB (the warm-up run does it, before any stream capture).
+template <typename T, int ND>
+int launch_nd(cudaStream_t s, dim3 grid, dim3 block, const kc_attention *a, const void *q,
+              const void *k, const void *v, const void *mask, void *o) {
+    constexpr size_t bytes = attn_smem_bytes<T>(ND * 16);
+    static bool raised = false;
+    if (bytes > 48 * 1024 && !raised) {
+        cudaError_t err = cudaFuncSetAttribute(
+            k_attn_mma<T, ND>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+        if (err != cudaSuccess)
+            return (int)err;
+        raised = true;
+    }
+    k_attn_mma<T, ND><<<grid, block, bytes, s>>>(*a, (const T *)q, (const T *)k, (const T *)v,
+                                                 (const T *)mask, (T *)o);
+    return (int)cudaGetLastError();
+}
+
 // The tensor-core kernel takes the call when the head sizes, strides and addresses suit it; 0
 // with *done false otherwise. CTAs of 4 warps (64 query rows, K and V staged once for them),
 // fewer warps when that would leave the GPU under two CTAs an SM (batch 1).
@@ -324,34 +420,35 @@ int launch_mma(cudaStream_t s, const kc_attention *a, const void *q, const void 
     if (blocks > INT32_MAX)
         return 0;
     const dim3 grid((unsigned)blocks), block((unsigned)(32 * warps));
-    const T *qt = (const T *)q, *kt = (const T *)k, *vt = (const T *)v, *mt = (const T *)mask;
-    T *ot = (T *)o;
+    int rc;
     switch (a->d / 16) {
     case 1:
-        k_attn_mma<T, 1><<<grid, block, 0, s>>>(*a, qt, kt, vt, mt, ot);
+        rc = launch_nd<T, 1>(s, grid, block, a, q, k, v, mask, o);
         break;
     case 2:
-        k_attn_mma<T, 2><<<grid, block, 0, s>>>(*a, qt, kt, vt, mt, ot);
+        rc = launch_nd<T, 2>(s, grid, block, a, q, k, v, mask, o);
         break;
     case 3:
-        k_attn_mma<T, 3><<<grid, block, 0, s>>>(*a, qt, kt, vt, mt, ot);
+        rc = launch_nd<T, 3>(s, grid, block, a, q, k, v, mask, o);
         break;
     case 4:
-        k_attn_mma<T, 4><<<grid, block, 0, s>>>(*a, qt, kt, vt, mt, ot);
+        rc = launch_nd<T, 4>(s, grid, block, a, q, k, v, mask, o);
         break;
     case 5:
-        k_attn_mma<T, 5><<<grid, block, 0, s>>>(*a, qt, kt, vt, mt, ot);
+        rc = launch_nd<T, 5>(s, grid, block, a, q, k, v, mask, o);
         break;
     case 6:
-        k_attn_mma<T, 6><<<grid, block, 0, s>>>(*a, qt, kt, vt, mt, ot);
+        rc = launch_nd<T, 6>(s, grid, block, a, q, k, v, mask, o);
         break;
     case 7:
-        k_attn_mma<T, 7><<<grid, block, 0, s>>>(*a, qt, kt, vt, mt, ot);
+        rc = launch_nd<T, 7>(s, grid, block, a, q, k, v, mask, o);
         break;
     default:
-        k_attn_mma<T, 8><<<grid, block, 0, s>>>(*a, qt, kt, vt, mt, ot);
+        rc = launch_nd<T, 8>(s, grid, block, a, q, k, v, mask, o);
         break;
     }
+    if (rc != 0)
+        return rc;
     *done = true;
     return (int)cudaGetLastError();
 }

@@ -106,6 +106,49 @@ __global__ void k_binary_vec(int op, const kc_bcast bc, const T *a, const T *b, 
     }
 }
 
+// 16 bytes a thread where one side is laid out as the output (flat: a vector load at the
+// output's offset) and the other broadcasts in any way (its offset computed per element, in 32
+// bits): the squeeze-and-excitation multiply of NCHW [N * C, H * W] by [N * C, 1] when H * W is
+// not a multiple of the vector. FLAT_A says which side is flat.
+template <typename T, bool FLAT_A>
+__global__ void k_binary_flatvec(int op, const kc_bcast bc, const T *a, const T *b, T *y) {
+    constexpr unsigned V = 16 / sizeof(T);
+    const unsigned nvec = (unsigned)bc.numel / V;
+    const int side = FLAT_A ? 1 : 0;
+    const T *flat = FLAT_A ? a : b, *other = FLAT_A ? b : a;
+    for (unsigned t = blockIdx.x * blockDim.x + threadIdx.x; t < nvec;
+         t += gridDim.x * blockDim.x) {
+        uint4 rf = __ldg(reinterpret_cast<const uint4 *>(flat) + t);
+        const T *ef = reinterpret_cast<const T *>(&rf);
+        uint4 out;
+        T *o = reinterpret_cast<T *>(&out);
+#pragma unroll
+        for (unsigned j = 0; j < V; j++) {
+            unsigned off = 0, idx = t * V + j;
+            for (int d = bc.rank - 1; d >= 0; d--) {
+                unsigned dim = (unsigned)bc.dims[d], q = idx / dim;
+                off += (idx - q * dim) * (unsigned)bc.strides[side][d];
+                idx = q;
+            }
+            float fo = kc_widen(other[off]), ff = kc_widen(ef[j]);
+            o[j] = kc_narrow<T>(FLAT_A ? binary(op, ff, fo) : binary(op, fo, ff));
+        }
+        reinterpret_cast<uint4 *>(y)[t] = out;
+    }
+}
+
+// Whether side's strides in bc are those of the output itself (it is read at the output's own
+// offsets).
+bool side_is_flat(const kc_bcast *bc, int side) {
+    int64_t expect = 1;
+    for (int d = bc->rank - 1; d >= 0; d--) {
+        if (bc->dims[d] != 1 && bc->strides[side][d] != expect)
+            return false;
+        expect *= bc->dims[d];
+    }
+    return true;
+}
+
 // Whether k_binary_vec takes bc: below 2^31 elements, the innermost dim a multiple of the
 // vector with strides 1 or 0, the other strides of a vector side multiples of the vector (so
 // its loads stay 16-byte aligned), every address 16-byte aligned.
@@ -342,6 +385,23 @@ extern "C" int kc_binary(void *s, int dt, int op, const kc_bcast *bc, const void
                           k_binary_vec<T><<<grid_for(bc->numel / v), kThreads, 0, st>>>(
                               op, *bc, (const T *)a, (const T *)b, (T *)y));
         return (int)cudaGetLastError();
+    }
+    if (bc->numel % v == 0 && bc->numel < ((int64_t)1 << 31) &&
+        (((uintptr_t)a | (uintptr_t)b | (uintptr_t)y) & 15u) == 0 && !flat) {
+        const bool fa = side_is_flat(bc, 0), fb = !fa && side_is_flat(bc, 1);
+        if (fa || fb) {
+            unsigned gv = grid_for(bc->numel / v);
+            if (fa) {
+                KC_FLOAT_DISPATCH(dt, T,
+                                  k_binary_flatvec<T, true><<<gv, kThreads, 0, st>>>(
+                                      op, *bc, (const T *)a, (const T *)b, (T *)y));
+            } else {
+                KC_FLOAT_DISPATCH(dt, T,
+                                  k_binary_flatvec<T, false><<<gv, kThreads, 0, st>>>(
+                                      op, *bc, (const T *)a, (const T *)b, (T *)y));
+            }
+            return (int)cudaGetLastError();
+        }
     }
     unsigned g = grid_for(bc->numel);
     if (flat) {

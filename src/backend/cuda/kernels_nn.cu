@@ -309,11 +309,12 @@ __global__ void k_epilogue(T *y, const T *bias, const T *res, int64_t outer, int
     }
 }
 
-// The epilogue 16 bytes a thread, for tensors under 2^31 elements whose channel runs either
-// across the vector (inner 1, as in NHWC: c a multiple of V, bias read as a vector) or not at
-// all (inner a multiple of V: one bias value for the vector). 32-bit index arithmetic once per
-// vector instead of a 64-bit division per element.
-template <typename T>
+// The epilogue 16 bytes a thread, for tensors under 2^31 elements. BIAS says where the channel
+// runs: 0, across the vector (inner 1, as in NHWC; c a multiple of V, the bias read as a
+// vector); 1, not within a vector (inner a multiple of V: one bias value); 2, anywhere (the
+// channel of each element, a 32-bit division each: NCHW maps of 14x14 or 7x7). Index arithmetic
+// in 32 bits instead of a 64-bit division per element.
+template <typename T, int BIAS>
 __global__ void k_epilogue_vec(T *y, const T *bias, const T *res, unsigned nvec, unsigned c,
                                unsigned inner, int act, float a, float b) {
     constexpr unsigned V = 16 / sizeof(T);
@@ -322,22 +323,24 @@ __global__ void k_epilogue_vec(T *y, const T *bias, const T *res, unsigned nvec,
         uint4 raw = reinterpret_cast<const uint4 *>(y)[t], rr = make_uint4(0, 0, 0, 0),
               braw = make_uint4(0, 0, 0, 0);
         const unsigned e0 = t * V;
-        float bs = 0.f;
+        float bv[V];
         if (res)
             rr = __ldg(reinterpret_cast<const uint4 *>(res) + t);
-        if (bias) {
-            if (inner == 1)
-                braw = __ldg(reinterpret_cast<const uint4 *>(bias + e0 % c));
-            else
-                bs = kc_widen(bias[(e0 / inner) % c]);
-        }
-        const T *yv = reinterpret_cast<const T *>(&raw), *rv = reinterpret_cast<const T *>(&rr),
-                *bv = reinterpret_cast<const T *>(&braw);
+        if (bias && BIAS == 0)
+            braw = __ldg(reinterpret_cast<const uint4 *>(bias + e0 % c));
+        const T *be = reinterpret_cast<const T *>(&braw);
+#pragma unroll
+        for (unsigned j = 0; j < V; j++)
+            bv[j] = !bias       ? 0.f
+                    : BIAS == 0 ? kc_widen(be[j])
+                    : BIAS == 1 ? kc_widen(bias[(e0 / inner) % c])
+                                : kc_widen(bias[((e0 + j) / inner) % c]);
+        const T *yv = reinterpret_cast<const T *>(&raw), *rv = reinterpret_cast<const T *>(&rr);
         uint4 out;
         T *o = reinterpret_cast<T *>(&out);
 #pragma unroll
         for (unsigned j = 0; j < V; j++) {
-            float v = kc_widen(yv[j]) + (inner == 1 ? kc_widen(bv[j]) : bs);
+            float v = kc_widen(yv[j]) + bv[j];
             if (res)
                 v += kc_widen(rv[j]);
             o[j] = kc_narrow<T>(kc_activate(act, v, a, b));
@@ -481,14 +484,24 @@ extern "C" int kc_epilogue(void *s, int dt, void *y, const void *bias, const voi
     if (total == 0)
         return 0;
     const int64_t v = dt == KC_DT_F32 ? 4 : 8;
-    const bool lanes_ok = inner == 1 ? c % v == 0 : inner % v == 0;
-    if (lanes_ok && total < ((int64_t)1 << 31) &&
+    if (total % v == 0 && total < ((int64_t)1 << 31) &&
         (((uintptr_t)y | (uintptr_t)bias | (uintptr_t)residual) & 15u) == 0) {
-        const unsigned nvec = (unsigned)(total / v);
-        KC_FLOAT_DISPATCH(dt, T,
-                          k_epilogue_vec<T><<<grid_for(nvec), kThreads, 0, (cudaStream_t)s>>>(
-                              (T *)y, (const T *)bias, (const T *)residual, nvec, (unsigned)c,
-                              (unsigned)inner, act, alpha, beta));
+        const unsigned nvec = (unsigned)(total / v), uc = (unsigned)c, ui = (unsigned)inner;
+        const unsigned grid = grid_for(nvec);
+        cudaStream_t st = (cudaStream_t)s;
+#define KC_EPI_VEC(B)                                                                              \
+    KC_FLOAT_DISPATCH(dt, T,                                                                       \
+                      k_epilogue_vec<T, B>                                                         \
+                      <<<grid, kThreads, 0, st>>>((T *)y, (const T *)bias, (const T *)residual,    \
+                                                  nvec, uc, ui, act, alpha, beta))
+        if (inner == 1 && c % v == 0) {
+            KC_EPI_VEC(0);
+        } else if (inner % v == 0) {
+            KC_EPI_VEC(1);
+        } else {
+            KC_EPI_VEC(2);
+        }
+#undef KC_EPI_VEC
         return (int)cudaGetLastError();
     }
     KC_FLOAT_DISPATCH(

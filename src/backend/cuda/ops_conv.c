@@ -288,28 +288,24 @@ static bool pointwise_1x1(const conv_geom *g) {
            g->groups == 1;
 }
 
-/* Whether cuDNN's fused convolution may be tried with activation act (KILN_CUDA_CONV_FUSE=0:
- * never; =relu: only with ReLU or none, for comparing the clipped ReLU and SiLU forms against
- * the epilogue kernel). */
-static bool fuse_allowed(int act) {
-    static int allowed = -1; /* 0 never, 1 ReLU or none, 2 every activation cuDNN takes */
+/* Whether cuDNN's fused convolution may be tried (KILN_CUDA_CONV_FUSE=0: never). */
+static bool fuse_allowed(void) {
+    static int allowed = -1;
     if (allowed < 0) {
         const char *e = getenv("KILN_CUDA_CONV_FUSE");
-        allowed = e == NULL ? 2 : strcmp(e, "0") == 0 ? 0 : strcmp(e, "relu") == 0 ? 1 : 2;
+        allowed = e == NULL || strcmp(e, "0") != 0;
     }
-    return allowed == 2 || (allowed == 1 && (act == KC_ACT_NONE || act == KC_ACT_RELU));
+    return allowed != 0;
 }
 
 /* y = act(conv(x, w) + b + z) in one cuDNN call (cudnnConvolutionBiasActivationForward), for
- * act ReLU, ReLU6-style Clip (0 to ceiling), SiLU or none; *done false when cuDNN refuses this
- * geometry or algorithm (remembered in l, so the refusal costs one call a context), and the caller
- * runs the convolution and the epilogue kernel instead. Saves the epilogue's pass over y (read y
- * and z, write y). */
+ * act ReLU or none; *done false when cuDNN refuses this geometry or algorithm (remembered in l,
+ * so the refusal costs one call a context), and the caller runs the convolution and the
+ * epilogue kernel instead. Saves the epilogue's pass over y (read y and z, write y). */
 static kiln_status conv_fused(kn_stream *st, conv_local *l, const void *x, const void *w,
-                              const void *b, const void *z, void *y, int act, float ceiling,
-                              bool *done) {
+                              const void *b, const void *z, void *y, int act, bool *done) {
     *done = false;
-    if (l->fused < 0 || (l->fused > 0 && l->fused_act != act) || !fuse_allowed(act))
+    if (l->fused < 0 || (l->fused > 0 && l->fused_act != act) || !fuse_allowed())
         return KILN_OK;
     const conv_geom *g = &l->g;
     if (l->bias == NULL) {
@@ -322,19 +318,12 @@ static kiln_status conv_fused(kn_stream *st, conv_local *l, const void *x, const
     }
     if (l->act == NULL)
         KC_TRY(kc_check_dnn(cudnnCreateActivationDescriptor(&l->act), "activation descriptor"));
-    if (l->fused == 0 || l->fused_act != act) {
+    if (l->fused == 0 || l->fused_act != act)
         KC_TRY(kc_check_dnn(
-            cudnnSetActivationDescriptor(l->act,
-                                         act == KC_ACT_RELU    ? CUDNN_ACTIVATION_RELU
-                                         : act == KC_ACT_CLIP  ? CUDNN_ACTIVATION_CLIPPED_RELU
-                                         : act == KC_ACT_SWISH ? CUDNN_ACTIVATION_SWISH
-                                                               : CUDNN_ACTIVATION_IDENTITY,
-                                         CUDNN_PROPAGATE_NAN, act == KC_ACT_CLIP ? ceiling : 0.0),
+            cudnnSetActivationDescriptor(
+                l->act, act == KC_ACT_RELU ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY,
+                CUDNN_PROPAGATE_NAN, 0.0),
             "activation descriptor"));
-        if (act == KC_ACT_SWISH)
-            KC_TRY(kc_check_dnn(cudnnSetActivationDescriptorSwishBeta(l->act, 1.0),
-                                "activation descriptor"));
-    }
     const float one = 1.0f, zero = 0.0f;
     cudnnStatus_t s = cudnnConvolutionBiasActivationForward(
         st->dnn, &one, l->d.x, x, l->d.w, w, l->d.conv, l->algo, st->ws, st->ws_size,
@@ -372,11 +361,8 @@ static kiln_status conv_run(kn_kernel_ctx *k, const conv_geom *g, const void *x,
     KC_TRY(conv_local_get(k, g, &l, &temp));
     kiln_status rc = kc_workspace(st, l->ws);
     bool done = false;
-    /* ReLU6 (Clip 0..c) as cuDNN's clipped ReLU */
-    bool relu_clip = act == KC_ACT_CLIP && aa == 0.0f && isfinite(ab) && ab > 0.0f;
-    if (rc == KILN_OK && b != NULL &&
-        (act == KC_ACT_NONE || act == KC_ACT_RELU || act == KC_ACT_SWISH || relu_clip))
-        rc = conv_fused(st, l, x, w, b, z, y, act, ab, &done);
+    if (rc == KILN_OK && b != NULL && (act == KC_ACT_NONE || act == KC_ACT_RELU))
+        rc = conv_fused(st, l, x, w, b, z, y, act, &done);
     const float one = 1.0f, zero = 0.0f;
     if (rc == KILN_OK && !done)
         rc = kc_check_dnn(cudnnConvolutionForward(st->dnn, &one, l->d.x, x, l->d.w, w, l->d.conv,
