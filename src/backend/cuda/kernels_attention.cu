@@ -13,6 +13,7 @@
 //    the keys with a running maximum (online softmax), the row's dot products by warp shuffles.
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/kernels_float.cuh"
+#include "backend/cuda/kernels_launch.cuh"
 
 #include <float.h>
 #include <stdint.h>
@@ -363,21 +364,6 @@ template <typename T> bool aligned16(const void *p) {
     return ((uintptr_t)p & 15u) == 0;
 }
 
-// The multiprocessor count of the current device, read once (the CTA size is picked so that a
-// small batch still spreads over the GPU).
-int sm_count() {
-    static int n = 0;
-    if (n == 0) {
-        int dev = 0, v = 0;
-        if (cudaGetDevice(&dev) == cudaSuccess &&
-            cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess)
-            n = v > 0 ? v : 1;
-        else
-            n = 1;
-    }
-    return n;
-}
-
 // One head size of the tensor-core kernel; its shared-memory limit is raised once where it
 // needs more than the default 48 KB (the warm-up run does it, before any stream capture).
 template <typename T, int ND>
@@ -414,7 +400,7 @@ int launch_mma(cudaStream_t s, const kc_attention *a, const void *q, const void 
         return 0;
     const int64_t bh = a->batch * a->heads;
     int warps = 4;
-    while (warps > 1 && bh * ((a->sq + 16 * warps - 1) / (16 * warps)) < 2 * sm_count())
+    while (warps > 1 && bh * ((a->sq + 16 * warps - 1) / (16 * warps)) < 2 * kc_sm_count())
         warps /= 2;
     const int64_t blocks = bh * ((a->sq + 16 * warps - 1) / (16 * warps));
     if (blocks > INT32_MAX)

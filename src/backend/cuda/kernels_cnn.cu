@@ -18,6 +18,7 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/kernels_activate.cuh"
 #include "backend/cuda/kernels_float.cuh"
+#include "backend/cuda/kernels_launch.cuh"
 
 #include <math.h>
 
@@ -125,32 +126,50 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
-// NHWC with 16 bytes of channels a thread (8 halves or 4 floats) and kRow outputs along W: the
-// kRow outputs share (kRow - 1) * S + K input columns, each one 16-byte load of V channels, and
-// consecutive threads take consecutive channel vectors of the same pixels, so a warp's loads
-// are contiguous runs of the rows. The filter taps are read per channel (weights are
-// [C, K, K]); they are few and stay in the L1 cache. Taken when C * sizeof(T) is a multiple of
-// 16 and the tensors are 16-byte aligned.
-template <typename T, int K, int S>
+// NHWC with 16 bytes of channels a thread (8 halves or 4 floats) and R outputs along W: the R
+// outputs share (R - 1) * S + K input columns, each one 16-byte load of V channels. A block
+// takes a slice of up to 32 channel vectors (blockIdx.y) and walks output pixels with the rest
+// of its threads, consecutive threads on consecutive channel vectors of the same pixels, so a
+// warp's loads are contiguous runs of a row. The slice's filter taps (weights are [C, K, K])
+// are staged once per block in shared memory as [K * K][channels] float32, so a thread reads
+// its V taps of one position as two (or one) 16-byte loads instead of V scattered ones. R is 4
+// where that leaves enough threads for the GPU, else 1 (batch 1, small maps).
+constexpr int kSliceVecs = 32;
+
+template <typename T, int K, int S, int R>
 __global__ void __launch_bounds__(kThreads)
     k_dw_nhwc_vec(kc_dwconv p, const T *__restrict__ x, const T *__restrict__ w,
                   const T *__restrict__ bias, const T *__restrict__ res, T *__restrict__ y) {
     constexpr int V = 16 / sizeof(T);
-    constexpr int kCols = (kRow - 1) * S + K;
-    const int cv = p.c / V, groups = (p.ow + kRow - 1) / kRow;
-    const int64_t total = (int64_t)p.n * p.oh * groups * cv;
-    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total;
-         t += (int64_t)gridDim.x * blockDim.x) {
-        const int c0 = (int)(t % cv) * V;
-        int64_t r = t / cv;
-        const int gi = (int)(r % groups);
-        r /= groups;
+    constexpr int kCols = (R - 1) * S + K;
+    __shared__ __align__(16) float wsm[K * K * kSliceVecs * V];
+    const int cv = p.c / V, cs = cv < kSliceVecs ? cv : kSliceVecs, sc = cs * V;
+    const int slice0 = (int)blockIdx.y * cs; // first channel vector of the block's slice
+    for (int i = (int)threadIdx.x; i < sc * K * K; i += (int)blockDim.x) {
+        const int cl = i / (K * K), tap = i - cl * (K * K), c = slice0 * V + cl;
+        wsm[tap * sc + cl] = c < p.c ? kc_widen(w[(int64_t)c * K * K + tap]) : 0.f;
+    }
+    __syncthreads();
+    const int lane_c = (int)threadIdx.x % cs, sp = (int)threadIdx.x / cs;
+    const int lanes_sp = (int)blockDim.x / cs, cvi = slice0 + lane_c;
+    if (sp >= lanes_sp || cvi >= cv)
+        return;
+    const int c0 = cvi * V, groups = (p.ow + R - 1) / R;
+    const int64_t total = (int64_t)p.n * p.oh * groups;
+    float bv[V];
+#pragma unroll
+    for (int j = 0; j < V; j++)
+        bv[j] = bias ? kc_widen(bias[c0 + j]) : 0.f;
+    for (int64_t t = (int64_t)blockIdx.x * lanes_sp + sp; t < total;
+         t += (int64_t)gridDim.x * lanes_sp) {
+        const int gi = (int)(t % groups);
+        const int64_t r = t / groups;
         const int oh = (int)(r % p.oh);
         const int64_t n = r / p.oh;
-        const int ow0 = gi * kRow, iw0 = ow0 * S - p.pw;
-        float acc[kRow][V];
+        const int ow0 = gi * R, iw0 = ow0 * S - p.pw;
+        float acc[R][V];
 #pragma unroll
-        for (int i = 0; i < kRow; i++)
+        for (int i = 0; i < R; i++)
 #pragma unroll
             for (int j = 0; j < V; j++)
                 acc[i][j] = 0.f;
@@ -164,36 +183,43 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
             for (int kw = 0; kw < K; kw++)
 #pragma unroll
-                for (int j = 0; j < V; j++)
-                    wk[kw][j] = kc_widen(w[(c0 + j) * K * K + kh * K + kw]);
+                for (int j = 0; j < V; j += 4) {
+                    float4 f = *reinterpret_cast<const float4 *>(
+                        &wsm[(kh * K + kw) * sc + lane_c * V + j]);
+                    wk[kw][j] = f.x;
+                    wk[kw][j + 1] = f.y;
+                    wk[kw][j + 2] = f.z;
+                    wk[kw][j + 3] = f.w;
+                }
 #pragma unroll
             for (int col = 0; col < kCols; col++) {
                 const int iw = iw0 + col;
                 if (iw < 0 || iw >= p.w)
                     continue;
-                uint4 raw = *(const uint4 *)(row + (int64_t)iw * p.c);
+                uint4 raw = __ldg(reinterpret_cast<const uint4 *>(row + (int64_t)iw * p.c));
                 const T *v = (const T *)&raw;
+                float f[V];
 #pragma unroll
-                for (int i = 0; i < kRow; i++) {
+                for (int j = 0; j < V; j++)
+                    f[j] = kc_widen(v[j]);
+#pragma unroll
+                for (int i = 0; i < R; i++) {
                     const int kw = col - i * S;
                     if (kw >= 0 && kw < K)
 #pragma unroll
                         for (int j = 0; j < V; j++)
-                            acc[i][j] += kc_widen(v[j]) * wk[kw][j];
+                            acc[i][j] += f[j] * wk[kw][j];
                 }
             }
         }
-        float bv[V];
-#pragma unroll
-        for (int j = 0; j < V; j++)
-            bv[j] = bias ? kc_widen(bias[c0 + j]) : 0.f;
         const int64_t ob = ((n * p.oh + oh) * p.ow) * p.c + c0;
 #pragma unroll
-        for (int i = 0; i < kRow; i++) {
+        for (int i = 0; i < R; i++) {
             if (ow0 + i >= p.ow)
                 break;
             const int64_t o = ob + (int64_t)(ow0 + i) * p.c;
-            uint4 zr = res ? *(const uint4 *)(res + o) : make_uint4(0, 0, 0, 0);
+            uint4 zr =
+                res ? __ldg(reinterpret_cast<const uint4 *>(res + o)) : make_uint4(0, 0, 0, 0);
             const T *zv = (const T *)&zr;
             uint4 out;
             T *ov = (T *)&out;
@@ -202,9 +228,28 @@ __global__ void __launch_bounds__(kThreads)
                 float v = acc[i][j] + bv[j] + (res ? kc_widen(zv[j]) : 0.f);
                 ov[j] = kc_narrow<T>(kc_activate(p.act, v, p.alpha, p.beta));
             }
-            *(uint4 *)(y + o) = out;
+            *reinterpret_cast<uint4 *>(y + o) = out;
         }
     }
+}
+
+// Launches the vector NHWC kernel: one grid row per channel slice, enough blocks along x for
+// the pixels (capped: the blocks loop, and each one stages its slice's taps once).
+template <typename T, int K, int S>
+void launch_nhwc_vec(cudaStream_t s, const kc_dwconv &p, const T *x, const T *w, const T *b,
+                     const T *z, T *y) {
+    const int cv = p.c / (16 / (int)sizeof(T)), cs = cv < kSliceVecs ? cv : kSliceVecs;
+    const int slices = (cv + cs - 1) / cs, lanes_sp = kThreads / cs;
+    const int64_t px4 = (int64_t)p.n * p.oh * ((p.ow + 3) / 4);
+    const bool wide = px4 * cv >= (int64_t)kc_sm_count() * 1024; // R = 4 still fills the GPU
+    const int64_t items = wide ? px4 : (int64_t)p.n * p.oh * p.ow;
+    int64_t gx = (items + lanes_sp - 1) / lanes_sp, cap = 4096 / slices + 1;
+    gx = gx < 1 ? 1 : gx > cap ? cap : gx;
+    const dim3 grid((unsigned)gx, (unsigned)slices);
+    if (wide)
+        k_dw_nhwc_vec<T, K, S, 4><<<grid, kThreads, 0, s>>>(p, x, w, b, z, y);
+    else
+        k_dw_nhwc_vec<T, K, S, 1><<<grid, kThreads, 0, s>>>(p, x, w, b, z, y);
 }
 
 // Whether the vector NHWC kernel takes these tensors.
@@ -216,8 +261,7 @@ template <typename T, int K, int S>
 int launch(cudaStream_t s, const kc_dwconv &p, const T *x, const T *w, const T *b, const T *z,
            T *y) {
     if (p.nhwc && nhwc_vec(p, x, z, y)) {
-        int64_t total = (int64_t)p.n * p.oh * ((p.ow + kRow - 1) / kRow) * (p.c * sizeof(T) / 16);
-        k_dw_nhwc_vec<T, K, S><<<grid_for(total), kThreads, 0, s>>>(p, x, w, b, z, y);
+        launch_nhwc_vec<T, K, S>(s, p, x, w, b, z, y);
     } else if (p.nhwc) {
         int64_t total = (int64_t)p.n * p.oh * p.ow * p.c;
         k_dw_nhwc<T, K, S><<<grid_for(total), kThreads, 0, s>>>(p, x, w, b, z, y);

@@ -404,12 +404,12 @@ static kiln_status run_conv(kn_kernel_ctx *k) {
     return conv_run(k, &g, k->in[0].data, k->in[1].data, b, z, k->out[0].data, act, aa, ab);
 }
 
-/* Whether depthwise layers may be stored NHWC: only with KILN_CUDA_NHWC_DEPTHWISE=1. The
- * vector NHWC kernel made MobileNetV2 faster at batch 64 (2.97 against 3.25 ms) but slower at
- * batch 1 (0.51 against 0.43), and EfficientNet-B0 slower at both (docs/perf-notes.md). */
+/* Whether depthwise layers may be stored NHWC (KILN_CUDA_NHWC_DEPTHWISE=0: never). With its taps
+ * staged per channel slice the vector NHWC kernel runs MobileNetV2 and EfficientNet-B0 faster
+ * than NCHW (whose cuDNN neighbours transpose around every conv): docs/perf-notes.md. */
 static bool nhwc_depthwise(void) {
     const char *e = getenv("KILN_CUDA_NHWC_DEPTHWISE");
-    return e != NULL && strcmp(e, "1") == 0;
+    return e == NULL || strcmp(e, "0") != 0;
 }
 
 static bool sup_conv(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
@@ -432,7 +432,7 @@ static bool sup_conv(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
      * NHWC form takes them (channels filling 16-byte vectors): its scalar NHWC form measured
      * 2.5x slower than the NCHW one (MobileNetV2 at batch 64, docs/perf-notes.md), and a
      * depthwise layer left NCHW keeps its neighbours NCHW too (the layout pass joins them).
-     * Off unless KILN_CUDA_NHWC_DEPTHWISE=1 (nhwc_depthwise). */
+     * KILN_CUDA_NHWC_DEPTHWISE=0 keeps every depthwise layer NCHW (nhwc_depthwise). */
     bool dw = g.groups == g.c && g.k == g.c && g.groups > 1;
     kc_dwconv dwp;
     g.dtype = out[0].dtype;
