@@ -145,7 +145,7 @@ test-gpu: build-cuda
 	KILN_BACKEND_PATH=$(CURDIR)/$(CUDA_BUILD)/lib KILN_LIBRARY=$(CURDIR)/$(CUDA_BUILD)/lib/libkiln.so \
 	  $(PYTHON) tests/cuda/attention_gpu.py
 	KILN_BACKEND_PATH=$(CURDIR)/$(CUDA_BUILD)/lib KILN_LIBRARY=$(CURDIR)/$(CUDA_BUILD)/lib/libkiln.so \
-	  $(PYTHON) tests/cuda/depthwise_gpu.py --kiln $(CUDA_BUILD)/bin/kiln
+	  $(PYTHON) tests/cuda/cnn_kernels_gpu.py --kiln $(CUDA_BUILD)/bin/kiln
 	KILN_BACKEND_PATH=$(CURDIR)/$(CUDA_BUILD)/lib KILN_LIBRARY=$(CURDIR)/$(CUDA_BUILD)/lib/libkiln.so \
 	  $(PYTHON) tests/cuda/tactics.py --kiln $(CUDA_BUILD)/bin/kiln
 	KILN_BACKEND_PATH=$(CURDIR)/$(CUDA_BUILD)/lib $(PYTHON) tests/cuda/triton_gpu.py \

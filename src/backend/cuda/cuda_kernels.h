@@ -150,9 +150,11 @@ int kc_pointwise_1x1(void *s, int dt, int n, int c, int k, const void *x, const 
                      const void *bias, const void *residual, void *y, int act, float alpha,
                      float beta);
 /* Global average (max = 0) or max pooling of [n, c, hw] (NCHW) or [n, hw, c] (nhwc set)
- * into [n, c]. */
+ * into [n, c]. A small NHWC pool is split over H*W when the workspace ws holds
+ * kc_global_pool_ws bytes (else it runs whole). */
+size_t kc_global_pool_ws(int64_t n, int64_t c, int64_t hw, int nhwc);
 int kc_global_pool(void *s, int dt, int max, int64_t n, int64_t c, int64_t hw, int nhwc,
-                   const void *x, void *y);
+                   const void *x, void *y, void *ws, size_t ws_size);
 
 /* Resize of the last two dims of [outer, h, w] (NCHW): mode 0 nearest, 1 linear. coord:
  * 0 half_pixel, 1 asymmetric, 2 align_corners, 3 pytorch_half_pixel, 4 tf_half_pixel_for_nn;

@@ -145,9 +145,23 @@ __global__ void __launch_bounds__(kThreads)
     __shared__ __align__(16) float wsm[K * K * kSliceVecs * V];
     const int cv = p.c / V, cs = cv < kSliceVecs ? cv : kSliceVecs, sc = cs * V;
     const int slice0 = (int)blockIdx.y * cs; // first channel vector of the block's slice
-    for (int i = (int)threadIdx.x; i < sc * K * K; i += (int)blockDim.x) {
-        const int cl = i / (K * K), tap = i - cl * (K * K), c = slice0 * V + cl;
-        wsm[tap * sc + cl] = c < p.c ? kc_widen(w[(int64_t)c * K * K + tap]) : 0.f;
+    // Eight loads in flight a thread before their stores: a load-store loop waits out one
+    // memory latency an element, which at batch 1 was most of the layer's time.
+    constexpr int kBatch = 8;
+    const int n_taps = sc * K * K;
+    for (int base = (int)threadIdx.x; base < n_taps; base += kBatch * (int)blockDim.x) {
+        float v[kBatch];
+#pragma unroll
+        for (int u = 0; u < kBatch; u++) {
+            const int i = base + u * (int)blockDim.x, cl = i / (K * K), c = slice0 * V + cl;
+            v[u] = i < n_taps && c < p.c ? kc_widen(w[(int64_t)slice0 * V * K * K + i]) : 0.f;
+        }
+#pragma unroll
+        for (int u = 0; u < kBatch; u++) {
+            const int i = base + u * (int)blockDim.x, cl = i / (K * K), tap = i - cl * (K * K);
+            if (i < n_taps)
+                wsm[tap * sc + cl] = v[u];
+        }
     }
     __syncthreads();
     const int lane_c = (int)threadIdx.x % cs, sp = (int)threadIdx.x / cs;
@@ -233,8 +247,10 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
-// Launches the vector NHWC kernel: one grid row per channel slice, enough blocks along x for
-// the pixels (capped: the blocks loop, and each one stages its slice's taps once).
+// Launches the vector NHWC kernel: one grid row per channel slice, blocks along x for the
+// pixels, about eight blocks an SM in all: the blocks loop over pixels, and each one stages its
+// slice's taps once (with a block per eight pixels, EfficientNet-B0's 7x7 1152-channel layers
+// read ten times more taps than activations).
 template <typename T, int K, int S>
 void launch_nhwc_vec(cudaStream_t s, const kc_dwconv &p, const T *x, const T *w, const T *b,
                      const T *z, T *y) {
@@ -243,7 +259,7 @@ void launch_nhwc_vec(cudaStream_t s, const kc_dwconv &p, const T *x, const T *w,
     const int64_t px4 = (int64_t)p.n * p.oh * ((p.ow + 3) / 4);
     const bool wide = px4 * cv >= (int64_t)kc_sm_count() * 1024; // R = 4 still fills the GPU
     const int64_t items = wide ? px4 : (int64_t)p.n * p.oh * p.ow;
-    int64_t gx = (items + lanes_sp - 1) / lanes_sp, cap = 4096 / slices + 1;
+    int64_t gx = (items + lanes_sp - 1) / lanes_sp, cap = 8 * kc_sm_count() / slices + 1;
     gx = gx < 1 ? 1 : gx > cap ? cap : gx;
     const dim3 grid((unsigned)gx, (unsigned)slices);
     if (wide)
@@ -334,14 +350,18 @@ constexpr int kSlices = 16; // H*W slices of the NHWC global pool's block (x 32 
 
 template <typename T, bool Max>
 __global__ void __launch_bounds__(32 * kSlices)
-    k_gpool_nhwc(int64_t hw, int c, const T *__restrict__ x, T *__restrict__ y) {
+    k_gpool_nhwc(int64_t hw, int c, const T *__restrict__ x, T *__restrict__ y,
+                 float *__restrict__ partial) {
     __shared__ float part[kSlices][33];
     const int ci = blockIdx.x * 32 + threadIdx.x;
     const int64_t n = blockIdx.y;
+    // blockIdx.z: this block's share of H*W when the pool is split (gridDim.z > 1)
+    const int64_t chunk = (hw + gridDim.z - 1) / gridDim.z, j0 = blockIdx.z * chunk;
+    const int64_t j1 = j0 + chunk < hw ? j0 + chunk : hw;
     float acc = Max ? -INFINITY : 0.f;
     if (ci < c) {
         const T *xn = x + n * hw * c + ci;
-        for (int64_t j = threadIdx.y; j < hw; j += kSlices)
+        for (int64_t j = j0 + threadIdx.y; j < j1; j += kSlices)
             acc = pool_step<Max>(acc, kc_widen(xn[j * c]));
     }
     part[threadIdx.y][threadIdx.x] = acc;
@@ -349,15 +369,51 @@ __global__ void __launch_bounds__(32 * kSlices)
     if (threadIdx.y == 0 && ci < c) {
         for (int s = 1; s < kSlices; s++)
             acc = pool_step<Max>(acc, part[s][threadIdx.x]);
-        y[n * c + ci] = kc_narrow<T>(Max ? acc : acc / (float)hw);
+        if (gridDim.z > 1)
+            partial[(n * gridDim.z + blockIdx.z) * c + ci] = acc;
+        else
+            y[n * c + ci] = kc_narrow<T>(Max ? acc : acc / (float)hw);
     }
 }
 
+// The split pool's second step: y[n, c] from the chunks' partial results.
 template <typename T, bool Max>
-int gpool(cudaStream_t s, int64_t n, int64_t c, int64_t hw, int nhwc, const T *x, T *y) {
+__global__ void k_gpool_finish(int64_t n, int c, int chunks, int64_t hw,
+                               const float *__restrict__ partial, T *__restrict__ y) {
+    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < n * c;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t ni = t / c, ci = t - ni * c;
+        float acc = Max ? -INFINITY : 0.f;
+        for (int z = 0; z < chunks; z++)
+            acc = pool_step<Max>(acc, partial[(ni * chunks + z) * c + ci]);
+        y[t] = kc_narrow<T>(Max ? acc : acc / (float)hw);
+    }
+}
+
+// How many H*W chunks an NHWC pool of n x c channels over hw pixels is split into: enough
+// blocks for two an SM (at batch 1 a 96-channel pool was three blocks), chunks of at least
+// 64 pixels a slice.
+int gpool_chunks(int64_t n, int64_t c, int64_t hw) {
+    const int64_t blocks = n * ((c + 31) / 32), want = 2 * (int64_t)kc_sm_count();
+    if (blocks >= want)
+        return 1;
+    int64_t z = (want + blocks - 1) / blocks, most = hw / (64 * kSlices);
+    z = z < most ? z : most;
+    return z > 1 ? (int)(z > 1024 ? 1024 : z) : 1;
+}
+
+template <typename T, bool Max>
+int gpool(cudaStream_t s, int64_t n, int64_t c, int64_t hw, int nhwc, const T *x, T *y, void *ws,
+          size_t ws_size) {
     if (nhwc) {
-        dim3 grid((unsigned)((c + 31) / 32), (unsigned)n), block(32, kSlices);
-        k_gpool_nhwc<T, Max><<<grid, block, 0, s>>>(hw, (int)c, x, y);
+        int chunks = gpool_chunks(n, c, hw);
+        if ((size_t)(n * c * chunks) * sizeof(float) > ws_size)
+            chunks = 1;
+        dim3 grid((unsigned)((c + 31) / 32), (unsigned)n, (unsigned)chunks), block(32, kSlices);
+        k_gpool_nhwc<T, Max><<<grid, block, 0, s>>>(hw, (int)c, x, y, (float *)ws);
+        if (chunks > 1)
+            k_gpool_finish<T, Max>
+                <<<grid_for(n * c), kThreads, 0, s>>>(n, (int)c, chunks, hw, (const float *)ws, y);
     } else {
         k_gpool_nchw<T, Max><<<grid_for(n * c * 32), kThreads, 0, s>>>(n * c, hw, x, y);
     }
@@ -379,16 +435,22 @@ extern "C" int kc_pointwise_1x1(void *s, int dt, int n, int c, int k, const void
     return (int)cudaGetLastError();
 }
 
+extern "C" size_t kc_global_pool_ws(int64_t n, int64_t c, int64_t hw, int nhwc) {
+    const int chunks = nhwc ? gpool_chunks(n, c, hw) : 1;
+    return chunks > 1 ? (size_t)(n * c * chunks) * sizeof(float) : 0;
+}
+
 extern "C" int kc_global_pool(void *s, int dt, int max, int64_t n, int64_t c, int64_t hw, int nhwc,
-                              const void *x, void *y) {
+                              const void *x, void *y, void *ws, size_t ws_size) {
     if (n * c == 0)
         return 0;
     if ((nhwc && n > 65535) || c > 2147483647)
         return (int)cudaErrorNotSupported;
-    KC_FLOAT_DISPATCH(
-        dt, T,
-        return max ? gpool<T, true>((cudaStream_t)s, n, c, hw, nhwc, (const T *)x, (T *)y)
-                   : gpool<T, false>((cudaStream_t)s, n, c, hw, nhwc, (const T *)x, (T *)y));
+    KC_FLOAT_DISPATCH(dt, T,
+                      return max ? gpool<T, true>((cudaStream_t)s, n, c, hw, nhwc, (const T *)x,
+                                                  (T *)y, ws, ws_size)
+                                 : gpool<T, false>((cudaStream_t)s, n, c, hw, nhwc, (const T *)x,
+                                                   (T *)y, ws, ws_size));
     return 0;
 }
 

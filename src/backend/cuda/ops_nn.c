@@ -177,10 +177,13 @@ static kiln_status run_global_pool(kn_kernel_ctx *k) {
     int64_t hw = 1;
     for (int d = 2; d < s->rank; d++)
         hw *= s->d[d];
-    return KC_LAUNCH(
-        kc_global_pool(STREAM(k), k->out[0].dtype, strcmp(k->node->op_type, "GlobalMaxPool") == 0,
-                       s->d[0], s->d[1], hw, kc_nhwc_in(k->node, 0), k->in[0].data, k->out[0].data),
-        k->node->op_type);
+    const int nhwc = kc_nhwc_in(k->node, 0);
+    KC_TRY(kc_workspace(k->stream, kc_global_pool_ws(s->d[0], s->d[1], hw, nhwc)));
+    return KC_LAUNCH(kc_global_pool(STREAM(k), k->out[0].dtype,
+                                    strcmp(k->node->op_type, "GlobalMaxPool") == 0, s->d[0],
+                                    s->d[1], hw, nhwc, k->in[0].data, k->out[0].data, k->stream->ws,
+                                    k->stream->ws_size),
+                     k->node->op_type);
 }
 
 static bool sup_global_pool(const kn_node *n, int n_in, const kn_tensor *in, int n_out,

@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
-"""The CUDA backend's depthwise convolution kernels against onnxruntime.
+"""The CUDA backend's kernels of mobile CNNs against onnxruntime: depthwise convolution, global
+pooling and the squeeze-and-excitation block.
 
 Each case is a small network conv 1x1 -> depthwise conv (groups = channels) -> conv 1x1, with
 the depthwise layer's bias, an activation after it (ReLU6 as Clip, SiLU as Sigmoid * x, or
-none) and optionally a residual Add, the form MobileNetV2 and EfficientNet-B0 use. Built for
+none), optionally a squeeze-and-excitation block on it (global average or max pool, 1x1 conv,
+ReLU, 1x1 conv, Sigmoid, channel Mul) and optionally a residual Add: the forms MobileNetV2 and
+EfficientNet-B0 use. A 64x64 map at batch 1 makes the NHWC global pool split its pixels over
+several blocks. Built for
 CUDA in float16 and bfloat16, where the 1x1 convs around it make the layout pass store the
 depthwise layer NHWC (the vector NHWC kernel, channels filling 16-byte vectors) or keep it
 NCHW (channels that do not; with KILN_CUDA_NHWC_DEPTHWISE=0 set, every case), which --kiln
@@ -36,16 +40,18 @@ import kiln  # noqa: E402
 
 BACKENDS = ["cuda", "cpu"]
 
-# (batch, channels, height, width, window, stride, activation, residual)
+# (batch, channels, height, width, window, stride, activation, residual, squeeze pool)
 CASES = [
-    (3, 96, 29, 31, 3, 1, "relu6", True),
-    (1, 96, 29, 31, 3, 2, "relu6", False),
-    (1, 1152, 7, 7, 5, 1, "silu", False),
-    (3, 264, 15, 13, 5, 2, "silu", False),
-    (2, 40, 28, 28, 5, 1, "none", True),
-    (1, 8, 9, 11, 3, 1, "silu", False),
-    (2, 12, 10, 10, 3, 2, "relu6", False),  # 12 channels: not 16-byte vectors, stays NCHW
-    (64, 32, 16, 16, 3, 1, "relu6", True),
+    (3, 96, 29, 31, 3, 1, "relu6", True, None),
+    (1, 96, 29, 31, 3, 2, "relu6", False, None),
+    (1, 1152, 7, 7, 5, 1, "silu", False, "avg"),
+    (3, 264, 15, 13, 5, 2, "silu", False, "avg"),
+    (2, 40, 28, 28, 5, 1, "none", True, "max"),
+    (1, 8, 9, 11, 3, 1, "silu", False, None),
+    (2, 12, 10, 10, 3, 2, "relu6", False, "avg"),  # 12 channels: not 16-byte vectors, NCHW
+    (64, 32, 16, 16, 3, 1, "relu6", True, None),
+    (1, 96, 64, 64, 3, 1, "silu", False, "avg"),  # split global pool
+    (1, 40, 70, 66, 5, 1, "silu", True, "max"),
 ]
 
 
@@ -58,7 +64,7 @@ def rounded(x, precision):
 
 
 def model_of(case, precision, rng):
-    n, c, h, w, k, s, act, residual = case
+    n, c, h, w, k, s, act, residual, squeeze = case
     pad = k // 2
     oh, ow = (h + 2 * pad - k) // s + 1, (w + 2 * pad - k) // s + 1
     residual = residual and s == 1
@@ -70,6 +76,10 @@ def model_of(case, precision, rng):
     inits = [const("w1", [c, c, 1, 1], 1.0 / np.sqrt(c)), const("b1", [c], 0.1),
              const("wd", [c, 1, k, k], 1.0 / k), const("bd", [c], 0.1),
              const("w2", [c, c, 1, 1], 1.0 / np.sqrt(c)), const("b2", [c], 0.1),
+             const("ws1", [max(c // 4, 1), c, 1, 1], 1.0 / np.sqrt(c)),
+             const("bs1", [max(c // 4, 1)], 0.1),
+             const("ws2", [c, max(c // 4, 1), 1, 1], 1.0 / np.sqrt(max(c // 4, 1))),
+             const("bs2", [c], 0.1),
              numpy_helper.from_array(np.array(0.0, np.float32), "lo"),
              numpy_helper.from_array(np.array(6.0, np.float32), "hi")]
     nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["a"]),
@@ -83,6 +93,15 @@ def model_of(case, precision, rng):
         nodes += [helper.make_node("Sigmoid", ["d"], ["sg"]),
                   helper.make_node("Mul", ["d", "sg"], ["e"])]
         last = "e"
+    if squeeze:
+        pool = "GlobalAveragePool" if squeeze == "avg" else "GlobalMaxPool"
+        nodes += [helper.make_node(pool, [last], ["sq"]),
+                  helper.make_node("Conv", ["sq", "ws1", "bs1"], ["s1"]),
+                  helper.make_node("Relu", ["s1"], ["s2"]),
+                  helper.make_node("Conv", ["s2", "ws2", "bs2"], ["s3"]),
+                  helper.make_node("Sigmoid", ["s3"], ["s4"]),
+                  helper.make_node("Mul", [last, "s4"], ["se"])]
+        last = "se"
     if residual:
         nodes.append(helper.make_node("Add", [last, "a"], ["r"]))
         last = "r"
@@ -148,12 +167,12 @@ def main():
                 why = check(case, precision, rng, args.kiln, expect_nhwc)
             except Exception as e:  # a build or run error is a failure of this case
                 why = f"{type(e).__name__}: {e}"
-            label = "x".join(str(v) for v in case[:4]) + " k{} s{} {} res={} {}".format(
+            label = "x".join(str(v) for v in case[:4]) + " k{} s{} {} res={} se={} {}".format(
                 *case[4:], precision)
             print(f"{'ok  ' if why is None else 'FAIL'} {label}{'' if why is None else ': ' + why}")
             failed += why is not None
     total = len(CASES) * len(args.precision)
-    print(f"depthwise_gpu: {total - failed}/{total} cases match")
+    print(f"cnn_kernels_gpu: {total - failed}/{total} cases match")
     return 1 if failed else 0
 
 
