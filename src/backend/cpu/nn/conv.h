@@ -84,6 +84,23 @@ void kn_cpu_dw_plane_flat_avx512(const kn_dw_flat *f);
 /* 3x3 undilated, stride 1 (x: padded plane, row stride wp) or stride 2 (x: the four phase
  * planes, row stride wp, `phase` apart); row by row straight into y, no tmp. */
 void kn_cpu_dw3_plane_avx512(const kn_dw_flat *f, int stride);
+/* 3x3 undilated depthwise over one unpadded plane (h x w), stride 1 or 2, with at most one row
+ * of padding above and one column left (the padding below and right follows from oh and ow):
+ * taps outside the plane read as zero. The epilogue runs in registers: bias, residual, then
+ * act, which is KN_ACT_NONE, KN_ACT_CLIP (to [lo, hi]), KN_ACT_SIGMOID or KN_ACT_SWISH. */
+typedef struct kn_dw3d {
+    const float *x;
+    int64_t h, w, ph, pw, oh, ow;
+    int stride;
+    const float *wt; /* 9 weights */
+    float bias;
+    const float *res; /* residual plane (oh x ow), or NULL */
+    int act;
+    float lo, hi;
+    float *y; /* output plane (oh x ow) */
+} kn_dw3d;
+
+void kn_cpu_dw3_direct_avx512(const kn_dw3d *d);
 /* k x k (3, 5 or 7) undilated depthwise, stride 1 or 2, over the channel block [c0, c0 + 16) of
  * one image, one channel per vector lane; for small planes, where per-plane set-up dominates. */
 typedef struct kn_dwc16 {
