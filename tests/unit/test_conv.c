@@ -358,11 +358,12 @@ static double ref_act(const char *act, double v, double alpha, double beta) {
     return v;
 }
 
-/* Depthwise 3x3 FusedConvs read straight from the unpadded plane (stride 1 from 8 output
- * columns, stride 2 from 7): pads of 0 and 1 on each side, odd widths and heights (partial
- * vectors, row blocks with a remainder, one-row outputs), several interior vectors, two
- * images; each fused activation (in registers or after the plane), with and without a
- * residual; every ISA, so the AVX-512 kernel is checked beside the portable path. */
+/* Depthwise 3x3 and 5x5 FusedConvs read straight from the unpadded plane (from 8 output
+ * columns; 3x3 stride 2 from 7): each left pad it takes (3x3: 0 and 1, 5x5: 1 and 2) with other
+ * pads on the other sides, odd widths and heights (partial vectors, row blocks with a
+ * remainder, one-row outputs), several inside vectors, two images; each fused activation (in
+ * registers or after the plane), with and without a residual; every ISA, so the AVX-512 kernel
+ * is checked beside the portable path. */
 static void test_depthwise_direct(void **state) {
     (void)state;
     const conv_case shapes[] = {
@@ -376,6 +377,14 @@ static void test_depthwise_direct(void **state) {
         {2, 1, 3, 3, 3, {11, 100}, {3, 3}, {2, 2}, {1, 1}, {0, 0}, {0, 0}, NULL, false, false},
         {2, 1, 2, 2, 2, {8, 67}, {3, 3}, {2, 2}, {1, 1}, {0, 1}, {1, 0}, NULL, true, false},
         {2, 1, 3, 3, 3, {3, 96}, {3, 3}, {2, 2}, {1, 1}, {1, 0}, {0, 1}, NULL, true, false},
+        {2, 2, 3, 3, 3, {13, 14}, {5, 5}, {1, 1}, {1, 1}, {2, 2}, {2, 2}, NULL, true, false},
+        {2, 1, 4, 4, 4, {9, 61}, {5, 5}, {1, 1}, {1, 1}, {2, 2}, {2, 2}, NULL, true, false},
+        {2, 1, 3, 3, 3, {6, 40}, {5, 5}, {1, 1}, {1, 1}, {1, 1}, {2, 3}, NULL, false, false},
+        {2, 1, 2, 2, 2, {4, 8}, {5, 5}, {1, 1}, {1, 1}, {0, 2}, {1, 2}, NULL, true, false},
+        {2, 2, 3, 3, 3, {15, 56}, {5, 5}, {2, 2}, {1, 1}, {2, 2}, {2, 2}, NULL, true, false},
+        {2, 1, 4, 4, 4, {11, 101}, {5, 5}, {2, 2}, {1, 1}, {2, 2}, {2, 2}, NULL, true, false},
+        {2, 1, 3, 3, 3, {8, 80}, {5, 5}, {2, 2}, {1, 1}, {1, 1}, {2, 1}, NULL, false, false},
+        {2, 1, 2, 2, 2, {20, 16}, {5, 5}, {2, 2}, {1, 1}, {2, 1}, {1, 2}, NULL, true, false},
     };
     const struct {
         const char *name;
@@ -401,7 +410,7 @@ static void test_depthwise_direct(void **state) {
                 tn_float(&t, "kiln_beta", acts[a].beta);
                 tn_int(&t, "kiln_residual", residual);
                 int64_t xd[4] = {cc->n, cc->c, cc->in[0], cc->in[1]};
-                int64_t wd[4] = {cc->m, 1, 3, 3};
+                int64_t wd[4] = {cc->m, 1, cc->k[0], cc->k[1]};
                 kn_tensor in[4] = {rand_tensor(4, xd), rand_tensor(4, wd), {0}, {0}};
                 if (cc->bias)
                     in[2] = rand_tensor(1, &cc->m);
