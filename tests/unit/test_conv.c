@@ -359,11 +359,11 @@ static double ref_act(const char *act, double v, double alpha, double beta) {
 }
 
 /* Depthwise 3x3 and 5x5 FusedConvs read straight from the unpadded plane (from 8 output
- * columns; 3x3 stride 2 from 7): each left pad it takes (3x3: 0 and 1, 5x5: 1 and 2) with other
- * pads on the other sides, odd widths and heights (partial vectors, row blocks with a
- * remainder, one-row outputs), several inside vectors, two images; each fused activation (in
- * registers or after the plane), with and without a residual; every ISA, so the AVX-512 kernel
- * is checked beside the portable path. */
+ * columns; 3x3 stride 2 from 7; stride 1 planes of up to 8 x 8 two rows a vector): each left pad
+ * it takes (3x3: 0 and 1, 5x5: 1 and 2) with other pads on the other sides, odd widths and
+ * heights (partial vectors, row blocks with a remainder, one-row outputs), several inside
+ * vectors, two images; each fused activation (in registers or after the plane), with and
+ * without a residual; every ISA, so the AVX-512 kernels are checked beside the portable path. */
 static void test_depthwise_direct(void **state) {
     (void)state;
     const conv_case shapes[] = {
@@ -385,6 +385,14 @@ static void test_depthwise_direct(void **state) {
         {2, 1, 4, 4, 4, {11, 101}, {5, 5}, {2, 2}, {1, 1}, {2, 2}, {2, 2}, NULL, true, false},
         {2, 1, 3, 3, 3, {8, 80}, {5, 5}, {2, 2}, {1, 1}, {1, 1}, {2, 1}, NULL, false, false},
         {2, 1, 2, 2, 2, {20, 16}, {5, 5}, {2, 2}, {1, 1}, {2, 1}, {1, 2}, NULL, true, false},
+        /* planes of up to 8 x 8, stride 1, k / 2 padding: two output rows a vector */
+        {2, 2, 5, 5, 5, {7, 7}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
+        {2, 1, 3, 3, 3, {8, 8}, {5, 5}, {1, 1}, {1, 1}, {2, 2}, {2, 2}, NULL, true, false},
+        {2, 1, 4, 4, 4, {5, 3}, {5, 5}, {1, 1}, {1, 1}, {2, 2}, {2, 2}, NULL, false, false},
+        {2, 1, 3, 3, 3, {1, 6}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
+        {2, 1, 3, 3, 3, {8, 1}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
+        {2, 2, 2, 2, 2, {6, 8}, {5, 5}, {1, 1}, {1, 1}, {2, 2}, {2, 2}, NULL, true, false},
+        {2, 1, 3, 3, 3, {7, 5}, {5, 5}, {1, 1}, {1, 1}, {2, 2}, {2, 2}, NULL, true, false},
     };
     const struct {
         const char *name;

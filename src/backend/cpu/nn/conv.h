@@ -102,6 +102,9 @@ typedef struct kn_dwd {
 } kn_dwd;
 
 bool kn_cpu_dw_direct_avx512(const kn_dwd *d);
+/* The same for stride 1 with k / 2 padding on every side on planes of at most 8 x 8, two
+ * output rows a vector; false (nothing done) for any other case. */
+bool kn_cpu_dw_pairs_avx512(const kn_dwd *d);
 /* k x k (3, 5 or 7) undilated depthwise, stride 1 or 2, over the channel block [c0, c0 + 16) of
  * one image, one channel per vector lane; for small planes, where per-plane set-up dominates. */
 typedef struct kn_dwc16 {
