@@ -517,7 +517,8 @@ static bool gemv(kn_threadpool *pool, int64_t m, int64_t n, int64_t k, float alp
     memset(y, 0, (size_t)pa->pad * sizeof(float));
     gemv_job j = {.a = pa, .x = b->p, .ldx = b->ld, .strips = pa->pad / pa->ukr->mr, .y = y};
     int64_t tasks = (j.strips + GEMV_PANELS_PER_TASK - 1) / GEMV_PANELS_PER_TASK;
-    /* Threads only where the product is worth a wake-up (a few microseconds). */
+    /* Threads only from 64K multiply-adds: the squeeze-excitation products (<= 55K) take a few
+     * microseconds, about what waking the pool costs. */
     kn_parallel_for(m * k >= 65536 ? pool : NULL, tasks, 1, gemv_range, &j);
     for (int64_t i = 0; i < m; i++)
         c[i] = y[i] + (ep != NULL && ep->bias != NULL ? ep->bias[i] : 0.0f);
