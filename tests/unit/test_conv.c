@@ -343,6 +343,115 @@ static void test_conv_winograd(void **state) {
     assert_true(kn_gemm_force_isa(orig));
 }
 
+/* The activation a FusedConv applies after the residual, in double. */
+static double ref_act(const char *act, double v, double alpha, double beta) {
+    if (strcmp(act, "Relu") == 0)
+        return v > 0 ? v : 0;
+    if (strcmp(act, "Clip") == 0)
+        return v < alpha ? alpha : v > beta ? beta : v;
+    if (strcmp(act, "Sigmoid") == 0)
+        return 1.0 / (1.0 + exp(-v));
+    if (strcmp(act, "Swish") == 0)
+        return v / (1.0 + exp(-v));
+    if (strcmp(act, "HardSwish") == 0)
+        return v * fmin(fmax(v / 6.0 + 0.5, 0.0), 1.0);
+    return v;
+}
+
+/* Depthwise 3x3 and 5x5 FusedConvs read straight from the unpadded plane (from 8 output
+ * columns; 3x3 stride 2 from 7; stride 1 planes of up to 8 x 8 two rows a vector): each left pad
+ * it takes (3x3: 0 and 1, 5x5: 1 and 2) with other pads on the other sides, odd widths and
+ * heights (partial vectors, row blocks with a remainder, one-row outputs), several inside
+ * vectors, two images; each fused activation (in registers or after the plane), with and
+ * without a residual; every ISA, so the AVX-512 kernels are checked beside the portable path. */
+static void test_depthwise_direct(void **state) {
+    (void)state;
+    const conv_case shapes[] = {
+        {2, 2, 5, 5, 5, {23, 37}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
+        {2, 1, 3, 3, 3, {9, 71}, {3, 3}, {1, 1}, {1, 1}, {0, 0}, {0, 0}, NULL, true, false},
+        {2, 1, 4, 4, 4, {6, 33}, {3, 3}, {1, 1}, {1, 1}, {1, 0}, {0, 1}, NULL, false, false},
+        {2, 1, 2, 2, 2, {1, 8}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
+        {2, 1, 3, 3, 3, {5, 50}, {3, 3}, {1, 1}, {1, 1}, {0, 1}, {1, 0}, NULL, true, false},
+        {2, 2, 3, 3, 3, {15, 75}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
+        {2, 1, 5, 5, 5, {14, 14}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
+        {2, 1, 3, 3, 3, {11, 100}, {3, 3}, {2, 2}, {1, 1}, {0, 0}, {0, 0}, NULL, false, false},
+        {2, 1, 2, 2, 2, {8, 67}, {3, 3}, {2, 2}, {1, 1}, {0, 1}, {1, 0}, NULL, true, false},
+        {2, 1, 3, 3, 3, {3, 96}, {3, 3}, {2, 2}, {1, 1}, {1, 0}, {0, 1}, NULL, true, false},
+        {2, 2, 3, 3, 3, {13, 14}, {5, 5}, {1, 1}, {1, 1}, {2, 2}, {2, 2}, NULL, true, false},
+        {2, 1, 4, 4, 4, {9, 61}, {5, 5}, {1, 1}, {1, 1}, {2, 2}, {2, 2}, NULL, true, false},
+        {2, 1, 3, 3, 3, {6, 40}, {5, 5}, {1, 1}, {1, 1}, {1, 1}, {2, 3}, NULL, false, false},
+        {2, 1, 2, 2, 2, {4, 8}, {5, 5}, {1, 1}, {1, 1}, {0, 2}, {1, 2}, NULL, true, false},
+        {2, 2, 3, 3, 3, {15, 56}, {5, 5}, {2, 2}, {1, 1}, {2, 2}, {2, 2}, NULL, true, false},
+        {2, 1, 4, 4, 4, {11, 101}, {5, 5}, {2, 2}, {1, 1}, {2, 2}, {2, 2}, NULL, true, false},
+        {2, 1, 3, 3, 3, {8, 80}, {5, 5}, {2, 2}, {1, 1}, {1, 1}, {2, 1}, NULL, false, false},
+        {2, 1, 2, 2, 2, {20, 16}, {5, 5}, {2, 2}, {1, 1}, {2, 1}, {1, 2}, NULL, true, false},
+        /* planes of up to 8 x 8, stride 1, k / 2 padding: two output rows a vector */
+        {2, 2, 5, 5, 5, {7, 7}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
+        {2, 1, 3, 3, 3, {8, 8}, {5, 5}, {1, 1}, {1, 1}, {2, 2}, {2, 2}, NULL, true, false},
+        {2, 1, 4, 4, 4, {5, 3}, {5, 5}, {1, 1}, {1, 1}, {2, 2}, {2, 2}, NULL, false, false},
+        {2, 1, 3, 3, 3, {1, 6}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
+        {2, 1, 3, 3, 3, {8, 1}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
+        {2, 2, 2, 2, 2, {6, 8}, {5, 5}, {1, 1}, {1, 1}, {2, 2}, {2, 2}, NULL, true, false},
+        {2, 1, 3, 3, 3, {7, 5}, {5, 5}, {1, 1}, {1, 1}, {2, 2}, {2, 2}, NULL, true, false},
+    };
+    const struct {
+        const char *name;
+        float alpha, beta;
+    } acts[] = {{"", 0, 0},        {"Relu", 0, 0},  {"Clip", -0.25f, 0.5f},
+                {"Sigmoid", 0, 0}, {"Swish", 0, 0}, {"HardSwish", 0, 0}};
+    const char *isas[] = {"avx512", "avx2", "scalar"};
+    const char *orig = kn_gemm_isa();
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (size_t a = 0; a < sizeof acts / sizeof acts[0]; a++)
+            for (int residual = 0; residual < 2; residual++) {
+                const conv_case *cc = &shapes[s];
+                test_node t;
+                tn_init(&t, "FusedConv");
+                t.node.domain = "kiln";
+                int64_t pads[4] = {cc->pb[0], cc->pb[1], cc->pe[0], cc->pe[1]};
+                tn_ints(&t, "strides", 2, cc->s);
+                tn_ints(&t, "dilations", 2, cc->d);
+                tn_int(&t, "group", cc->group);
+                tn_ints(&t, "pads", 4, pads);
+                tn_str(&t, "kiln_activation", acts[a].name);
+                tn_float(&t, "kiln_alpha", acts[a].alpha);
+                tn_float(&t, "kiln_beta", acts[a].beta);
+                tn_int(&t, "kiln_residual", residual);
+                int64_t xd[4] = {cc->n, cc->c, cc->in[0], cc->in[1]};
+                int64_t wd[4] = {cc->m, 1, cc->k[0], cc->k[1]};
+                kn_tensor in[4] = {rand_tensor(4, xd), rand_tensor(4, wd), {0}, {0}};
+                if (cc->bias)
+                    in[2] = rand_tensor(1, &cc->m);
+                kn_conv_geom g;
+                assert_int_equal(kn_conv_geom_init(&t.node, &in[0].shape, &in[1].shape, false, &g),
+                                 KILN_OK);
+                kn_shape oshape;
+                kn_conv_geom_out_shape(&g, &oshape);
+                int n_in = 3;
+                if (residual) {
+                    in[3] = rand_tensor(oshape.rank, oshape.d);
+                    n_in = 4;
+                }
+                float *want =
+                    ref_conv(cc, &g, in[0].data, in[1].data, cc->bias ? in[2].data : NULL, NULL);
+                const float *res = in[3].data;
+                for (int64_t i = 0; i < kn_shape_numel(&oshape); i++)
+                    want[i] = (float)ref_act(acts[a].name, (double)want[i] + (res ? res[i] : 0),
+                                             acts[a].alpha, acts[a].beta);
+                for (size_t k = 0; k < 3; k++) {
+                    if (!kn_gemm_force_isa(isas[k]))
+                        continue;
+                    kn_tensor out = run_node(&t, n_in, in, false);
+                    expect_close(&out, want, &oshape, 1e-4f);
+                    kn_free(out.data);
+                }
+                assert_true(kn_gemm_force_isa(orig));
+                kn_free(want);
+                for (int i = 0; i < 4; i++)
+                    kn_free(in[i].data);
+            }
+}
+
 static void test_conv1d_3d(void **state) {
     (void)state;
     const conv_case cases[] = {
@@ -602,10 +711,11 @@ static void test_infer_errors(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_conv2d_sweep),   cmocka_unit_test(test_conv1d_3d),
-        cmocka_unit_test(test_conv_transpose), cmocka_unit_test(test_conv_transpose_shapes),
-        cmocka_unit_test(test_gemm_op),        cmocka_unit_test(test_matmul_op),
-        cmocka_unit_test(test_infer_errors),   cmocka_unit_test(test_conv_winograd),
+        cmocka_unit_test(test_conv2d_sweep),     cmocka_unit_test(test_conv1d_3d),
+        cmocka_unit_test(test_conv_transpose),   cmocka_unit_test(test_conv_transpose_shapes),
+        cmocka_unit_test(test_gemm_op),          cmocka_unit_test(test_matmul_op),
+        cmocka_unit_test(test_infer_errors),     cmocka_unit_test(test_conv_winograd),
+        cmocka_unit_test(test_depthwise_direct),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

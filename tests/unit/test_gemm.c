@@ -218,6 +218,55 @@ static void test_gemm_epilogue(void **state) {
     kn_threadpool_destroy(pool);
 }
 
+/* One column with A packed and C contiguous (squeeze-excitation 1x1 convs on 1x1 maps) takes
+ * the matrix-vector path: row counts that leave partial and single panels, more than the
+ * panels a step, several K slices, a strided x, bias per row and activations, with and without
+ * threads, and past the path's row limit (the tile path again); every ISA. */
+static void test_gemv_packed(void **state) {
+    (void)state;
+    const int64_t ms[] = {1, 5, 12, 29, 103, 1152, 4200}, ks[] = {1, 10, 48, 300, 1152};
+    const int acts[] = {KN_ACT_NONE, KN_ACT_SIGMOID, KN_ACT_SWISH, KN_ACT_CLIP};
+    const char *isas[] = {"avx512", "avx2", "scalar"};
+    const char *orig = kn_gemm_isa();
+    kn_threadpool *pool = kn_threadpool_create(2);
+    assert_non_null(pool);
+    for (size_t i = 0; i < 3; i++) {
+        if (!kn_gemm_force_isa(isas[i]))
+            continue;
+        for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++)
+            for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+                int64_t m = ms[mi], k = ks[ki], ldb = (mi + ki) % 2 ? 3 : 1;
+                float *a = rand_buf(m * k), *b = rand_buf(k * ldb), *bias = rand_buf(m);
+                float *c = rand_buf(m), *want = rand_buf(m);
+                kn_gemm_packed *pk = NULL;
+                assert_int_equal(kn_gemm_pack_a(a, k, false, m, k, &pk), KILN_OK);
+                kn_gemm_operand oa = {.packed = pk}, ob = {.p = b, .ld = ldb};
+                kn_epilogue ep = {.bias = (mi + ki) % 3 ? bias : NULL,
+                                  .bias_per_row = true,
+                                  .act = acts[(mi + ki) % 4],
+                                  .alpha = -0.5f,
+                                  .beta = 0.75f};
+                bool use_ep = (mi + ki) % 5 != 0;
+                ref_gemm(false, false, m, 1, k, 1.0f, a, k, b, ldb, 0.0f, want, 1,
+                         use_ep ? &ep : NULL);
+                for (int threads = 0; threads < 2; threads++) {
+                    assert_int_equal(kn_gemm(threads ? pool : NULL, m, 1, k, 1.0f, &oa, &ob, 0.0f,
+                                             c, 1, use_ep ? &ep : NULL),
+                                     KILN_OK);
+                    check_close(c, want, m, 1, 1, k);
+                }
+                kn_gemm_packed_free(pk);
+                kn_free(a);
+                kn_free(b);
+                kn_free(bias);
+                kn_free(c);
+                kn_free(want);
+            }
+    }
+    kn_threadpool_destroy(pool);
+    assert_true(kn_gemm_force_isa(orig));
+}
+
 static void test_gemm_k_zero(void **state) {
     (void)state;
     float c[6] = {1, 2, 3, 4, 5, 6}, bias[3] = {1, 1, 1};
@@ -305,6 +354,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_all_isas),
         cmocka_unit_test(test_gemm_epilogue),
         cmocka_unit_test(test_gemm_k_zero),
+        cmocka_unit_test(test_gemv_packed),
         cmocka_unit_test(test_act_values),
         cmocka_unit_test(test_threadpool_covers_once),
         cmocka_unit_test(test_threadpool_back_to_back),

@@ -771,6 +771,26 @@ static void test_pool_3d_and_global(void **state) {
     }
     expect_f32(&r.out[0], want, 2, 1e-6f);
     case_free(&r);
+    /* Planes of >= 256 take 32 partial sums, then 8, then single adds: 3 planes of 17 x 23 and
+     * of 256 (each form alone, and the wide one with both remainders). */
+    static float big[3 * 391];
+    for (int i = 0; i < 3 * 391; i++)
+        big[i] = (float)((i * 37) % 101) / 7.0f - 6.0f;
+    const int64_t hw[][2] = {{17, 23}, {16, 16}};
+    for (int v = 0; v < 2; v++) {
+        int64_t plane = hw[v][0] * hw[v][1];
+        kn_tensor bin[] = {F32(big, 1, 3, hw[v][0], hw[v][1])};
+        assert_int_equal(run_case(&r, "GlobalAveragePool", 1, NULL, 0, bin, 1, 1), KILN_OK);
+        float bw[3];
+        for (int c = 0; c < 3; c++) {
+            double s = 0;
+            for (int64_t i = 0; i < plane; i++)
+                s += big[c * plane + i];
+            bw[c] = (float)(s / (double)plane);
+        }
+        expect_f32(&r.out[0], bw, 3, 1e-6f);
+        case_free(&r);
+    }
 }
 
 static void test_lppool_and_unpool(void **state) {

@@ -325,6 +325,44 @@ __attribute__((target("avx512f"))) static void ukr_narrow(int64_t kc, const floa
     }
 }
 
+/* S panels at a time, so S independent chains of multiply-adds hide their latency (k is often
+ * 10-48 here: one chain per panel waited on it). */
+#define GEMV_PANELS 8
+__attribute__((target("avx512f"))) static void ukr_gemv(int64_t kc, const float *a, int64_t strips,
+                                                        const float *x, int64_t ldx, float *y) {
+    const __mmask16 m = (__mmask16)((1u << MR) - 1);
+    int64_t s = 0;
+    for (; s + GEMV_PANELS <= strips; s += GEMV_PANELS) {
+        const float *as = a + s * kc * MR;
+        __m512 acc[GEMV_PANELS];
+        for (int q = 0; q < GEMV_PANELS; q++)
+            acc[q] = _mm512_maskz_loadu_ps(m, y + (s + q) * MR);
+        for (int64_t k = 0; k < kc; k++) {
+            __m512 xv = _mm512_set1_ps(x[k * ldx]);
+            for (int q = 0; q < GEMV_PANELS; q++)
+                acc[q] =
+                    _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, as + (q * kc + k) * MR), xv, acc[q]);
+        }
+        for (int q = 0; q < GEMV_PANELS; q++)
+            _mm512_mask_storeu_ps(y + (s + q) * MR, m, acc[q]);
+    }
+    for (; s < strips; s++) {
+        const float *as = a + s * kc * MR;
+        __m512 acc0 = _mm512_maskz_loadu_ps(m, y + s * MR), acc1 = _mm512_setzero_ps();
+        int64_t k = 0;
+        for (; k + 2 <= kc; k += 2) {
+            acc0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, as + k * MR),
+                                   _mm512_set1_ps(x[k * ldx]), acc0);
+            acc1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, as + (k + 1) * MR),
+                                   _mm512_set1_ps(x[(k + 1) * ldx]), acc1);
+        }
+        if (k < kc)
+            acc0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, as + k * MR),
+                                   _mm512_set1_ps(x[k * ldx]), acc0);
+        _mm512_mask_storeu_ps(y + s * MR, m, _mm512_add_ps(acc0, acc1));
+    }
+}
+
 const kn_gemm_ukr kn_gemm_ukr_avx512 = {.name = "avx512",
                                         .mr = MR,
                                         .nr = NR,
@@ -340,7 +378,8 @@ const kn_gemm_ukr kn_gemm_ukr_avx512 = {.name = "avx512",
                                         .fn_rows8_half_n = ukr_rows8_half_n,
                                         .fn_rows4 = ukr_rows4,
                                         .fn_rows4_half_n = ukr_rows4_half_n,
-                                        .fn_gather = ukr_gather};
+                                        .fn_gather = ukr_gather,
+                                        .fn_gemv = ukr_gemv};
 
 #else
 

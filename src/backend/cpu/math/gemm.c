@@ -481,9 +481,57 @@ static void prepack_a_range(void *arg, int64_t begin, int64_t end) {
     }
 }
 
+/* One column (squeeze-excitation 1x1 convs on a 1x1 map) with A packed: the tile path ran a
+ * 12-row tile at a time, each one chain of k dependent multiply-adds plus a tile epilogue. */
+#define GEMV_MAX_ROWS 4096
+#define GEMV_PANELS_PER_TASK 8
+
+typedef struct gemv_job {
+    const kn_gemm_packed *a;
+    const float *x;
+    int64_t ldx, strips;
+    float *y; /* strips * mr floats */
+} gemv_job;
+
+static void gemv_range(void *arg, int64_t begin, int64_t end) {
+    const gemv_job *j = arg;
+    const kn_gemm_ukr *u = j->a->ukr;
+    int64_t s0 = begin * GEMV_PANELS_PER_TASK, s1 = min64(end * GEMV_PANELS_PER_TASK, j->strips);
+    for (int64_t pc = 0; pc < j->a->k; pc += KC) {
+        int64_t kc = min64(KC, j->a->k - pc);
+        u->fn_gemv(kc, j->a->data + pc * j->a->pad + s0 * kc * u->mr, s1 - s0, j->x + pc * j->ldx,
+                   j->ldx, j->y + s0 * u->mr);
+    }
+}
+
+static bool gemv(kn_threadpool *pool, int64_t m, int64_t n, int64_t k, float alpha,
+                 const kn_gemm_operand *a, const kn_gemm_operand *b, float beta, float *c,
+                 int64_t ldc, const kn_epilogue *ep) {
+    const kn_gemm_packed *pa = a->packed;
+    if (n != 1 || pa == NULL || pa->ukr != ukr_get() || pa->ukr->fn_gemv == NULL ||
+        pa->pad > GEMV_MAX_ROWS || b->p == NULL || b->packed != NULL || b->pack != NULL ||
+        b->trans || alpha != 1.0f || beta != 0.0f || ldc != 1 ||
+        (ep != NULL && ((ep->bias != NULL && !ep->bias_per_row) || ep->residual != NULL)))
+        return false;
+    float y[GEMV_MAX_ROWS];
+    memset(y, 0, (size_t)pa->pad * sizeof(float));
+    gemv_job j = {.a = pa, .x = b->p, .ldx = b->ld, .strips = pa->pad / pa->ukr->mr, .y = y};
+    int64_t tasks = (j.strips + GEMV_PANELS_PER_TASK - 1) / GEMV_PANELS_PER_TASK;
+    /* Threads only from 64K multiply-adds: the squeeze-excitation products (<= 55K) take a few
+     * microseconds, about what waking the pool costs. */
+    kn_parallel_for(m * k >= 65536 ? pool : NULL, tasks, 1, gemv_range, &j);
+    for (int64_t i = 0; i < m; i++)
+        c[i] = y[i] + (ep != NULL && ep->bias != NULL ? ep->bias[i] : 0.0f);
+    if (ep != NULL)
+        kn_act_apply(ep->act, ep->alpha, ep->beta, c, m);
+    return true;
+}
+
 kiln_status kn_gemm(kn_threadpool *pool, int64_t m, int64_t n, int64_t k, float alpha,
                     const kn_gemm_operand *a, const kn_gemm_operand *b, float beta, float *c,
                     int64_t ldc, const kn_epilogue *ep) {
+    if (gemv(pool, m, n, k, alpha, a, b, beta, c, ldc, ep))
+        return KILN_OK;
     gemm_job j;
     if (!job_init(&j, kn_threadpool_size(pool), m, n, k, alpha, a, b, beta, c, ldc, ep))
         return KILN_OK;

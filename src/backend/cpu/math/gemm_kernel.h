@@ -58,6 +58,11 @@ typedef struct kn_gemm_ukr {
     kn_gemm_ukr_fn fn_rows8, fn_rows8_half_n, fn_rows4, fn_rows4_half_n;
     /* Optional: any mr x (n0 + n1) tile with B gathered by offsets (kn_gather_tile). */
     kn_gemm_gather_fn fn_gather;
+    /* Optional matrix-vector product over packed A: y[s * MR + i] += sum over k < kc of
+     * a[s * kc * MR + k * MR + i] * x[k * ldx], for the `strips` panels of one K slice; y holds
+     * strips * MR floats. */
+    void (*fn_gemv)(int64_t kc, const float *a, int64_t strips, const float *x, int64_t ldx,
+                    float *y);
 } kn_gemm_ukr;
 
 extern const kn_gemm_ukr kn_gemm_ukr_avx512;

@@ -84,6 +84,27 @@ void kn_cpu_dw_plane_flat_avx512(const kn_dw_flat *f);
 /* 3x3 undilated, stride 1 (x: padded plane, row stride wp) or stride 2 (x: the four phase
  * planes, row stride wp, `phase` apart); row by row straight into y, no tmp. */
 void kn_cpu_dw3_plane_avx512(const kn_dw_flat *f, int stride);
+/* 3x3 or 5x5 undilated depthwise over one unpadded plane (h x w), stride 1 or 2, with up to
+ * k / 2 rows of padding above and, left, 0 or 1 column (3x3) or 1 or 2 (5x5); the padding below
+ * and right follows from oh and ow; taps outside the plane read as zero. The epilogue runs in
+ * registers: bias, residual, then act, which is KN_ACT_NONE, KN_ACT_CLIP (to [lo, hi]),
+ * KN_ACT_SIGMOID or KN_ACT_SWISH. False (nothing done) for a case it has no instance for. */
+typedef struct kn_dwd {
+    const float *x;
+    int64_t h, w, ph, pw, oh, ow;
+    int k, stride;
+    const float *wt; /* k * k weights */
+    float bias;
+    const float *res; /* residual plane (oh x ow), or NULL */
+    int act;
+    float lo, hi;
+    float *y; /* output plane (oh x ow) */
+} kn_dwd;
+
+bool kn_cpu_dw_direct_avx512(const kn_dwd *d);
+/* The same for stride 1 with k / 2 padding on every side on planes of at most 8 x 8, two
+ * output rows a vector; false (nothing done) for any other case. */
+bool kn_cpu_dw_pairs_avx512(const kn_dwd *d);
 /* k x k (3, 5 or 7) undilated depthwise, stride 1 or 2, over the channel block [c0, c0 + 16) of
  * one image, one channel per vector lane; for small planes, where per-plane set-up dominates. */
 typedef struct kn_dwc16 {
