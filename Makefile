@@ -22,7 +22,8 @@ EXAMPLE_DIR = tests/models/mobilenetv2_mini
 EXAMPLE = $(EXAMPLE_DIR)/model.onnx
 
 .PHONY: all deps build asan run test test-unit test-conformance test-models test-python test-types test-tools test-asan \
-        test-tsan test-fuzz test-install test-triton bench test-gpu build-cuda \
+        test-tsan test-fuzz test-install test-triton bench test-gpu test-gpu-models test-gpu-node \
+        test-gpu-kernels build-cuda \
         format clean
 
 all: build
@@ -138,28 +139,32 @@ build-cuda:
 	cmake --build $(CUDA_BUILD) -j$(JOBS) --target kiln kiln_shared kiln_cuda triton_kiln swish \
 	  relu_sigmoid_mul
 
-test-gpu: build-cuda
-	KILN_BACKEND_PATH=$(CURDIR)/$(CUDA_BUILD)/lib KILN_LIBRARY=$(CURDIR)/$(CUDA_BUILD)/lib/libkiln.so \
-	  $(PYTHON) tests/cuda/diff_backends.py --kiln $(CUDA_BUILD)/bin/kiln --replays --node-tests \
-	  --precision fp16 bf16 --jobs $(JOBS)
-	KILN_BACKEND_PATH=$(CURDIR)/$(CUDA_BUILD)/lib KILN_LIBRARY=$(CURDIR)/$(CUDA_BUILD)/lib/libkiln.so \
-	  $(PYTHON) tests/cuda/attention_gpu.py
-	KILN_BACKEND_PATH=$(CURDIR)/$(CUDA_BUILD)/lib KILN_LIBRARY=$(CURDIR)/$(CUDA_BUILD)/lib/libkiln.so \
-	  $(PYTHON) tests/cuda/cnn_kernels_gpu.py --kiln $(CUDA_BUILD)/bin/kiln
-	KILN_BACKEND_PATH=$(CURDIR)/$(CUDA_BUILD)/lib KILN_LIBRARY=$(CURDIR)/$(CUDA_BUILD)/lib/libkiln.so \
-	  $(PYTHON) tests/cuda/tactics.py --kiln $(CUDA_BUILD)/bin/kiln
-	KILN_BACKEND_PATH=$(CURDIR)/$(CUDA_BUILD)/lib $(PYTHON) tests/cuda/triton_gpu.py \
-	  --kiln $(CUDA_BUILD)/bin/kiln --backend-lib $(CUDA_BUILD)/triton/libtriton_kiln.so
-	KILN_BACKEND_PATH=$(CURDIR)/$(CUDA_BUILD)/lib KILN_LIBRARY=$(CURDIR)/$(CUDA_BUILD)/lib/libkiln.so \
-	  $(PYTHON) tests/cuda/plugins_gpu.py --kiln $(CUDA_BUILD)/bin/kiln \
-	  --plugins $(CUDA_BUILD)/plugins --torch
-	KILN_BACKEND_PATH=$(CURDIR)/$(CUDA_BUILD)/lib KILN_LIBRARY=$(CURDIR)/$(CUDA_BUILD)/lib/libkiln.so \
-	  $(PYTHON) tests/cuda/threads_gpu.py --kiln $(CUDA_BUILD)/bin/kiln --precision fp32 fp16
-	KILN_BACKEND_PATH=$(CURDIR)/$(CUDA_BUILD)/lib KILN_LIBRARY=$(CURDIR)/$(CUDA_BUILD)/lib/libkiln.so \
-	  $(PYTHON) tests/cuda/codegen_gpu.py --kiln $(CUDA_BUILD)/bin/kiln
+# Three parts, each inside one short session on a shared GPU machine: the models (fp32 against
+# the CPU, replays, fp16/bf16 from .onnx and through plans), onnx's node tests (a CUDA start per
+# case: run them alone), and the kernel, thread, tactic, plugin, Triton and sanitizer checks.
+GPU_ENV = KILN_BACKEND_PATH=$(CURDIR)/$(CUDA_BUILD)/lib KILN_LIBRARY=$(CURDIR)/$(CUDA_BUILD)/lib/libkiln.so
+GPU_KILN = --kiln $(CUDA_BUILD)/bin/kiln
+test-gpu: test-gpu-models test-gpu-node test-gpu-kernels
+
+test-gpu-models: build-cuda
+	$(GPU_ENV) $(PYTHON) tests/cuda/diff_backends.py $(GPU_KILN) --replays --precision fp16 bf16 \
+	  --jobs $(JOBS)
+
+test-gpu-node: build-cuda
+	$(GPU_ENV) $(PYTHON) tests/cuda/diff_backends.py $(GPU_KILN) --models resnet_mini --node-tests \
+	  --jobs $(JOBS)
+
+test-gpu-kernels: build-cuda
+	$(GPU_ENV) $(PYTHON) tests/cuda/attention_gpu.py
+	$(GPU_ENV) $(PYTHON) tests/cuda/cnn_kernels_gpu.py $(GPU_KILN)
+	$(GPU_ENV) $(PYTHON) tests/cuda/tactics.py $(GPU_KILN)
+	KILN_BACKEND_PATH=$(CURDIR)/$(CUDA_BUILD)/lib $(PYTHON) tests/cuda/triton_gpu.py $(GPU_KILN) \
+	  --backend-lib $(CUDA_BUILD)/triton/libtriton_kiln.so
+	$(GPU_ENV) $(PYTHON) tests/cuda/plugins_gpu.py $(GPU_KILN) --plugins $(CUDA_BUILD)/plugins --torch
+	$(GPU_ENV) $(PYTHON) tests/cuda/threads_gpu.py $(GPU_KILN) --precision fp32 fp16
+	$(GPU_ENV) $(PYTHON) tests/cuda/codegen_gpu.py $(GPU_KILN)
 	KILN_BACKEND_PATH=$(CURDIR)/$(CUDA_BUILD)/lib \
-	  $(PYTHON) tests/cuda/sanitize_gpu.py --kiln $(CUDA_BUILD)/bin/kiln --precision fp32 fp16 \
-	  --racecheck
+	  $(PYTHON) tests/cuda/sanitize_gpu.py $(GPU_KILN) --precision fp32 fp16 --racecheck
 
 bench: build
 	$(PYTHON) bench/bench.py --kiln $(KILN)
