@@ -190,3 +190,35 @@ def test_qdq_conv_geometry_matches_onnxruntime(tmp_path):
         assert [l["precision"] for l in info["layers"] if l["op"] == "QConv"] == ["int8"] * 3
         assert got.shape == ref.shape
         assert np.abs(got - ref).max() <= 2 * output_step(qdq) + 1e-6, act
+
+
+def test_qdq_1x1_conv_packs_from_the_image_matches_onnxruntime(tmp_path):
+    """1x1 stride-1 unpadded int8 Convs pack their panel straight from the image's rows: full
+    pixel chunks (256 and 144 of a 20x20 map) do, a partial last chunk (164 of 20x21, padded to
+    176 columns) goes through the im2col copy; 13 input channels leave padding rows in the
+    panel's last group of four, 20 output channels a partial tile of six."""
+    rng = np.random.default_rng(9)
+
+    def init(name, *shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32),
+                                       name)
+
+    for h, w in ((20, 20), (20, 21)):
+        nodes = [
+            helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], kernel_shape=[1, 1]),
+            helper.make_node("Relu", ["c1"], ["r1"]),
+            helper.make_node("Conv", ["r1", "w2", "b2"], ["y"], kernel_shape=[1, 1]),
+        ]
+        g = helper.make_graph(
+            nodes, "pointwise", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                               [2, 13, h, w])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+            [init("w1", 20, 13, 1, 1), init("b1", 20), init("w2", 13, 20, 1, 1), init("b2", 13)])
+        fp32 = tmp_path / f"pw_{h}x{w}.onnx"
+        onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), fp32)
+        qdq = tmp_path / f"pw_{h}x{w}_u8.onnx"
+        name = quantize(fp32, qdq, [2, 13, h, w], "u8")
+        info, got, ref = run_both(qdq, name, [2, 13, h, w], tmp_path, [])
+        assert [l["precision"] for l in info["layers"] if l["op"] == "QConv"] == ["int8"] * 2
+        assert got.shape == ref.shape
+        assert np.abs(got - ref).max() <= 2 * output_step(qdq) + 1e-6, (h, w)

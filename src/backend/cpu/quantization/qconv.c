@@ -121,6 +121,7 @@ typedef struct qcjob {
     uint8_t *scratch;           /* slots * slot_bytes, 64-byte aligned */
     atomic_int *busy;           /* per slot */
     int slots;
+    bool direct; /* a 1x1 convolution, stride 1, no padding: the panel packs from x itself */
 } qcjob;
 
 /* Row (c, ky, kx) of the im2col for output pixels [p0, p0 + m) of image img, w16 columns. */
@@ -184,19 +185,25 @@ static void im2col(const qcjob *j, int64_t img, int64_t p0, int64_t m, int64_t w
     memset(t + e * w16, 0, (size_t)((s->kp - e) * w16));
 }
 
-/* The im2col rows t[kp][w16] into the GEMM's panel: 16-column blocks of [kp / 4][16][4]
- * bytes, each byte ^ mask. */
-static void pack_panel(const uint8_t *t, int64_t kp, int64_t w16, uint8_t mask, int8_t *panel) {
+/* Rows [0, k) of t (ld bytes apart; rows [k, kp) read as zeros) into the GEMM's panel:
+ * 16-column blocks of [kp / 4][16][4] bytes, each byte ^ mask. t is the im2col (ld = w16), or
+ * for a 1x1 convolution with stride 1 and no padding the image itself (ld = H * W), whose rows
+ * are the im2col's. */
+static void pack_panel(const uint8_t *t, int64_t ld, int64_t k, int64_t kp, int64_t w16,
+                       uint8_t mask, int8_t *panel) {
+    static const uint8_t zeros[16];
     for (int64_t b = 0; b < w16 / 16; b++) {
         int8_t *dst = panel + b * kp * 16;
         for (int64_t e = 0; e < kp; e += 4) {
-            const uint8_t *r = t + e * w16 + b * 16;
+            const uint8_t *rp[4];
+            for (int u = 0; u < 4; u++)
+                rp[u] = e + u < k ? t + (e + u) * ld + b * 16 : zeros;
 #if defined(__SSE2__)
             __m128i mk = _mm_set1_epi8((char)mask);
-            __m128i r0 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)r), mk);
-            __m128i r1 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(r + w16)), mk);
-            __m128i r2 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(r + 2 * w16)), mk);
-            __m128i r3 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(r + 3 * w16)), mk);
+            __m128i r0 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)rp[0]), mk);
+            __m128i r1 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)rp[1]), mk);
+            __m128i r2 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)rp[2]), mk);
+            __m128i r3 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)rp[3]), mk);
             __m128i t0 = _mm_unpacklo_epi8(r0, r1), t1 = _mm_unpackhi_epi8(r0, r1);
             __m128i t2 = _mm_unpacklo_epi8(r2, r3), t3 = _mm_unpackhi_epi8(r2, r3);
             __m128i *o = (__m128i *)(dst + e * 16);
@@ -207,7 +214,7 @@ static void pack_panel(const uint8_t *t, int64_t kp, int64_t w16, uint8_t mask, 
 #else
             for (int q = 0; q < 16; q++)
                 for (int u = 0; u < 4; u++)
-                    dst[e * 16 + q * 4 + u] = (int8_t)(r[u * w16 + q] ^ mask);
+                    dst[e * 16 + q * 4 + u] = (int8_t)(rp[u][q] ^ mask);
 #endif
         }
     }
@@ -302,8 +309,15 @@ static void conv_range(void *arg, int64_t begin, int64_t end) {
         int64_t m = j->pixels - p0 < j->pc ? j->pixels - p0 : j->pc, w16 = (m + 15) / 16 * 16;
         kn_qgemm_b panel = {.k = s->k, .n = w16, .kp = s->kp, .nb = w16 / 16, .packed = b.panel};
         if (chunk != done_chunk) {
-            im2col(j, img, p0, m, w16, b.t);
-            pack_panel(b.t, s->kp, w16, s->mask, b.panel);
+            if (j->direct && m == w16) {
+                /* the image's rows are the im2col's: no copy (the last, partial chunk takes
+                 * the copy, whose padding columns stay inside the buffer) */
+                const uint8_t *x = j->x + img * j->g.c_in * j->pixels + p0;
+                pack_panel(x, j->pixels, s->k, s->kp, w16, s->mask, b.panel);
+            } else {
+                im2col(j, img, p0, m, w16, b.t);
+                pack_panel(b.t, w16, s->kp, s->kp, w16, s->mask, b.panel);
+            }
             kn_qgemm_u8s8(s->ones, s->kp, 1, &panel, b.e, w16);
             done_chunk = chunk;
         }
@@ -332,6 +346,9 @@ kiln_status kn_cpu_qconv_run(kn_kernel_ctx *k) {
     j.pixels = j.g.out[0] * j.g.out[1];
     if (j.pixels == 0 || j.g.n == 0 || s->n == 0)
         return KILN_OK;
+    j.direct = j.g.k[0] == 1 && j.g.k[1] == 1 && j.g.stride[0] == 1 && j.g.stride[1] == 1 &&
+               j.g.pad_b[0] == 0 && j.g.pad_b[1] == 0 && j.g.pad_e[0] == 0 && j.g.pad_e[1] == 0 &&
+               s->k == j.g.c_in;
     int64_t pc = PANEL_BYTES / (s->kp > 0 ? s->kp : 4) / 16 * 16;
     pc = pc < 32 ? 32 : pc > 256 ? 256 : pc;
     j.pc = pc < (j.pixels + 15) / 16 * 16 ? pc : (j.pixels + 15) / 16 * 16;
