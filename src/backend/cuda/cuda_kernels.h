@@ -149,6 +149,16 @@ int kc_dwconv_run(void *s, int dt, const kc_dwconv *p, const void *x, const void
 int kc_pointwise_1x1(void *s, int dt, int n, int c, int k, const void *x, const void *w,
                      const void *bias, const void *residual, void *y, int act, float alpha,
                      float beta);
+/* A 1x1 convolution at stride 1 of an NHWC image as the matrix product it is, float16 or
+ * bfloat16 on tensor cores: y[m, n] = act(x[m, :] . w[n, :] + bias[n] + residual[m, n]) over the
+ * m = N*H*W pixels of x [m, k] and the filters w [n, k] (bias, residual may be NULL).
+ * kc_conv1x1_takes says whether kc_conv1x1_run takes these sizes and pointers (n and k multiples
+ * of 8, 16-byte aligned tensors). */
+int kc_conv1x1_takes(int dt, int64_t m, int n, int k, const void *x, const void *w,
+                     const void *bias, const void *residual, const void *y);
+int kc_conv1x1_run(void *s, int dt, int64_t m, int n, int k, const void *x, const void *w,
+                   const void *bias, const void *residual, void *y, int act, float alpha,
+                   float beta);
 /* Global average (max = 0) or max pooling of [n, c, hw] (NCHW) or [n, hw, c] (nhwc set)
  * into [n, c]. A small NHWC pool is split over H*W when the workspace ws holds
  * kc_global_pool_ws bytes (else it runs whole). */

@@ -11,7 +11,8 @@
  *
  * Depthwise layers (groups = C = K, 3x3 or 5x5, stride 1 or 2) and 1x1 convolutions of a 1x1
  * image do not go through cuDNN: they run the module's own kernels (kernels_cnn.cu) with the
- * epilogue fused, and have nothing to time.
+ * epilogue fused, and have nothing to time. With KILN_CUDA_CONV1X1=1 neither do 16-bit NHWC 1x1
+ * convolutions at stride 1 (own_1x1: kernels_conv1x1.cu, the epilogue in its store).
  *
  * This version uses cuDNN's legacy convolution API (present through cuDNN 9, marked deprecated
  * there): the graph API with fused pointwise epilogues replaces it later. conv_run takes X, W, B, Z
@@ -288,6 +289,28 @@ static bool pointwise_1x1(const conv_geom *g) {
            g->groups == 1;
 }
 
+/* Whether the own tensor-core 1x1 kernel (kernels_conv1x1.cu) runs the 1x1 convolutions it
+ * takes: only with KILN_CUDA_CONV1X1=1. Off by default because it measured slower than cuDNN's
+ * convolution plus the epilogue kernel even where it saves that pass (EfficientNet-B0 fp16 at
+ * batch 64 4.22 against 3.54 ms on the H200, MobileNetV2 2.29 against 2.02; perf-notes.md).
+ * Read once a process. */
+static bool conv1x1_on(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("KILN_CUDA_CONV1X1");
+        on = e != NULL && strcmp(e, "1") == 0;
+    }
+    return on != 0;
+}
+
+/* Whether g is a 1x1, stride-1, unpadded NHWC convolution in 16 bits that the own kernel runs
+ * (the pointers are checked at the call: kc_conv1x1_takes). */
+static bool own_1x1(const conv_geom *g) {
+    return conv1x1_on() && g->nhwc && g->dtype != KILN_DTYPE_FLOAT32 && g->kh == 1 && g->kw == 1 &&
+           g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0 && g->groups == 1 &&
+           g->oh == g->h && g->ow == g->w && g->c % 8 == 0 && g->k % 8 == 0;
+}
+
 /* Whether cuDNN's fused convolution may be tried (KILN_CUDA_CONV_FUSE=0: never). */
 static bool fuse_allowed(void) {
     static int allowed = -1;
@@ -355,6 +378,11 @@ static kiln_status conv_run(kn_kernel_ctx *k, const conv_geom *g, const void *x,
     if (pointwise_1x1(g))
         return KC_LAUNCH(
             kc_pointwise_1x1(st->s, g->dtype, g->n, g->c, g->k, x, w, b, z, y, act, aa, ab),
+            "1x1 convolution");
+    int64_t pixels = (int64_t)g->n * g->h * g->w;
+    if (own_1x1(g) && kc_conv1x1_takes(g->dtype, pixels, g->k, g->c, x, w, b, z, y))
+        return KC_LAUNCH(
+            kc_conv1x1_run(st->s, g->dtype, pixels, g->k, g->c, x, w, b, z, y, act, aa, ab),
             "1x1 convolution");
     conv_local *l;
     bool temp;
@@ -465,7 +493,7 @@ bool kc_conv_tune_key(const kn_node *n, int n_in, const kn_tensor *in, int n_out
     kc_dwconv dw;
     if (n_in < 2 || n_out < 1 || !conv_node_geom(n, in, out, &g) ||
         (int64_t)g.n * g.k * g.oh * g.ow == 0 || depthwise_of(&g, KC_ACT_NONE, 0.f, 0.f, &dw) ||
-        pointwise_1x1(&g))
+        pointwise_1x1(&g) || own_1x1(&g))
         return false; /* the own kernels have no variants to time */
     snprintf(key, size,
              "cuda conv %d|%s|%s%s%s|x %dx%dx%dx%d|w %dx%dx%dx%d|y %dx%d|pad %d,%d|stride %d,%d|"
