@@ -458,6 +458,9 @@ static const char *const taken[] = {
     "Max",
     "Min",
     "Gelu",
+    /* kiln.Attention (device backends only) and the Split of its merged projections */
+    "Attention",
+    "Split",
     NULL,
 };
 /* Inputs each op reads on the host (shapes, axes, indices of slices). */
@@ -481,10 +484,15 @@ static bool denied(const char *op) {
     return false;
 }
 
+/* Whether op of the taken list is of kiln's domain (the fused ops and Attention). */
+static bool kiln_op(const char *op) {
+    return strncmp(op, "Fused", 5) == 0 || strcmp(op, "Attention") == 0;
+}
+
 static bool is_taken(const char *domain, const char *op) {
     if (strcmp(domain, "") != 0 && strcmp(domain, "kiln") != 0)
         return false;
-    if (strcmp(domain, "kiln") == 0 && strncmp(op, "Fused", 5) != 0)
+    if ((strcmp(domain, "kiln") == 0) != kiln_op(op))
         return false;
     for (int i = 0; taken[i]; i++)
         if (strcmp(taken[i], op) == 0)
@@ -674,7 +682,7 @@ static pthread_once_t wrappers_once = PTHREAD_ONCE_INIT;
 
 static void make_wrappers(void) {
     for (int i = 0; taken[i]; i++)
-        wrappers[i] = (kn_kernel){.domain = strncmp(taken[i], "Fused", 5) == 0 ? "kiln" : "",
+        wrappers[i] = (kn_kernel){.domain = kiln_op(taken[i]) ? "kiln" : "",
                                   .name = taken[i],
                                   .run = td_run,
                                   .prepare = td_prepare,

@@ -59,6 +59,10 @@ int kc_strided_copy(void *s, int rank, const int64_t *dims, const int64_t *src_s
 /* Concat helper: copy x (outer x inner_x elements) into y rows of inner_y at column offset. */
 int kc_copy_rows(void *s, const void *x, void *y, int64_t outer, int64_t inner_x, int64_t inner_y,
                  int64_t offset, int elem_size);
+/* Split of x, outer rows of sum(widths) elements, into n <= 4 outputs y[p] of outer rows of
+ * widths[p] elements each, in one launch. */
+int kc_split(void *s, const void *x, int n, void *const *y, const int64_t *widths, int64_t outer,
+             int elem_size);
 /* Gather along an axis: x is [outer, axis_n, inner], idx has n_idx int64 (or int32) values.
  * An index out of range reads row 0 and sets *bad to 1 (bad may be NULL). */
 int kc_gather(void *s, const void *x, const void *idx, int idx64, void *y, int64_t outer,

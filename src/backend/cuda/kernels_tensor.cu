@@ -76,6 +76,30 @@ __global__ void k_gather(const T *x, const I *idx, T *y, int64_t outer, int64_t 
     }
 }
 
+// Split of [outer, inner_x] rows into up to kMaxSplit outputs by column ranges
+// [off[p], off[p + 1]), in units of U (the widest of 16, 8, 4, 2, 1 bytes that every range and
+// pointer allows): one launch for all outputs.
+constexpr int kMaxSplit = 4;
+struct split_args {
+    int64_t outer, inner_x;
+    int n;
+    int64_t off[kMaxSplit + 1];
+    void *y[kMaxSplit];
+};
+
+template <typename U> __global__ void k_split(const split_args a, const U *x) {
+    int64_t n = a.outer * a.inner_x;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t o = i / a.inner_x, j = i - o * a.inner_x;
+        int p = 0;
+        while (p + 1 < a.n && j >= a.off[p + 1])
+            p++;
+        int64_t w = a.off[p + 1] - a.off[p];
+        static_cast<U *>(a.y[p])[o * w + (j - a.off[p])] = x[i];
+    }
+}
+
 unsigned grid_for(int64_t n) {
     int64_t g = (n + kThreads - 1) / kThreads;
     if (g < 1)
@@ -175,6 +199,51 @@ extern "C" int kc_copy_rows(void *s, const void *x, void *y, int64_t outer, int6
     if (outer * inner_x == 0)
         return 0;
     return by_size<rows_run>(elem_size, (cudaStream_t)s, x, y, outer, inner_x, inner_y, offset);
+}
+
+extern "C" int kc_split(void *s, const void *x, int n, void *const *y, const int64_t *widths,
+                        int64_t outer, int elem_size) {
+    if (n < 1 || n > kMaxSplit || elem_size < 1)
+        return (int)cudaErrorNotSupported;
+    split_args a;
+    a.outer = outer;
+    a.n = n;
+    a.off[0] = 0;
+    uintptr_t bits = (uintptr_t)x;
+    for (int p = 0; p < n; p++) {
+        a.off[p + 1] = a.off[p] + widths[p] * elem_size; // bytes, for now
+        a.y[p] = y[p];
+        bits |= (uintptr_t)y[p] | (uintptr_t)(widths[p] * elem_size);
+    }
+    int64_t unit = (bits & 15) == 0  ? 16
+                   : (bits & 7) == 0 ? 8
+                   : (bits & 3) == 0 ? 4
+                   : (bits & 1) == 0 ? 2
+                                     : 1;
+    for (int p = 0; p <= n; p++)
+        a.off[p] /= unit;
+    a.inner_x = a.off[n];
+    if (outer * a.inner_x == 0)
+        return 0;
+    cudaStream_t st = (cudaStream_t)s;
+    unsigned g = grid_for(outer * a.inner_x);
+    switch (unit) {
+    case 16:
+        k_split<uint4><<<g, kThreads, 0, st>>>(a, (const uint4 *)x);
+        break;
+    case 8:
+        k_split<uint64_t><<<g, kThreads, 0, st>>>(a, (const uint64_t *)x);
+        break;
+    case 4:
+        k_split<uint32_t><<<g, kThreads, 0, st>>>(a, (const uint32_t *)x);
+        break;
+    case 2:
+        k_split<uint16_t><<<g, kThreads, 0, st>>>(a, (const uint16_t *)x);
+        break;
+    default:
+        k_split<uint8_t><<<g, kThreads, 0, st>>>(a, (const uint8_t *)x);
+    }
+    return (int)cudaGetLastError();
 }
 
 extern "C" int kc_gather(void *s, const void *x, const void *idx, int idx64, void *y, int64_t outer,

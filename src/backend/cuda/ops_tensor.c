@@ -1,4 +1,5 @@
-/* Data movement on the GPU: Transpose, Slice, Expand (one strided gather), Concat, Gather.
+/* Data movement on the GPU: Transpose, Slice, Expand (one strided gather), Concat, Split,
+ * Gather.
  * Any dtype of 1, 2, 4 or 8 bytes. */
 #include "backend/cuda/cuda_internal.h"
 
@@ -120,16 +121,24 @@ static bool sup_expand(const kn_node *n, int n_in, const kn_tensor *in, int n_ou
 
 /* --- Concat --- */
 
-static kiln_status run_concat(kn_kernel_ctx *k) {
-    const kn_shape *ys = &k->out[0].shape;
+/* The node's axis attribute on shape s (negative counted from the end), and the element
+ * counts before and after it. */
+static int64_t split_axis(const kn_kernel_ctx *k, const kn_shape *s, int64_t *outer,
+                          int64_t *inner) {
     int64_t axis = kc_attr_int(k->node, "axis", 0);
     if (axis < 0)
-        axis += ys->rank;
-    int64_t outer = 1, inner = 1;
+        axis += s->rank;
+    *outer = *inner = 1;
     for (int d = 0; d < axis; d++)
-        outer *= ys->d[d];
-    for (int d = (int)axis + 1; d < ys->rank; d++)
-        inner *= ys->d[d];
+        *outer *= s->d[d];
+    for (int d = (int)axis + 1; d < s->rank; d++)
+        *inner *= s->d[d];
+    return axis;
+}
+
+static kiln_status run_concat(kn_kernel_ctx *k) {
+    const kn_shape *ys = &k->out[0].shape;
+    int64_t outer, inner, axis = split_axis(k, ys, &outer, &inner);
     int es = (int)kn_dtype_size(k->out[0].dtype);
     int64_t off = 0;
     for (int j = 0; j < k->n_in; j++) {
@@ -142,6 +151,31 @@ static kiln_status run_concat(kn_kernel_ctx *k) {
         off += ix;
     }
     return KILN_OK;
+}
+
+/* --- Split (the sizes are the outputs' shapes; up to 4 outputs, one launch) --- */
+
+static kiln_status run_split(kn_kernel_ctx *k) {
+    int64_t outer, inner, axis = split_axis(k, &k->in[0].shape, &outer, &inner);
+    void *y[4];
+    int64_t widths[4];
+    for (int j = 0; j < k->n_out; j++) {
+        y[j] = k->out[j].data;
+        widths[j] = k->out[j].shape.d[axis] * inner;
+    }
+    return KC_LAUNCH(kc_split(STREAM(k), k->in[0].data, k->n_out, y, widths, outer,
+                              (int)kn_dtype_size(k->out[0].dtype)),
+                     "Split");
+}
+
+static bool sup_split(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
+                      const kn_tensor *out, kn_caps *caps) {
+    if (n_out < 1 || n_out > 4)
+        return kc_reason(caps, "cuda: Split into more than 4 outputs");
+    for (int j = 0; j < n_out; j++)
+        if (out[j].dtype == 0)
+            return kc_reason(caps, "cuda: Split with an omitted output");
+    return sup_movable(n, n_in, in, n_out, out, caps);
 }
 
 /* --- Gather --- */
@@ -191,6 +225,7 @@ const kc_op kc_ops_tensor[] = {
     {{"", "Slice", run_slice, NULL, NULL}, sup_slice},
     {{"", "Expand", run_expand, NULL, NULL}, sup_expand},
     {{"", "Concat", run_concat, NULL, NULL}, sup_movable},
+    {{"", "Split", run_split, NULL, NULL}, sup_split},
     {{"", "Gather", run_gather, NULL, NULL}, sup_gather},
     {{NULL, NULL, NULL, NULL, NULL}, NULL},
 };
