@@ -12,13 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* KILN_MERGE_QKV=1 merges the three projections of a fused attention (merge_projections). Off
- * by default: on the H200, BERT-base fp16 at batch 1 went 0.617 -> 0.566 ms with it, but at
- * batch 32 1.727 -> 2.103 ms (the Split's copy and the wider product), and a plan's profile
- * usually spans both. */
+/* KILN_MERGE_QKV=0 keeps the three projections of a fused attention apart (merge_projections
+ * merges them by default: BERT-base fp16 on the H200 0.630 -> 0.519 ms at batch 1, 1.745 ->
+ * 1.658 ms at 32, docs/perf-notes-transformer.md). */
 static bool merge_on(void) {
     const char *e = getenv("KILN_MERGE_QKV");
-    return e != NULL && strcmp(e, "1") == 0;
+    return e == NULL || strcmp(e, "0") != 0;
 }
 
 typedef struct matcher {
@@ -317,67 +316,72 @@ static int concat_columns(kn_graph *g, const int *src, const int64_t *widths, in
     return rc == KILN_OK ? v : -1;
 }
 
-/* Attention node att whose q, k and v are each Reshape(x W + b) of one x, the products and
- * sums on att's device: the three products become one x [Wq Wk Wv] + [bq bk bv] and a Split
- * gives the three sums back to their Reshapes. At batch 1 of BERT-base (M = 128) the three
- * products of d x d leave most of an H200 idle; one of d x 3d fills three times as much of it,
- * in one launch instead of three. */
+/* The fixed heads and head size of a [B, S, H, D] value, or false. */
+static bool heads_of(const kn_graph *g, int v, int64_t *h, int64_t *d) {
+    const kn_value *x = &g->values[v];
+    if (x->rank != 4 || x->dims[2].sym != NULL || x->dims[3].sym != NULL || x->dims[2].value <= 0 ||
+        x->dims[3].value <= 0)
+        return false;
+    *h = x->dims[2].value;
+    *d = x->dims[3].value;
+    return true;
+}
+
+/* Attention node att whose q, k and v are each Reshape(x W + b) of one x into [B, S, H, D], the
+ * products and sums on att's device: the three products become one x [Wq Wk Wv] + [bq bk bv]
+ * whose [B, S, 3 H D] result att reads as q, k and v through strides (its packed form, attribute
+ * heads), so nothing is copied. At batch 1 of BERT-base (M = 128) the three products of d x d
+ * leave most of an H200 idle; one of d x 3d fills three times as much of it, in one launch. */
 static kiln_status merge_projections(matcher *m, int att) {
     kn_graph *g = m->g;
     int nodes[3][3], w[3], b[3], x = -1;
-    int64_t widths[3], din = -1;
+    int64_t widths[3], din = -1, heads = -1, hd = -1;
     for (int i = 0; i < 3; i++) {
         int xi = g->nodes[att].n_in > i
                      ? projection_of(m, g->nodes[att].in[i], nodes[i], &w[i], &b[i])
                      : -1;
         kn_shape ws;
+        int64_t h, d;
         if (xi < 0 || (i > 0 && xi != x) || !const_f32(g, w[i], 2, &ws) ||
-            (i > 0 && ws.d[0] != din) || !one_place(g, nodes[i], 3, att))
+            (i > 0 && ws.d[0] != din) || !one_place(g, nodes[i], 3, att) ||
+            !heads_of(g, g->nodes[att].in[i], &h, &d) || h * d != ws.d[1] ||
+            (i > 0 && (h != heads || d != hd)))
             return KILN_OK;
         x = xi;
         din = ws.d[0];
         widths[i] = ws.d[1];
+        heads = h;
+        hd = d;
     }
-    const char *be = kn_node_backend(&g->nodes[att]);
-    if (!kn_backend_has_kernel(be, "", "Split") || !kn_backend_has_kernel(be, "", "MatMul"))
+    if (!kn_backend_has_kernel(kn_node_backend(&g->nodes[att]), "", "MatMul"))
         return KILN_OK;
     int wv = concat_columns(g, w, widths, 3, din, 2);
     int bv = concat_columns(g, b, widths, 3, 1, 1);
     int64_t total = widths[0] + widths[1] + widths[2];
     int mo = value_like(g, g->nodes[nodes[0][2]].out[0], total);
     int ao = value_like(g, g->nodes[nodes[0][1]].out[0], total);
-    int sv = kn_graph_add_value(g, NULL);
-    kn_tensor st = {.dtype = KILN_DTYPE_INT64, .data = widths};
-    st.shape.rank = 1;
-    st.shape.d[0] = 3;
-    if (wv < 0 || bv < 0 || mo < 0 || ao < 0 || sv < 0 || kn_value_set_const(g, sv, &st) != KILN_OK)
+    if (wv < 0 || bv < 0 || mo < 0 || ao < 0)
         return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory merging attention projections");
     char name[256];
     snprintf(name, sizeof name, "%s/qkv", g->nodes[nodes[0][2]].name);
-    int mm_in[2] = {x, wv}, add_in[2] = {mo, bv}, split_in[2] = {ao, sv};
-    int split_out[3] = {g->nodes[nodes[0][1]].out[0], g->nodes[nodes[1][1]].out[0],
-                        g->nodes[nodes[2][1]].out[0]};
+    int mm_in[2] = {x, wv}, add_in[2] = {mo, bv};
     int mm_op = g->nodes[nodes[0][2]].opset, add_op = g->nodes[nodes[0][1]].opset;
     int mm = kn_graph_add_node(g, name, "MatMul", "", mm_op, 2, mm_in, 1, &mo);
     snprintf(name, sizeof name, "%s/qkv", g->nodes[nodes[0][1]].name);
     int add = mm < 0 ? -1 : kn_graph_add_node(g, name, "Add", "", add_op, 2, add_in, 1, &ao);
-    snprintf(name, sizeof name, "%s/qkv_split", g->nodes[nodes[0][1]].name);
-    int split =
-        add < 0 ? -1 : kn_graph_add_node(g, name, "Split", "", 13, 2, split_in, 3, split_out);
-    if (split < 0)
+    if (add < 0)
         return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory merging attention projections");
-    kn_attr axis = {.name = "axis", .type = KN_ATTR_INT, .i = -1};
-    KN_TRY(kn_node_add_attr(g, split, &axis));
     KN_TRY(kn_node_copy_placement(g, mm, nodes[0][2]));
     KN_TRY(kn_node_copy_placement(g, add, nodes[0][1]));
-    KN_TRY(kn_node_copy_placement(g, split, nodes[0][1]));
-    /* the Split now produces the sums the Reshapes read; the old products and sums go */
-    for (int i = 0; i < 3; i++) {
-        g->nodes[nodes[i][1]].dead = true;
-        g->nodes[nodes[i][2]].dead = true;
-        g->values[split_out[i]].producer = split;
-    }
-    return KILN_OK;
+    /* att reads the packed sums; the Reshapes, sums and products of the three go */
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++)
+            g->nodes[nodes[i][j]].dead = true;
+    kn_node *a = &g->nodes[att];
+    a->in[0] = ao;
+    a->in[1] = a->in[2] = -1;
+    kn_attr at = {.name = "heads", .type = KN_ATTR_INT, .i = heads};
+    return kn_node_add_attr(g, att, &at);
 }
 
 kiln_status kn_pass_fuse_attention(kn_graph *g) {

@@ -55,10 +55,10 @@ kiln_status kn_pass_recognize_gelu(kn_graph *g);
  * runs it for float16 and bfloat16 plans only: their kernel uses tensor cores, the float32
  * one CUDA cores, and BERT-base in float32 with it measured slower on an H200 (2.55 / 30.4 ms
  * at batch 1 / 32) than the unfused plan had (2.12 / 27.7 ms, docs/benchmarks.md).
- * With KILN_MERGE_QKV=1, where a fused node's q, k and v are each Reshape(MatMul(x, W) + b) of
- * one x with constant W and b on its backend, the three products become one of the
- * concatenated weights and a Split (last axis) hands the three sums to the Reshapes (faster at
- * batch 1 of BERT-base, slower at 32: fuse_attention.c). */
+ * Then, where a fused node's q, k and v are each Reshape(MatMul(x, W) + b) of one x into
+ * [B, S, H, D] with constant W and b on its backend, the three products become one of the
+ * concatenated weights, read by the node in place as its packed input (attribute heads;
+ * KILN_MERGE_QKV=0: not). */
 kiln_status kn_pass_fuse_attention(kn_graph *g);
 /* Collapse chains of element-wise ops into one kiln.FusedElementwise node (recognizing GELU
  * first). */

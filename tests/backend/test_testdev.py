@@ -264,15 +264,15 @@ def test_python_build_with_backends_matches_host(tmp_path):
 
 
 def test_fused_attention_projections_merge_into_one_product(tmp_path):
-    """A 16-bit plan on a device fuses attention (kiln.Attention); with KILN_MERGE_QKV=1 each
-    layer's Q, K and V products of one input become one product of the concatenated weights and
-    a Split (fuse_attention.c), by default they stay apart. Both match the host's float32 plan
+    """A 16-bit plan on a device fuses attention (kiln.Attention) and each layer's Q, K and V
+    products of one input become one product of the concatenated weights, which the attention
+    reads packed (fuse_attention.c); KILN_MERGE_QKV=0 keeps them apart. Both match the host's float32 plan
     (testdev runs the host's kernels, so the plan's layers stay float32 there)."""
     model = os.path.join(MODELS, "bert_attention", "model.onnx")
     ids = np.random.default_rng(3).integers(0, 50, size=(2, 12)).astype(np.int64)
     np.save(tmp_path / "ids.npy", ids)
     outs, layers = {}, {}
-    for label, env in (("merged", {"KILN_MERGE_QKV": "1"}), ("apart", {}), ("host", None)):
+    for label, env in (("merged", {}), ("apart", {"KILN_MERGE_QKV": "0"}), ("host", None)):
         plan = str(tmp_path / f"{label}.plan")
         extra = ["--backend", "testdev,cpu", "--precision", "fp16"] if env is not None else []
         kiln("build", model, "-o", plan, "--shapes", "ids:2x12", *extra, env_extra=env)
@@ -282,9 +282,11 @@ def test_fused_attention_projections_merge_into_one_product(tmp_path):
     ops = {k: [(layer["op"], layer["backend"]) for layer in v] for k, v in layers.items()}
     for label in ("merged", "apart"):
         assert ops[label].count(("Attention", "testdev")) == 2, ops[label]
-    # two layers: one product and one Split each for Q, K and V, against three products
-    assert ops["merged"].count(("Split", "testdev")) == 2, ops["merged"]
-    assert ops["apart"].count(("Split", "testdev")) == 0, ops["apart"]
+    # two layers: one product for Q, K and V each, read by the attention in place (no Split, no
+    # Reshapes of the three), against three products and three Reshapes
+    n_reshapes = {k: sum(op == "Reshape" for op, _ in v) for k, v in ops.items()}
+    assert n_reshapes["apart"] - n_reshapes["merged"] == 6, n_reshapes
+    assert ("Split", "testdev") not in ops["merged"], ops["merged"]
     n_products = {k: sum(op in ("MatMul", "FusedMatMul") for op, _ in v) for k, v in ops.items()}
     assert n_products["apart"] - n_products["merged"] == 4, n_products
     ref = outs["host"]

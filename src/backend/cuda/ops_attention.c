@@ -1,6 +1,7 @@
 /* kiln.Attention on the GPU (src/ops/kiln/fused_attention.c has its contract): one kernel,
  * kernels_attention.cu. q, k, v and the output are [B, S, H, D] tensors read and written in
- * place through strides; the mask is read through broadcast strides. */
+ * place through strides (or q, k and v the three parts of each row of one packed [B, S, 3 H D]
+ * tensor: attribute heads); the mask is read through broadcast strides. */
 #include "backend/cuda/cuda_internal.h"
 
 #include <string.h>
@@ -25,37 +26,53 @@ static void mask_strides(const kn_shape *m, int64_t st[4]) {
 }
 
 static kiln_status run_attention(kn_kernel_ctx *k) {
-    const kn_shape *qs = &k->in[0].shape, *ks = &k->in[1].shape, *vs = &k->in[2].shape;
+    const kn_shape *os = &k->out[0].shape;
     kc_attention a;
     memset(&a, 0, sizeof a);
-    a.batch = qs->d[0];
-    a.sq = qs->d[1];
-    a.heads = qs->d[2];
-    a.d = qs->d[3];
-    a.sk = ks->d[1];
-    a.dv = vs->d[3];
-    bshd_strides(qs, a.q_stride);
-    bshd_strides(ks, a.k_stride);
-    bshd_strides(vs, a.v_stride);
-    bshd_strides(&k->out[0].shape, a.o_stride);
+    a.batch = os->d[0];
+    a.sq = os->d[1];
+    a.heads = os->d[2];
+    a.dv = os->d[3];
+    const char *q = k->in[0].data, *kp, *vp;
+    if (kc_attr_int(k->node, "heads", 0) > 0) { /* packed [B, S, 3 H D]: q | k | v a row */
+        int64_t row = 3 * a.heads * a.dv;
+        size_t es = kn_dtype_size(k->out[0].dtype);
+        a.d = a.dv;
+        a.sk = a.sq;
+        a.q_stride[0] = a.k_stride[0] = a.v_stride[0] = a.sq * row;
+        a.q_stride[1] = a.k_stride[1] = a.v_stride[1] = a.d;
+        a.q_stride[2] = a.k_stride[2] = a.v_stride[2] = row;
+        kp = q + (size_t)(a.heads * a.d) * es;
+        vp = q + (size_t)(2 * a.heads * a.d) * es;
+    } else {
+        const kn_shape *qs = &k->in[0].shape, *ks = &k->in[1].shape;
+        a.d = qs->d[3];
+        a.sk = ks->d[1];
+        bshd_strides(qs, a.q_stride);
+        bshd_strides(ks, a.k_stride);
+        bshd_strides(&k->in[2].shape, a.v_stride);
+        kp = k->in[1].data;
+        vp = k->in[2].data;
+    }
+    bshd_strides(os, a.o_stride);
     a.scale = kc_attr_float(k->node, "scale", 1.0f);
     const void *mask = NULL;
     if (k->n_in > 3 && k->in[3].dtype != 0) {
         mask = k->in[3].data;
         mask_strides(&k->in[3].shape, a.m_stride);
     }
-    return KC_LAUNCH(kc_attention_run(k->stream->s, k->out[0].dtype, &a, k->in[0].data,
-                                      k->in[1].data, k->in[2].data, mask, k->out[0].data),
-                     "Attention");
+    return KC_LAUNCH(
+        kc_attention_run(k->stream->s, k->out[0].dtype, &a, q, kp, vp, mask, k->out[0].data),
+        "Attention");
 }
 
 static bool sup_attention(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
                           const kn_tensor *out, kn_caps *caps) {
-    (void)n;
     if (!kc_all_float(in, n_in, caps, "input") || !kc_all_float(out, n_out, caps, "output") ||
         !kc_one_type(in, n_in, out[0].dtype, caps))
         return false;
-    if (in[0].shape.rank != 4 || in[0].shape.d[3] > 256 || in[2].shape.d[3] > 256)
+    if (out[0].shape.rank != 4 || out[0].shape.d[3] > 256 ||
+        (kc_attr_int(n, "heads", 0) == 0 && in[0].shape.d[3] > 256))
         return kc_reason(caps, "cuda: Attention with heads larger than 256");
     return true;
 }

@@ -17,18 +17,33 @@ static void bshd_strides(const kn_shape *s, int64_t st[3]) {
 }
 
 kiln_status kn_cpu_kiln_attention(kn_kernel_ctx *k) {
-    const kn_shape *qs = &k->in[0].shape, *ks = &k->in[1].shape, *vs = &k->in[2].shape;
     if (k->out[0].dtype != KILN_DTYPE_FLOAT32)
         return kn_error(KILN_ERR_UNSUPPORTED, "kiln.Attention on the host takes float32, got %s",
                         kn_dtype_name(k->out[0].dtype));
-    int64_t nb = qs->d[0], sq = qs->d[1], heads = qs->d[2], d = qs->d[3], sk = ks->d[1],
-            dv = vs->d[3];
     int64_t q_st[3], k_st[3], v_st[3], o_st[3], m_st[4] = {0, 0, 0, 0};
-    bshd_strides(qs, q_st);
-    bshd_strides(ks, k_st);
-    bshd_strides(vs, v_st);
-    bshd_strides(&k->out[0].shape, o_st);
-    const float *q = k->in[0].data, *kk = k->in[1].data, *v = k->in[2].data, *mask = NULL;
+    const float *q = k->in[0].data, *kk, *v, *mask = NULL;
+    const kn_shape *os = &k->out[0].shape;
+    int64_t nb = os->d[0], sq = os->d[1], heads = os->d[2], d, sk, dv = os->d[3];
+    if (kn_attr_int(k->node, "heads", 0) > 0) { /* packed [B, S, 3 H D]: q | k | v a row */
+        d = dv;
+        sk = sq;
+        int64_t row = 3 * heads * d;
+        q_st[0] = k_st[0] = v_st[0] = sq * row;
+        q_st[1] = k_st[1] = v_st[1] = d;
+        q_st[2] = k_st[2] = v_st[2] = row;
+        kk = q + heads * d;
+        v = q + 2 * heads * d;
+    } else {
+        const kn_shape *qs = &k->in[0].shape, *ks = &k->in[1].shape, *vs = &k->in[2].shape;
+        d = qs->d[3];
+        sk = ks->d[1];
+        bshd_strides(qs, q_st);
+        bshd_strides(ks, k_st);
+        bshd_strides(vs, v_st);
+        kk = k->in[1].data;
+        v = k->in[2].data;
+    }
+    bshd_strides(os, o_st);
     if (k->n_in > 3 && k->in[3].dtype != 0) {
         const kn_shape *ms = &k->in[3].shape;
         mask = k->in[3].data;
