@@ -1,7 +1,8 @@
 """kiln.Attention, the op the attention fusion pass makes on a GPU (src/passes/fuse_attention.c),
 run on the host from a model that carries it: softmax(q k^T * scale + mask) v over heads with
 q, k, v in [batch, seq, heads, head size] and the output in the same layout, against numpy;
-and its shape checks refuse bad inputs in one line."""
+and its shape checks refuse bad inputs in one line; its packed form (one [batch, seq, 3 heads
+head size] input, attribute heads) the same way."""
 
 import numpy as np
 import pytest
@@ -76,3 +77,39 @@ def test_attention_fully_masked_row_is_nan():
 def test_attention_refuses_bad_shapes(k_shape, mask_shape, message):
     with pytest.raises(kiln.KilnError, match=message):
         kiln.build(model((2, 5, 3, 8), k_shape, (2, 7, 3, 6), mask_shape, 1.0))
+
+
+def packed_model(b, s, heads, d, mask_shape, scale):
+    """kiln.Attention in its packed form: one [B, S, 3 H D] input holding q | k | v a row."""
+    ins = ["qkv", "", ""] + (["mask"] if mask_shape else [])
+    node = helper.make_node("Attention", ins, ["y"], domain="kiln", scale=scale, heads=heads)
+    inputs = [("qkv", F, (b, s, 3 * heads * d))]
+    if mask_shape:
+        inputs.append(("mask", F, mask_shape))
+    return make_model([node], inputs, [("y", F, (b, s, heads, d))],
+                      opsets=(("", 17), ("kiln", 1)))
+
+
+@pytest.mark.parametrize("mask_shape", [None, (2, 1, 1, 5)], ids=["none", "keys"])
+def test_packed_attention_matches_numpy(mask_shape):
+    """The packed form (the fusion pass's merged Q/K/V product) reads q, k and v from the thirds
+    of each row."""
+    rng = np.random.default_rng(4)
+    b, s, heads, d = 2, 5, 3, 8
+    qkv = rng.standard_normal((b, s, 3 * heads * d)).astype(np.float32)
+    q, k, v = (qkv[:, :, i * heads * d:(i + 1) * heads * d].reshape(b, s, heads, d)
+               for i in range(3))
+    feeds, mask = {"qkv": qkv}, None
+    if mask_shape:
+        mask = np.where(rng.random(mask_shape) < 0.3, -1e4, 0.0).astype(np.float32)
+        feeds["mask"] = mask
+    got = kiln.run(kiln.build(packed_model(b, s, heads, d, mask_shape, 0.4)), feeds)["y"]
+    np.testing.assert_allclose(got, reference(q, k, v, mask, 0.4), rtol=1e-5, atol=1e-5)
+
+
+def test_packed_attention_refuses_a_row_not_of_three_heads():
+    node = helper.make_node("Attention", ["qkv", "", ""], ["y"], domain="kiln", heads=3)
+    m = make_model([node], [("qkv", F, (2, 5, 70))], [("y", F, None)],  # 70: not 3 x 3 x D
+                   opsets=(("", 17), ("kiln", 1)))
+    with pytest.raises(kiln.KilnError, match="3 x heads x head size"):
+        kiln.build(m)
