@@ -16,6 +16,7 @@
 #define NR 32
 #define PREFETCH_A 1024 /* floats */
 #define PREFETCH_MIN_K 64
+#define PREFETCH_B 64 /* floats: two tiles along an unpacked row of B */
 #define ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
 
 /* One body, specialised by inlining for the tile shapes below: ROWS_N rows (12 or 6) and one or
@@ -77,7 +78,10 @@ body(int64_t kc, const float *a, const float *b, int64_t ldb, float *c, int64_t 
     __mmask16 m0 = nr >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nr) - 1);
     __mmask16 m1 = nr <= 16 ? (__mmask16)0 : (__mmask16)((1u << (nr - 16)) - 1);
     ROWS(DECL)
-    /* Packed panels are zero-padded; rows of an unpacked B are read only where they exist. */
+    /* Packed panels are zero-padded; rows of an unpacked B are read only where they exist.
+     * An unpacked B is up to 256 row streams a row stride apart (a 1x1 conv's input channels),
+     * more than the hardware prefetcher follows: each row's lines two tiles ahead are fetched
+     * here (MobileNetV2's 144 -> 24 1x1 at 56x56 0.248 -> 0.191 ms). */
 #define KSTEP(PF)                                                                                  \
     {                                                                                              \
         __m512 b0 = DIRECT ? _mm512_maskz_loadu_ps(m0, b) : _mm512_loadu_ps(b);                    \
@@ -85,6 +89,10 @@ body(int64_t kc, const float *a, const float *b, int64_t ldb, float *c, int64_t 
             TWO ? (DIRECT ? _mm512_maskz_loadu_ps(m1, b + 16) : _mm512_loadu_ps(b + 16)) : b0;     \
         if (PF)                                                                                    \
             _mm_prefetch((const char *)(a + PREFETCH_A), _MM_HINT_T0);                             \
+        if (DIRECT) {                                                                              \
+            _mm_prefetch((const char *)(b + PREFETCH_B), _MM_HINT_T0);                             \
+            _mm_prefetch((const char *)(b + PREFETCH_B + 16), _MM_HINT_T0);                        \
+        }                                                                                          \
         ROWS(FMA)                                                                                  \
         a += MR;                                                                                   \
         b += DIRECT ? ldb : NR;                                                                    \
