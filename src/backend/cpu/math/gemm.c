@@ -34,6 +34,9 @@
 #define ROWS_OUTER_WIDE_MIN_N 1024
 /* Grids for a packed A with at most this many column panels split rows only (choose_grid). */
 #define ROWS_ONLY_MAX_PANELS 2
+/* ... and grids over at least this many column panels a thread split columns only. */
+#define COLUMN_ONLY_MIN_PANELS 3
+#define COLUMN_ONLY_MAX_WORK ((int64_t)1 << 24)
 
 #define S_MR 4
 #define S_NR 8
@@ -413,6 +416,14 @@ static void choose_grid(gemm_job *j, int threads) {
         return;
     }
     j->tn = j->units_n;
+    /* Small products with enough column panels for every thread to take three or more: one
+     * column task a panel packs its own B, where a row split too would pack B up front behind
+     * a barrier of its own (MobileNetV2's 14x14 1x1 convs, 5-11M multiply-adds). Larger ones
+     * (ResNet-50's at 14x14, 51M) keep the finer grid: 7 tasks on 2 threads leave one idle
+     * for a seventh of the time. */
+    if (j->b->packed == NULL && j->units_n >= (int64_t)threads * COLUMN_ONLY_MIN_PANELS &&
+        work <= COLUMN_ONLY_MAX_WORK)
+        return;
     j->tm = min64(j->units_m, (target + j->tn - 1) / j->tn);
 }
 
