@@ -411,6 +411,13 @@ static void choose_grid(gemm_job *j, int threads) {
         j->tm = min64(j->units_m, target);
         return;
     }
+    /* Short products over wide rows (ResNet-50's 64 -> 256 1x1 convs at 56x56) are bound by
+     * their stores; a column split made each task's block too narrow for the rows-first order
+     * (run_block). Row tasks keep the whole width, B packed once for all of them. */
+    if (j->k <= ROWS_OUTER_WIDE_MAX_K && j->n >= ROWS_OUTER_WIDE_MIN_N && j->units_m >= target) {
+        j->tm = target;
+        return;
+    }
     if (j->units_n >= target) {
         j->tn = target;
         return;
