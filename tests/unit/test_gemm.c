@@ -267,6 +267,40 @@ static void test_gemv_packed(void **state) {
     assert_true(kn_gemm_force_isa(orig));
 }
 
+/* The paths picked by shape: packed A with at most two column panels split by rows only on a
+ * pool (49 = 32 + 16 + 1 and 64 columns; row counts that end in 1-, 5- and 8-row tiles);
+ * 33-64 deep products over >= 1024 columns taking row tiles outside the panels (with 1100 a
+ * partial last panel); deep panels that prefetch A (k from 64, across K slices); small
+ * products over >= 6 column panels split by columns only (196 = 6 x 32 + 4); short products
+ * over wide rows split by rows only (97 rows: a one-row last tile); each with
+ * sigmoid and SiLU applied in registers, bias, residual and beta, with and without threads. */
+static void test_gemm_shape_paths(void **state) {
+    (void)state;
+    const int64_t shapes[][3] = {{97, 49, 64},   {512, 49, 300}, {125, 64, 2048}, {29, 1100, 48},
+                                 {40, 1024, 64}, {13, 1030, 33}, {30, 200, 63},   {16, 70, 64},
+                                 {25, 90, 65},   {96, 196, 576}, {30, 230, 100},  {100, 1100, 64},
+                                 {97, 1030, 40}};
+    const int acts[] = {KN_ACT_SWISH, KN_ACT_SIGMOID, KN_ACT_NONE, KN_ACT_RELU};
+    kn_threadpool *pool = kn_threadpool_create(2);
+    assert_non_null(pool);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int v = 0; v < 4; v++) {
+            gemm_case t = {.m = shapes[s][0],
+                           .n = shapes[s][1],
+                           .k = shapes[s][2],
+                           .alpha = 1.0f,
+                           .beta = v == 3 ? 0.5f : 0.0f,
+                           .pack = v == 2 ? 0 : 1,
+                           .use_ep = true,
+                           .act = acts[(s + (size_t)v) % 4],
+                           .bias_mode = v % 2 ? 1 : 2,
+                           .residual = v >= 2};
+            run_case(pool, &t);
+            run_case(NULL, &t);
+        }
+    kn_threadpool_destroy(pool);
+}
+
 static void test_gemm_k_zero(void **state) {
     (void)state;
     float c[6] = {1, 2, 3, 4, 5, 6}, bias[3] = {1, 1, 1};
@@ -355,6 +389,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_epilogue),
         cmocka_unit_test(test_gemm_k_zero),
         cmocka_unit_test(test_gemv_packed),
+        cmocka_unit_test(test_gemm_shape_paths),
         cmocka_unit_test(test_act_values),
         cmocka_unit_test(test_threadpool_covers_once),
         cmocka_unit_test(test_threadpool_back_to_back),

@@ -29,6 +29,14 @@
 /* Products this short take row tiles outside column panels (see run_block): EfficientNet-B0's
  * 16 -> 96 1x1 conv + SiLU at 112x112 0.56 -> 0.50 ms in the model. */
 #define ROWS_OUTER_MAX_K 32
+/* ... and so do products up to this deep over a block this wide. */
+#define ROWS_OUTER_WIDE_MAX_K 64
+#define ROWS_OUTER_WIDE_MIN_N 1024
+/* Grids for a packed A with at most this many column panels split rows only (choose_grid). */
+#define ROWS_ONLY_MAX_PANELS 2
+/* ... and grids over at least this many column panels a thread split columns only. */
+#define COLUMN_ONLY_MIN_PANELS 3
+#define COLUMN_ONLY_MAX_WORK ((int64_t)1 << 24)
 
 #define S_MR 4
 #define S_NR 8
@@ -265,7 +273,20 @@ static kn_ukr_ep *tile_ep(const gemm_job *j, int64_t i0, int64_t j0, kn_ukr_ep *
     te->clamp = ep->act == KN_ACT_RELU || ep->act == KN_ACT_CLIP;
     te->lo = ep->act == KN_ACT_RELU ? 0.0f : ep->alpha;
     te->hi = ep->act == KN_ACT_RELU ? INFINITY : ep->beta;
+    te->act = KN_UKR_ACT_NONE;
     return te;
+}
+
+/* Sigmoid and SiLU in the micro-kernel's registers, before its only store, where it can: a
+ * second pass over the stored tile read it back and wrote it again. */
+static bool act_regs(const gemm_job *j, kn_gemm_ukr_fn fn, kn_ukr_ep *te) {
+    if (!j->ep_act_after || !j->u->act_in_regs || fn == j->u->fn_m1 || fn == j->u->fn_narrow_n)
+        return false;
+    if (j->ep->act == KN_ACT_SWISH)
+        te->act = KN_UKR_ACT_SWISH;
+    else if (j->ep->act == KN_ACT_SIGMOID)
+        te->act = KN_UKR_ACT_SIGMOID;
+    return te->act != KN_UKR_ACT_NONE;
 }
 
 static void run_block(const gemm_job *j, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
@@ -304,7 +325,8 @@ static void run_block(const gemm_job *j, int64_t m0, int64_t m1, int64_t n0, int
                  * MR sequential row streams, which the hardware prefetcher follows, rather than
                  * as MR x (rows in the block) streams a panel at a time, each store then waiting
                  * on its line; B's small panels are read again from L2 instead. */
-                bool rows_outer = j->k <= ROWS_OUTER_MAX_K;
+                bool rows_outer = j->k <= ROWS_OUTER_MAX_K ||
+                                  (j->k <= ROWS_OUTER_WIDE_MAX_K && nc >= ROWS_OUTER_WIDE_MIN_N);
                 int64_t n_jr = (nc + u->nr - 1) / u->nr, n_ir = (mc + u->mr - 1) / u->mr;
                 for (int64_t t = 0; t < n_jr * n_ir; t++) {
                     int64_t jr = (rows_outer ? t % n_jr : t / n_ir) * u->nr;
@@ -314,11 +336,14 @@ static void run_block(const gemm_job *j, int64_t m0, int64_t m1, int64_t n0, int
                     if (j->direct) {
                         float *ct = j->c + (ic + ir) * j->ldc + jc + jr;
                         kn_ukr_ep te, *tep = NULL;
-                        if (last && j->ep != NULL)
+                        bool in_regs = false;
+                        if (last && j->ep != NULL) {
                             tep = tile_ep(j, ic + ir, jc + jr, &te);
+                            in_regs = act_regs(j, NULL, tep);
+                        }
                         u->fn_direct(kc, ap + ir * kc, bp + jr, b->ld, ct, j->ldc, j->alpha, beta,
                                      mr, nr, tep);
-                        if (last && j->ep_act_after)
+                        if (last && j->ep_act_after && !in_regs)
                             kn_act_apply_rows(j->ep->act, j->ep->alpha, j->ep->beta, ct, j->ldc, mr,
                                               nr);
                         continue;
@@ -333,13 +358,16 @@ static void run_block(const gemm_job *j, int64_t m0, int64_t m1, int64_t n0, int
                             continue;
                         int64_t col = jc + jr + off;
                         float *ct = j->c + (ic + ir) * j->ldc + col;
-                        kn_ukr_ep te, *tep = NULL;
-                        if (last && j->ep != NULL)
-                            tep = tile_ep(j, ic + ir, col, &te);
                         kn_gemm_ukr_fn fn = part == 1 ? u->fn_narrow_n : pick(u, mr, w);
+                        kn_ukr_ep te, *tep = NULL;
+                        bool in_regs = false;
+                        if (last && j->ep != NULL) {
+                            tep = tile_ep(j, ic + ir, col, &te);
+                            in_regs = act_regs(j, fn, tep);
+                        }
                         fn(kc, ap + ir * kc, bp + jr * kc + off, ct, j->ldc, j->alpha, beta, mr, w,
                            tep);
-                        if (last && j->ep_act_after)
+                        if (last && j->ep_act_after && !in_regs)
                             kn_act_apply_rows(j->ep->act, j->ep->alpha, j->ep->beta, ct, j->ldc, mr,
                                               w);
                     }
@@ -375,11 +403,34 @@ static void choose_grid(gemm_job *j, int threads) {
     int64_t target = (int64_t)threads * TASKS_PER_THREAD;
     if (target > work / MIN_TASK_WORK)
         target = work / MIN_TASK_WORK > threads ? work / MIN_TASK_WORK : threads;
+    /* Many rows of a packed A and few columns (ResNet-50's 1x1 convs at 7x7: 512 x 49 x 2048):
+     * a column split gives each task half of a 2-panel B and all of A's rows to stream, so
+     * A crosses the cache once per column task; split by rows only, B shared from L2. */
+    if (j->a->packed != NULL && j->units_n <= ROWS_ONLY_MAX_PANELS &&
+        j->units_m >= (int64_t)threads * 2) {
+        j->tm = min64(j->units_m, target);
+        return;
+    }
+    /* Short products over wide rows (ResNet-50's 64 -> 256 1x1 convs at 56x56) are bound by
+     * their stores; a column split made each task's block too narrow for the rows-first order
+     * (run_block). Row tasks keep the whole width, B packed once for all of them. */
+    if (j->k <= ROWS_OUTER_WIDE_MAX_K && j->n >= ROWS_OUTER_WIDE_MIN_N && j->units_m >= target) {
+        j->tm = target;
+        return;
+    }
     if (j->units_n >= target) {
         j->tn = target;
         return;
     }
     j->tn = j->units_n;
+    /* Small products with enough column panels for every thread to take three or more: one
+     * column task a panel packs its own B, where a row split too would pack B up front behind
+     * a barrier of its own (MobileNetV2's 14x14 1x1 convs, 5-11M multiply-adds). Larger ones
+     * (ResNet-50's at 14x14, 51M) keep the finer grid: 7 tasks on 2 threads leave one idle
+     * for a seventh of the time. */
+    if (j->b->packed == NULL && j->units_n >= (int64_t)threads * COLUMN_ONLY_MIN_PANELS &&
+        work <= COLUMN_ONLY_MAX_WORK)
+        return;
     j->tm = min64(j->units_m, (target + j->tn - 1) / j->tn);
 }
 

@@ -14,7 +14,10 @@ typedef struct kn_ukr_ep {
     int64_t ldr;
     int clamp; /* apply [lo, hi] */
     float lo, hi;
+    int act; /* KN_UKR_ACT_*, after the clamp; only for kernels with act_in_regs */
 } kn_ukr_ep;
+
+enum { KN_UKR_ACT_NONE = 0, KN_UKR_ACT_SIGMOID, KN_UKR_ACT_SWISH };
 
 /* c (mr x nr of an MR x NR tile, leading dimension ldc) = alpha * A*B + beta * c, then the
  * epilogue when ep is not NULL; a holds kc columns of MR rows (a[k*MR + i]) and b holds kc rows
@@ -63,6 +66,9 @@ typedef struct kn_gemm_ukr {
      * strips * MR floats. */
     void (*fn_gemv)(int64_t kc, const float *a, int64_t strips, const float *x, int64_t ldx,
                     float *y);
+    /* Whether fn, its half and row variants and fn_direct apply kn_ukr_ep.act (sigmoid,
+     * SiLU) in registers; the others (narrow, m1, gather) never do. */
+    int act_in_regs;
 } kn_gemm_ukr;
 
 extern const kn_gemm_ukr kn_gemm_ukr_avx512;
