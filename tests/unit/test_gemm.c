@@ -301,6 +301,34 @@ static void test_gemm_shape_paths(void **state) {
     kn_threadpool_destroy(pool);
 }
 
+/* A's rows in one block with B packed in 512-column blocks (k > 64, plain B): 64 rows, 121-132
+ * rows taken in one block of up to 11 tiles (133 in two), over widths that end in a partial
+ * block (1100 = 2 x 512 + 76) or fit in one (300), across K slices (300 = 256 + 44); with A
+ * packed, B packed and neither, with and without threads. */
+static void test_gemm_one_block(void **state) {
+    (void)state;
+    const int64_t shapes[][3] = {{64, 1100, 256},  {121, 1100, 65}, {128, 300, 300},
+                                 {132, 1100, 100}, {133, 600, 70},  {1, 1030, 65}};
+    kn_threadpool *pool = kn_threadpool_create(2);
+    assert_non_null(pool);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int v = 0; v < 3; v++) {
+            gemm_case t = {.m = shapes[s][0],
+                           .n = shapes[s][1],
+                           .k = shapes[s][2],
+                           .alpha = 1.0f,
+                           .beta = v == 1 ? 0.5f : 0.0f,
+                           .pack = v,
+                           .use_ep = true,
+                           .act = v == 2 ? KN_ACT_SWISH : KN_ACT_RELU,
+                           .bias_mode = 2,
+                           .residual = v != 0};
+            run_case(pool, &t);
+            run_case(NULL, &t);
+        }
+    kn_threadpool_destroy(pool);
+}
+
 static void test_gemm_k_zero(void **state) {
     (void)state;
     float c[6] = {1, 2, 3, 4, 5, 6}, bias[3] = {1, 1, 1};
@@ -390,6 +418,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_k_zero),
         cmocka_unit_test(test_gemv_packed),
         cmocka_unit_test(test_gemm_shape_paths),
+        cmocka_unit_test(test_gemm_one_block),
         cmocka_unit_test(test_act_values),
         cmocka_unit_test(test_threadpool_covers_once),
         cmocka_unit_test(test_threadpool_back_to_back),

@@ -17,6 +17,8 @@
 #define KC 256
 #define MC_TARGET 120
 #define NC_TARGET 2048
+#define ONE_BLOCK_NC 512
+#define ONE_BLOCK_MAX_M 132
 /* Below this many multiply-adds, waking other threads costs more than it saves. */
 #define PARALLEL_MIN_WORK ((int64_t)1 << 17)
 #define TASKS_PER_THREAD 4
@@ -478,8 +480,18 @@ static bool job_init(gemm_job *j, int threads, int64_t m, int64_t n, int64_t k, 
     j->units_n = (n + j->u->nr - 1) / j->u->nr;
     choose_grid(j, threads);
     j->mc = MC_TARGET / j->u->mr * j->u->mr;
+    /* A few rows over the one block (ResNet-50's 256 -> 128 1x1 conv at 56x56: 120 + 8 rows)
+     * made the second block read all of B again for one row tile; take them in one. */
+    if (m <= ONE_BLOCK_MAX_M && b->pack == NULL)
+        j->mc = round_up(m, j->u->mr);
     int64_t task_n = round_up((j->units_n + j->tn - 1) / j->tn * j->u->nr, j->u->nr);
     j->nc = min64(NC_TARGET / j->u->nr * j->u->nr, task_n);
+    /* All of A's rows in one block (m <= mc): each packed B block is read once, right after
+     * it is packed, so keep it in L2 (KC x ONE_BLOCK_NC floats, 512 KB) instead of packing
+     * NC_TARGET columns (2 MB) and reading them back from L3. The short products keep wide
+     * blocks for the rows-first order. */
+    if (m <= j->mc && k > ROWS_OUTER_WIDE_MAX_K && b->pack == NULL)
+        j->nc = min64(j->nc, ONE_BLOCK_NC / j->u->nr * j->u->nr);
     j->direct = j->u->fn_direct != NULL && b->packed == NULL && b->pack == NULL && !b->trans &&
                 k <= DIRECT_MAX_K && m <= DIRECT_MAX_M;
     j->scratch_a = a->packed != NULL ? 0 : round_up(j->mc * KC, 16);
