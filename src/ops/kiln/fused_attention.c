@@ -6,7 +6,8 @@
  *
  * Packed form (attribute heads = H > 0): input 0 is one [B, S, 3 H D] tensor holding q, k and v
  * side by side in each row (the product of the concatenated projection weights: passes.h,
- * kn_pass_fuse_attention), inputs 1 and 2 are omitted; q, k and v are read from it through strides. */
+ * kn_pass_fuse_attention), inputs 1 and 2 are omitted; q, k and v are read from it through strides.
+ */
 #include "ops/infer_util.h"
 
 #include <string.h>
