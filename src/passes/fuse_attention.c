@@ -395,13 +395,13 @@ kiln_status kn_pass_fuse_attention(kn_graph *g) {
     /* the projections of each fused node (new nodes go at the end; the loop stops before them,
      * and the graph is compacted and sorted again after: dead-node elimination sweeps in that
      * order, and sorting refuses the dead nodes the fusion left reading values it re-produced) */
-    int n = g->n_nodes;
+    int n = merge_on() ? g->n_nodes : 0;
     for (int i = 0; i < n && rc == KILN_OK; i++)
         if (!g->nodes[i].dead && strcmp(g->nodes[i].domain, KN_DOMAIN) == 0 &&
-            strcmp(g->nodes[i].op_type, "Attention") == 0 && merge_on())
+            strcmp(g->nodes[i].op_type, "Attention") == 0)
             rc = merge_projections(&m, i);
     kn_free(m.uses);
-    if (rc == KILN_OK && g->n_nodes > n && (rc = kn_graph_compact(g)) == KILN_OK)
+    if (rc == KILN_OK && n > 0 && g->n_nodes > n && (rc = kn_graph_compact(g)) == KILN_OK)
         rc = kn_graph_toposort(g);
     return rc;
 }

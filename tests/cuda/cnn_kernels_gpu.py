@@ -142,6 +142,12 @@ def check(case, precision, rng, kiln_cli, expect_nhwc):
         if stored_nhwc(kiln_cli, plan) != want:
             return f"depthwise layer {'not ' if want else ''}stored NHWC"
     y = kiln.Engine(plan).context().run({"x": x})["y"].astype(np.float64)
+    return mismatch(y, ref, precision)
+
+
+def mismatch(y, ref, precision):
+    """Why y (kiln) does not match ref (onnxruntime, float64), or None: shape, non-finite
+    values, or an error above 1e-2 (float16) / 8e-2 (bfloat16) of the largest output."""
     if y.shape != ref.shape:
         return f"shape {list(y.shape)} against {list(ref.shape)}"
     if not np.all(np.isfinite(y)):

@@ -32,6 +32,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "python"))
 
 import kiln  # noqa: E402
+from cnn_kernels_gpu import mismatch, rounded  # noqa: E402  (this folder: the script's own)
 
 # (batch, in channels, height, width, out channels, activation, residual: None, "pre" (added
 # before the activation) or "post" (after it, as MobileNetV2's projection + skip))
@@ -48,14 +49,6 @@ CASES = [
     (2, 48, 11, 11, 48, "silu", "post"),
     (1, 12, 10, 10, 20, "silu", None),  # channels not multiples of 8: cuDNN's
 ]
-
-
-def rounded(x, precision):
-    if precision == "fp16":
-        return x.astype(np.float16).astype(np.float32)
-    import ml_dtypes
-
-    return x.astype(ml_dtypes.bfloat16).astype(np.float32)
 
 
 def activation(name, src, dst):
@@ -114,15 +107,7 @@ def check(case, precision, rng):
     ref = sess.run(None, feeds)[0].astype(np.float64)
     plan = kiln.build(model.SerializeToString(), backends=["cuda", "cpu"], precision=precision)
     y = kiln.Engine(plan).context().run(feeds)["y"].astype(np.float64)
-    if y.shape != ref.shape:
-        return f"shape {list(y.shape)} against {list(ref.shape)}"
-    if not np.all(np.isfinite(y)):
-        return f"{int(np.sum(~np.isfinite(y)))} non-finite outputs"
-    err = np.abs(y - ref).max() / np.abs(ref).max()
-    tol = 1e-2 if precision == "fp16" else 8e-2
-    if err > tol:
-        return f"error {err:.2e} of the largest output (tolerance {tol:g})"
-    return None
+    return mismatch(y, ref, precision)
 
 
 def worker(precisions, label):
