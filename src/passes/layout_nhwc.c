@@ -10,7 +10,8 @@
  *
  * (input 1 of a convolution: its weights [K, C/g, R, S] stored as [K, R, S, C/g], permuted here
  * once). Which inputs and outputs follow the layout depends on the op:
- *   Conv, kiln.FusedConv        X, the residual Z and Y share one layout (weights permuted)
+ *   Conv, kiln.FusedConv,       X, the residual Z and Y share one layout (weights permuted)
+ *   kiln.FusedDepthwiseConv
  *   MaxPool, AveragePool        X and Y share one layout
  *   GlobalAveragePool/MaxPool   X may be NHWC; Y ([N, C, 1, 1]) is the same bytes either way
  *   element-wise ops and kiln.FusedElementwise
@@ -37,7 +38,9 @@ typedef enum role { R_NONE = 0, R_CONV, R_POOL, R_GPOOL, R_EW, R_CAST } role;
 
 static role role_of(const kn_node *n) {
     bool onnx = n->domain[0] == '\0', kiln = strcmp(n->domain, "kiln") == 0;
-    if ((onnx && strcmp(n->op_type, "Conv") == 0) || (kiln && strcmp(n->op_type, "FusedConv") == 0))
+    if ((onnx && strcmp(n->op_type, "Conv") == 0) ||
+        (kiln &&
+         (strcmp(n->op_type, "FusedConv") == 0 || strcmp(n->op_type, "FusedDepthwiseConv") == 0)))
         return R_CONV;
     if (onnx && (strcmp(n->op_type, "MaxPool") == 0 || strcmp(n->op_type, "AveragePool") == 0))
         return R_POOL;

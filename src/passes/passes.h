@@ -63,6 +63,14 @@ kiln_status kn_pass_fuse_attention(kn_graph *g);
 /* Collapse chains of element-wise ops into one kiln.FusedElementwise node (recognizing GELU
  * first). */
 kiln_status kn_pass_fuse_elementwise(kn_graph *g);
+/* Move the bias and activation of a kiln.FusedConv into the depthwise convolution that alone
+ * reads its output, where both sit on a backend with a kernel for the result:
+ * kiln.FusedDepthwiseConv(x, w, b, z, xb), the depthwise product with its own epilogue
+ * (inputs 0-3 and kiln_* attributes as kiln.FusedConv) that first maps each input value v of
+ * channel c to act_in(v + xb[c]) (xb may be -1), act_in given by kiln_input_activation,
+ * kiln_input_alpha and kiln_input_beta (kiln_activation's names); padding stays zero. The
+ * expansion layer then stores its raw product and its epilogue's pass over the output is gone. */
+kiln_status kn_pass_fuse_depthwise_input(kn_graph *g);
 
 /* Run the products of a QDQ model in int8: DequantizeLinear(x), DequantizeLinear(w int8,
  * constant, symmetric, per tensor or per output channel) -> Conv (2-D, ungrouped) / MatMul

@@ -311,3 +311,96 @@ def test_profile_times_device_layers_by_events(tmp_path):
         if backend == "testdev":
             assert layers[name]["median_ms"] >= 2.9, (name, layers[name])
     assert layers["erf"]["median_ms"] < 2.0, layers["erf"]
+
+
+@pytest.fixture
+def dw_input(monkeypatch):
+    """testdev's kiln.FusedDepthwiseConv (off by default: see testdev.c)."""
+    monkeypatch.setenv("KILN_TESTDEV_DW_INPUT", "1")
+
+
+def expand_then_depthwise(path, act, k=3, stride=1, shared=False):
+    """x [1, 4, 9, 11] -> 1x1 Conv to 8 channels (bias) -> act -> depthwise kxk Conv (bias,
+    pads k // 2) -> y; with shared, the activation's output is a graph output too."""
+    rng = np.random.default_rng(11)
+    inits = [numpy_helper.from_array(a.astype(np.float32), n) for n, a in (
+        ("w1", rng.normal(size=(8, 4, 1, 1))), ("b1", rng.normal(size=8)),
+        ("w2", rng.normal(size=(8, 1, k, k))), ("b2", rng.normal(size=8)))]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["e"])]
+    if act == "Clip":
+        inits += [numpy_helper.from_array(np.array(v, np.float32), n)
+                  for n, v in (("lo", 0.0), ("hi", 6.0))]
+        nodes.append(helper.make_node("Clip", ["e", "lo", "hi"], ["a"]))
+    elif act == "Swish":
+        nodes += [helper.make_node("Sigmoid", ["e"], ["s"]),
+                  helper.make_node("Mul", ["e", "s"], ["a"])]
+    else:
+        nodes.append(helper.make_node(act, ["e"], ["a"]))
+    nodes.append(helper.make_node("Conv", ["a", "w2", "b2"], ["y"], group=8, kernel_shape=[k, k],
+                                  pads=[k // 2] * 4, strides=[stride, stride]))
+    oh, ow = (9 - 1) // stride + 1, (11 - 1) // stride + 1
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, oh, ow])]
+    if shared:
+        outputs.append(helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, 8, 9, 11]))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 4, 9, 11])], outputs, inits)
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+
+
+@pytest.mark.parametrize("act,k,stride", [("HardSigmoid", 3, 1), ("Clip", 5, 2), ("Swish", 3, 2),
+                                          ("Sigmoid", 5, 1)])
+def test_depthwise_takes_the_expansion_activation_on_a_device(tmp_path, dw_input, act, k,
+                                                                  stride):
+    """On a device backend with kiln.FusedDepthwiseConv the expansion conv's bias and activation
+    move into the depthwise conv's loads (fuse_depthwise_input.c); the padding stays zero even
+    where act(0) is not (HardSigmoid, Sigmoid). Outputs match onnxruntime and the host plan."""
+    import onnxruntime as ort
+    model = str(tmp_path / "m.onnx")
+    expand_then_depthwise(model, act, k, stride)
+    x = np.random.default_rng(5).normal(size=(1, 4, 9, 11)).astype(np.float32) * 2
+    np.save(tmp_path / "x.npy", x)
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = {}
+    for label, extra in (("device", ["--backend", "testdev,cpu"]), ("host", [])):
+        plan = str(tmp_path / f"{label}.plan")
+        kiln("build", model, "-o", plan, *extra)
+        ops = [(layer["op"], layer["backend"]) for layer in inspect(plan)["layers"]
+               if not layer["op"].startswith("Memcpy")]
+        if label == "device":
+            assert ops == [("FusedConv", "testdev"), ("FusedDepthwiseConv", "testdev")], ops
+        else:
+            assert ("FusedDepthwiseConv", "cpu") not in ops, ops
+        got[label] = run_plan(plan, {"x": str(tmp_path / "x.npy")}, str(tmp_path / label))["y"]
+    for label, y in got.items():
+        assert y.shape == want.shape
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5 * np.abs(want).max(), err_msg=label)
+
+
+def test_depthwise_input_stays_apart_when_the_activation_is_read_elsewhere(tmp_path, dw_input):
+    """The activation's output is a graph output too: nothing moves."""
+    model = str(tmp_path / "m.onnx")
+    expand_then_depthwise(model, "Relu", shared=True)
+    plan = str(tmp_path / "d.plan")
+    kiln("build", model, "-o", plan, "--backend", "testdev,cpu")
+    ops = [layer["op"] for layer in inspect(plan)["layers"]]
+    assert "FusedDepthwiseConv" not in ops, ops
+
+
+@pytest.mark.parametrize("name", ["mobilenetv2_mini", "efficientnet_mini"])
+def test_depthwise_input_fusion_on_the_mini_cnns(tmp_path, dw_input, name):
+    """Every expansion conv of the mini CNNs hands its activation to the depthwise conv after
+    it on testdev; the outputs match the host plan."""
+    model = next(m for m in MANIFEST if m["name"] == name)
+    src = os.path.join(MODELS, name, "model.onnx")
+    inputs = {k: os.path.join(MODELS, v) for k, v in model["cases"][-1]["inputs"].items()}
+    outs = {}
+    for label, extra in (("device", ["--backend", "testdev,cpu"]), ("host", [])):
+        plan = str(tmp_path / f"{label}.plan")
+        kiln("build", src, "-o", plan, *shape_args(model), *extra)
+        ops = [layer["op"] for layer in inspect(plan)["layers"]]
+        if label == "device":
+            assert ops.count("FusedDepthwiseConv") >= 2, ops
+        outs[label] = run_plan(plan, inputs, str(tmp_path / label))
+    for k, ref in outs["host"].items():
+        np.testing.assert_allclose(outs["device"][k], ref, rtol=1e-5,
+                                   atol=1e-5 * np.abs(ref).max(), err_msg=k)

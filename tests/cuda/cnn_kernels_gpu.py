@@ -15,6 +15,12 @@ checks in the plan. Shapes cover 3x3 and 5x5 windows, strides 1 and 2, odd map s
 counts below, at and above the kernel's 32-vector slice, and batches 1 and 3 (the launcher's
 one- and four-outputs-a-thread forms).
 
+Cases with an expansion activation put one on the first 1x1 conv (the residual then adds x):
+the builder moves it, with that conv's bias, into the depthwise layer's loads
+(kiln.FusedDepthwiseConv, passes/fuse_depthwise_input.c), which --kiln checks in the plan.
+HardSigmoid and Sigmoid are not zero at zero, so a kernel that activated the padding fails; a
+7x7 window, which the own kernel does not take, runs the prologue in place before cuDNN.
+
 The reference is onnxruntime (CPU, float32) on the same model with its weights and input
 rounded to the 16-bit type; the tolerance is 1e-2 (float16) or 8e-2 (bfloat16) of the
 output's largest magnitude. Needs a GPU; exits non-zero on any mismatch or error.
@@ -40,19 +46,28 @@ import kiln  # noqa: E402
 
 BACKENDS = ["cuda", "cpu"]
 
-# (batch, channels, height, width, window, stride, activation, residual, squeeze pool)
+# (batch, channels, height, width, window, stride, activation, residual, squeeze pool,
+#  expansion activation)
 CASES = [
-    (3, 96, 29, 31, 3, 1, "relu6", True, None),
-    (1, 96, 29, 31, 3, 2, "relu6", False, None),
-    (1, 1152, 7, 7, 5, 1, "silu", False, "avg"),
-    (3, 264, 15, 13, 5, 2, "silu", False, "avg"),
-    (2, 40, 28, 28, 5, 1, "none", True, "max"),
-    (1, 8, 9, 11, 3, 1, "silu", False, None),
-    (2, 12, 10, 10, 3, 2, "relu6", False, "avg"),  # 12 channels: not 16-byte vectors, NCHW
-    (64, 32, 16, 16, 3, 1, "relu6", True, None),
-    (1, 96, 64, 64, 3, 1, "silu", False, "avg"),  # split global pool
-    (1, 40, 70, 66, 5, 1, "silu", True, "max"),
+    (3, 96, 29, 31, 3, 1, "relu6", True, None, None),
+    (1, 96, 29, 31, 3, 2, "relu6", False, None, None),
+    (1, 1152, 7, 7, 5, 1, "silu", False, "avg", None),
+    (3, 264, 15, 13, 5, 2, "silu", False, "avg", None),
+    (2, 40, 28, 28, 5, 1, "none", True, "max", None),
+    (1, 8, 9, 11, 3, 1, "silu", False, None, None),
+    (2, 12, 10, 10, 3, 2, "relu6", False, "avg", None),  # 12 channels: not 16-byte vectors, NCHW
+    (64, 32, 16, 16, 3, 1, "relu6", True, None, None),
+    (1, 96, 64, 64, 3, 1, "silu", False, "avg", None),  # split global pool
+    (1, 40, 70, 66, 5, 1, "silu", True, "max", None),
+    (3, 96, 29, 31, 3, 1, "relu6", True, None, "silu"),
+    (1, 96, 29, 31, 3, 2, "none", False, None, "hardsigmoid"),
+    (2, 12, 10, 10, 5, 2, "silu", False, None, "sigmoid"),  # NCHW
+    (64, 32, 16, 16, 3, 1, "relu6", False, None, "relu6"),
+    (1, 1152, 7, 7, 5, 1, "silu", False, "avg", "silu"),
+    (1, 40, 9, 9, 7, 1, "none", False, None, "hardsigmoid"),  # 7x7: cuDNN after the prologue
 ]
+
+EXPANSION = {"relu6": "Clip", "hardsigmoid": "HardSigmoid", "sigmoid": "Sigmoid"}
 
 
 def rounded(x, precision):
@@ -64,7 +79,7 @@ def rounded(x, precision):
 
 
 def model_of(case, precision, rng):
-    n, c, h, w, k, s, act, residual, squeeze = case
+    n, c, h, w, k, s, act, residual, squeeze, expansion = case
     pad = k // 2
     oh, ow = (h + 2 * pad - k) // s + 1, (w + 2 * pad - k) // s + 1
     residual = residual and s == 1
@@ -82,9 +97,15 @@ def model_of(case, precision, rng):
              const("bs2", [c], 0.1),
              numpy_helper.from_array(np.array(0.0, np.float32), "lo"),
              numpy_helper.from_array(np.array(6.0, np.float32), "hi")]
-    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["a"]),
-             helper.make_node("Conv", ["a", "wd", "bd"], ["d"], name="dw", group=c,
-                              kernel_shape=[k, k], strides=[s, s], pads=[pad] * 4)]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["a0" if expansion else "a"])]
+    if expansion == "silu":
+        nodes += [helper.make_node("Sigmoid", ["a0"], ["as"]),
+                  helper.make_node("Mul", ["a0", "as"], ["a"])]
+    elif expansion:
+        extra = ["lo", "hi"] if expansion == "relu6" else []
+        nodes.append(helper.make_node(EXPANSION[expansion], ["a0", *extra], ["a"]))
+    nodes.append(helper.make_node("Conv", ["a", "wd", "bd"], ["d"], name="dw", group=c,
+                                  kernel_shape=[k, k], strides=[s, s], pads=[pad] * 4))
     last = "d"
     if act == "relu6":
         nodes.append(helper.make_node("Clip", ["d", "lo", "hi"], ["e"]))
@@ -103,7 +124,7 @@ def model_of(case, precision, rng):
                   helper.make_node("Mul", [last, "s4"], ["se"])]
         last = "se"
     if residual:
-        nodes.append(helper.make_node("Add", [last, "a"], ["r"]))
+        nodes.append(helper.make_node("Add", [last, "x" if expansion else "a"], ["r"]))
         last = "r"
     nodes.append(helper.make_node("Conv", [last, "w2", "b2"], ["y"]))
     g = helper.make_graph(nodes, "depthwise",
@@ -116,8 +137,8 @@ def model_of(case, precision, rng):
     return m
 
 
-def stored_nhwc(kiln_cli, plan):
-    """Whether the plan stores the depthwise layer's input NHWC (kiln inspect --json)."""
+def depthwise_layer(kiln_cli, plan):
+    """The depthwise layer of the plan as kiln inspect --json shows it ({} if absent)."""
     with tempfile.NamedTemporaryFile(suffix=".plan") as f:
         f.write(plan)
         f.flush()
@@ -125,7 +146,7 @@ def stored_nhwc(kiln_cli, plan):
                              text=True, timeout=60, check=True).stdout
     layers = json.loads(out)["layers"]
     dw = [layer for layer in layers if layer.get("name") == "dw"]
-    return bool(dw) and bool(dw[0].get("nhwc", {}).get("inputs", 0) & 1)
+    return dw[0] if dw else {}
 
 
 def check(case, precision, rng, kiln_cli, expect_nhwc):
@@ -137,10 +158,14 @@ def check(case, precision, rng, kiln_cli, expect_nhwc):
     ref = sess.run(None, {"x": x})[0].astype(np.float64)
     plan = kiln.build(model.SerializeToString(), backends=BACKENDS, precision=precision)
     if kiln_cli:
-        # the vector NHWC kernel takes channels filling 16-byte vectors
-        want = expect_nhwc and case[1] % 8 == 0
-        if stored_nhwc(kiln_cli, plan) != want:
+        # the vector NHWC kernel takes channels filling 16-byte vectors (and 3x3, 5x5 windows)
+        want = expect_nhwc and case[1] % 8 == 0 and case[4] in (3, 5)
+        layer = depthwise_layer(kiln_cli, plan)
+        if bool(layer.get("nhwc", {}).get("inputs", 0) & 1) != want:
             return f"depthwise layer {'not ' if want else ''}stored NHWC"
+        want_op = "FusedDepthwiseConv" if case[9] else None
+        if want_op and layer.get("op") != want_op:
+            return f"depthwise layer is {layer.get('op')}, not {want_op}"
     y = kiln.Engine(plan).context().run({"x": x})["y"].astype(np.float64)
     return mismatch(y, ref, precision)
 
@@ -173,7 +198,7 @@ def main():
                 why = check(case, precision, rng, args.kiln, expect_nhwc)
             except Exception as e:  # a build or run error is a failure of this case
                 why = f"{type(e).__name__}: {e}"
-            label = "x".join(str(v) for v in case[:4]) + " k{} s{} {} res={} se={} {}".format(
+            label = "x".join(str(v) for v in case[:4]) + " k{} s{} {} res={} se={} ex={} {}".format(
                 *case[4:], precision)
             print(f"{'ok  ' if why is None else 'FAIL'} {label}{'' if why is None else ': ' + why}")
             failed += why is not None

@@ -150,10 +150,12 @@ bool kc_bcast_init(kc_bcast *b, const kn_shape *out, int n, const kn_shape *cons
     return true;
 }
 
-int kc_activation(const kn_node *n, float *alpha, float *beta) {
-    const char *act = kc_attr_string(n, "kiln_activation", NULL);
-    *alpha = kc_attr_float(n, "kiln_alpha", 0.0f);
-    *beta = kc_attr_float(n, "kiln_beta", 0.0f);
+/* The KC_ACT_* code of the activation attribute name_attr names, with its parameters. */
+static int activation_named(const kn_node *n, const char *name_attr, const char *alpha_attr,
+                            const char *beta_attr, float *alpha, float *beta) {
+    const char *act = kc_attr_string(n, name_attr, NULL);
+    *alpha = kc_attr_float(n, alpha_attr, 0.0f);
+    *beta = kc_attr_float(n, beta_attr, 0.0f);
     if (act == NULL)
         return KC_ACT_NONE;
     if (strcmp(act, "Relu") == 0)
@@ -179,6 +181,15 @@ int kc_activation(const kn_node *n, float *alpha, float *beta) {
     if (strcmp(act, "Tanh") == 0)
         return KC_ACT_TANH;
     return -1;
+}
+
+int kc_activation(const kn_node *n, float *alpha, float *beta) {
+    return activation_named(n, "kiln_activation", "kiln_alpha", "kiln_beta", alpha, beta);
+}
+
+int kc_input_activation(const kn_node *n, float *alpha, float *beta) {
+    return activation_named(n, "kiln_input_activation", "kiln_input_alpha", "kiln_input_beta",
+                            alpha, beta);
 }
 
 /* --- ops --- */

@@ -143,5 +143,7 @@ extern bool kc_nhwc_offered;
 
 /* The fused epilogue attributes of fuse_activations (passes.h) as KC_ACT_*. */
 int kc_activation(const kn_node *n, float *alpha, float *beta);
+/* kiln.FusedDepthwiseConv's input activation (kiln_input_activation and its parameters). */
+int kc_input_activation(const kn_node *n, float *alpha, float *beta);
 
 #endif

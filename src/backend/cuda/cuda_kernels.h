@@ -132,20 +132,23 @@ int kc_epilogue(void *s, int dt, void *y, const void *bias, const void *residual
                 int64_t c, int64_t inner, int act, float alpha, float beta);
 
 /* Depthwise 2-D convolution (groups = c = output channels, weights [c, 1, k, k]) with its
- * epilogue: y = act(conv(x, w) + bias[c] + residual), bias and residual may be NULL. Square
- * windows of k = 3 or 5 at stride s = 1 or 2 (both dims), dilation 1, symmetric pads ph, pw
- * < k; x, y, residual in NCHW, or NHWC when nhwc is set. */
+ * epilogue and an input prologue: y = act(conv(in_act(x + in_bias[c]), w) + bias[c] +
+ * residual), bias, residual and in_bias may be NULL, in_act KC_ACT_NONE for none (padding is
+ * zero after the prologue). Square windows of k = 3 or 5 at stride s = 1 or 2 (both dims),
+ * dilation 1, symmetric pads ph, pw < k; x, y, residual in NCHW, or NHWC when nhwc is set. */
 typedef struct kc_dwconv {
     int32_t n, c, h, w, oh, ow;
     int32_t k, s, ph, pw;
     int32_t nhwc;
     int32_t act;
     float alpha, beta;
+    int32_t in_act;
+    float in_alpha, in_beta;
 } kc_dwconv;
 /* Whether kc_dwconv_run takes geometry p (1) or not (0). */
 int kc_dwconv_takes(const kc_dwconv *p);
 int kc_dwconv_run(void *s, int dt, const kc_dwconv *p, const void *x, const void *w,
-                  const void *bias, const void *residual, void *y);
+                  const void *bias, const void *residual, const void *in_bias, void *y);
 
 /* A convolution of a 1x1 image by 1x1 filters, y[n, k] = act(w[k, :] . x[n, :] + bias[k] +
  * residual[n, k]) (x [n, c], w [k, c]; bias, residual may be NULL): the same bytes in NCHW

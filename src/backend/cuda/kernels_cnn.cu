@@ -45,10 +45,56 @@ __device__ __forceinline__ void store_out(const kc_dwconv &p, float v, int c, in
     y[o] = kc_narrow<T>(kc_activate(p.act, v, p.alpha, p.beta));
 }
 
+// The input prologue: in_act(v + in_bias[c]), v as loaded (padding never passes here). Not
+// inlined: the scalar kernels unroll their loads K * K times, and an inlined switch over every
+// activation at each load made ptxas take minutes (the vector kernel inlines its common forms).
+__device__ __noinline__ float prologue_act(int act, float v, float a, float b) {
+    return kc_activate(act, v, a, b);
+}
+
+template <typename T>
+__device__ __forceinline__ float prologue(const kc_dwconv &p, float v, int c,
+                                          const T *__restrict__ xb) {
+    if (xb)
+        v += kc_widen(xb[c]);
+    return prologue_act(p.in_act, v, p.in_alpha, p.in_beta);
+}
+
+// The vector kernel's prologue forms: none, a clamp (Relu, Clip), SiLU, or any other activation
+// through the out-of-line switch.
+enum { kProNone = 0, kProClamp, kProSwish, kProOther };
+
+int pro_form(const kc_dwconv &p, const void *xb) {
+    if (p.in_act == KC_ACT_NONE)
+        return xb != nullptr ? kProClamp : kProNone;
+    if (p.in_act == KC_ACT_RELU || p.in_act == KC_ACT_CLIP)
+        return kProClamp;
+    return p.in_act == KC_ACT_SWISH ? kProSwish : kProOther;
+}
+
+// The clamp form's bounds: Clip's, [0, inf) for Relu, unbounded for a bias alone.
+void pro_bounds(const kc_dwconv &p, float *lo, float *hi) {
+    *lo = p.in_act == KC_ACT_CLIP ? p.in_alpha : p.in_act == KC_ACT_RELU ? 0.f : -INFINITY;
+    *hi = p.in_act == KC_ACT_CLIP ? p.in_beta : INFINITY;
+}
+
+template <int Pro>
+__device__ __forceinline__ float pro_apply(const kc_dwconv &p, float v, float lo, float hi) {
+    if (Pro == kProClamp)
+        return fminf(fmaxf(v, lo), hi);
+    if (Pro == kProSwish)
+        return v / (1.f + __expf(-v));
+    if (Pro == kProOther)
+        return prologue_act(p.in_act, v, p.in_alpha, p.in_beta);
+    return v;
+}
+
 template <typename T, int K, int S>
 __global__ void __launch_bounds__(kThreads)
     k_dw_nchw(kc_dwconv p, const T *__restrict__ x, const T *__restrict__ w,
-              const T *__restrict__ bias, const T *__restrict__ res, T *__restrict__ y) {
+              const T *__restrict__ bias, const T *__restrict__ res, const T *__restrict__ xb,
+              T *__restrict__ y) {
+    const bool pro = xb != nullptr || p.in_act != KC_ACT_NONE;
     constexpr int kCols = (kRow - 1) * S + K; // input columns the kRow outputs read
     const int groups = (p.ow + kRow - 1) / kRow;
     const int64_t total = (int64_t)p.n * p.c * p.oh * groups;
@@ -77,6 +123,8 @@ __global__ void __launch_bounds__(kThreads)
             for (int j = 0; j < kCols; j++) {
                 const int iw = iw0 + j;
                 v[j] = iw >= 0 && iw < p.w ? kc_widen(row[iw]) : 0.f;
+                if (pro && iw >= 0 && iw < p.w)
+                    v[j] = prologue(p, v[j], c, xb);
             }
 #pragma unroll
             for (int kw = 0; kw < K; kw++) {
@@ -97,7 +145,9 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T, int K, int S>
 __global__ void __launch_bounds__(kThreads)
     k_dw_nhwc(kc_dwconv p, const T *__restrict__ x, const T *__restrict__ w,
-              const T *__restrict__ bias, const T *__restrict__ res, T *__restrict__ y) {
+              const T *__restrict__ bias, const T *__restrict__ res, const T *__restrict__ xb,
+              T *__restrict__ y) {
+    const bool pro = xb != nullptr || p.in_act != KC_ACT_NONE;
     const int64_t total = (int64_t)p.n * p.oh * p.ow * p.c;
     for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total;
          t += (int64_t)gridDim.x * blockDim.x) {
@@ -118,8 +168,10 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
             for (int kw = 0; kw < K; kw++) {
                 const int iw = ow * S - p.pw + kw;
-                if (iw >= 0 && iw < p.w)
-                    acc += kc_widen(row[(int64_t)iw * p.c]) * kc_widen(wp[kh * K + kw]);
+                if (iw >= 0 && iw < p.w) {
+                    float v = kc_widen(row[(int64_t)iw * p.c]);
+                    acc += (pro ? prologue(p, v, c, xb) : v) * kc_widen(wp[kh * K + kw]);
+                }
             }
         }
         store_out(p, acc, c, t, bias, res, y);
@@ -133,13 +185,16 @@ __global__ void __launch_bounds__(kThreads)
 // warp's loads are contiguous runs of a row. The slice's filter taps (weights are [C, K, K])
 // are staged once per block in shared memory as [K * K][channels] float32, so a thread reads
 // its V taps of one position as two (or one) 16-byte loads instead of V scattered ones. R is 4
-// where that leaves enough threads for the GPU, else 1 (batch 1, small maps).
+// where that leaves enough threads for the GPU, else 1 (batch 1, small maps). Pro: the form of
+// the input prologue (in_act(v + in_bias)) applied to each loaded vector, the bias in registers;
+// lo and hi are the clamp form's bounds.
 constexpr int kSliceVecs = 32;
 
-template <typename T, int K, int S, int R>
+template <typename T, int K, int S, int R, int Pro>
 __global__ void __launch_bounds__(kThreads)
     k_dw_nhwc_vec(kc_dwconv p, const T *__restrict__ x, const T *__restrict__ w,
-                  const T *__restrict__ bias, const T *__restrict__ res, T *__restrict__ y) {
+                  const T *__restrict__ bias, const T *__restrict__ res, const T *__restrict__ xb,
+                  float lo, float hi, T *__restrict__ y) {
     constexpr int V = 16 / sizeof(T);
     constexpr int kCols = (R - 1) * S + K;
     __shared__ __align__(16) float wsm[K * K * kSliceVecs * V];
@@ -170,10 +225,12 @@ __global__ void __launch_bounds__(kThreads)
         return;
     const int c0 = cvi * V, groups = (p.ow + R - 1) / R;
     const int64_t total = (int64_t)p.n * p.oh * groups;
-    float bv[V];
+    float bv[V], xbv[V];
 #pragma unroll
-    for (int j = 0; j < V; j++)
+    for (int j = 0; j < V; j++) {
         bv[j] = bias ? kc_widen(bias[c0 + j]) : 0.f;
+        xbv[j] = Pro != kProNone && xb ? kc_widen(xb[c0 + j]) : 0.f;
+    }
     for (int64_t t = (int64_t)blockIdx.x * lanes_sp + sp; t < total;
          t += (int64_t)gridDim.x * lanes_sp) {
         const int gi = (int)(t % groups);
@@ -215,7 +272,8 @@ __global__ void __launch_bounds__(kThreads)
                 float f[V];
 #pragma unroll
                 for (int j = 0; j < V; j++)
-                    f[j] = kc_widen(v[j]);
+                    f[j] = Pro != kProNone ? pro_apply<Pro>(p, kc_widen(v[j]) + xbv[j], lo, hi)
+                                           : kc_widen(v[j]);
 #pragma unroll
                 for (int i = 0; i < R; i++) {
                     const int kw = col - i * S;
@@ -251,9 +309,37 @@ __global__ void __launch_bounds__(kThreads)
 // pixels, about eight blocks an SM in all: the blocks loop over pixels, and each one stages its
 // slice's taps once (with a block per eight pixels, EfficientNet-B0's 7x7 1152-channel layers
 // read ten times more taps than activations).
+template <typename T, int K, int S, int R>
+void launch_nhwc_vec_r(cudaStream_t s, dim3 grid, const kc_dwconv &p, const T *x, const T *w,
+                       const T *b, const T *z, const T *xb, T *y) {
+    float lo, hi;
+    pro_bounds(p, &lo, &hi);
+    if constexpr (sizeof(T) == 4) { // float32 is never stored NHWC: no prologue forms for it
+        k_dw_nhwc_vec<T, K, S, R, kProNone><<<grid, kThreads, 0, s>>>(p, x, w, b, z, xb, lo, hi, y);
+    } else {
+        switch (pro_form(p, xb)) {
+        case kProNone:
+            k_dw_nhwc_vec<T, K, S, R, kProNone>
+                <<<grid, kThreads, 0, s>>>(p, x, w, b, z, xb, lo, hi, y);
+            break;
+        case kProClamp:
+            k_dw_nhwc_vec<T, K, S, R, kProClamp>
+                <<<grid, kThreads, 0, s>>>(p, x, w, b, z, xb, lo, hi, y);
+            break;
+        case kProSwish:
+            k_dw_nhwc_vec<T, K, S, R, kProSwish>
+                <<<grid, kThreads, 0, s>>>(p, x, w, b, z, xb, lo, hi, y);
+            break;
+        default:
+            k_dw_nhwc_vec<T, K, S, R, kProOther>
+                <<<grid, kThreads, 0, s>>>(p, x, w, b, z, xb, lo, hi, y);
+        }
+    }
+}
+
 template <typename T, int K, int S>
 void launch_nhwc_vec(cudaStream_t s, const kc_dwconv &p, const T *x, const T *w, const T *b,
-                     const T *z, T *y) {
+                     const T *z, const T *xb, T *y) {
     const int cv = p.c / (16 / (int)sizeof(T)), cs = cv < kSliceVecs ? cv : kSliceVecs;
     const int slices = (cv + cs - 1) / cs, lanes_sp = kThreads / cs;
     const int64_t px4 = (int64_t)p.n * p.oh * ((p.ow + 3) / 4);
@@ -263,9 +349,9 @@ void launch_nhwc_vec(cudaStream_t s, const kc_dwconv &p, const T *x, const T *w,
     gx = gx < 1 ? 1 : gx > cap ? cap : gx;
     const dim3 grid((unsigned)gx, (unsigned)slices);
     if (wide)
-        k_dw_nhwc_vec<T, K, S, 4><<<grid, kThreads, 0, s>>>(p, x, w, b, z, y);
+        launch_nhwc_vec_r<T, K, S, 4>(s, grid, p, x, w, b, z, xb, y);
     else
-        k_dw_nhwc_vec<T, K, S, 1><<<grid, kThreads, 0, s>>>(p, x, w, b, z, y);
+        launch_nhwc_vec_r<T, K, S, 1>(s, grid, p, x, w, b, z, xb, y);
 }
 
 // Whether the vector NHWC kernel takes these tensors.
@@ -275,26 +361,27 @@ template <typename T> bool nhwc_vec(const kc_dwconv &p, const T *x, const T *z, 
 
 template <typename T, int K, int S>
 int launch(cudaStream_t s, const kc_dwconv &p, const T *x, const T *w, const T *b, const T *z,
-           T *y) {
-    if (p.nhwc && nhwc_vec(p, x, z, y)) {
-        launch_nhwc_vec<T, K, S>(s, p, x, w, b, z, y);
+           const T *xb, T *y) {
+    if (p.nhwc && nhwc_vec(p, x, z, y) && (sizeof(T) != 4 || pro_form(p, xb) == kProNone)) {
+        launch_nhwc_vec<T, K, S>(s, p, x, w, b, z, xb, y);
     } else if (p.nhwc) {
         int64_t total = (int64_t)p.n * p.oh * p.ow * p.c;
-        k_dw_nhwc<T, K, S><<<grid_for(total), kThreads, 0, s>>>(p, x, w, b, z, y);
+        k_dw_nhwc<T, K, S><<<grid_for(total), kThreads, 0, s>>>(p, x, w, b, z, xb, y);
     } else {
         int64_t total = (int64_t)p.n * p.c * p.oh * ((p.ow + kRow - 1) / kRow);
-        k_dw_nchw<T, K, S><<<grid_for(total), kThreads, 0, s>>>(p, x, w, b, z, y);
+        k_dw_nchw<T, K, S><<<grid_for(total), kThreads, 0, s>>>(p, x, w, b, z, xb, y);
     }
     return (int)cudaGetLastError();
 }
 
 template <typename T>
 int dispatch(cudaStream_t s, const kc_dwconv &p, const T *x, const T *w, const T *b, const T *z,
-             T *y) {
+             const T *xb, T *y) {
     if (p.k == 3)
-        return p.s == 1 ? launch<T, 3, 1>(s, p, x, w, b, z, y)
-                        : launch<T, 3, 2>(s, p, x, w, b, z, y);
-    return p.s == 1 ? launch<T, 5, 1>(s, p, x, w, b, z, y) : launch<T, 5, 2>(s, p, x, w, b, z, y);
+        return p.s == 1 ? launch<T, 3, 1>(s, p, x, w, b, z, xb, y)
+                        : launch<T, 3, 2>(s, p, x, w, b, z, xb, y);
+    return p.s == 1 ? launch<T, 5, 1>(s, p, x, w, b, z, xb, y)
+                    : launch<T, 5, 2>(s, p, x, w, b, z, xb, y);
 }
 
 template <typename T>
@@ -460,13 +547,14 @@ extern "C" int kc_dwconv_takes(const kc_dwconv *p) {
 }
 
 extern "C" int kc_dwconv_run(void *s, int dt, const kc_dwconv *p, const void *x, const void *w,
-                             const void *bias, const void *residual, void *y) {
+                             const void *bias, const void *residual, const void *in_bias, void *y) {
     if (!kc_dwconv_takes(p))
         return (int)cudaErrorNotSupported;
     if ((int64_t)p->n * p->c * p->oh * p->ow == 0)
         return 0;
     KC_FLOAT_DISPATCH(dt, T,
                       return dispatch<T>((cudaStream_t)s, *p, (const T *)x, (const T *)w,
-                                         (const T *)bias, (const T *)residual, (T *)y));
+                                         (const T *)bias, (const T *)residual, (const T *)in_bias,
+                                         (T *)y));
     return 0;
 }

@@ -278,7 +278,8 @@ static bool depthwise_of(const conv_geom *g, int act, float aa, float ab, kc_dwc
                      .nhwc = g->nhwc,
                      .act = act,
                      .alpha = aa,
-                     .beta = ab};
+                     .beta = ab,
+                     .in_act = KC_ACT_NONE};
     return kc_dwconv_takes(p) != 0;
 }
 
@@ -373,7 +374,7 @@ static kiln_status conv_run(kn_kernel_ctx *k, const conv_geom *g, const void *x,
     kn_stream *st = k->stream;
     kc_dwconv dw;
     if (depthwise_of(g, act, aa, ab, &dw))
-        return KC_LAUNCH(kc_dwconv_run(st->s, g->dtype, &dw, x, w, b, z, y),
+        return KC_LAUNCH(kc_dwconv_run(st->s, g->dtype, &dw, x, w, b, z, NULL, y),
                          "depthwise convolution");
     if (pointwise_1x1(g))
         return KC_LAUNCH(
@@ -430,6 +431,49 @@ static kiln_status run_conv(kn_kernel_ctx *k) {
     float aa, ab;
     int act = kc_activation(k->node, &aa, &ab);
     return conv_run(k, &g, k->in[0].data, k->in[1].data, b, z, k->out[0].data, act, aa, ab);
+}
+
+/* kiln.FusedDepthwiseConv (passes.h): the own depthwise kernel applies the input prologue
+ * in_act(x + xb[c]) as it loads. A geometry it does not take has the prologue applied to x in
+ * place first (the node is x's only reader: kn_pass_fuse_depthwise_input moves the prologue
+ * only from a sole consumer), then runs as a kiln.FusedConv. */
+static kiln_status run_dwconv_input(kn_kernel_ctx *k) {
+    conv_geom g;
+    conv_node_geom(k->node, k->in, k->out, &g);
+    const void *b = k->n_in > 2 && k->in[2].dtype ? k->in[2].data : NULL;
+    const void *z = k->n_in > 3 && k->in[3].dtype ? k->in[3].data : NULL;
+    const void *xb = k->n_in > 4 && k->in[4].dtype ? k->in[4].data : NULL;
+    float aa, ab, ia, ib;
+    int act = kc_activation(k->node, &aa, &ab);
+    int in_act = kc_input_activation(k->node, &ia, &ib);
+    void *x = k->in[0].data, *y = k->out[0].data;
+    if ((int64_t)g.n * g.k * g.oh * g.ow == 0)
+        return KILN_OK;
+    kc_dwconv dw;
+    if (depthwise_of(&g, act, aa, ab, &dw)) {
+        dw.in_act = in_act;
+        dw.in_alpha = ia;
+        dw.in_beta = ib;
+        return KC_LAUNCH(kc_dwconv_run(k->stream->s, g.dtype, &dw, x, k->in[1].data, b, z, xb, y),
+                         "depthwise convolution");
+    }
+    int64_t outer = g.nhwc ? (int64_t)g.n * g.h * g.w : g.n;
+    int64_t inner = g.nhwc ? 1 : (int64_t)g.h * g.w;
+    KC_TRY(KC_LAUNCH(
+        kc_epilogue(k->stream->s, g.dtype, x, xb, NULL, outer, g.c, inner, in_act, ia, ib),
+        "depthwise input"));
+    return conv_run(k, &g, x, k->in[1].data, b, z, y, act, aa, ab);
+}
+
+static bool sup_conv(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
+                     const kn_tensor *out, kn_caps *caps);
+
+static bool sup_dwconv_input(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
+                             const kn_tensor *out, kn_caps *caps) {
+    float a, b;
+    if (kc_input_activation(n, &a, &b) < 0)
+        return kc_reason(caps, "cuda: unknown input activation");
+    return sup_conv(n, n_in, in, n_out, out, caps);
 }
 
 /* Whether depthwise layers may be stored NHWC (KILN_CUDA_NHWC_DEPTHWISE=0: never). With its taps
@@ -781,5 +825,6 @@ kiln_status kc_conv_tune(kn_backend *b, const kn_node *n, int n_in, const kn_ten
 const kc_op kc_ops_conv[] = {
     {{"", "Conv", run_conv, NULL, NULL}, sup_conv},
     {{"kiln", "FusedConv", run_conv, NULL, NULL}, sup_conv},
+    {{"kiln", "FusedDepthwiseConv", run_dwconv_input, NULL, NULL}, sup_dwconv_input},
     {{NULL, NULL, NULL, NULL, NULL}, NULL},
 };

@@ -101,6 +101,55 @@ kiln_status kn_infer_conv(kn_infer_ctx *c) {
     return infer_conv_common(c, false);
 }
 
+/* kiln.FusedDepthwiseConv (passes.h): kiln.FusedConv's inputs 0-3 (an absent residual is -1)
+ * and the input bias xb [C] as input 4 (or -1), groups equal to the input's channels. */
+kiln_status kn_infer_fused_depthwise_conv(kn_infer_ctx *c) {
+    KN_TRY(check_arity(c, 2, 5));
+    KN_TRY(check_float(c, 0, "X"));
+    KN_TRY(check_weights(c, "W"));
+    kn_conv_geom g;
+    KN_TRY(kn_conv_geom_init(c->node, &c->in[0].shape, &c->in[1].shape, false, &g));
+    const kn_shape *x = &c->in[0].shape;
+    int64_t groups = kn_attr_int(c->node, "group", 1);
+    if (x->rank < 3 || x->d[1] != groups || g.c_out != groups)
+        return kn_error(KILN_ERR_SHAPE,
+                        "a depthwise convolution needs group = input channels = output channels "
+                        "(group %lld, %lld in, %lld out)",
+                        (long long)groups, (long long)(x->rank > 1 ? x->d[1] : 0),
+                        (long long)g.c_out);
+    c->out[0].dtype = c->in[0].dtype;
+    kn_conv_geom_out_shape(&g, &c->out[0].shape);
+    int act;
+    float a, b;
+    bool residual;
+    KN_TRY(kn_fused_attrs(c->node, &act, &a, &b, &residual));
+    KN_TRY(kn_fused_input_attrs(c->node, &act, &a, &b));
+    if (c->n_in > 2 && kn_has_input(c, 2)) {
+        KN_TRY(check_float(c, 2, "B"));
+        if (c->in[2].shape.rank != 1 || c->in[2].shape.d[0] != g.c_out)
+            return kn_error(KILN_ERR_SHAPE, "input 2 (B) must have shape [%lld]",
+                            (long long)g.c_out);
+    }
+    bool has_z = c->n_in > 3 && kn_has_input(c, 3);
+    if (residual != has_z)
+        return kn_error(KILN_ERR_MODEL, "kiln_residual is %s but input 3 is %s",
+                        residual ? "set" : "not set", has_z ? "given" : "missing");
+    char b1[96], b2[96];
+    if (has_z &&
+        (c->in[3].dtype != c->out[0].dtype || !kn_shape_equal(&c->in[3].shape, &c->out[0].shape)))
+        return kn_error(KILN_ERR_SHAPE, "residual input 3 (%s %s) must match the output (%s %s)",
+                        kn_dtype_name(c->in[3].dtype), kn_shape_str(&c->in[3].shape, b1, sizeof b1),
+                        kn_dtype_name(c->out[0].dtype),
+                        kn_shape_str(&c->out[0].shape, b2, sizeof b2));
+    if (c->n_in > 4 && kn_has_input(c, 4)) {
+        KN_TRY(check_float(c, 4, "XB"));
+        if (c->in[4].shape.rank != 1 || c->in[4].shape.d[0] != groups)
+            return kn_error(KILN_ERR_SHAPE, "input 4 (XB) must have shape [%lld]",
+                            (long long)groups);
+    }
+    return KILN_OK;
+}
+
 kiln_status kn_infer_conv_transpose(kn_infer_ctx *c) {
     return infer_conv_common(c, true);
 }

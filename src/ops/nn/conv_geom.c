@@ -174,27 +174,41 @@ void kn_conv_geom_out_shape(const kn_conv_geom *g, kn_shape *out) {
         out->d[i + 2] = g->out[i];
 }
 
-kiln_status kn_fused_attrs(const kn_node *node, int *act, float *alpha, float *beta,
-                           bool *residual) {
+/* The activation named by attribute name_attr (kiln_activation's vocabulary) with its
+ * parameters alpha_attr and beta_attr. */
+static kiln_status activation_attrs(const kn_node *node, const char *name_attr,
+                                    const char *alpha_attr, const char *beta_attr, int *act,
+                                    float *alpha, float *beta) {
     /* In kn_act order (backend/cpu/math/gemm.h). */
     static const char *const names[] = {"",      "Relu",      "Clip",        "Sigmoid",
                                         "Swish", "LeakyRelu", "HardSigmoid", "HardSwish",
                                         "Gelu",  "GeluTanh",  "Mish",        "Tanh"};
+    const char *a = kn_attr_string(node, name_attr, "");
+    *act = -1;
+    for (int i = 0; i < (int)(sizeof names / sizeof names[0]); i++)
+        if (strcmp(a, names[i]) == 0)
+            *act = i;
+    if (*act < 0)
+        return kn_error(KILN_ERR_MODEL, "attribute '%s' has unknown value '%s'", name_attr, a);
+    *alpha = kn_attr_float(node, alpha_attr, *act == 5 ? 0.01f : 0.0f);
+    *beta = kn_attr_float(node, beta_attr, 0.0f);
+    return KILN_OK;
+}
+
+kiln_status kn_fused_attrs(const kn_node *node, int *act, float *alpha, float *beta,
+                           bool *residual) {
     if (strcmp(node->domain, KN_DOMAIN) != 0) { /* an ONNX op: nothing fused */
         *act = 0;
         *alpha = *beta = 0.0f;
         *residual = false;
         return KILN_OK;
     }
-    const char *a = kn_attr_string(node, "kiln_activation", "");
-    *act = -1;
-    for (int i = 0; i < (int)(sizeof names / sizeof names[0]); i++)
-        if (strcmp(a, names[i]) == 0)
-            *act = i;
-    if (*act < 0)
-        return kn_error(KILN_ERR_MODEL, "attribute 'kiln_activation' has unknown value '%s'", a);
-    *alpha = kn_attr_float(node, "kiln_alpha", *act == 5 ? 0.01f : 0.0f);
-    *beta = kn_attr_float(node, "kiln_beta", 0.0f);
+    KN_TRY(activation_attrs(node, "kiln_activation", "kiln_alpha", "kiln_beta", act, alpha, beta));
     *residual = kn_attr_int(node, "kiln_residual", 0) != 0;
     return KILN_OK;
+}
+
+kiln_status kn_fused_input_attrs(const kn_node *node, int *act, float *alpha, float *beta) {
+    return activation_attrs(node, "kiln_input_activation", "kiln_input_alpha", "kiln_input_beta",
+                            act, alpha, beta);
 }

@@ -33,5 +33,8 @@ void kn_conv_geom_out_shape(const kn_conv_geom *g, kn_shape *out);
  * appended. Errors on an unknown activation name. */
 kiln_status kn_fused_attrs(const kn_node *node, int *act, float *alpha, float *beta,
                            bool *residual);
+/* kiln.FusedDepthwiseConv's input activation (kiln_input_activation, kiln_input_alpha,
+ * kiln_input_beta; passes.h), as kn_fused_attrs reads the output's. */
+kiln_status kn_fused_input_attrs(const kn_node *node, int *act, float *alpha, float *beta);
 
 #endif
