@@ -1,0 +1,18 @@
+/* Per-layer thread counts chosen by timing at build (thread_tune.c). */
+#ifndef KN_THREAD_TUNE_H
+#define KN_THREAD_TUNE_H
+
+#include "ir/graph.h"
+#include "shape/resolve.h"
+
+/* Time every host node of g at the resolution at (the profile's opt shapes) on threads,
+ * threads/2, ... 1 threads and record in KN_ATTR_THREADS the count of those clearly faster on
+ * fewer. Nothing to do for threads <= 1, or with KILN_CPU_THREAD_TUNE=0 in the environment. A
+ * node the build cannot run alone keeps the whole pool. */
+kiln_status kn_thread_tune(kn_graph *g, const kn_resolved *at, int threads);
+
+/* The choice from one node's timings: ms[c] at threads[c], threads[0] the whole pool; fewer
+ * threads must beat the whole pool by 3%. */
+int kn_thread_tune_pick(const int *threads, const double *ms, int n);
+
+#endif
