@@ -18,9 +18,8 @@
 #include <time.h>
 
 /* Fewer threads must beat the whole pool by this much: smaller gains are within the noise
- * of a layer timed alone on a shared machine (the first 16-core run used 3% and kept some
- * 2-thread layers on one thread for gains that did not show in the whole model), and the
- * whole pool is what the layer ran on before. */
+ * of a layer timed alone on a shared machine (runs on the 16-core host spread by far more
+ * than 3%), and the whole pool is what the layer ran on before. */
 #define KEEP_ALL_MARGIN 0.90
 /* Each timing repeats the layer for at least this long. */
 #define MIN_SAMPLE_MS 0.3

@@ -124,7 +124,7 @@ static void test_pool_limit_back_to_back(void **state) {
 static void test_pick(void **state) {
     (void)state;
     int t[] = {16, 8, 4, 2, 1};
-    double flat[] = {1.0, 0.93, 1.2, 1.5, 2.0};   /* 7% is noise: keep them all */
+    double flat[] = {1.0, 0.93, 1.2, 1.5, 2.0};    /* 7% is noise: keep them all */
     double small[] = {1.0, 0.70, 0.50, 0.55, 0.9}; /* a small layer: 4 is best */
     double big[] = {1.0, 1.8, 3.5, 7.0, 14.0};
     assert_int_equal(kn_thread_tune_pick(t, flat, 5), 16);
