@@ -244,13 +244,15 @@ static kiln_status time_node(timed_node *t, kn_threadpool *pool, int threads, in
     return KILN_OK;
 }
 
-static bool tuning_off(void) {
+/* Off by default: timings differ from build to build, and a plan is otherwise the same to the
+ * byte for the same model and options (tests/models/test_calibration.py relies on it). */
+static bool tuning_on(void) {
     const char *v = getenv("KILN_CPU_THREAD_TUNE");
-    return v != NULL && strcmp(v, "0") == 0;
+    return v != NULL && strcmp(v, "1") == 0;
 }
 
 kiln_status kn_thread_tune(kn_graph *g, const kn_resolved *at, int threads) {
-    if (threads <= 1 || tuning_off())
+    if (threads <= 1 || !tuning_on())
         return KILN_OK;
     if (threads > KN_MAX_THREADS)
         threads = KN_MAX_THREADS;
