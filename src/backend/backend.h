@@ -217,6 +217,11 @@ typedef struct kn_backend_iface {
 /* The most integers one tactic holds, and the node attribute (ints) that records it. */
 #define KN_TACTIC_MAX 16
 #define KN_ATTR_TACTIC "kiln_tactic"
+/* The node attribute (int, 1..KN_MAX_THREADS) holding how many of the context's threads a host
+ * node runs on: the builder's choice by timing (builder/thread_tune.c). Absent: all of them.
+ * The executor caps the pool around the node's run, so kernels see it as the pool's size. */
+#define KN_ATTR_THREADS "kiln_threads"
+#define KN_MAX_THREADS 1024
 /* The node attribute (a byte string) holding a backend's generated code (see generate). */
 #define KN_ATTR_CODE "kiln_code"
 

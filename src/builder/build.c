@@ -5,6 +5,7 @@
 
 #include "backend/cpu/math/gemm_bf16.h"
 #include "builder/codegen.h"
+#include "builder/thread_tune.h"
 #include "builder/timing_cache.h"
 
 #include "core/alloc.h"
@@ -16,6 +17,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Constant folding evaluates at most this many elements per node at build time. */
 #define KN_BUILD_EVAL_ELEMS ((int64_t)1 << 24)
@@ -522,6 +524,29 @@ static kiln_status tune(kn_graph *g, const kiln_build_config *cfg, const kn_plug
     return rc;
 }
 
+/* Per-layer thread counts (thread_tune.c), timed at the profile's opt shapes on the threads
+ * the engine's contexts will use. */
+static kiln_status choose_threads(kn_graph *g, const kiln_build_config *cfg,
+                                  const kn_plugin_table *plugins) {
+    int threads = cfg->threads;
+    if (threads <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = n > 0 ? (int)n : 1;
+    }
+    if (threads <= 1)
+        return KILN_OK;
+    kn_resolved *at = kn_calloc((size_t)g->n_values + 1, sizeof *at);
+    if (at == NULL)
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    kiln_status rc = resolve_at(g, cfg, plugins, 1, at, NULL);
+    if (rc == KILN_OK) {
+        rc = kn_thread_tune(g, at, threads);
+        kn_resolved_release(at, g->n_values);
+    }
+    kn_free(at);
+    return rc;
+}
+
 /* Resolve at min and max, fold, annotate (check_declared: see annotate). */
 static kiln_status resolve_fold_annotate(kn_graph *g, const kiln_build_config *cfg,
                                          const kn_plugin_table *plugins, bool fold,
@@ -626,6 +651,9 @@ kiln_status kn_build_plan(const kiln_builder *b, const kiln_network *net,
     progress(cfg, "checking kernels", 0.85);
     if ((rc = check_kernels(g, cfg, &plugins)) != KILN_OK ||
         (rc = tune(g, cfg, &plugins)) != KILN_OK)
+        goto fail;
+    progress(cfg, "timing thread counts", 0.9);
+    if ((rc = choose_threads(g, cfg, &plugins)) != KILN_OK)
         goto fail;
     progress(cfg, "generating code", 0.95);
     if ((rc = kn_build_generate(g)) != KILN_OK)

@@ -1,12 +1,23 @@
-/* Fixed worker pool. Every job is published under the mutex with a new generation number;
- * workers spin briefly on the generation (cheap wake-up for back-to-back kernels), then sleep on
- * a condition variable. Chunks are claimed with an atomic counter so faster threads take more.
+/* Fixed worker pool. A job is published by bumping a generation number; workers spin briefly
+ * on it (cheap wake-up for back-to-back kernels), then sleep on a condition variable. Chunks
+ * are claimed with an atomic counter so faster threads take more.
  *
- * The caller waits only for workers that joined the job (registered under the mutex), never for
- * ones that have not woken up yet: on a loaded machine a worker can stay descheduled for
- * milliseconds, and the caller takes its chunks instead. A late worker that wakes after the job
- * ended finds every chunk claimed and goes back to waiting; a new job is published only once no
- * worker is inside the previous one, so the shared chunk counter is never mixed between jobs. */
+ * No lock is taken on the way into or out of a job while the workers spin: at 16 threads the
+ * mutex every worker took to join and to leave a job cost more than a small layer's work. A
+ * worker joins by incrementing `active` and then checking that the generation is still the one
+ * it saw; the caller closes a job (an odd generation) before it waits for `active` to drop to
+ * zero and rewrites the job. Both sides use sequentially consistent operations on these two
+ * counters, so either the worker sees the job closed and backs out, or the caller sees the
+ * worker and waits for it. The mutex guards only sleeping: a worker registers as a sleeper
+ * before its last look at the generation, and the caller, after publishing, wakes sleepers
+ * under the mutex (the same handshake on `sleepers`, and on `caller_waiting` for the caller's
+ * own sleep).
+ *
+ * The caller waits only for workers that joined the job, never for ones that have not woken
+ * up yet: on a loaded machine a worker can stay descheduled for milliseconds, and the caller
+ * takes its chunks instead. A late worker that joins after the job's chunks are all claimed
+ * finds nothing to do; the next job is published only once it has left, so the shared chunk
+ * counter is never mixed between jobs. */
 #include "core/threadpool.h"
 
 #include "core/alloc.h"
@@ -27,20 +38,31 @@ static inline void cpu_relax(void) {
 #endif
 }
 
+typedef struct kn_worker {
+    struct kn_threadpool *pool;
+    int index; /* 1..n-1; the caller is 0 */
+    pthread_t thread;
+} kn_worker;
+
 struct kn_threadpool {
-    int n; /* threads, counting the caller */
-    pthread_t *workers;
+    int n;     /* threads, counting the caller */
+    int limit; /* threads later jobs may use (set by the driving thread) */
+    kn_worker *workers;
     int n_started;
     pthread_mutex_t mu;
     pthread_cond_t wake; /* a new job or shutdown */
-    pthread_cond_t done; /* the last worker finished the current job */
+    pthread_cond_t done; /* the last worker left a job */
+    /* Even: a job is open (or none yet); odd: the caller is rewriting the job. */
     atomic_uint_fast64_t generation;
-    bool stop;
-    atomic_int active; /* workers inside the current job (changed under mu) */
-    /* The current job; written under mu before generation is bumped. */
+    atomic_bool stop;
+    atomic_int active;         /* workers inside a job */
+    atomic_int sleepers;       /* workers asleep or about to sleep on wake */
+    atomic_int caller_waiting; /* the caller asleep or about to sleep on done */
+    /* The current job; written while the generation is odd and no worker is active. */
     kn_range_fn fn;
     void *arg;
     int64_t total, chunk, n_chunks;
+    atomic_int job_threads; /* workers with index < job_threads take part */
     atomic_int_fast64_t next_chunk;
     void *scratch;
     size_t scratch_size;
@@ -48,7 +70,8 @@ struct kn_threadpool {
 
 static void run_chunks(kn_threadpool *p) {
     for (;;) {
-        int64_t c = atomic_fetch_add_explicit(&p->next_chunk, 1, memory_order_relaxed);
+        /* acq_rel: a caller that claims past the end then sees every claimer's join. */
+        int64_t c = atomic_fetch_add_explicit(&p->next_chunk, 1, memory_order_acq_rel);
         if (c >= p->n_chunks)
             return;
         int64_t begin = c * p->chunk;
@@ -57,32 +80,51 @@ static void run_chunks(kn_threadpool *p) {
     }
 }
 
+/* The next open generation after seen, or 0 on shutdown. */
+static uint64_t wait_for_job(kn_threadpool *p, uint64_t seen) {
+    for (int i = 0; i < SPIN_ITERS; i++) {
+        uint64_t g = atomic_load_explicit(&p->generation, memory_order_acquire);
+        if (g != seen && !(g & 1))
+            return g;
+        if (atomic_load_explicit(&p->stop, memory_order_relaxed))
+            return 0;
+        cpu_relax();
+    }
+    uint64_t g;
+    pthread_mutex_lock(&p->mu);
+    atomic_fetch_add(&p->sleepers, 1);
+    while (!atomic_load(&p->stop) && ((g = atomic_load(&p->generation)) == seen || (g & 1)))
+        pthread_cond_wait(&p->wake, &p->mu);
+    atomic_fetch_sub(&p->sleepers, 1);
+    pthread_mutex_unlock(&p->mu);
+    return atomic_load(&p->stop) ? 0 : g;
+}
+
+static void leave_job(kn_threadpool *p) {
+    if (atomic_fetch_sub(&p->active, 1) == 1 && atomic_load(&p->caller_waiting)) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->done);
+        pthread_mutex_unlock(&p->mu);
+    }
+}
+
 static void *worker_main(void *arg) {
-    kn_threadpool *p = arg;
+    kn_worker *w = arg;
+    kn_threadpool *p = w->pool;
     uint64_t seen = 0;
     for (;;) {
-        for (int i = 0; i < SPIN_ITERS; i++) {
-            if (atomic_load_explicit(&p->generation, memory_order_acquire) != seen)
-                break;
-            cpu_relax();
-        }
-        pthread_mutex_lock(&p->mu);
-        while (!p->stop && atomic_load_explicit(&p->generation, memory_order_relaxed) == seen)
-            pthread_cond_wait(&p->wake, &p->mu);
-        if (p->stop) {
-            pthread_mutex_unlock(&p->mu);
+        uint64_t g = wait_for_job(p, seen);
+        if (g == 0)
             return NULL;
-        }
-        seen = atomic_load_explicit(&p->generation, memory_order_relaxed);
-        atomic_fetch_add_explicit(&p->active, 1, memory_order_relaxed);
-        pthread_mutex_unlock(&p->mu);
-
-        run_chunks(p);
-
-        pthread_mutex_lock(&p->mu);
-        if (atomic_fetch_sub_explicit(&p->active, 1, memory_order_release) == 1)
-            pthread_cond_broadcast(&p->done);
-        pthread_mutex_unlock(&p->mu);
+        seen = g;
+        /* A job after g may already be published (we then skip g): harmless, we wait for it
+         * next. A worker past the job's thread count stays out and keeps spinning. */
+        if (w->index >= atomic_load_explicit(&p->job_threads, memory_order_relaxed))
+            continue;
+        atomic_fetch_add(&p->active, 1);
+        if (atomic_load(&p->generation) == g)
+            run_chunks(p);
+        leave_job(p);
     }
 }
 
@@ -93,9 +135,14 @@ kn_threadpool *kn_threadpool_create(int threads) {
     if (p == NULL)
         return NULL;
     p->n = threads;
+    p->limit = threads;
     atomic_init(&p->generation, 0);
+    atomic_init(&p->stop, false);
     atomic_init(&p->next_chunk, 0);
     atomic_init(&p->active, 0);
+    atomic_init(&p->sleepers, 0);
+    atomic_init(&p->caller_waiting, 0);
+    atomic_init(&p->job_threads, 0);
     if (pthread_mutex_init(&p->mu, NULL) != 0)
         goto fail_free;
     if (pthread_cond_init(&p->wake, NULL) != 0)
@@ -107,7 +154,9 @@ kn_threadpool *kn_threadpool_create(int threads) {
         if (p->workers == NULL)
             goto fail_done;
         for (int i = 0; i < threads - 1; i++) {
-            if (pthread_create(&p->workers[i], NULL, worker_main, p) != 0) {
+            p->workers[i].pool = p;
+            p->workers[i].index = i + 1;
+            if (pthread_create(&p->workers[i].thread, NULL, worker_main, &p->workers[i]) != 0) {
                 kn_threadpool_destroy(p);
                 return NULL;
             }
@@ -131,11 +180,11 @@ void kn_threadpool_destroy(kn_threadpool *pool) {
     if (pool == NULL)
         return;
     pthread_mutex_lock(&pool->mu);
-    pool->stop = true;
+    atomic_store(&pool->stop, true);
     pthread_cond_broadcast(&pool->wake);
     pthread_mutex_unlock(&pool->mu);
     for (int i = 0; i < pool->n_started; i++)
-        pthread_join(pool->workers[i], NULL);
+        pthread_join(pool->workers[i].thread, NULL);
     kn_free(pool->workers);
     kn_free(pool->scratch);
     pthread_cond_destroy(&pool->done);
@@ -145,7 +194,35 @@ void kn_threadpool_destroy(kn_threadpool *pool) {
 }
 
 int kn_threadpool_size(const kn_threadpool *pool) {
+    return pool == NULL ? 1 : pool->limit;
+}
+
+int kn_threadpool_capacity(const kn_threadpool *pool) {
     return pool == NULL ? 1 : pool->n;
+}
+
+int kn_threadpool_set_limit(kn_threadpool *pool, int threads) {
+    if (pool == NULL)
+        return 1;
+    int old = pool->limit;
+    pool->limit = threads < 1 ? 1 : threads > pool->n ? pool->n : threads;
+    return old;
+}
+
+/* Wait until no worker is inside a job: poll first, as they usually leave within
+ * microseconds, then sleep. */
+static void wait_idle(kn_threadpool *p) {
+    for (int i = 0; i < SPIN_ITERS; i++) {
+        if (atomic_load(&p->active) == 0) /* seq_cst: pairs with the join (see the top) */
+            return;
+        cpu_relax();
+    }
+    pthread_mutex_lock(&p->mu);
+    atomic_store(&p->caller_waiting, 1);
+    while (atomic_load(&p->active) > 0)
+        pthread_cond_wait(&p->done, &p->mu);
+    atomic_store(&p->caller_waiting, 0);
+    pthread_mutex_unlock(&p->mu);
 }
 
 void kn_parallel_for(kn_threadpool *pool, int64_t n, int64_t grain, kn_range_fn fn, void *arg) {
@@ -165,32 +242,27 @@ void kn_parallel_for(kn_threadpool *pool, int64_t n, int64_t grain, kn_range_fn 
         chunk = grain;
     int64_t n_chunks = (n + chunk - 1) / chunk;
 
-    pthread_mutex_lock(&pool->mu);
-    while (atomic_load_explicit(&pool->active, memory_order_relaxed) > 0)
-        pthread_cond_wait(&pool->done, &pool->mu); /* a late worker still in the last job */
+    uint64_t g = atomic_load_explicit(&pool->generation, memory_order_relaxed);
+    atomic_store(&pool->generation, g + 1); /* closed: late workers back out */
+    wait_idle(pool);
     pool->fn = fn;
     pool->arg = arg;
     pool->total = n;
     pool->chunk = chunk;
     pool->n_chunks = n_chunks;
+    /* Waking a worker that finds no chunk left costs more than the chunk. */
+    atomic_store_explicit(&pool->job_threads, n_chunks < threads ? (int)n_chunks : threads,
+                          memory_order_relaxed);
     atomic_store_explicit(&pool->next_chunk, 0, memory_order_relaxed);
-    atomic_fetch_add_explicit(&pool->generation, 1, memory_order_release);
-    pthread_cond_broadcast(&pool->wake);
-    pthread_mutex_unlock(&pool->mu);
+    atomic_store(&pool->generation, g + 2);
+    if (atomic_load(&pool->sleepers) > 0) {
+        pthread_mutex_lock(&pool->mu);
+        pthread_cond_broadcast(&pool->wake);
+        pthread_mutex_unlock(&pool->mu);
+    }
 
     run_chunks(pool);
-
-    /* Every chunk is claimed; wait for the workers still running one. Usually they finish
-     * within microseconds, so poll before sleeping. */
-    for (int i = 0; i < SPIN_ITERS; i++) {
-        if (atomic_load_explicit(&pool->active, memory_order_acquire) == 0)
-            return;
-        cpu_relax();
-    }
-    pthread_mutex_lock(&pool->mu);
-    while (atomic_load_explicit(&pool->active, memory_order_acquire) > 0)
-        pthread_cond_wait(&pool->done, &pool->mu);
-    pthread_mutex_unlock(&pool->mu);
+    wait_idle(pool);
 }
 
 void *kn_threadpool_scratch(kn_threadpool *pool, size_t bytes) {

@@ -10,11 +10,21 @@ typedef struct kn_threadpool kn_threadpool;
 /* threads counts the calling thread: 1 means no workers. NULL on failure. */
 kn_threadpool *kn_threadpool_create(int threads);
 void kn_threadpool_destroy(kn_threadpool *pool);
-int kn_threadpool_size(const kn_threadpool *pool); /* 1 for NULL */
+/* Threads a job may use now: the limit (see kn_threadpool_set_limit); 1 for NULL. Kernels size
+ * their partitions by it. */
+int kn_threadpool_size(const kn_threadpool *pool);
+/* Threads the pool was created with; 1 for NULL. */
+int kn_threadpool_capacity(const kn_threadpool *pool);
+/* Run later jobs on the caller and the first threads - 1 workers only (clamped to
+ * [1, capacity]); the others stay parked and take no chunk. Returns the previous limit. Only
+ * for the thread that drives the pool, between jobs. A small layer runs faster on a few cores
+ * than spread over all of them: the executor sets each node's count (docs/perf-notes.md). */
+int kn_threadpool_set_limit(kn_threadpool *pool, int threads);
 
 /* Run fn(arg, begin, end) over [0, n) split into chunks of at least `grain` items across the
  * pool (the caller's thread takes part); returns when all chunks are done. pool may be NULL
- * (runs inline). Not re-entrant: fn must not call kn_parallel_for on the same pool. */
+ * (runs inline). No more threads than chunks take part. Not re-entrant: fn must not call
+ * kn_parallel_for on the same pool. */
 typedef void (*kn_range_fn)(void *arg, int64_t begin, int64_t end);
 void kn_parallel_for(kn_threadpool *pool, int64_t n, int64_t grain, kn_range_fn fn, void *arg);
 

@@ -67,6 +67,30 @@ static kiln_status prepare_node(kiln_engine *e, int i) {
     return KILN_OK;
 }
 
+/* Each node's thread count (KN_ATTR_THREADS): an int in [1, KN_MAX_THREADS] on a host node. */
+static kiln_status read_thread_counts(kiln_engine *e) {
+    const kn_graph *g = e->plan.graph;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kn_node *n = &g->nodes[i];
+        const kn_attr *a = kn_node_attr(n, KN_ATTR_THREADS);
+        if (a == NULL)
+            continue;
+        if (a->type != KN_ATTR_INT)
+            return kn_error(KILN_ERR_PLAN, "node '%s' (%s): attribute %s must be an int", n->name,
+                            n->op_type, KN_ATTR_THREADS);
+        if (a->i < 1 || a->i > KN_MAX_THREADS)
+            return kn_error(KILN_ERR_PLAN,
+                            "node '%s' (%s): attribute %s is %lld, must be between 1 and %d",
+                            n->name, n->op_type, KN_ATTR_THREADS, (long long)a->i, KN_MAX_THREADS);
+        if (e->node_backend[i] != 0)
+            return kn_error(KILN_ERR_PLAN, "node '%s' (%s): attribute %s on a %s node (host only)",
+                            n->name, n->op_type, KN_ATTR_THREADS,
+                            e->backends[e->node_backend[i]]->iface->name);
+        e->node_threads[i] = (uint16_t)a->i;
+    }
+    return KILN_OK;
+}
+
 /* Find (or load) every backend the plan places nodes on. */
 static kiln_status bind_backends(kiln_engine *e) {
     const kn_graph *g = e->plan.graph;
@@ -291,14 +315,15 @@ kiln_status kn_engine_create(kn_plan *plan, kiln_registry *registry, kiln_engine
     const kn_graph *g = e->plan.graph;
     e->kernels = kn_calloc((size_t)g->n_nodes + 1, sizeof *e->kernels);
     e->states = kn_calloc((size_t)g->n_nodes + 1, sizeof *e->states);
+    e->node_threads = kn_calloc((size_t)g->n_nodes + 1, sizeof *e->node_threads);
     e->input_profile = kn_calloc((size_t)g->n_inputs + 1, sizeof *e->input_profile);
     e->plugins = kn_calloc((size_t)g->n_nodes + 1, sizeof *e->plugins);
     e->node_backend = kn_calloc((size_t)g->n_nodes + 1, sizeof *e->node_backend);
     e->value_space = kn_calloc((size_t)g->n_values + 1, sizeof *e->value_space);
     e->input_host_reader = kn_calloc((size_t)g->n_inputs + 1, sizeof *e->input_host_reader);
     kiln_status rc = KILN_OK;
-    if (!e->kernels || !e->states || !e->input_profile || !e->plugins || !e->node_backend ||
-        !e->value_space || !e->input_host_reader) {
+    if (!e->kernels || !e->states || !e->node_threads || !e->input_profile || !e->plugins ||
+        !e->node_backend || !e->value_space || !e->input_host_reader) {
         rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory creating the engine");
         goto fail;
     }
@@ -306,7 +331,8 @@ kiln_status kn_engine_create(kn_plan *plan, kiln_registry *registry, kiln_engine
         for (int p = 0; p < e->plan.n_profiles; p++)
             if (strcmp(e->plan.profiles[p].input, g->values[g->inputs[i]].name) == 0)
                 e->input_profile[i] = &e->plan.profiles[p];
-    if ((rc = bind_backends(e)) != KILN_OK || (rc = place_values(e)) != KILN_OK)
+    if ((rc = bind_backends(e)) != KILN_OK || (rc = place_values(e)) != KILN_OK ||
+        (rc = read_thread_counts(e)) != KILN_OK)
         goto fail;
     for (int k = 1; k < e->n_backends; k++)
         if (space_of_backend(e, k) == k && (rc = upload_weights(e, k)) != KILN_OK)
@@ -393,6 +419,7 @@ void kiln_engine_destroy(kiln_engine *e) {
     kn_plan_clear(&e->plan);
     kn_free(e->kernels);
     kn_free(e->states);
+    kn_free(e->node_threads);
     kn_free(e->input_profile);
     if (e->map)
         kn_file_unmap(e->map, e->map_size);

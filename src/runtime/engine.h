@@ -29,6 +29,7 @@ struct kiln_engine {
     int *input_host_reader;    /* per graph input: a node reading it on the host, or -1 */
     const kn_kernel **kernels; /* per node; NULL for copy nodes */
     void **states;             /* per node, from prepare */
+    uint16_t *node_threads;    /* per node: KN_ATTR_THREADS, or 0 for the whole pool */
     const kn_profile **input_profile; /* per graph input; NULL when static */
     const void *map;                  /* mapping of a plan file, or NULL */
     size_t map_size;

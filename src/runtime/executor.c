@@ -314,7 +314,11 @@ static kiln_status run_nodes(kiln_context *c) {
                             .local = &c->locals[i]};
         double t0;
         KN_TRY(kn_profile_begin(c, i, &t0));
+        /* A small layer runs on fewer threads than the context has (KN_ATTR_THREADS). */
+        int all = e->node_threads[i] ? kn_threadpool_set_limit(c->pool, e->node_threads[i]) : 0;
         kiln_status rc = e->kernels[i]->run(&kc);
+        if (all)
+            kn_threadpool_set_limit(c->pool, all);
         KN_TRY(kn_profile_end(c, i, t0));
         int restart = -1;
         if (rc != KILN_OK && !kn_replay_abort(c, &restart))

@@ -394,6 +394,9 @@ int cmd_inspect(int argc, char **argv) {
                     printf("%s%lld", t ? ", " : "", (long long)tactic[t]);
                 printf("]");
             }
+            int64_t threads = kn_attr_int(n, KN_ATTR_THREADS, 0);
+            if (threads > 0) /* fewer threads than the context's, chosen by timing at build */
+                printf(", \"threads\": %lld", (long long)threads);
             const char *why = kn_attr_string(n, KN_ATTR_PLACEMENT_REASON, NULL);
             if (why) {
                 printf(", \"placement_reason\": ");
@@ -454,10 +457,14 @@ int cmd_inspect(int argc, char **argv) {
             const char *fp32_why = kn_attr_string(n, "kiln_precision_note", NULL);
             const int64_t *nhwc;
             bool in_nhwc = kn_attr_ints(n, "kiln_nhwc", &nhwc) == 2;
-            printf("  %4d  %-36s %-34s -> %s%s%s%s%s%s%s%s%s%s%s%s%s%s\n", i, n->name, k, s,
+            char threads[32] = "";
+            if (kn_attr_int(n, KN_ATTR_THREADS, 0) > 0)
+                snprintf(threads, sizeof threads, "  threads %lld",
+                         (long long)kn_attr_int(n, KN_ATTR_THREADS, 0));
+            printf("  %4d  %-36s %-34s -> %s%s%s%s%s%s%s%s%s%s%s%s%s%s%s\n", i, n->name, k, s,
                    shown ? " " : "", shown ? prec : "", stored ? " weights" : "",
-                   in_nhwc ? " NHWC" : "", why ? "  (host: " : "", why ? why : "", why ? ")" : "",
-                   int8_why ? "  (fp32, not int8: " : "", int8_why ? int8_why : "",
+                   in_nhwc ? " NHWC" : "", threads, why ? "  (host: " : "", why ? why : "",
+                   why ? ")" : "", int8_why ? "  (fp32, not int8: " : "", int8_why ? int8_why : "",
                    int8_why ? ")" : "", fp32_why ? "  (fp32: " : "", fp32_why ? fp32_why : "",
                    fp32_why ? ")" : "");
             print_bodies(n, 0);

@@ -1,0 +1,307 @@
+/* Per-layer thread counts by timing: every host node runs, at the profile's opt shapes, on T,
+ * T/2, T/4, ... 1 of the build's T threads, and a node that is clearly faster on fewer gets
+ * that count in its KN_ATTR_THREADS attribute (the executor caps the pool around its run).
+ * A batch-1 network's small layers (7x7 maps, squeeze-excitation, short GEMMs) cost more to
+ * spread over 16 cores than the work they hold; no size rule predicted which ones, since each
+ * kernel splits its work its own way, so the build measures (docs/perf-notes.md). */
+#include "builder/thread_tune.h"
+
+#include "core/alloc.h"
+#include "core/threadpool.h"
+#include "ir/placement.h"
+#include "ops/op.h"
+#include "plugin/plugin.h"
+#include "shape/string_move.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Fewer threads must beat the whole pool by this much: smaller gains are within the noise
+ * of a layer timed alone on a shared machine (runs on the 16-core host spread by far more
+ * than 3%), and the whole pool is what the layer ran on before. */
+#define KEEP_ALL_MARGIN 0.90
+/* Each timing repeats the layer for at least this long. */
+#define MIN_SAMPLE_MS 0.3
+#define MAX_REPS 64
+#define ROUNDS 3
+#define MAX_CANDIDATES 12
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* A node's tensors for one timed run: constants from the graph, values the build knows on
+ * the host (shape inputs) from at, others filled here. */
+typedef struct timed_node {
+    const kn_node *n;
+    const kn_kernel *k;
+    kn_tensor in[KN_MAX_NODE_IO], out[KN_MAX_NODE_IO];
+    void *owned[2 * KN_MAX_NODE_IO];
+    int n_owned;
+    void *state;
+    kn_local_state *local;
+} timed_node;
+
+static bool plain_dtype(int32_t dt) {
+    return dt != 0 && dt != KILN_DTYPE_STRING && dt != KILN_DTYPE_CONTAINER &&
+           kn_dtype_size(dt) > 0;
+}
+
+static void *fill(timed_node *t, const kn_tensor *x) {
+    size_t nb = kn_tensor_nbytes(x);
+    void *p = kn_aligned_alloc(nb ? nb : 64, 64);
+    if (p == NULL)
+        return NULL;
+    t->owned[t->n_owned++] = p;
+    memset(p, 0, nb);
+    if (x->dtype == KILN_DTYPE_FLOAT32) { /* values in [-1, 1): no denormals, no overflow */
+        float *f = p;
+        uint32_t s = 12345;
+        for (size_t i = 0; i < nb / sizeof *f; i++) {
+            s = s * 1664525u + 1013904223u;
+            f[i] = (float)(s >> 8) / (float)(1u << 23) - 1.0f;
+        }
+    }
+    return p;
+}
+
+static void timed_release(timed_node *t) {
+    if (t->local != NULL && t->local->release != NULL)
+        t->local->release(t->local);
+    if (t->state != NULL && t->k != NULL && t->k->release != NULL)
+        t->k->release(t->state);
+    for (int i = 0; i < t->n_owned; i++)
+        kn_free(t->owned[i]);
+    memset(t, 0, sizeof *t);
+}
+
+/* Set up node i for timing; false when it is not a host kernel the build can run alone
+ * (control flow, plugins, copies, strings, shapes only known when running, work done at
+ * shape time) or it cannot be prepared. */
+static bool timed_setup(const kn_graph *g, int i, const kn_resolved *at, timed_node *t) {
+    const kn_node *n = &g->nodes[i];
+    memset(t, 0, sizeof *t);
+    t->n = n;
+    if (n->dead || kn_is_plugin_node(n) || kn_node_copy_kind(n) != KN_COPY_NONE ||
+        strcmp(kn_node_backend(n), KN_BACKEND_HOST) != 0 || kn_string_moves_in(g, n) ||
+        n->n_in > KN_MAX_NODE_IO || n->n_out > KN_MAX_NODE_IO)
+        return false;
+    const kn_op_schema *op = kn_op_find(n->domain, n->op_type);
+    if (op != NULL && (op->flags & KN_OP_SUBGRAPH))
+        return false;
+    kn_backend *b = kn_backend_host();
+    t->k = b->iface->find_kernel(b, n->domain, n->op_type);
+    if (t->k == NULL)
+        return false;
+    bool computed = false;
+    for (int j = 0; j < n->n_out; j++) {
+        int v = n->out[j];
+        if (v < 0)
+            continue;
+        if (!at[v].known || !plain_dtype(at[v].t.dtype))
+            return false;
+        computed |= at[v].t.data == NULL;
+    }
+    if (!computed) /* evaluated when shapes are resolved */
+        return false;
+    kn_tensor prep[KN_MAX_NODE_IO];
+    for (int j = 0; j < n->n_in; j++) {
+        memset(&prep[j], 0, sizeof prep[j]);
+        int v = n->in[j];
+        if (v < 0)
+            continue;
+        const kn_value *val = &g->values[v];
+        if (val->data != NULL) {
+            prep[j] = t->in[j] = kn_value_tensor(val);
+            continue;
+        }
+        if (!at[v].known || !plain_dtype(at[v].t.dtype))
+            return false;
+        t->in[j] = at[v].t;
+        prep[j].dtype = val->dtype;
+        kn_value_shape(val, &prep[j].shape);
+        if (t->in[j].data == NULL && (t->in[j].data = fill(t, &t->in[j])) == NULL)
+            return false;
+    }
+    for (int j = 0; j < n->n_out; j++) {
+        if (n->out[j] < 0)
+            continue;
+        t->out[j] = at[n->out[j]].t;
+        if ((t->out[j].data = fill(t, &t->out[j])) == NULL)
+            return false;
+    }
+    if (t->k->prepare != NULL && t->k->prepare(n, n->n_in, prep, &t->state) != KILN_OK) {
+        t->state = NULL;
+        return false;
+    }
+    return true;
+}
+
+/* Mean time of one run over enough runs to last MIN_SAMPLE_MS (reps from the caller). */
+static kiln_status timed_run(timed_node *t, kn_threadpool *pool, int reps, double *ms) {
+    kn_backend *b = kn_backend_host();
+    kn_kernel_ctx kc = {.node = t->n,
+                        .n_in = t->n->n_in,
+                        .in = t->in,
+                        .n_out = t->n->n_out,
+                        .out = t->out,
+                        .state = t->state,
+                        .pool = pool,
+                        .backend = b,
+                        .local = &t->local};
+    double t0 = now_ms();
+    for (int r = 0; r < reps; r++)
+        KN_TRY(t->k->run(&kc));
+    *ms = (now_ms() - t0) / reps;
+    return KILN_OK;
+}
+
+/* FNV-1a over n bytes. */
+static uint64_t mix(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* The layer's signature: repeats of one layer (the blocks of a ResNet stage, BERT's layers)
+ * are timed once. */
+static uint64_t signature(const kn_node *n, const timed_node *t) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    h = mix(h, n->domain, strlen(n->domain) + 1);
+    h = mix(h, n->op_type, strlen(n->op_type) + 1);
+    for (int j = 0; j < n->n_in + n->n_out; j++) {
+        const kn_tensor *x = j < n->n_in ? &t->in[j] : &t->out[j - n->n_in];
+        int32_t tag[2] = {x->dtype, x->shape.rank};
+        h = mix(h, tag, sizeof tag);
+        h = mix(h, x->shape.d, (size_t)x->shape.rank * sizeof(int64_t));
+    }
+    for (int a = 0; a < n->n_attr; a++) {
+        const kn_attr *x = &n->attr[a];
+        h = mix(h, x->name, strlen(x->name) + 1);
+        h = mix(h, &x->type, sizeof x->type);
+        h = mix(h, &x->i, sizeof x->i);
+        h = mix(h, &x->f, sizeof x->f);
+        if (x->s != NULL)
+            h = mix(h, x->s, x->slen);
+        if (x->ints != NULL)
+            h = mix(h, x->ints, (size_t)x->n * sizeof *x->ints);
+        if (x->floats != NULL)
+            h = mix(h, x->floats, (size_t)x->n * sizeof *x->floats);
+    }
+    return h;
+}
+
+int kn_thread_tune_pick(const int *threads, const double *ms, int n) {
+    int best = 0;
+    for (int c = 1; c < n; c++)
+        if (ms[c] < ms[best])
+            best = c;
+    return ms[best] < ms[0] * KEEP_ALL_MARGIN ? threads[best] : threads[0];
+}
+
+/* Time one prepared node at each candidate count; the count to record, 0 for all. */
+static kiln_status time_node(timed_node *t, kn_threadpool *pool, int threads, int *chosen) {
+    int cand[MAX_CANDIDATES], n_cand = 0;
+    double best[MAX_CANDIDATES];
+    bool live[MAX_CANDIDATES];
+    for (int c = threads; c >= 1 && n_cand < MAX_CANDIDATES; c /= 2) {
+        cand[n_cand] = c;
+        best[n_cand] = 1e300;
+        live[n_cand++] = true;
+    }
+    double first;
+    kn_threadpool_set_limit(pool, threads);
+    KN_TRY(timed_run(t, pool, 1, &first)); /* warm: caches, the kernel's local state */
+    KN_TRY(timed_run(t, pool, 1, &first));
+    int reps = first > 0 ? (int)(MIN_SAMPLE_MS / first) + 1 : MAX_REPS;
+    if (reps > MAX_REPS)
+        reps = MAX_REPS;
+    for (int r = 0; r < ROUNDS; r++) {
+        double round_best = 1e300;
+        for (int c = 0; c < n_cand; c++) {
+            if (!live[c])
+                continue;
+            double ms;
+            kn_threadpool_set_limit(pool, cand[c]);
+            KN_TRY(timed_run(t, pool, reps, &ms));
+            if (ms < best[c])
+                best[c] = ms;
+            if (best[c] < round_best)
+                round_best = best[c];
+        }
+        /* Halving further only helps while it still helps: a count twice as slow as the
+         * best is dropped (so the large layers do not run long on one thread). */
+        for (int c = 1; c < n_cand; c++)
+            live[c] = live[c] && best[c] <= 2 * round_best;
+    }
+    kn_threadpool_set_limit(pool, threads);
+    int pick = kn_thread_tune_pick(cand, best, n_cand);
+    *chosen = pick == threads ? 0 : pick;
+    return KILN_OK;
+}
+
+/* Off by default: timings differ from build to build, and a plan is otherwise the same to the
+ * byte for the same model and options (tests/models/test_calibration.py relies on it). */
+static bool tuning_on(void) {
+    const char *v = getenv("KILN_CPU_THREAD_TUNE");
+    return v != NULL && strcmp(v, "1") == 0;
+}
+
+kiln_status kn_thread_tune(kn_graph *g, const kn_resolved *at, int threads) {
+    if (threads <= 1 || !tuning_on())
+        return KILN_OK;
+    if (threads > KN_MAX_THREADS)
+        threads = KN_MAX_THREADS;
+    kn_threadpool *pool = kn_threadpool_create(threads);
+    uint64_t *keys = kn_calloc((size_t)g->n_nodes + 1, sizeof *keys);
+    int *counts = kn_calloc((size_t)g->n_nodes + 1, sizeof *counts);
+    kiln_status rc = KILN_OK;
+    if (pool == NULL || keys == NULL || counts == NULL) {
+        rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory timing thread counts");
+        goto out;
+    }
+    int n_keys = 0, timed = 0, fewer = 0;
+    double t_start = now_ms();
+    for (int i = 0; i < g->n_nodes && rc == KILN_OK; i++) {
+        timed_node t;
+        if (!timed_setup(g, i, at, &t)) {
+            timed_release(&t);
+            continue;
+        }
+        uint64_t key = signature(&g->nodes[i], &t);
+        int k = 0;
+        while (k < n_keys && keys[k] != key)
+            k++;
+        int chosen = 0;
+        if (k < n_keys) {
+            chosen = counts[k];
+        } else if (time_node(&t, pool, threads, &chosen) != KILN_OK) {
+            /* A kernel that refuses made-up inputs runs on every thread, as before. */
+            kn_log(KILN_LOG_VERBOSE, "threads: '%s' (%s) not timed: %s", g->nodes[i].name,
+                   g->nodes[i].op_type, kiln_last_error());
+            chosen = 0;
+        } else {
+            keys[n_keys] = key;
+            counts[n_keys++] = chosen;
+            timed++;
+        }
+        timed_release(&t);
+        if (chosen > 0) {
+            fewer++;
+            rc = kn_node_set_attr_int(g, i, KN_ATTR_THREADS, chosen);
+        }
+    }
+    if (rc == KILN_OK)
+        kn_log(KILN_LOG_INFO,
+               "threads: %d layers timed at %d..1 threads in %.0f ms, %d run on fewer", timed,
+               threads, now_ms() - t_start, fewer);
+out:
+    kn_free(keys);
+    kn_free(counts);
+    kn_threadpool_destroy(pool);
+    return rc;
+}
