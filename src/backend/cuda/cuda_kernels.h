@@ -133,8 +133,9 @@ int kc_epilogue(void *s, int dt, void *y, const void *bias, const void *residual
 
 /* Depthwise 2-D convolution (groups = c = output channels, weights [c, 1, k, k]) with its
  * epilogue and an input prologue: y = act(conv(in_act(x + in_bias[c]), w) + bias[c] +
- * residual), bias, residual and in_bias may be NULL, in_act KC_ACT_NONE for none (padding is
- * zero after the prologue). Square windows of k = 3 or 5 at stride s = 1 or 2 (both dims),
+ * residual), bias, residual and in_bias may be NULL, in_act KC_ACT_NONE, KC_ACT_RELU or
+ * KC_ACT_CLIP (in_alpha, in_beta its bounds): a clamp, cheap at each of a value's loads (padding
+ * is zero after the prologue). Square windows of k = 3 or 5 at stride s = 1 or 2 (both dims),
  * dilation 1, symmetric pads ph, pw < k; x, y, residual in NCHW, or NHWC when nhwc is set. */
 typedef struct kc_dwconv {
     int32_t n, c, h, w, oh, ow;

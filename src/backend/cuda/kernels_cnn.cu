@@ -45,11 +45,16 @@ __device__ __forceinline__ void store_out(const kc_dwconv &p, float v, int c, in
     y[o] = kc_narrow<T>(kc_activate(p.act, v, p.alpha, p.beta));
 }
 
-// The input prologue: in_act(v + in_bias[c]), v as loaded (padding never passes here). Not
-// inlined: the scalar kernels unroll their loads K * K times, and an inlined switch over every
-// activation at each load made ptxas take minutes (the vector kernel inlines its common forms).
-__device__ __noinline__ float prologue_act(int act, float v, float a, float b) {
-    return kc_activate(act, v, a, b);
+// The input prologue: min(max(v + in_bias[c], lo), hi), v as loaded (padding never passes
+// here); in_act is none, Relu or Clip (kc_dwconv_takes). Activations that cost more than a clamp
+// are not applied here: each input is loaded by up to K * K outputs' windows, and SiLU at every
+// load made EfficientNet-B0 twice as slow as its own pass over the tensor (perf-notes.md).
+__host__ __device__ __forceinline__ float pro_lo(const kc_dwconv &p) {
+    return p.in_act == KC_ACT_CLIP ? p.in_alpha : p.in_act == KC_ACT_RELU ? 0.f : -INFINITY;
+}
+
+__host__ __device__ __forceinline__ float pro_hi(const kc_dwconv &p) {
+    return p.in_act == KC_ACT_CLIP ? p.in_beta : INFINITY;
 }
 
 template <typename T>
@@ -57,36 +62,11 @@ __device__ __forceinline__ float prologue(const kc_dwconv &p, float v, int c,
                                           const T *__restrict__ xb) {
     if (xb)
         v += kc_widen(xb[c]);
-    return prologue_act(p.in_act, v, p.in_alpha, p.in_beta);
+    return fminf(fmaxf(v, pro_lo(p)), pro_hi(p));
 }
 
-// The vector kernel's prologue forms: none, a clamp (Relu, Clip), SiLU, or any other activation
-// through the out-of-line switch.
-enum { kProNone = 0, kProClamp, kProSwish, kProOther };
-
-int pro_form(const kc_dwconv &p, const void *xb) {
-    if (p.in_act == KC_ACT_NONE)
-        return xb != nullptr ? kProClamp : kProNone;
-    if (p.in_act == KC_ACT_RELU || p.in_act == KC_ACT_CLIP)
-        return kProClamp;
-    return p.in_act == KC_ACT_SWISH ? kProSwish : kProOther;
-}
-
-// The clamp form's bounds: Clip's, [0, inf) for Relu, unbounded for a bias alone.
-void pro_bounds(const kc_dwconv &p, float *lo, float *hi) {
-    *lo = p.in_act == KC_ACT_CLIP ? p.in_alpha : p.in_act == KC_ACT_RELU ? 0.f : -INFINITY;
-    *hi = p.in_act == KC_ACT_CLIP ? p.in_beta : INFINITY;
-}
-
-template <int Pro>
-__device__ __forceinline__ float pro_apply(const kc_dwconv &p, float v, float lo, float hi) {
-    if (Pro == kProClamp)
-        return fminf(fmaxf(v, lo), hi);
-    if (Pro == kProSwish)
-        return v / (1.f + __expf(-v));
-    if (Pro == kProOther)
-        return prologue_act(p.in_act, v, p.in_alpha, p.in_beta);
-    return v;
+bool has_prologue(const kc_dwconv &p, const void *xb) {
+    return xb != nullptr || p.in_act != KC_ACT_NONE;
 }
 
 template <typename T, int K, int S>
@@ -185,12 +165,12 @@ __global__ void __launch_bounds__(kThreads)
 // warp's loads are contiguous runs of a row. The slice's filter taps (weights are [C, K, K])
 // are staged once per block in shared memory as [K * K][channels] float32, so a thread reads
 // its V taps of one position as two (or one) 16-byte loads instead of V scattered ones. R is 4
-// where that leaves enough threads for the GPU, else 1 (batch 1, small maps). Pro: the form of
-// the input prologue (in_act(v + in_bias)) applied to each loaded vector, the bias in registers;
-// lo and hi are the clamp form's bounds.
+// where that leaves enough threads for the GPU, else 1 (batch 1, small maps). Pro: the input
+// prologue (the clamp of v + in_bias to [lo, hi]) applied to each loaded vector, the bias in
+// registers.
 constexpr int kSliceVecs = 32;
 
-template <typename T, int K, int S, int R, int Pro>
+template <typename T, int K, int S, int R, bool Pro>
 __global__ void __launch_bounds__(kThreads)
     k_dw_nhwc_vec(kc_dwconv p, const T *__restrict__ x, const T *__restrict__ w,
                   const T *__restrict__ bias, const T *__restrict__ res, const T *__restrict__ xb,
@@ -229,7 +209,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int j = 0; j < V; j++) {
         bv[j] = bias ? kc_widen(bias[c0 + j]) : 0.f;
-        xbv[j] = Pro != kProNone && xb ? kc_widen(xb[c0 + j]) : 0.f;
+        xbv[j] = Pro && xb ? kc_widen(xb[c0 + j]) : 0.f;
     }
     for (int64_t t = (int64_t)blockIdx.x * lanes_sp + sp; t < total;
          t += (int64_t)gridDim.x * lanes_sp) {
@@ -272,8 +252,7 @@ __global__ void __launch_bounds__(kThreads)
                 float f[V];
 #pragma unroll
                 for (int j = 0; j < V; j++)
-                    f[j] = Pro != kProNone ? pro_apply<Pro>(p, kc_widen(v[j]) + xbv[j], lo, hi)
-                                           : kc_widen(v[j]);
+                    f[j] = Pro ? fminf(fmaxf(kc_widen(v[j]) + xbv[j], lo), hi) : kc_widen(v[j]);
 #pragma unroll
                 for (int i = 0; i < R; i++) {
                     const int kw = col - i * S;
@@ -312,29 +291,11 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T, int K, int S, int R>
 void launch_nhwc_vec_r(cudaStream_t s, dim3 grid, const kc_dwconv &p, const T *x, const T *w,
                        const T *b, const T *z, const T *xb, T *y) {
-    float lo, hi;
-    pro_bounds(p, &lo, &hi);
-    if constexpr (sizeof(T) == 4) { // float32 is never stored NHWC: no prologue forms for it
-        k_dw_nhwc_vec<T, K, S, R, kProNone><<<grid, kThreads, 0, s>>>(p, x, w, b, z, xb, lo, hi, y);
-    } else {
-        switch (pro_form(p, xb)) {
-        case kProNone:
-            k_dw_nhwc_vec<T, K, S, R, kProNone>
-                <<<grid, kThreads, 0, s>>>(p, x, w, b, z, xb, lo, hi, y);
-            break;
-        case kProClamp:
-            k_dw_nhwc_vec<T, K, S, R, kProClamp>
-                <<<grid, kThreads, 0, s>>>(p, x, w, b, z, xb, lo, hi, y);
-            break;
-        case kProSwish:
-            k_dw_nhwc_vec<T, K, S, R, kProSwish>
-                <<<grid, kThreads, 0, s>>>(p, x, w, b, z, xb, lo, hi, y);
-            break;
-        default:
-            k_dw_nhwc_vec<T, K, S, R, kProOther>
-                <<<grid, kThreads, 0, s>>>(p, x, w, b, z, xb, lo, hi, y);
-        }
-    }
+    const float lo = pro_lo(p), hi = pro_hi(p);
+    if (has_prologue(p, xb))
+        k_dw_nhwc_vec<T, K, S, R, true><<<grid, kThreads, 0, s>>>(p, x, w, b, z, xb, lo, hi, y);
+    else
+        k_dw_nhwc_vec<T, K, S, R, false><<<grid, kThreads, 0, s>>>(p, x, w, b, z, xb, lo, hi, y);
 }
 
 template <typename T, int K, int S>
@@ -362,7 +323,7 @@ template <typename T> bool nhwc_vec(const kc_dwconv &p, const T *x, const T *z, 
 template <typename T, int K, int S>
 int launch(cudaStream_t s, const kc_dwconv &p, const T *x, const T *w, const T *b, const T *z,
            const T *xb, T *y) {
-    if (p.nhwc && nhwc_vec(p, x, z, y) && (sizeof(T) != 4 || pro_form(p, xb) == kProNone)) {
+    if (p.nhwc && nhwc_vec(p, x, z, y)) {
         launch_nhwc_vec<T, K, S>(s, p, x, w, b, z, xb, y);
     } else if (p.nhwc) {
         int64_t total = (int64_t)p.n * p.oh * p.ow * p.c;
@@ -543,7 +504,8 @@ extern "C" int kc_global_pool(void *s, int dt, int max, int64_t n, int64_t c, in
 
 extern "C" int kc_dwconv_takes(const kc_dwconv *p) {
     return (p->k == 3 || p->k == 5) && (p->s == 1 || p->s == 2) && p->ph >= 0 && p->ph < p->k &&
-           p->pw >= 0 && p->pw < p->k;
+           p->pw >= 0 && p->pw < p->k &&
+           (p->in_act == KC_ACT_NONE || p->in_act == KC_ACT_RELU || p->in_act == KC_ACT_CLIP);
 }
 
 extern "C" int kc_dwconv_run(void *s, int dt, const kc_dwconv *p, const void *x, const void *w,

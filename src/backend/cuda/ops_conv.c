@@ -434,9 +434,11 @@ static kiln_status run_conv(kn_kernel_ctx *k) {
 }
 
 /* kiln.FusedDepthwiseConv (passes.h): the own depthwise kernel applies the input prologue
- * in_act(x + xb[c]) as it loads. A geometry it does not take has the prologue applied to x in
- * place first (the node is x's only reader: kn_pass_fuse_depthwise_input moves the prologue
- * only from a sole consumer), then runs as a kiln.FusedConv. */
+ * in_act(x + xb[c]) as it loads where in_act is a clamp (none, Relu, Clip: MobileNetV2's ReLU6).
+ * Other activations (EfficientNet-B0's SiLU), and geometries the kernel does not take, have
+ * the prologue applied to x in place first, one pass as the expansion conv's epilogue was (the
+ * node is x's only reader: kn_pass_fuse_depthwise_input moves the prologue only from a sole
+ * consumer), then run as a kiln.FusedConv. */
 static kiln_status run_dwconv_input(kn_kernel_ctx *k) {
     conv_geom g;
     conv_node_geom(k->node, k->in, k->out, &g);
@@ -450,13 +452,13 @@ static kiln_status run_dwconv_input(kn_kernel_ctx *k) {
     if ((int64_t)g.n * g.k * g.oh * g.ow == 0)
         return KILN_OK;
     kc_dwconv dw;
-    if (depthwise_of(&g, act, aa, ab, &dw)) {
-        dw.in_act = in_act;
-        dw.in_alpha = ia;
-        dw.in_beta = ib;
+    bool own = depthwise_of(&g, act, aa, ab, &dw);
+    dw.in_act = in_act;
+    dw.in_alpha = ia;
+    dw.in_beta = ib;
+    if (own && kc_dwconv_takes(&dw))
         return KC_LAUNCH(kc_dwconv_run(k->stream->s, g.dtype, &dw, x, k->in[1].data, b, z, xb, y),
                          "depthwise convolution");
-    }
     int64_t outer = g.nhwc ? (int64_t)g.n * g.h * g.w : g.n;
     int64_t inner = g.nhwc ? 1 : (int64_t)g.h * g.w;
     KC_TRY(KC_LAUNCH(
