@@ -11,9 +11,9 @@
  * so the depthwise kernel computes act(y' + b) as it loads each input, and the expansion layer's
  * epilogue (a pass that reads and writes its whole output: the largest tensors of MobileNetV2
  * and EfficientNet-B0) disappears. Padded positions stay zero: the activation applies to the
- * values read, not to the padding. Only where the depthwise node's backend has a kernel for
- * kiln.FusedDepthwiseConv (the CPU has none: its convolutions apply their epilogue in the
- * GEMM's registers, where it costs no pass) and both nodes sit on it. */
+ * values read, not to the padding. Only where both nodes sit on a device backend with a kernel
+ * for kiln.FusedDepthwiseConv: not on the host, whose convolutions apply their epilogue in the
+ * GEMM's registers at no extra pass (its kernel for the op serves other backends). */
 #include "passes/passes.h"
 
 #include "core/alloc.h"
@@ -136,7 +136,7 @@ kiln_status kn_pass_fuse_depthwise_input(kn_graph *g) {
         if (di < 0 || g->nodes[di].in[0] != p->out[0] || !depthwise(g, &g->nodes[di]))
             continue;
         const char *where = kn_node_backend(&g->nodes[di]);
-        if (strcmp(where, kn_node_backend(p)) != 0 ||
+        if (strcmp(where, kn_node_backend(p)) != 0 || strcmp(where, KN_BACKEND_HOST) == 0 ||
             !kn_backend_has_kernel(where, KN_DOMAIN, "FusedDepthwiseConv"))
             continue;
         rc = fuse(g, pi, di);

@@ -16,9 +16,10 @@
  * - CPU kernels for a subset of ops (the host's own, run on the worker on the real blocks), so
  *   mixed graphs split and results must match the CPU bit for bit. KILN_TESTDEV_DENY=Op,Op
  *   removes ops from the subset (to force host islands).
- * - kiln.FusedDepthwiseConv (passes.h) with KILN_TESTDEV_DW_INPUT=1: its input prologue in
- *   libm, then the host's FusedConv. Off by default: libm's activations differ from the host's
- *   vectorized ones in the last bit, and the model tests compare plans bit for bit.
+ * - kiln.FusedDepthwiseConv (passes.h) only with KILN_TESTDEV_DW_INPUT=1: a plan with it
+ *   applies the expansion's activation in a pass of its own where the host's applies it in
+ *   the GEMM's registers, which can differ in the last bit, and the model tests compare plans
+ *   bit for bit.
  * - Stream graphs: between capture_begin and capture_end a stream records its jobs instead of
  *   running them; a launch runs the recording again, in order, on the worker.
  * - Per-context kernel state: each kernel keeps a kn_local_state keyed by its shapes, and
@@ -32,7 +33,6 @@
 #include "backend/backend_module.h"
 #include "testdev.h"
 
-#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -449,7 +449,7 @@ static const char *const taken[] = {
     "FusedConv",
     "FusedGemm",
     "FusedMatMul",
-    /* the host's FusedConv after the input prologue, in place (run_dw_input) */
+    /* only with KILN_TESTDEV_DW_INPUT=1 (denied) */
     "FusedDepthwiseConv",
     /* every element-wise op the models use, so element-wise chains fuse as on the host */
     "HardSigmoid",
@@ -480,7 +480,7 @@ static uint64_t host_inputs(const char *op) {
 }
 
 static bool denied(const char *op) {
-    if (strcmp(op, "FusedDepthwiseConv") == 0) /* libm's activations, not the host's vectors */
+    if (strcmp(op, "FusedDepthwiseConv") == 0) /* see the top of the file */
         return getenv("KILN_TESTDEV_DW_INPUT") == NULL;
     const char *deny = getenv("KILN_TESTDEV_DENY");
     if (deny == NULL)
@@ -527,67 +527,6 @@ static void run_kernel(void *arg, char *err, size_t size) {
                  j->kc.node->op_type);
 }
 
-static bool dw_input(const char *op) {
-    return strcmp(op, "FusedDepthwiseConv") == 0;
-}
-
-/* kiln.FusedDepthwiseConv's input activation (passes.h) of one value; false for a name it
- * does not know. */
-static bool activate(const char *act, float a, float b, float *v) {
-    float x = *v;
-    if (strcmp(act, "") == 0)
-        return true;
-    if (strcmp(act, "Relu") == 0)
-        *v = x < 0.f ? 0.f : x;
-    else if (strcmp(act, "Clip") == 0)
-        *v = x < a ? a : x > b ? b : x;
-    else if (strcmp(act, "Sigmoid") == 0)
-        *v = 1.f / (1.f + expf(-x));
-    else if (strcmp(act, "Swish") == 0)
-        *v = x / (1.f + expf(-x));
-    else if (strcmp(act, "LeakyRelu") == 0)
-        *v = x < 0.f ? a * x : x;
-    else if (strcmp(act, "HardSigmoid") == 0)
-        *v = fminf(1.f, fmaxf(0.f, a * x + b));
-    else if (strcmp(act, "HardSwish") == 0)
-        *v = x * fminf(1.f, fmaxf(0.f, x / 6.f + 0.5f));
-    else if (strcmp(act, "Tanh") == 0)
-        *v = tanhf(x);
-    else
-        return false;
-    return true;
-}
-
-/* The prologue act(x + xb[c]) over input 0 (float32 NCHW) in place, then the host's FusedConv
- * on inputs 0-3: the node is x's only reader (kn_pass_fuse_depthwise_input). */
-static void run_dw_input(void *arg, char *err, size_t size) {
-    kernel_job *j = arg;
-    const kn_node *n = j->kc.node;
-    const kn_attr *at = host->attr(n, "kiln_input_activation");
-    const char *act = at != NULL && at->type == KN_ATTR_STRING ? at->s : "";
-    float a = host->attr_float(n, "kiln_input_alpha", strcmp(act, "LeakyRelu") == 0 ? 0.01f : 0.f);
-    float b = host->attr_float(n, "kiln_input_beta", 0.f);
-    kn_tensor *x = &j->t[0];
-    const float *xb = j->kc.n_in > 4 && j->t[4].dtype ? j->t[4].data : NULL;
-    int64_t c = x->shape.d[1], hw = 1, total = 1;
-    for (int d = 0; d < x->shape.rank; d++)
-        total *= x->shape.d[d];
-    for (int d = 2; d < x->shape.rank; d++)
-        hw *= x->shape.d[d];
-    float *v = x->data;
-    for (int64_t i = 0; i < total; i++) {
-        if (xb != NULL)
-            v[i] += xb[(i / hw) % c];
-        if (!activate(act, a, b, &v[i])) {
-            snprintf(err, size, "testdev: node '%s': no input activation '%s'", n->name, act);
-            return;
-        }
-    }
-    if (j->kc.n_in > 4)
-        j->kc.n_in = 4;
-    run_kernel(arg, err, size);
-}
-
 static kiln_status enqueue_kernel(kn_kernel_ctx *k, const kn_kernel *cpu, void *state) {
     kernel_job *j = malloc(sizeof *j + (size_t)(k->n_in + k->n_out) * sizeof(kn_tensor));
     if (j == NULL)
@@ -609,7 +548,7 @@ static kiln_status enqueue_kernel(kn_kernel_ctx *k, const kn_kernel *cpu, void *
     j->kc.stream = NULL;
     j->kc.backend = host->host_backend();
     j->kc.local = NULL;
-    return enqueue(k->stream, dw_input(k->node->op_type) ? run_dw_input : run_kernel, j);
+    return enqueue(k->stream, run_kernel, j);
 }
 
 /* The per-context state every testdev kernel keeps: the shapes it was made for, as a device
@@ -717,8 +656,6 @@ static void td_graph_destroy(kn_backend *b, void *graph) {
 
 static const kn_kernel *cpu_kernel(const char *domain, const char *name) {
     kn_backend *h = host->host_backend();
-    if (dw_input(name))
-        name = "FusedConv";
     return h->iface->find_kernel(h, domain, name);
 }
 
@@ -731,7 +668,7 @@ static kiln_status td_prepare(const kn_node *n, int n_in, const kn_tensor *in, v
     if (st->cpu == NULL)
         rc = host->error(KILN_ERR_UNSUPPORTED, "testdev: the host has no kernel to wrap");
     else if (st->cpu->prepare != NULL)
-        rc = st->cpu->prepare(n, dw_input(n->op_type) && n_in > 4 ? 4 : n_in, in, &st->inner);
+        rc = st->cpu->prepare(n, n_in, in, &st->inner);
     if (rc != KILN_OK) {
         free(st);
         return rc;
