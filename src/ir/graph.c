@@ -250,6 +250,21 @@ fail:
     return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory copying attribute");
 }
 
+kiln_status kn_node_set_op(kn_node *n, const char *domain, const char *op_type, int opset) {
+    char *o = kn_strdup(op_type), *d = kn_strdup(domain);
+    if (o == NULL || d == NULL) {
+        kn_free(o);
+        kn_free(d);
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory renaming node '%s'", n->name);
+    }
+    kn_free(n->op_type);
+    kn_free(n->domain);
+    n->op_type = o;
+    n->domain = d;
+    n->opset = opset;
+    return KILN_OK;
+}
+
 kiln_status kn_node_add_attr(kn_graph *g, int node, const kn_attr *attr) {
     kn_node *n = &g->nodes[node];
     kn_attr *arr = kn_realloc(n->attr, (size_t)n->n_attr * sizeof(kn_attr),

@@ -290,18 +290,7 @@ static kiln_status make_explicit(kn_graph *g, int i) {
         return KILN_OK;
     char name[32];
     fused_name(n, name, sizeof name);
-    char *op = kn_strdup(name), *domain = kn_strdup(KN_DOMAIN);
-    if (op == NULL || domain == NULL) {
-        kn_free(op);
-        kn_free(domain);
-        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory fusing activations");
-    }
-    kn_free(n->op_type);
-    kn_free(n->domain);
-    n->op_type = op;
-    n->domain = domain;
-    n->opset = 1;
-    return KILN_OK;
+    return kn_node_set_op(n, KN_DOMAIN, name, 1);
 }
 
 kiln_status kn_pass_fuse_activations(kn_graph *g) {

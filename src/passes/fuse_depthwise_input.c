@@ -85,21 +85,6 @@ static kiln_status move_attr(kn_graph *g, int pi, int di, const char *from, cons
     return KILN_OK;
 }
 
-static kiln_status rename_op(kn_node *d) {
-    char *op = kn_strdup("FusedDepthwiseConv"), *domain = kn_strdup(KN_DOMAIN);
-    if (op == NULL || domain == NULL) {
-        kn_free(op);
-        kn_free(domain);
-        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory fusing a depthwise input");
-    }
-    kn_free(d->op_type);
-    kn_free(d->domain);
-    d->op_type = op;
-    d->domain = domain;
-    d->opset = 1;
-    return KILN_OK;
-}
-
 /* Rewrite the pair p -> d (checked by the caller). */
 static kiln_status fuse(kn_graph *g, int pi, int di) {
     kn_node *d = &g->nodes[di];
@@ -115,7 +100,7 @@ static kiln_status fuse(kn_graph *g, int pi, int di) {
         d->in[4] = p->in[2];
         p->n_in = 2;
     }
-    KN_TRY(rename_op(d));
+    KN_TRY(kn_node_set_op(d, KN_DOMAIN, "FusedDepthwiseConv", 1));
     KN_TRY(move_attr(g, pi, di, "kiln_activation", "kiln_input_activation"));
     KN_TRY(move_attr(g, pi, di, "kiln_alpha", "kiln_input_alpha"));
     return move_attr(g, pi, di, "kiln_beta", "kiln_input_beta");

@@ -140,21 +140,6 @@ static int weight_kn(qdq *q, int w, bool trans) {
     return v;
 }
 
-static kiln_status retarget(kn_node *n, const char *op) {
-    char *o = kn_strdup(op), *d = kn_strdup(KN_DOMAIN);
-    if (o == NULL || d == NULL) {
-        kn_free(o);
-        kn_free(d);
-        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory fusing QDQ");
-    }
-    kn_free(n->op_type);
-    kn_free(n->domain);
-    n->op_type = o;
-    n->domain = d;
-    n->opset = 1;
-    return KILN_OK;
-}
-
 static kiln_status try_product(qdq *q, int i) {
     kn_graph *g = q->g;
     kn_node *p = &g->nodes[i];
@@ -267,7 +252,7 @@ static kiln_status try_product(qdq *q, int i) {
     g->nodes[qn].dead = true;
     if (act >= 0)
         g->nodes[act].dead = true;
-    KN_TRY(retarget(p, conv ? "QConv" : "QMatMul"));
+    KN_TRY(kn_node_set_op(p, KN_DOMAIN, conv ? "QConv" : "QMatMul", 1));
     if (act >= 0) {
         bool relu = strcmp(g->nodes[act].op_type, "Relu") == 0;
         KN_TRY(add_attr(g, i,
