@@ -9,7 +9,9 @@ in fp16, widened at load) reports its plan size and accuracy only; it runs as fp
                                                          # 1 and 2 threads
     python3 bench/bench_bf16.py --threads 1,2,16 --models resnet50,transformer
 
-KILN_BF16_PORTABLE=1 measures the portable path on a CPU with AVX512-BF16. Models come from
+KILN_BF16_PORTABLE=1 measures the portable path on a CPU with AVX512-BF16; --bf16-env
+KILN_CPU_AMX=0 times the bf16 plan a second time in each round with that variable set (on a CPU
+with AMX: the AVX512-BF16 kernel against the AMX one) and adds its column. Models come from
 bench.py's cache (bench/models/, exported from torchvision when torch is there, else built with
 onnx.helper).
 """
@@ -76,7 +78,13 @@ def main():
     ap.add_argument("--iterations", type=int, default=10)
     ap.add_argument("--samples", type=int, default=8, help="inputs for the accuracy check")
     ap.add_argument("--kiln", default=bench.default_kiln())
+    ap.add_argument("--bf16-env", default="", metavar="VAR=VALUE",
+                    help="also time the bf16 plan with this environment variable set")
     args = ap.parse_args()
+    extra = None
+    if args.bf16_env:
+        var, _, value = args.bf16_env.partition("=")
+        extra = (f"kiln bf16 {args.bf16_env}", var, value)
     threads = [int(t) for t in args.threads.split(",")]
     rows, sizes = [], []
     path_line = ""
@@ -107,17 +115,30 @@ def main():
                     build(args.kiln, fp32, plans[prec], t, specs, prec)
                 sess = bench.ort_session(fp32, t)
                 lat = {"ort fp32": [], "kiln fp32": [], "kiln bf16": []}
+                if extra:
+                    lat[extra[0]] = []
                 for _ in range(args.rounds):
                     lat["ort fp32"].append(
                         bench.ort_bench(sess, feeds, args.warmup, args.iterations))
                     for prec in ("fp32", "bf16"):
                         lat[f"kiln {prec}"].append(bench.kiln_bench(
                             args.kiln, plans[prec], files, t, args.warmup, args.iterations))
+                    if extra:
+                        saved = os.environ.get(extra[1])
+                        os.environ[extra[1]] = extra[2]
+                        lat[extra[0]].append(bench.kiln_bench(
+                            args.kiln, plans["bf16"], files, t, args.warmup, args.iterations))
+                        if saved is None:
+                            del os.environ[extra[1]]
+                        else:
+                            os.environ[extra[1]] = saved
                 # the median of the rounds' medians, and the lowest time seen (steadier on a
                 # shared machine)
                 med = {k: statistics.median(r["median"] for r in v) for k, v in lat.items()}
                 low = {k: min(r["min"] for r in v) for k, v in lat.items()}
                 rows.append((name, t, med, low, acc["bf16"], args.samples))
+                bench.log(f"{name}, {t} threads: median ms " +
+                          ", ".join(f"{k} {v:.2f}" for k, v in med.items()))
     if path_line:
         print(f"build: {path_line}")
     print("| model | threads | ORT fp32 ms | kiln fp32 ms | kiln bf16 ms | ORT fp32 / kiln bf16 | "
@@ -131,6 +152,15 @@ def main():
               f"{lo['ort fp32']:.2f} / {lo['kiln fp32']:.2f} / {lo['kiln bf16']:.2f} | "
               f"{lo['ort fp32'] / lo['kiln bf16']:.2f} | {agree}/{n} | "
               f"{statistics.fmean(cos):.5f} / {min(cos):.5f} |")
+    if extra:
+        print()
+        print(f"| model | threads | kiln bf16 ms | {extra[0]} ms | {extra[0]} / kiln bf16 | "
+              f"min ms: kiln bf16 / {extra[0]} |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for name, t, m, lo, _, _ in rows:
+            print(f"| {name} | {t} | {m['kiln bf16']:.2f} | {m[extra[0]]:.2f} | "
+                  f"{m[extra[0]] / m['kiln bf16']:.2f} | "
+                  f"{lo['kiln bf16']:.2f} / {lo[extra[0]]:.2f} |")
     print()
     print("| model | precision | plan bytes | weight bytes | layers by precision | "
           "top-1 agree vs ORT fp32 | cosine mean / min |")

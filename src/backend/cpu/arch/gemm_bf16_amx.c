@@ -56,21 +56,22 @@ bool kn_bf16_amx_supported(void) {
     return amx_ok;
 }
 
-/* The 64-byte operand of ldtilecfg. */
-typedef struct tile_config {
+/* The 64-byte operand of ldtilecfg: palette 1, tiles 0-7 of 16 rows x 64 bytes. A constant
+ * object, not one filled on the stack: GCC 12's _tile_loadconfig tells the compiler it reads
+ * only 8 bytes, so stores to the rest of a local configuration are dropped as dead. */
+static const struct {
     uint8_t palette, start_row;
     uint8_t reserved[14];
     uint16_t colsb[16];
     uint8_t rows[16];
-} tile_config;
+} tile_config __attribute__((aligned(64))) = {
+    .palette = 1,
+    .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
+    .rows = {16, 16, 16, 16, 16, 16, 16, 16},
+};
 
 AMX void kn_bf16_amx_begin(void) {
-    tile_config cfg = {.palette = 1};
-    for (int t = 0; t < 8; t++) {
-        cfg.colsb[t] = 64;
-        cfg.rows[t] = 16;
-    }
-    _tile_loadconfig(&cfg);
+    _tile_loadconfig(&tile_config);
 }
 
 AMX void kn_bf16_amx_end(void) {
