@@ -31,6 +31,10 @@
 #define KT KN_BF16_KT
 /* Products of fewer rows take the AVX512-BF16 kernel: an AMX tile would be mostly padding. */
 #define AMX_MIN_M 16
+/* A tile does in a cycle what vdpbf16ps does in about eight: tasks and parallel products
+ * start at eight times the work, so a task lasts about as long as on the AVX512-BF16 path. */
+#define AMX_PARALLEL_MIN_WORK (PARALLEL_MIN_WORK * 8)
+#define AMX_MIN_TASK_WORK (MIN_TASK_WORK * 8)
 /* Blocks of KT pairs per K slice of the AMX path: an A strip's slice and a B panel's are 16 KiB
  * each. */
 #define AMX_KCB 16
@@ -561,14 +565,15 @@ static void run_amx_tasks(void *arg, int64_t begin, int64_t end) {
 }
 
 /* A few tasks per thread, columns split first (as the float32 GEMM does). */
-static void choose_grid(gemm_job *j, int threads) {
+static void choose_grid(gemm_job *j, int threads, bool amx) {
     j->tm = j->tn = 1;
     int64_t work = j->m * j->n * j->k;
-    if (threads <= 1 || work < PARALLEL_MIN_WORK)
+    int64_t min_task = amx ? AMX_MIN_TASK_WORK : MIN_TASK_WORK;
+    if (threads <= 1 || work < (amx ? AMX_PARALLEL_MIN_WORK : PARALLEL_MIN_WORK))
         return;
     int64_t target = (int64_t)threads * TASKS_PER_THREAD;
-    if (target > work / MIN_TASK_WORK)
-        target = work / MIN_TASK_WORK > threads ? work / MIN_TASK_WORK : threads;
+    if (target > work / min_task)
+        target = work / min_task > threads ? work / min_task : threads;
     if (j->panels >= target) {
         j->tn = target;
         return;
@@ -659,7 +664,7 @@ kiln_status kn_gemm_bf16(kn_threadpool *pool, int64_t m, int64_t n, int64_t k,
     }
     if (amx)
         j.strips = (m + 2 * AMX_MR - 1) / (2 * AMX_MR);
-    choose_grid(&j, kn_threadpool_size(pool));
+    choose_grid(&j, kn_threadpool_size(pool), amx);
     kn_parallel_for(j.tm * j.tn > 1 ? pool : NULL, j.tm * j.tn, 1, amx ? run_amx_tasks : run_tasks,
                     &j);
     kn_free(own);
