@@ -1,82 +1,18 @@
 /* AMX-BF16 kernel of the bf16 GEMM (see gemm_bf16_amx.h): up to 2 x 2 C tiles (a 32 x 32 fp32
  * block) held in tmm0-3 over the whole K slice, two A tiles in tmm4-5 and two B tiles in
  * tmm6-7, so each step loads four tiles for four tdpbf16ps. Every tile is 16 rows x 64 bytes,
- * one configuration (palette 1) for every block shape; partial blocks are the driver's (it
- * hands a scratch block where rows or columns run past C).
- *
- * Linux keeps tile data off until a process asks for it (arch_prctl ARCH_REQ_XCOMP_PERM); the
- * permission is the process's, so one successful request serves every thread. */
+ * the configuration of arch/amx.c for every block shape; partial blocks are the driver's (it
+ * hands a scratch block where rows or columns run past C). */
 #include "backend/cpu/arch/gemm_bf16_amx.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__)
-#include <cpuid.h>
 #include <immintrin.h>
-#include <pthread.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
-#define ARCH_GET_XCOMP_PERM 0x1022
-#define ARCH_REQ_XCOMP_PERM 0x1023
-#define XFEATURE_XTILECFG 17
-#define XFEATURE_XTILEDATA 18
+#include <stddef.h>
 
 #define AMX __attribute__((target("amx-tile,amx-bf16")))
 #define A_STEP (KN_BF16_KT * KN_BF16_AMX_MR) /* uint32 from one A tile to the next along K */
 #define B_STEP (KN_BF16_KT * 32)             /* uint32 from one B block to the next along K */
 #define B_STRIDE 128                         /* bytes between a B tile's rows (a panel's row) */
-
-static pthread_once_t probe_once = PTHREAD_ONCE_INIT;
-static bool amx_ok;
-
-static uint64_t xcr0(void) {
-    uint32_t lo, hi;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    return (uint64_t)hi << 32 | lo;
-}
-
-static void probe(void) {
-    unsigned a, b, c, d;
-    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_OSXSAVE))
-        return;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 22)) || !(d & (1u << 24)))
-        return; /* AMX-BF16 is EDX bit 22, AMX-TILE bit 24 */
-    uint64_t tiles = (1ull << XFEATURE_XTILECFG) | (1ull << XFEATURE_XTILEDATA);
-    if ((xcr0() & tiles) != tiles)
-        return;
-    unsigned long perm = 0;
-    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0 ||
-        syscall(SYS_arch_prctl, ARCH_GET_XCOMP_PERM, &perm) != 0 ||
-        !(perm & (1ul << XFEATURE_XTILEDATA)))
-        return;
-    amx_ok = true;
-}
-
-bool kn_bf16_amx_supported(void) {
-    pthread_once(&probe_once, probe);
-    return amx_ok;
-}
-
-/* The 64-byte operand of ldtilecfg: palette 1, tiles 0-7 of 16 rows x 64 bytes. A constant
- * object, not one filled on the stack: GCC 12's _tile_loadconfig tells the compiler it reads
- * only 8 bytes, so stores to the rest of a local configuration are dropped as dead. */
-static const struct {
-    uint8_t palette, start_row;
-    uint8_t reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} tile_config __attribute__((aligned(64))) = {
-    .palette = 1,
-    .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
-    .rows = {16, 16, 16, 16, 16, 16, 16, 16},
-};
-
-AMX void kn_bf16_amx_begin(void) {
-    _tile_loadconfig(&tile_config);
-}
-
-AMX void kn_bf16_amx_end(void) {
-    _tile_release();
-}
 
 /* rt and ct are constants in each caller, so the unused tiles' instructions drop out. */
 AMX static inline __attribute__((always_inline)) void block(int rt, int ct, const uint32_t *a0,
@@ -174,14 +110,6 @@ __attribute__((target("avx512f"))) void kn_bf16_amx_epilogue(float *c, int64_t l
 }
 
 #else
-
-bool kn_bf16_amx_supported(void) {
-    return false;
-}
-
-void kn_bf16_amx_begin(void) {}
-
-void kn_bf16_amx_end(void) {}
 
 void kn_bf16_amx_block(int rt, int ct, const uint32_t *a0, const uint32_t *a1, const uint32_t *b,
                        int64_t kblocks, float *c, int64_t ldc, bool accumulate) {

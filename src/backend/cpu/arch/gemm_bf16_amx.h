@@ -26,19 +26,10 @@ typedef struct kn_bf16_tile_ep {
     float lo, hi;
 } kn_bf16_tile_ep;
 
-/* true when the CPU has AMX-TILE and AMX-BF16 and the kernel lets this process use tile data
- * (asked once per process; the answer holds for every thread). */
-bool kn_bf16_amx_supported(void);
-
-/* Load the tile configuration on the calling thread before kn_bf16_amx_block; release the tiles
- * after the last block. Only when kn_bf16_amx_supported(). */
-void kn_bf16_amx_begin(void);
-void kn_bf16_amx_end(void);
-
 /* A (16 * rt) x (16 * ct) block of C (rt, ct in {1, 2}) over kblocks blocks of KN_BF16_KT pairs:
  * a0, a1 at the first tiles of two A strips (a1 unused when rt is 1), b at the panel's first
  * pair row of the first block. c (leading dimension ldc floats) is written, or added to when
- * accumulate. */
+ * accumulate. Between kn_cpu_amx_begin and kn_cpu_amx_end (arch/amx.h). */
 void kn_bf16_amx_block(int rt, int ct, const uint32_t *a0, const uint32_t *a1, const uint32_t *b,
                        int64_t kblocks, float *c, int64_t ldc, bool accumulate);
 

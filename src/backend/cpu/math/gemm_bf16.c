@@ -8,6 +8,7 @@
 
 #include "backend/cpu/math/gemm_bf16.h"
 
+#include "backend/cpu/arch/amx.h"
 #include "backend/cpu/arch/gemm_bf16_amx.h"
 #include "backend/cpu/clones.h"
 #include "core/alloc.h"
@@ -51,11 +52,6 @@ static bool env_set(const char *name) {
     return e != NULL && e[0] != '\0' && strcmp(e, "0") != 0;
 }
 
-static bool env_off(const char *name) {
-    const char *e = getenv(name);
-    return e != NULL && strcmp(e, "0") == 0;
-}
-
 bool kn_bf16_native(void) {
     if (env_set("KILN_BF16_PORTABLE"))
         return false;
@@ -63,7 +59,7 @@ bool kn_bf16_native(void) {
 }
 
 bool kn_bf16_amx(void) {
-    return kn_bf16_native() && !env_off("KILN_CPU_AMX") && kn_bf16_amx_supported();
+    return kn_bf16_native() && kn_cpu_amx(KN_AMX_BF16);
 }
 
 const char *kn_bf16_path_name(void) {
@@ -71,7 +67,7 @@ const char *kn_bf16_path_name(void) {
         return "bf16: AMX-BF16 tiles (tdpbf16ps), fp32 accumulation; AVX512-BF16 for products "
                "of fewer than 16 rows";
     if (kn_bf16_native()) {
-        if (env_off("KILN_CPU_AMX") && kn_bf16_amx_supported())
+        if (kn_cpu_amx_turned_off() && kn_cpu_amx_supported(KN_AMX_BF16))
             return "bf16: AVX512-BF16 dot products (vdpbf16ps), fp32 accumulation; AMX turned "
                    "off by KILN_CPU_AMX=0";
         return "bf16: AVX512-BF16 dot products (vdpbf16ps), fp32 accumulation; no AMX-BF16 on "
@@ -549,7 +545,7 @@ static void run_amx_tasks(void *arg, int64_t begin, int64_t end) {
     const gemm_job *j = arg;
     int64_t kblocks = j->kstride_a / KT;
     float tmp[2 * AMX_MR * NR];
-    kn_bf16_amx_begin();
+    kn_cpu_amx_begin();
     for (int64_t t = begin; t < end; t++) {
         int64_t ti = t / j->tn, tj = t % j->tn;
         int64_t s0 = ti * j->strips / j->tm, s1 = (ti + 1) * j->strips / j->tm;
@@ -561,7 +557,7 @@ static void run_amx_tasks(void *arg, int64_t begin, int64_t end) {
                     amx_block(j, s * 2 * AMX_MR, pn * NR, kb, kcb, kb + kcb >= kblocks, tmp);
         }
     }
-    kn_bf16_amx_end();
+    kn_cpu_amx_end();
 }
 
 /* A few tasks per thread, columns split first (as the float32 GEMM does). */
