@@ -9,12 +9,16 @@ in fp16, widened at load) reports its plan size and accuracy only; it runs as fp
                                                          # 1 and 2 threads
     python3 bench/bench_bf16.py --threads 1,2,16 --models resnet50,transformer
 
-KILN_BF16_PORTABLE=1 measures the portable path on a CPU with AVX512-BF16. Models come from
+KILN_BF16_PORTABLE=1 measures the portable path on a CPU with AVX512-BF16; --bf16-env
+KILN_CPU_AMX=0 builds and times a second bf16 plan with that variable set, in the same rounds
+(on a CPU with AMX: kiln as it is on a CPU without, against the AMX path), and adds its
+columns. Models come from
 bench.py's cache (bench/models/, exported from torchvision when torch is there, else built with
 onnx.helper).
 """
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -28,6 +32,19 @@ import onnx
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import bench  # noqa: E402
+
+
+@contextlib.contextmanager
+def env_set(var, value):
+    saved = os.environ.get(var)
+    os.environ[var] = value
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ[var]
+        else:
+            os.environ[var] = saved
 
 
 def cosine(a, b):
@@ -76,7 +93,15 @@ def main():
     ap.add_argument("--iterations", type=int, default=10)
     ap.add_argument("--samples", type=int, default=8, help="inputs for the accuracy check")
     ap.add_argument("--kiln", default=bench.default_kiln())
+    ap.add_argument("--bf16-env", default="", metavar="VAR=VALUE",
+                    help="also build and time a bf16 plan with this environment variable set")
+    ap.add_argument("--profile-dir", default="", metavar="DIR",
+                    help="write kiln bench --profile of each bf16 plan to DIR")
     args = ap.parse_args()
+    extra = None
+    if args.bf16_env:
+        var, _, value = args.bf16_env.partition("=")
+        extra = (f"kiln bf16 {args.bf16_env}", var, value)
     threads = [int(t) for t in args.threads.split(",")]
     rows, sizes = [], []
     path_line = ""
@@ -105,19 +130,40 @@ def main():
                 for prec in ("fp32", "bf16"):
                     plans[prec] = os.path.join(work, f"{name}.{prec}.{t}.plan")
                     build(args.kiln, fp32, plans[prec], t, specs, prec)
+                if extra:
+                    plans[extra[0]] = os.path.join(work, f"{name}.bf16-env.{t}.plan")
+                    with env_set(extra[1], extra[2]):
+                        build(args.kiln, fp32, plans[extra[0]], t, specs, "bf16")
                 sess = bench.ort_session(fp32, t)
                 lat = {"ort fp32": [], "kiln fp32": [], "kiln bf16": []}
+                if extra:
+                    lat[extra[0]] = []
                 for _ in range(args.rounds):
                     lat["ort fp32"].append(
                         bench.ort_bench(sess, feeds, args.warmup, args.iterations))
                     for prec in ("fp32", "bf16"):
                         lat[f"kiln {prec}"].append(bench.kiln_bench(
                             args.kiln, plans[prec], files, t, args.warmup, args.iterations))
+                    if extra:
+                        with env_set(extra[1], extra[2]):
+                            lat[extra[0]].append(bench.kiln_bench(args.kiln, plans[extra[0]],
+                                                                  files, t, args.warmup,
+                                                                  args.iterations))
                 # the median of the rounds' medians, and the lowest time seen (steadier on a
                 # shared machine)
                 med = {k: statistics.median(r["median"] for r in v) for k, v in lat.items()}
                 low = {k: min(r["min"] for r in v) for k, v in lat.items()}
                 rows.append((name, t, med, low, acc["bf16"], args.samples))
+                if args.profile_dir:
+                    os.makedirs(args.profile_dir, exist_ok=True)
+                    with open(os.path.join(args.profile_dir, f"{name}.bf16.{t}.txt"), "w") as f:
+                        f.write(bench.kiln_cmd(args.kiln, "bench", plans["bf16"], "--threads", t,
+                                               "--warmup", args.warmup, "--iterations",
+                                               args.iterations, "--profile",
+                                               *[a for n, p in files.items()
+                                                 for a in ("--input", f"{n}={p}")]))
+                bench.log(f"{name}, {t} threads: median ms " +
+                          ", ".join(f"{k} {v:.2f}" for k, v in med.items()))
     if path_line:
         print(f"build: {path_line}")
     print("| model | threads | ORT fp32 ms | kiln fp32 ms | kiln bf16 ms | ORT fp32 / kiln bf16 | "
@@ -131,6 +177,15 @@ def main():
               f"{lo['ort fp32']:.2f} / {lo['kiln fp32']:.2f} / {lo['kiln bf16']:.2f} | "
               f"{lo['ort fp32'] / lo['kiln bf16']:.2f} | {agree}/{n} | "
               f"{statistics.fmean(cos):.5f} / {min(cos):.5f} |")
+    if extra:
+        print()
+        print(f"| model | threads | kiln bf16 ms | {extra[0]} ms | {extra[0]} / kiln bf16 | "
+              f"min ms: kiln bf16 / {extra[0]} |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for name, t, m, lo, _, _ in rows:
+            print(f"| {name} | {t} | {m['kiln bf16']:.2f} | {m[extra[0]]:.2f} | "
+                  f"{m[extra[0]] / m['kiln bf16']:.2f} | "
+                  f"{lo['kiln bf16']:.2f} / {lo[extra[0]]:.2f} |")
     print()
     print("| model | precision | plan bytes | weight bytes | layers by precision | "
           "top-1 agree vs ORT fp32 | cosine mean / min |")

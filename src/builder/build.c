@@ -4,6 +4,7 @@
 #include "builder/builder.h"
 
 #include "backend/cpu/math/gemm_bf16.h"
+#include "backend/cpu/math/gemm_int8.h"
 #include "builder/codegen.h"
 #include "builder/thread_tune.h"
 #include "builder/timing_cache.h"
@@ -334,6 +335,19 @@ static void note_cpu_bf16(const kn_graph *g) {
     }
 }
 
+/* The same for int8 products placed on the CPU (QDQ models, --int8). */
+static void note_cpu_int8(const kn_graph *g) {
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kn_node *n = &g->nodes[i];
+        if (n->dead || strcmp(n->domain, KN_DOMAIN) != 0 ||
+            (strcmp(n->op_type, "QConv") != 0 && strcmp(n->op_type, "QMatMul") != 0) ||
+            strcmp(kn_node_backend(n), KN_BACKEND_HOST) != 0)
+            continue;
+        kn_log(kn_qgemm_has_vnni() ? KILN_LOG_INFO : KILN_LOG_WARNING, "%s", kn_qgemm_path_name());
+        return;
+    }
+}
+
 /* Lower the precision of what the configuration and the backends allow. */
 static kiln_status lower(kn_graph *g, const kiln_build_config *cfg,
                          const kn_plugin_table *plugins) {
@@ -621,6 +635,7 @@ kiln_status kn_build_plan(const kiln_builder *b, const kiln_network *net,
     if ((rc = kn_pass_fuse_qadd(g)) != KILN_OK || (rc = tidy(g)) != KILN_OK ||
         (rc = place(g, cfg, &plugins)) != KILN_OK)
         goto fail;
+    note_cpu_int8(g);
     progress(cfg, "fusing", 0.6);
     /* Attention is fused for 16-bit plans only: in float32 the fused kernel runs on CUDA
      * cores and measured slower than the products and softmax it replaces (passes.h). */

@@ -1,4 +1,5 @@
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/math/gemm_bf16.h"
 #include "backend/cpu/nn/conv.h"
 #include "ops/op.h"
 
@@ -78,7 +79,9 @@ static void cpu_weight_offer(const kn_node *n, int n_in, const kn_tensor *in, kn
     }
     caps->lower_weights = KN_LOWER_FP16 | KN_LOWER_BF16;
     caps->widen_weights = KN_LOWER_FP16; /* fp16 is storage only */
-    if (conv && kn_cpu_conv_prefers_winograd(n, &in[0], w)) {
+    /* On AMX tiles the bf16 GEMM outruns fp32 Winograd even with four times the multiplies
+     * (docs/perf-notes.md, "AMX-BF16"), so a plan built there computes these in bf16. */
+    if (conv && kn_cpu_conv_prefers_winograd(n, &in[0], w) && !kn_bf16_amx()) {
         caps->widen_weights |= KN_LOWER_BF16;
         caps->keep_fp32 = "3x3 conv: fp32 Winograd (a quarter of the multiplies) beats the bf16 "
                           "GEMM; weights stored in 16 bits";

@@ -8,6 +8,8 @@
 
 #include "backend/cpu/math/gemm_bf16.h"
 
+#include "backend/cpu/arch/amx.h"
+#include "backend/cpu/arch/gemm_bf16_amx.h"
 #include "backend/cpu/clones.h"
 #include "core/alloc.h"
 #include "core/tensor.h"
@@ -26,22 +28,51 @@
 #define PARALLEL_MIN_WORK ((int64_t)1 << 17)
 #define TASKS_PER_THREAD 4
 #define MIN_TASK_WORK ((int64_t)1 << 16)
+#define AMX_MR KN_BF16_AMX_MR
+#define KT KN_BF16_KT
+/* Products of fewer rows take the AVX512-BF16 kernel: an AMX tile would be mostly padding. */
+#define AMX_MIN_M 16
+/* A tile does in a cycle what vdpbf16ps does in about eight: tasks and parallel products
+ * start at eight times the work, so a task lasts about as long as on the AVX512-BF16 path. */
+#define AMX_PARALLEL_MIN_WORK (PARALLEL_MIN_WORK * 8)
+#define AMX_MIN_TASK_WORK (MIN_TASK_WORK * 8)
+/* Blocks of KT pairs per K slice of the AMX path: an A strip's slice and a B panel's are 16 KiB
+ * each. */
+#define AMX_KCB 16
 
 struct kn_bf16_packed {
     int64_t rows, k, kpairs; /* rows: m of an A, n of a B */
-    uint32_t *data;          /* strips (A) or panels (B), kpairs pairs each */
+    int64_t kstride;         /* pairs a strip or panel holds: kpairs, or padded to KT for AMX */
+    bool amx;                /* packed for the AMX kernel (A: its tile layout) */
+    uint32_t *data;          /* strips (A) or panels (B) */
 };
 
+static bool env_set(const char *name) {
+    const char *e = getenv(name);
+    return e != NULL && e[0] != '\0' && strcmp(e, "0") != 0;
+}
+
 bool kn_bf16_native(void) {
-    const char *e = getenv("KILN_BF16_PORTABLE");
-    if (e != NULL && e[0] != '\0' && strcmp(e, "0") != 0)
+    if (env_set("KILN_BF16_PORTABLE"))
         return false;
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
 }
 
+bool kn_bf16_amx(void) {
+    return kn_bf16_native() && kn_cpu_amx(KN_AMX_BF16);
+}
+
 const char *kn_bf16_path_name(void) {
-    if (kn_bf16_native())
-        return "bf16: AVX512-BF16 dot products (vdpbf16ps), fp32 accumulation";
+    if (kn_bf16_amx())
+        return "bf16: AMX-BF16 tiles (tdpbf16ps), fp32 accumulation; AVX512-BF16 for products "
+               "of fewer than 16 rows";
+    if (kn_bf16_native()) {
+        if (kn_cpu_amx_turned_off() && kn_cpu_amx_supported(KN_AMX_BF16))
+            return "bf16: AVX512-BF16 dot products (vdpbf16ps), fp32 accumulation; AMX turned "
+                   "off by KILN_CPU_AMX=0";
+        return "bf16: AVX512-BF16 dot products (vdpbf16ps), fp32 accumulation; no AMX-BF16 on "
+               "this CPU (or the kernel did not grant tile data)";
+    }
     return __builtin_cpu_supports("avx512bf16")
                ? "bf16: portable path forced by KILN_BF16_PORTABLE (bf16 widened to fp32, fp32 "
                  "multiply-add; slower)"
@@ -73,21 +104,37 @@ static inline uint32_t bf16_at(const void *p, int32_t dtype, int64_t i) {
     return to_bf16(((const float *)p)[i]);
 }
 
-static kiln_status packed_alloc(int64_t rows, int64_t k, int width, kn_bf16_packed **out) {
+/* Pairs of K a strip or panel holds. */
+static int64_t kstride_for(int64_t kpairs, bool amx) {
+    return amx ? (kpairs + KT - 1) / KT * KT : kpairs;
+}
+
+static size_t packed_words(int64_t rows, int width, int64_t kstride) {
+    return (size_t)((rows + width - 1) / width * width * (kstride > 0 ? kstride : 1));
+}
+
+static kiln_status packed_alloc(int64_t rows, int64_t k, int width, bool amx,
+                                kn_bf16_packed **out) {
     kn_bf16_packed *p = kn_calloc(1, sizeof *p);
     if (p == NULL)
         return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory packing bf16 weights");
     p->rows = rows;
     p->k = k;
     p->kpairs = (k + 1) / 2;
-    size_t n = (size_t)((rows + width - 1) / width * width * (p->kpairs > 0 ? p->kpairs : 1));
-    p->data = kn_aligned_alloc(n * sizeof(uint32_t), 64);
+    p->kstride = kstride_for(p->kpairs, amx);
+    p->amx = amx;
+    p->data = kn_aligned_alloc(packed_words(rows, width, p->kstride) * sizeof(uint32_t), 64);
     if (p->data == NULL) {
         kn_free(p);
         return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory packing bf16 weights");
     }
     *out = p;
     return KILN_OK;
+}
+
+/* Index of pair kp of row r in an AMX strip of kstride pairs: 16 x KT tiles along K. */
+static inline int64_t amx_at(int r, int64_t kp) {
+    return kp / KT * (AMX_MR * KT) + r * KT + kp % KT;
 }
 
 /* Element (r, q) of op(X) for a stored matrix X with leading dimension ld, 0 outside rows x k. */
@@ -100,8 +147,20 @@ static inline uint32_t op_at(const void *x, int32_t dtype, int64_t ld, bool tran
 
 kiln_status kn_bf16_pack_a(const void *a, int32_t dtype, int64_t lda, bool trans, int64_t m,
                            int64_t k, kn_bf16_packed **out) {
-    KN_TRY(packed_alloc(m, k, MR, out));
+    bool amx = kn_bf16_amx();
+    KN_TRY(packed_alloc(m, k, amx ? AMX_MR : MR, amx, out));
     kn_bf16_packed *p = *out;
+    if (amx) {
+        for (int64_t s = 0; s * AMX_MR < m; s++)
+            for (int64_t kp = 0; kp < p->kstride; kp++)
+                for (int r = 0; r < AMX_MR; r++) {
+                    int64_t row = s * AMX_MR + r;
+                    p->data[s * AMX_MR * p->kstride + amx_at(r, kp)] =
+                        pair(op_at(a, dtype, lda, trans, row, 2 * kp, m, k),
+                             op_at(a, dtype, lda, trans, row, 2 * kp + 1, m, k));
+                }
+        return KILN_OK;
+    }
     for (int64_t s = 0; s * MR < m; s++)
         for (int64_t kp = 0; kp < p->kpairs; kp++)
             for (int r = 0; r < MR; r++) {
@@ -115,14 +174,14 @@ kiln_status kn_bf16_pack_a(const void *a, int32_t dtype, int64_t lda, bool trans
 
 kiln_status kn_bf16_pack_b(const void *b, int32_t dtype, int64_t ldb, bool trans, int64_t k,
                            int64_t n, kn_bf16_packed **out) {
-    KN_TRY(packed_alloc(n, k, NR, out));
+    KN_TRY(packed_alloc(n, k, NR, kn_bf16_amx(), out));
     kn_bf16_packed *p = *out;
     /* op(B)'s column j is row j of op(B)^T, whose storage is B read with the other trans. */
     for (int64_t pn = 0; pn * NR < n; pn++)
-        for (int64_t kp = 0; kp < p->kpairs; kp++)
+        for (int64_t kp = 0; kp < p->kstride; kp++)
             for (int j = 0; j < NR; j++) {
                 int64_t col = pn * NR + j;
-                p->data[(pn * p->kpairs + kp) * NR + j] =
+                p->data[(pn * p->kstride + kp) * NR + j] =
                     pair(op_at(b, dtype, ldb, !trans, col, 2 * kp, n, k),
                          op_at(b, dtype, ldb, !trans, col, 2 * kp + 1, n, k));
             }
@@ -137,7 +196,7 @@ void kn_bf16_packed_free(kn_bf16_packed *p) {
 }
 
 size_t kn_bf16_packed_bytes(const kn_bf16_packed *p) {
-    return p == NULL ? 0 : (size_t)((p->rows + NR - 1) / NR * NR * p->kpairs) * sizeof(uint32_t);
+    return p == NULL ? 0 : (size_t)((p->rows + NR - 1) / NR * NR * p->kstride) * sizeof(uint32_t);
 }
 
 /* kc rows of a float32 panel (NR wide) into pairs; an odd last row pairs with zero. */
@@ -197,9 +256,30 @@ KN_CLONES static void strip_from_f32(const float *a, int64_t lda, bool trans, in
     }
 }
 
+/* Rows [i0, i0 + AMX_MR) of a float32 op(A) into one AMX strip of kstride pairs. */
+KN_CLONES static void strip_amx_from_f32(const float *a, int64_t lda, bool trans, int64_t i0,
+                                         int64_t m, int64_t k, int64_t kstride, uint32_t *dst) {
+    int64_t rows = min64(AMX_MR, m - i0);
+    for (int r = 0; r < AMX_MR; r++) {
+        for (int64_t kb = 0; kb < kstride; kb += KT) {
+            uint32_t *d = dst + kb * AMX_MR + r * KT;
+            for (int q = 0; q < KT; q++) {
+                int64_t k0 = 2 * (kb + q), i = i0 + r;
+                uint32_t lo = 0, hi = 0;
+                if (r < rows && k0 < k) {
+                    lo = to_bf16(trans ? a[k0 * lda + i] : a[i * lda + k0]);
+                    if (k0 + 1 < k)
+                        hi = to_bf16(trans ? a[(k0 + 1) * lda + i] : a[i * lda + k0 + 1]);
+                }
+                d[q] = pair(lo, hi);
+            }
+        }
+    }
+}
+
 typedef struct pack_job {
     const kn_bf16_operand *op;
-    int64_t rows, k, kpairs; /* rows: m for A, n for B */
+    int64_t rows, k, kpairs, kstride; /* rows: m for A, n for B */
     uint32_t *dst;
 } pack_job;
 
@@ -210,13 +290,22 @@ static void pack_a_range(void *arg, int64_t begin, int64_t end) {
                        j->dst + s * j->kpairs * MR);
 }
 
+static void pack_a_amx_range(void *arg, int64_t begin, int64_t end) {
+    const pack_job *j = arg;
+    for (int64_t s = begin; s < end; s++)
+        strip_amx_from_f32(j->op->p, j->op->ld, j->op->trans, s * AMX_MR, j->rows, j->k, j->kstride,
+                           j->dst + s * j->kstride * AMX_MR);
+}
+
 static void pack_b_range(void *arg, int64_t begin, int64_t end) {
     const pack_job *j = arg;
     const kn_bf16_operand *b = j->op;
     float panel[PACK_ROWS * NR];
     for (int64_t pn = begin; pn < end; pn++) {
         int64_t n0 = pn * NR, nc = min64(NR, j->rows - n0);
-        uint32_t *d = j->dst + pn * j->kpairs * NR;
+        uint32_t *d = j->dst + pn * j->kstride * NR;
+        if (j->kstride > j->kpairs)
+            memset(d + j->kpairs * NR, 0, (size_t)((j->kstride - j->kpairs) * NR) * sizeof *d);
         if (b->pack == NULL && !b->trans) {
             rows_to_pairs(b->p + n0, b->ld, j->k, nc, d);
             continue;
@@ -239,16 +328,8 @@ static void pack_b_range(void *arg, int64_t begin, int64_t end) {
 
 #define NATIVE __attribute__((target("avx512f,avx512bf16")))
 
-/* The part of the epilogue a tile applies in registers: bias, residual, a clamp (Relu, Clip);
- * other activations run over the tile afterwards. */
-typedef struct tile_ep {
-    const float *bias_row; /* one per tile row, or NULL */
-    const float *bias_col; /* one per tile column, or NULL */
-    const float *res;      /* the tile's residual, or NULL */
-    int64_t ldr;
-    bool clamp;
-    float lo, hi;
-} tile_ep;
+/* The part of the epilogue a tile applies in registers (gemm_bf16_amx.h). */
+typedef kn_bf16_tile_ep tile_ep;
 
 /* One MR x NR tile over kcp pairs, `rows` rows (a constant in each caller, so acc stays in
  * registers); ep (the last K slice only) finishes it. */
@@ -361,12 +442,13 @@ KN_CLONES static void ukr_portable(int64_t kcp, const uint32_t *a, const uint32_
 
 typedef struct gemm_job {
     int64_t m, n, k, kpairs, strips, panels;
+    int64_t kstride_a, kstride_b; /* pairs per A strip, per B panel */
     const uint32_t *a, *b;
     float *c;
     int64_t ldc;
     const kn_epilogue *ep; /* NULL when there is nothing to apply */
     bool native;
-    int64_t tm, tn;
+    int64_t tm, tn; /* tasks along rows (strips; pairs of AMX strips) and columns (panels) */
 } gemm_job;
 
 /* The epilogue of the tile at (i0, j0): its in-register part for the native kernel, all of it
@@ -406,11 +488,11 @@ static void run_tasks(void *arg, int64_t begin, int64_t end) {
             int64_t kcp = min64(KCP, j->kpairs - kb);
             bool last = kb + kcp >= j->kpairs;
             for (int64_t pn = p0; pn < p1; pn++) {
-                const uint32_t *bp = j->b + (pn * j->kpairs + kb) * NR;
+                const uint32_t *bp = j->b + (pn * j->kstride_b + kb) * NR;
                 int64_t j0 = pn * NR;
                 int nr = (int)min64(NR, j->n - j0);
                 for (int64_t s = s0; s < s1; s++) {
-                    const uint32_t *ap = j->a + (s * j->kpairs + kb) * MR;
+                    const uint32_t *ap = j->a + (s * j->kstride_a + kb) * MR;
                     int64_t i0 = s * MR;
                     int mr = (int)min64(MR, j->m - i0);
                     float *ct = j->c + i0 * j->ldc + j0;
@@ -430,21 +512,83 @@ static void run_tasks(void *arg, int64_t begin, int64_t end) {
     }
 }
 
+/* One block of up to 32 x 32 at (i0, j0) over blocks [kb, kb + kcb) of K. A block that runs
+ * past C's rows or columns goes through `tmp` (the tiles always store 16 x 16). */
+static void amx_block(const gemm_job *j, int64_t i0, int64_t j0, int64_t kb, int64_t kcb, bool last,
+                      float *tmp) {
+    int mr = (int)min64(2 * AMX_MR, j->m - i0), nr = (int)min64(NR, j->n - j0);
+    int rt = mr > AMX_MR ? 2 : 1, ct = nr > 16 ? 2 : 1;
+    const uint32_t *a0 = j->a + i0 * j->kstride_a + kb * KT * AMX_MR;
+    const uint32_t *a1 = a0 + AMX_MR * j->kstride_a;
+    const uint32_t *b = j->b + (j0 / NR * j->kstride_b + kb * KT) * NR;
+    float *c = j->c + i0 * j->ldc + j0;
+    bool whole = mr == rt * AMX_MR && nr == ct * 16;
+    if (whole) {
+        kn_bf16_amx_block(rt, ct, a0, a1, b, kcb, c, j->ldc, kb > 0);
+    } else {
+        if (kb > 0)
+            for (int r = 0; r < mr; r++)
+                memcpy(tmp + r * NR, c + r * j->ldc, (size_t)nr * sizeof(float));
+        kn_bf16_amx_block(rt, ct, a0, a1, b, kcb, tmp, NR, kb > 0);
+        for (int r = 0; r < mr; r++)
+            memcpy(c + r * j->ldc, tmp + r * NR, (size_t)nr * sizeof(float));
+    }
+    if (last && j->ep != NULL) {
+        tile_ep te;
+        kn_bf16_amx_epilogue(c, j->ldc, mr, nr, make_tile_ep(j, i0, j0, &te));
+        tile_epilogue(j, &te, c, i0, j0, mr, nr);
+    }
+}
+
+/* The AMX path's tasks: j->strips counts blocks of 2 * AMX_MR rows here. */
+static void run_amx_tasks(void *arg, int64_t begin, int64_t end) {
+    const gemm_job *j = arg;
+    int64_t kblocks = j->kstride_a / KT;
+    float tmp[2 * AMX_MR * NR];
+    kn_cpu_amx_begin();
+    for (int64_t t = begin; t < end; t++) {
+        int64_t ti = t / j->tn, tj = t % j->tn;
+        int64_t s0 = ti * j->strips / j->tm, s1 = (ti + 1) * j->strips / j->tm;
+        int64_t p0 = tj * j->panels / j->tn, p1 = (tj + 1) * j->panels / j->tn;
+        for (int64_t kb = 0; kb < kblocks; kb += AMX_KCB) {
+            int64_t kcb = min64(AMX_KCB, kblocks - kb);
+            for (int64_t pn = p0; pn < p1; pn++)
+                for (int64_t s = s0; s < s1; s++)
+                    amx_block(j, s * 2 * AMX_MR, pn * NR, kb, kcb, kb + kcb >= kblocks, tmp);
+        }
+    }
+    kn_cpu_amx_end();
+}
+
 /* A few tasks per thread, columns split first (as the float32 GEMM does). */
-static void choose_grid(gemm_job *j, int threads) {
+static void choose_grid(gemm_job *j, int threads, bool amx) {
     j->tm = j->tn = 1;
     int64_t work = j->m * j->n * j->k;
-    if (threads <= 1 || work < PARALLEL_MIN_WORK)
+    int64_t min_task = amx ? AMX_MIN_TASK_WORK : MIN_TASK_WORK;
+    if (threads <= 1 || work < (amx ? AMX_PARALLEL_MIN_WORK : PARALLEL_MIN_WORK))
         return;
     int64_t target = (int64_t)threads * TASKS_PER_THREAD;
-    if (target > work / MIN_TASK_WORK)
-        target = work / MIN_TASK_WORK > threads ? work / MIN_TASK_WORK : threads;
+    if (target > work / min_task)
+        target = work / min_task > threads ? work / min_task : threads;
     if (j->panels >= target) {
         j->tn = target;
         return;
     }
     j->tn = j->panels;
     j->tm = min64(j->strips, (target + j->tn - 1) / j->tn);
+}
+
+/* Whether this product takes the AMX kernel: A packed for it always does (no other kernel
+ * reads that layout); otherwise when AMX is on, there are rows enough, and a packed B has the
+ * padded K it needs. */
+static bool use_amx(int64_t m, const kn_bf16_operand *a, const kn_bf16_operand *b) {
+    if (a->packed != NULL)
+        return a->packed->amx;
+    if (m < AMX_MIN_M)
+        return false;
+    if (b->packed != NULL)
+        return b->packed->amx;
+    return kn_bf16_amx();
 }
 
 kiln_status kn_gemm_bf16(kn_threadpool *pool, int64_t m, int64_t n, int64_t k,
@@ -462,20 +606,26 @@ kiln_status kn_gemm_bf16(kn_threadpool *pool, int64_t m, int64_t n, int64_t k,
             kn_epilogue_apply(epi, c, ldc, 0, 0, m, n);
         return KILN_OK;
     }
+    bool amx = use_amx(m, a, b);
+    int64_t kpairs = (k + 1) / 2, kstride = kstride_for(kpairs, amx);
+    int mr = amx ? AMX_MR : MR;
     gemm_job j = {.m = m,
                   .n = n,
                   .k = k,
-                  .kpairs = (k + 1) / 2,
-                  .strips = (m + MR - 1) / MR,
+                  .kpairs = kpairs,
+                  .strips = (m + mr - 1) / mr,
                   .panels = (n + NR - 1) / NR,
+                  .kstride_a = kstride,
+                  .kstride_b = b->packed != NULL ? b->packed->kstride : kstride,
                   .c = c,
                   .ldc = ldc,
                   .ep = epi,
-                  .native = kn_bf16_native()};
+                  .native = amx || kn_bf16_native()};
     KN_ASSERT(a->packed == NULL || (a->packed->rows == m && a->packed->k == k));
     KN_ASSERT(b->packed == NULL || (b->packed->rows == n && b->packed->k == k));
-    size_t a_words = a->packed != NULL ? 0 : (size_t)(j.strips * MR * j.kpairs);
-    size_t b_words = b->packed != NULL ? 0 : (size_t)(j.panels * NR * j.kpairs);
+    KN_ASSERT(!amx || j.kstride_b == kstride);
+    size_t a_words = a->packed != NULL ? 0 : (size_t)(j.strips * mr * kstride);
+    size_t b_words = b->packed != NULL ? 0 : (size_t)(j.panels * NR * kstride);
     size_t a_bytes = (a_words * sizeof(uint32_t) + 63) / 64 * 64;
     size_t bytes = a_bytes + b_words * sizeof(uint32_t);
     uint8_t *own = NULL, *buf = bytes > 0 ? kn_threadpool_scratch(pool, bytes) : NULL;
@@ -487,20 +637,32 @@ kiln_status kn_gemm_bf16(kn_threadpool *pool, int64_t m, int64_t n, int64_t k,
     if (a->packed != NULL) {
         j.a = a->packed->data;
     } else {
-        pack_job pj = {.op = a, .rows = m, .k = k, .kpairs = j.kpairs, .dst = (uint32_t *)buf};
-        kn_parallel_for(pool, j.strips, 4, pack_a_range, &pj);
+        pack_job pj = {.op = a,
+                       .rows = m,
+                       .k = k,
+                       .kpairs = kpairs,
+                       .kstride = kstride,
+                       .dst = (uint32_t *)buf};
+        kn_parallel_for(pool, j.strips, 4, amx ? pack_a_amx_range : pack_a_range, &pj);
         j.a = pj.dst;
     }
     if (b->packed != NULL) {
         j.b = b->packed->data;
     } else {
-        pack_job pj = {
-            .op = b, .rows = n, .k = k, .kpairs = j.kpairs, .dst = (uint32_t *)(buf + a_bytes)};
+        pack_job pj = {.op = b,
+                       .rows = n,
+                       .k = k,
+                       .kpairs = kpairs,
+                       .kstride = kstride,
+                       .dst = (uint32_t *)(buf + a_bytes)};
         kn_parallel_for(pool, j.panels, 1, pack_b_range, &pj);
         j.b = pj.dst;
     }
-    choose_grid(&j, kn_threadpool_size(pool));
-    kn_parallel_for(j.tm * j.tn > 1 ? pool : NULL, j.tm * j.tn, 1, run_tasks, &j);
+    if (amx)
+        j.strips = (m + 2 * AMX_MR - 1) / (2 * AMX_MR);
+    choose_grid(&j, kn_threadpool_size(pool), amx);
+    kn_parallel_for(j.tm * j.tn > 1 ? pool : NULL, j.tm * j.tn, 1, amx ? run_amx_tasks : run_tasks,
+                    &j);
     kn_free(own);
     return KILN_OK;
 }

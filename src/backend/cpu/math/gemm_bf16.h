@@ -1,13 +1,16 @@
 /* bf16 GEMM for the CPU backend: C = epilogue(op(A) * op(B)) with both operands rounded to
  * bf16 (constant weights packed once, activations as they are packed), products accumulated in
- * fp32, C and the epilogue (bias, residual, activation) in fp32. Two paths chosen at run time:
- * AVX512-BF16 (vdpbf16ps, which multiplies pairs along K) and a portable one (bf16 widened to
- * fp32, fp32 multiply-add) for CPUs without it, so one binary and one plan serve both.
- * KILN_BF16_PORTABLE=1 forces the portable path (tests compare the two). AMX tiles are not used.
+ * fp32, C and the epilogue (bias, residual, activation) in fp32. Three paths chosen at run time:
+ * AMX-BF16 tiles (tdpbf16ps, arch/gemm_bf16_amx.c) where the CPU and the kernel allow them,
+ * AVX512-BF16 (vdpbf16ps, which multiplies pairs along K), and a portable one (bf16 widened to
+ * fp32, fp32 multiply-add) for CPUs without either, so one binary and one plan serve all.
+ * KILN_CPU_AMX=0 turns AMX off, KILN_BF16_PORTABLE=1 forces the portable path (tests compare
+ * them). Weights packed while AMX is on are laid out for it and keep taking it.
  *
  * Both operands are held as pairs along K: A in strips of KN_BF16_MR rows (per pair of K, the
  * strip's rows side by side), B in panels of KN_BF16_NR columns (per pair of K, the panel's
- * columns side by side), K padded to the pair with zeros. */
+ * columns side by side), K padded to the pair with zeros; for AMX, A in strips of 16 rows made
+ * of 16 x 16-pair tiles and K padded to 16 pairs (see arch/gemm_bf16_amx.h). */
 #ifndef KN_CPU_GEMM_BF16_H
 #define KN_CPU_GEMM_BF16_H
 
@@ -51,6 +54,9 @@ kiln_status kn_gemm_bf16(kn_threadpool *pool, int64_t m, int64_t n, int64_t k,
 
 /* true when the AVX512-BF16 path runs (the CPU has it and KILN_BF16_PORTABLE is not set). */
 bool kn_bf16_native(void);
+/* true when products take AMX tiles: kn_bf16_native(), the CPU has AMX-BF16, the kernel grants
+ * tile data, and KILN_CPU_AMX is not 0. */
+bool kn_bf16_amx(void);
 /* One line naming the path, for the build to print. */
 const char *kn_bf16_path_name(void);
 

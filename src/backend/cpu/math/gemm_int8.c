@@ -1,10 +1,14 @@
 /* int8 GEMM (see gemm_int8.h): the packing, the portable kernel and the dispatch. The VNNI
- * micro-kernel lives in arch/gemm_int8_vnni.c. */
+ * micro-kernel lives in arch/gemm_int8_vnni.c, the AMX-INT8 one in arch/gemm_int8_amx.c. */
 #include "backend/cpu/math/gemm_int8.h"
 
+#include "backend/cpu/arch/amx.h"
 #include "core/alloc.h"
 
 #include <string.h>
+
+/* Bytes after the last block: the AMX kernel's last K step reads a whole 16-row B tile. */
+#define AMX_SLACK 1024
 
 kiln_status kn_qgemm_pack_b(const int8_t *b, int64_t k, int64_t n, int64_t sk, int64_t sn,
                             kn_qgemm_b *out) {
@@ -13,8 +17,8 @@ kiln_status kn_qgemm_pack_b(const int8_t *b, int64_t k, int64_t n, int64_t sk, i
     out->n = n;
     out->kp = (k + 3) / 4 * 4;
     out->nb = (n + 15) / 16;
-    size_t bytes = (size_t)(out->nb * out->kp * 16);
-    out->packed = kn_aligned_alloc(bytes > 0 ? bytes : 64, 64);
+    size_t bytes = (size_t)(out->nb * out->kp * 16) + AMX_SLACK;
+    out->packed = kn_aligned_alloc(bytes, 64);
     out->colsum = kn_calloc((size_t)(out->nb * 16 + 1), sizeof(int32_t));
     if (out->packed == NULL || out->colsum == NULL) {
         kn_qgemm_b_free(out);
@@ -63,8 +67,30 @@ bool kn_qgemm_has_vnni(void) {
 #endif
 }
 
+bool kn_qgemm_has_amx(void) {
+    return kn_qgemm_has_vnni() && kn_cpu_amx(KN_AMX_INT8);
+}
+
+const char *kn_qgemm_path_name(void) {
+    if (kn_qgemm_has_amx())
+        return "int8: AMX-INT8 tiles (tdpbusd) for products of 16 rows or more, AVX512-VNNI "
+               "(vpdpbusd) for the rest";
+    if (!kn_qgemm_has_vnni())
+        return "int8: this CPU has no AVX512-VNNI; portable path (int32 multiply-add; slower)";
+    if (kn_cpu_amx_turned_off() && kn_cpu_amx_supported(KN_AMX_INT8))
+        return "int8: AVX512-VNNI dot products (vpdpbusd); AMX turned off by KILN_CPU_AMX=0";
+    return "int8: AVX512-VNNI dot products (vpdpbusd); no AMX-INT8 on this CPU (or the kernel "
+           "did not grant tile data)";
+}
+
 void kn_qgemm_u8s8(const uint8_t *a, int64_t lda, int64_t m, const kn_qgemm_b *b, int32_t *c,
                    int64_t ldc) {
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__)
+    if (m >= 16 && kn_qgemm_has_amx()) {
+        kn_qgemm_u8s8_amx(a, lda, m, b, c, ldc);
+        return;
+    }
+#endif
 #if defined(__x86_64__) && defined(__GNUC__)
     if (kn_qgemm_has_vnni()) {
         kn_qgemm_u8s8_vnni(a, lda, m, b, c, ldc);

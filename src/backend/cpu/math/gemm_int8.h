@@ -1,6 +1,7 @@
 /* int8 GEMM: C (int32) = A (uint8) x B (int8), as AVX512-VNNI's vpdpbusd takes its operands.
  * Signed activations are shifted by +128 by the caller (x ^ 0x80); the caller removes the
- * shift, and any activation zero point, with the column sums of B kept in the packed form. */
+ * shift, and any activation zero point, with the column sums of B kept in the packed form.
+ * AMX-INT8's tdpbusd takes the same operands, so one packing serves VNNI and AMX. */
 #ifndef KN_CPU_GEMM_INT8_H
 #define KN_CPU_GEMM_INT8_H
 
@@ -10,7 +11,8 @@
 #include <stdint.h>
 
 /* B packed for the kernel: 16-column blocks, each [kp / 4][16 columns][4 k] bytes, zero past
- * k and n; colsum[j] is the sum over k of column j (zero past n). */
+ * k and n, then 1 KiB of zeros (an AMX tile may read that far past the last block);
+ * colsum[j] is the sum over k of column j (zero past n). */
 typedef struct kn_qgemm_b {
     int64_t k, n, kp, nb; /* kp: k rounded up to 4; nb: number of 16-column blocks */
     int8_t *packed;
@@ -34,7 +36,16 @@ void kn_qgemm_u8s8_portable(const uint8_t *a, int64_t lda, int64_t m, const kn_q
 /* The AVX512-VNNI kernel (arch/gemm_int8_vnni.c); only for CPUs that have it. */
 void kn_qgemm_u8s8_vnni(const uint8_t *a, int64_t lda, int64_t m, const kn_qgemm_b *b, int32_t *c,
                         int64_t ldc);
+/* The AMX-INT8 kernel (arch/gemm_int8_amx.c): whole 16-row blocks on tiles, the rest on VNNI;
+ * only where kn_qgemm_has_amx(). */
+void kn_qgemm_u8s8_amx(const uint8_t *a, int64_t lda, int64_t m, const kn_qgemm_b *b, int32_t *c,
+                       int64_t ldc);
 /* Whether kn_qgemm_u8s8 uses AVX512-VNNI on this CPU. */
 bool kn_qgemm_has_vnni(void);
+/* Whether it uses AMX-INT8 tiles for products of 16 rows or more: VNNI, AMX-INT8, tile data
+ * granted, and KILN_CPU_AMX not 0 (arch/amx.h). */
+bool kn_qgemm_has_amx(void);
+/* One line naming the path, for the build to print. */
+const char *kn_qgemm_path_name(void);
 
 #endif
