@@ -664,7 +664,8 @@ kiln_status kn_build_plan(const kiln_builder *b, const kiln_network *net,
     if ((rc = choose_layouts(g, cfg, &plugins)) != KILN_OK)
         goto fail;
     progress(cfg, "checking kernels", 0.85);
-    if ((rc = check_kernels(g, cfg, &plugins)) != KILN_OK ||
+    if ((rc = kn_check_in_place_inputs(g)) != KILN_OK ||
+        (rc = check_kernels(g, cfg, &plugins)) != KILN_OK ||
         (rc = tune(g, cfg, &plugins)) != KILN_OK)
         goto fail;
     progress(cfg, "timing thread counts", 0.9);

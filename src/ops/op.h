@@ -62,6 +62,11 @@ bool kn_op_is_one_of(const kn_node *n, const char *const *names, size_t count);
 bool kn_op_is_product(const kn_node *n);
 /* ONNX ops that only move or relabel bytes (Transpose, Concat, Slice, Gather, Reshape, ...). */
 bool kn_op_moves_data(const kn_node *n);
+/* kiln.FusedDepthwiseConv rewrites its input 0 in place where its kernel cannot apply the input
+ * prologue as it loads: every such node's input 0 must be computed by a node of the graph, be
+ * read by that node alone and not be a graph output (kn_pass_fuse_depthwise_input makes only
+ * such nodes). An error naming the node otherwise: checked at build and when a plan loads. */
+kiln_status kn_check_in_place_inputs(const kn_graph *g);
 
 /* Helpers shared by infer functions. */
 /* Normalise axis into [0, rank) (negative counts from the end); error if out of range. */

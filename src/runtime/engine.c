@@ -331,8 +331,8 @@ kiln_status kn_engine_create(kn_plan *plan, kiln_registry *registry, kiln_engine
         for (int p = 0; p < e->plan.n_profiles; p++)
             if (strcmp(e->plan.profiles[p].input, g->values[g->inputs[i]].name) == 0)
                 e->input_profile[i] = &e->plan.profiles[p];
-    if ((rc = bind_backends(e)) != KILN_OK || (rc = place_values(e)) != KILN_OK ||
-        (rc = read_thread_counts(e)) != KILN_OK)
+    if ((rc = kn_check_in_place_inputs(g)) != KILN_OK || (rc = bind_backends(e)) != KILN_OK ||
+        (rc = place_values(e)) != KILN_OK || (rc = read_thread_counts(e)) != KILN_OK)
         goto fail;
     for (int k = 1; k < e->n_backends; k++)
         if (space_of_backend(e, k) == k && (rc = upload_weights(e, k)) != KILN_OK)

@@ -404,3 +404,55 @@ def test_depthwise_input_fusion_on_the_mini_cnns(tmp_path, dw_input, name):
     for k, ref in outs["host"].items():
         np.testing.assert_allclose(outs["device"][k], ref, rtol=1e-5,
                                    atol=1e-5 * np.abs(ref).max(), err_msg=k)
+
+
+def fused_depthwise_model(path, computed=True):
+    """y = kiln.FusedDepthwiseConv(x' , w, b, -, xb) with the HardSigmoid input prologue, x' =
+    Neg(x) (computed) or x itself, and the same network in ONNX's own ops for onnxruntime."""
+    rng = np.random.default_rng(2)
+    w, b, xb = (rng.normal(size=s).astype(np.float32) for s in ((6, 1, 3, 3), (6,), (6,)))
+    src = "n" if computed else "x"
+    pre = [helper.make_node("Neg", ["x"], ["n"])] if computed else []
+    conv = dict(group=6, pads=[1, 1, 1, 1], strides=[2, 2], kernel_shape=[3, 3])
+    kiln_nodes = pre + [helper.make_node("FusedDepthwiseConv", [src, "w", "b", "", "xb"], ["y"],
+                                         domain="kiln", kiln_input_activation="HardSigmoid",
+                                         kiln_input_alpha=0.3, kiln_input_beta=0.4,
+                                         kiln_activation="Relu", **conv)]
+    onnx_nodes = pre + [helper.make_node("Add", [src, "xb4"], ["s"]),
+                        helper.make_node("HardSigmoid", ["s"], ["h"], alpha=0.3, beta=0.4),
+                        helper.make_node("Conv", ["h", "w", "b"], ["c"], **conv),
+                        helper.make_node("Relu", ["c"], ["y"])]
+    inits = [numpy_helper.from_array(a, n) for n, a in (("w", w), ("b", b), ("xb", xb),
+                                                          ("xb4", xb.reshape(1, 6, 1, 1)))]
+    io = ([helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6, 7, 9])],
+          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 6, 4, 5])])
+    for nodes, p, extra in ((kiln_nodes, path, [helper.make_opsetid("kiln", 1)]),
+                            (onnx_nodes, path + ".ref.onnx", [])):
+        g = helper.make_graph(nodes, "g", *io, inits)
+        save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), *extra]), p)
+
+
+def test_fused_depthwise_conv_from_a_model_runs_on_the_host(tmp_path):
+    """kiln.FusedDepthwiseConv written in a model runs on the CPU (its prologue, padding zero
+    where HardSigmoid(0) is not) and matches onnxruntime on the same network in ONNX ops."""
+    import onnxruntime as ort
+    model = str(tmp_path / "m.onnx")
+    fused_depthwise_model(model)
+    x = np.random.default_rng(4).normal(size=(2, 6, 7, 9)).astype(np.float32) * 3
+    np.save(tmp_path / "x.npy", x)
+    want = ort.InferenceSession(model + ".ref.onnx",
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    plan = str(tmp_path / "m.plan")
+    kiln("build", model, "-o", plan)
+    got = run_plan(plan, {"x": str(tmp_path / "x.npy")}, str(tmp_path / "out"))["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def test_fused_depthwise_conv_on_a_graph_input_is_refused(tmp_path):
+    """Its input would be rewritten in place: a graph input is refused at build, one line."""
+    model = str(tmp_path / "m.onnx")
+    fused_depthwise_model(model, computed=False)
+    rc, _, err = kiln("build", model, "-o", str(tmp_path / "m.plan"), check=False)
+    assert rc != 0
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "computed by the network for this node alone" in lines[0], err

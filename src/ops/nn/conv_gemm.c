@@ -150,6 +150,29 @@ kiln_status kn_infer_fused_depthwise_conv(kn_infer_ctx *c) {
     return KILN_OK;
 }
 
+kiln_status kn_check_in_place_inputs(const kn_graph *g) {
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kn_node *n = &g->nodes[i];
+        for (int a = 0; !n->dead && a < n->n_attr; a++) /* If, Loop, Scan bodies */
+            if (n->attr[a].type == KN_ATTR_GRAPH && n->attr[a].g != NULL)
+                KN_TRY(kn_check_in_place_inputs(n->attr[a].g));
+        if (n->dead || strcmp(n->domain, KN_DOMAIN) != 0 ||
+            strcmp(n->op_type, "FusedDepthwiseConv") != 0 || n->n_in < 1 || n->in[0] < 0)
+            continue;
+        int x = n->in[0], readers = 0;
+        const kn_value *v = &g->values[x];
+        for (int k = 0; k < g->n_nodes; k++)
+            for (int j = 0; !g->nodes[k].dead && j < g->nodes[k].n_in; j++)
+                readers += g->nodes[k].in[j] == x;
+        if (v->producer < 0 || v->is_output || v->is_input || kn_value_is_const(v) || readers != 1)
+            return kn_error(KILN_ERR_MODEL,
+                            "node '%s' (kiln.FusedDepthwiseConv): its input '%s' must be computed "
+                            "by the network for this node alone (it may be rewritten in place)",
+                            n->name, v->name);
+    }
+    return KILN_OK;
+}
+
 kiln_status kn_infer_conv_transpose(kn_infer_ctx *c) {
     return infer_conv_common(c, true);
 }
