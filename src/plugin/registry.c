@@ -244,9 +244,13 @@ kiln_status kiln_registry_load_library(kiln_registry *r, const char *path) {
     int32_t rc = entry(kiln_host_api_get(), r);
     loading_lib = -1;
     if (rc != 0) {
+        /* Forget the library whole (it is the last one), so loading it again tries again and
+         * fails again with its reason instead of finding its path and answering OK. */
         drop_library_creators(r, lib);
         dlclose(h);
         r->libs[lib] = NULL;
+        r->n_libs--;
+        kn_free(r->lib_paths[lib]);
         return kn_error_prefix(KILN_ERR_PLUGIN, "plugin library '%s' failed to register: ", path);
     }
     return KILN_OK;
@@ -265,22 +269,40 @@ static kiln_status load_dir(kiln_registry *r, const char *dir) {
     DIR *d = opendir(dir);
     if (d == NULL)
         return kn_error(KILN_ERR_NOT_FOUND, "KILN_PLUGIN_PATH folder '%s' cannot be read", dir);
-    char *names[256];
-    int n = 0;
-    struct dirent *ent;
-    while ((ent = readdir(d)) != NULL && n < 256)
-        if (is_so(ent->d_name))
-            names[n++] = kn_strdup(ent->d_name);
-    closedir(d);
-    qsort(names, (size_t)n, sizeof names[0], cmp_str);
+    char **names = NULL;
+    int n = 0, cap = 0;
     kiln_status rc = KILN_OK;
+    struct dirent *ent;
+    while (rc == KILN_OK && (ent = readdir(d)) != NULL) {
+        if (!is_so(ent->d_name))
+            continue;
+        if (n == cap) {
+            int grown = cap ? 2 * cap : 64;
+            char **more =
+                kn_realloc(names, (size_t)cap * sizeof *names, (size_t)grown * sizeof *names);
+            if (more == NULL) {
+                rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory listing '%s'", dir);
+                break;
+            }
+            names = more;
+            cap = grown;
+        }
+        if ((names[n] = kn_strdup(ent->d_name)) == NULL)
+            rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory listing '%s'", dir);
+        else
+            n++;
+    }
+    closedir(d);
+    if (n > 0)
+        qsort(names, (size_t)n, sizeof names[0], cmp_str);
     for (int i = 0; i < n; i++) {
         char path[4096];
-        snprintf(path, sizeof path, "%s/%s", dir, names[i] ? names[i] : "");
-        if (rc == KILN_OK && names[i] != NULL)
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        if (rc == KILN_OK)
             rc = kiln_registry_load_library(r, path);
         kn_free(names[i]);
     }
+    kn_free(names);
     return rc;
 }
 

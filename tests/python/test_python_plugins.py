@@ -539,3 +539,19 @@ def test_device_inputs_are_checked_before_binding():
         ctx.run({"x": _x()}, outputs={"y0": np.zeros((2, 3), np.float32)})
     assert "binds CUDA arrays only" in ei.value.message
     np.testing.assert_array_equal(ctx.run({"x": _x()})["y0"], _x())
+
+
+def test_a_library_that_refuses_to_register_fails_every_time():
+    """A library whose entry refuses fails with its reason on each load, not OK the second time
+    (the registry forgets it)."""
+    plugins = os.environ.get("KILN_PLUGINS") or os.path.join(
+        os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "build",
+        "plugins")
+    lib_path = os.path.join(plugins, "test", "librefusing.so")
+    reg = kiln.Registry()
+    for _ in range(2):
+        with pytest.raises(kiln.KilnError) as ei:
+            reg.load_library(lib_path)
+        assert ei.value.status_name == "PLUGIN", ei.value.message
+        assert "failed to register" in ei.value.message
+        assert "needs a device this machine lacks" in ei.value.message
