@@ -10,6 +10,7 @@
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/math/gemm_int8.h"
 #include "core/alloc.h"
+#include "backend/cpu/clones.h"
 #include "backend/cpu/quantization/qproduct.h"
 
 #include <math.h>
@@ -116,20 +117,34 @@ kiln_status kn_cpu_qmatmul_prepare(const kn_node *node, int n_in, const kn_tenso
 }
 
 /* One row of int32 sums to n quantized outputs, in a loop the compiler vectorizes: clamps by
- * comparison, rounding half to even by adding and taking away 1.5 * 2^23. */
-static void requantize(const qstate *s, const int32_t *acc, int64_t n, uint8_t *y) {
+ * comparison, rounding half to even by adding and taking away 1.5 * 2^23. The state's fields
+ * are read once into locals: y's byte stores may alias them, and reloading them every element
+ * kept the loop scalar. (AVX-512 / AVX2 clones where the CPU has them.) */
+KN_CLONES static void requantize(const qstate *s, const int32_t *acc, int64_t n, uint8_t *y) {
     const float magic = 12582912.0f;
-    float qlo = s->qmin - s->yz, qhi = s->qmax - s->yz;
+    const float qlo = s->qmin - s->yz, qhi = s->qmax - s->yz, lo = s->lo, hi = s->hi;
+    const float ys = s->ys, yz = s->yz;
+    const int32_t xzu = s->xzu;
+    const int32_t *colsum = s->b.colsum;
+    const float *scale = s->scale, *bias = s->bias;
     for (int64_t j = 0; j < n; j++) {
-        float r = (float)(acc[j] - s->xzu * s->b.colsum[j]) * s->scale[j] + s->bias[j];
-        r = r > s->lo ? r : s->lo;
-        r = r < s->hi ? r : s->hi;
-        float v = r / s->ys;
+        float r = (float)(acc[j] - xzu * colsum[j]) * scale[j] + bias[j];
+        r = r > lo ? r : lo;
+        r = r < hi ? r : hi;
+        float v = r / ys;
         v = v > qlo ? v : qlo;
         v = v < qhi ? v : qhi;
-        int32_t q = (int32_t)((v + magic) - magic + s->yz);
+        int32_t q = (int32_t)((v + magic) - magic + yz);
         y[j] = (uint8_t)q;
     }
+}
+
+/* A row of x with each byte ^ flip (the int8 / uint8 domain change), zero to kp. */
+KN_CLONES static void flip_row(const uint8_t *src, int64_t k, int64_t kp, uint8_t flip,
+                               uint8_t *dst) {
+    for (int64_t e = 0; e < k; e++)
+        dst[e] = src[e] ^ flip;
+    memset(dst + k, 0, (size_t)(kp - k));
 }
 
 typedef struct qjob {
@@ -170,13 +185,8 @@ static void matmul_range(void *arg, int64_t begin, int64_t end) {
     int64_t kp = s->b.kp, ldc = s->b.nb * 16;
     for (int64_t ch = begin; ch < end; ch++) {
         int64_t r0 = ch * ROWS, m = j->rows - r0 < ROWS ? j->rows - r0 : ROWS;
-        for (int64_t i = 0; i < m; i++) {
-            const uint8_t *src = j->x + (r0 + i) * j->k;
-            uint8_t *dst = b.a + i * kp;
-            for (int64_t e = 0; e < j->k; e++)
-                dst[e] = src[e] ^ s->flip;
-            memset(dst + j->k, 0, (size_t)(kp - j->k));
-        }
+        for (int64_t i = 0; i < m; i++)
+            flip_row(j->x + (r0 + i) * j->k, j->k, kp, s->flip, b.a + i * kp);
         kn_qgemm_u8s8(b.a, kp, m, &s->b, b.c, ldc);
         for (int64_t i = 0; i < m; i++)
             requantize(s, b.c + i * ldc, s->b.n, j->y + (r0 + i) * s->b.n);
