@@ -120,13 +120,14 @@ kiln_status kn_cpu_qmatmul_prepare(const kn_node *node, int n_in, const kn_tenso
  * comparison, rounding half to even by adding and taking away 1.5 * 2^23. The state's fields
  * are read once into locals: y's byte stores may alias them, and reloading them every element
  * kept the loop scalar. (AVX-512 / AVX2 clones where the CPU has them.) */
-KN_CLONES static void requantize(const qstate *s, const int32_t *acc, int64_t n, uint8_t *y) {
+KN_CLONES static void requantize(const qstate *s, int64_t j0, const int32_t *acc, int64_t n,
+                                 uint8_t *y) {
     const float magic = 12582912.0f;
     const float qlo = s->qmin - s->yz, qhi = s->qmax - s->yz, lo = s->lo, hi = s->hi;
     const float ys = s->ys, yz = s->yz;
     const int32_t xzu = s->xzu;
-    const int32_t *colsum = s->b.colsum;
-    const float *scale = s->scale, *bias = s->bias;
+    const int32_t *colsum = s->b.colsum + j0;
+    const float *scale = s->scale + j0, *bias = s->bias + j0;
     for (int64_t j = 0; j < n; j++) {
         float r = (float)(acc[j] - xzu * colsum[j]) * scale[j] + bias[j];
         r = r > lo ? r : lo;
@@ -152,6 +153,7 @@ typedef struct qjob {
     const uint8_t *x;
     uint8_t *y;
     int64_t rows, k;
+    int64_t cparts; /* column parts of each chunk of rows (a few rows: columns split too) */
     kiln_status rc;
 } qjob;
 
@@ -173,6 +175,8 @@ static void bufs_put(qbufs *b) {
     kn_free(b->y);
 }
 
+/* Task t: rows [r0, r0 + ROWS) of chunk t / cparts by the columns of part t % cparts, whole
+ * pairs of 16-column blocks (the 6 x 32 tile's width). */
 static void matmul_range(void *arg, int64_t begin, int64_t end) {
     qjob *j = arg;
     const qstate *s = j->s;
@@ -182,14 +186,27 @@ static void matmul_range(void *arg, int64_t begin, int64_t end) {
         j->rc = KILN_ERR_OUT_OF_MEMORY;
         return;
     }
-    int64_t kp = s->b.kp, ldc = s->b.nb * 16;
-    for (int64_t ch = begin; ch < end; ch++) {
+    int64_t kp = s->b.kp, pairs = (s->b.nb + 1) / 2;
+    for (int64_t t = begin; t < end; t++) {
+        int64_t ch = t / j->cparts, cp = t % j->cparts;
         int64_t r0 = ch * ROWS, m = j->rows - r0 < ROWS ? j->rows - r0 : ROWS;
+        int64_t nb0 = cp * pairs / j->cparts * 2, nb1 = (cp + 1) * pairs / j->cparts * 2;
+        nb1 = nb1 < s->b.nb ? nb1 : s->b.nb;
+        int64_t j0 = nb0 * 16, j1 = nb1 * 16 < s->b.n ? nb1 * 16 : s->b.n;
+        if (j1 <= j0)
+            continue;
+        kn_qgemm_b part = {.k = s->b.k,
+                           .n = j1 - j0,
+                           .kp = kp,
+                           .nb = nb1 - nb0,
+                           .packed = s->b.packed + nb0 * kp * 16,
+                           .colsum = s->b.colsum + j0};
+        int64_t ldc = part.nb * 16;
         for (int64_t i = 0; i < m; i++)
             flip_row(j->x + (r0 + i) * j->k, j->k, kp, s->flip, b.a + i * kp);
-        kn_qgemm_u8s8(b.a, kp, m, &s->b, b.c, ldc);
+        kn_qgemm_u8s8(b.a, kp, m, &part, b.c, ldc);
         for (int64_t i = 0; i < m; i++)
-            requantize(s, b.c + i * ldc, s->b.n, j->y + (r0 + i) * s->b.n);
+            requantize(s, j0, b.c + i * ldc, j1 - j0, j->y + (r0 + i) * s->b.n + j0);
     }
     bufs_put(&b);
 }
@@ -198,7 +215,16 @@ kiln_status kn_cpu_qmatmul_run(kn_kernel_ctx *k) {
     const qstate *s = k->state;
     qjob j = {.s = s, .x = k->in[0].data, .y = k->out[0].data, .k = s->b.k, .rc = KILN_OK};
     j.rows = s->b.k > 0 ? kn_tensor_numel(&k->in[0]) / s->b.k : 0;
-    kn_parallel_for(k->pool, (j.rows + ROWS - 1) / ROWS, 1, matmul_range, &j);
+    /* Fewer chunks of rows than two a thread (a transformer's 128 tokens are three): the
+     * columns split too, so every thread has work. */
+    int64_t chunks = (j.rows + ROWS - 1) / ROWS, pairs = (s->b.nb + 1) / 2;
+    int threads = kn_threadpool_size(k->pool);
+    j.cparts = 1;
+    if (threads > 1 && chunks > 0 && chunks < 2 * threads) {
+        j.cparts = (2 * threads + chunks - 1) / chunks;
+        j.cparts = j.cparts < pairs ? j.cparts : pairs > 0 ? pairs : 1;
+    }
+    kn_parallel_for(k->pool, chunks * j.cparts, 1, matmul_range, &j);
     if (j.rc != KILN_OK)
         return kn_error(j.rc, "no memory for an int8 MatMul");
     return KILN_OK;
