@@ -1,7 +1,8 @@
 /* Shared by the AMX tests of the bf16 GEMM (test_gemm_bf16_amx.c on the CPU's tiles,
- * test_gemm_bf16_amx_emu.c on emulated ones): one product against a reference that rounds the
- * inputs to bf16 and sums in fp64, every operand form, four epilogues, then a table of shapes
- * around the tile edges (16 and 32 rows and columns, 16 pairs of K and the 256-pair K slice). */
+ * test_gemm_bf16_amx_emu.c on emulated ones) and by test_gemm_bf16.c: one product against a
+ * reference that rounds the inputs to bf16 and sums in fp64, every operand form, four epilogues,
+ * then a table of shapes around the tile edges (16 and 32 rows and columns, 16 pairs of K and the
+ * 256-pair K slice). */
 #ifndef KN_TEST_GEMM_BF16_CHECK_H
 #define KN_TEST_GEMM_BF16_CHECK_H
 
@@ -15,12 +16,12 @@
 
 static uint32_t check_rng = 4242;
 
-static float check_rand(void) {
+static inline float check_rand(void) {
     check_rng = check_rng * 1664525u + 1013904223u;
     return (float)((check_rng >> 8) & 0xFFFF) / 32768.0f - 1.0f;
 }
 
-static double check_bf16(float x) {
+static inline double check_bf16(float x) {
     return kn_bf16_to_float(kn_float_to_bf16(x));
 }
 
@@ -30,8 +31,8 @@ typedef struct check_panel_src {
 } check_panel_src;
 
 /* A kn_gemm_pack_fn over a row-major k x n matrix (what convolution's im2col packers are). */
-static void check_pack_panel(void *arg, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
-                             float *dst) {
+static inline void check_pack_panel(void *arg, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
+                                    float *dst) {
     const check_panel_src *s = arg;
     for (int64_t p = 0; p * KN_BF16_NR < nc; p++)
         for (int64_t q = 0; q < kc; q++)
@@ -43,13 +44,15 @@ static void check_pack_panel(void *arg, int64_t k0, int64_t kc, int64_t n0, int6
 }
 
 enum { CA_PACKED, CA_PACKED_BF16, CA_PLAIN, CA_TRANS, CA_FORMS };
-enum { CB_PACKED, CB_PLAIN, CB_TRANS, CB_PACK_FN, CB_FORMS };
-/* none; bias per row + Relu; bias per column + residual + Clip; residual + GELU */
-enum { CE_NONE, CE_ROW_RELU, CE_COL_RES_CLIP, CE_RES_GELU, CE_FORMS };
+enum { CB_PACKED, CB_PLAIN, CB_TRANS, CB_PACK_FN, CB_PACKED_TRANS, CB_FORMS };
+/* none; bias per row + Relu; bias per column + residual + Clip; residual + GELU; bias per row
+ * + residual + Relu */
+enum { CE_NONE, CE_ROW_RELU, CE_COL_RES_CLIP, CE_RES_GELU, CE_ROW_RES_RELU, CE_FORMS };
 
-static double check_act(int e, double x) {
+static inline double check_act(int e, double x) {
     switch (e) {
     case CE_ROW_RELU:
+    case CE_ROW_RES_RELU:
         return x > 0 ? x : 0;
     case CE_COL_RES_CLIP:
         return x < -0.5 ? -0.5 : x > 2.0 ? 2.0 : x;
@@ -60,8 +63,8 @@ static double check_act(int e, double x) {
     }
 }
 
-static void check_product(kn_threadpool *pool, int64_t m, int64_t n, int64_t k, int af, int bf,
-                          int ef) {
+static inline void check_product(kn_threadpool *pool, int64_t m, int64_t n, int64_t k, int af,
+                                 int bf, int ef) {
     int64_t lda = k + 3, ldb = n + 1, ldc = n + 2;
     float *a = kn_malloc((size_t)(m * lda + 1) * sizeof(float));
     float *at = kn_malloc((size_t)(k * m + 1) * sizeof(float));
@@ -106,6 +109,9 @@ static void check_product(kn_threadpool *pool, int64_t m, int64_t n, int64_t k, 
     if (bf == CB_PACKED) {
         assert_int_equal(kn_bf16_pack_b(b, KILN_DTYPE_FLOAT32, ldb, false, k, n, &pb), KILN_OK);
         ob.packed = pb;
+    } else if (bf == CB_PACKED_TRANS) {
+        assert_int_equal(kn_bf16_pack_b(bt, KILN_DTYPE_FLOAT32, k, true, k, n, &pb), KILN_OK);
+        ob.packed = pb;
     } else if (bf == CB_PLAIN) {
         ob = (kn_bf16_operand){.p = b, .ld = ldb};
     } else if (bf == CB_TRANS) {
@@ -121,6 +127,9 @@ static void check_product(kn_threadpool *pool, int64_t m, int64_t n, int64_t k, 
             .bias = bias, .residual = res, .ldr = n, .act = KN_ACT_CLIP, .alpha = -0.5f, .beta = 2};
     else if (ef == CE_RES_GELU)
         ep = (kn_epilogue){.residual = res, .ldr = n, .act = KN_ACT_GELU};
+    else if (ef == CE_ROW_RES_RELU)
+        ep = (kn_epilogue){
+            .bias = bias, .bias_per_row = true, .residual = res, .ldr = n, .act = KN_ACT_RELU};
     assert_int_equal(kn_gemm_bf16(pool, m, n, k, &oa, &ob, c, ldc, ef == CE_NONE ? NULL : &ep),
                      KILN_OK);
     for (int64_t i = 0; i < m; i++) {
@@ -161,7 +170,7 @@ static void check_product(kn_threadpool *pool, int64_t m, int64_t n, int64_t k, 
 
 /* Every shape with every operand form (one side is always the activation), the epilogues in
  * turn, on one thread and on a pool of `threads`. */
-static void check_shapes(int threads) {
+static inline void check_shapes(int threads) {
     static const int64_t sizes[][3] = {
         {16, 16, 32}, {32, 32, 32}, {1, 1, 1},      {16, 1, 1},     {17, 15, 1},    {33, 17, 2},
         {31, 33, 33}, {47, 49, 63}, {64, 64, 512},  {20, 100, 513}, {100, 31, 70},  {48, 80, 1100},
@@ -174,8 +183,8 @@ static void check_shapes(int threads) {
         for (int af = 0; af < CA_FORMS; af++)
             for (int bf = 0; bf < CB_FORMS; bf++) {
                 bool a_packed = af == CA_PACKED || af == CA_PACKED_BF16;
-                if (a_packed && bf == CB_PACKED)
-                    continue;
+                if (a_packed && (bf == CB_PACKED || bf == CB_PACKED_TRANS))
+                    continue; /* one side is always the activation */
                 check_product(NULL, sizes[s][0], sizes[s][1], sizes[s][2], af, bf, e++ % CE_FORMS);
                 check_product(pool, sizes[s][0], sizes[s][1], sizes[s][2], af, bf, e++ % CE_FORMS);
             }
