@@ -681,6 +681,18 @@ int64_t kn_attr_floats(const kn_node *n, const char *name, const float **out) {
     return a->n;
 }
 
+int kn_graph_sole_consumer(const kn_graph *g, const int *uses, int v) {
+    if (v < 0 || g->values[v].is_output || uses[v] != 1)
+        return -1;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kn_node *n = &g->nodes[i];
+        for (int j = 0; !n->dead && j < n->n_in; j++)
+            if (n->in[j] == v)
+                return i;
+    }
+    return -1;
+}
+
 int *kn_graph_value_uses(const kn_graph *g) {
     int *uses = kn_calloc((size_t)g->n_values + 1, sizeof(int));
     if (uses == NULL)

@@ -151,6 +151,9 @@ const kn_attr *kn_node_attr(const kn_node *n, const char *name);
 /* How many inputs of live nodes read each value (n_values + 1 ints, caller frees with
  * kn_free); NULL when out of memory. */
 int *kn_graph_value_uses(const kn_graph *g);
+/* The only live node reading value v, given uses from kn_graph_value_uses (kept current by the
+ * caller); -1 when v has several readers or none, or is a graph output. */
+int kn_graph_sole_consumer(const kn_graph *g, const int *uses, int v);
 int64_t kn_attr_int(const kn_node *n, const char *name, int64_t def);
 float kn_attr_float(const kn_node *n, const char *name, float def);
 const char *kn_attr_string(const kn_node *n, const char *name, const char *def);

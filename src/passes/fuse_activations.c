@@ -60,17 +60,7 @@ static bool fusible_here(const kn_graph *g, int i) {
 
 /* The only consumer of v, or -1 (several, none, or v is a graph output). */
 static int sole_consumer(const fuser *f, int v) {
-    if (v < 0 || f->g->values[v].is_output || f->uses[v] != 1)
-        return -1;
-    for (int i = 0; i < f->g->n_nodes; i++) {
-        const kn_node *n = &f->g->nodes[i];
-        if (n->dead)
-            continue;
-        for (int j = 0; j < n->n_in; j++)
-            if (n->in[j] == v)
-                return i;
-    }
-    return -1;
+    return kn_graph_sole_consumer(f->g, f->uses, v);
 }
 
 static kiln_status add_attr(kn_graph *g, int node, kn_attr a) {

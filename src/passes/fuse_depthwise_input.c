@@ -33,19 +33,6 @@ static bool is_op(const kn_node *n, const char *domain, const char *op) {
     return !n->dead && strcmp(n->domain, domain) == 0 && strcmp(n->op_type, op) == 0;
 }
 
-/* The only consumer of v, or -1 (several, none, or v is a graph output). */
-static int sole_consumer(const kn_graph *g, const int *uses, int v) {
-    if (v < 0 || g->values[v].is_output || uses[v] != 1)
-        return -1;
-    for (int i = 0; i < g->n_nodes; i++) {
-        const kn_node *n = &g->nodes[i];
-        for (int j = 0; !n->dead && j < n->n_in; j++)
-            if (n->in[j] == v)
-                return i;
-    }
-    return -1;
-}
-
 /* Whether node d is a 2-D depthwise convolution (groups = input channels = output channels,
  * weights [C, 1, kh, kw] constant) whose epilogue, if any, is its own. */
 static bool depthwise(const kn_graph *g, const kn_node *d) {
@@ -117,7 +104,7 @@ kiln_status kn_pass_fuse_depthwise_input(kn_graph *g) {
         const kn_node *p = &g->nodes[pi];
         if (!activated_conv(p))
             continue;
-        int di = sole_consumer(g, uses, p->out[0]);
+        int di = kn_graph_sole_consumer(g, uses, p->out[0]);
         if (di < 0 || g->nodes[di].in[0] != p->out[0] || !depthwise(g, &g->nodes[di]))
             continue;
         const char *where = kn_node_backend(&g->nodes[di]);

@@ -45,17 +45,9 @@ static const kn_node *dq_of(const qdq *q, int v) {
     return &q->g->nodes[p];
 }
 
+/* Values added by the pass (v >= n_uses) have no count: no sole consumer is claimed. */
 static int sole_consumer(const qdq *q, int v) {
-    if (v < 0 || v >= q->n_uses || q->g->values[v].is_output || q->uses[v] != 1)
-        return -1;
-    for (int i = 0; i < q->g->n_nodes; i++) {
-        const kn_node *n = &q->g->nodes[i];
-        if (!n->dead)
-            for (int j = 0; j < n->n_in; j++)
-                if (n->in[j] == v)
-                    return i;
-    }
-    return -1;
+    return v >= q->n_uses ? -1 : kn_graph_sole_consumer(q->g, q->uses, v);
 }
 
 static bool scalar_const(const qdq *q, int v) {
