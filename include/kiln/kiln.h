@@ -352,7 +352,11 @@ KILN_API kiln_status kiln_build_config_set_layer_precision(kiln_build_config *co
  * the cache keeps those choices by device, library versions and layer signature. It is read
  * before tuning (a malformed or foreign file is ignored with a warning) and written (temporary
  * file, then rename) when layers were timed, so a rebuild with it times nothing and writes the
- * same plan. A build that times nothing (CPU only) leaves the file as it is. */
+ * same plan. On the CPU, a build for more than one thread also times each layer on fewer of
+ * the context's threads and keeps the layers that are clearly faster so in the cache (and in
+ * the plan's per-layer thread counts); KILN_CPU_THREAD_TUNE=0 turns that off. Without a cache
+ * file the CPU times nothing (KILN_CPU_THREAD_TUNE=1: it does, and the plan then varies from
+ * build to build). A build that times nothing leaves the file as it is. */
 KILN_API kiln_status kiln_build_config_set_timing_cache(kiln_build_config *config,
                                                         const char *path);
 /* int8 for a float32 model, calibrated on the CPU. The model runs in float32 over the samples

@@ -57,7 +57,8 @@ def build(
     ["cuda", "cpu"] or "cuda,cpu"; default the CPU alone); the host takes what none runs.
     precision: "fp32" (default), "tf32", "fp16" or "bf16", or a dict of layer-name patterns to
     those ("*" sets the default), e.g. {"*": "fp16", "*attn*": "fp32"}. timing_cache: a file
-    keeping the tactics device backends choose by timing (read before, written after; see
+    keeping what the build chooses by timing, device backends' tactics and (for more than one
+    thread) the CPU's per-layer thread counts (read before, written after; see
     kiln_build_config_set_timing_cache). int8: run a float32 model's Conv, Gemm and MatMul
     layers in int8, calibrated on the CPU by calibration: a folder of .npy samples (one
     sub-folder per sample holding INPUT.npy for each input, or .npy files for a one-input model)

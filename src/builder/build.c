@@ -456,11 +456,39 @@ static bool tune_key_of(const kn_node *n, const kn_resolved *at, kn_backend **b,
     return (*b)->iface->tune_key(*b, n, n->n_in, in, n->n_out, out, key, size);
 }
 
+/* The build's timing cache: the file (when one is given) is read when the first layer needs
+ * it, and written at the end when layers were timed; without a file it still serves repeats
+ * of a layer signature within the build. */
+typedef struct build_cache {
+    kn_timing_cache c;
+    bool read;
+    int n_read; /* entries read from the file: c.e[0 .. n_read) */
+} build_cache;
+
+static kiln_status cache_open(const kiln_build_config *cfg, build_cache *bc) {
+    if (bc->read)
+        return KILN_OK;
+    bc->read = true;
+    if (cfg->timing_cache != NULL)
+        KN_TRY(kn_timing_cache_load(&bc->c, cfg->timing_cache));
+    bc->n_read = bc->c.n;
+    return KILN_OK;
+}
+
+static kiln_status cache_close(const kiln_build_config *cfg, build_cache *bc, bool save) {
+    kiln_status rc = KILN_OK;
+    if (save && cfg->timing_cache != NULL && bc->c.added)
+        rc = kn_timing_cache_save(&bc->c, cfg->timing_cache);
+    kn_timing_cache_clear(&bc->c);
+    return rc;
+}
+
 /* Tactic selection by timing: each node whose backend tunes it gets the backend's choice at
  * the profile's opt shapes in its KN_ATTR_TACTIC attribute, from the timing cache when the
  * cache has its key, else timed now (and added to the cache, which also serves repeats of a
  * layer signature within this build). */
-static kiln_status tune(kn_graph *g, const kiln_build_config *cfg, const kn_plugin_table *plugins) {
+static kiln_status tune(kn_graph *g, const kiln_build_config *cfg, const kn_plugin_table *plugins,
+                        build_cache *bc) {
     kn_backend *order[8];
     int n_order;
     bool any = false;
@@ -477,12 +505,15 @@ static kiln_status tune(kn_graph *g, const kiln_build_config *cfg, const kn_plug
         kn_free(at);
         return rc;
     }
-    kn_timing_cache cache = {0};
-    if (cfg->timing_cache != NULL)
-        rc = kn_timing_cache_load(&cache, cfg->timing_cache);
+    if ((rc = cache_open(cfg, bc)) != KILN_OK) {
+        kn_resolved_release(at, g->n_values);
+        kn_free(at);
+        return rc;
+    }
+    kn_timing_cache *cache = &bc->c;
     char key[1024];
     kn_backend *b;
-    int total = 0, done = 0, timed = 0, from_file = 0, failed = 0, loaded = cache.n;
+    int total = 0, done = 0, timed = 0, from_file = 0, failed = 0;
     for (int i = 0; i < g->n_nodes; i++)
         total += tune_key_of(&g->nodes[i], at, &b, key, sizeof key);
     for (int i = 0; i < g->n_nodes && rc == KILN_OK; i++) {
@@ -492,9 +523,9 @@ static kiln_status tune(kn_graph *g, const kiln_build_config *cfg, const kn_plug
         char stage[64];
         snprintf(stage, sizeof stage, "tuning %d/%d", ++done, total);
         progress(cfg, stage, 0.85 + 0.1 * done / total);
-        const kn_timing_entry *e = kn_timing_cache_find(&cache, key);
+        const kn_timing_entry *e = kn_timing_cache_find(cache, key);
         if (e != NULL) {
-            from_file += e - cache.e < loaded;
+            from_file += e - cache->e < bc->n_read;
         } else {
             kn_tensor in[KN_MAX_NODE_IO], out[KN_MAX_NODE_IO];
             node_tensors(n, at, in, out);
@@ -517,9 +548,9 @@ static kiln_status tune(kn_graph *g, const kiln_build_config *cfg, const kn_plug
             }
             kn_log(KILN_LOG_INFO, "timed %s '%s': %s", n->op_type, n->name, note);
             timed++;
-            if ((rc = kn_timing_cache_add(&cache, key, v, nv)) != KILN_OK)
+            if ((rc = kn_timing_cache_add(cache, key, v, nv)) != KILN_OK)
                 break;
-            e = kn_timing_cache_find(&cache, key);
+            e = kn_timing_cache_find(cache, key);
         }
         kn_attr a = {
             .name = KN_ATTR_TACTIC, .type = KN_ATTR_INTS, .n = e->n, .ints = (int64_t *)e->v};
@@ -530,31 +561,29 @@ static kiln_status tune(kn_graph *g, const kiln_build_config *cfg, const kn_plug
                "tuned %d layers: %d timed, %d from the timing cache file, %d repeating a layer "
                "timed before, %d failed",
                done, timed, from_file, done - timed - from_file - failed, failed);
-    if (rc == KILN_OK && cfg->timing_cache != NULL && cache.added)
-        rc = kn_timing_cache_save(&cache, cfg->timing_cache);
-    kn_timing_cache_clear(&cache);
     kn_resolved_release(at, g->n_values);
     kn_free(at);
     return rc;
 }
 
 /* Per-layer thread counts (thread_tune.c), timed at the profile's opt shapes on the threads
- * the engine's contexts will use. */
+ * the engine's contexts will use, or taken from the timing cache. */
 static kiln_status choose_threads(kn_graph *g, const kiln_build_config *cfg,
-                                  const kn_plugin_table *plugins) {
+                                  const kn_plugin_table *plugins, build_cache *bc) {
     int threads = cfg->threads;
     if (threads <= 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         threads = n > 0 ? (int)n : 1;
     }
-    if (threads <= 1)
+    if (threads <= 1 || !kn_thread_tune_wanted(cfg->timing_cache != NULL))
         return KILN_OK;
+    KN_TRY(cache_open(cfg, bc));
     kn_resolved *at = kn_calloc((size_t)g->n_values + 1, sizeof *at);
     if (at == NULL)
         return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     kiln_status rc = resolve_at(g, cfg, plugins, 1, at, NULL);
     if (rc == KILN_OK) {
-        rc = kn_thread_tune(g, at, threads);
+        rc = kn_thread_tune(g, at, threads, &bc->c, bc->n_read);
         kn_resolved_release(at, g->n_values);
     }
     kn_free(at);
@@ -665,11 +694,18 @@ kiln_status kn_build_plan(const kiln_builder *b, const kiln_network *net,
         goto fail;
     progress(cfg, "checking kernels", 0.85);
     if ((rc = kn_check_in_place_inputs(g)) != KILN_OK ||
-        (rc = check_kernels(g, cfg, &plugins)) != KILN_OK ||
-        (rc = tune(g, cfg, &plugins)) != KILN_OK)
+        (rc = check_kernels(g, cfg, &plugins)) != KILN_OK)
         goto fail;
-    progress(cfg, "timing thread counts", 0.9);
-    if ((rc = choose_threads(g, cfg, &plugins)) != KILN_OK)
+    build_cache bc = {0};
+    rc = tune(g, cfg, &plugins, &bc);
+    if (rc == KILN_OK) {
+        progress(cfg, "timing thread counts", 0.9);
+        rc = choose_threads(g, cfg, &plugins, &bc);
+    }
+    kiln_status saved = cache_close(cfg, &bc, rc == KILN_OK);
+    if (rc == KILN_OK)
+        rc = saved;
+    if (rc != KILN_OK)
         goto fail;
     progress(cfg, "generating code", 0.95);
     if ((rc = kn_build_generate(g)) != KILN_OK)

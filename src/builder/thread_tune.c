@@ -13,9 +13,15 @@
 #include "plugin/plugin.h"
 #include "shape/string_move.h"
 
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 /* Fewer threads must beat the whole pool by this much: smaller gains are within the noise
  * of a layer timed alone on a shared machine (runs on the 16-core host spread by far more
@@ -26,6 +32,8 @@
 #define MAX_REPS 64
 #define ROUNDS 3
 #define MAX_CANDIDATES 12
+/* Part of every cache key: bump it when the timing or the choice changes meaning. */
+#define THREAD_TUNE_VERSION 1
 
 static double now_ms(void) {
     struct timespec ts;
@@ -244,64 +252,102 @@ static kiln_status time_node(timed_node *t, kn_threadpool *pool, int threads, in
     return KILN_OK;
 }
 
-/* Off by default: timings differ from build to build, and a plan is otherwise the same to the
- * byte for the same model and options (tests/models/test_calibration.py relies on it). */
-static bool tuning_on(void) {
+bool kn_thread_tune_wanted(bool cache_file) {
     const char *v = getenv("KILN_CPU_THREAD_TUNE");
-    return v != NULL && strcmp(v, "1") == 0;
+    if (v != NULL && strcmp(v, "1") == 0)
+        return true;
+    if (v != NULL && strcmp(v, "0") == 0)
+        return false;
+    return cache_file;
 }
 
-kiln_status kn_thread_tune(kn_graph *g, const kn_resolved *at, int threads) {
-    if (threads <= 1 || !tuning_on())
+/* The machine part of a cache key: the processor's name (CPUID's brand string on x86) and how
+ * many logical CPUs are online, so a cache carried to another machine times afresh. */
+static void machine_id(char *buf, size_t size) {
+    char brand[49] = "";
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned r[12] = {0}, top = 0, b, c, d;
+    if (__get_cpuid(0x80000000u, &top, &b, &c, &d) && top >= 0x80000004u) {
+        for (unsigned i = 0; i < 3; i++)
+            __get_cpuid(0x80000002u + i, &r[4 * i], &r[4 * i + 1], &r[4 * i + 2], &r[4 * i + 3]);
+        memcpy(brand, r, 48);
+        brand[48] = '\0';
+    }
+#endif
+    /* Printable, no '|' (the key's separator), spaces squeezed. */
+    char *o = brand;
+    for (const char *p = brand; *p != '\0'; p++) {
+        char ch = (*p < 0x20 || *p > 0x7e || *p == '|') ? ' ' : *p;
+        if (ch == ' ' && (o == brand || o[-1] == ' '))
+            continue;
+        *o++ = ch;
+    }
+    while (o > brand && o[-1] == ' ')
+        o--;
+    *o = '\0';
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    snprintf(buf, size, "%s|%ld cpus", brand[0] != '\0' ? brand : "unknown cpu", n > 0 ? n : 1);
+}
+
+kiln_status kn_thread_tune(kn_graph *g, const kn_resolved *at, int threads, kn_timing_cache *cache,
+                           int n_read) {
+    if (threads <= 1)
         return KILN_OK;
     if (threads > KN_MAX_THREADS)
         threads = KN_MAX_THREADS;
-    kn_threadpool *pool = kn_threadpool_create(threads);
-    uint64_t *keys = kn_calloc((size_t)g->n_nodes + 1, sizeof *keys);
-    int *counts = kn_calloc((size_t)g->n_nodes + 1, sizeof *counts);
-    kiln_status rc = KILN_OK;
-    if (pool == NULL || keys == NULL || counts == NULL) {
-        rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory timing thread counts");
-        goto out;
-    }
-    int n_keys = 0, timed = 0, fewer = 0;
+    char machine[96], key[320];
+    machine_id(machine, sizeof machine);
+    kn_threadpool *pool = NULL;
+    int timed = 0, from_file = 0, repeats = 0, fewer = 0;
     double t_start = now_ms();
+    kiln_status rc = KILN_OK;
     for (int i = 0; i < g->n_nodes && rc == KILN_OK; i++) {
         timed_node t;
         if (!timed_setup(g, i, at, &t)) {
             timed_release(&t);
             continue;
         }
-        uint64_t key = signature(&g->nodes[i], &t);
-        int k = 0;
-        while (k < n_keys && keys[k] != key)
-            k++;
+        const kn_node *n = &g->nodes[i];
+        snprintf(key, sizeof key, "cpu threads %d|%s|%d threads|%s|%016" PRIx64,
+                 THREAD_TUNE_VERSION, machine, threads, n->op_type, signature(n, &t));
+        const kn_timing_entry *e = kn_timing_cache_find(cache, key);
         int chosen = 0;
-        if (k < n_keys) {
-            chosen = counts[k];
-        } else if (time_node(&t, pool, threads, &chosen) != KILN_OK) {
-            /* A kernel that refuses made-up inputs runs on every thread, as before. */
-            kn_log(KILN_LOG_VERBOSE, "threads: '%s' (%s) not timed: %s", g->nodes[i].name,
-                   g->nodes[i].op_type, kiln_last_error());
-            chosen = 0;
+        if (e != NULL) {
+            chosen = (int)e->v[0];
+            if (e - cache->e < n_read)
+                from_file++;
+            else
+                repeats++;
         } else {
-            keys[n_keys] = key;
-            counts[n_keys++] = chosen;
-            timed++;
+            if (pool == NULL && (pool = kn_threadpool_create(threads)) == NULL) {
+                timed_release(&t);
+                rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory timing thread counts");
+                break;
+            }
+            if (time_node(&t, pool, threads, &chosen) != KILN_OK) {
+                /* A kernel that refuses made-up inputs runs on every thread, as before (and is
+                 * not cached, so a later build tries again). */
+                kn_log(KILN_LOG_VERBOSE, "threads: '%s' (%s) not timed: %s", n->name, n->op_type,
+                       kiln_last_error());
+                chosen = 0;
+            } else {
+                int64_t v = chosen;
+                rc = kn_timing_cache_add(cache, key, &v, 1);
+                timed++;
+            }
         }
         timed_release(&t);
-        if (chosen > 0) {
+        /* A count from a file is the file's word: keep it within what the plan can hold. */
+        if (rc == KILN_OK && chosen > 0 && chosen < threads) {
             fewer++;
             rc = kn_node_set_attr_int(g, i, KN_ATTR_THREADS, chosen);
         }
     }
     if (rc == KILN_OK)
         kn_log(KILN_LOG_INFO,
-               "threads: %d layers timed at %d..1 threads in %.0f ms, %d run on fewer", timed,
-               threads, now_ms() - t_start, fewer);
-out:
-    kn_free(keys);
-    kn_free(counts);
+               "threads: %d layers timed at %d..1 threads in %.0f ms, %d from the timing cache "
+               "file, %d repeating a layer timed before; %d run on fewer",
+               timed, threads, now_ms() - t_start, from_file, repeats, fewer);
     kn_threadpool_destroy(pool);
     return rc;
 }

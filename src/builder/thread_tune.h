@@ -2,18 +2,28 @@
 #ifndef KN_THREAD_TUNE_H
 #define KN_THREAD_TUNE_H
 
+#include "builder/timing_cache.h"
 #include "ir/graph.h"
 #include "shape/resolve.h"
 
-/* Time every host node of g at the resolution at (the profile's opt shapes) on threads,
- * threads/2, ... 1 threads and record in KN_ATTR_THREADS the count of those clearly faster on
- * fewer. Only with KILN_CPU_THREAD_TUNE=1 in the environment (the choice varies from build to
- * build, plans are otherwise reproducible), and for threads > 1. A node the build cannot run
- * alone keeps the whole pool. */
-kiln_status kn_thread_tune(kn_graph *g, const kn_resolved *at, int threads);
+#include <stdbool.h>
+
+/* Whether the build times per-layer thread counts: KILN_CPU_THREAD_TUNE=1 turns it on and =0
+ * off; otherwise it is on when the build has a timing cache file, which keeps the choices and
+ * so makes a rebuild reproducible (timings differ from build to build, and a plan is otherwise
+ * the same to the byte for the same model and options). */
+bool kn_thread_tune_wanted(bool cache_file);
+
+/* Give every host node of g a thread count at the resolution at (the profile's opt shapes):
+ * the cache's entry for its key (the machine, threads and the layer's signature), or else its
+ * timing on threads, threads/2, ... 1 threads, then added to cache (entries below n_read came
+ * from the file). A node clearly faster on fewer threads gets that count in KN_ATTR_THREADS.
+ * Nothing for threads <= 1. A node the build cannot run alone keeps the whole pool. */
+kiln_status kn_thread_tune(kn_graph *g, const kn_resolved *at, int threads, kn_timing_cache *cache,
+                           int n_read);
 
 /* The choice from one node's timings: ms[c] at threads[c], threads[0] the whole pool; fewer
- * threads must beat the whole pool by 3%. */
+ * threads must beat the whole pool by 10%. */
 int kn_thread_tune_pick(const int *threads, const double *ms, int n);
 
 #endif

@@ -1,16 +1,21 @@
 """`kiln build --timing-cache FILE` and Python's timing_cache=, without a GPU.
 
-On a CPU-only build nothing is tuned: the file is neither read nor written (a missing one is
-not created, a garbage one is left byte for byte). testdev (tests/testdev/testdev.c) tunes its
-convolutions deterministically, so with it the cache is written after a cold build, a rebuild
-with it tunes nothing and writes a byte-identical plan, and a corrupt or foreign cache gives one
-warning line, a successful build and a rewritten cache.
+On a CPU-only build for one thread nothing is tuned: the file is neither read nor written (a
+missing one is not created, a garbage one is left byte for byte). For more threads the build
+times each host layer on fewer of them and keeps the counts in the cache ("cpu threads"
+entries), so a rebuild with it times nothing, takes the counts from the file and writes a
+byte-identical plan. testdev (tests/testdev/testdev.c) tunes its convolutions
+deterministically, so with it the cache is written after a cold build, a rebuild with it tunes
+nothing and writes a byte-identical plan, and a corrupt or foreign cache gives one warning line,
+a successful build and a rewritten cache. The testdev builds run for one thread, so their
+caches hold testdev's tactics only.
 """
 
 import json
 import os
 import sys
 
+import numpy as np
 import pytest
 
 from test_testdev import BUILD, MANIFEST, MODELS, kiln, shape_args
@@ -20,8 +25,9 @@ ONNX = os.path.join(MODELS, RESNET["model"])
 HEADER = "kiln-timing-cache 1\n"
 
 
-def build(plan, *extra):
-    return kiln("build", ONNX, "-o", str(plan), *shape_args(RESNET), *extra)
+def build(plan, *extra, threads=1, env_extra=None):
+    return kiln("build", ONNX, "-o", str(plan), *shape_args(RESNET), "--threads", str(threads),
+                *extra, env_extra=env_extra)
 
 
 def tuned_line(err):
@@ -29,6 +35,18 @@ def tuned_line(err):
     line = next(ln for ln in err.splitlines() if ln.startswith("kiln: tuned "))
     parts = line.split(": ", 2)[2].split(", ")
     return int(parts[0].split()[0]), int(parts[1].split()[0])
+
+
+def threads_line(err):
+    """(timed, from file, on fewer) of the verbose thread-count line."""
+    line = next(ln for ln in err.splitlines() if ln.startswith("kiln: threads: "))
+    nums = [int(w) for w in line.replace(";", ",").split() if w.isdigit()]
+    return nums[0], nums[2], nums[4]
+
+
+def layer_threads(plan):
+    info = json.loads(kiln("inspect", str(plan), "--json")[1])
+    return {ly["name"]: ly.get("threads") for ly in info["layers"]}
 
 
 def test_cpu_build_leaves_the_cache_alone(tmp_path):
@@ -40,6 +58,53 @@ def test_cpu_build_leaves_the_cache_alone(tmp_path):
     assert cache.read_bytes() == b"\x00garbage\xff"
     assert "timing cache" not in err  # not read: nothing to tune
     assert (tmp_path / "a.plan").read_bytes() == (tmp_path / "b.plan").read_bytes()
+    # more threads, but thread counts turned off
+    build(tmp_path / "c.plan", "--timing-cache", str(cache), threads=2,
+          env_extra={"KILN_CPU_THREAD_TUNE": "0"})
+    assert cache.read_bytes() == b"\x00garbage\xff"
+
+
+def test_cpu_thread_counts_are_kept_in_the_cache(tmp_path):
+    cache = tmp_path / "cache.txt"
+    a, b, c = tmp_path / "a.plan", tmp_path / "b.plan", tmp_path / "c.plan"
+    _, _, err = build(a, "--timing-cache", str(cache), "--verbose", threads=2)
+    timed, from_file, fewer = threads_line(err)
+    assert timed > 0 and from_file == 0
+    text = cache.read_text()
+    entries = text.splitlines()[1:]
+    assert text.startswith(HEADER) and len(entries) == timed and entries == sorted(entries)
+    assert all(e.startswith("cpu threads 1|") and "|2 threads|" in e for e in entries)
+    counts = [int(e.split("\t")[1]) for e in entries]
+    assert all(n in (0, 1) for n in counts) and sum(counts) == len(
+        {e.split("|")[-1] for e in entries if e.endswith("\t1")})
+    assert sum(1 for t in layer_threads(a).values() if t == 1) == fewer
+
+    # warm: nothing timed, every count from the file, the same plan, the file untouched
+    _, _, err = build(b, "--timing-cache", str(cache), "--verbose", threads=2)
+    timed2, from_file2, fewer2 = threads_line(err)
+    assert timed2 == 0 and from_file2 >= timed and fewer2 == fewer
+    assert a.read_bytes() == b.read_bytes()
+    assert cache.read_text() == text
+
+    # the counts are the file's: every layer on one thread when the file says so
+    cache.write_text(HEADER + "".join(e.rsplit("\t", 1)[0] + "\t1\n" for e in entries))
+    _, _, err = build(c, "--timing-cache", str(cache), "--verbose", threads=2)
+    timed3, from_file3, fewer3 = threads_line(err)
+    assert timed3 == 0 and fewer3 == from_file3 == from_file2 > fewer
+    assert sum(1 for t in layer_threads(c).values() if t == 1) == fewer3
+    # and the plan with them runs, and gives the same outputs as without
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 3, 64, 64)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    outs = []
+    for plan in (a, c):
+        folder = tmp_path / (plan.stem + "_out")
+        kiln("run", str(plan), "--input", f"input={tmp_path / 'x.npy'}", "--output-dir",
+             str(folder))
+        outs.append(sorted(folder.glob("*.npy")))
+    assert outs[0] and len(outs[0]) == len(outs[1])
+    for p, q in zip(*outs):
+        np.testing.assert_allclose(np.load(p), np.load(q), rtol=1e-5, atol=1e-5)
 
 
 def test_flag_needs_a_value(tmp_path):

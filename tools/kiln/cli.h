@@ -24,9 +24,12 @@
     "                     '*attn*=fp32' (repeatable; later ones win); @FILE reads one\n"           \
     "                     PATTERN=P a line (as kiln debug precision writes)\n"                     \
     "  --timing-cache FILE\n"                                                                      \
-    "                     keep the tactics device backends choose by timing (cuDNN algorithms)\n"  \
-    "                     in FILE: read before tuning, written after; a rebuild with it times\n"   \
-    "                     nothing and writes the same plan (a CPU-only build leaves FILE alone)\n"
+    "                     keep what the build chooses by timing in FILE: device backends'\n"       \
+    "                     tactics (cuDNN algorithms) and, with --threads above 1, the layers\n"    \
+    "                     faster on fewer of the context's threads (KILN_CPU_THREAD_TUNE=0:\n"     \
+    "                     not timed). Read before, written after; a rebuild with it times\n"       \
+    "                     nothing and writes the same plan. Without FILE nothing is timed on\n"    \
+    "                     the CPU (KILN_CPU_THREAD_TUNE=1: timed, not reproducible)\n"
 
 typedef struct cli_shape {
     char *name;
