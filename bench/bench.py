@@ -190,10 +190,15 @@ def kiln_cmd(kiln, *args):
     return proc.stdout
 
 
+TIMING_CACHE = None  # --timing-cache: per-layer thread counts timed and kept there
+
+
 def kiln_build(kiln, model_path, plan_path, threads, specs):
     start = time.monotonic()
     shapes = [a for spec in specs for a in ("--shapes", spec)]
-    kiln_cmd(kiln, "build", model_path, "-o", plan_path, "--quiet", "--threads", threads, *shapes)
+    cache = ["--timing-cache", TIMING_CACHE] if TIMING_CACHE else []
+    kiln_cmd(kiln, "build", model_path, "-o", plan_path, "--quiet", "--threads", threads, *shapes,
+             *cache)
     return time.monotonic() - start
 
 
@@ -402,9 +407,14 @@ def main():
                     help="markdown file to write (default docs/benchmarks.md; none in --quick)")
     ap.add_argument("--json-out", help="also write the rows as JSON")
     ap.add_argument("--note", default="", help="a line about the machine for the document")
+    ap.add_argument("--timing-cache", default=None,
+                    help="build kiln's plans with this timing cache file: layers faster on "
+                         "fewer threads get per-layer thread counts (timed once, kept in FILE)")
     ap.add_argument("--from-json", help="only render --out (or docs/benchmarks.md) from a run "
                     "saved with --json-out, e.g. on another machine")
     args = ap.parse_args()
+    global TIMING_CACHE
+    TIMING_CACHE = args.timing_cache
 
     if args.from_json:
         with open(args.from_json) as f:
