@@ -673,7 +673,11 @@ kiln_status kn_build_plan(const kiln_builder *b, const kiln_network *net,
         (rc = kn_pass_recognize_gelu(g)) != KILN_OK || (rc = tidy(g)) != KILN_OK ||
         (rc = kn_pass_fuse_activations(g)) != KILN_OK || (rc = tidy(g)) != KILN_OK ||
         (rc = kn_pass_fuse_elementwise(g)) != KILN_OK || (rc = tidy(g)) != KILN_OK ||
-        (rc = kn_pass_fuse_depthwise_input(g)) != KILN_OK || (rc = tidy(g)) != KILN_OK)
+        (rc = kn_pass_fuse_depthwise_input(g)) != KILN_OK || (rc = tidy(g)) != KILN_OK ||
+        (rc = kn_pass_fuse_channel_scale(
+             g, (cfg->precision == KILN_PRECISION_FP32 || cfg->precision == KILN_PRECISION_TF32) &&
+                    cfg->n_layer_precision == 0)) != KILN_OK ||
+        (rc = tidy(g)) != KILN_OK)
         goto fail;
     progress(cfg, "annotating", 0.7);
     int before_copies = g->n_nodes;

@@ -138,6 +138,7 @@ KN_OP("", "MatMul", 1, 0, kn_infer_matmul, 2, 2, 1, 1)
 /* kiln's fused products (passes.h): the ONNX op plus bias, residual and activation. */
 KN_OP(KN_DOMAIN, "FusedConv", 1, 0, kn_infer_conv, -1, -1, -1, -1)
 KN_OP(KN_DOMAIN, "FusedDepthwiseConv", 1, 0, kn_infer_fused_depthwise_conv, -1, -1, -1, -1)
+KN_OP(KN_DOMAIN, "ScaledConv", 1, 0, kn_infer_scaled_conv, -1, -1, -1, -1)
 KN_OP(KN_DOMAIN, "FusedGemm", 1, 0, kn_infer_gemm, -1, -1, -1, -1)
 KN_OP(KN_DOMAIN, "FusedMatMul", 1, 0, kn_infer_matmul, -1, -1, -1, -1)
 KN_OP(KN_DOMAIN, "Attention", 1, 0, kn_infer_kiln_attention, -1, -1, -1, -1)

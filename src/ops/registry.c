@@ -51,8 +51,8 @@ bool kn_op_is_one_of(const kn_node *n, const char *const *names, size_t count) {
 }
 
 bool kn_op_is_product(const kn_node *n) {
-    static const char *const ops[] = {"Conv",      "ConvTranspose", "Gemm",       "MatMul",
-                                      "FusedConv", "FusedGemm",     "FusedMatMul"};
+    static const char *const ops[] = {"Conv",      "ConvTranspose", "Gemm",        "MatMul",
+                                      "FusedConv", "FusedGemm",     "FusedMatMul", "ScaledConv"};
     return kn_op_is_one_of(n, ops, sizeof ops / sizeof ops[0]);
 }
 

@@ -71,6 +71,14 @@ kiln_status kn_pass_fuse_elementwise(kn_graph *g);
  * kiln_input_alpha and kiln_input_beta (kiln_activation's names); padding stays zero. The
  * expansion layer then stores its raw product and its epilogue's pass over the output is gone. */
 kiln_status kn_pass_fuse_depthwise_input(kn_graph *g);
+/* Fold a per-channel scale Mul(x [N, C, H, W], s [N or 1, C, 1, 1]) whose only reader is a 1x1,
+ * stride-1, unpadded, ungrouped Conv / kiln.FusedConv (constant float32 weights) into it:
+ * kiln.ScaledConv(x, w, b, z, s), that conv (inputs 0-3 and attributes as kiln.FusedConv) of
+ * x scaled by s[n][c] per image and channel (the squeeze-and-excitation multiply ahead of a
+ * projection conv; the kernel scales its weights instead of x). Host nodes of float32 plans
+ * only (float32_plan: no lowered precision), where C_out <= H x W (the weights are then the
+ * smaller operand); KILN_FUSE_CHANNEL_SCALE=0: never. */
+kiln_status kn_pass_fuse_channel_scale(kn_graph *g, bool float32_plan);
 
 /* Run the products of a QDQ model in int8: DequantizeLinear(x), DequantizeLinear(w int8,
  * constant, symmetric, per tensor or per output channel) -> Conv (2-D, ungrouped) / MatMul

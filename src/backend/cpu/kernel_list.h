@@ -131,6 +131,7 @@ KN_CPU_KERNEL_STATE("", "Gemm", kn_cpu_gemm_run, kn_cpu_gemm_prepare, kn_cpu_pac
 KN_CPU_KERNEL_STATE("", "MatMul", kn_cpu_matmul_run, kn_cpu_matmul_prepare, kn_cpu_packed_release)
 KN_CPU_KERNEL_STATE(KN_DOMAIN, "FusedConv", kn_cpu_conv_run, kn_cpu_conv_prepare, kn_cpu_conv_release)
 KN_CPU_KERNEL_STATE(KN_DOMAIN, "FusedDepthwiseConv", kn_cpu_dwconv_input_run, kn_cpu_dwconv_input_prepare, kn_cpu_conv_release)
+KN_CPU_KERNEL_STATE(KN_DOMAIN, "ScaledConv", kn_cpu_scaled_conv_run, kn_cpu_scaled_conv_prepare, kn_cpu_scaled_conv_release)
 KN_CPU_KERNEL_STATE(KN_DOMAIN, "FusedGemm", kn_cpu_gemm_run, kn_cpu_gemm_prepare, kn_cpu_packed_release)
 KN_CPU_KERNEL_STATE(KN_DOMAIN, "FusedMatMul", kn_cpu_matmul_run, kn_cpu_matmul_prepare, kn_cpu_packed_release)
 KN_CPU_KERNEL_STATE(KN_DOMAIN, "QConv", kn_cpu_qconv_run, kn_cpu_qconv_prepare, kn_cpu_qconv_release)

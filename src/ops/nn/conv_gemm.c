@@ -101,6 +101,32 @@ kiln_status kn_infer_conv(kn_infer_ctx *c) {
     return infer_conv_common(c, false);
 }
 
+/* Input 2 (B, [c_out], optional) and, as kiln_residual says, input 3 (Z, the output's dtype
+ * and shape) of kiln.FusedDepthwiseConv and kiln.ScaledConv, whose later inputs follow Z. */
+static kiln_status check_bias_residual(const kn_infer_ctx *c, int64_t c_out) {
+    int act;
+    float a, b;
+    bool residual;
+    KN_TRY(kn_fused_attrs(c->node, &act, &a, &b, &residual));
+    if (c->n_in > 2 && kn_has_input(c, 2)) {
+        KN_TRY(check_float(c, 2, "B"));
+        if (c->in[2].shape.rank != 1 || c->in[2].shape.d[0] != c_out)
+            return kn_error(KILN_ERR_SHAPE, "input 2 (B) must have shape [%lld]", (long long)c_out);
+    }
+    bool has_z = c->n_in > 3 && kn_has_input(c, 3);
+    if (residual != has_z)
+        return kn_error(KILN_ERR_MODEL, "kiln_residual is %s but input 3 is %s",
+                        residual ? "set" : "not set", has_z ? "given" : "missing");
+    char b1[96], b2[96];
+    if (has_z &&
+        (c->in[3].dtype != c->out[0].dtype || !kn_shape_equal(&c->in[3].shape, &c->out[0].shape)))
+        return kn_error(KILN_ERR_SHAPE, "residual input 3 (%s %s) must match the output (%s %s)",
+                        kn_dtype_name(c->in[3].dtype), kn_shape_str(&c->in[3].shape, b1, sizeof b1),
+                        kn_dtype_name(c->out[0].dtype),
+                        kn_shape_str(&c->out[0].shape, b2, sizeof b2));
+    return KILN_OK;
+}
+
 /* kiln.FusedDepthwiseConv (passes.h): kiln.FusedConv's inputs 0-3 (an absent residual is -1)
  * and the input bias xb [C] as input 4 (or -1), groups equal to the input's channels. */
 kiln_status kn_infer_fused_depthwise_conv(kn_infer_ctx *c) {
@@ -121,31 +147,45 @@ kiln_status kn_infer_fused_depthwise_conv(kn_infer_ctx *c) {
     kn_conv_geom_out_shape(&g, &c->out[0].shape);
     int act;
     float a, b;
-    bool residual;
-    KN_TRY(kn_fused_attrs(c->node, &act, &a, &b, &residual));
     KN_TRY(kn_fused_input_attrs(c->node, &act, &a, &b));
-    if (c->n_in > 2 && kn_has_input(c, 2)) {
-        KN_TRY(check_float(c, 2, "B"));
-        if (c->in[2].shape.rank != 1 || c->in[2].shape.d[0] != g.c_out)
-            return kn_error(KILN_ERR_SHAPE, "input 2 (B) must have shape [%lld]",
-                            (long long)g.c_out);
-    }
-    bool has_z = c->n_in > 3 && kn_has_input(c, 3);
-    if (residual != has_z)
-        return kn_error(KILN_ERR_MODEL, "kiln_residual is %s but input 3 is %s",
-                        residual ? "set" : "not set", has_z ? "given" : "missing");
-    char b1[96], b2[96];
-    if (has_z &&
-        (c->in[3].dtype != c->out[0].dtype || !kn_shape_equal(&c->in[3].shape, &c->out[0].shape)))
-        return kn_error(KILN_ERR_SHAPE, "residual input 3 (%s %s) must match the output (%s %s)",
-                        kn_dtype_name(c->in[3].dtype), kn_shape_str(&c->in[3].shape, b1, sizeof b1),
-                        kn_dtype_name(c->out[0].dtype),
-                        kn_shape_str(&c->out[0].shape, b2, sizeof b2));
+    KN_TRY(check_bias_residual(c, g.c_out));
     if (c->n_in > 4 && kn_has_input(c, 4)) {
         KN_TRY(check_float(c, 4, "XB"));
         if (c->in[4].shape.rank != 1 || c->in[4].shape.d[0] != groups)
             return kn_error(KILN_ERR_SHAPE, "input 4 (XB) must have shape [%lld]",
                             (long long)groups);
+    }
+    return KILN_OK;
+}
+
+/* kiln.ScaledConv (passes.h): kiln.FusedConv's inputs 0-3 (absent ones -1) and the scale S
+ * [N or 1, C, 1, 1] as input 4; a 1x1, stride-1, unpadded, ungrouped 2-D convolution. */
+kiln_status kn_infer_scaled_conv(kn_infer_ctx *c) {
+    if (c->n_in != 5 || !kn_has_input(c, 4))
+        return kn_error(KILN_ERR_MODEL, "expects 5 inputs (X, W, B, Z, S; B and Z may be "
+                                        "absent), input 4 (S) is required");
+    KN_TRY(check_arity(c, 2, 5));
+    KN_TRY(check_float(c, 0, "X"));
+    KN_TRY(check_weights(c, "W"));
+    KN_TRY(check_float(c, 4, "S"));
+    kn_conv_geom g;
+    KN_TRY(kn_conv_geom_init(c->node, &c->in[0].shape, &c->in[1].shape, false, &g));
+    bool pointwise = g.nsp == 2 && g.group == 1;
+    for (int i = 0; i < g.nsp; i++)
+        pointwise =
+            pointwise && g.k[i] == 1 && g.stride[i] == 1 && g.pad_b[i] == 0 && g.pad_e[i] == 0;
+    if (!pointwise)
+        return kn_error(KILN_ERR_MODEL, "a ScaledConv is a 1x1, stride-1, unpadded, ungrouped "
+                                        "2-D convolution");
+    c->out[0].dtype = c->in[0].dtype;
+    kn_conv_geom_out_shape(&g, &c->out[0].shape);
+    KN_TRY(check_bias_residual(c, g.c_out));
+    const kn_shape *s = &c->in[4].shape;
+    if (s->rank != 4 || (s->d[0] != 1 && s->d[0] != g.n) || s->d[1] != g.c_in || s->d[2] != 1 ||
+        s->d[3] != 1) {
+        char b1[96];
+        return kn_error(KILN_ERR_SHAPE, "input 4 (S) %s must be [%lld or 1, %lld, 1, 1]",
+                        kn_shape_str(s, b1, sizeof b1), (long long)g.n, (long long)g.c_in);
     }
     return KILN_OK;
 }

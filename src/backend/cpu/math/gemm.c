@@ -5,6 +5,7 @@
  * two threads write the same C; when the split cuts rows, B is packed once up front instead of
  * once per row block. Short products with few rows read a plain B in place. Epilogues run on
  * each tile right after its last K slice, while it is still in L1. */
+#include "backend/cpu/clones.h"
 #include "backend/cpu/math/gemm.h"
 
 #include "backend/cpu/math/gemm_kernel.h"
@@ -222,6 +223,56 @@ kiln_status kn_gemm_pack_b(const float *b, int64_t ldb, bool trans, int64_t k, i
     for (int64_t pc = 0; pc < k; pc += KC)
         pack_b(b, ldb, trans, pc, min64(KC, k - pc), 0, n, nr, (*out)->data + pc * (*out)->pad);
     return KILN_OK;
+}
+
+kiln_status kn_gemm_packed_like(const kn_gemm_packed *a, kn_gemm_packed **out) {
+    KN_TRY(packed_alloc(a->rows, a->k, a->ukr->mr, out));
+    (*out)->ukr = a->ukr;
+    return KILN_OK;
+}
+
+#define SCALE_PANEL(MR_)                                                                           \
+    for (int64_t kk = 0; kk < kc; kk++) {                                                          \
+        float f = s[kk];                                                                           \
+        for (int r = 0; r < (MR_); r++)                                                            \
+            dst[kk * (MR_) + r] = src[kk * (MR_) + r] * f;                                         \
+    }
+
+/* One panel (kc rows of mr), the micro-kernels' heights as constants so the rows unroll. */
+KN_CLONES static void scale_panel(const float *src, const float *s, int64_t kc, int mr,
+                                  float *dst) {
+    if (mr == 12) {
+        SCALE_PANEL(12)
+    } else if (mr == 6) {
+        SCALE_PANEL(6)
+    } else {
+        SCALE_PANEL(mr)
+    }
+}
+
+typedef struct scale_job {
+    const kn_gemm_packed *a;
+    const float *s;
+    kn_gemm_packed *dst;
+    int64_t panels; /* per K slice */
+} scale_job;
+
+static void scale_range(void *arg, int64_t begin, int64_t end) {
+    const scale_job *j = arg;
+    int mr = j->a->ukr->mr;
+    for (int64_t t = begin; t < end; t++) {
+        int64_t pc = t / j->panels * KC, p = t % j->panels, kc = min64(KC, j->a->k - pc);
+        int64_t at = pc * j->a->pad + p * kc * mr;
+        scale_panel(j->a->data + at, j->s + pc, kc, mr, j->dst->data + at);
+    }
+}
+
+void kn_gemm_packed_scale_k(kn_threadpool *pool, const kn_gemm_packed *a, const float *s,
+                            kn_gemm_packed *dst) {
+    scale_job j = {.a = a, .s = s, .dst = dst, .panels = a->pad / a->ukr->mr};
+    int64_t slices = (a->k + KC - 1) / KC;
+    /* a task is at least a panel of KC rows: 12K floats */
+    kn_parallel_for(a->pad * a->k >= 32768 ? pool : NULL, slices * j.panels, 1, scale_range, &j);
 }
 
 void kn_gemm_packed_free(kn_gemm_packed *p) {

@@ -57,6 +57,13 @@ kiln_status kn_gemm_pack_a(const float *a, int64_t lda, bool trans, int64_t m, i
 kiln_status kn_gemm_pack_b(const float *b, int64_t ldb, bool trans, int64_t k, int64_t n,
                            kn_gemm_packed **out);
 void kn_gemm_packed_free(kn_gemm_packed *p);
+/* An operand of a packed A's geometry (kn_gemm_pack_a), its values unset, for
+ * kn_gemm_packed_scale_k. */
+kiln_status kn_gemm_packed_like(const kn_gemm_packed *a, kn_gemm_packed **out);
+/* dst (from kn_gemm_packed_like(a)) = packed A (m x k) with column kk multiplied by s[kk]: the
+ * weights of a product whose input rows are scaled, without packing again. */
+void kn_gemm_packed_scale_k(kn_threadpool *pool, const kn_gemm_packed *a, const float *s,
+                            kn_gemm_packed *dst);
 
 /* C = A B (+ epilogue, bias per row) over an output grid of oh rows of ow: C is m x (oh * ow),
  * row-major, and B is never packed: element (k, oy * ow + ox) of B is
