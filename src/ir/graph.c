@@ -265,6 +265,20 @@ kiln_status kn_node_set_op(kn_node *n, const char *domain, const char *op_type, 
     return KILN_OK;
 }
 
+kiln_status kn_node_grow_inputs(kn_node *n, int n_in) {
+    if (n_in <= n->n_in)
+        return KILN_OK;
+    int *in = kn_realloc(n->in, (size_t)n->n_in * sizeof(int), (size_t)n_in * sizeof(int));
+    if (in == NULL)
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory adding inputs to node '%s'",
+                        n->name);
+    for (int j = n->n_in; j < n_in; j++)
+        in[j] = -1;
+    n->in = in;
+    n->n_in = n_in;
+    return KILN_OK;
+}
+
 kiln_status kn_node_add_attr(kn_graph *g, int node, const kn_attr *attr) {
     kn_node *n = &g->nodes[node];
     kn_attr *arr = kn_realloc(n->attr, (size_t)n->n_attr * sizeof(kn_attr),

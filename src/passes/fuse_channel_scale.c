@@ -79,13 +79,7 @@ static bool pointwise_conv(const kn_graph *g, const kn_node *d, int64_t c, int64
 /* Rewrite m -> d (checked by the caller): x and s go to d as inputs 0 and 4. */
 static kiln_status fuse(kn_graph *g, int mi, int di, int x, int s) {
     kn_node *d = &g->nodes[di];
-    int *in = kn_realloc(d->in, (size_t)d->n_in * sizeof(int), 5 * sizeof(int));
-    if (in == NULL)
-        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory fusing a channel scale");
-    for (int j = d->n_in; j < 5; j++)
-        in[j] = -1;
-    d->in = in;
-    d->n_in = 5;
+    KN_TRY(kn_node_grow_inputs(d, 5));
     d->in[0] = x;
     d->in[4] = s;
     KN_TRY(kn_node_set_op(d, KN_DOMAIN, "ScaledConv", 1));

@@ -75,13 +75,7 @@ static kiln_status move_attr(kn_graph *g, int pi, int di, const char *from, cons
 /* Rewrite the pair p -> d (checked by the caller). */
 static kiln_status fuse(kn_graph *g, int pi, int di) {
     kn_node *d = &g->nodes[di];
-    int *in = kn_realloc(d->in, (size_t)d->n_in * sizeof(int), 5 * sizeof(int));
-    if (in == NULL)
-        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory fusing a depthwise input");
-    for (int j = d->n_in; j < 5; j++)
-        in[j] = -1;
-    d->in = in;
-    d->n_in = 5;
+    KN_TRY(kn_node_grow_inputs(d, 5));
     kn_node *p = &g->nodes[pi];
     if (p->n_in > 2) { /* the bias moves: input 2 of p becomes input 4 of d */
         d->in[4] = p->in[2];
