@@ -10,10 +10,10 @@
  * The real output is that sum * x_scale * w_scale[j] + bias[j] (with a fused residual,
  * kn_pass_fuse_qadd: rounded to the conv output's own grid, plus the residual), clamped by a
  * fused Relu / Clip, quantized with y's scale and zero point (rounding half to even). */
-#include "backend/cpu/clones.h"
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/math/gemm_int8.h"
 #include "backend/cpu/quantization/qproduct.h"
+#include "backend/cpu/quantization/requant.h"
 #include "core/alloc.h"
 #include "ops/nn/conv_geom.h"
 
@@ -32,13 +32,9 @@ typedef struct qconv {
     int32_t *corr; /* [n]: (128 - xz) * sum_k w[j] */
     int64_t n, k, kp;
     kn_qepilogue ep;
-    uint8_t mask;  /* an input byte ^ mask is xu - 128 as int8 */
-    uint8_t pad;   /* x's zero point as the input stores it: the real zero of padding */
-    bool residual; /* inputs 9 to 13 (kn_pass_fuse_qadd): r added before the activation */
-    float rs;      /* r's scale */
-    int32_t rzu;   /* r's zero point in the uint8 domain */
-    uint8_t rflip; /* 0x80 for int8 r */
-    float cs, cz, cmin, cmax; /* the grid the conv's result is rounded to before the add */
+    kn_qrequant rq; /* the epilogue (with a fused residual: inputs 9 to 13, kn_pass_fuse_qadd) */
+    uint8_t mask;   /* an input byte ^ mask is xu - 128 as int8 */
+    uint8_t pad;    /* x's zero point as the input stores it: the real zero of padding */
 } qconv;
 
 /* Panel bytes one task packs at most (the panel and its im2col stay in L2). */
@@ -96,16 +92,25 @@ kiln_status kn_cpu_qconv_prepare(const kn_node *node, int n_in, const kn_tensor 
             in[13].data == NULL)
             return kn_error(KILN_ERR_UNSUPPORTED,
                             "int8 Conv: the residual's scale and zero point must be constants");
-        s->residual = true;
-        s->rs = (float)kn_tensor_get_f64(&in[10], 0);
-        s->rflip = in[9].dtype == KILN_DTYPE_INT8 ? 0x80 : 0;
-        s->rzu = (int32_t)kn_tensor_get_i64(&in[11], 0) + (s->rflip ? 128 : 0);
-        s->cs = (float)kn_tensor_get_f64(&in[12], 0);
-        s->cz = (float)kn_tensor_get_i64(&in[13], 0);
+        kn_qrequant *q = &s->rq;
+        q->residual = true;
+        q->rs = (float)kn_tensor_get_f64(&in[10], 0);
+        q->rflip = in[9].dtype == KILN_DTYPE_INT8 ? 0x80 : 0;
+        q->rzu = (int32_t)kn_tensor_get_i64(&in[11], 0) + (q->rflip ? 128 : 0);
+        q->cs = (float)kn_tensor_get_f64(&in[12], 0);
+        float cz = (float)kn_tensor_get_i64(&in[13], 0);
         bool c_signed = in[13].dtype == KILN_DTYPE_INT8;
-        s->cmin = (c_signed ? -128.0f : 0.0f) - s->cz;
-        s->cmax = (c_signed ? 127.0f : 255.0f) - s->cz;
+        q->cmin = (c_signed ? -128.0f : 0.0f) - cz;
+        q->cmax = (c_signed ? 127.0f : 255.0f) - cz;
     }
+    kn_qrequant *q = &s->rq;
+    q->ys = s->ep.ys;
+    q->yz = s->ep.yz;
+    q->qlo = s->ep.qmin - s->ep.yz;
+    q->qhi = s->ep.qmax - s->ep.yz;
+    q->lo = s->ep.lo;
+    q->hi = s->ep.hi;
+    kn_qrequant_init(q);
     s->mask = s->ep.flip ^ 0x80;
     s->pad = (uint8_t)(s->ep.xzu - (s->ep.flip ? 128 : 0));
     return KILN_OK;
@@ -268,54 +273,6 @@ static void pack_panel(const uint8_t *t, int64_t ld, int64_t k, int64_t kp, int6
     }
 }
 
-/* Output channel j's m pixels from its int32 sums, in loops the compiler vectorizes: clamps by
- * comparison, rounding half to even by adding and taking away 1.5 * 2^23. */
-/* (AVX-512 clones: 16 pixels a step on machines that have it; the build stays generic) */
-KN_CLONES static void requantize(const qconv *s, int64_t j, const int32_t *acc, const int32_t *e,
-                                 int64_t m, uint8_t *y) {
-    const float magic = 12582912.0f;
-    const kn_qepilogue *ep = &s->ep;
-    float qlo = ep->qmin - ep->yz, qhi = ep->qmax - ep->yz, sc = s->scale[j], b = s->bias[j];
-    float lo = ep->lo, hi = ep->hi, ys = ep->ys, yz = ep->yz;
-    int32_t corr = s->corr[j];
-    for (int64_t i = 0; i < m; i++) {
-        float r = (float)(acc[i] - 128 * e[i] + corr) * sc + b;
-        r = r > lo ? r : lo;
-        r = r < hi ? r : hi;
-        float v = r / ys;
-        v = v > qlo ? v : qlo;
-        v = v < qhi ? v : qhi;
-        y[i] = (uint8_t)(int32_t)((v + magic) - magic + yz);
-    }
-}
-
-/* The same with a fused residual row res: the conv's result on c's grid, plus res, then the
- * activation and y's quantization. */
-KN_CLONES static void requantize_residual(const qconv *s, int64_t j, const int32_t *acc,
-                                          const int32_t *e, const uint8_t *res, int64_t m,
-                                          uint8_t *y) {
-    const float magic = 12582912.0f;
-    const kn_qepilogue *ep = &s->ep;
-    float qlo = ep->qmin - ep->yz, qhi = ep->qmax - ep->yz, sc = s->scale[j], b = s->bias[j];
-    float lo = ep->lo, hi = ep->hi, ys = ep->ys, yz = ep->yz, rs = s->rs, cs = s->cs;
-    float cmin = s->cmin, cmax = s->cmax;
-    int32_t corr = s->corr[j], rzu = s->rzu;
-    uint8_t rflip = s->rflip;
-    for (int64_t i = 0; i < m; i++) {
-        float c = ((float)(acc[i] - 128 * e[i] + corr) * sc + b) / cs;
-        c = c > cmin ? c : cmin;
-        c = c < cmax ? c : cmax;
-        float r = ((c + magic) - magic) * cs;
-        r += (float)((int32_t)(uint8_t)(res[i] ^ rflip) - rzu) * rs;
-        r = r > lo ? r : lo;
-        r = r < hi ? r : hi;
-        float v = r / ys;
-        v = v > qlo ? v : qlo;
-        v = v < qhi ? v : qhi;
-        y[i] = (uint8_t)(int32_t)((v + magic) - magic + yz);
-    }
-}
-
 typedef struct qcbufs {
     uint8_t *t;
     int8_t *panel;
@@ -371,23 +328,19 @@ static void conv_range(void *arg, int64_t begin, int64_t end) {
         }
         int64_t r0 = part * j->rows, r1 = r0 + j->rows < s->n ? r0 + j->rows : s->n;
         kn_qgemm_u8s8(s->a + r0 * s->kp, s->kp, r1 - r0, &panel, b.c, w16);
-        int64_t at = img * s->n * j->pixels + p0;
-        for (int64_t r = r0; r < r1; r++) {
-            const int32_t *acc = b.c + (r - r0) * w16;
-            uint8_t *y = j->y + at + r * j->pixels;
-            if (j->res != NULL)
-                requantize_residual(s, r, acc, b.e, j->res + at + r * j->pixels, m, y);
-            else
-                requantize(s, r, acc, b.e, m, y);
-        }
+        int64_t at = img * s->n * j->pixels + p0 + r0 * j->pixels;
+        kn_qrequant_rows(&s->rq, s->scale + r0, s->bias + r0, s->corr + r0, b.c, w16, b.e,
+                         j->res != NULL ? j->res + at : NULL, m, r1 - r0, j->y + at, j->pixels);
     }
     atomic_store_explicit(&j->busy[slot], 0, memory_order_release);
 }
 
 kiln_status kn_cpu_qconv_run(kn_kernel_ctx *k) {
     const qconv *s = k->state;
-    qcjob j = {
-        .s = s, .x = k->in[0].data, .res = s->residual ? k->in[9].data : NULL, .y = k->out[0].data};
+    qcjob j = {.s = s,
+               .x = k->in[0].data,
+               .res = s->rq.residual ? k->in[9].data : NULL,
+               .y = k->out[0].data};
     KN_TRY(kn_conv_geom_init(k->node, &k->in[0].shape, &k->in[3].shape, false, &j.g));
     if (j.g.nsp != 2 || j.g.group != 1)
         return kn_error(KILN_ERR_UNSUPPORTED, "int8 Conv: only 2-D, ungrouped convolutions");
