@@ -1,7 +1,9 @@
 /* kiln.QConv (made by kn_pass_fuse_qdq) in its tensors' own layout, NCHW, with no transpose:
  * the product is Y[j][p] = W[j][k] X[k][p], the weights the int8 GEMM's broadcast rows and a
  * chunk of the image's im2col (rows (c, ky, kx), columns output pixels, built by row copies)
- * its packed panel, so each output channel's pixels come out as one contiguous row.
+ * its packed panel, so each output channel's pixels come out as one contiguous row. Stride-1
+ * convolutions need no im2col: a 1x1 without padding packs from the image's own rows, the others
+ * from a padded copy whose rows are runs of the im2col's (qcjob.padded).
  * vpdpbusd multiplies uint8 by int8, so the weights go in as w + 128 (uint8) and the
  * activations as xu - 128 (int8; xu is x in the uint8 domain, zero point xz). With
  * e[p] = sum_k (xu - 128), the product of the panel with a row of ones, the exact sum is
@@ -9,7 +11,8 @@
  * and the weight rows and the ones row are zero past k, so the panel may hold anything there.
  * The real output is that sum * x_scale * w_scale[j] + bias[j] (with a fused residual,
  * kn_pass_fuse_qadd: rounded to the conv output's own grid, plus the residual), clamped by a
- * fused Relu / Clip, quantized with y's scale and zero point (rounding half to even). */
+ * fused Relu / Clip, quantized with y's scale and zero point (rounding half to even;
+ * requant.h). */
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/math/gemm_int8.h"
 #include "backend/cpu/quantization/qproduct.h"
@@ -122,11 +125,22 @@ typedef struct qcjob {
     uint8_t *y;
     kn_conv_geom g;
     int64_t pixels, pc, chunks; /* output pixels per image; per chunk (a multiple of 16) */
+    int64_t cols;               /* the GEMM's columns per image: pixels, or oh * pitch if padded */
     int64_t rows, parts;        /* output channels per task (a multiple of 6); tasks a chunk */
     uint8_t *scratch;           /* slots * slot_bytes, 64-byte aligned */
     atomic_int *busy;           /* per slot */
     int slots;
     bool direct; /* a 1x1 convolution, stride 1, no padding: the panel packs from x itself */
+    /* Any other convolution of stride 1: the panel packs from xp, a copy of the image whose
+     * rows are pitch = W + max(pad left, pad right) bytes apart, the padding stored before
+     * each row (a row's right padding is the next row's left), with the top and bottom
+     * padding rows and one more; channels plane bytes apart. Column q = oy * pitch + ox of the
+     * product is output pixel (oy, ox) where ox < ow, and im2col row e of it is
+     * xp[off[e] + q]: every row a plain run of the copy. The columns ox >= ow are computed and
+     * thrown away. */
+    bool padded;
+    uint8_t *xp;
+    int64_t pitch, plane, *off;
 } qcjob;
 
 /* Row (c, ky, kx) of the im2col for output pixels [p0, p0 + m) of image img, w16 columns. */
@@ -190,7 +204,8 @@ static void im2col(const qcjob *j, int64_t img, int64_t p0, int64_t m, int64_t w
     memset(t + e * w16, 0, (size_t)((s->kp - e) * w16));
 }
 
-/* Rows [0, k) of t (ld bytes apart; rows [k, kp) read as zeros) into the GEMM's panel:
+/* Rows [0, k) of t (ld bytes apart, or at t + off[e]; rows [k, kp) read as zeros) into the
+ * GEMM's panel:
  * 16-column blocks of [kp / 4][16][4] bytes, each byte ^ mask. t is the im2col (ld = w16), or
  * for a 1x1 convolution with stride 1 and no padding the image itself (ld = H * W), whose rows
  * are the im2col's. */
@@ -203,16 +218,18 @@ static void im2col(const qcjob *j, int64_t img, int64_t p0, int64_t m, int64_t w
  * the lanes makes each block's 64 bytes one store. A third of the SSE2 form's instructions;
  * the packing was 30 % of ResNet-50's int8 convolutions (docs/perf-notes.md). */
 __attribute__((target("avx512f,avx512bw"))) static void pack_blocks4(const uint8_t *t, int64_t ld,
-                                                                     int64_t k, int64_t kp,
-                                                                     int64_t b0, uint8_t mask,
-                                                                     int8_t *panel) {
+                                                                     const int64_t *off, int64_t k,
+                                                                     int64_t kp, int64_t b0,
+                                                                     uint8_t mask, int8_t *panel) {
     static const uint8_t zeros[64];
     __m512i mk = _mm512_set1_epi8((char)mask);
     for (int64_t e = 0; e < kp; e += 4) {
         __m512i r[4];
         for (int u = 0; u < 4; u++)
             r[u] = _mm512_xor_si512(
-                _mm512_loadu_si512((const void *)(e + u < k ? t + (e + u) * ld + b0 * 16 : zeros)),
+                _mm512_loadu_si512(
+                    (const void *)(e + u < k ? t + (off ? off[e + u] : (e + u) * ld) + b0 * 16
+                                             : zeros)),
                 mk);
         __m512i t0 = _mm512_unpacklo_epi8(r[0], r[1]), t1 = _mm512_unpackhi_epi8(r[0], r[1]);
         __m512i t2 = _mm512_unpacklo_epi8(r[2], r[3]), t3 = _mm512_unpackhi_epi8(r[2], r[3]);
@@ -236,21 +253,21 @@ static bool pack512_ok(void) {
 }
 #endif
 
-static void pack_panel(const uint8_t *t, int64_t ld, int64_t k, int64_t kp, int64_t w16,
-                       uint8_t mask, int8_t *panel) {
+static void pack_panel(const uint8_t *t, int64_t ld, const int64_t *off, int64_t k, int64_t kp,
+                       int64_t w16, uint8_t mask, int8_t *panel) {
     static const uint8_t zeros[16];
     int64_t b = 0;
 #ifdef KN_PACK512
     if (pack512_ok())
         for (; b + 4 <= w16 / 16; b += 4)
-            pack_blocks4(t, ld, k, kp, b, mask, panel);
+            pack_blocks4(t, ld, off, k, kp, b, mask, panel);
 #endif
     for (; b < w16 / 16; b++) {
         int8_t *dst = panel + b * kp * 16;
         for (int64_t e = 0; e < kp; e += 4) {
             const uint8_t *rp[4];
             for (int u = 0; u < 4; u++)
-                rp[u] = e + u < k ? t + (e + u) * ld + b * 16 : zeros;
+                rp[u] = e + u < k ? t + (off ? off[e + u] : (e + u) * ld) + b * 16 : zeros;
 #if defined(__SSE2__)
             __m128i mk = _mm_set1_epi8((char)mask);
             __m128i r0 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)rp[0]), mk);
@@ -311,28 +328,66 @@ static void conv_range(void *arg, int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; t++) {
         int64_t chunk = t / j->parts, part = t % j->parts;
         int64_t img = chunk / j->chunks, p0 = (chunk % j->chunks) * j->pc;
-        int64_t m = j->pixels - p0 < j->pc ? j->pixels - p0 : j->pc, w16 = (m + 15) / 16 * 16;
+        int64_t m = j->cols - p0 < j->pc ? j->cols - p0 : j->pc, w16 = (m + 15) / 16 * 16;
         kn_qgemm_b panel = {.k = s->k, .n = w16, .kp = s->kp, .nb = w16 / 16, .packed = b.panel};
         if (chunk != done_chunk) {
-            if (j->direct && m == w16) {
+            if (j->padded) {
+                const uint8_t *x = j->xp + img * j->g.c_in * j->plane + p0;
+                pack_panel(x, 0, j->off, s->k, s->kp, w16, s->mask, b.panel);
+            } else if (j->direct && m == w16) {
                 /* the image's rows are the im2col's: no copy (the last, partial chunk takes
                  * the copy, whose padding columns stay inside the buffer) */
                 const uint8_t *x = j->x + img * j->g.c_in * j->pixels + p0;
-                pack_panel(x, j->pixels, s->k, s->kp, w16, s->mask, b.panel);
+                pack_panel(x, j->pixels, NULL, s->k, s->kp, w16, s->mask, b.panel);
             } else {
                 im2col(j, img, p0, m, w16, b.t);
-                pack_panel(b.t, w16, s->kp, s->kp, w16, s->mask, b.panel);
+                pack_panel(b.t, w16, NULL, s->kp, s->kp, w16, s->mask, b.panel);
             }
             kn_qgemm_u8s8(s->ones, s->kp, 1, &panel, b.e, w16);
             done_chunk = chunk;
         }
         int64_t r0 = part * j->rows, r1 = r0 + j->rows < s->n ? r0 + j->rows : s->n;
         kn_qgemm_u8s8(s->a + r0 * s->kp, s->kp, r1 - r0, &panel, b.c, w16);
-        int64_t at = img * s->n * j->pixels + p0 + r0 * j->pixels;
-        kn_qrequant_rows(&s->rq, s->scale + r0, s->bias + r0, s->corr + r0, b.c, w16, b.e,
-                         j->res != NULL ? j->res + at : NULL, m, r1 - r0, j->y + at, j->pixels);
+        int64_t at = img * s->n * j->pixels + r0 * j->pixels;
+        if (!j->padded) {
+            at += p0;
+            kn_qrequant_rows(&s->rq, s->scale + r0, s->bias + r0, s->corr + r0, b.c, w16, b.e,
+                             j->res != NULL ? j->res + at : NULL, m, r1 - r0, j->y + at, j->pixels);
+            continue;
+        }
+        /* the columns of output row oy that are pixels: [oy * pitch, oy * pitch + ow) */
+        int64_t ow = j->g.out[1];
+        for (int64_t oy = p0 / j->pitch; oy * j->pitch < p0 + m; oy++) {
+            int64_t q0 = oy * j->pitch, q1 = q0 + ow;
+            q0 = q0 > p0 ? q0 : p0;
+            q1 = q1 < p0 + m ? q1 : p0 + m;
+            if (q1 <= q0)
+                continue;
+            int64_t yat = at + oy * ow + (q0 - oy * j->pitch);
+            kn_qrequant_rows(&s->rq, s->scale + r0, s->bias + r0, s->corr + r0, b.c + (q0 - p0),
+                             w16, b.e + (q0 - p0), j->res != NULL ? j->res + yat : NULL, q1 - q0,
+                             r1 - r0, j->y + yat, j->pixels);
+        }
     }
     atomic_store_explicit(&j->busy[slot], 0, memory_order_release);
+}
+
+/* Channels [begin, end) (over all images) of the padded copy xp. */
+static void pad_range(void *arg, int64_t begin, int64_t end) {
+    const qcjob *j = arg;
+    const kn_conv_geom *g = &j->g;
+    int64_t ih = g->in[0], iw = g->in[1], left = j->pitch - iw;
+    for (int64_t t = begin; t < end; t++) {
+        const uint8_t *x = j->x + t * ih * iw;
+        uint8_t *p = j->xp + t * j->plane;
+        memset(p, j->s->pad, (size_t)(g->pad_b[0] * j->pitch));
+        p += g->pad_b[0] * j->pitch;
+        for (int64_t iy = 0; iy < ih; iy++, p += j->pitch) {
+            fill(p, j->s->pad, left);
+            memcpy(p + left, x + iy * iw, (size_t)iw);
+        }
+        memset(p, j->s->pad, (size_t)(j->plane - (p - (j->xp + t * j->plane))));
+    }
 }
 
 kiln_status kn_cpu_qconv_run(kn_kernel_ctx *k) {
@@ -350,10 +405,27 @@ kiln_status kn_cpu_qconv_run(kn_kernel_ctx *k) {
     j.direct = j.g.k[0] == 1 && j.g.k[1] == 1 && j.g.stride[0] == 1 && j.g.stride[1] == 1 &&
                j.g.pad_b[0] == 0 && j.g.pad_b[1] == 0 && j.g.pad_e[0] == 0 && j.g.pad_e[1] == 0 &&
                s->k == j.g.c_in;
+    j.cols = j.pixels;
+    const kn_conv_geom *g = &j.g;
+    if (!j.direct && g->stride[0] == 1 && g->stride[1] == 1 &&
+        s->k == g->c_in * g->k[0] * g->k[1]) {
+        int64_t left = g->pad_b[1] > g->pad_e[1] ? g->pad_b[1] : g->pad_e[1];
+        j.pitch = g->in[1] + left;
+        /* an output row must fit in a row of the copy (pads both wider than the kernel's reach
+         * do not), and the thrown-away columns cost at most a quarter more */
+        j.padded = g->out[1] <= j.pitch && g->out[0] * j.pitch <= j.pixels + j.pixels / 4;
+    }
+    if (j.padded) {
+        j.cols = g->out[0] * j.pitch;
+        /* rows: top padding, the image, bottom padding, one more (the last row's right padding
+         * and the thrown-away columns read into it); the last channel's 16-column blocks read
+         * up to pitch + 15 bytes further */
+        j.plane = (g->pad_b[0] + g->in[0] + g->pad_e[0] + 1) * j.pitch;
+    }
     int64_t pc = PANEL_BYTES / (s->kp > 0 ? s->kp : 4) / 16 * 16;
     pc = pc < 32 ? 32 : pc > 256 ? 256 : pc;
-    j.pc = pc < (j.pixels + 15) / 16 * 16 ? pc : (j.pixels + 15) / 16 * 16;
-    j.chunks = (j.pixels + j.pc - 1) / j.pc;
+    j.pc = pc < (j.cols + 15) / 16 * 16 ? pc : (j.cols + 15) / 16 * 16;
+    j.chunks = (j.cols + j.pc - 1) / j.pc;
     /* Few chunks (small images) split the output channels too, so every thread has work. */
     int threads = kn_threadpool_size(k->pool);
     int64_t tasks = j.g.n * j.chunks, parts = 1;
@@ -366,7 +438,10 @@ kiln_status kn_cpu_qconv_run(kn_kernel_ctx *k) {
     j.parts = (s->n + j.rows - 1) / j.rows;
     /* The context's pool keeps the scratch between runs, so no layer maps fresh pages. */
     j.slots = threads;
-    size_t bytes = (size_t)j.slots * slot_bytes(&j);
+    size_t bytes = (size_t)j.slots * slot_bytes(&j), xp_at = bytes;
+    if (j.padded)
+        bytes += round64((size_t)(g->n * g->c_in * j.plane + 2 * j.pitch + 64)) +
+                 (size_t)s->k * sizeof(int64_t);
     uint8_t *own = NULL;
     j.scratch = kn_threadpool_scratch(k->pool, bytes);
     if (j.scratch == NULL)
@@ -376,6 +451,22 @@ kiln_status kn_cpu_qconv_run(kn_kernel_ctx *k) {
         kn_free(own);
         kn_free(j.busy);
         return kn_error(KILN_ERR_OUT_OF_MEMORY, "no memory for an int8 Conv");
+    }
+    if (j.padded) {
+        j.xp = j.scratch + xp_at;
+        size_t xp_bytes = round64((size_t)(g->n * g->c_in * j.plane + 2 * j.pitch + 64));
+        j.off = (int64_t *)(j.xp + xp_bytes);
+        memset(j.xp + g->n * g->c_in * j.plane, s->pad,
+               xp_bytes - (size_t)(g->n * g->c_in * j.plane));
+        /* row (c, ky, kx) for column q: padded row oy + ky * dy, column ox - pad left +
+         * kx * dx + (pitch - W) */
+        int64_t e = 0, left = j.pitch - g->in[1];
+        for (int64_t c = 0; c < g->c_in; c++)
+            for (int64_t ky = 0; ky < g->k[0]; ky++)
+                for (int64_t kx = 0; kx < g->k[1]; kx++)
+                    j.off[e++] = c * j.plane + ky * g->dil[0] * j.pitch + kx * g->dil[1] -
+                                 g->pad_b[1] + left;
+        kn_parallel_for(k->pool, g->n * g->c_in, 1, pad_range, &j);
     }
     kn_parallel_for(k->pool, tasks * j.parts, 1, conv_range, &j);
     kn_free(own);
