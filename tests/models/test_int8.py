@@ -268,3 +268,42 @@ def test_qdq_stride1_conv_padded_copy_matches_onnxruntime(tmp_path):
         assert [l["precision"] for l in info["layers"] if l["op"] == "QConv"] == ["int8"] * 6
         assert got.shape == ref.shape
         assert np.abs(got - ref).max() <= 2 * output_step(qdq) + 1e-6, act
+
+
+def test_qdq_strided_conv_phase_planes_matches_onnxruntime(tmp_path):
+    """Strided int8 Convs pack their panel from phase planes of the padded image (plane (py, px)
+    holds its pixels (sy r + py, sx q + px)), so a tap is a plain run of one plane: a 7x7 stride 2
+    with pads 3 (ResNet's stem) on an odd-sized map, a 3x3 stride 2, a 1x1 stride 2 (one phase
+    read), stride (3, 2) with a dilation of 2 and asymmetric pads, at batch 2."""
+    rng = np.random.default_rng(11)
+
+    def init(name, *shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32),
+                                       name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], strides=[2, 2], pads=[3, 3, 3, 3],
+                         kernel_shape=[7, 7]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], strides=[2, 2], pads=[1, 1, 1, 1],
+                         kernel_shape=[3, 3]),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("Conv", ["r1", "w3"], ["c3"], strides=[2, 2], kernel_shape=[1, 1]),
+        helper.make_node("Add", ["r2", "c3"], ["a"]),
+        helper.make_node("Conv", ["a", "w4", "b4"], ["y"], strides=[3, 2], dilations=[2, 2],
+                         pads=[2, 1, 0, 3], kernel_shape=[3, 3]),
+    ]
+    g = helper.make_graph(
+        nodes, "strided", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 61, 67])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [init("w1", 10, 3, 7, 7), init("b1", 10), init("w2", 12, 10, 3, 3), init("b2", 12),
+         init("w3", 12, 10, 1, 1), init("w4", 7, 12, 3, 3), init("b4", 7)])
+    fp32 = tmp_path / "s2.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), fp32)
+    for act in ("u8", "s8"):
+        qdq = tmp_path / f"s2_{act}.onnx"
+        name = quantize(fp32, qdq, [2, 3, 61, 67], act)
+        info, got, ref = run_both(qdq, name, [2, 3, 61, 67], tmp_path, [])
+        assert [l["precision"] for l in info["layers"] if l["op"] == "QConv"] == ["int8"] * 4
+        assert got.shape == ref.shape
+        assert np.abs(got - ref).max() <= 2 * output_step(qdq) + 1e-6, act

@@ -131,16 +131,18 @@ typedef struct qcjob {
     atomic_int *busy;           /* per slot */
     int slots;
     bool direct; /* a 1x1 convolution, stride 1, no padding: the panel packs from x itself */
-    /* Any other convolution of stride 1: the panel packs from xp, a copy of the image whose
-     * rows are pitch = W + max(pad left, pad right) bytes apart, the padding stored before
-     * each row (a row's right padding is the next row's left), with the top and bottom
-     * padding rows and one more; channels plane bytes apart. Column q = oy * pitch + ox of the
-     * product is output pixel (oy, ox) where ox < ow, and im2col row e of it is
-     * xp[off[e] + q]: every row a plain run of the copy. The columns ox >= ow are computed and
-     * thrown away. */
+    /* Most others: the panel packs from xp, a padded copy of the image in which column
+     * q = oy * pitch + ox of the product (output pixel (oy, ox) where ox < ow; the columns
+     * ox >= ow are computed and thrown away) reads im2col row e at xp[off[e] + q], every row a
+     * plain run of the copy. With stride 1 the copy's rows are pitch = W + max(pad left, pad
+     * right) bytes apart, the padding stored before each row (a row's right padding is the next
+     * row's left); with stride (sy, sx) each channel is sy * sx phase planes, plane (py, px)
+     * holding the padded image's pixels (sy * r + py, sx * q + px) at row r, column q, rows
+     * pitch = ceil(padded W / sx) apart. Planes have the padding rows and one more (the last
+     * row's thrown-away columns read into it); channels are chan bytes apart. */
     bool padded;
     uint8_t *xp;
-    int64_t pitch, plane, *off;
+    int64_t pitch, plane, chan, *off;
 } qcjob;
 
 /* Row (c, ky, kx) of the im2col for output pixels [p0, p0 + m) of image img, w16 columns. */
@@ -332,7 +334,7 @@ static void conv_range(void *arg, int64_t begin, int64_t end) {
         kn_qgemm_b panel = {.k = s->k, .n = w16, .kp = s->kp, .nb = w16 / 16, .packed = b.panel};
         if (chunk != done_chunk) {
             if (j->padded) {
-                const uint8_t *x = j->xp + img * j->g.c_in * j->plane + p0;
+                const uint8_t *x = j->xp + img * j->g.c_in * j->chan + p0;
                 pack_panel(x, 0, j->off, s->k, s->kp, w16, s->mask, b.panel);
             } else if (j->direct && m == w16) {
                 /* the image's rows are the im2col's: no copy (the last, partial chunk takes
@@ -372,21 +374,62 @@ static void conv_range(void *arg, int64_t begin, int64_t end) {
     atomic_store_explicit(&j->busy[slot], 0, memory_order_release);
 }
 
+/* Whether some tap k * d of a kernel of n taps, dilation d, falls in phase ph of stride st. */
+static bool phase_used(int64_t n, int64_t d, int64_t st, int64_t ph) {
+    for (int64_t k = 0; k < n; k++)
+        if (k * d % st == ph)
+            return true;
+    return false;
+}
+
 /* Channels [begin, end) (over all images) of the padded copy xp. */
 static void pad_range(void *arg, int64_t begin, int64_t end) {
     const qcjob *j = arg;
     const kn_conv_geom *g = &j->g;
     int64_t ih = g->in[0], iw = g->in[1], left = j->pitch - iw;
+    int64_t sy = g->stride[0], sx = g->stride[1], pt = g->pad_b[0], pl = g->pad_b[1];
+    uint8_t pad = j->s->pad;
+    if (sy != 1 || sx != 1) {
+        for (int64_t t = begin; t < end; t++) {
+            const uint8_t *x = j->x + t * ih * iw;
+            for (int64_t py = 0; py < sy; py++)
+                for (int64_t px = 0; px < sx; px++) {
+                    if (!phase_used(g->k[0], g->dil[0], sy, py) ||
+                        !phase_used(g->k[1], g->dil[1], sx, px))
+                        continue; /* no row of the im2col reads it (a 1x1 of stride 2) */
+                    uint8_t *p = j->xp + t * j->chan + (py * sx + px) * j->plane;
+                    /* columns [lo, hi) of a row read x; ix = q * sx + px - pl */
+                    int64_t ix0 = px - pl;
+                    int64_t lo = ix0 < 0 ? (-ix0 + sx - 1) / sx : 0;
+                    int64_t hi = iw - ix0 > 0 ? (iw - ix0 + sx - 1) / sx : 0;
+                    lo = lo < j->pitch ? lo : j->pitch;
+                    hi = hi < lo ? lo : hi > j->pitch ? j->pitch : hi;
+                    for (int64_t r = 0; r < j->plane / j->pitch; r++, p += j->pitch) {
+                        int64_t iy = r * sy + py - pt;
+                        if (iy < 0 || iy >= ih) {
+                            memset(p, pad, (size_t)j->pitch);
+                            continue;
+                        }
+                        const uint8_t *src = x + iy * iw + ix0;
+                        fill(p, pad, lo);
+                        for (int64_t q = lo; q < hi; q++)
+                            p[q] = src[q * sx];
+                        fill(p + hi, pad, j->pitch - hi);
+                    }
+                }
+        }
+        return;
+    }
     for (int64_t t = begin; t < end; t++) {
         const uint8_t *x = j->x + t * ih * iw;
-        uint8_t *p = j->xp + t * j->plane;
+        uint8_t *p = j->xp + t * j->chan;
         memset(p, j->s->pad, (size_t)(g->pad_b[0] * j->pitch));
         p += g->pad_b[0] * j->pitch;
         for (int64_t iy = 0; iy < ih; iy++, p += j->pitch) {
             fill(p, j->s->pad, left);
             memcpy(p + left, x + iy * iw, (size_t)iw);
         }
-        memset(p, j->s->pad, (size_t)(j->plane - (p - (j->xp + t * j->plane))));
+        memset(p, j->s->pad, (size_t)(j->chan - (p - (j->xp + t * j->chan))));
     }
 }
 
@@ -407,20 +450,20 @@ kiln_status kn_cpu_qconv_run(kn_kernel_ctx *k) {
                s->k == j.g.c_in;
     j.cols = j.pixels;
     const kn_conv_geom *g = &j.g;
-    if (!j.direct && g->stride[0] == 1 && g->stride[1] == 1 &&
-        s->k == g->c_in * g->k[0] * g->k[1]) {
+    int64_t sy = g->stride[0], sx = g->stride[1], hp = g->pad_b[0] + g->in[0] + g->pad_e[0];
+    if (!j.direct && s->k == g->c_in * g->k[0] * g->k[1]) {
         int64_t left = g->pad_b[1] > g->pad_e[1] ? g->pad_b[1] : g->pad_e[1];
-        j.pitch = g->in[1] + left;
-        /* an output row must fit in a row of the copy (pads both wider than the kernel's reach
-         * do not), and the thrown-away columns cost at most a quarter more */
+        j.pitch = sy == 1 && sx == 1 ? g->in[1] + left
+                                     : (g->pad_b[1] + g->in[1] + g->pad_e[1] + sx - 1) / sx;
+        /* an output row must fit in a row of the copy (stride-1 pads both wider than the
+         * kernel's reach do not), and the thrown-away columns cost at most a quarter more */
         j.padded = g->out[1] <= j.pitch && g->out[0] * j.pitch <= j.pixels + j.pixels / 4;
     }
     if (j.padded) {
         j.cols = g->out[0] * j.pitch;
-        /* rows: top padding, the image, bottom padding, one more (the last row's right padding
-         * and the thrown-away columns read into it); the last channel's 16-column blocks read
-         * up to pitch + 15 bytes further */
-        j.plane = (g->pad_b[0] + g->in[0] + g->pad_e[0] + 1) * j.pitch;
+        /* the last channel's 16-column blocks read at most pitch + 15 bytes past its end */
+        j.plane = ((hp + sy - 1) / sy + 1) * j.pitch;
+        j.chan = sy * sx * j.plane;
     }
     int64_t pc = PANEL_BYTES / (s->kp > 0 ? s->kp : 4) / 16 * 16;
     pc = pc < 32 ? 32 : pc > 256 ? 256 : pc;
@@ -440,7 +483,7 @@ kiln_status kn_cpu_qconv_run(kn_kernel_ctx *k) {
     j.slots = threads;
     size_t bytes = (size_t)j.slots * slot_bytes(&j), xp_at = bytes;
     if (j.padded)
-        bytes += round64((size_t)(g->n * g->c_in * j.plane + 2 * j.pitch + 64)) +
+        bytes += round64((size_t)(g->n * g->c_in * j.chan + 2 * j.pitch + 64)) +
                  (size_t)s->k * sizeof(int64_t);
     uint8_t *own = NULL;
     j.scratch = kn_threadpool_scratch(k->pool, bytes);
@@ -454,18 +497,22 @@ kiln_status kn_cpu_qconv_run(kn_kernel_ctx *k) {
     }
     if (j.padded) {
         j.xp = j.scratch + xp_at;
-        size_t xp_bytes = round64((size_t)(g->n * g->c_in * j.plane + 2 * j.pitch + 64));
+        size_t xp_bytes = round64((size_t)(g->n * g->c_in * j.chan + 2 * j.pitch + 64));
         j.off = (int64_t *)(j.xp + xp_bytes);
-        memset(j.xp + g->n * g->c_in * j.plane, s->pad,
-               xp_bytes - (size_t)(g->n * g->c_in * j.plane));
-        /* row (c, ky, kx) for column q: padded row oy + ky * dy, column ox - pad left +
-         * kx * dx + (pitch - W) */
-        int64_t e = 0, left = j.pitch - g->in[1];
+        memset(j.xp + g->n * g->c_in * j.chan, s->pad,
+               xp_bytes - (size_t)(g->n * g->c_in * j.chan));
+        /* row (c, ky, kx) for column q: the padded image's row sy * oy + ky * dy and column
+         * sx * ox + kx * dx, in phase plane ((ky * dy) % sy, (kx * dx) % sx) at row
+         * oy + (ky * dy) / sy, column ox + (kx * dx) / sx; with stride 1 the copy's columns
+         * sit pitch - W - pad left further on */
+        int64_t e = 0, shift = sy == 1 && sx == 1 ? j.pitch - g->in[1] - g->pad_b[1] : 0;
         for (int64_t c = 0; c < g->c_in; c++)
             for (int64_t ky = 0; ky < g->k[0]; ky++)
-                for (int64_t kx = 0; kx < g->k[1]; kx++)
-                    j.off[e++] = c * j.plane + ky * g->dil[0] * j.pitch + kx * g->dil[1] -
-                                 g->pad_b[1] + left;
+                for (int64_t kx = 0; kx < g->k[1]; kx++) {
+                    int64_t dy = ky * g->dil[0], dx = kx * g->dil[1];
+                    j.off[e++] = c * j.chan + ((dy % sy) * sx + dx % sx) * j.plane +
+                                 dy / sy * j.pitch + dx / sx + shift;
+                }
         kn_parallel_for(k->pool, g->n * g->c_in, 1, pad_range, &j);
     }
     kn_parallel_for(k->pool, tasks * j.parts, 1, conv_range, &j);
