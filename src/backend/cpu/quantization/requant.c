@@ -4,24 +4,6 @@
 
 #include "backend/cpu/clones.h"
 
-#include <math.h>
-
-/* The largest |bound| of a clamp the reciprocal may serve (requant_avx512.c's error bound
- * holds for quotients clamped to within this). */
-#define RECIP_RANGE 256.0f
-
-static bool recip_ok(float d, float a, float b) {
-    float inv = 1.0f / d;
-    return isnormal(d) && isnormal(inv) && fabsf(a) <= RECIP_RANGE && fabsf(b) <= RECIP_RANGE;
-}
-
-void kn_qrequant_init(kn_qrequant *q) {
-    q->inv_ys = 1.0f / q->ys;
-    q->inv_cs = q->residual ? 1.0f / q->cs : 0.0f;
-    q->recip =
-        recip_ok(q->ys, q->qlo, q->qhi) && (!q->residual || recip_ok(q->cs, q->cmin, q->cmax));
-}
-
 /* One row in loops the compiler vectorizes: clamps by comparison, rounding half to even by
  * adding and taking away 1.5 * 2^23 (the quotients are clamped well inside 2^22). */
 KN_CLONES static void row_ref(const kn_qrequant *q, float sc, float b, int32_t corr,

@@ -6,10 +6,9 @@
  * then r = clamp(r, lo, hi) (the fused Relu / Clip), and
  *   y[i] = rne(clamp(r / ys, qlo, qhi)) + yz   (as a byte),
  * rne rounding half to even, every clamp `x > lo ? x : lo` then `x < hi ? x : hi`.
- * kn_qrequant_rows_ref computes exactly that (IEEE divisions); kn_qrequant_rows gives the same
- * bytes, faster where the CPU has AVX-512 (arch/requant_avx512.c: the quotients by a
- * multiplication with the reciprocal, redone by the division in the lanes that lie near a
- * rounding boundary). */
+ * kn_qrequant_rows_ref computes exactly that in loops the compiler vectorizes; kn_qrequant_rows
+ * gives the same bytes, faster where the CPU has AVX-512 (arch/requant_avx512.c: the same
+ * operations on 16 lanes; GCC's AVX-512 clone of the loop uses 8). */
 #ifndef KN_CPU_QUANTIZATION_REQUANT_H
 #define KN_CPU_QUANTIZATION_REQUANT_H
 
@@ -24,15 +23,7 @@ typedef struct kn_qrequant {
     float rs;               /* the residual's scale */
     int32_t rzu;            /* its zero point in the uint8 domain */
     uint8_t rflip;          /* 0x80 for an int8 residual */
-    /* Set by kn_qrequant_init: whether a quotient may be taken by its reciprocal (the
-     * multiplication's error bound below half a step of 2^-12, see requant_avx512.c), and the
-     * reciprocals 1 / ys and 1 / cs. */
-    bool recip;
-    float inv_ys, inv_cs;
 } kn_qrequant;
-
-/* Fill in recip, inv_ys and inv_cs from the fields above. */
-void kn_qrequant_init(kn_qrequant *q);
 
 /* Rows [0, rows) of the output: row j's m sums at acc + j * ldc with channel constants
  * sc[j], b[j], corr[j]; the ones row's sums e (shared by the rows); the residual's row j at
