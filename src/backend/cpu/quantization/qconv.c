@@ -205,11 +205,10 @@ static void im2col(const qcjob *j, int64_t img, int64_t p0, int64_t m, int64_t w
     memset(t + e * w16, 0, (size_t)((s->kp - e) * w16));
 }
 
-/* Rows [0, k) of t (ld bytes apart, or at t + off[e]; rows [k, kp) read as zeros) into the
- * GEMM's panel:
- * 16-column blocks of [kp / 4][16][4] bytes, each byte ^ mask. t is the im2col (ld = w16), or
- * for a 1x1 convolution with stride 1 and no padding the image itself (ld = H * W), whose rows
- * are the im2col's. */
+/* Rows [0, k) of t (ld bytes apart, or row e at t + off[e] where off is not NULL; rows [k, kp)
+ * read as zeros) into the GEMM's panel: 16-column blocks of [kp / 4][16][4] bytes, each byte ^
+ * mask. t is the im2col (ld = w16), for a 1x1 convolution with stride 1 and no padding the image
+ * itself (ld = H * W), whose rows are the im2col's, or the padded copy (qcjob.padded, off). */
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define KN_PACK512 1
