@@ -222,3 +222,88 @@ def test_qdq_1x1_conv_packs_from_the_image_matches_onnxruntime(tmp_path):
         assert [l["precision"] for l in info["layers"] if l["op"] == "QConv"] == ["int8"] * 2
         assert got.shape == ref.shape
         assert np.abs(got - ref).max() <= 2 * output_step(qdq) + 1e-6, (h, w)
+
+
+def test_qdq_stride1_conv_padded_copy_matches_onnxruntime(tmp_path):
+    """Stride-1 int8 Convs other than the unpadded 1x1 pack their panel from a padded copy of the
+    image whose rows are W + max(pad left, pad right) apart, computing and dropping the columns
+    past each output row: 3x3 with pads 1 over two pixel chunks (20 rows of 22 columns, a chunk
+    ending mid-row), a right pad wider than the left, a dilated 3x3, a 5x5 and an unpadded 3x3,
+    at batch 2. A 1x1 with pads 1 (its output rows wider than the copy's) keeps the im2col."""
+    rng = np.random.default_rng(10)
+
+    def init(name, *shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32),
+                                       name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1],
+                         kernel_shape=[3, 3]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[0, 0, 1, 2], kernel_shape=[3, 3]),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("Conv", ["r2", "w3", "b3"], ["c3"], dilations=[2, 2], pads=[2, 2, 2, 2],
+                         kernel_shape=[3, 3]),
+        helper.make_node("Relu", ["c3"], ["r3"]),
+        helper.make_node("Conv", ["r3", "w4", "b4"], ["c4"], pads=[2, 2, 2, 2],
+                         kernel_shape=[5, 5]),
+        helper.make_node("Relu", ["c4"], ["r4"]),
+        helper.make_node("Conv", ["r4", "w5", "b5"], ["c5"], kernel_shape=[3, 3]),
+        helper.make_node("Relu", ["c5"], ["r5"]),
+        helper.make_node("Conv", ["r5", "w6", "b6"], ["y"], pads=[1, 1, 1, 1],
+                         kernel_shape=[1, 1]),
+    ]
+    g = helper.make_graph(
+        nodes, "stride1", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5, 20, 21])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [init("w1", 9, 5, 3, 3), init("b1", 9), init("w2", 11, 9, 3, 3), init("w3", 8, 11, 3, 3),
+         init("b3", 8), init("w4", 7, 8, 5, 5), init("b4", 7), init("w5", 13, 7, 3, 3),
+         init("b5", 13), init("w6", 6, 13, 1, 1), init("b6", 6)])
+    fp32 = tmp_path / "s1.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), fp32)
+    for act in ("u8", "s8"):
+        qdq = tmp_path / f"s1_{act}.onnx"
+        name = quantize(fp32, qdq, [2, 5, 20, 21], act)
+        info, got, ref = run_both(qdq, name, [2, 5, 20, 21], tmp_path, [])
+        assert [l["precision"] for l in info["layers"] if l["op"] == "QConv"] == ["int8"] * 6
+        assert got.shape == ref.shape
+        assert np.abs(got - ref).max() <= 2 * output_step(qdq) + 1e-6, act
+
+
+def test_qdq_strided_conv_phase_planes_matches_onnxruntime(tmp_path):
+    """Strided int8 Convs pack their panel from phase planes of the padded image (plane (py, px)
+    holds its pixels (sy r + py, sx q + px)), so a tap is a plain run of one plane: a 7x7 stride 2
+    with pads 3 (ResNet's stem) on an odd-sized map, a 3x3 stride 2, a 1x1 stride 2 (one phase
+    read), stride (3, 2) with a dilation of 2 and asymmetric pads, at batch 2."""
+    rng = np.random.default_rng(11)
+
+    def init(name, *shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32),
+                                       name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], strides=[2, 2], pads=[3, 3, 3, 3],
+                         kernel_shape=[7, 7]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], strides=[2, 2], pads=[1, 1, 1, 1],
+                         kernel_shape=[3, 3]),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("Conv", ["r1", "w3"], ["c3"], strides=[2, 2], kernel_shape=[1, 1]),
+        helper.make_node("Add", ["r2", "c3"], ["a"]),
+        helper.make_node("Conv", ["a", "w4", "b4"], ["y"], strides=[3, 2], dilations=[2, 2],
+                         pads=[2, 1, 0, 3], kernel_shape=[3, 3]),
+    ]
+    g = helper.make_graph(
+        nodes, "strided", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 61, 67])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [init("w1", 10, 3, 7, 7), init("b1", 10), init("w2", 12, 10, 3, 3), init("b2", 12),
+         init("w3", 12, 10, 1, 1), init("w4", 7, 12, 3, 3), init("b4", 7)])
+    fp32 = tmp_path / "s2.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), fp32)
+    for act in ("u8", "s8"):
+        qdq = tmp_path / f"s2_{act}.onnx"
+        name = quantize(fp32, qdq, [2, 3, 61, 67], act)
+        info, got, ref = run_both(qdq, name, [2, 3, 61, 67], tmp_path, [])
+        assert [l["precision"] for l in info["layers"] if l["op"] == "QConv"] == ["int8"] * 4
+        assert got.shape == ref.shape
+        assert np.abs(got - ref).max() <= 2 * output_step(qdq) + 1e-6, act

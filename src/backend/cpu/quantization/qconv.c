@@ -1,7 +1,9 @@
 /* kiln.QConv (made by kn_pass_fuse_qdq) in its tensors' own layout, NCHW, with no transpose:
  * the product is Y[j][p] = W[j][k] X[k][p], the weights the int8 GEMM's broadcast rows and a
  * chunk of the image's im2col (rows (c, ky, kx), columns output pixels, built by row copies)
- * its packed panel, so each output channel's pixels come out as one contiguous row.
+ * its packed panel, so each output channel's pixels come out as one contiguous row. Stride-1
+ * convolutions need no im2col: a 1x1 without padding packs from the image's own rows, the others
+ * from a padded copy whose rows are runs of the im2col's (qcjob.padded).
  * vpdpbusd multiplies uint8 by int8, so the weights go in as w + 128 (uint8) and the
  * activations as xu - 128 (int8; xu is x in the uint8 domain, zero point xz). With
  * e[p] = sum_k (xu - 128), the product of the panel with a row of ones, the exact sum is
@@ -9,11 +11,12 @@
  * and the weight rows and the ones row are zero past k, so the panel may hold anything there.
  * The real output is that sum * x_scale * w_scale[j] + bias[j] (with a fused residual,
  * kn_pass_fuse_qadd: rounded to the conv output's own grid, plus the residual), clamped by a
- * fused Relu / Clip, quantized with y's scale and zero point (rounding half to even). */
-#include "backend/cpu/clones.h"
+ * fused Relu / Clip, quantized with y's scale and zero point (rounding half to even;
+ * requant.h). */
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/math/gemm_int8.h"
 #include "backend/cpu/quantization/qproduct.h"
+#include "backend/cpu/quantization/requant.h"
 #include "core/alloc.h"
 #include "ops/nn/conv_geom.h"
 
@@ -32,13 +35,9 @@ typedef struct qconv {
     int32_t *corr; /* [n]: (128 - xz) * sum_k w[j] */
     int64_t n, k, kp;
     kn_qepilogue ep;
-    uint8_t mask;  /* an input byte ^ mask is xu - 128 as int8 */
-    uint8_t pad;   /* x's zero point as the input stores it: the real zero of padding */
-    bool residual; /* inputs 9 to 13 (kn_pass_fuse_qadd): r added before the activation */
-    float rs;      /* r's scale */
-    int32_t rzu;   /* r's zero point in the uint8 domain */
-    uint8_t rflip; /* 0x80 for int8 r */
-    float cs, cz, cmin, cmax; /* the grid the conv's result is rounded to before the add */
+    kn_qrequant rq; /* the epilogue (with a fused residual: inputs 9 to 13, kn_pass_fuse_qadd) */
+    uint8_t mask;   /* an input byte ^ mask is xu - 128 as int8 */
+    uint8_t pad;    /* x's zero point as the input stores it: the real zero of padding */
 } qconv;
 
 /* Panel bytes one task packs at most (the panel and its im2col stay in L2). */
@@ -96,16 +95,24 @@ kiln_status kn_cpu_qconv_prepare(const kn_node *node, int n_in, const kn_tensor 
             in[13].data == NULL)
             return kn_error(KILN_ERR_UNSUPPORTED,
                             "int8 Conv: the residual's scale and zero point must be constants");
-        s->residual = true;
-        s->rs = (float)kn_tensor_get_f64(&in[10], 0);
-        s->rflip = in[9].dtype == KILN_DTYPE_INT8 ? 0x80 : 0;
-        s->rzu = (int32_t)kn_tensor_get_i64(&in[11], 0) + (s->rflip ? 128 : 0);
-        s->cs = (float)kn_tensor_get_f64(&in[12], 0);
-        s->cz = (float)kn_tensor_get_i64(&in[13], 0);
+        kn_qrequant *q = &s->rq;
+        q->residual = true;
+        q->rs = (float)kn_tensor_get_f64(&in[10], 0);
+        q->rflip = in[9].dtype == KILN_DTYPE_INT8 ? 0x80 : 0;
+        q->rzu = (int32_t)kn_tensor_get_i64(&in[11], 0) + (q->rflip ? 128 : 0);
+        q->cs = (float)kn_tensor_get_f64(&in[12], 0);
+        float cz = (float)kn_tensor_get_i64(&in[13], 0);
         bool c_signed = in[13].dtype == KILN_DTYPE_INT8;
-        s->cmin = (c_signed ? -128.0f : 0.0f) - s->cz;
-        s->cmax = (c_signed ? 127.0f : 255.0f) - s->cz;
+        q->cmin = (c_signed ? -128.0f : 0.0f) - cz;
+        q->cmax = (c_signed ? 127.0f : 255.0f) - cz;
     }
+    kn_qrequant *q = &s->rq;
+    q->ys = s->ep.ys;
+    q->yz = s->ep.yz;
+    q->qlo = s->ep.qmin - s->ep.yz;
+    q->qhi = s->ep.qmax - s->ep.yz;
+    q->lo = s->ep.lo;
+    q->hi = s->ep.hi;
     s->mask = s->ep.flip ^ 0x80;
     s->pad = (uint8_t)(s->ep.xzu - (s->ep.flip ? 128 : 0));
     return KILN_OK;
@@ -117,11 +124,24 @@ typedef struct qcjob {
     uint8_t *y;
     kn_conv_geom g;
     int64_t pixels, pc, chunks; /* output pixels per image; per chunk (a multiple of 16) */
+    int64_t cols;               /* the GEMM's columns per image: pixels, or oh * pitch if padded */
     int64_t rows, parts;        /* output channels per task (a multiple of 6); tasks a chunk */
     uint8_t *scratch;           /* slots * slot_bytes, 64-byte aligned */
     atomic_int *busy;           /* per slot */
     int slots;
     bool direct; /* a 1x1 convolution, stride 1, no padding: the panel packs from x itself */
+    /* Most others: the panel packs from xp, a padded copy of the image in which column
+     * q = oy * pitch + ox of the product (output pixel (oy, ox) where ox < ow; the columns
+     * ox >= ow are computed and thrown away) reads im2col row e at xp[off[e] + q], every row a
+     * plain run of the copy. With stride 1 the copy's rows are pitch = W + max(pad left, pad
+     * right) bytes apart, the padding stored before each row (a row's right padding is the next
+     * row's left); with stride (sy, sx) each channel is sy * sx phase planes, plane (py, px)
+     * holding the padded image's pixels (sy * r + py, sx * q + px) at row r, column q, rows
+     * pitch = ceil(padded W / sx) apart. Planes have the padding rows and one more (the last
+     * row's thrown-away columns read into it); channels are chan bytes apart. */
+    bool padded;
+    uint8_t *xp;
+    int64_t pitch, plane, chan, *off;
 } qcjob;
 
 /* Row (c, ky, kx) of the im2col for output pixels [p0, p0 + m) of image img, w16 columns. */
@@ -185,10 +205,10 @@ static void im2col(const qcjob *j, int64_t img, int64_t p0, int64_t m, int64_t w
     memset(t + e * w16, 0, (size_t)((s->kp - e) * w16));
 }
 
-/* Rows [0, k) of t (ld bytes apart; rows [k, kp) read as zeros) into the GEMM's panel:
- * 16-column blocks of [kp / 4][16][4] bytes, each byte ^ mask. t is the im2col (ld = w16), or
- * for a 1x1 convolution with stride 1 and no padding the image itself (ld = H * W), whose rows
- * are the im2col's. */
+/* Rows [0, k) of t (ld bytes apart, or row e at t + off[e] where off is not NULL; rows [k, kp)
+ * read as zeros) into the GEMM's panel: 16-column blocks of [kp / 4][16][4] bytes, each byte ^
+ * mask. t is the im2col (ld = w16), for a 1x1 convolution with stride 1 and no padding the image
+ * itself (ld = H * W), whose rows are the im2col's, or the padded copy (qcjob.padded, off). */
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define KN_PACK512 1
@@ -198,16 +218,18 @@ static void im2col(const qcjob *j, int64_t img, int64_t p0, int64_t m, int64_t w
  * the lanes makes each block's 64 bytes one store. A third of the SSE2 form's instructions;
  * the packing was 30 % of ResNet-50's int8 convolutions (docs/perf-notes.md). */
 __attribute__((target("avx512f,avx512bw"))) static void pack_blocks4(const uint8_t *t, int64_t ld,
-                                                                     int64_t k, int64_t kp,
-                                                                     int64_t b0, uint8_t mask,
-                                                                     int8_t *panel) {
+                                                                     const int64_t *off, int64_t k,
+                                                                     int64_t kp, int64_t b0,
+                                                                     uint8_t mask, int8_t *panel) {
     static const uint8_t zeros[64];
     __m512i mk = _mm512_set1_epi8((char)mask);
     for (int64_t e = 0; e < kp; e += 4) {
         __m512i r[4];
         for (int u = 0; u < 4; u++)
             r[u] = _mm512_xor_si512(
-                _mm512_loadu_si512((const void *)(e + u < k ? t + (e + u) * ld + b0 * 16 : zeros)),
+                _mm512_loadu_si512(
+                    (const void *)(e + u < k ? t + (off ? off[e + u] : (e + u) * ld) + b0 * 16
+                                             : zeros)),
                 mk);
         __m512i t0 = _mm512_unpacklo_epi8(r[0], r[1]), t1 = _mm512_unpackhi_epi8(r[0], r[1]);
         __m512i t2 = _mm512_unpacklo_epi8(r[2], r[3]), t3 = _mm512_unpackhi_epi8(r[2], r[3]);
@@ -231,21 +253,21 @@ static bool pack512_ok(void) {
 }
 #endif
 
-static void pack_panel(const uint8_t *t, int64_t ld, int64_t k, int64_t kp, int64_t w16,
-                       uint8_t mask, int8_t *panel) {
+static void pack_panel(const uint8_t *t, int64_t ld, const int64_t *off, int64_t k, int64_t kp,
+                       int64_t w16, uint8_t mask, int8_t *panel) {
     static const uint8_t zeros[16];
     int64_t b = 0;
 #ifdef KN_PACK512
     if (pack512_ok())
         for (; b + 4 <= w16 / 16; b += 4)
-            pack_blocks4(t, ld, k, kp, b, mask, panel);
+            pack_blocks4(t, ld, off, k, kp, b, mask, panel);
 #endif
     for (; b < w16 / 16; b++) {
         int8_t *dst = panel + b * kp * 16;
         for (int64_t e = 0; e < kp; e += 4) {
             const uint8_t *rp[4];
             for (int u = 0; u < 4; u++)
-                rp[u] = e + u < k ? t + (e + u) * ld + b * 16 : zeros;
+                rp[u] = e + u < k ? t + (off ? off[e + u] : (e + u) * ld) + b * 16 : zeros;
 #if defined(__SSE2__)
             __m128i mk = _mm_set1_epi8((char)mask);
             __m128i r0 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)rp[0]), mk);
@@ -265,54 +287,6 @@ static void pack_panel(const uint8_t *t, int64_t ld, int64_t k, int64_t kp, int6
                     dst[e * 16 + q * 4 + u] = (int8_t)(rp[u][q] ^ mask);
 #endif
         }
-    }
-}
-
-/* Output channel j's m pixels from its int32 sums, in loops the compiler vectorizes: clamps by
- * comparison, rounding half to even by adding and taking away 1.5 * 2^23. */
-/* (AVX-512 clones: 16 pixels a step on machines that have it; the build stays generic) */
-KN_CLONES static void requantize(const qconv *s, int64_t j, const int32_t *acc, const int32_t *e,
-                                 int64_t m, uint8_t *y) {
-    const float magic = 12582912.0f;
-    const kn_qepilogue *ep = &s->ep;
-    float qlo = ep->qmin - ep->yz, qhi = ep->qmax - ep->yz, sc = s->scale[j], b = s->bias[j];
-    float lo = ep->lo, hi = ep->hi, ys = ep->ys, yz = ep->yz;
-    int32_t corr = s->corr[j];
-    for (int64_t i = 0; i < m; i++) {
-        float r = (float)(acc[i] - 128 * e[i] + corr) * sc + b;
-        r = r > lo ? r : lo;
-        r = r < hi ? r : hi;
-        float v = r / ys;
-        v = v > qlo ? v : qlo;
-        v = v < qhi ? v : qhi;
-        y[i] = (uint8_t)(int32_t)((v + magic) - magic + yz);
-    }
-}
-
-/* The same with a fused residual row res: the conv's result on c's grid, plus res, then the
- * activation and y's quantization. */
-KN_CLONES static void requantize_residual(const qconv *s, int64_t j, const int32_t *acc,
-                                          const int32_t *e, const uint8_t *res, int64_t m,
-                                          uint8_t *y) {
-    const float magic = 12582912.0f;
-    const kn_qepilogue *ep = &s->ep;
-    float qlo = ep->qmin - ep->yz, qhi = ep->qmax - ep->yz, sc = s->scale[j], b = s->bias[j];
-    float lo = ep->lo, hi = ep->hi, ys = ep->ys, yz = ep->yz, rs = s->rs, cs = s->cs;
-    float cmin = s->cmin, cmax = s->cmax;
-    int32_t corr = s->corr[j], rzu = s->rzu;
-    uint8_t rflip = s->rflip;
-    for (int64_t i = 0; i < m; i++) {
-        float c = ((float)(acc[i] - 128 * e[i] + corr) * sc + b) / cs;
-        c = c > cmin ? c : cmin;
-        c = c < cmax ? c : cmax;
-        float r = ((c + magic) - magic) * cs;
-        r += (float)((int32_t)(uint8_t)(res[i] ^ rflip) - rzu) * rs;
-        r = r > lo ? r : lo;
-        r = r < hi ? r : hi;
-        float v = r / ys;
-        v = v > qlo ? v : qlo;
-        v = v < qhi ? v : qhi;
-        y[i] = (uint8_t)(int32_t)((v + magic) - magic + yz);
     }
 }
 
@@ -354,40 +328,141 @@ static void conv_range(void *arg, int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; t++) {
         int64_t chunk = t / j->parts, part = t % j->parts;
         int64_t img = chunk / j->chunks, p0 = (chunk % j->chunks) * j->pc;
-        int64_t m = j->pixels - p0 < j->pc ? j->pixels - p0 : j->pc, w16 = (m + 15) / 16 * 16;
+        int64_t m = j->cols - p0 < j->pc ? j->cols - p0 : j->pc, w16 = (m + 15) / 16 * 16;
         kn_qgemm_b panel = {.k = s->k, .n = w16, .kp = s->kp, .nb = w16 / 16, .packed = b.panel};
         if (chunk != done_chunk) {
-            if (j->direct && m == w16) {
+            if (j->padded) {
+                const uint8_t *x = j->xp + img * j->g.c_in * j->chan + p0;
+                pack_panel(x, 0, j->off, s->k, s->kp, w16, s->mask, b.panel);
+            } else if (j->direct && m == w16) {
                 /* the image's rows are the im2col's: no copy (the last, partial chunk takes
                  * the copy, whose padding columns stay inside the buffer) */
                 const uint8_t *x = j->x + img * j->g.c_in * j->pixels + p0;
-                pack_panel(x, j->pixels, s->k, s->kp, w16, s->mask, b.panel);
+                pack_panel(x, j->pixels, NULL, s->k, s->kp, w16, s->mask, b.panel);
             } else {
                 im2col(j, img, p0, m, w16, b.t);
-                pack_panel(b.t, w16, s->kp, s->kp, w16, s->mask, b.panel);
+                pack_panel(b.t, w16, NULL, s->kp, s->kp, w16, s->mask, b.panel);
             }
             kn_qgemm_u8s8(s->ones, s->kp, 1, &panel, b.e, w16);
             done_chunk = chunk;
         }
         int64_t r0 = part * j->rows, r1 = r0 + j->rows < s->n ? r0 + j->rows : s->n;
         kn_qgemm_u8s8(s->a + r0 * s->kp, s->kp, r1 - r0, &panel, b.c, w16);
-        int64_t at = img * s->n * j->pixels + p0;
-        for (int64_t r = r0; r < r1; r++) {
-            const int32_t *acc = b.c + (r - r0) * w16;
-            uint8_t *y = j->y + at + r * j->pixels;
-            if (j->res != NULL)
-                requantize_residual(s, r, acc, b.e, j->res + at + r * j->pixels, m, y);
-            else
-                requantize(s, r, acc, b.e, m, y);
+        int64_t at = img * s->n * j->pixels + r0 * j->pixels;
+        if (!j->padded) {
+            at += p0;
+            kn_qrequant_rows(&s->rq, s->scale + r0, s->bias + r0, s->corr + r0, b.c, w16, b.e,
+                             j->res != NULL ? j->res + at : NULL, m, r1 - r0, j->y + at, j->pixels);
+            continue;
+        }
+        /* the columns of output row oy that are pixels: [oy * pitch, oy * pitch + ow) */
+        int64_t ow = j->g.out[1];
+        for (int64_t oy = p0 / j->pitch; oy * j->pitch < p0 + m; oy++) {
+            int64_t q0 = oy * j->pitch, q1 = q0 + ow;
+            q0 = q0 > p0 ? q0 : p0;
+            q1 = q1 < p0 + m ? q1 : p0 + m;
+            if (q1 <= q0)
+                continue;
+            int64_t yat = at + oy * ow + (q0 - oy * j->pitch);
+            kn_qrequant_rows(&s->rq, s->scale + r0, s->bias + r0, s->corr + r0, b.c + (q0 - p0),
+                             w16, b.e + (q0 - p0), j->res != NULL ? j->res + yat : NULL, q1 - q0,
+                             r1 - r0, j->y + yat, j->pixels);
         }
     }
     atomic_store_explicit(&j->busy[slot], 0, memory_order_release);
 }
 
+/* dst[q] = src[q * sx] for q in [lo, hi); reads no byte past src[(hi - 1) * sx]. */
+#ifdef KN_PACK512
+/* Stride 2 by 32 bytes a step: the low bytes of 32 16-bit words (vpmovwb), the loads and
+ * stores masked at the end. */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void
+every_other512(const uint8_t *src, int64_t lo, int64_t hi, uint8_t *dst) {
+    for (int64_t q = lo; q < hi; q += 32) {
+        int64_t n = hi - q < 32 ? hi - q : 32;
+        __mmask64 in = (__mmask64)-1 >> (64 - (2 * n - 1));
+        __m512i v = _mm512_maskz_loadu_epi8(in, src + 2 * q);
+        _mm256_mask_storeu_epi8(dst + q, (__mmask32)((uint64_t)-1 >> (64 - n)),
+                                _mm512_cvtepi16_epi8(v));
+    }
+}
+#endif
+
+static void every_other(const uint8_t *src, int64_t sx, int64_t lo, int64_t hi, uint8_t *dst) {
+#ifdef KN_PACK512
+    if (sx == 2 && pack512_ok()) {
+        every_other512(src, lo, hi, dst);
+        return;
+    }
+#endif
+    for (int64_t q = lo; q < hi; q++)
+        dst[q] = src[q * sx];
+}
+
+/* Whether some tap k * d of a kernel of n taps, dilation d, falls in phase ph of stride st. */
+static bool phase_used(int64_t n, int64_t d, int64_t st, int64_t ph) {
+    for (int64_t k = 0; k < n; k++)
+        if (k * d % st == ph)
+            return true;
+    return false;
+}
+
+/* Channels [begin, end) (over all images) of the padded copy xp. */
+static void pad_range(void *arg, int64_t begin, int64_t end) {
+    const qcjob *j = arg;
+    const kn_conv_geom *g = &j->g;
+    int64_t ih = g->in[0], iw = g->in[1], left = j->pitch - iw;
+    int64_t sy = g->stride[0], sx = g->stride[1], pt = g->pad_b[0], pl = g->pad_b[1];
+    uint8_t pad = j->s->pad;
+    if (sy != 1 || sx != 1) {
+        for (int64_t t = begin; t < end; t++) {
+            const uint8_t *x = j->x + t * ih * iw;
+            for (int64_t py = 0; py < sy; py++)
+                for (int64_t px = 0; px < sx; px++) {
+                    if (!phase_used(g->k[0], g->dil[0], sy, py) ||
+                        !phase_used(g->k[1], g->dil[1], sx, px))
+                        continue; /* no row of the im2col reads it (a 1x1 of stride 2) */
+                    uint8_t *p = j->xp + t * j->chan + (py * sx + px) * j->plane;
+                    /* columns [lo, hi) of a row read x; ix = q * sx + px - pl */
+                    int64_t ix0 = px - pl;
+                    int64_t lo = ix0 < 0 ? (-ix0 + sx - 1) / sx : 0;
+                    int64_t hi = iw - ix0 > 0 ? (iw - ix0 + sx - 1) / sx : 0;
+                    lo = lo < j->pitch ? lo : j->pitch;
+                    hi = hi < lo ? lo : hi > j->pitch ? j->pitch : hi;
+                    for (int64_t r = 0; r < j->plane / j->pitch; r++, p += j->pitch) {
+                        int64_t iy = r * sy + py - pt;
+                        if (iy < 0 || iy >= ih) {
+                            memset(p, pad, (size_t)j->pitch);
+                            continue;
+                        }
+                        const uint8_t *src = x + iy * iw + ix0;
+                        fill(p, pad, lo);
+                        every_other(src, sx, lo, hi, p);
+                        fill(p + hi, pad, j->pitch - hi);
+                    }
+                }
+        }
+        return;
+    }
+    for (int64_t t = begin; t < end; t++) {
+        const uint8_t *x = j->x + t * ih * iw;
+        uint8_t *p = j->xp + t * j->chan;
+        memset(p, j->s->pad, (size_t)(g->pad_b[0] * j->pitch));
+        p += g->pad_b[0] * j->pitch;
+        for (int64_t iy = 0; iy < ih; iy++, p += j->pitch) {
+            fill(p, j->s->pad, left);
+            memcpy(p + left, x + iy * iw, (size_t)iw);
+        }
+        memset(p, j->s->pad, (size_t)(j->chan - (p - (j->xp + t * j->chan))));
+    }
+}
+
 kiln_status kn_cpu_qconv_run(kn_kernel_ctx *k) {
     const qconv *s = k->state;
-    qcjob j = {
-        .s = s, .x = k->in[0].data, .res = s->residual ? k->in[9].data : NULL, .y = k->out[0].data};
+    qcjob j = {.s = s,
+               .x = k->in[0].data,
+               .res = s->rq.residual ? k->in[9].data : NULL,
+               .y = k->out[0].data};
     KN_TRY(kn_conv_geom_init(k->node, &k->in[0].shape, &k->in[3].shape, false, &j.g));
     if (j.g.nsp != 2 || j.g.group != 1)
         return kn_error(KILN_ERR_UNSUPPORTED, "int8 Conv: only 2-D, ungrouped convolutions");
@@ -397,10 +472,27 @@ kiln_status kn_cpu_qconv_run(kn_kernel_ctx *k) {
     j.direct = j.g.k[0] == 1 && j.g.k[1] == 1 && j.g.stride[0] == 1 && j.g.stride[1] == 1 &&
                j.g.pad_b[0] == 0 && j.g.pad_b[1] == 0 && j.g.pad_e[0] == 0 && j.g.pad_e[1] == 0 &&
                s->k == j.g.c_in;
+    j.cols = j.pixels;
+    const kn_conv_geom *g = &j.g;
+    int64_t sy = g->stride[0], sx = g->stride[1], hp = g->pad_b[0] + g->in[0] + g->pad_e[0];
+    if (!j.direct && s->k == g->c_in * g->k[0] * g->k[1]) {
+        int64_t left = g->pad_b[1] > g->pad_e[1] ? g->pad_b[1] : g->pad_e[1];
+        j.pitch = sy == 1 && sx == 1 ? g->in[1] + left
+                                     : (g->pad_b[1] + g->in[1] + g->pad_e[1] + sx - 1) / sx;
+        /* an output row must fit in a row of the copy (stride-1 pads both wider than the
+         * kernel's reach do not), and the thrown-away columns cost at most a quarter more */
+        j.padded = g->out[1] <= j.pitch && g->out[0] * j.pitch <= j.pixels + j.pixels / 4;
+    }
+    if (j.padded) {
+        j.cols = g->out[0] * j.pitch;
+        /* the last channel's 16-column blocks read at most pitch + 15 bytes past its end */
+        j.plane = ((hp + sy - 1) / sy + 1) * j.pitch;
+        j.chan = sy * sx * j.plane;
+    }
     int64_t pc = PANEL_BYTES / (s->kp > 0 ? s->kp : 4) / 16 * 16;
     pc = pc < 32 ? 32 : pc > 256 ? 256 : pc;
-    j.pc = pc < (j.pixels + 15) / 16 * 16 ? pc : (j.pixels + 15) / 16 * 16;
-    j.chunks = (j.pixels + j.pc - 1) / j.pc;
+    j.pc = pc < (j.cols + 15) / 16 * 16 ? pc : (j.cols + 15) / 16 * 16;
+    j.chunks = (j.cols + j.pc - 1) / j.pc;
     /* Few chunks (small images) split the output channels too, so every thread has work. */
     int threads = kn_threadpool_size(k->pool);
     int64_t tasks = j.g.n * j.chunks, parts = 1;
@@ -413,7 +505,10 @@ kiln_status kn_cpu_qconv_run(kn_kernel_ctx *k) {
     j.parts = (s->n + j.rows - 1) / j.rows;
     /* The context's pool keeps the scratch between runs, so no layer maps fresh pages. */
     j.slots = threads;
-    size_t bytes = (size_t)j.slots * slot_bytes(&j);
+    size_t bytes = (size_t)j.slots * slot_bytes(&j), xp_at = bytes;
+    if (j.padded)
+        bytes += round64((size_t)(g->n * g->c_in * j.chan + 2 * j.pitch + 64)) +
+                 (size_t)s->k * sizeof(int64_t);
     uint8_t *own = NULL;
     j.scratch = kn_threadpool_scratch(k->pool, bytes);
     if (j.scratch == NULL)
@@ -423,6 +518,26 @@ kiln_status kn_cpu_qconv_run(kn_kernel_ctx *k) {
         kn_free(own);
         kn_free(j.busy);
         return kn_error(KILN_ERR_OUT_OF_MEMORY, "no memory for an int8 Conv");
+    }
+    if (j.padded) {
+        j.xp = j.scratch + xp_at;
+        size_t xp_bytes = round64((size_t)(g->n * g->c_in * j.chan + 2 * j.pitch + 64));
+        j.off = (int64_t *)(j.xp + xp_bytes);
+        memset(j.xp + g->n * g->c_in * j.chan, s->pad,
+               xp_bytes - (size_t)(g->n * g->c_in * j.chan));
+        /* row (c, ky, kx) for column q: the padded image's row sy * oy + ky * dy and column
+         * sx * ox + kx * dx, in phase plane ((ky * dy) % sy, (kx * dx) % sx) at row
+         * oy + (ky * dy) / sy, column ox + (kx * dx) / sx; with stride 1 the copy's columns
+         * sit pitch - W - pad left further on */
+        int64_t e = 0, shift = sy == 1 && sx == 1 ? j.pitch - g->in[1] - g->pad_b[1] : 0;
+        for (int64_t c = 0; c < g->c_in; c++)
+            for (int64_t ky = 0; ky < g->k[0]; ky++)
+                for (int64_t kx = 0; kx < g->k[1]; kx++) {
+                    int64_t dy = ky * g->dil[0], dx = kx * g->dil[1];
+                    j.off[e++] = c * j.chan + ((dy % sy) * sx + dx % sx) * j.plane +
+                                 dy / sy * j.pitch + dx / sx + shift;
+                }
+        kn_parallel_for(k->pool, g->n * g->c_in, 1, pad_range, &j);
     }
     kn_parallel_for(k->pool, tasks * j.parts, 1, conv_range, &j);
     kn_free(own);

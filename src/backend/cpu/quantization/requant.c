@@ -1,0 +1,70 @@
+/* The int8 convolution's requantization (see requant.h): the reference by IEEE divisions and
+ * the dispatch to the AVX-512 form. */
+#include "backend/cpu/quantization/requant.h"
+
+#include "backend/cpu/clones.h"
+
+/* One row in loops the compiler vectorizes: clamps by comparison, rounding half to even by
+ * adding and taking away 1.5 * 2^23 (the quotients are clamped well inside 2^22). */
+KN_CLONES static void row_ref(const kn_qrequant *q, float sc, float b, int32_t corr,
+                              const int32_t *acc, const int32_t *e, int64_t m, uint8_t *y) {
+    const float magic = 12582912.0f;
+    float qlo = q->qlo, qhi = q->qhi, lo = q->lo, hi = q->hi, ys = q->ys, yz = q->yz;
+    for (int64_t i = 0; i < m; i++) {
+        float r = (float)(acc[i] - 128 * e[i] + corr) * sc + b;
+        r = r > lo ? r : lo;
+        r = r < hi ? r : hi;
+        float v = r / ys;
+        v = v > qlo ? v : qlo;
+        v = v < qhi ? v : qhi;
+        y[i] = (uint8_t)(int32_t)((v + magic) - magic + yz);
+    }
+}
+
+/* The same with the residual row res. */
+KN_CLONES static void row_residual_ref(const kn_qrequant *q, float sc, float b, int32_t corr,
+                                       const int32_t *acc, const int32_t *e, const uint8_t *res,
+                                       int64_t m, uint8_t *y) {
+    const float magic = 12582912.0f;
+    float qlo = q->qlo, qhi = q->qhi, lo = q->lo, hi = q->hi, ys = q->ys, yz = q->yz;
+    float rs = q->rs, cs = q->cs, cmin = q->cmin, cmax = q->cmax;
+    int32_t rzu = q->rzu;
+    uint8_t rflip = q->rflip;
+    for (int64_t i = 0; i < m; i++) {
+        float c = ((float)(acc[i] - 128 * e[i] + corr) * sc + b) / cs;
+        c = c > cmin ? c : cmin;
+        c = c < cmax ? c : cmax;
+        float r = ((c + magic) - magic) * cs;
+        r += (float)((int32_t)(uint8_t)(res[i] ^ rflip) - rzu) * rs;
+        r = r > lo ? r : lo;
+        r = r < hi ? r : hi;
+        float v = r / ys;
+        v = v > qlo ? v : qlo;
+        v = v < qhi ? v : qhi;
+        y[i] = (uint8_t)(int32_t)((v + magic) - magic + yz);
+    }
+}
+
+void kn_qrequant_rows_ref(const kn_qrequant *q, const float *sc, const float *b,
+                          const int32_t *corr, const int32_t *acc, int64_t ldc, const int32_t *e,
+                          const uint8_t *res, int64_t m, int64_t rows, uint8_t *y, int64_t ldy) {
+    for (int64_t j = 0; j < rows; j++) {
+        if (q->residual)
+            row_residual_ref(q, sc[j], b[j], corr[j], acc + j * ldc, e, res + j * ldy, m,
+                             y + j * ldy);
+        else
+            row_ref(q, sc[j], b[j], corr[j], acc + j * ldc, e, m, y + j * ldy);
+    }
+}
+
+void kn_qrequant_rows(const kn_qrequant *q, const float *sc, const float *b, const int32_t *corr,
+                      const int32_t *acc, int64_t ldc, const int32_t *e, const uint8_t *res,
+                      int64_t m, int64_t rows, uint8_t *y, int64_t ldy) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (kn_qrequant_avx512_ok()) {
+        kn_qrequant_rows_avx512(q, sc, b, corr, acc, ldc, e, res, m, rows, y, ldy);
+        return;
+    }
+#endif
+    kn_qrequant_rows_ref(q, sc, b, corr, acc, ldc, e, res, m, rows, y, ldy);
+}

@@ -1,0 +1,46 @@
+/* The int8 convolution's requantization (kiln.QConv, qconv.c): output channel j's int32 sums
+ * to y's bytes. For pixel i,
+ *   r = (float)(acc[i] - 128 e[i] + corr) * sc + b       (no fused multiply-add)
+ * with a fused residual (kn_pass_fuse_qadd) r is first rounded to the conv output's own grid,
+ *   r = rne(clamp(r / cs, cmin, cmax)) * cs + (float)((res[i] ^ rflip) - rzu) * rs,
+ * then r = clamp(r, lo, hi) (the fused Relu / Clip), and
+ *   y[i] = rne(clamp(r / ys, qlo, qhi)) + yz   (as a byte),
+ * rne rounding half to even, every clamp `x > lo ? x : lo` then `x < hi ? x : hi`.
+ * kn_qrequant_rows_ref computes exactly that in loops the compiler vectorizes; kn_qrequant_rows
+ * gives the same bytes, faster where the CPU has AVX-512 (arch/requant_avx512.c: the same
+ * operations on 16 lanes; GCC's AVX-512 clone of the loop uses 8). */
+#ifndef KN_CPU_QUANTIZATION_REQUANT_H
+#define KN_CPU_QUANTIZATION_REQUANT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct kn_qrequant {
+    float ys, yz, qlo, qhi; /* y's scale and zero point; qlo = qmin - yz, qhi = qmax - yz */
+    float lo, hi;           /* the fused Relu / Clip bounds (+-inf when none) */
+    bool residual;          /* the residual step above */
+    float cs, cmin, cmax;   /* the conv output's grid: scale, clamp of the quotient */
+    float rs;               /* the residual's scale */
+    int32_t rzu;            /* its zero point in the uint8 domain */
+    uint8_t rflip;          /* 0x80 for an int8 residual */
+} kn_qrequant;
+
+/* Rows [0, rows) of the output: row j's m sums at acc + j * ldc with channel constants
+ * sc[j], b[j], corr[j]; the ones row's sums e (shared by the rows); the residual's row j at
+ * res + j * ldy (only with q->residual; else res may be NULL); the bytes to y + j * ldy. */
+void kn_qrequant_rows(const kn_qrequant *q, const float *sc, const float *b, const int32_t *corr,
+                      const int32_t *acc, int64_t ldc, const int32_t *e, const uint8_t *res,
+                      int64_t m, int64_t rows, uint8_t *y, int64_t ldy);
+/* The same by IEEE divisions, in loops the compiler vectorizes (the path of CPUs without
+ * AVX-512, and the tests' reference). */
+void kn_qrequant_rows_ref(const kn_qrequant *q, const float *sc, const float *b,
+                          const int32_t *corr, const int32_t *acc, int64_t ldc, const int32_t *e,
+                          const uint8_t *res, int64_t m, int64_t rows, uint8_t *y, int64_t ldy);
+
+/* The AVX-512 form (arch/requant_avx512.c); only where kn_qrequant_avx512_ok(). */
+bool kn_qrequant_avx512_ok(void);
+void kn_qrequant_rows_avx512(const kn_qrequant *q, const float *sc, const float *b,
+                             const int32_t *corr, const int32_t *acc, int64_t ldc, const int32_t *e,
+                             const uint8_t *res, int64_t m, int64_t rows, uint8_t *y, int64_t ldy);
+
+#endif
