@@ -307,3 +307,52 @@ def test_qdq_strided_conv_phase_planes_matches_onnxruntime(tmp_path):
         assert [l["precision"] for l in info["layers"] if l["op"] == "QConv"] == ["int8"] * 4
         assert got.shape == ref.shape
         assert np.abs(got - ref).max() <= 2 * output_step(qdq) + 1e-6, act
+
+
+def test_qdq_conv_partitions_agree_across_thread_counts(tmp_path):
+    """The int8 conv splits its work by thread count: chunks of pixels split evenly by pairs of
+    16-column blocks (and rounded to a multiple of the threads), or, with few chunks, output
+    channels too, the panels then packed once up front by groups of blocks and shared. Each
+    output is the same sum however the work is cut, so every thread count gives the same
+    bytes, and they match onnxruntime: 1x1 at 28x28 (784 columns), 3x3 stride 2 to 14x14
+    (phase planes), 1x1 at 14x14 with 192 output channels (a partial last block, rows split),
+    3x3 pads 1 at 14x14 (the padded copy, rows split)."""
+    rng = np.random.default_rng(11)
+
+    def init(name, *shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.2).astype(np.float32),
+                                       name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], kernel_shape=[1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], kernel_shape=[3, 3],
+                         strides=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("Conv", ["r2", "w3", "b3"], ["c3"], kernel_shape=[1, 1]),
+        helper.make_node("Relu", ["c3"], ["r3"]),
+        helper.make_node("Conv", ["r3", "w4", "b4"], ["y"], kernel_shape=[3, 3],
+                         pads=[1, 1, 1, 1]),
+    ]
+    shape = [1, 48, 28, 28]
+    g = helper.make_graph(
+        nodes, "partitions", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [init("w1", 96, 48, 1, 1), init("b1", 96), init("w2", 128, 96, 3, 3), init("b2", 128),
+         init("w3", 192, 128, 1, 1), init("b3", 192), init("w4", 144, 192, 3, 3),
+         init("b4", 144)])
+    fp32 = tmp_path / "partitions.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), fp32)
+    qdq = tmp_path / "partitions_u8.onnx"
+    name = quantize(fp32, qdq, shape, "u8")
+    info, got, ref = run_both(qdq, name, shape, tmp_path, [])
+    assert [l["precision"] for l in info["layers"] if l["op"] == "QConv"] == ["int8"] * 4
+    assert np.abs(got - ref).max() <= 2 * output_step(qdq) + 1e-6
+    plan = str(tmp_path / "q.plan")
+    for threads in (1, 2, 3, 5, 8):
+        out = tmp_path / f"out{threads}"
+        kiln("run", plan, "--threads", str(threads), "--input", f"{name}={tmp_path / 'x.npy'}",
+             "--output-dir", str(out))
+        with open(out / "outputs.json") as f:
+            y = np.load(out / list(json.load(f).values())[0])
+        assert np.array_equal(y, got), threads

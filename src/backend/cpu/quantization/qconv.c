@@ -142,6 +142,14 @@ typedef struct qcjob {
     bool padded;
     uint8_t *xp;
     int64_t pitch, plane, chan, *off;
+    /* With parts > 1 every chunk's panel and ones-row sums are packed once, up front, into
+     * panels (panel_bytes apart) and es (pc apart), and each part reads them: packed per task,
+     * a chunk's panel was packed again by every thread that took one of its parts. */
+    int8_t *panels;
+    int32_t *es;
+    size_t panel_bytes;
+    int64_t groups; /* packing units a chunk (pack_range) */
+    bool even;      /* chunks of equal blocks (else pc columns, the last what is left) */
 } qcjob;
 
 /* Row (c, ky, kx) of the im2col for output pixels [p0, p0 + m) of image img, w16 columns. */
@@ -315,43 +323,118 @@ static qcbufs slot_bufs(const qcjob *j, int slot) {
     return b;
 }
 
+/* Chunk `chunk`: image *img, columns [*p0, *p0 + *m); with even, an image's pairs of 16-column
+ * blocks split evenly between its chunks (the widest pc columns): the GEMM's kernel takes its
+ * columns a pair of blocks at a time, and chunks of odd blocks were 6 % slower. */
+static void chunk_span(const qcjob *j, int64_t chunk, int64_t *img, int64_t *p0, int64_t *m) {
+    int64_t c = chunk % j->chunks, blocks = (j->cols + 15) / 16, pairs = (blocks + 1) / 2;
+    int64_t b0 = 2 * (c * pairs / j->chunks), b1 = 2 * ((c + 1) * pairs / j->chunks);
+    b1 = b1 < blocks ? b1 : blocks;
+    if (!j->even) {
+        b0 = c * (j->pc / 16);
+        b1 = b0 + j->pc / 16 < blocks ? b0 + j->pc / 16 : blocks;
+    }
+    *img = chunk / j->chunks;
+    *p0 = b0 * 16;
+    *m = (b1 * 16 < j->cols ? b1 * 16 : j->cols) - *p0;
+}
+
+/* Columns [16 b0, 16 b1) of chunk `chunk`'s panel into panel and their ones-row sums into e
+ * (t: the slot's im2col, built for the whole chunk, so only with b0 = 0 and b1 its last block
+ * where the chunk needs one). */
+static void pack_chunk(const qcjob *j, int64_t chunk, int64_t b0, int64_t b1, uint8_t *t,
+                       int8_t *panel, int32_t *e) {
+    const qconv *s = j->s;
+    int64_t img, p0, m;
+    chunk_span(j, chunk, &img, &p0, &m);
+    int64_t w16 = (m + 15) / 16 * 16, nb = b1 - b0;
+    int8_t *dst = panel + b0 * s->kp * 16;
+    if (j->padded) {
+        const uint8_t *x = j->xp + img * j->g.c_in * j->chan + p0 + b0 * 16;
+        pack_panel(x, 0, j->off, s->k, s->kp, nb * 16, s->mask, dst);
+    } else if (j->direct && m == w16) {
+        /* the image's rows are the im2col's: no copy (the last, partial chunk takes the copy,
+         * whose padding columns stay inside the buffer) */
+        const uint8_t *x = j->x + img * j->g.c_in * j->pixels + p0 + b0 * 16;
+        pack_panel(x, j->pixels, NULL, s->k, s->kp, nb * 16, s->mask, dst);
+    } else {
+        KN_ASSERT(b0 == 0 && b1 == w16 / 16);
+        im2col(j, img, p0, m, w16, t);
+        pack_panel(t, w16, NULL, s->kp, s->kp, w16, s->mask, panel);
+    }
+    kn_qgemm_b pb = {.k = s->k, .n = nb * 16, .kp = s->kp, .nb = nb, .packed = dst};
+    kn_qgemm_u8s8(s->ones, s->kp, 1, &pb, e + b0 * 16, nb * 16);
+}
+
+/* Whether chunk `chunk` packs by groups of blocks (from the image or its padded copy). */
+static bool packs_in_groups(const qcjob *j, int64_t chunk) {
+    int64_t img, p0, m;
+    chunk_span(j, chunk, &img, &p0, &m);
+    return j->padded || (j->direct && m % 16 == 0);
+}
+
 /* Each running range takes a free slot of the scratch: no more ranges run at once than the
  * pool has threads, which is the number of slots. */
-static void conv_range(void *arg, int64_t begin, int64_t end) {
-    qcjob *j = arg;
-    const qconv *s = j->s;
+static int take_slot(qcjob *j) {
     int slot = 0;
     while (atomic_exchange_explicit(&j->busy[slot], 1, memory_order_acquire) != 0)
         slot = (slot + 1) % j->slots;
+    return slot;
+}
+
+/* Unit u: group u % groups (PACK_GROUP blocks) of chunk u / groups; a chunk that needs an
+ * im2col is packed whole by its group 0. */
+#define PACK_GROUP 4
+
+static void pack_range(void *arg, int64_t begin, int64_t end) {
+    qcjob *j = arg;
+    int slot = take_slot(j);
+    qcbufs b = slot_bufs(j, slot);
+    for (int64_t u = begin; u < end; u++) {
+        int64_t chunk = u / j->groups, grp = u % j->groups;
+        int64_t img, p0, m;
+        chunk_span(j, chunk, &img, &p0, &m);
+        int64_t nb = (m + 15) / 16, b0 = grp * PACK_GROUP, b1 = b0 + PACK_GROUP;
+        if (!packs_in_groups(j, chunk)) {
+            if (grp > 0)
+                continue;
+            b1 = nb;
+        }
+        if (b0 >= nb)
+            continue;
+        pack_chunk(j, chunk, b0, b1 < nb ? b1 : nb, b.t, j->panels + (size_t)chunk * j->panel_bytes,
+                   j->es + chunk * j->pc);
+    }
+    atomic_store_explicit(&j->busy[slot], 0, memory_order_release);
+}
+
+static void conv_range(void *arg, int64_t begin, int64_t end) {
+    qcjob *j = arg;
+    const qconv *s = j->s;
+    int slot = take_slot(j);
     qcbufs b = slot_bufs(j, slot);
     int64_t done_chunk = -1; /* the panel packed last (tasks of one chunk run in order) */
     for (int64_t t = begin; t < end; t++) {
         int64_t chunk = t / j->parts, part = t % j->parts;
-        int64_t img = chunk / j->chunks, p0 = (chunk % j->chunks) * j->pc;
-        int64_t m = j->cols - p0 < j->pc ? j->cols - p0 : j->pc, w16 = (m + 15) / 16 * 16;
-        kn_qgemm_b panel = {.k = s->k, .n = w16, .kp = s->kp, .nb = w16 / 16, .packed = b.panel};
-        if (chunk != done_chunk) {
-            if (j->padded) {
-                const uint8_t *x = j->xp + img * j->g.c_in * j->chan + p0;
-                pack_panel(x, 0, j->off, s->k, s->kp, w16, s->mask, b.panel);
-            } else if (j->direct && m == w16) {
-                /* the image's rows are the im2col's: no copy (the last, partial chunk takes
-                 * the copy, whose padding columns stay inside the buffer) */
-                const uint8_t *x = j->x + img * j->g.c_in * j->pixels + p0;
-                pack_panel(x, j->pixels, NULL, s->k, s->kp, w16, s->mask, b.panel);
-            } else {
-                im2col(j, img, p0, m, w16, b.t);
-                pack_panel(b.t, w16, NULL, s->kp, s->kp, w16, s->mask, b.panel);
-            }
-            kn_qgemm_u8s8(s->ones, s->kp, 1, &panel, b.e, w16);
+        int64_t img, p0, m;
+        chunk_span(j, chunk, &img, &p0, &m);
+        int64_t w16 = (m + 15) / 16 * 16;
+        int8_t *packed = b.panel;
+        int32_t *e = b.e;
+        if (j->panels != NULL) {
+            packed = j->panels + (size_t)chunk * j->panel_bytes;
+            e = j->es + chunk * j->pc;
+        } else if (chunk != done_chunk) {
+            pack_chunk(j, chunk, 0, w16 / 16, b.t, b.panel, b.e);
             done_chunk = chunk;
         }
+        kn_qgemm_b panel = {.k = s->k, .n = w16, .kp = s->kp, .nb = w16 / 16, .packed = packed};
         int64_t r0 = part * j->rows, r1 = r0 + j->rows < s->n ? r0 + j->rows : s->n;
         kn_qgemm_u8s8(s->a + r0 * s->kp, s->kp, r1 - r0, &panel, b.c, w16);
         int64_t at = img * s->n * j->pixels + r0 * j->pixels;
         if (!j->padded) {
             at += p0;
-            kn_qrequant_rows(&s->rq, s->scale + r0, s->bias + r0, s->corr + r0, b.c, w16, b.e,
+            kn_qrequant_rows(&s->rq, s->scale + r0, s->bias + r0, s->corr + r0, b.c, w16, e,
                              j->res != NULL ? j->res + at : NULL, m, r1 - r0, j->y + at, j->pixels);
             continue;
         }
@@ -365,7 +448,7 @@ static void conv_range(void *arg, int64_t begin, int64_t end) {
                 continue;
             int64_t yat = at + oy * ow + (q0 - oy * j->pitch);
             kn_qrequant_rows(&s->rq, s->scale + r0, s->bias + r0, s->corr + r0, b.c + (q0 - p0),
-                             w16, b.e + (q0 - p0), j->res != NULL ? j->res + yat : NULL, q1 - q0,
+                             w16, e + (q0 - p0), j->res != NULL ? j->res + yat : NULL, q1 - q0,
                              r1 - r0, j->y + yat, j->pixels);
         }
     }
@@ -491,8 +574,9 @@ kiln_status kn_cpu_qconv_run(kn_kernel_ctx *k) {
     }
     int64_t pc = PANEL_BYTES / (s->kp > 0 ? s->kp : 4) / 16 * 16;
     pc = pc < 32 ? 32 : pc > 256 ? 256 : pc;
-    j.pc = pc < (j.cols + 15) / 16 * 16 ? pc : (j.cols + 15) / 16 * 16;
-    j.chunks = (j.cols + j.pc - 1) / j.pc;
+    int64_t blocks = (j.cols + 15) / 16;
+    j.pc = pc < blocks * 16 ? pc : blocks * 16;
+    j.chunks = (blocks * 16 + j.pc - 1) / j.pc;
     /* Few chunks (small images) split the output channels too, so every thread has work. */
     int threads = kn_threadpool_size(k->pool);
     int64_t tasks = j.g.n * j.chunks, parts = 1;
@@ -501,11 +585,34 @@ kiln_status kn_cpu_qconv_run(kn_kernel_ctx *k) {
         int64_t most = s->n / 48 > 1 ? s->n / 48 : 1;
         parts = parts < most ? parts : most;
     }
+    /* An image's blocks split evenly between its chunks (chunk_span): 784 columns in chunks of
+     * 256 left one of 16, and one of two threads with half the work. Between two and four
+     * chunks a thread they come in a multiple of the threads (5 on 2 threads gave one thread
+     * 3). Not where a 1x1 conv's image has a partial last block: that chunk is packed through
+     * an im2col copy (conv_range), so it stays the narrow remainder (ResNet-50's 1024 -> 256
+     * at 14x14: 0.081 -> 0.094 ms at 2 threads in chunks of 64, 64 and 68 columns instead of
+     * 96, 96 and 4; docs/perf-notes.md). */
+    j.even = !(j.direct && j.cols % 16 != 0);
+    if (j.even) {
+        if (j.g.n == 1 && threads > 1 && j.chunks >= 2 * threads && j.chunks < 4 * threads) {
+            j.chunks = (j.chunks + threads - 1) / threads * threads;
+            j.chunks = j.chunks < blocks ? j.chunks : blocks;
+            tasks = j.chunks;
+        }
+        int64_t pairs = (blocks + 1) / 2;
+        j.chunks = j.chunks < pairs ? j.chunks : pairs;
+        j.pc = (pairs + j.chunks - 1) / j.chunks * 32;
+    }
     j.rows = ((s->n + parts - 1) / parts + 5) / 6 * 6;
     j.parts = (s->n + j.rows - 1) / j.rows;
     /* The context's pool keeps the scratch between runs, so no layer maps fresh pages. */
     j.slots = threads;
-    size_t bytes = (size_t)j.slots * slot_bytes(&j), xp_at = bytes;
+    size_t bytes = (size_t)j.slots * slot_bytes(&j), shared_at = bytes;
+    if (j.parts > 1) {
+        j.panel_bytes = round64((size_t)(s->kp * j.pc));
+        bytes += (size_t)tasks * j.panel_bytes + round64((size_t)(tasks * j.pc) * sizeof(int32_t));
+    }
+    size_t xp_at = bytes;
     if (j.padded)
         bytes += round64((size_t)(g->n * g->c_in * j.chan + 2 * j.pitch + 64)) +
                  (size_t)s->k * sizeof(int64_t);
@@ -538,6 +645,12 @@ kiln_status kn_cpu_qconv_run(kn_kernel_ctx *k) {
                                  dy / sy * j.pitch + dx / sx + shift;
                 }
         kn_parallel_for(k->pool, g->n * g->c_in, 1, pad_range, &j);
+    }
+    if (j.parts > 1) {
+        j.panels = (int8_t *)(j.scratch + shared_at);
+        j.es = (int32_t *)(j.scratch + shared_at + (size_t)tasks * j.panel_bytes);
+        j.groups = (j.pc / 16 + PACK_GROUP - 1) / PACK_GROUP;
+        kn_parallel_for(k->pool, tasks * j.groups, 1, pack_range, &j);
     }
     kn_parallel_for(k->pool, tasks * j.parts, 1, conv_range, &j);
     kn_free(own);
