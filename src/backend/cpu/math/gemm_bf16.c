@@ -28,6 +28,9 @@
 #define PARALLEL_MIN_WORK ((int64_t)1 << 17)
 #define TASKS_PER_THREAD 4
 #define MIN_TASK_WORK ((int64_t)1 << 16)
+/* Panels of B a task keeps in cache while each strip of A passes once (run_tasks; a panel's
+ * KCP slice is 16 KB), and the most a product may have to be split by rows only (choose_grid). */
+#define STRIPS_OUTER_MAX_PANELS 4
 #define AMX_MR KN_BF16_AMX_MR
 #define KT KN_BF16_KT
 /* Products of fewer rows take the AVX512-BF16 kernel: an AMX tile would be mostly padding. */
@@ -484,14 +487,21 @@ static void run_tasks(void *arg, int64_t begin, int64_t end) {
         int64_t ti = t / j->tn, tj = t % j->tn;
         int64_t s0 = ti * j->strips / j->tm, s1 = (ti + 1) * j->strips / j->tm;
         int64_t p0 = tj * j->panels / j->tn, p1 = (tj + 1) * j->panels / j->tn;
+        /* Split by rows only over a few panels (choose_grid; B's slice of them stays in cache):
+         * each strip of A once, against every panel (7x7 maps: 49 columns are two panels);
+         * otherwise each panel once, against every strip. */
+        bool strips_outer = j->tn == 1 && j->tm > 1 && j->panels <= STRIPS_OUTER_MAX_PANELS;
+        int64_t n_outer = strips_outer ? s1 - s0 : p1 - p0,
+                n_inner = strips_outer ? p1 - p0 : s1 - s0;
         for (int64_t kb = 0; kb < j->kpairs; kb += KCP) {
             int64_t kcp = min64(KCP, j->kpairs - kb);
             bool last = kb + kcp >= j->kpairs;
-            for (int64_t pn = p0; pn < p1; pn++) {
-                const uint32_t *bp = j->b + (pn * j->kstride_b + kb) * NR;
-                int64_t j0 = pn * NR;
-                int nr = (int)min64(NR, j->n - j0);
-                for (int64_t s = s0; s < s1; s++) {
+            for (int64_t o = 0; o < n_outer; o++) {
+                for (int64_t in = 0; in < n_inner; in++) {
+                    int64_t pn = p0 + (strips_outer ? in : o), s = s0 + (strips_outer ? o : in);
+                    const uint32_t *bp = j->b + (pn * j->kstride_b + kb) * NR;
+                    int64_t j0 = pn * NR;
+                    int nr = (int)min64(NR, j->n - j0);
                     const uint32_t *ap = j->a + (s * j->kstride_a + kb) * MR;
                     int64_t i0 = s * MR;
                     int mr = (int)min64(MR, j->m - i0);
@@ -570,6 +580,12 @@ static void choose_grid(gemm_job *j, int threads, bool amx) {
     int64_t target = (int64_t)threads * TASKS_PER_THREAD;
     if (target > work / min_task)
         target = work / min_task > threads ? work / min_task : threads;
+    /* Few panels (7x7 maps), many strips: rows only, so A crosses the cache once and every
+     * task takes all of B's panels (run_tasks' strips-outer order), as the float32 GEMM does. */
+    if (!amx && j->panels <= STRIPS_OUTER_MAX_PANELS && j->strips >= (int64_t)threads * 2) {
+        j->tm = min64(j->strips, target);
+        return;
+    }
     if (j->panels >= target) {
         j->tn = target;
         return;
