@@ -144,9 +144,39 @@ def shipped_inputs(model_path, folder):
     return files if all(os.path.exists(p) for p in files.values()) else {}
 
 
-def make_inputs(model_path, folder, given=None):
+def batched_model(model_path, batch, folder):
+    """A copy of the model for `batch` images: the leading dim of its inputs and outputs made the
+    symbol "batch", and every Reshape to a constant shape that starts with 1 made to keep its
+    input's leading dim (0) instead, as the bench models' heads and attention reshape for one
+    image. Returns the copy's path."""
+    model = onnx.load(model_path)
+    inits = {t.name: t for t in model.graph.initializer}
+    for vi in list(model.graph.input) + list(model.graph.output):
+        if vi.name in inits:
+            continue
+        dims = vi.type.tensor_type.shape.dim
+        if len(dims) > 0:
+            dims[0].Clear()
+            dims[0].dim_param = "batch"
+    for node in model.graph.node:
+        if node.op_type != "Reshape" or len(node.input) < 2 or node.input[1] not in inits:
+            continue
+        if any(a.name == "allowzero" and a.i != 0 for a in node.attribute):
+            continue
+        t = inits[node.input[1]]
+        shape = onnx.numpy_helper.to_array(t).copy()
+        if shape.ndim == 1 and shape.size > 1 and shape[0] == 1:
+            shape[0] = 0
+            t.CopyFrom(onnx.numpy_helper.from_array(shape.astype(np.int64), t.name))
+    del model.graph.value_info[:]
+    out = os.path.join(folder, f"{os.path.splitext(os.path.basename(model_path))[0]}.b{batch}.onnx")
+    onnx.save(model, out)
+    return out
+
+
+def make_inputs(model_path, folder, given=None, batch=1):
     """Inputs for every graph input: the given .npy files, else random data, with a dynamic
-    leading dim set to 1 and other dynamic dims to 64. Returns ({name: array},
+    leading dim set to `batch` and other dynamic dims to 64. Returns ({name: array},
     {name: .npy path}, [--shapes specs for inputs with dynamic dims])."""
     model = onnx.load(model_path, load_external_data=False)
     inits = {t.name for t in model.graph.initializer}
@@ -163,7 +193,7 @@ def make_inputs(model_path, folder, given=None):
             arr = np.load(path)
         else:
             shape = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0
-                     else (1 if i == 0 else 64) for i, d in enumerate(dims)]
+                     else (batch if i == 0 else 64) for i, d in enumerate(dims)]
             dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
             if dtype.kind in "iu":
                 arr = rng.integers(1, 10, size=shape).astype(dtype)
@@ -265,7 +295,10 @@ def max_rel_diff(kiln_out, ort_out, names):
 
 
 def compare_model(kiln, label, model_path, given, threads_list, args, work):
-    arrays, files, specs = make_inputs(model_path, work, given)
+    if args.batch > 1:
+        model_path = batched_model(model_path, args.batch, work)
+        label = f"{label}, batch {args.batch}"
+    arrays, files, specs = make_inputs(model_path, work, given, args.batch)
     rows = []
     for threads in threads_list:
         plan = os.path.join(work, f"t{threads}.plan")
@@ -361,7 +394,7 @@ def write_doc(path, run):
 Measured {today} by `python3 bench/bench.py` on one machine, both engines taking turns in one
 process tree: kiln through `kiln bench PLAN --json` (plan built beforehand with the same
 `--threads`), onnxruntime in-process (`intra_op_num_threads` = threads, sequential execution, all
-graph optimizations). float32, batch 1, random weights and inputs. Each figure is the median over
+graph optimizations). float32, batch {getattr(args, "batch", 1)}, random weights and inputs. Each figure is the median over
 {args.rounds} alternating rounds of that round's median of {args.iterations} timed runs (after
 {args.warmup} warm-up runs). **ORT / kiln > 1 means kiln is faster.** "max rel diff" is the
 largest difference between kiln's and onnxruntime's outputs, relative to the output's largest
@@ -407,6 +440,10 @@ def main():
                     help="markdown file to write (default docs/benchmarks.md; none in --quick)")
     ap.add_argument("--json-out", help="also write the rows as JSON")
     ap.add_argument("--note", default="", help="a line about the machine for the document")
+    ap.add_argument("--batch", type=int, default=1,
+                    help="images per run: the models' leading dim made dynamic and run at N "
+                         "(a Reshape to a constant shape starting with 1 keeps its input's "
+                         "leading dim instead)")
     ap.add_argument("--timing-cache", default=None,
                     help="build kiln's plans with this timing cache file: layers faster on "
                          "fewer threads get per-layer thread counts (timed once, kept in FILE)")
@@ -462,7 +499,7 @@ def main():
     run = {"date": datetime.date.today().isoformat(), "commit": git_commit(),
            "kiln": kiln_version, "machine": machine(), "sources": sources, "rows": rows,
            "note": args.note, "protocol": {"rounds": args.rounds, "iterations": args.iterations,
-                        "warmup": args.warmup}}
+                        "warmup": args.warmup, "batch": args.batch}}
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump(run, f, indent=1)
