@@ -185,3 +185,17 @@ def test_a_scale_of_the_wrong_shape_is_refused(tmp_path):
     assert proc.returncode != 0 and len(err.strip().splitlines()) == 1, err
     assert "input 4 (S)" in err and "[2 or 1, 5, 1, 1]" in err, err
     assert not (tmp_path / "bad.plan").exists()
+
+
+def test_weights_that_are_not_constant_are_refused_at_build(tmp_path):
+    model = scaled_conv_model([2, 5, 1, 1])
+    w = model.graph.initializer[0]
+    model.graph.input.append(helper.make_tensor_value_info("w", TensorProto.FLOAT, list(w.dims)))
+    del model.graph.initializer[0]
+    path = tmp_path / "w_input.onnx"
+    onnx.save(model, path)
+    proc = kiln("build", path, "-o", tmp_path / "w.plan", "--quiet", check=False)
+    err = proc.stderr.decode()
+    assert proc.returncode != 0 and len(err.strip().splitlines()) == 1, err
+    assert "constant float32 weights" in err, err
+    assert not (tmp_path / "w.plan").exists()

@@ -122,6 +122,12 @@ static bool cpu_supports(kn_backend *b, const kn_node *n, int n_in, const kn_ten
                          kn_dtype_name(in[j].dtype));
                 return false;
             }
+    if (strcmp(n->domain, KN_DOMAIN) == 0 && strcmp(n->op_type, "ScaledConv") == 0 &&
+        (n_in < 2 || in[1].data == NULL || in[1].dtype != KILN_DTYPE_FLOAT32)) {
+        snprintf(caps->reason, sizeof caps->reason,
+                 "the cpu backend runs kiln.ScaledConv with constant float32 weights only");
+        return false;
+    }
     caps->lower = cpu_lowerable(n);
     cpu_weight_offer(n, n_in, in, caps);
     return true;
