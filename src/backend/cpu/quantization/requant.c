@@ -4,21 +4,26 @@
 
 #include "backend/cpu/clones.h"
 
-/* One row in loops the compiler vectorizes: clamps by comparison, rounding half to even by
- * adding and taking away 1.5 * 2^23 (the quotients are clamped well inside 2^22). */
+/* y's byte for the real value r: the fused activation's clamp, the division by y's scale, the
+ * clamp to y's range, rounding half to even by adding and taking away 1.5 * 2^23 (the
+ * quotients are clamped well inside 2^22). Inlined into loops the compiler vectorizes. */
+static inline uint8_t quantize(float r, float lo, float hi, float ys, float qlo, float qhi,
+                               float yz) {
+    const float magic = 12582912.0f;
+    r = r > lo ? r : lo;
+    r = r < hi ? r : hi;
+    float v = r / ys;
+    v = v > qlo ? v : qlo;
+    v = v < qhi ? v : qhi;
+    return (uint8_t)(int32_t)((v + magic) - magic + yz);
+}
+
+/* One row. */
 KN_CLONES static void row_ref(const kn_qrequant *q, float sc, float b, int32_t corr,
                               const int32_t *acc, const int32_t *e, int64_t m, uint8_t *y) {
-    const float magic = 12582912.0f;
     float qlo = q->qlo, qhi = q->qhi, lo = q->lo, hi = q->hi, ys = q->ys, yz = q->yz;
-    for (int64_t i = 0; i < m; i++) {
-        float r = (float)(acc[i] - 128 * e[i] + corr) * sc + b;
-        r = r > lo ? r : lo;
-        r = r < hi ? r : hi;
-        float v = r / ys;
-        v = v > qlo ? v : qlo;
-        v = v < qhi ? v : qhi;
-        y[i] = (uint8_t)(int32_t)((v + magic) - magic + yz);
-    }
+    for (int64_t i = 0; i < m; i++)
+        y[i] = quantize((float)(acc[i] - 128 * e[i] + corr) * sc + b, lo, hi, ys, qlo, qhi, yz);
 }
 
 /* The same with the residual row res. */
@@ -36,12 +41,7 @@ KN_CLONES static void row_residual_ref(const kn_qrequant *q, float sc, float b, 
         c = c < cmax ? c : cmax;
         float r = ((c + magic) - magic) * cs;
         r += (float)((int32_t)(uint8_t)(res[i] ^ rflip) - rzu) * rs;
-        r = r > lo ? r : lo;
-        r = r < hi ? r : hi;
-        float v = r / ys;
-        v = v > qlo ? v : qlo;
-        v = v < qhi ? v : qhi;
-        y[i] = (uint8_t)(int32_t)((v + magic) - magic + yz);
+        y[i] = quantize(r, lo, hi, ys, qlo, qhi, yz);
     }
 }
 
