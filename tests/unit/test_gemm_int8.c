@@ -1,5 +1,7 @@
 /* The int8 GEMM (uint8 x int8 -> int32) against a plain C product over odd sizes: k not a
- * multiple of 4, m not a multiple of the 6-row tile, n not a multiple of 16 or 32, extreme
+ * multiple of 4, and 4-k steps both even and odd in number (the split sums of the VNNI edge
+ * tiles); m not a multiple of the 6-row tile, with edges of one to five rows, and around the
+ * 16 rows the last, odd 16-column block takes at once; n not a multiple of 16 or 32; extreme
  * values (255 x -128) in every position. Both the dispatched kernel and the portable one. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,7 +18,7 @@ static void check(int64_t m, int64_t n, int64_t k, bool extreme) {
 
 static void test_odd_sizes(void **state) {
     (void)state;
-    static const int64_t ms[] = {1, 5, 6, 7, 13};
+    static const int64_t ms[] = {1, 2, 4, 5, 6, 7, 10, 13, 16, 17, 33};
     static const int64_t ns[] = {1, 15, 16, 17, 33, 48};
     static const int64_t ks[] = {1, 3, 4, 5, 31, 64, 147};
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
@@ -29,6 +31,8 @@ static void test_extremes(void **state) {
     (void)state;
     check(7, 35, 1027, true);
     check(12, 64, 4608, true);
+    check(36, 48, 4608, true);
+    check(4, 48, 2052, true);
 }
 
 int main(void) {

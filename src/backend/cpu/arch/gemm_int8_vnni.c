@@ -1,6 +1,13 @@
 /* AVX512-VNNI int8 micro-kernel: a 6 x 32 tile of int32 in 12 zmm accumulators. Each step
  * broadcasts four uint8 of a row of A and multiplies them with four int8 of 16 columns of B
- * (vpdpbusd), so one step covers four k. Rows past m and blocks past nb are not computed. */
+ * (vpdpbusd), so one step covers four k. Rows past m and blocks past nb are not computed.
+ *
+ * vpdpbusd's latency needs about a dozen independent sums in flight to keep the Zen 5 box's two
+ * vpdpbusd pipes busy (12 chains run at 520 GMAC/s, its peak, 8 at 370; the 6 x 2 tile reaches
+ * that peak, so wider tiles gain nothing there: docs/perf-notes.md). The narrower tiles make up
+ * their chains otherwise: the last, odd 16-column block takes 16 rows at once, and an edge of
+ * four rows or fewer keeps two sums a row and block, one over the even 4-k steps and one over
+ * the odd ones, added at the store (int32 sums wrap the same in any order: the same bits). */
 #include "backend/cpu/math/gemm_int8.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -13,12 +20,17 @@
  * at -O2 and copied them between registers every step at -O3 (24 moves for 12 vpdpbusd), which
  * held the kernel to about 60 % of its rate (315 against 510 GMAC/s on a 66 x 576 x 160 product
  * on the Zen 5 box; docs/perf-notes.md). Rows r >= mr are neither computed nor stored: mr is a
- * constant 6 for the full tiles, where the tests fold away, and the edge's row count. */
+ * constant for the full tiles, where the tests fold away, and the edge's row count. */
+
+/* Four uint8 of row r of A at k = e, in every lane. */
+#define KN_Q_BCAST(x, r, e)                                                                        \
+    int32_t x##q;                                                                                  \
+    memcpy(&x##q, a + (r)*lda + (e), 4);                                                           \
+    __m512i x = _mm512_set1_epi32(x##q);
+
 #define KN_Q_ROW2(r)                                                                               \
     if ((r) < mr) {                                                                                \
-        int32_t q;                                                                                 \
-        memcpy(&q, a + (r)*lda + e, 4);                                                            \
-        __m512i x = _mm512_set1_epi32(q);                                                          \
+        KN_Q_BCAST(x, r, e)                                                                        \
         c##r##0 = _mm512_dpbusd_epi32(c##r##0, x, v0);                                             \
         c##r##1 = _mm512_dpbusd_epi32(c##r##1, x, v1);                                             \
     }
@@ -27,15 +39,6 @@
         _mm512_storeu_si512((void *)(c + (r)*ldc), c##r##0);                                       \
         _mm512_storeu_si512((void *)(c + (r)*ldc + 16), c##r##1);                                  \
     }
-#define KN_Q_ROW1(r)                                                                               \
-    if ((r) < mr) {                                                                                \
-        int32_t q;                                                                                 \
-        memcpy(&q, a + (r)*lda + e, 4);                                                            \
-        c##r##0 = _mm512_dpbusd_epi32(c##r##0, _mm512_set1_epi32(q), v0);                          \
-    }
-#define KN_Q_STORE1(r)                                                                             \
-    if ((r) < mr)                                                                                  \
-        _mm512_storeu_si512((void *)(c + (r)*ldc), c##r##0);
 
 /* Up to 6 rows by 32 columns (two 16-column blocks b0, b1). */
 VNNI __attribute__((always_inline)) static inline void tile2(const uint8_t *a, int64_t lda, int mr,
@@ -61,11 +64,69 @@ VNNI __attribute__((always_inline)) static inline void tile2(const uint8_t *a, i
     KN_Q_STORE2(5)
 }
 
-/* Up to 6 rows by 16 columns (the last, odd block). */
+/* Row r of a split tile: c over the step at e, d over the step at e + 4. */
+#define KN_Q_ROW2S(r)                                                                              \
+    if ((r) < mr) {                                                                                \
+        KN_Q_BCAST(x, r, e)                                                                        \
+        KN_Q_BCAST(y, r, e + 4)                                                                    \
+        c##r##0 = _mm512_dpbusd_epi32(c##r##0, x, v0);                                             \
+        c##r##1 = _mm512_dpbusd_epi32(c##r##1, x, v1);                                             \
+        d##r##0 = _mm512_dpbusd_epi32(d##r##0, y, w0);                                             \
+        d##r##1 = _mm512_dpbusd_epi32(d##r##1, y, w1);                                             \
+    }
+#define KN_Q_STORE2S(r)                                                                            \
+    if ((r) < mr) {                                                                                \
+        _mm512_storeu_si512((void *)(c + (r)*ldc), _mm512_add_epi32(c##r##0, d##r##0));            \
+        _mm512_storeu_si512((void *)(c + (r)*ldc + 16), _mm512_add_epi32(c##r##1, d##r##1));       \
+    }
+
+/* Up to 4 rows by 32 columns, two sums a row and block (the edge of a few rows). */
+VNNI static void tile_edge2(const uint8_t *a, int64_t lda, int mr, const int8_t *b0,
+                            const int8_t *b1, int64_t kp, int32_t *c, int64_t ldc) {
+    __m512i c00 = _mm512_setzero_si512(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+    __m512i c30 = c00, c31 = c00, d00 = c00, d01 = c00, d10 = c00, d11 = c00, d20 = c00;
+    __m512i d21 = c00, d30 = c00, d31 = c00;
+    int64_t e = 0;
+    for (; e + 8 <= kp; e += 8) {
+        __m512i v0 = _mm512_load_si512((const void *)(b0 + e * 16));
+        __m512i v1 = _mm512_load_si512((const void *)(b1 + e * 16));
+        __m512i w0 = _mm512_load_si512((const void *)(b0 + e * 16 + 64));
+        __m512i w1 = _mm512_load_si512((const void *)(b1 + e * 16 + 64));
+        KN_Q_ROW2S(0)
+        KN_Q_ROW2S(1)
+        KN_Q_ROW2S(2)
+        KN_Q_ROW2S(3)
+    }
+    if (e < kp) {
+        __m512i v0 = _mm512_load_si512((const void *)(b0 + e * 16));
+        __m512i v1 = _mm512_load_si512((const void *)(b1 + e * 16));
+        KN_Q_ROW2(0)
+        KN_Q_ROW2(1)
+        KN_Q_ROW2(2)
+        KN_Q_ROW2(3)
+    }
+    KN_Q_STORE2S(0)
+    KN_Q_STORE2S(1)
+    KN_Q_STORE2S(2)
+    KN_Q_STORE2S(3)
+}
+
+#define KN_Q_ROW1(r)                                                                               \
+    if ((r) < mr) {                                                                                \
+        KN_Q_BCAST(x, r, e)                                                                        \
+        c##r##0 = _mm512_dpbusd_epi32(c##r##0, x, v0);                                             \
+    }
+#define KN_Q_STORE1(r)                                                                             \
+    if ((r) < mr)                                                                                  \
+        _mm512_storeu_si512((void *)(c + (r)*ldc), c##r##0);
+
+/* Up to 16 rows by 16 columns (the last, odd block). */
 VNNI __attribute__((always_inline)) static inline void tile1(const uint8_t *a, int64_t lda, int mr,
                                                              const int8_t *b0, int64_t kp,
                                                              int32_t *c, int64_t ldc) {
     __m512i c00 = _mm512_setzero_si512(), c10 = c00, c20 = c00, c30 = c00, c40 = c00, c50 = c00;
+    __m512i c60 = c00, c70 = c00, c80 = c00, c90 = c00, c100 = c00, c110 = c00, c120 = c00;
+    __m512i c130 = c00, c140 = c00, c150 = c00;
     for (int64_t e = 0; e < kp; e += 4) {
         __m512i v0 = _mm512_load_si512((const void *)(b0 + e * 16));
         KN_Q_ROW1(0)
@@ -74,6 +135,16 @@ VNNI __attribute__((always_inline)) static inline void tile1(const uint8_t *a, i
         KN_Q_ROW1(3)
         KN_Q_ROW1(4)
         KN_Q_ROW1(5)
+        KN_Q_ROW1(6)
+        KN_Q_ROW1(7)
+        KN_Q_ROW1(8)
+        KN_Q_ROW1(9)
+        KN_Q_ROW1(10)
+        KN_Q_ROW1(11)
+        KN_Q_ROW1(12)
+        KN_Q_ROW1(13)
+        KN_Q_ROW1(14)
+        KN_Q_ROW1(15)
     }
     KN_Q_STORE1(0)
     KN_Q_STORE1(1)
@@ -81,6 +152,16 @@ VNNI __attribute__((always_inline)) static inline void tile1(const uint8_t *a, i
     KN_Q_STORE1(3)
     KN_Q_STORE1(4)
     KN_Q_STORE1(5)
+    KN_Q_STORE1(6)
+    KN_Q_STORE1(7)
+    KN_Q_STORE1(8)
+    KN_Q_STORE1(9)
+    KN_Q_STORE1(10)
+    KN_Q_STORE1(11)
+    KN_Q_STORE1(12)
+    KN_Q_STORE1(13)
+    KN_Q_STORE1(14)
+    KN_Q_STORE1(15)
 }
 
 VNNI static void tile6x2(const uint8_t *a, int64_t lda, const int8_t *b0, const int8_t *b1,
@@ -88,35 +169,46 @@ VNNI static void tile6x2(const uint8_t *a, int64_t lda, const int8_t *b0, const 
     tile2(a, lda, 6, b0, b1, kp, c, ldc);
 }
 
-VNNI static void tile6x1(const uint8_t *a, int64_t lda, const int8_t *b0, int64_t kp, int32_t *c,
-                         int64_t ldc) {
-    tile1(a, lda, 6, b0, kp, c, ldc);
+VNNI static void tile16x1(const uint8_t *a, int64_t lda, const int8_t *b0, int64_t kp, int32_t *c,
+                          int64_t ldc) {
+    tile1(a, lda, 16, b0, kp, c, ldc);
 }
 
+/* The last mr < 6 rows of a pair of blocks: five rows keep their ten sums in the plain tile,
+ * four or fewer split theirs. */
 VNNI static void tile_edge(const uint8_t *a, int64_t lda, int mr, const int8_t *b0,
-                           const int8_t *b1, int64_t kp, int32_t *c, int64_t ldc, bool two) {
-    if (two)
-        tile2(a, lda, mr, b0, b1, kp, c, ldc);
+                           const int8_t *b1, int64_t kp, int32_t *c, int64_t ldc) {
+    if (mr <= 4)
+        tile_edge2(a, lda, mr, b0, b1, kp, c, ldc);
     else
-        tile1(a, lda, mr, b0, kp, c, ldc);
+        tile2(a, lda, mr, b0, b1, kp, c, ldc);
+}
+
+/* The last mr < 16 rows of the odd block. */
+VNNI static void tile_edge1(const uint8_t *a, int64_t lda, int mr, const int8_t *b0, int64_t kp,
+                            int32_t *c, int64_t ldc) {
+    tile1(a, lda, mr, b0, kp, c, ldc);
 }
 
 void kn_qgemm_u8s8_vnni(const uint8_t *a, int64_t lda, int64_t m, const kn_qgemm_b *b, int32_t *c,
                         int64_t ldc) {
-    int64_t blk = b->kp * 16;
-    for (int64_t j = 0; j < b->nb; j += 2) {
-        bool two = j + 1 < b->nb;
-        const int8_t *b0 = b->packed + j * blk, *b1 = two ? b0 + blk : b0;
+    int64_t blk = b->kp * 16, j = 0;
+    for (; j + 2 <= b->nb; j += 2) {
+        const int8_t *b0 = b->packed + j * blk;
         int64_t i = 0;
-        for (; i + 6 <= m; i += 6) {
-            if (two)
-                tile6x2(a + i * lda, lda, b0, b1, b->kp, c + i * ldc + j * 16, ldc);
-            else
-                tile6x1(a + i * lda, lda, b0, b->kp, c + i * ldc + j * 16, ldc);
-        }
+        for (; i + 6 <= m; i += 6)
+            tile6x2(a + i * lda, lda, b0, b0 + blk, b->kp, c + i * ldc + j * 16, ldc);
         if (i < m)
-            tile_edge(a + i * lda, lda, (int)(m - i), b0, b1, b->kp, c + i * ldc + j * 16, ldc,
-                      two);
+            tile_edge(a + i * lda, lda, (int)(m - i), b0, b0 + blk, b->kp, c + i * ldc + j * 16,
+                      ldc);
+    }
+    if (j < b->nb) {
+        const int8_t *b0 = b->packed + j * blk;
+        int64_t i = 0;
+        for (; i + 16 <= m; i += 16)
+            tile16x1(a + i * lda, lda, b0, b->kp, c + i * ldc + j * 16, ldc);
+        if (i < m)
+            tile_edge1(a + i * lda, lda, (int)(m - i), b0, b->kp, c + i * ldc + j * 16, ldc);
     }
 }
 #endif
