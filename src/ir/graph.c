@@ -265,6 +265,10 @@ kiln_status kn_node_set_op(kn_node *n, const char *domain, const char *op_type, 
     return KILN_OK;
 }
 
+bool kn_node_is(const kn_node *n, const char *domain, const char *op_type) {
+    return !n->dead && strcmp(n->domain, domain) == 0 && strcmp(n->op_type, op_type) == 0;
+}
+
 kiln_status kn_node_grow_inputs(kn_node *n, int n_in) {
     if (n_in <= n->n_in)
         return KILN_OK;

@@ -122,6 +122,8 @@ int kn_graph_add_node(kn_graph *g, const char *name, const char *op_type, const 
 kiln_status kn_node_add_attr(kn_graph *g, int node, const kn_attr *attr);
 /* Make n a node of op (domain, op_type) at opset (a pass turning a node into a kiln op). */
 kiln_status kn_node_set_op(kn_node *n, const char *domain, const char *op_type, int opset);
+/* Whether n is a live node of op (domain, op_type); "" is the ONNX domain. */
+bool kn_node_is(const kn_node *n, const char *domain, const char *op_type);
 /* Give n at least n_in inputs, the new ones absent (-1) (a pass adding inputs to a node). */
 kiln_status kn_node_grow_inputs(kn_node *n, int n_in);
 kiln_status kn_graph_add_input(kn_graph *g, int value);

@@ -28,10 +28,6 @@ static bool fusion_on(void) {
     return e == NULL || strcmp(e, "0") != 0;
 }
 
-static bool is_op(const kn_node *n, const char *domain, const char *op) {
-    return !n->dead && strcmp(n->domain, domain) == 0 && strcmp(n->op_type, op) == 0;
-}
-
 static bool fixed(const kn_value *v, int i, int64_t want) {
     return v->dims[i].sym == NULL && v->dims[i].value >= 0 &&
            (want < 0 || v->dims[i].value == want);
@@ -64,8 +60,8 @@ static bool all_equal(const kn_node *n, const char *name, int64_t v) {
 /* Whether node d is a 1x1, stride-1, unpadded, ungrouped convolution of constant float32
  * weights [C_out, C, 1, 1] with at most C_out <= hw. */
 static bool pointwise_conv(const kn_graph *g, const kn_node *d, int64_t c, int64_t hw) {
-    if (!(is_op(d, "", "Conv") || is_op(d, KN_DOMAIN, "FusedConv")) || d->n_in < 2 || d->n_in > 4 ||
-        d->n_out != 1 || d->in[1] < 0)
+    if (!(kn_node_is(d, "", "Conv") || kn_node_is(d, KN_DOMAIN, "FusedConv")) || d->n_in < 2 ||
+        d->n_in > 4 || d->n_out != 1 || d->in[1] < 0)
         return false;
     const kn_value *w = &g->values[d->in[1]];
     const char *pad = kn_attr_string(d, "auto_pad", "NOTSET");
@@ -96,7 +92,7 @@ kiln_status kn_pass_fuse_channel_scale(kn_graph *g, bool float32_plan) {
     kiln_status rc = KILN_OK;
     for (int mi = 0; mi < g->n_nodes && rc == KILN_OK; mi++) {
         const kn_node *m = &g->nodes[mi];
-        if (!is_op(m, "", "Mul") || m->n_in != 2 || m->n_out != 1 || m->out[0] < 0 ||
+        if (!kn_node_is(m, "", "Mul") || m->n_in != 2 || m->n_out != 1 || m->out[0] < 0 ||
             m->in[0] < 0 || m->in[1] < 0 || strcmp(kn_node_backend(m), KN_BACKEND_HOST) != 0)
             continue;
         int x = m->in[0], s = m->in[1];

@@ -29,14 +29,10 @@ static bool fusion_on(void) {
     return e == NULL || strcmp(e, "0") != 0;
 }
 
-static bool is_op(const kn_node *n, const char *domain, const char *op) {
-    return !n->dead && strcmp(n->domain, domain) == 0 && strcmp(n->op_type, op) == 0;
-}
-
 /* Whether node d is a 2-D depthwise convolution (groups = input channels = output channels,
  * weights [C, 1, kh, kw] constant) whose epilogue, if any, is its own. */
 static bool depthwise(const kn_graph *g, const kn_node *d) {
-    if (!(is_op(d, "", "Conv") || is_op(d, KN_DOMAIN, "FusedConv")) || d->n_in < 2 ||
+    if (!(kn_node_is(d, "", "Conv") || kn_node_is(d, KN_DOMAIN, "FusedConv")) || d->n_in < 2 ||
         d->n_out != 1 || d->in[0] < 0 || d->in[1] < 0)
         return false;
     const kn_value *x = &g->values[d->in[0]], *w = &g->values[d->in[1]];
@@ -49,7 +45,7 @@ static bool depthwise(const kn_graph *g, const kn_node *d) {
 /* Whether node p is a convolution with a fused activation and nothing after it but the
  * activation (no residual: the residual is added before the activation, and cannot move). */
 static bool activated_conv(const kn_node *p) {
-    return is_op(p, KN_DOMAIN, "FusedConv") && p->n_out == 1 && p->out[0] >= 0 &&
+    return kn_node_is(p, KN_DOMAIN, "FusedConv") && p->n_out == 1 && p->out[0] >= 0 &&
            kn_node_attr(p, "kiln_activation") != NULL && kn_attr_int(p, "kiln_residual", 0) == 0 &&
            (p->n_in <= 3 || p->in[3] < 0);
 }

@@ -13,10 +13,6 @@
 
 #include <string.h>
 
-static bool is_op(const kn_node *n, const char *domain, const char *op) {
-    return !n->dead && strcmp(n->domain, domain) == 0 && strcmp(n->op_type, op) == 0;
-}
-
 /* The node that alone reads v, once (v no graph output), or -1. */
 static int sole_reader(const kn_graph *g, int v) {
     if (v < 0 || g->values[v].is_output)
@@ -62,22 +58,22 @@ static kiln_status try_residual(kn_graph *g, int c) {
     if (conv->n_in != 9 || kn_node_attr(conv, "kiln_activation") != NULL)
         return KILN_OK;
     int dc = sole_reader(g, conv->out[0]);
-    if (dc < 0 || !is_op(&g->nodes[dc], "", "DequantizeLinear") || !plain_dq(g, &g->nodes[dc]))
+    if (dc < 0 || !kn_node_is(&g->nodes[dc], "", "DequantizeLinear") || !plain_dq(g, &g->nodes[dc]))
         return KILN_OK;
     int add = sole_reader(g, g->nodes[dc].out[0]);
-    if (add < 0 || !is_op(&g->nodes[add], "", "Add") || g->nodes[add].n_in != 2)
+    if (add < 0 || !kn_node_is(&g->nodes[add], "", "Add") || g->nodes[add].n_in != 2)
         return KILN_OK;
     const kn_node *a = &g->nodes[add];
     int other = a->in[0] == g->nodes[dc].out[0] ? a->in[1] : a->in[0];
     int dr = other >= 0 ? g->values[other].producer : -1;
-    if (dr < 0 || !is_op(&g->nodes[dr], "", "DequantizeLinear") || !plain_dq(g, &g->nodes[dr]))
+    if (dr < 0 || !kn_node_is(&g->nodes[dr], "", "DequantizeLinear") || !plain_dq(g, &g->nodes[dr]))
         return KILN_OK;
     int relu = -1, q = sole_reader(g, a->out[0]);
-    if (q >= 0 && is_op(&g->nodes[q], "", "Relu")) {
+    if (q >= 0 && kn_node_is(&g->nodes[q], "", "Relu")) {
         relu = q;
         q = sole_reader(g, g->nodes[relu].out[0]);
     }
-    if (q < 0 || !is_op(&g->nodes[q], "", "QuantizeLinear") || g->nodes[q].n_in < 3 ||
+    if (q < 0 || !kn_node_is(&g->nodes[q], "", "QuantizeLinear") || g->nodes[q].n_in < 3 ||
         !scalar_const(g, g->nodes[q].in[1]) || !scalar_const(g, g->nodes[q].in[2]))
         return KILN_OK;
     const kn_node *dn = &g->nodes[dr];
@@ -116,7 +112,7 @@ static kiln_status try_residual(kn_graph *g, int c) {
 
 kiln_status kn_pass_fuse_qadd(kn_graph *g) {
     for (int i = 0; i < g->n_nodes; i++)
-        if (is_op(&g->nodes[i], KN_DOMAIN, "QConv"))
+        if (kn_node_is(&g->nodes[i], KN_DOMAIN, "QConv"))
             KN_TRY(try_residual(g, i));
     /* A conv may now read a residual made by a node after it (dead-node elimination walks in
      * order), so the fused nodes go first and the rest is sorted. */

@@ -339,6 +339,12 @@ static void chunk_span(const qcjob *j, int64_t chunk, int64_t *img, int64_t *p0,
     *m = (b1 * 16 < j->cols ? b1 * 16 : j->cols) - *p0;
 }
 
+/* Whether a chunk of m columns packs through an im2col copy: not from the padded copy, nor from
+ * the image itself (a 1x1 conv's chunk of whole 16-column blocks), so only whole, by one task. */
+static bool needs_im2col(const qcjob *j, int64_t m) {
+    return !j->padded && !(j->direct && m % 16 == 0);
+}
+
 /* Columns [16 b0, 16 b1) of chunk `chunk`'s panel into panel and their ones-row sums into e
  * (t: the slot's im2col, built for the whole chunk, so only with b0 = 0 and b1 its last block
  * where the chunk needs one). */
@@ -352,7 +358,7 @@ static void pack_chunk(const qcjob *j, int64_t chunk, int64_t b0, int64_t b1, ui
     if (j->padded) {
         const uint8_t *x = j->xp + img * j->g.c_in * j->chan + p0 + b0 * 16;
         pack_panel(x, 0, j->off, s->k, s->kp, nb * 16, s->mask, dst);
-    } else if (j->direct && m == w16) {
+    } else if (!needs_im2col(j, m)) {
         /* the image's rows are the im2col's: no copy (the last, partial chunk takes the copy,
          * whose padding columns stay inside the buffer) */
         const uint8_t *x = j->x + img * j->g.c_in * j->pixels + p0 + b0 * 16;
@@ -364,13 +370,6 @@ static void pack_chunk(const qcjob *j, int64_t chunk, int64_t b0, int64_t b1, ui
     }
     kn_qgemm_b pb = {.k = s->k, .n = nb * 16, .kp = s->kp, .nb = nb, .packed = dst};
     kn_qgemm_u8s8(s->ones, s->kp, 1, &pb, e + b0 * 16, nb * 16);
-}
-
-/* Whether chunk `chunk` packs by groups of blocks (from the image or its padded copy). */
-static bool packs_in_groups(const qcjob *j, int64_t chunk) {
-    int64_t img, p0, m;
-    chunk_span(j, chunk, &img, &p0, &m);
-    return j->padded || (j->direct && m % 16 == 0);
 }
 
 /* Each running range takes a free slot of the scratch: no more ranges run at once than the
@@ -395,7 +394,7 @@ static void pack_range(void *arg, int64_t begin, int64_t end) {
         int64_t img, p0, m;
         chunk_span(j, chunk, &img, &p0, &m);
         int64_t nb = (m + 15) / 16, b0 = grp * PACK_GROUP, b1 = b0 + PACK_GROUP;
-        if (!packs_in_groups(j, chunk)) {
+        if (needs_im2col(j, m)) {
             if (grp > 0)
                 continue;
             b1 = nb;
