@@ -359,7 +359,8 @@ static double ref_act(const char *act, double v, double alpha, double beta) {
 }
 
 /* Depthwise 3x3 and 5x5 FusedConvs read straight from the unpadded plane (from 8 output
- * columns; 3x3 stride 2 from 7; stride 1 planes of up to 8 x 8 two rows a vector): each left pad
+ * columns; 3x3 stride 2 from 7), small stride-1 planes with k / 2 padding (3x3, 5x5, 7x7) from
+ * a copy whose rows share their zero columns: each left pad
  * it takes (3x3: 0 and 1, 5x5: 1 and 2) with other pads on the other sides, odd widths and
  * heights (partial vectors, row blocks with a remainder, one-row outputs), several inside
  * vectors, two images; each fused activation (in registers or after the plane), with and
@@ -385,7 +386,9 @@ static void test_depthwise_direct(void **state) {
         {2, 1, 4, 4, 4, {11, 101}, {5, 5}, {2, 2}, {1, 1}, {2, 2}, {2, 2}, NULL, true, false},
         {2, 1, 3, 3, 3, {8, 80}, {5, 5}, {2, 2}, {1, 1}, {1, 1}, {2, 1}, NULL, false, false},
         {2, 1, 2, 2, 2, {20, 16}, {5, 5}, {2, 2}, {1, 1}, {2, 1}, {1, 2}, NULL, true, false},
-        /* planes of up to 8 x 8, stride 1, k / 2 padding: two output rows a vector */
+        /* stride 1, k / 2 padding, 3x3 up to 28x28, 5x5 and 7x7 up to 14x14: rows copied
+         * w + k / 2 apart (one vector, partial groups of vectors, a whole group of 8 and a
+         * remainder, 7x7 taps, planes of one row or column, rows of up to 61 columns) */
         {2, 2, 5, 5, 5, {7, 7}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
         {2, 1, 3, 3, 3, {8, 8}, {5, 5}, {1, 1}, {1, 1}, {2, 2}, {2, 2}, NULL, true, false},
         {2, 1, 4, 4, 4, {5, 3}, {5, 5}, {1, 1}, {1, 1}, {2, 2}, {2, 2}, NULL, false, false},
@@ -393,6 +396,14 @@ static void test_depthwise_direct(void **state) {
         {2, 1, 3, 3, 3, {8, 1}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
         {2, 2, 2, 2, 2, {6, 8}, {5, 5}, {1, 1}, {1, 1}, {2, 2}, {2, 2}, NULL, true, false},
         {2, 1, 3, 3, 3, {7, 5}, {5, 5}, {1, 1}, {1, 1}, {2, 2}, {2, 2}, NULL, true, false},
+        {2, 1, 33, 33, 33, {7, 7}, {7, 7}, {1, 1}, {1, 1}, {3, 3}, {3, 3}, NULL, true, false},
+        {2, 1, 3, 3, 3, {14, 14}, {5, 5}, {1, 1}, {1, 1}, {2, 2}, {2, 2}, NULL, true, false},
+        {2, 1, 3, 3, 3, {28, 28}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, false, false},
+        {2, 1, 2, 2, 2, {13, 11}, {7, 7}, {1, 1}, {1, 1}, {3, 3}, {3, 3}, NULL, true, false},
+        {2, 1, 3, 3, 3, {1, 1}, {7, 7}, {1, 1}, {1, 1}, {3, 3}, {3, 3}, NULL, true, false},
+        {2, 1, 2, 2, 2, {2, 61}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
+        {2, 1, 2, 2, 2, {3, 57}, {7, 7}, {1, 1}, {1, 1}, {3, 3}, {3, 3}, NULL, true, false},
+        {2, 1, 17, 17, 17, {9, 10}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
     };
     const struct {
         const char *name;

@@ -102,9 +102,22 @@ typedef struct kn_dwd {
 } kn_dwd;
 
 bool kn_cpu_dw_direct_avx512(const kn_dwd *d);
-/* The same for stride 1 with k / 2 padding on every side on planes of at most 8 x 8, two
- * output rows a vector; false (nothing done) for any other case. */
-bool kn_cpu_dw_pairs_avx512(const kn_dwd *d);
+/* k x k (3, 5 or 7) depthwise, stride 1, k / 2 padding on every side, over planes [p0, p1) of
+ * d.x (plane p has channel p % channels: weights d.wt + channel * k * k, bias[channel]), on
+ * planes whose rows at a pitch of w + k / 2 take at most KN_DW_SHARED_PAD_MAX_VECTORS vectors
+ * (kn_cpu_dw_shared_pad_fits). d's epilogue fields as for kn_cpu_dw_direct_avx512. */
+#define KN_DW_SHARED_PAD_MAX_VECTORS 64
+#define KN_DW_SHARED_PAD_MAX_PITCH 64
+#define KN_DW_SHARED_PAD_BUFFER                                                                    \
+    (2 * (3 * KN_DW_SHARED_PAD_MAX_PITCH + 3) + 16 * KN_DW_SHARED_PAD_MAX_VECTORS + 48)
+typedef struct kn_dw_shared_pad {
+    kn_dwd d;
+    int64_t channels;
+    const float *bias; /* or NULL */
+} kn_dw_shared_pad;
+
+bool kn_cpu_dw_shared_pad_fits(int64_t h, int64_t w, int k);
+void kn_cpu_dw_shared_pad_avx512(const kn_dw_shared_pad *s, int64_t p0, int64_t p1);
 /* k x k (3, 5 or 7) undilated depthwise, stride 1 or 2, over the channel block [c0, c0 + 16) of
  * one image, one channel per vector lane; for small planes, where per-plane set-up dominates. */
 typedef struct kn_dwc16 {
