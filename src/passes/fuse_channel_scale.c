@@ -9,10 +9,12 @@
  *
  * the squeeze-and-excitation block's channel multiply of EfficientNet and MobileNetV3 ahead of
  * its projection conv. Since the conv sums over channels, scaling channel c of x by s[n][c] is
- * scaling column c of the weights: the kernel scales a copy of the weights per image (C_out x C
- * multiplies) instead of a pass that reads and writes the whole of x (C x H x W). Only where
- * that is smaller (C_out <= H x W, with H and W fixed), both nodes run on the host, the plan
- * computes them in float32, and x' has no other reader. */
+ * scaling column c of the weights. The CPU kernel scales the rows of x as its GEMM packs them
+ * (free) or, where the GEMM reads x in place (C_out <= 24 over C <= 256, src/backend/cpu/math/
+ * gemm.c's DIRECT_MAX_M and DIRECT_MAX_K), a copy of the weights per image (C_out x C
+ * multiplies), instead of a pass that reads and writes the whole of x (C x H x W). Only where
+ * that is cheaper (the GEMM packs x, or C_out <= H x W, with H and W fixed), both nodes run on
+ * the host, the plan computes them in float32, and x' has no other reader. */
 #include "passes/passes.h"
 
 #include "core/alloc.h"
@@ -57,8 +59,14 @@ static bool all_equal(const kn_node *n, const char *name, int64_t v) {
     return true;
 }
 
+/* Whether the CPU's GEMM packs x for a 1x1 conv of c_out over c channels (and so scales it for
+ * free): everything but its direct path's products. */
+static bool x_packed(int64_t c_out, int64_t c) {
+    return c_out > 24 || c > 256;
+}
+
 /* Whether node d is a 1x1, stride-1, unpadded, ungrouped convolution of constant float32
- * weights [C_out, C, 1, 1] with at most C_out <= hw. */
+ * weights [C_out, C, 1, 1] where the scale costs less inside it (see the top). */
 static bool pointwise_conv(const kn_graph *g, const kn_node *d, int64_t c, int64_t hw) {
     if (!(kn_node_is(d, "", "Conv") || kn_node_is(d, KN_DOMAIN, "FusedConv")) || d->n_in < 2 ||
         d->n_in > 4 || d->n_out != 1 || d->in[1] < 0)
@@ -67,9 +75,9 @@ static bool pointwise_conv(const kn_graph *g, const kn_node *d, int64_t c, int64
     const char *pad = kn_attr_string(d, "auto_pad", "NOTSET");
     return kn_value_is_const(w) && w->dtype == KILN_DTYPE_FLOAT32 && w->rank == 4 &&
            w->dims[1].value == c && w->dims[2].value == 1 && w->dims[3].value == 1 &&
-           w->dims[0].value <= hw && kn_attr_int(d, "group", 1) == 1 &&
-           all_equal(d, "strides", 1) && all_equal(d, "pads", 0) &&
-           (strcmp(pad, "NOTSET") == 0 || strcmp(pad, "VALID") == 0);
+           (w->dims[0].value <= hw || x_packed(w->dims[0].value, c)) &&
+           kn_attr_int(d, "group", 1) == 1 && all_equal(d, "strides", 1) &&
+           all_equal(d, "pads", 0) && (strcmp(pad, "NOTSET") == 0 || strcmp(pad, "VALID") == 0);
 }
 
 /* Rewrite m -> d (checked by the caller): x and s go to d as inputs 0 and 4. */

@@ -110,6 +110,21 @@ def test_se_block_folds_into_the_projection(tmp_path, residual):
     check_against_ort(path, plan, x, tmp_path)
 
 
+@pytest.mark.parametrize("shape", [(16, 32, 4), (48, 40, 7), (300, 8, 5)])
+def test_packed_input_rows_scaled(tmp_path, shape):
+    """More than 24 output channels (or more than 256 inputs): the GEMM packs x and scales its
+    rows as it packs them, so the fold is taken even where the weights outnumber the pixels;
+    two images with different scales."""
+    c, cout, hw = shape
+    path, plan = build(se_block(c=c, cout=cout, hw=hw, batch=None), tmp_path, "--shapes",
+                       f"x:1x{c}x{hw}x{hw},2x{c}x{hw}x{hw},2x{c}x{hw}x{hw}")
+    ops = layers(plan)
+    assert "ScaledConv" in ops and "Mul" not in ops, ops
+    x = np.random.default_rng(6).standard_normal((2, c, hw, hw)).astype(np.float32)
+    x[1] *= 2.5
+    check_against_ort(path, plan, x, tmp_path)
+
+
 def test_dynamic_batch_scales_each_image(tmp_path):
     path, plan = build(se_block(batch=None), tmp_path, "--shapes", "x:1x16x8x8,2x16x8x8,4x16x8x8")
     assert "ScaledConv" in layers(plan)
@@ -125,7 +140,9 @@ def test_dynamic_batch_scales_each_image(tmp_path):
 def test_left_alone(tmp_path, case):
     kw, extra, env = {}, [], None
     if case == "wide_output":
-        kw = {"cout": 32, "hw": 4}  # 32 output channels > 16 pixels: the weights are larger
+        # 20 output channels > 16 pixels, and the GEMM reads x in place (<= 24 rows over 16):
+        # scaling the weights would cost more than the multiply
+        kw = {"cout": 20, "hw": 4}
     elif case == "second_reader":
         kw = {"tap": True}
     elif case == "conv3x3":

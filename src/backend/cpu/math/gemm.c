@@ -150,9 +150,38 @@ static void pack_a(const float *a, int64_t lda, bool trans, int64_t i0, int64_t 
     }
 }
 
-/* Rows [k0, k0+kc) x columns [j0, j0+nc) of op(B) into NR-wide panels. */
-static void pack_b(const float *b, int64_t ldb, bool trans, int64_t k0, int64_t kc, int64_t j0,
-                   int64_t nc, int nr, float *dst) {
+/* Rows [k0, k0+kc) x columns [j0, j0+nc) of B (not transposed), row kk multiplied by
+ * scale[kk], into NR-wide panels. */
+KN_CLONES static void pack_b_scaled(const float *b, int64_t ldb, const float *scale, int64_t k0,
+                                    int64_t kc, int64_t j0, int64_t nc, int nr, float *dst) {
+    for (int64_t p = 0; p * nr < nc; p++) {
+        float *d = dst + p * kc * nr;
+        int64_t c0 = j0 + p * nr;
+        int cols = (int)min64(nr, nc - p * nr);
+        for (int64_t kk = 0; kk < kc; kk++) {
+            const float *src = b + (k0 + kk) * ldb + c0;
+            float f = scale[k0 + kk], *row = d + kk * nr;
+            if (cols == 32) {
+                for (int j = 0; j < 32; j++)
+                    row[j] = src[j] * f;
+            } else {
+                for (int j = 0; j < cols; j++)
+                    row[j] = src[j] * f;
+                for (int j = cols; j < nr; j++)
+                    row[j] = 0.0f;
+            }
+        }
+    }
+}
+
+/* Rows [k0, k0+kc) x columns [j0, j0+nc) of op(B) into NR-wide panels (rows scaled, when
+ * scale is not NULL, only for B not transposed). */
+static void pack_b(const float *b, int64_t ldb, bool trans, const float *scale, int64_t k0,
+                   int64_t kc, int64_t j0, int64_t nc, int nr, float *dst) {
+    if (scale != NULL) {
+        pack_b_scaled(b, ldb, scale, k0, kc, j0, nc, nr, dst);
+        return;
+    }
     for (int64_t p = 0; p * nr < nc; p++) {
         float *d = dst + p * kc * nr;
         int64_t c0 = j0 + p * nr;
@@ -221,7 +250,8 @@ kiln_status kn_gemm_pack_b(const float *b, int64_t ldb, bool trans, int64_t k, i
     int nr = ukr_get()->nr;
     KN_TRY(packed_alloc(n, k, nr, out));
     for (int64_t pc = 0; pc < k; pc += KC)
-        pack_b(b, ldb, trans, pc, min64(KC, k - pc), 0, n, nr, (*out)->data + pc * (*out)->pad);
+        pack_b(b, ldb, trans, NULL, pc, min64(KC, k - pc), 0, n, nr,
+               (*out)->data + pc * (*out)->pad);
     return KILN_OK;
 }
 
@@ -359,7 +389,7 @@ static void run_block(const gemm_job *j, int64_t m0, int64_t m1, int64_t n0, int
                 b->pack(b->pack_arg, pc, kc, jc, nc, buf_b);
                 bp = buf_b;
             } else {
-                pack_b(b->p, b->ld, b->trans, pc, kc, jc, nc, u->nr, buf_b);
+                pack_b(b->p, b->ld, b->trans, b->scale, pc, kc, jc, nc, u->nr, buf_b);
                 bp = buf_b;
             }
             float beta = pc == 0 ? j->beta : 1.0f;
@@ -543,8 +573,9 @@ static bool job_init(gemm_job *j, int threads, int64_t m, int64_t n, int64_t k, 
      * blocks for the rows-first order. */
     if (m <= j->mc && k > ROWS_OUTER_WIDE_MAX_K && b->pack == NULL)
         j->nc = min64(j->nc, ONE_BLOCK_NC / j->u->nr * j->u->nr);
+    KN_ASSERT(b->scale == NULL || (b->packed == NULL && b->pack == NULL && !b->trans));
     j->direct = j->u->fn_direct != NULL && b->packed == NULL && b->pack == NULL && !b->trans &&
-                k <= DIRECT_MAX_K && m <= DIRECT_MAX_M;
+                b->scale == NULL && k <= DIRECT_MAX_K && m <= DIRECT_MAX_M;
     j->scratch_a = a->packed != NULL ? 0 : round_up(j->mc * KC, 16);
     j->scratch_b = b->packed != NULL || j->direct ? 0 : round_up(j->nc * KC, 16);
     return true;
@@ -570,7 +601,7 @@ static void prepack_range(void *arg, int64_t begin, int64_t end) {
         if (pj->b->pack != NULL)
             pj->b->pack(pj->b->pack_arg, pc, kc, n0, nc, dst);
         else
-            pack_b(pj->b->p, pj->b->ld, pj->b->trans, pc, kc, n0, nc, nr, dst);
+            pack_b(pj->b->p, pj->b->ld, pj->b->trans, pj->b->scale, pc, kc, n0, nc, nr, dst);
     }
 }
 
@@ -624,7 +655,7 @@ static bool gemv(kn_threadpool *pool, int64_t m, int64_t n, int64_t k, float alp
     const kn_gemm_packed *pa = a->packed;
     if (n != 1 || pa == NULL || pa->ukr != ukr_get() || pa->ukr->fn_gemv == NULL ||
         pa->pad > GEMV_MAX_ROWS || b->p == NULL || b->packed != NULL || b->pack != NULL ||
-        b->trans || alpha != 1.0f || beta != 0.0f || ldc != 1 ||
+        b->scale != NULL || b->trans || alpha != 1.0f || beta != 0.0f || ldc != 1 ||
         (ep != NULL && ((ep->bias != NULL && !ep->bias_per_row) || ep->residual != NULL)))
         return false;
     float y[GEMV_MAX_ROWS];
@@ -776,6 +807,10 @@ void kn_gemm_gather(kn_threadpool *pool, const kn_gemm_packed *a, const float *b
         return;
     kn_parallel_for(a->rows * a->k * ow * oh >= PARALLEL_MIN_WORK ? pool : NULL, tiles, 1,
                     gather_tiles, &j);
+}
+
+bool kn_gemm_scales_b(int64_t m, int64_t k) {
+    return !(ukr_get()->fn_direct != NULL && k <= DIRECT_MAX_K && m <= DIRECT_MAX_M);
 }
 
 int64_t kn_gemm_serial_scratch(int64_t n, const kn_gemm_operand *a, const kn_gemm_operand *b) {

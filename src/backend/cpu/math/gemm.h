@@ -89,7 +89,14 @@ typedef struct kn_gemm_operand {
     const kn_gemm_packed *packed;
     kn_gemm_pack_fn pack;
     void *pack_arg;
+    /* B given plainly (p, ld, not trans) only, or NULL: row kk of B is multiplied by scale[kk]
+     * as it is packed, for a product whose input channels are scaled (kn_gemm_scales_b). */
+    const float *scale;
 } kn_gemm_operand;
+
+/* Whether a product of m rows over k packs a plain B, so that kn_gemm_operand.scale costs
+ * nothing; otherwise (few rows over a short k) B is read in place and a scale makes it packed. */
+bool kn_gemm_scales_b(int64_t m, int64_t k);
 
 /* C (m x n, leading dimension ldc) = epilogue(alpha*op(A)*op(B) + beta*C). beta == 0 never
  * reads C. ep may be NULL. pool may be NULL (single thread). Fails only on out-of-memory. */

@@ -1,8 +1,9 @@
 /* kiln.ScaledConv on the CPU (passes.h): a 1x1 convolution of x scaled per image and channel
- * by s. The sum over channels lets the scale move to the weights: each image's product runs
- * with a copy of the packed weights whose column c is multiplied by s[n][c] (C_out x C
- * multiplies, into a buffer the context keeps), and x is read as it is, where a separate
- * multiply would read and write all of x (C x H x W). */
+ * by s, without the separate multiply's pass that reads and writes all of x (C x H x W). Where
+ * the GEMM packs x (kn_gemm_scales_b), the rows of x are scaled as they are packed. Otherwise
+ * (few output channels over few input channels: x read in place) the sum over channels lets the
+ * scale move to the weights: each image's product runs with a copy of the packed weights whose
+ * column c is multiplied by s[n][c] (C_out x C multiplies, into a buffer the context keeps). */
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/math/gemm.h"
 #include "core/alloc.h"
@@ -48,6 +49,26 @@ kiln_status kn_cpu_scaled_conv_run(kn_kernel_ctx *k) {
     kn_epilogue ep = {0};
     KN_TRY(kn_cpu_fused_epilogue(k, 3, &ep));
     const kn_gemm_packed *a = k->state;
+    int64_t hw = g.out[0] * g.out[1], cin = g.c_in, cout = g.c_out;
+    const float *x = k->in[0].data, *sd = s->data;
+    const float *bias = k->in[2].dtype != 0 ? k->in[2].data : NULL;
+    float *y = k->out[0].data;
+    bool per_image = s->shape.d[0] != 1;
+    if (kn_gemm_scales_b(cout, cin)) {
+        /* x is packed anyway: its rows are scaled as they are packed, the weights stay. */
+        for (int64_t n = 0; n < g.n; n++) {
+            kn_gemm_operand wa = {.packed = a}, b = {.p = x + n * cin * hw,
+                                                     .ld = hw,
+                                                     .scale = sd + (per_image ? n * cin : 0)};
+            kn_epilogue e = ep;
+            e.bias = bias;
+            e.bias_per_row = true;
+            e.residual = ep.residual != NULL ? ep.residual + n * cout * hw : NULL;
+            e.ldr = hw;
+            KN_TRY(kn_gemm(k->pool, cout, hw, cin, 1.0f, &wa, &b, 0.0f, y + n * cout * hw, hw, &e));
+        }
+        return KILN_OK;
+    }
     scaled_local *l = k->local != NULL ? (scaled_local *)*k->local : NULL;
     kn_gemm_packed *ws = l != NULL ? l->w : NULL;
     if (ws == NULL) {
@@ -63,11 +84,6 @@ kiln_status kn_cpu_scaled_conv_run(kn_kernel_ctx *k) {
             *k->local = &l->base;
         }
     }
-    int64_t hw = g.out[0] * g.out[1], cin = g.c_in, cout = g.c_out;
-    const float *x = k->in[0].data, *sd = s->data;
-    const float *bias = k->in[2].dtype != 0 ? k->in[2].data : NULL;
-    float *y = k->out[0].data;
-    bool per_image = s->shape.d[0] != 1;
     kiln_status rc = KILN_OK;
     for (int64_t n = 0; n < g.n && rc == KILN_OK; n++) {
         if (n == 0 || per_image)
