@@ -28,15 +28,7 @@
 
 #define GROUP 8 /* vectors a pass over the taps */
 
-/* The buffer: element (r, c) of a plane at base + r * pitch + c; vector v of it holds the plane's
- * elements at[v] ... at[v] + popcount(mask[v]) - 1 in the lanes of mask[v]; first[v] is that
- * many lanes from lane 0 (the plane's side of the expand and compress). */
-typedef struct layout {
-    int64_t pitch, base, nv, stride; /* stride: floats between the two buffers */
-    __mmask16 mask[KN_DW_SHARED_PAD_MAX_VECTORS], first[KN_DW_SHARED_PAD_MAX_VECTORS];
-    int32_t at[KN_DW_SHARED_PAD_MAX_VECTORS]; /* plane elements before vector v */
-    int64_t off[49];
-} layout;
+typedef kn_dw_shared_pad_layout layout;
 
 AVX512 INLINE __mmask16 lanes(int64_t n) {
     return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
@@ -162,41 +154,51 @@ bool kn_cpu_dw_shared_pad_fits(int64_t h, int64_t w, int k) {
     return vectors(h, w, k) > 0;
 }
 
-void kn_cpu_dw_shared_pad_avx512(const kn_dw_shared_pad *s, int64_t p0, int64_t p1) {
+void kn_cpu_dw_shared_pad_init(kn_dw_shared_pad *s) {
     const kn_dwd *d = &s->d;
-    if (p1 <= p0)
-        return;
-    layout L;
+    layout *L = &s->layout;
     int K = d->k, P = K / 2;
-    L.pitch = d->w + P;
-    L.nv = vectors(d->h, d->w, K);
+    L->pitch = d->w + P;
+    L->nv = vectors(d->h, d->w, K);
     /* Element (0, 0) sits where P rows and P columns of zeros fit before it, 64-byte aligned. */
-    L.base = (P * L.pitch + P + 15) / 16 * 16;
-    L.stride = (L.base + 16 * L.nv + P * L.pitch + P + 16 + 15) / 16 * 16;
+    L->base = (P * L->pitch + P + 15) / 16 * 16;
+    L->stride = (L->base + 16 * L->nv + P * L->pitch + P + 16 + 15) / 16 * 16;
     int32_t at = 0;
-    for (int64_t v = 0; v < L.nv; v++) {
-        __mmask16 m = 0;
+    for (int64_t v = 0; v < L->nv; v++) {
+        uint16_t m = 0;
         for (int i = 0; i < 16; i++) {
             int64_t q = 16 * v + i;
-            if (q < d->h * L.pitch && q % L.pitch < d->w)
-                m |= (__mmask16)(1u << i);
+            if (q < d->h * L->pitch && q % L->pitch < d->w)
+                m |= (uint16_t)(1u << i);
         }
-        L.mask[v] = m;
-        L.at[v] = at;
-        L.first[v] = (__mmask16)((1u << __builtin_popcount(m)) - 1);
+        L->mask[v] = m;
+        L->at[v] = at;
+        L->first[v] = (uint16_t)((1u << __builtin_popcount(m)) - 1);
         at += __builtin_popcount(m);
     }
     for (int ky = 0; ky < K; ky++)
         for (int kx = 0; kx < K; kx++)
-            L.off[ky * K + kx] = (ky - P) * L.pitch + (kx - P);
+            L->off[ky * K + kx] = (ky - P) * L->pitch + (kx - P);
+}
+
+void kn_cpu_dw_shared_pad_avx512(const kn_dw_shared_pad *s, int64_t p0, int64_t p1) {
+    const layout *L = &s->layout;
+    if (p1 <= p0)
+        return;
     float buf[2 * KN_DW_SHARED_PAD_BUFFER] __attribute__((aligned(64)));
-    memset(buf, 0, (size_t)(2 * L.stride) * sizeof(float));
-    if (K == 3)
-        planes_3(&L, s, buf, p0, p1);
-    else if (K == 5)
-        planes_5(&L, s, buf, p0, p1);
+    /* Only the zeros around the planes: the copies write every vector in between. */
+    for (int b = 0; b < 2; b++) {
+        float *z = buf + b * L->stride;
+        memset(z, 0, (size_t)L->base * sizeof(float));
+        memset(z + L->base + 16 * L->nv, 0,
+               (size_t)(L->stride - L->base - 16 * L->nv) * sizeof(float));
+    }
+    if (s->d.k == 3)
+        planes_3(L, s, buf, p0, p1);
+    else if (s->d.k == 5)
+        planes_5(L, s, buf, p0, p1);
     else
-        planes_7(&L, s, buf, p0, p1);
+        planes_7(L, s, buf, p0, p1);
 }
 
 #else
@@ -206,6 +208,10 @@ bool kn_cpu_dw_shared_pad_fits(int64_t h, int64_t w, int k) {
     (void)w;
     (void)k;
     return false;
+}
+
+void kn_cpu_dw_shared_pad_init(kn_dw_shared_pad *s) {
+    (void)s;
 }
 
 void kn_cpu_dw_shared_pad_avx512(const kn_dw_shared_pad *s, int64_t p0, int64_t p1) {

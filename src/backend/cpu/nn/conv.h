@@ -105,18 +105,30 @@ bool kn_cpu_dw_direct_avx512(const kn_dwd *d);
 /* k x k (3, 5 or 7) depthwise, stride 1, k / 2 padding on every side, over planes [p0, p1) of
  * d.x (plane p has channel p % channels: weights d.wt + channel * k * k, bias[channel]), on
  * planes whose rows at a pitch of w + k / 2 take at most KN_DW_SHARED_PAD_MAX_VECTORS vectors
- * (kn_cpu_dw_shared_pad_fits). d's epilogue fields as for kn_cpu_dw_direct_avx512. */
+ * (kn_cpu_dw_shared_pad_fits). d's epilogue fields as for kn_cpu_dw_direct_avx512.
+ * kn_cpu_dw_shared_pad_init fills the layout once per layer, before the planes are split. */
 #define KN_DW_SHARED_PAD_MAX_VECTORS 64
 #define KN_DW_SHARED_PAD_MAX_PITCH 64
 #define KN_DW_SHARED_PAD_BUFFER                                                                    \
     (2 * (3 * KN_DW_SHARED_PAD_MAX_PITCH + 3) + 16 * KN_DW_SHARED_PAD_MAX_VECTORS + 48)
+/* A plane in the buffer: element (r, c) at base + r * pitch + c; vector v holds the plane's
+ * elements at[v] ... at[v] + popcount(mask[v]) - 1 in the lanes of mask[v], and first[v] is
+ * that many lanes from lane 0 (the plane's side of the expand and the compress). */
+typedef struct kn_dw_shared_pad_layout {
+    int64_t pitch, base, nv, stride; /* stride: floats from one buffer to the next */
+    uint16_t mask[KN_DW_SHARED_PAD_MAX_VECTORS], first[KN_DW_SHARED_PAD_MAX_VECTORS];
+    int32_t at[KN_DW_SHARED_PAD_MAX_VECTORS];
+    int64_t off[49]; /* tap offsets from an output's position */
+} kn_dw_shared_pad_layout;
 typedef struct kn_dw_shared_pad {
     kn_dwd d;
     int64_t channels;
     const float *bias; /* or NULL */
+    kn_dw_shared_pad_layout layout;
 } kn_dw_shared_pad;
 
 bool kn_cpu_dw_shared_pad_fits(int64_t h, int64_t w, int k);
+void kn_cpu_dw_shared_pad_init(kn_dw_shared_pad *s);
 void kn_cpu_dw_shared_pad_avx512(const kn_dw_shared_pad *s, int64_t p0, int64_t p1);
 /* k x k (3, 5 or 7) undilated depthwise, stride 1 or 2, over the channel block [c0, c0 + 16) of
  * one image, one channel per vector lane; for small planes, where per-plane set-up dominates. */

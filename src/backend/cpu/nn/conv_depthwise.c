@@ -363,6 +363,7 @@ static bool depthwise_direct(kn_threadpool *pool, const kn_conv_geom *g, const k
                                   .channels = g->c_in,
                                   .bias = ep->bias},
                             .ep = ep};
+        kn_cpu_dw_shared_pad_init(&j.s);
         kn_parallel_for(pool, g->n * g->c_in, 1, shared_pad_range, &j);
         return true;
     }
