@@ -271,28 +271,33 @@ __attribute__((target("avx512f"))) static void ukr_m1(int64_t kc, const float *a
 #define NARROW 4
 
 /* Up to NARROW columns: one accumulator per column holds the tile's 12 rows (a[k*MR..] is one
- * masked load); two sets over even and odd k hide the FMA latency. The few results go through a
- * small buffer to the scalar epilogue. */
+ * masked load); several sets over consecutive k hide the FMA latency, four for one or two
+ * columns (with two sets a single column waited on every multiply-add: a 960 -> 320 1x1 conv at
+ * 7x7, 49 = 32 + 16 + 1 columns, spent a tenth of its time on its last column), two for three
+ * and four. The few results go through a small buffer to the scalar epilogue. */
 __attribute__((target("avx512f"), always_inline)) static inline void
 narrow_body(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, float alpha,
             float beta, int mr, const int nr, const kn_ukr_ep *ep) {
     const __mmask16 rows = (__mmask16)((1u << MR) - 1);
-    __m512 e[NARROW], o[NARROW];
-    _Pragma("GCC unroll 4") for (int j = 0; j < NARROW; j++) e[j] = o[j] = _mm512_setzero_ps();
+    const int SETS = nr <= 2 ? 4 : 2;
+    __m512 acc[NARROW][4], e[NARROW];
+    _Pragma("GCC unroll 4") for (int j = 0; j < NARROW; j++)
+        _Pragma("GCC unroll 4") for (int q = 0; q < 4; q++) acc[j][q] = _mm512_setzero_ps();
     int64_t k = 0;
-    for (; k + 1 < kc; k += 2) {
-        __m512 a0 = _mm512_maskz_loadu_ps(rows, a + k * MR);
-        __m512 a1 = _mm512_maskz_loadu_ps(rows, a + (k + 1) * MR);
-        _Pragma("GCC unroll 4") for (int j = 0; j < NARROW; j++) if (j < nr) {
-            e[j] = _mm512_fmadd_ps(a0, _mm512_set1_ps(b[k * NR + j]), e[j]);
-            o[j] = _mm512_fmadd_ps(a1, _mm512_set1_ps(b[(k + 1) * NR + j]), o[j]);
+    for (; k + SETS <= kc; k += SETS) {
+        _Pragma("GCC unroll 4") for (int q = 0; q < SETS; q++) {
+            __m512 av = _mm512_maskz_loadu_ps(rows, a + (k + q) * MR);
+            _Pragma("GCC unroll 4") for (int j = 0; j < NARROW; j++) if (j < nr) acc[j][q] =
+                _mm512_fmadd_ps(av, _mm512_set1_ps(b[(k + q) * NR + j]), acc[j][q]);
         }
     }
-    if (k < kc) {
-        __m512 a0 = _mm512_maskz_loadu_ps(rows, a + k * MR);
-        _Pragma("GCC unroll 4") for (int j = 0; j < NARROW; j++) if (j < nr) e[j] =
-            _mm512_fmadd_ps(a0, _mm512_set1_ps(b[k * NR + j]), e[j]);
+    for (; k < kc; k++) {
+        __m512 av = _mm512_maskz_loadu_ps(rows, a + k * MR);
+        _Pragma("GCC unroll 4") for (int j = 0; j < NARROW; j++) if (j < nr) acc[j][0] =
+            _mm512_fmadd_ps(av, _mm512_set1_ps(b[k * NR + j]), acc[j][0]);
     }
+    _Pragma("GCC unroll 4") for (int j = 0; j < NARROW; j++) e[j] =
+        _mm512_add_ps(_mm512_add_ps(acc[j][0], acc[j][1]), _mm512_add_ps(acc[j][2], acc[j][3]));
     __m512 va = _mm512_set1_ps(alpha);
     const float *res = ep != NULL ? ep->res : NULL;
     if (ldc <= INT32_MAX / MR && (res == NULL || ep->ldr <= INT32_MAX / MR)) {
@@ -309,7 +314,7 @@ narrow_body(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, f
         _Pragma("GCC unroll 4") for (int j = 0; j < NARROW; j++) {
             if (j >= nr)
                 break;
-            __m512 v = _mm512_mul_ps(va, _mm512_add_ps(e[j], o[j]));
+            __m512 v = _mm512_mul_ps(va, e[j]);
             if (beta != 0.0f)
                 v = _mm512_fmadd_ps(_mm512_set1_ps(beta),
                                     _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, ic, c + j, 4),
@@ -330,7 +335,7 @@ narrow_body(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, f
     }
     float t[NARROW][16];
     _Pragma("GCC unroll 4") for (int j = 0; j < NARROW; j++) if (j < nr)
-        _mm512_storeu_ps(t[j], _mm512_mul_ps(va, _mm512_add_ps(e[j], o[j])));
+        _mm512_storeu_ps(t[j], _mm512_mul_ps(va, e[j]));
     for (int i = 0; i < mr; i++)
         _Pragma("GCC unroll 4") for (int j = 0; j < nr; j++) c[i * ldc + j] =
             beta != 0.0f ? t[j][i] + beta * c[i * ldc + j] : t[j][i];
