@@ -334,6 +334,26 @@ static bool shared_pad_wins(int64_t k, int64_t h, int64_t w) {
     return h * w <= (k == 3 ? 28 * 28 : 14 * 14);
 }
 
+/* One plane's arguments for the AVX-512 kernels, the plane pointers at the first plane. */
+static kn_dwd plane_args(const kn_conv2d *c, const float *x, const float *w, const kn_epilogue *ep,
+                         int act, float *y) {
+    return (kn_dwd){.x = x,
+                    .h = c->h,
+                    .w = c->w,
+                    .ph = c->ph,
+                    .pw = c->pw,
+                    .oh = c->oh,
+                    .ow = c->ow,
+                    .k = (int)c->kh,
+                    .stride = (int)c->sw,
+                    .wt = w,
+                    .res = ep->residual,
+                    .act = act,
+                    .lo = ep->act == KN_ACT_RELU ? 0.0f : ep->alpha,
+                    .hi = ep->act == KN_ACT_RELU ? INFINITY : ep->beta,
+                    .y = y};
+}
+
 static bool depthwise_direct(kn_threadpool *pool, const kn_conv_geom *g, const kn_conv2d *c,
                              const float *x, const float *w, const kn_epilogue *ep, float *y) {
     int64_t k = c->kh, half = k / 2;
@@ -345,21 +365,7 @@ static bool depthwise_direct(kn_threadpool *pool, const kn_conv_geom *g, const k
         c->dh == 1 && c->dw == 1 && c->sh == 1 && c->sw == 1 && c->ph == half && c->pw == half &&
         c->oh == c->h && c->ow == c->w && shared_pad_wins(k, c->h, c->w) &&
         kn_cpu_dw_shared_pad_fits(c->h, c->w, (int)k)) {
-        shared_pad_job j = {.s = {.d = {.x = x,
-                                        .h = c->h,
-                                        .w = c->w,
-                                        .ph = c->ph,
-                                        .pw = c->pw,
-                                        .oh = c->oh,
-                                        .ow = c->ow,
-                                        .k = (int)k,
-                                        .stride = 1,
-                                        .wt = w,
-                                        .res = ep->residual,
-                                        .act = in_registers,
-                                        .lo = ep->act == KN_ACT_RELU ? 0.0f : ep->alpha,
-                                        .hi = ep->act == KN_ACT_RELU ? INFINITY : ep->beta,
-                                        .y = y},
+        shared_pad_job j = {.s = {.d = plane_args(c, x, w, ep, in_registers, y),
                                   .channels = g->c_in,
                                   .bias = ep->bias},
                             .ep = ep};
@@ -373,23 +379,7 @@ static bool depthwise_direct(kn_threadpool *pool, const kn_conv_geom *g, const k
         return false;
     if (c->ow < direct_min_ow(k, c->sw))
         return false;
-    dwd_job j = {.d = {.x = x,
-                       .h = c->h,
-                       .w = c->w,
-                       .ph = c->ph,
-                       .pw = c->pw,
-                       .oh = c->oh,
-                       .ow = c->ow,
-                       .k = (int)k,
-                       .stride = (int)c->sw,
-                       .wt = w,
-                       .res = ep->residual,
-                       .act = in_registers,
-                       .lo = ep->act == KN_ACT_RELU ? 0.0f : ep->alpha,
-                       .hi = ep->act == KN_ACT_RELU ? INFINITY : ep->beta,
-                       .y = y},
-                 .channels = g->c_in,
-                 .ep = ep};
+    dwd_job j = {.d = plane_args(c, x, w, ep, in_registers, y), .channels = g->c_in, .ep = ep};
     kn_parallel_for(pool, g->n * g->c_in, 1, dwd_range, &j);
     return true;
 }
