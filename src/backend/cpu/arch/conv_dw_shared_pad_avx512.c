@@ -30,10 +30,6 @@
 
 typedef kn_dw_shared_pad_layout layout;
 
-AVX512 INLINE __mmask16 lanes(int64_t n) {
-    return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
-}
-
 AVX512 INLINE void copy_in(const layout *L, const float *x, float *buf) {
     for (int64_t v = 0; v < L->nv; v++) {
         __m512 in = _mm512_maskz_loadu_ps(L->first[v], x + L->at[v]);

@@ -528,6 +528,11 @@ static void scale_c(float *c, int64_t ldc, int64_t m, int64_t n, float beta) {
 }
 
 /* Everything but the scratch; false when there is no product to run (handled here). */
+/* Whether the kernels read a plain B in place (no packing) for m rows over k. */
+static bool direct_shape(const kn_gemm_ukr *u, int64_t m, int64_t k) {
+    return u->fn_direct != NULL && k <= DIRECT_MAX_K && m <= DIRECT_MAX_M;
+}
+
 static bool job_init(gemm_job *j, int threads, int64_t m, int64_t n, int64_t k, float alpha,
                      const kn_gemm_operand *a, const kn_gemm_operand *b, float beta, float *c,
                      int64_t ldc, const kn_epilogue *ep) {
@@ -574,8 +579,8 @@ static bool job_init(gemm_job *j, int threads, int64_t m, int64_t n, int64_t k, 
     if (m <= j->mc && k > ROWS_OUTER_WIDE_MAX_K && b->pack == NULL)
         j->nc = min64(j->nc, ONE_BLOCK_NC / j->u->nr * j->u->nr);
     KN_ASSERT(b->scale == NULL || (b->packed == NULL && b->pack == NULL && !b->trans));
-    j->direct = j->u->fn_direct != NULL && b->packed == NULL && b->pack == NULL && !b->trans &&
-                b->scale == NULL && k <= DIRECT_MAX_K && m <= DIRECT_MAX_M;
+    j->direct = direct_shape(j->u, m, k) && b->packed == NULL && b->pack == NULL && !b->trans &&
+                b->scale == NULL;
     j->scratch_a = a->packed != NULL ? 0 : round_up(j->mc * KC, 16);
     j->scratch_b = b->packed != NULL || j->direct ? 0 : round_up(j->nc * KC, 16);
     return true;
@@ -810,7 +815,7 @@ void kn_gemm_gather(kn_threadpool *pool, const kn_gemm_packed *a, const float *b
 }
 
 bool kn_gemm_scales_b(int64_t m, int64_t k) {
-    return !(ukr_get()->fn_direct != NULL && k <= DIRECT_MAX_K && m <= DIRECT_MAX_M);
+    return !direct_shape(ukr_get(), m, k);
 }
 
 int64_t kn_gemm_serial_scratch(int64_t n, const kn_gemm_operand *a, const kn_gemm_operand *b) {

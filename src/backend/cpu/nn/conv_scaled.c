@@ -40,6 +40,32 @@ void kn_cpu_scaled_conv_release(void *state) {
     kn_gemm_packed_free(state);
 }
 
+/* The context's buffer for the scaled weights (made on first use), or with no context-local
+ * state a new one the caller frees (*owned). */
+static kiln_status scaled_weights(kn_kernel_ctx *k, const kn_gemm_packed *a, kn_gemm_packed **ws,
+                                  bool *owned) {
+    scaled_local *l = k->local != NULL ? (scaled_local *)*k->local : NULL;
+    *owned = false;
+    if (l != NULL && l->w != NULL) {
+        *ws = l->w;
+        return KILN_OK;
+    }
+    KN_TRY(kn_gemm_packed_like(a, ws));
+    if (k->local == NULL) {
+        *owned = true;
+        return KILN_OK;
+    }
+    l = kn_calloc(1, sizeof *l);
+    if (l == NULL) {
+        kn_gemm_packed_free(*ws);
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory in ScaledConv");
+    }
+    l->base.release = local_release;
+    l->w = *ws;
+    *k->local = &l->base;
+    return KILN_OK;
+}
+
 kiln_status kn_cpu_scaled_conv_run(kn_kernel_ctx *k) {
     kn_conv_geom g;
     KN_TRY(kn_conv_geom_init(k->node, &k->in[0].shape, &k->in[1].shape, false, &g));
@@ -54,41 +80,18 @@ kiln_status kn_cpu_scaled_conv_run(kn_kernel_ctx *k) {
     const float *bias = k->in[2].dtype != 0 ? k->in[2].data : NULL;
     float *y = k->out[0].data;
     bool per_image = s->shape.d[0] != 1;
-    if (kn_gemm_scales_b(cout, cin)) {
-        /* x is packed anyway: its rows are scaled as they are packed, the weights stay. */
-        for (int64_t n = 0; n < g.n; n++) {
-            kn_gemm_operand wa = {.packed = a}, b = {.p = x + n * cin * hw,
-                                                     .ld = hw,
-                                                     .scale = sd + (per_image ? n * cin : 0)};
-            kn_epilogue e = ep;
-            e.bias = bias;
-            e.bias_per_row = true;
-            e.residual = ep.residual != NULL ? ep.residual + n * cout * hw : NULL;
-            e.ldr = hw;
-            KN_TRY(kn_gemm(k->pool, cout, hw, cin, 1.0f, &wa, &b, 0.0f, y + n * cout * hw, hw, &e));
-        }
-        return KILN_OK;
-    }
-    scaled_local *l = k->local != NULL ? (scaled_local *)*k->local : NULL;
-    kn_gemm_packed *ws = l != NULL ? l->w : NULL;
-    if (ws == NULL) {
-        KN_TRY(kn_gemm_packed_like(a, &ws));
-        if (k->local != NULL) {
-            l = kn_calloc(1, sizeof *l);
-            if (l == NULL) {
-                kn_gemm_packed_free(ws);
-                return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory in ScaledConv");
-            }
-            l->base.release = local_release;
-            l->w = ws;
-            *k->local = &l->base;
-        }
-    }
+    /* Where x is packed anyway its rows are scaled as they are packed, the weights stay. */
+    bool scale_x = kn_gemm_scales_b(cout, cin), owned = false;
+    kn_gemm_packed *ws = NULL;
+    if (!scale_x)
+        KN_TRY(scaled_weights(k, a, &ws, &owned));
     kiln_status rc = KILN_OK;
     for (int64_t n = 0; n < g.n && rc == KILN_OK; n++) {
-        if (n == 0 || per_image)
-            kn_gemm_packed_scale_k(k->pool, a, sd + (per_image ? n * cin : 0), ws);
-        kn_gemm_operand wa = {.packed = ws}, b = {.p = x + n * cin * hw, .ld = hw};
+        const float *sn = sd + (per_image ? n * cin : 0);
+        if (!scale_x && (n == 0 || per_image))
+            kn_gemm_packed_scale_k(k->pool, a, sn, ws);
+        kn_gemm_operand wa = {.packed = scale_x ? a : ws},
+                        b = {.p = x + n * cin * hw, .ld = hw, .scale = scale_x ? sn : NULL};
         kn_epilogue e = ep;
         e.bias = bias;
         e.bias_per_row = true;
@@ -96,7 +99,7 @@ kiln_status kn_cpu_scaled_conv_run(kn_kernel_ctx *k) {
         e.ldr = hw;
         rc = kn_gemm(k->pool, cout, hw, cin, 1.0f, &wa, &b, 0.0f, y + n * cout * hw, hw, &e);
     }
-    if (l == NULL)
+    if (owned)
         kn_gemm_packed_free(ws);
     return rc;
 }
