@@ -6,7 +6,8 @@
  * the ~32 GCC makes of the scalar form: the rounding is one vrndscaleps instead of the
  * 1.5 * 2^23 trick, 2^n is one vscalefps instead of a convert, add, shift and multiply, the
  * polynomial is Horner (throughput, not latency, bounds these loops) with the 2^32 carried in
- * its coefficients, and the signs are masked operations instead of bit blends. Include only from files that target AVX-512. */
+ * its coefficients, and the signs are masked operations instead of bit blends. Include only from
+ * files that target AVX-512. */
 #ifndef KN_CPU_ACT_AVX512_H
 #define KN_CPU_ACT_AVX512_H
 
