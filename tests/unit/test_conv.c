@@ -189,7 +189,8 @@ static float *ref_conv(const conv_case *cc, const kn_conv_geom *g, const float *
     return y;
 }
 
-static void run_conv_case(const conv_case *cc) {
+/* act: NULL, or "Swish" / "Sigmoid" fused into the conv (FusedConv, no residual). */
+static void run_conv_case_act(const conv_case *cc, const char *act) {
     test_node t;
     tn_init(&t, "Conv");
     int nsp = cc->nsp;
@@ -231,8 +232,20 @@ static void run_conv_case(const conv_case *cc) {
         in[3] = rand_tensor(oshape.rank, oshape.d);
         n_in = 4;
     }
+    if (act != NULL) {
+        t.node.op_type = "FusedConv";
+        t.node.domain = "kiln";
+        tn_str(&t, "kiln_activation", act);
+    }
     float *want = ref_conv(cc, &g, in[0].data, in[1].data, cc->bias ? in[2].data : NULL,
                            cc->relu_residual ? in[3].data : NULL);
+    if (act != NULL) {
+        int64_t total = kn_shape_numel(&oshape);
+        for (int64_t i = 0; i < total; i++) {
+            double v = want[i], sg = 1.0 / (1.0 + exp(-v));
+            want[i] = (float)(strcmp(act, "Swish") == 0 ? v * sg : sg);
+        }
+    }
     /* Winograd (3x3, stride 1, one group, packed weights) rounds more than the direct sum; its
      * error grows with the magnitude of the sums, so with the square root of the kernel size. */
     bool wino = nsp == 2 && cc->group == 1 && cc->k[0] == 3 && cc->k[1] == 3 && cc->s[0] == 1 &&
@@ -246,6 +259,34 @@ static void run_conv_case(const conv_case *cc) {
     kn_free(want);
     for (int i = 0; i < n_in; i++)
         kn_free(in[i].data);
+}
+
+static void run_conv_case(const conv_case *cc) {
+    run_conv_case_act(cc, NULL);
+}
+
+/* SiLU and sigmoid fused into the conv, applied in registers: by the gather kernel (stride 2,
+ * <= 32 output channels), the GEMM tile, the depthwise kernels; on every ISA. */
+static void test_conv_fused_sigmoid_silu(void **state) {
+    (void)state;
+    const conv_case cases[] = {
+        {2, 1, 3, 32, 1, {40, 60}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
+        {2, 2, 8, 20, 1, {17, 31}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
+        {2, 1, 3, 24, 1, {40, 80}, {7, 7}, {2, 2}, {1, 1}, {3, 3}, {3, 3}, NULL, false, false},
+        {2, 1, 16, 40, 1, {13, 21}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0}, NULL, true, false},
+        {2, 1, 24, 24, 24, {30, 33}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
+        {2, 1, 24, 24, 24, {30, 33}, {5, 5}, {2, 2}, {1, 1}, {2, 2}, {2, 2}, NULL, true, false},
+    };
+    const char *acts[] = {"Swish", "Sigmoid", "Swish", "Swish", "Swish", "Sigmoid"};
+    const char *isas[] = {"avx512", "avx2", "scalar"};
+    const char *orig = kn_gemm_isa();
+    for (size_t k = 0; k < 3; k++) {
+        if (!kn_gemm_force_isa(isas[k]))
+            continue;
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+            run_conv_case_act(&cases[i], acts[i]);
+    }
+    assert_true(kn_gemm_force_isa(orig));
 }
 
 static void test_conv2d_sweep(void **state) {
@@ -722,10 +763,15 @@ static void test_infer_errors(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_conv2d_sweep),     cmocka_unit_test(test_conv1d_3d),
-        cmocka_unit_test(test_conv_transpose),   cmocka_unit_test(test_conv_transpose_shapes),
-        cmocka_unit_test(test_gemm_op),          cmocka_unit_test(test_matmul_op),
-        cmocka_unit_test(test_infer_errors),     cmocka_unit_test(test_conv_winograd),
+        cmocka_unit_test(test_conv2d_sweep),
+        cmocka_unit_test(test_conv_fused_sigmoid_silu),
+        cmocka_unit_test(test_conv1d_3d),
+        cmocka_unit_test(test_conv_transpose),
+        cmocka_unit_test(test_conv_transpose_shapes),
+        cmocka_unit_test(test_gemm_op),
+        cmocka_unit_test(test_matmul_op),
+        cmocka_unit_test(test_infer_errors),
+        cmocka_unit_test(test_conv_winograd),
         cmocka_unit_test(test_depthwise_direct),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

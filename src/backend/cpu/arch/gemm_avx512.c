@@ -181,21 +181,26 @@ __attribute__((target("avx512f"))) static void ukr_direct(int64_t kc, const floa
             v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, ci));                                 \
             v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, ci + t->c1));                         \
         }                                                                                          \
-        if (ep != NULL) {                                                                          \
-            if (ep->bias_row != NULL) {                                                            \
-                __m512 br = _mm512_set1_ps(ep->bias_row[i]);                                       \
-                v0 = _mm512_add_ps(v0, br);                                                        \
-                v1 = _mm512_add_ps(v1, br);                                                        \
-            }                                                                                      \
-            if (ep->res != NULL) {                                                                 \
-                const float *ri = ep->res + (int64_t)i * ep->ldr;                                  \
-                v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, ri));                             \
-                v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, ri + t->c1));                     \
-            }                                                                                      \
-            if (ep->clamp) {                                                                       \
-                v0 = _mm512_min_ps(_mm512_max_ps(v0, vlo), vhi);                                   \
-                v1 = _mm512_min_ps(_mm512_max_ps(v1, vlo), vhi);                                   \
-            }                                                                                      \
+        if (bias_row != NULL) {                                                                    \
+            __m512 br = _mm512_set1_ps(bias_row[i]);                                               \
+            v0 = _mm512_add_ps(v0, br);                                                            \
+            v1 = _mm512_add_ps(v1, br);                                                            \
+        }                                                                                          \
+        if (res != NULL) {                                                                         \
+            const float *ri = res + (int64_t)i * ldr;                                              \
+            v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, ri));                                 \
+            v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, ri + t->c1));                         \
+        }                                                                                          \
+        if (clamp) {                                                                               \
+            v0 = _mm512_min_ps(_mm512_max_ps(v0, vlo), vhi);                                       \
+            v1 = _mm512_min_ps(_mm512_max_ps(v1, vlo), vhi);                                       \
+        }                                                                                          \
+        if (act == KN_UKR_ACT_SWISH) {                                                             \
+            v0 = kn_silu512(v0);                                                                   \
+            v1 = kn_silu512(v1);                                                                   \
+        } else if (act == KN_UKR_ACT_SIGMOID) {                                                    \
+            v0 = kn_sigmoid512(v0);                                                                \
+            v1 = kn_sigmoid512(v1);                                                                \
         }                                                                                          \
         _mm512_mask_storeu_ps(ci, m0, v0);                                                         \
         _mm512_mask_storeu_ps(ci + t->c1, m1, v1);                                                 \
@@ -215,8 +220,14 @@ gather_body(int64_t kc, const float *a, const kn_gather_tile *t, float *c, int64
         ROWS(GFMA)
         a += MR;
     }
-    __m512 vlo = _mm512_set1_ps(ep != NULL ? ep->lo : 0.0f);
-    __m512 vhi = _mm512_set1_ps(ep != NULL ? ep->hi : 0.0f);
+    /* The epilogue's fields in locals, read once (see body). */
+    const bool clamp = ep != NULL && ep->clamp;
+    const float *bias_row = ep != NULL ? ep->bias_row : NULL;
+    const float *res = ep != NULL ? ep->res : NULL;
+    const int64_t ldr = ep != NULL ? ep->ldr : 0;
+    const int act = ep != NULL ? ep->act : KN_UKR_ACT_NONE;
+    __m512 vlo = _mm512_set1_ps(clamp ? ep->lo : 0.0f);
+    __m512 vhi = _mm512_set1_ps(clamp ? ep->hi : 0.0f);
     ROWS(GSTORE)
 }
 

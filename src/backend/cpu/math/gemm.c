@@ -776,10 +776,16 @@ static void gather_tiles(void *arg, int64_t begin, int64_t end) {
                     te.clamp = ep->act == KN_ACT_RELU || ep->act == KN_ACT_CLIP;
                     te.lo = ep->act == KN_ACT_RELU ? 0.0f : ep->alpha;
                     te.hi = ep->act == KN_ACT_RELU ? INFINITY : ep->beta;
+                    /* Sigmoid and SiLU in registers where the kernel has them (act_regs). */
+                    if (u->act_in_regs)
+                        te.act = ep->act == KN_ACT_SWISH     ? KN_UKR_ACT_SWISH
+                                 : ep->act == KN_ACT_SIGMOID ? KN_UKR_ACT_SIGMOID
+                                                             : KN_UKR_ACT_NONE;
                     tep = &te;
                 }
                 u->fn_gather(kc, ap + ir * kc, &gt, ct, ldc, k0 == 0 ? 0.0f : 1.0f, mr, tep);
-                if (tep != NULL && !te.clamp && ep->act != KN_ACT_NONE) {
+                if (tep != NULL && !te.clamp && te.act == KN_UKR_ACT_NONE &&
+                    ep->act != KN_ACT_NONE) {
                     kn_act_apply_rows(ep->act, ep->alpha, ep->beta, ct, ldc, mr, gt.n0);
                     if (gt.n1 > 0)
                         kn_act_apply_rows(ep->act, ep->alpha, ep->beta, ct + gt.c1, ldc, mr, gt.n1);

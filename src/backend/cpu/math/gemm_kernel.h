@@ -66,8 +66,8 @@ typedef struct kn_gemm_ukr {
      * strips * MR floats. */
     void (*fn_gemv)(int64_t kc, const float *a, int64_t strips, const float *x, int64_t ldx,
                     float *y);
-    /* Whether fn, its half and row variants and fn_direct apply kn_ukr_ep.act (sigmoid,
-     * SiLU) in registers; the others (narrow, m1, gather) never do. */
+    /* Whether fn, its half and row variants, fn_direct and fn_gather apply kn_ukr_ep.act
+     * (sigmoid, SiLU) in registers; the others (narrow, m1) never do. */
     int act_in_regs;
 } kn_gemm_ukr;
 
