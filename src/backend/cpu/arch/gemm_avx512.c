@@ -19,6 +19,26 @@
 #define PREFETCH_B 64 /* floats: two tiles along an unpacked row of B */
 #define ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
 
+/* The epilogue's fields, read once into locals before the stores: every store may alias *ep for
+ * the compiler, which otherwise reloaded and tested each field again for every row (a quarter
+ * of a 24-deep 1x1 conv's time went to the epilogue). */
+typedef struct ep_fields {
+    bool clamp;
+    int act;
+    const float *bias_row, *res;
+    int64_t ldr;
+} ep_fields;
+
+__attribute__((always_inline)) static inline ep_fields ep_read(const kn_ukr_ep *ep) {
+    if (ep == NULL)
+        return (ep_fields){.act = KN_UKR_ACT_NONE};
+    return (ep_fields){.clamp = ep->clamp,
+                       .act = ep->act,
+                       .bias_row = ep->bias_row,
+                       .res = ep->res,
+                       .ldr = ep->ldr};
+}
+
 /* One body, specialised by inlining for the tile shapes below: ROWS_N rows (12 or 6) and one or
  * two 16-wide column vectors. Edge tiles that fit the smaller shapes skip the padded work. */
 #define DECL(i) __m512 c##i##0 = _mm512_setzero_ps(), c##i##1 = _mm512_setzero_ps();
@@ -42,8 +62,8 @@
             if (TWO)                                                                               \
                 v1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, ci + 16), v1);                  \
         }                                                                                          \
-        if (bias_row != NULL) {                                                                    \
-            __m512 br = _mm512_set1_ps(bias_row[i]);                                               \
+        if (e.bias_row != NULL) {                                                                  \
+            __m512 br = _mm512_set1_ps(e.bias_row[i]);                                             \
             v0 = _mm512_add_ps(v0, br);                                                            \
             v1 = _mm512_add_ps(v1, br);                                                            \
         }                                                                                          \
@@ -51,21 +71,21 @@
             v0 = _mm512_add_ps(v0, bc0);                                                           \
             v1 = _mm512_add_ps(v1, bc1);                                                           \
         }                                                                                          \
-        if (res != NULL) {                                                                         \
-            const float *ri = res + (int64_t)i * ldr;                                              \
+        if (e.res != NULL) {                                                                       \
+            const float *ri = e.res + (int64_t)i * e.ldr;                                          \
             v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, ri));                                 \
             if (TWO)                                                                               \
                 v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, ri + 16));                        \
         }                                                                                          \
-        if (clamp) {                                                                               \
+        if (e.clamp) {                                                                             \
             v0 = _mm512_min_ps(_mm512_max_ps(v0, vlo), vhi);                                       \
             v1 = _mm512_min_ps(_mm512_max_ps(v1, vlo), vhi);                                       \
         }                                                                                          \
-        if (act == KN_UKR_ACT_SWISH) {                                                             \
+        if (e.act == KN_UKR_ACT_SWISH) {                                                           \
             v0 = kn_silu512(v0);                                                                   \
             if (TWO)                                                                               \
                 v1 = kn_silu512(v1);                                                               \
-        } else if (act == KN_UKR_ACT_SIGMOID) {                                                    \
+        } else if (e.act == KN_UKR_ACT_SIGMOID) {                                                  \
             v0 = kn_sigmoid512(v0);                                                                \
             if (TWO)                                                                               \
                 v1 = kn_sigmoid512(v1);                                                            \
@@ -111,18 +131,12 @@ body(int64_t kc, const float *a, const float *b, int64_t ldb, float *c, int64_t 
         for (int64_t k = 0; k < kc; k++)
             KSTEP(0)
 #undef KSTEP
-    /* The epilogue's fields are read once into locals: every store below may alias *ep for the
-     * compiler, which otherwise reloaded and tested each field again for every row (a quarter
-     * of a 24-deep 1x1 conv's time went to the epilogue). */
+    const ep_fields e = ep_read(ep);
     const bool scaled = alpha != 1.0f, bias_col = ep != NULL && ep->bias_col != NULL;
-    const bool clamp = ep != NULL && ep->clamp;
-    const float *bias_row = ep != NULL ? ep->bias_row : NULL;
-    const float *res = ep != NULL ? ep->res : NULL;
-    const int64_t ldr = ep != NULL ? ep->ldr : 0;
-    const int act = ep != NULL ? ep->act : KN_UKR_ACT_NONE;
     __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
     __m512 bc0 = _mm512_setzero_ps(), bc1 = _mm512_setzero_ps();
-    __m512 vlo = _mm512_set1_ps(clamp ? ep->lo : 0.0f), vhi = _mm512_set1_ps(clamp ? ep->hi : 0.0f);
+    __m512 vlo = _mm512_set1_ps(e.clamp ? ep->lo : 0.0f);
+    __m512 vhi = _mm512_set1_ps(e.clamp ? ep->hi : 0.0f);
     if (bias_col) {
         bc0 = _mm512_maskz_loadu_ps(m0, ep->bias_col);
         if (TWO)
@@ -181,24 +195,24 @@ __attribute__((target("avx512f"))) static void ukr_direct(int64_t kc, const floa
             v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, ci));                                 \
             v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, ci + t->c1));                         \
         }                                                                                          \
-        if (bias_row != NULL) {                                                                    \
-            __m512 br = _mm512_set1_ps(bias_row[i]);                                               \
+        if (e.bias_row != NULL) {                                                                  \
+            __m512 br = _mm512_set1_ps(e.bias_row[i]);                                             \
             v0 = _mm512_add_ps(v0, br);                                                            \
             v1 = _mm512_add_ps(v1, br);                                                            \
         }                                                                                          \
-        if (res != NULL) {                                                                         \
-            const float *ri = res + (int64_t)i * ldr;                                              \
+        if (e.res != NULL) {                                                                       \
+            const float *ri = e.res + (int64_t)i * e.ldr;                                          \
             v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, ri));                                 \
             v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, ri + t->c1));                         \
         }                                                                                          \
-        if (clamp) {                                                                               \
+        if (e.clamp) {                                                                             \
             v0 = _mm512_min_ps(_mm512_max_ps(v0, vlo), vhi);                                       \
             v1 = _mm512_min_ps(_mm512_max_ps(v1, vlo), vhi);                                       \
         }                                                                                          \
-        if (act == KN_UKR_ACT_SWISH) {                                                             \
+        if (e.act == KN_UKR_ACT_SWISH) {                                                           \
             v0 = kn_silu512(v0);                                                                   \
             v1 = kn_silu512(v1);                                                                   \
-        } else if (act == KN_UKR_ACT_SIGMOID) {                                                    \
+        } else if (e.act == KN_UKR_ACT_SIGMOID) {                                                  \
             v0 = kn_sigmoid512(v0);                                                                \
             v1 = kn_sigmoid512(v1);                                                                \
         }                                                                                          \
@@ -220,14 +234,9 @@ gather_body(int64_t kc, const float *a, const kn_gather_tile *t, float *c, int64
         ROWS(GFMA)
         a += MR;
     }
-    /* The epilogue's fields in locals, read once (see body). */
-    const bool clamp = ep != NULL && ep->clamp;
-    const float *bias_row = ep != NULL ? ep->bias_row : NULL;
-    const float *res = ep != NULL ? ep->res : NULL;
-    const int64_t ldr = ep != NULL ? ep->ldr : 0;
-    const int act = ep != NULL ? ep->act : KN_UKR_ACT_NONE;
-    __m512 vlo = _mm512_set1_ps(clamp ? ep->lo : 0.0f);
-    __m512 vhi = _mm512_set1_ps(clamp ? ep->hi : 0.0f);
+    const ep_fields e = ep_read(ep);
+    __m512 vlo = _mm512_set1_ps(e.clamp ? ep->lo : 0.0f);
+    __m512 vhi = _mm512_set1_ps(e.clamp ? ep->hi : 0.0f);
     ROWS(GSTORE)
 }
 
