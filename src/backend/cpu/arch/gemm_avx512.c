@@ -39,6 +39,25 @@ __attribute__((always_inline)) static inline ep_fields ep_read(const kn_ukr_ep *
                        .ldr = ep->ldr};
 }
 
+/* The clamp (Relu, Clip), then sigmoid or SiLU, on a tile row's one or two vectors (one branch
+ * on the activation for both: a branch a vector made the 16 -> 96 SiLU conv 8 % slower). */
+__attribute__((target("avx512f"), always_inline)) static inline void
+ep_act(const ep_fields *e, __m512 *v0, __m512 *v1, const int TWO, __m512 lo, __m512 hi) {
+    if (e->clamp) {
+        *v0 = _mm512_min_ps(_mm512_max_ps(*v0, lo), hi);
+        *v1 = _mm512_min_ps(_mm512_max_ps(*v1, lo), hi);
+    }
+    if (e->act == KN_UKR_ACT_SWISH) {
+        *v0 = kn_silu512(*v0);
+        if (TWO)
+            *v1 = kn_silu512(*v1);
+    } else if (e->act == KN_UKR_ACT_SIGMOID) {
+        *v0 = kn_sigmoid512(*v0);
+        if (TWO)
+            *v1 = kn_sigmoid512(*v1);
+    }
+}
+
 /* One body, specialised by inlining for the tile shapes below: ROWS_N rows (12 or 6) and one or
  * two 16-wide column vectors. Edge tiles that fit the smaller shapes skip the padded work. */
 #define DECL(i) __m512 c##i##0 = _mm512_setzero_ps(), c##i##1 = _mm512_setzero_ps();
@@ -77,19 +96,7 @@ __attribute__((always_inline)) static inline ep_fields ep_read(const kn_ukr_ep *
             if (TWO)                                                                               \
                 v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, ri + 16));                        \
         }                                                                                          \
-        if (e.clamp) {                                                                             \
-            v0 = _mm512_min_ps(_mm512_max_ps(v0, vlo), vhi);                                       \
-            v1 = _mm512_min_ps(_mm512_max_ps(v1, vlo), vhi);                                       \
-        }                                                                                          \
-        if (e.act == KN_UKR_ACT_SWISH) {                                                           \
-            v0 = kn_silu512(v0);                                                                   \
-            if (TWO)                                                                               \
-                v1 = kn_silu512(v1);                                                               \
-        } else if (e.act == KN_UKR_ACT_SIGMOID) {                                                  \
-            v0 = kn_sigmoid512(v0);                                                                \
-            if (TWO)                                                                               \
-                v1 = kn_sigmoid512(v1);                                                            \
-        }                                                                                          \
+        ep_act(&e, &v0, &v1, TWO, vlo, vhi);                                                       \
         _mm512_mask_storeu_ps(ci, m0, v0);                                                         \
         if (TWO)                                                                                   \
             _mm512_mask_storeu_ps(ci + 16, m1, v1);                                                \
@@ -205,17 +212,7 @@ __attribute__((target("avx512f"))) static void ukr_direct(int64_t kc, const floa
             v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, ri));                                 \
             v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, ri + t->c1));                         \
         }                                                                                          \
-        if (e.clamp) {                                                                             \
-            v0 = _mm512_min_ps(_mm512_max_ps(v0, vlo), vhi);                                       \
-            v1 = _mm512_min_ps(_mm512_max_ps(v1, vlo), vhi);                                       \
-        }                                                                                          \
-        if (e.act == KN_UKR_ACT_SWISH) {                                                           \
-            v0 = kn_silu512(v0);                                                                   \
-            v1 = kn_silu512(v1);                                                                   \
-        } else if (e.act == KN_UKR_ACT_SIGMOID) {                                                  \
-            v0 = kn_sigmoid512(v0);                                                                \
-            v1 = kn_sigmoid512(v1);                                                                \
-        }                                                                                          \
+        ep_act(&e, &v0, &v1, 1, vlo, vhi);                                                         \
         _mm512_mask_storeu_ps(ci, m0, v0);                                                         \
         _mm512_mask_storeu_ps(ci + t->c1, m1, v1);                                                 \
     }
