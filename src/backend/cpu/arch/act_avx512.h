@@ -11,6 +11,8 @@
 #ifndef KN_CPU_ACT_AVX512_H
 #define KN_CPU_ACT_AVX512_H
 
+#include "backend/cpu/math/gemm.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -71,6 +73,18 @@ KN_ACT512 __m512 kn_silu512(__m512 x) {
     __m512 num = _mm512_mask_mul_ps(x, neg, t, es);
     __m512 y = _mm512_div_ps(num, d);
     return _mm512_mask_mul_ps(y, neg, y, _mm512_set1_ps(0x1p-32f));
+}
+
+/* The activation a depthwise kernel applies in registers (kn_dwd.act): KN_ACT_CLIP to
+ * [lo, hi], KN_ACT_SWISH, KN_ACT_SIGMOID, or none. */
+KN_ACT512 __m512 kn_act_in_regs512(int act, __m512 v, float lo, float hi) {
+    if (act == KN_ACT_CLIP)
+        return _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(lo)), _mm512_set1_ps(hi));
+    if (act == KN_ACT_SWISH)
+        return kn_silu512(v);
+    if (act == KN_ACT_SIGMOID)
+        return kn_sigmoid512(v);
+    return v;
 }
 
 #endif

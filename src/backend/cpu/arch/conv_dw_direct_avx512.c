@@ -147,13 +147,7 @@ AVX512 INLINE void taps(const float *row, int64_t w, int64_t ow0, const int K, c
 AVX512 INLINE __m512 finish(const kn_dwd *d, __m512 v, int64_t at, __mmask16 m) {
     if (d->res != NULL)
         v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, d->res + at));
-    if (d->act == KN_ACT_CLIP)
-        v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(d->lo)), _mm512_set1_ps(d->hi));
-    else if (d->act == KN_ACT_SWISH)
-        v = kn_silu512(v);
-    else if (d->act == KN_ACT_SIGMOID)
-        v = kn_sigmoid512(v);
-    return v;
+    return kn_act_in_regs512(d->act, v, d->lo, d->hi);
 }
 
 /* 16 columns from ow0 of R output rows from oh0 (K, S, P, R constants, so the loops unroll and

@@ -63,12 +63,7 @@ AVX512 INLINE void group(const layout *L, const kn_dwd *d, const float *buf, int
         if (d->res != NULL)
             a = _mm512_add_ps(
                 a, _mm512_maskz_expand_ps(L->mask[g], _mm512_maskz_loadu_ps(m, d->res + L->at[g])));
-        if (d->act == KN_ACT_CLIP)
-            a = _mm512_min_ps(_mm512_max_ps(a, _mm512_set1_ps(d->lo)), _mm512_set1_ps(d->hi));
-        else if (d->act == KN_ACT_SWISH)
-            a = kn_silu512(a);
-        else if (d->act == KN_ACT_SIGMOID)
-            a = kn_sigmoid512(a);
+        a = kn_act_in_regs512(d->act, a, d->lo, d->hi);
         _mm512_mask_storeu_ps(d->y + L->at[g], m, _mm512_maskz_compress_ps(L->mask[g], a));
     }
 }
