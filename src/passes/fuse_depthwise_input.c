@@ -1,5 +1,5 @@
-/* Move a convolution's bias and activation into the depthwise convolution that alone reads its
- * output (conventions in passes.h):
+/* Move a convolution's bias and clamp activation (Relu, Clip) into the depthwise convolution
+ * that alone reads its output (conventions in passes.h):
  *
  *   kiln.FusedConv(x, w, b) [act]  ->  y  ->  Conv / kiln.FusedConv (depthwise, groups = C)
  *
@@ -9,8 +9,8 @@
  *                                       [kiln_input_activation = act]
  *
  * so the depthwise kernel computes act(y' + b) as it loads each input, and the expansion layer's
- * epilogue (a pass that reads and writes its whole output: the largest tensors of MobileNetV2
- * and EfficientNet-B0) disappears. Padded positions stay zero: the activation applies to the
+ * epilogue (a pass that reads and writes its whole output: the largest tensors of MobileNetV2)
+ * disappears. Padded positions stay zero: the activation applies to the
  * values read, not to the padding. Only where both nodes sit on a device backend with a kernel
  * for kiln.FusedDepthwiseConv: not on the host, whose convolutions apply their epilogue in the
  * GEMM's registers at no extra pass (its kernel for the op serves other backends). */
@@ -42,12 +42,18 @@ static bool depthwise(const kn_graph *g, const kn_node *d) {
            w->dims[1].value == 1;
 }
 
-/* Whether node p is a convolution with a fused activation and nothing after it but the
- * activation (no residual: the residual is added before the activation, and cannot move). */
-static bool activated_conv(const kn_node *p) {
+/* Whether node p is a convolution with a clamp for its activation (Relu, Clip) and nothing
+ * after it but the activation (no residual: the residual is added before the activation, and
+ * cannot move). Only a clamp moves: it costs two instructions at each of a value's loads (K*K
+ * of them with one output a thread), where SiLU, sigmoid and the like cost an exponential and a
+ * division at every load, more than the pass they save; a device convolution can take those
+ * into its own store instead (the CUDA backend's cuDNN graph-API convolution). */
+static bool clamped_conv(const kn_node *p) {
+    const kn_attr *act = kn_node_attr(p, "kiln_activation");
     return kn_node_is(p, KN_DOMAIN, "FusedConv") && p->n_out == 1 && p->out[0] >= 0 &&
-           kn_node_attr(p, "kiln_activation") != NULL && kn_attr_int(p, "kiln_residual", 0) == 0 &&
-           (p->n_in <= 3 || p->in[3] < 0);
+           act != NULL && act->type == KN_ATTR_STRING &&
+           (strcmp(act->s, "Relu") == 0 || strcmp(act->s, "Clip") == 0) &&
+           kn_attr_int(p, "kiln_residual", 0) == 0 && (p->n_in <= 3 || p->in[3] < 0);
 }
 
 /* Copy node p's attribute `from` (if any) to node d as `to`, then drop it from p. */
@@ -92,7 +98,7 @@ kiln_status kn_pass_fuse_depthwise_input(kn_graph *g) {
     kiln_status rc = KILN_OK;
     for (int pi = 0; pi < g->n_nodes && rc == KILN_OK; pi++) {
         const kn_node *p = &g->nodes[pi];
-        if (!activated_conv(p))
+        if (!clamped_conv(p))
             continue;
         int di = kn_graph_sole_consumer(g, uses, p->out[0]);
         if (di < 0 || g->nodes[di].in[0] != p->out[0] || !depthwise(g, &g->nodes[di]))

@@ -64,7 +64,8 @@ kiln_status kn_pass_fuse_attention(kn_graph *g);
  * first). */
 kiln_status kn_pass_fuse_elementwise(kn_graph *g);
 /* Move the bias and activation of a kiln.FusedConv into the depthwise convolution that alone
- * reads its output, where both sit on a backend with a kernel for the result:
+ * reads its output, where the activation is a clamp (Relu, Clip: cheap at every load; SiLU and
+ * the like stay in the conv's epilogue) and both sit on a backend with a kernel for the result:
  * kiln.FusedDepthwiseConv(x, w, b, z, xb), the depthwise product with its own epilogue
  * (inputs 0-3 and kiln_* attributes as kiln.FusedConv) that first maps each input value v of
  * channel c to act_in(v + xb[c]) (xb may be -1), act_in given by kiln_input_activation,

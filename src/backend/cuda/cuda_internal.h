@@ -61,6 +61,30 @@ void kc_device_call_end(void);
 /* Make the stream's workspace at least size bytes (waits for the stream when it grows). */
 kiln_status kc_workspace(kn_stream *st, size_t size);
 
+/* A 2-D convolution's geometry (1-D as H = 1), as ops_conv.c reads it from a node. */
+typedef struct kc_conv_geom {
+    int n, c, h, w; /* input, as 4-D */
+    int k, kh, kw;  /* filters */
+    int oh, ow;
+    int ph, pw, sh, sw, dh, dw, groups;
+    int dtype, tf32; /* the tensors' kiln dtype; float32 with TF32 allowed */
+    int nhwc;        /* X, Y, Z stored NHWC and W as [K, R, S, C/g] (kiln_nhwc) */
+} kc_conv_geom;
+
+/* A convolution and its epilogue y = act(conv(x, w) + b + z) as one kernel of cuDNN's graph
+ * API (conv_graph.c). kc_conv_graph_takes says whether g and act may ask (16-bit NHWC, an
+ * activation cuDNN's pointwise nodes have; KILN_CUDA_CONV_GRAPH=0: never); kc_conv_graph_make
+ * sets *out NULL when cuDNN offers no engine (the caller runs the conv and the epilogue kernel
+ * instead). The plan belongs to handle h; runs enqueue on h's stream. */
+typedef struct kc_conv_graph kc_conv_graph;
+bool kc_conv_graph_takes(const kc_conv_geom *g, int act);
+kiln_status kc_conv_graph_make(cudnnHandle_t h, const kc_conv_geom *g, bool bias, bool residual,
+                               int act, float aa, float ab, kc_conv_graph **out);
+size_t kc_conv_graph_workspace(const kc_conv_graph *cg);
+kiln_status kc_conv_graph_run(cudnnHandle_t h, kc_conv_graph *cg, const void *x, const void *w,
+                              const void *b, const void *z, void *y, void *ws);
+void kc_conv_graph_free(kc_conv_graph *cg);
+
 /* Attributes through the host table. */
 static inline int64_t kc_attr_int(const kn_node *n, const char *name, int64_t def) {
     return kc_host->attr_int(n, name, def);

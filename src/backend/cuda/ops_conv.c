@@ -14,9 +14,12 @@
  * epilogue fused, and have nothing to time. With KILN_CUDA_CONV1X1=1 neither do 16-bit NHWC 1x1
  * convolutions at stride 1 (own_1x1: kernels_conv1x1.cu, the epilogue in its store).
  *
- * This version uses cuDNN's legacy convolution API (present through cuDNN 9, marked deprecated
- * there): the graph API with fused pointwise epilogues replaces it later. conv_run takes X, W, B, Z
- * explicitly, so kiln.FusedConv (inputs X, W, B, Z) needs only its own table entry. */
+ * The convolution itself goes through cuDNN's legacy API (present through cuDNN 9, marked
+ * deprecated there), fused with bias, residual and ReLU by cudnnConvolutionBiasActivationForward
+ * where it takes them. 16-bit NHWC convolutions with the activations that call refuses (SiLU,
+ * sigmoid, ReLU6, tanh, GELU) go through cuDNN's graph API with the epilogue as pointwise nodes
+ * (conv_graph.c). conv_run takes X, W, B, Z explicitly, so kiln.FusedConv (inputs X, W, B, Z)
+ * needs only its own table entry. */
 #include "backend/cuda/cuda_internal.h"
 
 #include <math.h>
@@ -27,14 +30,7 @@
 
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 
-typedef struct conv_geom {
-    int n, c, h, w; /* input, as 4-D */
-    int k, kh, kw;  /* filters */
-    int oh, ow;
-    int ph, pw, sh, sw, dh, dw, groups;
-    int dtype, tf32; /* the tensors' kiln dtype; float32 with TF32 allowed */
-    int nhwc;        /* X, Y, Z stored NHWC and W as [K, R, S, C/g] (kiln_nhwc) */
-} conv_geom;
+typedef kc_conv_geom conv_geom;
 
 /* Geometry of a 1-D or 2-D conv (1-D as H = 1); false when cuDNN's symmetric padding
  * cannot express it. */
@@ -161,6 +157,10 @@ typedef struct conv_local {
     cudnnTensorDescriptor_t bias;
     cudnnActivationDescriptor_t act;
     int fused_act, fused;
+    /* cuDNN's graph-API convolution with the epilogue (conv_graph.c), made on first use for
+     * the activations the fused call refuses: graph_state 0 untried, 1 made, -1 refused. */
+    kc_conv_graph *graph;
+    int graph_state;
 } conv_local;
 
 /* A Conv tactic (KN_ATTR_TACTIC): layout version, cuDNN algorithm, math type, workspace bytes,
@@ -184,6 +184,7 @@ static bool conv_tactic(const kn_node *nd, const conv_geom *g, cudnnConvolutionF
 
 static void conv_local_free(kn_local_state *self) {
     conv_local *l = (conv_local *)self;
+    kc_conv_graph_free(l->graph);
     if (l->act)
         cudnnDestroyActivationDescriptor(l->act);
     if (l->bias)
@@ -366,6 +367,29 @@ static kiln_status conv_fused(kn_stream *st, conv_local *l, const void *x, const
     return kc_check_dnn(s, "fused convolution");
 }
 
+/* The graph-API convolution of l for this epilogue, made on first use (NULL when cuDNN refused
+ * it: remembered, so the refusal costs one try a context). */
+static kiln_status conv_graph_get(kn_stream *st, conv_local *l, bool bias, bool residual, int act,
+                                  float aa, float ab, kc_conv_graph **out) {
+    *out = NULL;
+    if (l->graph_state == 0) {
+        kc_device_call_begin(); /* the plan's kernel is compiled and loaded here */
+        kiln_status rc = kc_conv_graph_make(st->dnn, &l->g, bias, residual, act, aa, ab, &l->graph);
+        kc_device_call_end();
+        KC_TRY(rc);
+        l->graph_state = l->graph != NULL ? 1 : -1;
+        const conv_geom *g = &l->g;
+        char msg[160];
+        snprintf(msg, sizeof msg,
+                 "cuda: conv %dx%dx%dx%d -> %d, %dx%d window: epilogue %s cuDNN's graph API", g->n,
+                 g->c, g->h, g->w, g->k, g->kh, g->kw,
+                 l->graph != NULL ? "fused by" : "kept apart: no engine of");
+        kc_host->log(KILN_LOG_VERBOSE, msg);
+    }
+    *out = l->graph;
+    return KILN_OK;
+}
+
 /* y = act(conv(x, w) + b + z); b and z may be NULL. */
 static kiln_status conv_run(kn_kernel_ctx *k, const conv_geom *g, const void *x, const void *w,
                             const void *b, const void *z, void *y, int act, float aa, float ab) {
@@ -390,8 +414,18 @@ static kiln_status conv_run(kn_kernel_ctx *k, const conv_geom *g, const void *x,
     KC_TRY(conv_local_get(k, g, &l, &temp));
     kiln_status rc = kc_workspace(st, l->ws);
     bool done = false;
-    if (rc == KILN_OK && b != NULL && (act == KC_ACT_NONE || act == KC_ACT_RELU))
+    bool legacy = b != NULL && (act == KC_ACT_NONE || act == KC_ACT_RELU);
+    kc_conv_graph *cg = NULL;
+    if (rc == KILN_OK && legacy)
         rc = conv_fused(st, l, x, w, b, z, y, act, &done);
+    else if (rc == KILN_OK && act != KC_ACT_NONE && kc_conv_graph_takes(g, act))
+        rc = conv_graph_get(st, l, b != NULL, z != NULL, act, aa, ab, &cg);
+    if (rc == KILN_OK && cg != NULL) {
+        rc = kc_workspace(st, kc_conv_graph_workspace(cg));
+        if (rc == KILN_OK)
+            rc = kc_conv_graph_run(st->dnn, cg, x, w, b, z, y, st->ws);
+        done = rc == KILN_OK;
+    }
     const float one = 1.0f, zero = 0.0f;
     if (rc == KILN_OK && !done)
         rc = kc_check_dnn(cudnnConvolutionForward(st->dnn, &one, l->d.x, x, l->d.w, w, l->d.conv,
@@ -434,8 +468,9 @@ static kiln_status run_conv(kn_kernel_ctx *k) {
 }
 
 /* kiln.FusedDepthwiseConv (passes.h): the own depthwise kernel applies the input prologue
- * in_act(x + xb[c]) as it loads where in_act is a clamp (none, Relu, Clip: MobileNetV2's ReLU6).
- * Other activations (EfficientNet-B0's SiLU), and geometries the kernel does not take, have
+ * in_act(x + xb[c]) as it loads where in_act is a clamp (none, Relu, Clip: MobileNetV2's ReLU6,
+ * the only activations the pass moves). Other activations (a node written in a model), and
+ * geometries the kernel does not take, have
  * the prologue applied to x in place first, one pass as the expansion conv's epilogue was (the
  * node is x's only reader: kn_pass_fuse_depthwise_input moves the prologue only from a sole
  * consumer), then run as a kiln.FusedConv. */
