@@ -73,6 +73,9 @@ static kn_tensor rand_tensor(int rank, const int64_t *d) {
 }
 
 /* Infer, then run the CPU kernel (with prepare when `packed`); returns the output tensor. */
+/* Threads of the pool in the packed runs (the other runs take one). */
+static int packed_threads = 2;
+
 static kn_tensor run_node(test_node *t, int n_in, const kn_tensor *in, bool packed) {
     t->node.n_in = n_in;
     t->node.n_out = 1;
@@ -103,7 +106,7 @@ static kn_tensor run_node(test_node *t, int n_in, const kn_tensor *in, bool pack
         }
         assert_int_equal(kern->prepare(&t->node, n_in, pin, &state), KILN_OK);
     }
-    kn_threadpool *pool = kn_threadpool_create(packed ? 2 : 1);
+    kn_threadpool *pool = kn_threadpool_create(packed ? packed_threads : 1);
     kn_kernel_ctx kc = {.node = &t->node,
                         .n_in = n_in,
                         .in = in,
@@ -286,6 +289,30 @@ static void test_conv_fused_sigmoid_silu(void **state) {
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
             run_conv_case_act(&cases[i], acts[i]);
     }
+    assert_true(kn_gemm_force_isa(orig));
+}
+
+/* Pointwise convs of several images split into per-image pixel slices over the threads
+ * (conv_batched): more threads than images (slices, a worker taking two tasks), as many, fewer;
+ * with bias, residual + ReLU, SiLU; on every ISA (the slices are NR-wide panels). */
+static void test_conv_pointwise_batch(void **state) {
+    (void)state;
+    const conv_case cases[] = {
+        {2, 2, 16, 40, 1, {40, 50}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0}, NULL, true, true},
+        {2, 3, 24, 20, 1, {17, 19}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0}, NULL, true, false},
+        {2, 7, 8, 12, 1, {9, 30}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0}, NULL, false, true},
+    };
+    const char *acts[] = {NULL, "Swish", NULL};
+    const char *isas[] = {"avx512", "avx2", "scalar"};
+    const char *orig = kn_gemm_isa();
+    packed_threads = 5;
+    for (size_t k = 0; k < 3; k++) {
+        if (!kn_gemm_force_isa(isas[k]))
+            continue;
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+            run_conv_case_act(&cases[i], acts[i]);
+    }
+    packed_threads = 2;
     assert_true(kn_gemm_force_isa(orig));
 }
 
@@ -764,6 +791,7 @@ static void test_infer_errors(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv2d_sweep),
+        cmocka_unit_test(test_conv_pointwise_batch),
         cmocka_unit_test(test_conv_fused_sigmoid_silu),
         cmocka_unit_test(test_conv1d_3d),
         cmocka_unit_test(test_conv_transpose),
