@@ -158,6 +158,7 @@ test-gpu-kernels: build-cuda
 	$(GPU_ENV) $(PYTHON) tests/cuda/attention_gpu.py
 	$(GPU_ENV) $(PYTHON) tests/cuda/cnn_kernels_gpu.py $(GPU_KILN)
 	$(GPU_ENV) $(PYTHON) tests/cuda/conv1x1_gpu.py
+	$(GPU_ENV) $(PYTHON) tests/cuda/conv_graph_gpu.py
 	$(GPU_ENV) $(PYTHON) tests/cuda/tactics.py $(GPU_KILN)
 	KILN_BACKEND_PATH=$(CURDIR)/$(CUDA_BUILD)/lib $(PYTHON) tests/cuda/triton_gpu.py $(GPU_KILN) \
 	  --backend-lib $(CUDA_BUILD)/triton/libtriton_kiln.so
