@@ -311,6 +311,7 @@ def compare_model(kiln, label, model_path, given, threads_list, args, work):
         except RuntimeError as exc:
             log(f"{label}: kiln run failed: {exc}")
             diff = float("nan")
+        del sess
         k_rounds, o_rounds = [], []
         for r in range(args.rounds):
             # Alternate which engine goes first so that neither always meets a cold cache.
@@ -320,8 +321,13 @@ def compare_model(kiln, label, model_path, given, threads_list, args, work):
                     k_rounds.append(kiln_bench(kiln, plan, files, threads, args.warmup,
                                                args.iterations))
                 else:
+                    # A session a round, released before kiln's turn: onnxruntime's idle
+                    # workers spin for work after a run, and on a machine with no spare core
+                    # they took kiln's (kiln at 16 threads measured 2x slower beside a live
+                    # session than alone). kiln's process ends after its turn likewise.
+                    sess = ort_session(model_path, threads)
                     o_rounds.append(ort_bench(sess, arrays, args.warmup, args.iterations))
-        del sess
+                    del sess
         row = {
             "model": label, "threads": threads, "build_s": build_s, "max_rel_diff": diff,
             "kiln_ms": statistics.median(r["median"] for r in k_rounds),
