@@ -73,13 +73,14 @@ typedef struct kc_conv_geom {
 
 /* A convolution and its epilogue y = act(conv(x, w) + b + z) as one kernel of cuDNN's graph
  * API (conv_graph.c). kc_conv_graph_takes says whether g and act may ask (16-bit NHWC, an
- * activation cuDNN's pointwise nodes have; KILN_CUDA_CONV_GRAPH=0: never); kc_conv_graph_make
- * sets *out NULL when cuDNN offers no engine (the caller runs the conv and the epilogue kernel
- * instead). The plan belongs to handle h; runs enqueue on h's stream. */
+ * activation cuDNN's pointwise nodes have, KILN_CUDA_CONV_GRAPH=1: off by default);
+ * kc_conv_graph_make sets *out NULL and *why to cuDNN's reason when it makes no plan (the caller
+ * runs the conv and the epilogue kernel instead). The plan belongs to handle h; runs enqueue on
+ * h's stream. */
 typedef struct kc_conv_graph kc_conv_graph;
 bool kc_conv_graph_takes(const kc_conv_geom *g, int act);
 kiln_status kc_conv_graph_make(cudnnHandle_t h, const kc_conv_geom *g, bool bias, bool residual,
-                               int act, float aa, float ab, kc_conv_graph **out);
+                               int act, float aa, float ab, kc_conv_graph **out, const char **why);
 size_t kc_conv_graph_workspace(const kc_conv_graph *cg);
 kiln_status kc_conv_graph_run(cudnnHandle_t h, kc_conv_graph *cg, const void *x, const void *w,
                               const void *b, const void *z, void *y, void *ws);

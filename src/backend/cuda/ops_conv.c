@@ -16,10 +16,11 @@
  *
  * The convolution itself goes through cuDNN's legacy API (present through cuDNN 9, marked
  * deprecated there), fused with bias, residual and ReLU by cudnnConvolutionBiasActivationForward
- * where it takes them. 16-bit NHWC convolutions with the activations that call refuses (SiLU,
- * sigmoid, ReLU6, tanh, GELU) go through cuDNN's graph API with the epilogue as pointwise nodes
- * (conv_graph.c). conv_run takes X, W, B, Z explicitly, so kiln.FusedConv (inputs X, W, B, Z)
- * needs only its own table entry. */
+ * where it takes them. With KILN_CUDA_CONV_GRAPH=1, 16-bit NHWC convolutions with the
+ * activations that call refuses (SiLU, sigmoid, ReLU6, tanh, GELU) go through cuDNN's graph API
+ * with the epilogue as pointwise nodes (conv_graph.c; off by default: slower on the H200). conv_run
+ * takes X, W, B, Z explicitly, so kiln.FusedConv (inputs X, W, B, Z) needs only its own table
+ * entry. */
 #include "backend/cuda/cuda_internal.h"
 
 #include <math.h>
@@ -367,23 +368,26 @@ static kiln_status conv_fused(kn_stream *st, conv_local *l, const void *x, const
     return kc_check_dnn(s, "fused convolution");
 }
 
-/* The graph-API convolution of l for this epilogue, made on first use (NULL when cuDNN refused
- * it: remembered, so the refusal costs one try a context). */
+/* The graph-API convolution of l for this epilogue, made on first use (NULL when cuDNN made no
+ * plan: remembered, so the refusal costs one try a context; the verbose log says which). */
 static kiln_status conv_graph_get(kn_stream *st, conv_local *l, bool bias, bool residual, int act,
                                   float aa, float ab, kc_conv_graph **out) {
     *out = NULL;
     if (l->graph_state == 0) {
+        const char *why;
         kc_device_call_begin(); /* the plan's kernel is compiled and loaded here */
-        kiln_status rc = kc_conv_graph_make(st->dnn, &l->g, bias, residual, act, aa, ab, &l->graph);
+        kiln_status rc =
+            kc_conv_graph_make(st->dnn, &l->g, bias, residual, act, aa, ab, &l->graph, &why);
         kc_device_call_end();
         KC_TRY(rc);
         l->graph_state = l->graph != NULL ? 1 : -1;
         const conv_geom *g = &l->g;
-        char msg[160];
+        char msg[200];
         snprintf(msg, sizeof msg,
-                 "cuda: conv %dx%dx%dx%d -> %d, %dx%d window: epilogue %s cuDNN's graph API", g->n,
-                 g->c, g->h, g->w, g->k, g->kh, g->kw,
-                 l->graph != NULL ? "fused by" : "kept apart: no engine of");
+                 "cuda: conv %dx%dx%dx%d -> %d, %dx%d window: epilogue %s cuDNN's graph API%s%s",
+                 g->n, g->c, g->h, g->w, g->k, g->kh, g->kw,
+                 l->graph != NULL ? "fused by" : "kept apart: no plan from",
+                 why != NULL ? ": " : "", why != NULL ? why : "");
         kc_host->log(KILN_LOG_VERBOSE, msg);
     }
     *out = l->graph;
