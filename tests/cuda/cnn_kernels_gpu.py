@@ -172,6 +172,23 @@ def check(case, precision, rng, kiln_cli, expect_nhwc):
     return mismatch(y, ref, precision)
 
 
+def run_workers(script, var, values, precisions):
+    """Run script's --worker in a process of its own once for each value of environment
+    variable var (None: unset), as a case runner with a setting read once a process needs;
+    returns how many of those runs failed."""
+    failed = 0
+    for value in values:
+        label = "default" if value is None else f"{var}={value}"
+        env = dict(os.environ)
+        env.pop(var, None)
+        if value is not None:
+            env[var] = value
+        rc = subprocess.run([sys.executable, os.path.abspath(script), "--worker", label,
+                             "--precision", *precisions], env=env, timeout=900).returncode
+        failed += rc != 0
+    return failed
+
+
 def mismatch(y, ref, precision):
     """Why y (kiln) does not match ref (onnxruntime, float64), or None: shape, non-finite
     values, or an error above 1e-2 (float16) / 8e-2 (bfloat16) of the largest output."""

@@ -19,7 +19,6 @@ weights and inputs rounded to the 16-bit type; the tolerance is 1e-2 (float16) o
 
 import argparse
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -32,7 +31,8 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "python"))
 
 import kiln  # noqa: E402
-from cnn_kernels_gpu import mismatch, rounded  # noqa: E402  (this folder: the script's own)
+# this folder: the script's own
+from cnn_kernels_gpu import mismatch, rounded, run_workers  # noqa: E402
 
 # (batch, in channels, height, width, out channels, activation, residual: None, "pre" (added
 # before the activation) or "post" (after it, as MobileNetV2's projection + skip))
@@ -133,15 +133,7 @@ def main():
     args = ap.parse_args()
     if args.worker:
         return 1 if worker(args.precision, args.worker) else 0
-    failed = 0
-    for label, value in (("default", None), ("KILN_CUDA_CONV1X1=1", "1")):
-        env = dict(os.environ)
-        env.pop("KILN_CUDA_CONV1X1", None)
-        if value is not None:
-            env["KILN_CUDA_CONV1X1"] = value
-        rc = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", label,
-                             "--precision", *args.precision], env=env, timeout=900).returncode
-        failed += rc != 0
+    failed = run_workers(__file__, "KILN_CUDA_CONV1X1", (None, "1"), args.precision)
     total = 2 * len(CASES) * len(args.precision)
     print(f"conv1x1_gpu: {'all ' + str(total) + ' cases match' if not failed else 'FAILED'}")
     return 1 if failed else 0

@@ -19,7 +19,6 @@ output's largest magnitude. Needs a GPU; exits non-zero on any mismatch.
 
 import argparse
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -32,7 +31,8 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "python"))
 
 import kiln  # noqa: E402
-from cnn_kernels_gpu import mismatch, rounded  # noqa: E402  (this folder: the script's own)
+# this folder: the script's own
+from cnn_kernels_gpu import mismatch, rounded, run_workers  # noqa: E402
 
 # (batch, in channels, height, width, out channels, window, stride, bias, activation, residual)
 CASES = [
@@ -149,14 +149,7 @@ def main():
     if args.worker:
         on = os.environ.get("KILN_CUDA_CONV_GRAPH") == "1"
         return 1 if worker(args.precision, args.worker, on) else 0
-    failed = 0
-    for value in ("1", "0"):
-        label = f"KILN_CUDA_CONV_GRAPH={value}"
-        env = dict(os.environ)
-        env["KILN_CUDA_CONV_GRAPH"] = value
-        rc = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", label,
-                             "--precision", *args.precision], env=env, timeout=900).returncode
-        failed += rc != 0
+    failed = run_workers(__file__, "KILN_CUDA_CONV_GRAPH", ("1", "0"), args.precision)
     total = 2 * len(CASES) * len(args.precision)
     print(f"conv_graph_gpu: {'all ' + str(total) + ' cases match' if not failed else 'FAILED'}")
     return 1 if failed else 0
