@@ -46,8 +46,9 @@ static bool depthwise(const kn_graph *g, const kn_node *d) {
  * after it but the activation (no residual: the residual is added before the activation, and
  * cannot move). Only a clamp moves: it costs two instructions at each of a value's loads (K*K
  * of them with one output a thread), where SiLU, sigmoid and the like cost an exponential and a
- * division at every load, more than the pass they save; a device convolution can take those
- * into its own store instead (the CUDA backend's cuDNN graph-API convolution). */
+ * division at every load, more than the pass they save; they stay in the convolution's
+ * epilogue (on the CUDA backend one pass after cuDNN's convolution, as the in-place prologue
+ * was). */
 static bool clamped_conv(const kn_node *p) {
     const kn_attr *act = kn_node_attr(p, "kiln_activation");
     return kn_node_is(p, KN_DOMAIN, "FusedConv") && p->n_out == 1 && p->out[0] >= 0 &&

@@ -436,7 +436,7 @@ static void batch_range(void *arg, int64_t begin, int64_t end) {
 #define BATCH_MIN_SLICE 128
 /* Images whose product is larger split well over the threads one by one: ResNet-50's 1x1
  * convs (51-103 MFLOP an image) ran 5 % slower at batch 8 on 16 threads by slices, where
- * MobileNetV2's (10-38 MFLOP) ran 2x faster. */
+ * MobileNetV2's (10-38 MFLOP) ran up to 2x faster. */
 #define BATCH_MAX_FLOPS (64 << 20)
 
 /* Y = W X + epilogue for g->n images of a 1x1, stride-1, unpadded, ungrouped conv over os
