@@ -265,6 +265,18 @@ def ort_session(model_path, threads):
     return ort.InferenceSession(model_path, opts, providers=["CPUExecutionProvider"])
 
 
+def ort_turn(model_path, threads, feeds, warmup, iterations):
+    """onnxruntime's turn of a round: a session made, timed (ort_bench) and released. Its idle
+    workers spin for work after a run; a session kept alive through kiln's turns took kiln's
+    cores on a machine with none spare (kiln at 16 threads measured 2-2.6x slower beside one
+    than alone on the 16-core host)."""
+    sess = ort_session(model_path, threads)
+    try:
+        return ort_bench(sess, feeds, warmup, iterations)
+    finally:
+        del sess
+
+
 def ort_bench(sess, feeds, warmup, iterations):
     for _ in range(warmup):
         sess.run(None, feeds)
@@ -321,13 +333,8 @@ def compare_model(kiln, label, model_path, given, threads_list, args, work):
                     k_rounds.append(kiln_bench(kiln, plan, files, threads, args.warmup,
                                                args.iterations))
                 else:
-                    # A session a round, released before kiln's turn: onnxruntime's idle
-                    # workers spin for work after a run, and on a machine with no spare core
-                    # they took kiln's (kiln at 16 threads measured 2x slower beside a live
-                    # session than alone). kiln's process ends after its turn likewise.
-                    sess = ort_session(model_path, threads)
-                    o_rounds.append(ort_bench(sess, arrays, args.warmup, args.iterations))
-                    del sess
+                    o_rounds.append(ort_turn(model_path, threads, arrays, args.warmup,
+                                             args.iterations))
         row = {
             "model": label, "threads": threads, "build_s": build_s, "max_rel_diff": diff,
             "kiln_ms": statistics.median(r["median"] for r in k_rounds),
