@@ -152,10 +152,7 @@ def depthwise_layer(kiln_cli, plan):
 def check(case, precision, rng, kiln_cli, expect_nhwc):
     model = model_of(case, precision, rng)
     x = rounded(rng.standard_normal(case[:4]).astype(np.float32), precision)
-    so = ort.SessionOptions()
-    so.log_severity_level = 3  # the unused Clip bounds of the other activations
-    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    ref = sess.run(None, {"x": x})[0].astype(np.float64)
+    ref = ort_reference(model, {"x": x})
     plan = kiln.build(model.SerializeToString(), backends=BACKENDS, precision=precision)
     if kiln_cli:
         # the vector NHWC kernel takes channels filling 16-byte vectors (and 3x3, 5x5 windows)
@@ -170,6 +167,14 @@ def check(case, precision, rng, kiln_cli, expect_nhwc):
             return f"depthwise layer is {layer.get('op')} with a {case[9]} expansion"
     y = kiln.Engine(plan).context().run({"x": x})["y"].astype(np.float64)
     return mismatch(y, ref, precision)
+
+
+def ort_reference(model, feeds):
+    """onnxruntime's (CPU, float32) first output of model for feeds, in float64."""
+    so = ort.SessionOptions()
+    so.log_severity_level = 3  # the unused Clip bounds of the other activations
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)[0].astype(np.float64)
 
 
 def run_workers(script, var, values, precisions):

@@ -23,7 +23,6 @@ import sys
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -32,7 +31,7 @@ sys.path.insert(0, os.path.join(REPO, "python"))
 
 import kiln  # noqa: E402
 # this folder: the script's own
-from cnn_kernels_gpu import mismatch, rounded, run_workers  # noqa: E402
+from cnn_kernels_gpu import mismatch, ort_reference, rounded, run_workers  # noqa: E402
 
 # (batch, in channels, height, width, out channels, activation, residual: None, "pre" (added
 # before the activation) or "post" (after it, as MobileNetV2's projection + skip))
@@ -101,10 +100,7 @@ def check(case, precision, rng):
     feeds = {"x": rounded(rng.standard_normal((n, c, h, w)).astype(np.float32), precision)}
     if residual is not None:
         feeds["r"] = rounded(rng.standard_normal((n, k, h, w)).astype(np.float32), precision)
-    so = ort.SessionOptions()
-    so.log_severity_level = 3  # the unused Clip bounds of the other activations
-    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    ref = sess.run(None, feeds)[0].astype(np.float64)
+    ref = ort_reference(model, feeds)
     plan = kiln.build(model.SerializeToString(), backends=["cuda", "cpu"], precision=precision)
     y = kiln.Engine(plan).context().run(feeds)["y"].astype(np.float64)
     return mismatch(y, ref, precision)

@@ -12,9 +12,10 @@ Each case runs twice, in separate processes: with KILN_CUDA_CONV_GRAPH=1 and wit
 convolution, then the epilogue kernel). The backend's verbose log says, once a context and
 convolution, whether cuDNN fused the epilogue: in the first run every 1x1 case with SiLU or
 Sigmoid and no residual must say so (the EfficientNet-B0 form this exists for), no case of the
-other run may; where cuDNN makes no plan the unfused path must give the same answer. The reference is onnxruntime (CPU, float32) on the same model with weights and
-inputs rounded to the 16-bit type; the tolerance is 1e-2 (float16) or 8e-2 (bfloat16) of the
-output's largest magnitude. Needs a GPU; exits non-zero on any mismatch.
+other run may; where cuDNN makes no plan the unfused path must give the same answer. The
+reference is onnxruntime (CPU, float32) on the same model with weights and inputs rounded to the
+16-bit type; the tolerance is 1e-2 (float16) or 8e-2 (bfloat16) of the output's largest
+magnitude. Needs a GPU; exits non-zero on any mismatch.
 """
 
 import argparse
@@ -23,7 +24,6 @@ import sys
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.join(REPO, "python"))
 
 import kiln  # noqa: E402
 # this folder: the script's own
-from cnn_kernels_gpu import mismatch, rounded, run_workers  # noqa: E402
+from cnn_kernels_gpu import mismatch, ort_reference, rounded, run_workers  # noqa: E402
 
 # (batch, in channels, height, width, out channels, window, stride, bias, activation, residual)
 CASES = [
@@ -104,10 +104,7 @@ def check(case, precision, rng, log):
     feeds = {"x": rounded(rng.standard_normal((n, c, h, w)).astype(np.float32), precision)}
     if case[9]:
         feeds["r"] = rounded(rng.standard_normal(out_shape).astype(np.float32), precision)
-    so = ort.SessionOptions()
-    so.log_severity_level = 3  # the unused Clip bounds of the other activations
-    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    ref = sess.run(None, feeds)[0].astype(np.float64)
+    ref = ort_reference(model, feeds)
     plan = kiln.build(model.SerializeToString(), backends=["cuda", "cpu"], precision=precision)
     del log[:]
     y = kiln.Engine(plan).context().run(feeds)["y"].astype(np.float64)
