@@ -20,7 +20,18 @@
 /* Unique ids of the tensors the caller binds; virtual tensors take ids from UID_VIRTUAL up. */
 enum { UID_X = 1, UID_W, UID_B, UID_Z, UID_Y, UID_VIRTUAL = 16 };
 
+/* The descriptors of one graph, destroyed together: at most 8 tensors, the convolution and its
+ * operation, 3 pointwise descriptors and operations, the operation graph, the heuristic and up
+ * to MAX_CFG engine configurations (26; a list of 24 once turned the graphs with a residual
+ * into a CUDNN_STATUS_INTERNAL_ERROR of make's own). */
+enum { MAX_CFG = 8 };
+typedef struct descs {
+    cudnnBackendDescriptor_t d[32];
+    int n;
+} descs;
+
 struct kc_conv_graph {
+    descs ds; /* the graph's descriptors, kept as long as the plan made from them */
     cudnnBackendDescriptor_t plan;
     int64_t ws;
     bool bias, residual;
@@ -64,12 +75,6 @@ bool kc_conv_graph_takes(const kc_conv_geom *g, int act) {
     return graph_on() && g->nhwc && g->dtype != KILN_DTYPE_FLOAT32 && pointwise_mode(act) >= 0 &&
            g->groups == 1 && g->c % 8 == 0 && g->k % 8 == 0;
 }
-
-/* The descriptors of one graph, destroyed together. */
-typedef struct descs {
-    cudnnBackendDescriptor_t d[24];
-    int n;
-} descs;
 
 static cudnnStatus_t make(descs *ds, cudnnBackendDescriptorType_t type,
                           cudnnBackendDescriptor_t *out) {
@@ -228,7 +233,6 @@ static cudnnStatus_t first_plan(cudnnHandle_t h, cudnnBackendDescriptor_t graph,
     int64_t count = 0;
     DNN(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
                                  0, &count, NULL));
-    enum { MAX_CFG = 8 };
     if (count > MAX_CFG)
         count = MAX_CFG;
     if (count < 1)
@@ -270,22 +274,23 @@ kiln_status kc_conv_graph_make(cudnnHandle_t h, const kc_conv_geom *g, bool bias
     if (s == CUDNN_STATUS_SUCCESS)
         s = cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
                                      CUDNN_TYPE_INT64, 1, &got, &ws);
-    descs_free(&ds); /* the plan keeps what it needs */
     if (s != CUDNN_STATUS_SUCCESS) {
+        descs_free(&ds);
         if (plan != NULL)
             cudnnBackendDestroyDescriptor(plan);
-        /* No plan for this graph, whatever cuDNN's reason (a refusal, or an internal error
-         * while it builds a fused kernel: seen for a residual add on the H200): the caller
-         * runs the unfused path, which computes the same. */
+        /* No plan for this graph, whatever the reason (cuDNN's refusal, an internal error):
+         * the caller runs the unfused path, which computes the same. */
         *why = cudnnGetErrorString(s);
         return KILN_OK;
     }
     kc_conv_graph *cg = kc_host->alloc(sizeof *cg);
     if (cg == NULL) {
         cudnnBackendDestroyDescriptor(plan);
+        descs_free(&ds);
         return kc_fail(KILN_ERR_OUT_OF_MEMORY, "out of memory for a fused convolution");
     }
     memset(cg, 0, sizeof *cg);
+    cg->ds = ds;
     cg->plan = plan;
     cg->ws = ws;
     cg->bias = bias;
@@ -351,5 +356,6 @@ void kc_conv_graph_free(kc_conv_graph *cg) {
         cudnnBackendDestroyDescriptor(cg->pack);
     if (cg->plan != NULL)
         cudnnBackendDestroyDescriptor(cg->plan);
+    descs_free(&cg->ds);
     kc_host->free(cg);
 }
