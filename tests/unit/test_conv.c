@@ -268,6 +268,23 @@ static void run_conv_case(const conv_case *cc) {
     run_conv_case_act(cc, NULL);
 }
 
+/* Every case (acts[i] fused into case i; acts may be NULL) on every micro-kernel this CPU runs,
+ * with the pool of the packed runs at `threads`. */
+static void run_cases_every_isa(const conv_case *cases, size_t n, const char *const *acts,
+                                int threads) {
+    const char *isas[] = {"avx512", "avx2", "scalar"};
+    const char *orig = kn_gemm_isa();
+    packed_threads = threads;
+    for (size_t k = 0; k < 3; k++) {
+        if (!kn_gemm_force_isa(isas[k]))
+            continue;
+        for (size_t i = 0; i < n; i++)
+            run_conv_case_act(&cases[i], acts != NULL ? acts[i] : NULL);
+    }
+    packed_threads = 2;
+    assert_true(kn_gemm_force_isa(orig));
+}
+
 /* SiLU and sigmoid fused into the conv, applied in registers: by the gather kernel (stride 2,
  * <= 32 output channels), the GEMM tile, the depthwise kernels; on every ISA. */
 static void test_conv_fused_sigmoid_silu(void **state) {
@@ -281,15 +298,7 @@ static void test_conv_fused_sigmoid_silu(void **state) {
         {2, 1, 24, 24, 24, {30, 33}, {5, 5}, {2, 2}, {1, 1}, {2, 2}, {2, 2}, NULL, true, false},
     };
     const char *acts[] = {"Swish", "Sigmoid", "Swish", "Swish", "Swish", "Sigmoid"};
-    const char *isas[] = {"avx512", "avx2", "scalar"};
-    const char *orig = kn_gemm_isa();
-    for (size_t k = 0; k < 3; k++) {
-        if (!kn_gemm_force_isa(isas[k]))
-            continue;
-        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-            run_conv_case_act(&cases[i], acts[i]);
-    }
-    assert_true(kn_gemm_force_isa(orig));
+    run_cases_every_isa(cases, sizeof cases / sizeof cases[0], acts, 2);
 }
 
 /* Pointwise convs of several images split into per-image pixel slices over the threads
@@ -303,17 +312,7 @@ static void test_conv_pointwise_batch(void **state) {
         {2, 7, 8, 12, 1, {9, 30}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0}, NULL, false, true},
     };
     const char *acts[] = {NULL, "Swish", NULL};
-    const char *isas[] = {"avx512", "avx2", "scalar"};
-    const char *orig = kn_gemm_isa();
-    packed_threads = 5;
-    for (size_t k = 0; k < 3; k++) {
-        if (!kn_gemm_force_isa(isas[k]))
-            continue;
-        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-            run_conv_case_act(&cases[i], acts[i]);
-    }
-    packed_threads = 2;
-    assert_true(kn_gemm_force_isa(orig));
+    run_cases_every_isa(cases, sizeof cases / sizeof cases[0], acts, 5);
 }
 
 static void test_conv2d_sweep(void **state) {
@@ -370,15 +369,7 @@ static void test_conv2d_sweep(void **state) {
         {2, 1, 3, 24, 1, {40, 80}, {7, 7}, {2, 2}, {1, 1}, {3, 3}, {3, 3}, NULL, true, false},
         {2, 1, 4, 32, 1, {9, 70}, {5, 4}, {2, 2}, {1, 1}, {2, 1}, {2, 2}, NULL, true, true},
     };
-    const char *isas[] = {"avx512", "avx2", "scalar"};
-    const char *orig = kn_gemm_isa();
-    for (size_t k = 0; k < 3; k++) {
-        if (!kn_gemm_force_isa(isas[k]))
-            continue;
-        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-            run_conv_case(&cases[i]);
-    }
-    assert_true(kn_gemm_force_isa(orig));
+    run_cases_every_isa(cases, sizeof cases / sizeof cases[0], NULL, 2);
 }
 
 /* Shapes that take the Winograd path when weights are packed (3x3, stride 1, >= 16 channels,
@@ -400,15 +391,7 @@ static void test_conv_winograd(void **state) {
         {2, 1, 16, 16, 1, {9, 8}, {3, 3}, {1, 1}, {1, 1}, {1, 0}, {0, 1}, NULL, true, false},
         {2, 1, 20, 17, 1, {8, 6}, {3, 3}, {1, 1}, {1, 1}, {0, 0}, {0, 0}, NULL, true, true},
     };
-    const char *isas[] = {"avx512", "avx2", "scalar"};
-    const char *orig = kn_gemm_isa();
-    for (size_t k = 0; k < 3; k++) {
-        if (!kn_gemm_force_isa(isas[k]))
-            continue;
-        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-            run_conv_case(&cases[i]);
-    }
-    assert_true(kn_gemm_force_isa(orig));
+    run_cases_every_isa(cases, sizeof cases / sizeof cases[0], NULL, 2);
 }
 
 /* The activation a FusedConv applies after the residual, in double. */
