@@ -455,6 +455,20 @@ static void test_depthwise_direct(void **state) {
         {2, 1, 2, 2, 2, {2, 61}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
         {2, 1, 2, 2, 2, {3, 57}, {7, 7}, {1, 1}, {1, 1}, {3, 3}, {3, 3}, NULL, true, false},
         {2, 1, 17, 17, 17, {9, 10}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
+        /* 3x3 stride 1 with one row and column of padding on every side, over 28x28, by strips
+         * of columns walked down the plane: one vector both first and last (13 and 16 wide), two
+         * with a last vector of one column, three and four with the last one full, 65 and 112
+         * wide in two strips, 200 wide in four, one and two rows, two images */
+        {2, 1, 3, 3, 3, {70, 13}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
+        {2, 2, 2, 2, 2, {50, 16}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
+        {2, 1, 3, 3, 3, {50, 17}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, false, false},
+        {2, 1, 2, 2, 2, {60, 48}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
+        {2, 1, 3, 3, 3, {13, 64}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
+        {2, 2, 3, 3, 3, {13, 65}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
+        {2, 1, 2, 2, 2, {20, 112}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
+        {2, 1, 2, 2, 2, {5, 200}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, false, false},
+        {2, 1, 3, 3, 3, {1, 900}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
+        {2, 1, 2, 2, 2, {2, 400}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
     };
     const struct {
         const char *name;

@@ -102,6 +102,9 @@ typedef struct kn_dwd {
 } kn_dwd;
 
 bool kn_cpu_dw_direct_avx512(const kn_dwd *d);
+/* The 3x3 stride-1 case of kn_cpu_dw_direct_avx512 with one row and column of padding on every
+ * side (oh = h, ow = w), by strips of columns walked down the plane; false when d is not that. */
+bool kn_cpu_dw3_strips_avx512(const kn_dwd *d);
 /* k x k (3, 5 or 7) depthwise, stride 1, k / 2 padding on every side, over planes [p0, p1) of
  * d.x (plane p has channel p % channels: weights d.wt + channel * k * k, bias[channel]), on
  * planes whose rows at a pitch of w + k / 2 take at most KN_DW_SHARED_PAD_MAX_VECTORS vectors

@@ -303,7 +303,8 @@ static void dwd_range(void *arg, int64_t begin, int64_t end) {
         d.bias = j->ep->bias != NULL ? j->ep->bias[ch] : 0.0f;
         d.res = d.res != NULL ? d.res + p * os : NULL;
         d.y += p * os;
-        kn_cpu_dw_direct_avx512(&d);
+        if (!kn_cpu_dw3_strips_avx512(&d))
+            kn_cpu_dw_direct_avx512(&d);
         if (d.act == KN_ACT_NONE && j->ep->act != KN_ACT_NONE)
             kn_act_apply(j->ep->act, j->ep->alpha, j->ep->beta, d.y, os);
     }

@@ -1,0 +1,169 @@
+/* AVX-512 3x3 stride-1 depthwise with one row and column of padding on every side (the plane's
+ * size kept), by strips of up to four vectors walked down the plane (kn_cpu_dw3_strips_avx512).
+ * Each input row is read once per strip: its three tap vectors per output vector feed the three
+ * output rows that read it (the row below's first taps, its own row's middle taps, the row above's
+ * last, which completes that row), so a strip keeps two rows of accumulators and the nine
+ * weights in registers, and each output vector costs three loads and nine multiply-adds. The
+ * direct kernel's blocks of four output rows read six input rows, three loads each, per 16
+ * columns, and kept its weights in memory. */
+#include "backend/cpu/nn/conv.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include "backend/cpu/arch/act_avx512.h"
+
+#include <immintrin.h>
+
+#define AVX512 __attribute__((target("avx512f")))
+#define INLINE __attribute__((always_inline)) static inline
+
+/* Vectors a strip: 4 x 2 accumulator rows, 9 weights and the taps fill the 32 registers. */
+#define STRIP_MAX 4
+
+AVX512 INLINE __mmask16 lanes(int64_t n) {
+    return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
+}
+
+/* Where a vector's taps read: INSIDE, columns c - 1 .. c + 16 all in the row; LEFT, c = 0;
+ * RIGHT, the row ends before c + 17. */
+enum { INSIDE, LEFT, RIGHT };
+
+typedef struct edge_masks {
+    __mmask16 left1, left2;           /* LEFT: columns 0 .. 15 and 1 .. 16 */
+    __mmask16 right0, right1, right2; /* RIGHT: from c - 1, c and c + 1 */
+} edge_masks;
+
+/* The three tap vectors of columns c - 1 + kx, kx = 0, 1, 2, of one input row. */
+AVX512 INLINE void taps(const float *row, int64_t c, const int where, const edge_masks *m,
+                        __m512 t[3]) {
+    if (where == INSIDE) {
+        t[0] = _mm512_loadu_ps(row + c - 1);
+        t[1] = _mm512_loadu_ps(row + c);
+        t[2] = _mm512_loadu_ps(row + c + 1);
+    } else if (where == LEFT) {
+        t[1] = _mm512_maskz_loadu_ps(m->left1, row);
+        t[0] = _mm512_castsi512_ps(
+            _mm512_alignr_epi32(_mm512_castps_si512(t[1]), _mm512_setzero_si512(), 15));
+        t[2] = _mm512_maskz_loadu_ps(m->left2, row + 1);
+    } else {
+        t[0] = _mm512_maskz_loadu_ps(m->right0, row + c - 1);
+        t[1] = _mm512_maskz_loadu_ps(m->right1, row + c);
+        t[2] = _mm512_maskz_loadu_ps(m->right2, row + c + 1);
+    }
+}
+
+AVX512 INLINE int kind(int v, const int NV, const int L, const int R) {
+    return v == 0 && L ? LEFT : v == NV - 1 && R ? RIGHT : INSIDE;
+}
+
+/* Output row `oh` of the strip from its accumulators: epilogue in registers, then the store. */
+AVX512 INLINE void store_row(const kn_dwd *d, const __m512 *acc, int64_t oh, int64_t c0,
+                             __mmask16 last, const int NV) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; v++) {
+        int64_t at = oh * d->ow + c0 + 16 * v;
+        __mmask16 m = v == NV - 1 ? last : (__mmask16)0xFFFF;
+        __m512 r = acc[v];
+        if (d->res != NULL)
+            r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(m, d->res + at));
+        _mm512_mask_storeu_ps(d->y + at, m, kn_act_in_regs512(d->act, r, d->lo, d->hi));
+    }
+}
+
+/* NV vectors from column c0, every row. L: the strip starts the row; R: its last vector's taps
+ * reach the row's end. */
+AVX512 INLINE void strip(const kn_dwd *d, const __m512 *wv, int64_t c0, const int NV, const int L,
+                         const int R) {
+    edge_masks m;
+    int64_t cl = c0 + 16 * (NV - 1), w = d->w;
+    m.left1 = lanes(w);
+    m.left2 = lanes(w - 1);
+    m.right0 = lanes(w - cl + 1);
+    m.right1 = lanes(w - cl);
+    m.right2 = lanes(w - cl - 1);
+    __mmask16 last = lanes(d->ow - cl);
+    __m512 bias = _mm512_set1_ps(d->bias);
+    /* above[v]: the output row above the input row, which this input row completes; here[v]:
+     * the input row's own output row. */
+    __m512 above[STRIP_MAX], here[STRIP_MAX];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; v++)
+        above[v] = here[v] = bias;
+    for (int64_t i = 0; i < d->h; i++) {
+        const float *row = d->x + i * w;
+        __m512 below[STRIP_MAX];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) {
+            __m512 t[3];
+            taps(row, c0 + 16 * v, kind(v, NV, L, R), &m, t);
+            below[v] = _mm512_fmadd_ps(wv[0], t[0], bias);
+            here[v] = _mm512_fmadd_ps(wv[3], t[0], here[v]);
+            above[v] = _mm512_fmadd_ps(wv[6], t[0], above[v]);
+            below[v] = _mm512_fmadd_ps(wv[1], t[1], below[v]);
+            here[v] = _mm512_fmadd_ps(wv[4], t[1], here[v]);
+            above[v] = _mm512_fmadd_ps(wv[7], t[1], above[v]);
+            below[v] = _mm512_fmadd_ps(wv[2], t[2], below[v]);
+            here[v] = _mm512_fmadd_ps(wv[5], t[2], here[v]);
+            above[v] = _mm512_fmadd_ps(wv[8], t[2], above[v]);
+        }
+        if (i > 0)
+            store_row(d, above, i - 1, c0, last, NV);
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) {
+            above[v] = here[v];
+            here[v] = below[v];
+        }
+    }
+    store_row(d, above, d->h - 1, c0, last, NV);
+}
+
+#define STRIP_INSTANCE(NV, L, R)                                                                   \
+    AVX512 static void strip_##NV##_##L##_##R(const kn_dwd *d, const __m512 *wv, int64_t c0) {     \
+        strip(d, wv, c0, NV, L, R);                                                                \
+    }
+#define STRIP_INSTANCES(NV)                                                                        \
+    STRIP_INSTANCE(NV, 0, 0)                                                                       \
+    STRIP_INSTANCE(NV, 0, 1)                                                                       \
+    STRIP_INSTANCE(NV, 1, 0)                                                                       \
+    STRIP_INSTANCE(NV, 1, 1)
+STRIP_INSTANCES(1)
+STRIP_INSTANCES(2)
+STRIP_INSTANCES(3)
+STRIP_INSTANCES(4)
+
+typedef void (*strip_fn)(const kn_dwd *, const __m512 *, int64_t);
+static const strip_fn strips[STRIP_MAX][2][2] = {
+    {{strip_1_0_0, strip_1_0_1}, {strip_1_1_0, strip_1_1_1}},
+    {{strip_2_0_0, strip_2_0_1}, {strip_2_1_0, strip_2_1_1}},
+    {{strip_3_0_0, strip_3_0_1}, {strip_3_1_0, strip_3_1_1}},
+    {{strip_4_0_0, strip_4_0_1}, {strip_4_1_0, strip_4_1_1}},
+};
+
+AVX512 static void plane(const kn_dwd *d) {
+    __m512 wv[9];
+    for (int t = 0; t < 9; t++)
+        wv[t] = _mm512_set1_ps(d->wt[t]);
+    /* Strips of nearly equal width, at most STRIP_MAX vectors each. */
+    int64_t nvec = (d->w + 15) / 16, nstrips = (nvec + STRIP_MAX - 1) / STRIP_MAX, v0 = 0;
+    for (int64_t s = 0; s < nstrips; s++) {
+        int64_t nv = (nvec - v0) / (nstrips - s), c0 = 16 * v0, cl = c0 + 16 * (nv - 1);
+        strips[nv - 1][c0 == 0][cl + 17 > d->w](d, wv, c0);
+        v0 += nv;
+    }
+}
+
+bool kn_cpu_dw3_strips_avx512(const kn_dwd *d) {
+    if (d->k != 3 || d->stride != 1 || d->ph != 1 || d->pw != 1 || d->oh != d->h || d->ow != d->w ||
+        d->w < 1 || d->h < 1)
+        return false;
+    plane(d);
+    return true;
+}
+
+#else
+
+bool kn_cpu_dw3_strips_avx512(const kn_dwd *d) {
+    (void)d;
+    return false;
+}
+
+#endif
