@@ -469,6 +469,19 @@ static void test_depthwise_direct(void **state) {
         {2, 1, 2, 2, 2, {5, 200}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, false, false},
         {2, 1, 3, 3, 3, {1, 900}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
         {2, 1, 2, 2, 2, {2, 400}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
+        /* the same at stride 2 from 8 output columns (two input rows an output row): one vector
+         * (8 and 15 columns), two with a last vector of one column, two inside, three with a
+         * last vector of one column and none in its second load, 112 columns in two strips, no
+         * padding after (the output sizes are the same), one and two input rows, two images */
+        {2, 1, 3, 3, 3, {16, 16}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
+        {2, 2, 2, 2, 2, {30, 30}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
+        {2, 1, 3, 3, 3, {17, 33}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, NULL, false, false},
+        {2, 1, 2, 2, 2, {9, 64}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
+        {2, 1, 3, 3, 3, {7, 65}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
+        {2, 2, 2, 2, 2, {5, 224}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
+        {2, 1, 3, 3, 3, {4, 40}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {0, 0}, NULL, true, false},
+        {2, 1, 2, 2, 2, {1, 40}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
+        {2, 1, 2, 2, 2, {2, 41}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, NULL, false, false},
     };
     const struct {
         const char *name;

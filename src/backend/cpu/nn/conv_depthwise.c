@@ -2,6 +2,9 @@
  * - 3x3 up to 28x28, 5x5 and 7x7 up to 14x14, stride 1 with k / 2 padding: planes copied with
  *   their rows w + k / 2 apart, so one zero gap is both paddings, and computed 16 positions a
  *   vector, the epilogue in registers (kn_cpu_dw_shared_pad_avx512); in parallel over planes;
+ * - other 3x3 with one row and column of padding before (stride 1: after too), stride 1, or
+ *   stride 2 from 8 output columns: strips of up to four vectors walked down the plane, each
+ *   input row read once (kn_cpu_dw3_strips_avx512); in parallel over planes;
  * - other 3x3 and 5x5, dilation 1, stride 1 or 2, the usual pads (k / 2, or one less on the
  *   left), planes of >= 8 output columns (3x3 stride 2: >= 7): straight from the unpadded plane,
  *   several output rows at a time, the epilogue in registers (kn_cpu_dw_direct_avx512); in
