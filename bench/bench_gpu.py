@@ -14,7 +14,9 @@ caches drift alike for all of them:
   torch-eager    module(x), then torch.cuda.synchronize()
   torch-graph    a torch.cuda.CUDAGraph of module(x) replayed, then synchronize
   kiln NAME=VALUE  the same model built with that environment variable set (--variant, e.g.
-                 KILN_CUDA_NHWC=1), in its own context, side by side with the default plan
+                 KILN_CUDA_NHWC=1), in its own context, side by side with the default plan;
+                 only for switches read at build (a switch read when a plan runs, such as
+                 KILN_CUDA_CONV_GRAPH, applies to both plans: set it for a run of its own)
   torch-compile-MODE  torch.compile(mode=MODE) (with --compile MODES: reduce-overhead,
                  max-autotune; each takes a minute or more)
   torch-*-cl     the same in channels_last (CNNs with --precision fp16)
@@ -345,7 +347,10 @@ def main():
     ap.add_argument("--precision", choices=["fp32", "fp16"], default="fp32")
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=VALUE",
                     help="also time a kiln plan built with this environment variable set (e.g. "
-                    "KILN_CUDA_NHWC=1), as the configuration 'kiln NAME=VALUE' (repeatable)")
+                    "KILN_CUDA_NHWC=1), as the configuration 'kiln NAME=VALUE' (repeatable). "
+                    "The variable is set for `kiln build` alone: switches the CUDA module reads "
+                    "when a plan runs (KILN_CUDA_CONV_GRAPH, KILN_CUDA_GRAPHS, KILN_CUDA_CONV1X1) "
+                    "apply to every plan of the process, so measure them in a run of their own")
     ap.add_argument("--json-out")
     ap.add_argument("--work", help="folder for the exports and plans (default: a new temporary "
                     "one); an export already there is reused")
