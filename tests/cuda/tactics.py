@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
 """Tactic selection by timing on a GPU machine (part of `make test-gpu`).
 
-For each model of tests/models with convolutions, at fp32 and fp16:
+For each model of tests/models with convolutions, and transformer_encoder for the products
+(MatMul and Gemm: cuBLASLt's algorithms), at fp32 and fp16:
 
 - a cold build (`kiln build --backend cuda,cpu --timing-cache FILE --verbose`) times its
-  convolutions (the verbose summary must report layers timed) and records a kiln_tactic in the
-  plan; the plan runs against the CPU's float32 plan at every manifest case and at the profile's
-  min, opt and max shapes (the tactic is used at opt, the heuristic elsewhere), each three times
-  in one context (warm-up, stream-graph recording, replay): fp32 within rtol 1e-4, atol 1e-5,
-  fp16 within 1e-2 of the output's largest magnitude (tests/cuda/diff_backends.py's bars);
+  convolutions and products (the verbose summary must report layers timed; for
+  transformer_encoder the per-layer lines must name products, and the cache must hold their
+  `cuda gemm` entries) and records a kiln_tactic in the plan; the plan runs against the CPU's
+  float32 plan at every manifest case and at the profile's min, opt and max shapes (the tactic
+  is used at opt, the heuristic elsewhere), each three times in one context (warm-up,
+  stream-graph recording, replay): fp32 within rtol 1e-4, atol 1e-5, fp16 within 1e-2 of the
+  output's largest magnitude (tests/cuda/diff_backends.py's bars);
 - a rebuild with the warm cache times nothing and writes a byte-identical plan;
 - a corrupt cache gives one warning line and a successful build that times again and rewrites
   the cache.
@@ -32,7 +35,10 @@ sys.path.insert(0, os.path.join(REPO, "python"))
 
 from diff_backends import compare, compare_reduced, profile_feeds, shape_args  # noqa: E402
 
-MODELS = ("resnet_mini", "mobilenetv2_mini", "efficientnet_mini")
+MODELS = ("resnet_mini", "mobilenetv2_mini", "efficientnet_mini", "transformer_encoder")
+# Models whose products must be timed (on CUDA; testdev times convolutions only).
+PRODUCT_MODELS = ("transformer_encoder",)
+PRODUCTS = ("Gemm", "MatMul", "FusedGemm", "FusedMatMul")
 os.environ["KILN_CUDA_TUNE"] = "1"  # tuning is opt-in (docs/cuda.md)
 
 
@@ -53,6 +59,12 @@ def build(kiln, model, base, plan, precision, cache, backend):
         if line.startswith("kiln: tuned "):  # kiln: tuned N layers: T timed, ...
             timed = int(line.split(":")[2].split()[0])
     return timed, err
+
+
+def products_timed(err):
+    """How many products the build's per-layer lines (kiln: timed OP 'name': ...) report."""
+    return sum(1 for ln in err.splitlines()
+               if ln.startswith("kiln: timed ") and ln.split()[2] in PRODUCTS)
 
 
 def check_runs(kpy, plan, ref_ctx, model, base, precision):
@@ -81,7 +93,8 @@ def check_runs(kpy, plan, ref_ctx, model, base, precision):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kiln", required=True)
-    ap.add_argument("--models", nargs="*", default=list(MODELS))
+    ap.add_argument("--models", nargs="*", help=f"default: {' '.join(MODELS)} (without the "
+                    "products' models on testdev, which tunes convolutions only)")
     ap.add_argument("--precision", nargs="*", default=["fp32", "fp16"])
     ap.add_argument("--device", default="cuda", help="the backend tuned (testdev checks this "
                     "script without a GPU)")
@@ -92,8 +105,10 @@ def main():
     base = os.path.join(REPO, "tests", "models")
     with open(os.path.join(base, "manifest.json")) as f:
         manifest = {m["name"]: m for m in json.load(f)["models"]}
+    models = args.models or [m for m in MODELS
+                             if args.device == "cuda" or m not in PRODUCT_MODELS]
     failures = 0
-    for name in args.models:
+    for name in models:
         model = manifest[name]
         with tempfile.TemporaryDirectory() as tmp:
             cpu_plan = os.path.join(tmp, "cpu.plan")
@@ -103,12 +118,17 @@ def main():
                 cache = os.path.join(tmp, f"{prec}.cache")
                 a, b = os.path.join(tmp, f"{prec}_a.plan"), os.path.join(tmp, f"{prec}_b.plan")
                 try:
-                    timed, _ = build(args.kiln, model, base, a, prec, cache, dev)
+                    timed, err = build(args.kiln, model, base, a, prec, cache, dev)
                     assert timed and timed > 0, f"cold build timed {timed} layers"
+                    products = products_timed(err)
                     with open(a, "rb") as f:
                         assert b"kiln_tactic" in f.read(), "no tactic in the plan"
                     with open(cache) as f:
                         assert f.readline() == "kiln-timing-cache 1\n", "cache header"
+                        gemm_entries = sum(1 for ln in f if ln.startswith("cuda gemm "))
+                    if name in PRODUCT_MODELS and args.device == "cuda":
+                        assert products > 0, "no product timed"
+                        assert gemm_entries > 0, "no product in the timing cache"
                     worst = check_runs(kpy, a, ref_ctx, model, base, prec)
                     timed2, _ = build(args.kiln, model, base, b, prec, cache, dev)
                     assert timed2 == 0, f"warm build timed {timed2} layers"
@@ -122,8 +142,9 @@ def main():
                     assert timed3 == timed, f"corrupt cache: timed {timed3}, not {timed}"
                     with open(cache) as f:
                         assert f.readline() == "kiln-timing-cache 1\n", "cache not rewritten"
-                    print(f"tactics {name:20s} {prec}: passed, {timed} layers timed, "
-                          f"worst {worst:.3f}x tol, warm rebuild identical", flush=True)
+                    print(f"tactics {name:20s} {prec}: passed, {timed} layers timed "
+                          f"({products} products), worst {worst:.3f}x tol, warm rebuild "
+                          f"identical", flush=True)
                 except (AssertionError, RuntimeError) as e:
                     failures += 1
                     print(f"tactics {name:20s} {prec}: FAILED {e}", flush=True)

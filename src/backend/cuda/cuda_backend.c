@@ -247,6 +247,10 @@ static const struct {
 } tunables[] = {
     {"", "Conv", kc_conv_tune_key, kc_conv_tune},
     {"kiln", "FusedConv", kc_conv_tune_key, kc_conv_tune},
+    {"", "Gemm", kc_gemm_tune_key, kc_gemm_tune},
+    {"", "MatMul", kc_gemm_tune_key, kc_gemm_tune},
+    {"kiln", "FusedGemm", kc_gemm_tune_key, kc_gemm_tune},
+    {"kiln", "FusedMatMul", kc_gemm_tune_key, kc_gemm_tune},
 };
 
 static int tunable_of(const kn_node *n) {

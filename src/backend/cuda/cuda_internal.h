@@ -129,6 +129,12 @@ bool kc_conv_tune_key(const kn_node *n, int n_in, const kn_tensor *in, int n_out
 kiln_status kc_conv_tune(kn_backend *b, const kn_node *n, int n_in, const kn_tensor *in, int n_out,
                          const kn_tensor *out, int64_t *tactic, int *n_tactic, char *note,
                          size_t note_size);
+/* Gemm, MatMul and their kiln fused forms: cuBLASLt's algorithms (ops_gemm.c). */
+bool kc_gemm_tune_key(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
+                      const kn_tensor *out, char *key, size_t size);
+kiln_status kc_gemm_tune(kn_backend *b, const kn_node *n, int n_in, const kn_tensor *in, int n_out,
+                         const kn_tensor *out, int64_t *tactic, int *n_tactic, char *note,
+                         size_t note_size);
 /* What a tuning key starts with: the device, its compute capability and the CUDA, cuDNN and
  * cuBLASLt versions in use (set by kn_backend_entry). */
 extern char kc_device_id[192];
