@@ -129,6 +129,15 @@ bool kc_conv_tune_key(const kn_node *n, int n_in, const kn_tensor *in, int n_out
 kiln_status kc_conv_tune(kn_backend *b, const kn_node *n, int n_in, const kn_tensor *in, int n_out,
                          const kn_tensor *out, int64_t *tactic, int *n_tactic, char *note,
                          size_t note_size);
+/* What the tunings share (tune_data.c): n values of a fixed pseudo-random sequence in [-1, 1]
+ * (the same for every build); h (float32, host) into dst (dtype, device) through tmp (float32,
+ * device, n values) and synchronized; a monotonic clock in seconds; whether cur matches ref, the
+ * largest difference within tol of ref's largest magnitude and every value finite. */
+void kc_tune_pattern(float *h, int64_t n, uint32_t seed);
+kiln_status kc_tune_upload(kn_stream *st, int dtype, const float *h, void *dst, float *tmp,
+                           int64_t n);
+double kc_now_s(void);
+bool kc_outputs_agree(const float *ref, const float *cur, int64_t n, double tol);
 /* Gemm, MatMul and their kiln fused forms: cuBLASLt's algorithms (ops_gemm.c). */
 bool kc_gemm_tune_key(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
                       const kn_tensor *out, char *key, size_t size);

@@ -23,11 +23,9 @@
  * entry. */
 #include "backend/cuda/cuda_internal.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 
@@ -607,26 +605,6 @@ static void tune_free(tune_bufs *t) {
     kc_host->free(t->cur);
 }
 
-/* n values of a fixed pseudo-random sequence in [-1, 1] (the same for every build). */
-static void pattern(float *h, int64_t n, uint32_t seed) {
-    uint32_t s = seed;
-    for (int64_t i = 0; i < n; i++) {
-        s = s * 1664525u + 1013904223u;
-        h[i] = (float)(s >> 8) * (2.0f / 16777216.0f) - 1.0f;
-    }
-}
-
-/* h (float32, host) into dst (dtype, device). */
-static kiln_status upload(kn_stream *st, int dtype, const float *h, void *dst, float *tmp,
-                          int64_t n) {
-    void *to = dtype == KILN_DTYPE_FLOAT32 ? dst : (void *)tmp;
-    KC_TRY(kc_check(cudaMemcpyAsync(to, h, (size_t)n * 4, cudaMemcpyHostToDevice, st->s),
-                    "uploading timing data"));
-    if (dtype != KILN_DTYPE_FLOAT32)
-        KC_TRY(KC_LAUNCH(kc_cast(st->s, KILN_DTYPE_FLOAT32, dtype, tmp, dst, n), "timing data"));
-    return kc_check(cudaStreamSynchronize(st->s), "uploading timing data");
-}
-
 /* x from the pattern; w the node's weights when known at build (else the pattern). */
 static kiln_status tune_setup(kn_stream *st, const conv_geom *g, const kn_tensor *w, tune_bufs *t) {
     size_t es = kn_dtype_size(g->dtype);
@@ -643,13 +621,13 @@ static kiln_status tune_setup(kn_stream *st, const conv_geom *g, const kn_tensor
     t->cur = kc_host->alloc((size_t)(t->ny > big ? t->ny : big) * 4);
     if (t->ref == NULL || t->cur == NULL)
         return kc_fail(KILN_ERR_OUT_OF_MEMORY, "out of memory for timing a convolution");
-    pattern(t->cur, t->nx, 1);
-    KC_TRY(upload(st, g->dtype, t->cur, t->x, t->tmp, t->nx));
+    kc_tune_pattern(t->cur, t->nx, 1);
+    KC_TRY(kc_tune_upload(st, g->dtype, t->cur, t->x, t->tmp, t->nx));
     if (w->data != NULL && w->dtype == g->dtype && kn_shape_numel(&w->shape) == t->nw)
         return kc_check(cudaMemcpy(t->w, w->data, (size_t)t->nw * es, cudaMemcpyHostToDevice),
                         "uploading weights");
-    pattern(t->cur, t->nw, 2);
-    return upload(st, g->dtype, t->cur, t->w, t->tmp, t->nw);
+    kc_tune_pattern(t->cur, t->nw, 2);
+    return kc_tune_upload(st, g->dtype, t->cur, t->w, t->tmp, t->nw);
 }
 
 /* Run candidate p once into t->y and read the output back into t->cur (as float32). */
@@ -747,25 +725,6 @@ static kiln_status tune_time(kn_stream *st, const conv_descs *d, const tune_bufs
     return rc;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* Whether cur matches ref: the largest difference within tol of ref's largest magnitude, and
- * every value finite. */
-static bool outputs_agree(const float *ref, const float *cur, int64_t n, double tol) {
-    double big = 0.0, diff = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        if (!isfinite(cur[i]))
-            return false;
-        big = fmax(big, fabs((double)ref[i]));
-        diff = fmax(diff, fabs((double)cur[i] - (double)ref[i]));
-    }
-    return diff <= tol * (big > 1e-30 ? big : 1e-30);
-}
-
 /* Time every candidate of cuDNN's list that the math allows and the workspace limit admits;
  * the first that runs is the reference the others must match. */
 static kiln_status tune_pick(kn_stream *st, const conv_geom *g, tune_bufs *t, int64_t *tactic,
@@ -784,11 +743,11 @@ static kiln_status tune_pick(kn_stream *st, const conv_geom *g, tune_bufs *t, in
             cudnnGetConvolutionForwardAlgorithm_v7(
                 st->dnn, d.x, d.w, d.conv, d.y, 2 * CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, perf),
             "listing algorithms");
-    double t0 = now_s();
+    double t0 = kc_now_s();
     int skipped = 0;
     for (int i = 0; i < found && rc == KILN_OK; i++) {
         const cudnnConvolutionFwdAlgoPerf_t *p = &perf[i];
-        if (best >= 0 && now_s() - t0 > KC_TUNE_LAYER_BUDGET_S) {
+        if (best >= 0 && kc_now_s() - t0 > KC_TUNE_LAYER_BUDGET_S) {
             skipped = found - i;
             break;
         }
@@ -807,7 +766,7 @@ static kiln_status tune_pick(kn_stream *st, const conv_geom *g, tune_bufs *t, in
         if (!have_ref) {
             memcpy(t->ref, t->cur, (size_t)t->ny * 4);
             have_ref = true;
-        } else if (!outputs_agree(t->ref, t->cur, t->ny, tol)) {
+        } else if (!kc_outputs_agree(t->ref, t->cur, t->ny, tol)) {
             rejected++;
             continue;
         }

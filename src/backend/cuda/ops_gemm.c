@@ -21,7 +21,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 typedef struct gemm_call {
     int64_t m, n, k;
@@ -645,15 +644,6 @@ static void bufs_free(gemm_bufs *t) {
     kc_host->free(t->cur);
 }
 
-/* n values of a fixed pseudo-random sequence in [-1, 1] (the same for every build). */
-static void pattern(float *h, int64_t n, uint32_t seed) {
-    uint32_t s = seed;
-    for (int64_t i = 0; i < n; i++) {
-        s = s * 1664525u + 1013904223u;
-        h[i] = (float)(s >> 8) * (2.0f / 16777216.0f) - 1.0f;
-    }
-}
-
 /* Every present input in a device buffer: its data where known at build (weights), else the
  * pattern; the output's buffers. */
 static kiln_status bufs_setup(kn_stream *st, int n_in, const kn_tensor *in, const kn_tensor *out,
@@ -682,14 +672,8 @@ static kiln_status bufs_setup(kn_stream *st, int n_in, const kn_tensor *in, cons
                          "uploading weights"));
             continue;
         }
-        pattern(t->cur, n, (uint32_t)j + 1);
-        void *to = dt == KILN_DTYPE_FLOAT32 ? t->in[j] : (void *)t->tmp;
-        KC_TRY(kc_check(cudaMemcpyAsync(to, t->cur, (size_t)n * 4, cudaMemcpyHostToDevice, st->s),
-                        "uploading timing data"));
-        if (dt != KILN_DTYPE_FLOAT32)
-            KC_TRY(KC_LAUNCH(kc_cast(st->s, KILN_DTYPE_FLOAT32, dt, t->tmp, t->in[j], n),
-                             "timing data"));
-        KC_TRY(kc_check(cudaStreamSynchronize(st->s), "uploading timing data"));
+        kc_tune_pattern(t->cur, n, (uint32_t)j + 1);
+        KC_TRY(kc_tune_upload(st, dt, t->cur, t->in[j], t->tmp, n));
     }
     return KILN_OK;
 }
@@ -780,25 +764,6 @@ static kiln_status tune_time(kn_stream *st, const gemm_trial *tr, const cublasLt
     return rc;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* Whether cur matches ref: the largest difference within tol of ref's largest magnitude, and
- * every value finite. */
-static bool outputs_agree(const float *ref, const float *cur, int64_t n, double tol) {
-    double big = 0.0, diff = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        if (!isfinite(cur[i]))
-            return false;
-        big = fmax(big, fabs((double)ref[i]));
-        diff = fmax(diff, fabs((double)cur[i] - (double)ref[i]));
-    }
-    return diff <= tol * (big > 1e-30 ? big : 1e-30);
-}
-
 /* An int32 configuration attribute of algo (for the build's log), or -1. */
 static int algo_config(const cublasLtMatmulAlgo_t *algo, cublasLtMatmulAlgoConfigAttributes_t a) {
     int32_t v = -1;
@@ -821,11 +786,11 @@ static void tune_candidates(kn_stream *st, const gemm_trial *tr, gemm_bufs *t,
     int tried = 0, rejected = 0, skipped = 0;
     float best_ms = 0.0f, first_ms = 0.0f;
     bool have_ref = false;
-    double t0 = now_s();
+    double t0 = kc_now_s();
     *best = -1;
     for (int i = 0; i < found; i++) {
         const cublasLtMatmulAlgo_t *algo = &heur[i].algo;
-        if (*best >= 0 && now_s() - t0 > GEMM_TUNE_LAYER_BUDGET_S) {
+        if (*best >= 0 && kc_now_s() - t0 > GEMM_TUNE_LAYER_BUDGET_S) {
             skipped = found - i;
             break;
         }
@@ -841,7 +806,7 @@ static void tune_candidates(kn_stream *st, const gemm_trial *tr, gemm_bufs *t,
         if (!have_ref) {
             memcpy(t->ref, t->cur, (size_t)t->ny * 4);
             have_ref = true;
-        } else if (!outputs_agree(t->ref, t->cur, t->ny, tol)) {
+        } else if (!kc_outputs_agree(t->ref, t->cur, t->ny, tol)) {
             rejected++;
             continue;
         }
