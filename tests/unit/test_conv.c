@@ -437,9 +437,10 @@ static void test_depthwise_direct(void **state) {
         {2, 1, 4, 4, 4, {11, 101}, {5, 5}, {2, 2}, {1, 1}, {2, 2}, {2, 2}, NULL, true, false},
         {2, 1, 3, 3, 3, {8, 80}, {5, 5}, {2, 2}, {1, 1}, {1, 1}, {2, 1}, NULL, false, false},
         {2, 1, 2, 2, 2, {20, 16}, {5, 5}, {2, 2}, {1, 1}, {2, 1}, {1, 2}, NULL, true, false},
-        /* stride 1, k / 2 padding, 3x3 up to 28x28, 5x5 and 7x7 up to 14x14: rows copied
-         * w + k / 2 apart (one vector, partial groups of vectors, a whole group of 8 and a
-         * remainder, 7x7 taps, planes of one row or column, rows of up to 61 columns) */
+        /* stride 1, k / 2 padding, 3x3 up to 28x28 under 14 columns, 5x5 and 7x7 up to 14x14:
+         * rows copied w + k / 2 apart (one vector, partial groups of vectors, a whole group of 8
+         * and a remainder, 7x7 taps, planes of one row or column, rows of up to 57 columns) */
+        {2, 1, 3, 3, 3, {28, 13}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
         {2, 2, 5, 5, 5, {7, 7}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
         {2, 1, 3, 3, 3, {8, 8}, {5, 5}, {1, 1}, {1, 1}, {2, 2}, {2, 2}, NULL, true, false},
         {2, 1, 4, 4, 4, {5, 3}, {5, 5}, {1, 1}, {1, 1}, {2, 2}, {2, 2}, NULL, false, false},

@@ -1,7 +1,8 @@
 /* Depthwise convolution: each channel convolved with its own kernel. With AVX-512:
- * - 3x3 up to 28x28, 5x5 and 7x7 up to 14x14, stride 1 with k / 2 padding: planes copied with
- *   their rows w + k / 2 apart, so one zero gap is both paddings, and computed 16 positions a
- *   vector, the epilogue in registers (kn_cpu_dw_shared_pad_avx512); in parallel over planes;
+ * - 3x3 up to 28x28 and under 14 columns, 5x5 and 7x7 up to 14x14, stride 1 with k / 2
+ *   padding: planes copied with their rows w + k / 2 apart, so one zero gap is both paddings,
+ *   and computed 16 positions a vector, the epilogue in registers (kn_cpu_dw_shared_pad_avx512);
+ *   in parallel over planes;
  * - other 3x3 with one row and column of padding before (stride 1: after too), stride 1, or
  *   stride 2 from 8 output columns: strips of up to four vectors walked down the plane, each
  *   input row read once (kn_cpu_dw3_strips_avx512); in parallel over planes;
@@ -328,14 +329,20 @@ static void shared_pad_range(void *arg, int64_t begin, int64_t end) {
     }
 }
 
-/* Stride-1 planes with k / 2 padding that take the shared-padding kernel: 3x3 up to 28x28,
- * 5x5 and 7x7 up to 14x14. Measured inside the models, 1 thread, ms, before -> after (from the
- * direct kernel or the row pairs): EfficientNet-B0 5x5 1152ch 7x7 + SiLU 0.066 -> 0.052 (three
- * layers), 3x3 7x7 0.048 -> 0.030, 5x5 672ch 14x14 level (0.102 -> 0.100), but 5x5 240ch 28x28
- * 0.122 -> 0.134; MobileNetV2 3x3 960ch 7x7 0.025 -> 0.018 (three layers), 576ch and 384ch
- * 14x14 0.036 -> 0.034 and 0.024 -> 0.022, 192ch 28x28 0.048 -> 0.045. */
+/* Stride-1 planes with k / 2 padding that take the shared-padding kernel: 3x3 up to 28x28 and
+ * under 14 columns, 5x5 and 7x7 up to 14x14. Measured inside the models, 1 thread, ms, before ->
+ * after (from the direct kernel or the row pairs): EfficientNet-B0 5x5 1152ch 7x7 + SiLU 0.066
+ * -> 0.052 (three layers), 3x3 7x7 0.048 -> 0.030, 5x5 672ch 14x14 level (0.102 -> 0.100), but
+ * 5x5 240ch 28x28 0.122 -> 0.134; MobileNetV2 3x3 960ch 7x7 0.025 -> 0.018 (three layers),
+ * 576ch and 384ch 14x14 0.036 -> 0.034 and 0.024 -> 0.022, 192ch 28x28 0.048 -> 0.045.
+ * The 3x3 strips (kn_cpu_dw3_strips_avx512) then beat it from 14 columns: MobileNetV2 192ch
+ * 28x28 0.054 -> 0.045, 576ch and 384ch 14x14 0.042 -> 0.039 and 0.027 -> 0.026, EfficientNet-B0
+ * 480ch 14x14 + SiLU 0.049 -> 0.046; but 960ch 7x7 0.023 -> 0.040. */
+#define DW3_STRIPS_MIN_W 14
 static bool shared_pad_wins(int64_t k, int64_t h, int64_t w) {
-    return h * w <= (k == 3 ? 28 * 28 : 14 * 14);
+    if (k == 3)
+        return h * w <= 28 * 28 && w < DW3_STRIPS_MIN_W;
+    return h * w <= 14 * 14;
 }
 
 /* One plane's arguments for the AVX-512 kernels, the plane pointers at the first plane. */
