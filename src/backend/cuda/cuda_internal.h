@@ -138,6 +138,9 @@ kiln_status kc_tune_upload(kn_stream *st, int dtype, const float *h, void *dst, 
                            int64_t n);
 double kc_now_s(void);
 bool kc_outputs_agree(const float *ref, const float *cur, int64_t n, double tol);
+/* A candidate's output cur (n float32 values) checked: the first one checked becomes the
+ * reference (copied into ref, *have_ref set); a later one must agree with it (kc_outputs_agree). */
+bool kc_tune_accept(float *ref, const float *cur, int64_t n, double tol, bool *have_ref);
 /* Gemm, MatMul and their kiln fused forms: cuBLASLt's algorithms (ops_gemm.c). */
 bool kc_gemm_tune_key(const kn_node *n, int n_in, const kn_tensor *in, int n_out,
                       const kn_tensor *out, char *key, size_t size);

@@ -763,10 +763,7 @@ static kiln_status tune_pick(kn_stream *st, const conv_geom *g, tune_bufs *t, in
         if (tune_run_once(st, &d, t, p, g->dtype) != KILN_OK)
             continue;
         tried++;
-        if (!have_ref) {
-            memcpy(t->ref, t->cur, (size_t)t->ny * 4);
-            have_ref = true;
-        } else if (!kc_outputs_agree(t->ref, t->cur, t->ny, tol)) {
+        if (!kc_tune_accept(t->ref, t->cur, t->ny, tol, &have_ref)) {
             rejected++;
             continue;
         }

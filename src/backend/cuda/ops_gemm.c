@@ -803,10 +803,7 @@ static void tune_candidates(kn_stream *st, const gemm_trial *tr, gemm_bufs *t,
             continue;
         }
         tried++;
-        if (!have_ref) {
-            memcpy(t->ref, t->cur, (size_t)t->ny * 4);
-            have_ref = true;
-        } else if (!kc_outputs_agree(t->ref, t->cur, t->ny, tol)) {
+        if (!kc_tune_accept(t->ref, t->cur, t->ny, tol, &have_ref)) {
             rejected++;
             continue;
         }

@@ -4,6 +4,7 @@
 #include "backend/cuda/cuda_internal.h"
 
 #include <math.h>
+#include <string.h>
 #include <time.h>
 
 void kc_tune_pattern(float *h, int64_t n, uint32_t seed) {
@@ -39,4 +40,12 @@ bool kc_outputs_agree(const float *ref, const float *cur, int64_t n, double tol)
         diff = fmax(diff, fabs((double)cur[i] - (double)ref[i]));
     }
     return diff <= tol * (big > 1e-30 ? big : 1e-30);
+}
+
+bool kc_tune_accept(float *ref, const float *cur, int64_t n, double tol, bool *have_ref) {
+    if (*have_ref)
+        return kc_outputs_agree(ref, cur, n, tol);
+    memcpy(ref, cur, (size_t)n * 4);
+    *have_ref = true;
+    return true;
 }
