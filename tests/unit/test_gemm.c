@@ -301,6 +301,53 @@ static void test_gemm_shape_paths(void **state) {
     kn_threadpool_destroy(pool);
 }
 
+/* Widths whose last 1-4 columns the AVX-512 kernels take with the 16 or 32 columns before them
+ * in one pass (17-20 = 16 + w; 33-36 = 32 + w, the w from the next panel, and 68, 100, 196 the
+ * same at the end; 52 = 32 + 16 + 4 in one panel), with the blocks that take the tail's panel
+ * too (516 = 512 + 4 in 512-column blocks, 2052 = 2048 + 4); tall tiles take the fused kernel,
+ * 1-8-row edges (13 = 12 + 1, 20 = 12 + 8) the narrow one after the main tile; A packed, B
+ * packed or neither, alpha and beta, bias by row and by column, a residual, clamp, SiLU and
+ * sigmoid; on 1, 2 and 3 threads (row and column splits, the tail's panel in the last column
+ * task) and every ISA. */
+static void test_gemm_tail_columns(void **state) {
+    (void)state;
+    const int64_t ns[] = {17, 18, 19, 20, 33, 34, 35, 36, 52, 68, 100, 196, 516, 2052};
+    const int64_t ms[] = {12, 9, 13, 20, 29, 96};
+    const int acts[] = {KN_ACT_NONE, KN_ACT_CLIP, KN_ACT_SWISH, KN_ACT_SIGMOID};
+    const char *isas[] = {"avx512", "avx2", "scalar"};
+    const char *orig = kn_gemm_isa();
+    kn_threadpool *pools[] = {NULL, kn_threadpool_create(2), kn_threadpool_create(3)};
+    assert_non_null(pools[1]);
+    assert_non_null(pools[2]);
+    for (size_t i = 0; i < 3; i++) {
+        if (!kn_gemm_force_isa(isas[i]))
+            continue;
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+            for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+                if (ns[ni] > 500 && ms[mi] > 20)
+                    continue;
+                int v = (int)(ni * 7 + mi);
+                gemm_case t = {.m = ms[mi],
+                               .n = ns[ni],
+                               .k = v % 3 == 0 ? 40 : 300,
+                               .alpha = v % 4 == 1 ? 0.5f : 1.0f,
+                               .beta = v % 5 == 2 ? -0.75f : 0.0f,
+                               .pack = v % 3,
+                               .use_ep = v % 6 != 5,
+                               .act = acts[v % 4],
+                               .act_a = -0.5f,
+                               .act_b = 0.75f,
+                               .bias_mode = v % 3 == 1 ? 1 : 2,
+                               .residual = v % 2 == 0};
+                run_case(pools[v % 3], &t);
+                run_case(pools[(v + 1) % 3], &t);
+            }
+    }
+    kn_threadpool_destroy(pools[1]);
+    kn_threadpool_destroy(pools[2]);
+    assert_true(kn_gemm_force_isa(orig));
+}
+
 /* A's rows in one block with B packed in 512-column blocks (k > 64, plain B): 64 rows, 121-132
  * rows taken in one block of up to 11 tiles (133 in two), over widths that end in a partial
  * block (1100 = 2 x 512 + 76) or fit in one (300), across K slices (300 = 256 + 44); with A
@@ -419,6 +466,7 @@ int main(void) {
         cmocka_unit_test(test_gemv_packed),
         cmocka_unit_test(test_gemm_shape_paths),
         cmocka_unit_test(test_gemm_one_block),
+        cmocka_unit_test(test_gemm_tail_columns),
         cmocka_unit_test(test_act_values),
         cmocka_unit_test(test_threadpool_covers_once),
         cmocka_unit_test(test_threadpool_back_to_back),

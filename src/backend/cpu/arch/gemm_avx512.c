@@ -2,7 +2,8 @@
  * A elements are broadcast. Edge tiles use masked loads and stores, so no temporary tile is
  * needed, and the epilogue's bias, residual and clamp are applied before the only store.
  * Variants: 6-row and 16-column edge tiles, a narrow kernel for the last <= 4 columns of a
- * panel, a one-row kernel, and one that reads an unpacked B in place. */
+ * panel, one that takes those columns with the tile before them, a one-row kernel, and one that
+ * reads an unpacked B in place. */
 #include "backend/cpu/math/gemm_kernel.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -390,6 +391,115 @@ __attribute__((target("avx512f"))) static void ukr_narrow(int64_t kc, const floa
     }
 }
 
+/* A 12 x 16 or 12 x 32 tile and the 1 to NARROW columns after it in one pass: the narrow
+ * columns' multiply-adds (the tile's 12 rows in one vector, b broadcast) ride along the main
+ * tile's, whose A row they share, instead of a pass of their own that reloaded A and waited on
+ * few multiply-adds a k (a 576 -> 96 1x1 conv at 14x14, 196 = 6 x 32 + 4 columns, spent 7 % of
+ * its time on the last 4; one at 7x7, 49 = 32 + 16 + 1, 10 % on the last column). The narrow
+ * columns' b is the main tile's panel after its 16 columns (TWO == 0) or the next panel (TWO).
+ * Their results leave by scatters, so ldc (and the residual's ldr) must fit 32 bits / MR. */
+#define TAILS(X) X(0) X(1) X(2) X(3)
+#define TFMA(j)                                                                                    \
+    if (j < W)                                                                                     \
+        t##j = _mm512_fmadd_ps(av, _mm512_set1_ps(bt[j]), t##j);
+#define TSTORE(j)                                                                                  \
+    if (j < W) {                                                                                   \
+        __m512 v = scaled ? _mm512_mul_ps(va, t##j) : t##j;                                        \
+        if (beta != 0.0f)                                                                          \
+            v = _mm512_fmadd_ps(                                                                   \
+                vb, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), rm, ic, ct + j, 4), v);          \
+        v = _mm512_add_ps(v, br);                                                                  \
+        if (bias_col)                                                                              \
+            v = _mm512_add_ps(v, _mm512_set1_ps(ep->bias_col[off + j]));                           \
+        if (e.res != NULL)                                                                         \
+            v = _mm512_add_ps(                                                                     \
+                v, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), rm, ir, e.res + off + j, 4));     \
+        __m512 unused = v;                                                                         \
+        ep_act(&e, &v, &unused, 0, vlo, vhi);                                                      \
+        _mm512_mask_i32scatter_ps(ct + j, rm, ic, v, 4);                                           \
+    }
+
+__attribute__((target("avx512f"), always_inline)) static inline void
+tail_body(int64_t kc, const float *a, const float *b, const float *bt, float *c, int64_t ldc,
+          float alpha, float beta, int mr, const kn_ukr_ep *ep, const int TWO, const int W) {
+    const int ROWS_N = MR;
+    const __mmask16 m0 = (__mmask16)0xFFFF, m1 = TWO ? (__mmask16)0xFFFF : (__mmask16)0;
+    const __mmask16 arows = (__mmask16)((1u << MR) - 1);
+    ROWS(DECL)
+    __m512 t0 = _mm512_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;
+    for (int64_t k = 0; k < kc; k++) {
+        __m512 b0 = _mm512_loadu_ps(b);
+        __m512 b1 = TWO ? _mm512_loadu_ps(b + 16) : b0;
+        if (kc >= PREFETCH_MIN_K)
+            _mm_prefetch((const char *)(a + PREFETCH_A), _MM_HINT_T0);
+        ROWS(FMA)
+        __m512 av = _mm512_maskz_loadu_ps(arows, a);
+        TAILS(TFMA)
+        a += MR;
+        b += NR;
+        bt += NR;
+    }
+    const ep_fields e = ep_read(ep);
+    const bool scaled = alpha != 1.0f, bias_col = ep != NULL && ep->bias_col != NULL;
+    __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    __m512 bc0 = _mm512_setzero_ps(), bc1 = _mm512_setzero_ps();
+    __m512 vlo = _mm512_set1_ps(e.clamp ? ep->lo : 0.0f);
+    __m512 vhi = _mm512_set1_ps(e.clamp ? ep->hi : 0.0f);
+    if (bias_col) {
+        bc0 = _mm512_loadu_ps(ep->bias_col);
+        if (TWO)
+            bc1 = _mm512_loadu_ps(ep->bias_col + 16);
+    }
+    /* The narrow columns first: the main tile's stores below may alias ep's arrays for the
+     * compiler, not these locals. */
+    const int off = TWO ? 32 : 16;
+    float *ct = c + off;
+    __mmask16 rm = (__mmask16)((1u << mr) - 1);
+    __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    __m512i ic = _mm512_mullo_epi32(iota, _mm512_set1_epi32((int)ldc));
+    __m512i ir = e.res != NULL ? _mm512_mullo_epi32(iota, _mm512_set1_epi32((int)e.ldr)) : iota;
+    __m512 br = e.bias_row != NULL ? _mm512_maskz_loadu_ps(rm, e.bias_row) : _mm512_setzero_ps();
+    TAILS(TSTORE)
+    ROWS(STORE)
+}
+#undef TAILS
+#undef TFMA
+#undef TSTORE
+
+/* nr = 16 + w or 32 + w columns, 1 <= w <= NARROW; see tail_body. */
+__attribute__((target("avx512f"))) static void ukr_tail(int64_t kc, const float *a, const float *b,
+                                                        float *c, int64_t ldc, float alpha,
+                                                        float beta, int mr, int nr,
+                                                        const kn_ukr_ep *ep) {
+    const float *bt = nr > NR ? b + NR * kc : b + 16;
+    switch (nr) {
+    case 17:
+        tail_body(kc, a, b, bt, c, ldc, alpha, beta, mr, ep, 0, 1);
+        break;
+    case 18:
+        tail_body(kc, a, b, bt, c, ldc, alpha, beta, mr, ep, 0, 2);
+        break;
+    case 19:
+        tail_body(kc, a, b, bt, c, ldc, alpha, beta, mr, ep, 0, 3);
+        break;
+    case 20:
+        tail_body(kc, a, b, bt, c, ldc, alpha, beta, mr, ep, 0, 4);
+        break;
+    case 33:
+        tail_body(kc, a, b, bt, c, ldc, alpha, beta, mr, ep, 1, 1);
+        break;
+    case 34:
+        tail_body(kc, a, b, bt, c, ldc, alpha, beta, mr, ep, 1, 2);
+        break;
+    case 35:
+        tail_body(kc, a, b, bt, c, ldc, alpha, beta, mr, ep, 1, 3);
+        break;
+    default:
+        tail_body(kc, a, b, bt, c, ldc, alpha, beta, mr, ep, 1, 4);
+        break;
+    }
+}
+
 /* S panels at a time, so S independent chains of multiply-adds hide their latency (k is often
  * 10-48 here: one chain per panel waited on it). */
 #define GEMV_PANELS 8
@@ -437,6 +547,7 @@ const kn_gemm_ukr kn_gemm_ukr_avx512 = {.name = "avx512",
                                         .fn_half_mn = ukr_half_mn,
                                         .fn_narrow_n = ukr_narrow,
                                         .narrow_n = NARROW,
+                                        .fn_tail = ukr_tail,
                                         .fn_direct = ukr_direct,
                                         .fn_m1 = ukr_m1,
                                         .fn_rows8 = ukr_rows8,

@@ -319,12 +319,15 @@ typedef struct gemm_job {
     const kn_gemm_operand *a, *b;
     float *c;
     int64_t ldc;
-    const kn_epilogue *ep; /* NULL when there is nothing to apply */
-    bool ep_act_after;     /* an activation the micro-kernel cannot apply in registers */
-    bool direct;           /* B read in place by u->fn_direct, never packed */
-    int64_t mc, nc;        /* block sizes, multiples of MR / NR */
-    int64_t tm, tn;        /* task grid */
-    int64_t units_m, units_n;
+    const kn_epilogue *ep;    /* NULL when there is nothing to apply */
+    bool ep_act_after;        /* an activation the micro-kernel cannot apply in registers */
+    bool direct;              /* B read in place by u->fn_direct, never packed */
+    int64_t mc, nc;           /* block sizes, multiples of MR / NR */
+    int64_t tm, tn;           /* task grid */
+    int64_t units_m, units_n; /* units_n: a last panel of <= tail columns is in the one before */
+    int64_t panels_n;
+    int tail;     /* columns of a last panel taken with the panel before it by fn_tail, or 0 */
+    bool tail_ok; /* fn_tail may run (its scatters reach C and the residual) */
     float *scratch;
     int64_t scratch_a, scratch_b; /* floats per task */
 } gemm_job;
@@ -376,8 +379,10 @@ static void run_block(const gemm_job *j, int64_t m0, int64_t m1, int64_t n0, int
                       float *buf_a, float *buf_b) {
     const kn_gemm_ukr *u = j->u;
     const kn_gemm_operand *a = j->a, *b = j->b;
-    for (int64_t jc = n0; jc < n1; jc += j->nc) {
-        int64_t nc = min64(j->nc, n1 - jc);
+    for (int64_t jc = n0, nc; jc < n1; jc += nc) {
+        nc = min64(j->nc, n1 - jc);
+        if (n1 - jc - nc <= j->tail)
+            nc = n1 - jc;
         for (int64_t pc = 0; pc < j->k; pc += KC) {
             int64_t kc = min64(KC, j->k - pc);
             const float *bp;
@@ -411,10 +416,15 @@ static void run_block(const gemm_job *j, int64_t m0, int64_t m1, int64_t n0, int
                 bool rows_outer = j->k <= ROWS_OUTER_MAX_K ||
                                   (j->k <= ROWS_OUTER_WIDE_MAX_K && nc >= ROWS_OUTER_WIDE_MIN_N);
                 int64_t n_jr = (nc + u->nr - 1) / u->nr, n_ir = (mc + u->mr - 1) / u->mr;
+                /* A last panel of <= tail columns goes with the one before (see fn_tail). */
+                bool fuse = n_jr >= 2 && nc - (n_jr - 1) * u->nr <= j->tail;
+                if (fuse)
+                    n_jr--;
                 for (int64_t t = 0; t < n_jr * n_ir; t++) {
                     int64_t jr = (rows_outer ? t % n_jr : t / n_ir) * u->nr;
                     int64_t ir = (rows_outer ? t / n_jr : t % n_ir) * u->mr;
-                    int nr = (int)min64(u->nr, nc - jr);
+                    int nr =
+                        (int)(fuse && jr == (n_jr - 1) * u->nr ? nc - jr : min64(u->nr, nc - jr));
                     int mr = (int)min64(u->mr, mc - ir);
                     if (j->direct) {
                         float *ct = j->c + (ic + ir) * j->ldc + jc + jr;
@@ -431,9 +441,17 @@ static void run_block(const gemm_job *j, int64_t m0, int64_t m1, int64_t n0, int
                                               nr);
                         continue;
                     }
-                    /* A panel's last columns may take the narrow kernel: e.g. 17 = 16 + 1. */
+                    /* A panel's last columns may take the narrow kernel: e.g. 17 = 16 + 1, or
+                     * 36 = 32 + 4 with the next panel's 4; tall enough tiles take both parts
+                     * in one pass (fn_tail). */
                     int split = nr;
-                    if (u->fn_narrow_n != NULL && nr <= u->nr / 2 + u->narrow_n)
+                    bool tail = j->tail_ok && mr > u->mr * 2 / 3 &&
+                                (nr > u->nr || (nr > u->nr / 2 && nr <= u->nr / 2 + u->narrow_n));
+                    if (tail)
+                        split = nr;
+                    else if (nr > u->nr)
+                        split = u->nr;
+                    else if (u->fn_narrow_n != NULL && nr <= u->nr / 2 + u->narrow_n)
                         split = nr <= u->narrow_n ? 0 : nr > u->nr / 2 ? u->nr / 2 : nr;
                     for (int part = 0; part < 2; part++) {
                         int off = part == 0 ? 0 : split, w = part == 0 ? split : nr - split;
@@ -441,15 +459,19 @@ static void run_block(const gemm_job *j, int64_t m0, int64_t m1, int64_t n0, int
                             continue;
                         int64_t col = jc + jr + off;
                         float *ct = j->c + (ic + ir) * j->ldc + col;
-                        kn_gemm_ukr_fn fn = part == 1 ? u->fn_narrow_n : pick(u, mr, w);
+                        kn_gemm_ukr_fn fn = part == 1 ? u->fn_narrow_n
+                                            : tail    ? u->fn_tail
+                                                      : pick(u, mr, w);
                         kn_ukr_ep te, *tep = NULL;
                         bool in_regs = false;
                         if (last && j->ep != NULL) {
                             tep = tile_ep(j, ic + ir, col, &te);
                             in_regs = act_regs(j, fn, tep);
                         }
-                        fn(kc, ap + ir * kc, bp + jr * kc + off, ct, j->ldc, j->alpha, beta, mr, w,
-                           tep);
+                        /* part 1 past the panel (36 = 32 + 4) reads the next panel */
+                        const float *bt = off < u->nr ? bp + jr * kc + off
+                                                      : bp + (jr + u->nr) * kc + (off - u->nr);
+                        fn(kc, ap + ir * kc, bt, ct, j->ldc, j->alpha, beta, mr, w, tep);
                         if (last && j->ep_act_after && !in_regs)
                             kn_act_apply_rows(j->ep->act, j->ep->alpha, j->ep->beta, ct, j->ldc, mr,
                                               w);
@@ -467,7 +489,7 @@ static void run_tasks(void *arg, int64_t begin, int64_t end) {
         int64_t m0 = ti * j->units_m / j->tm * j->u->mr;
         int64_t m1 = min64((ti + 1) * j->units_m / j->tm * j->u->mr, j->m);
         int64_t n0 = tj * j->units_n / j->tn * j->u->nr;
-        int64_t n1 = min64((tj + 1) * j->units_n / j->tn * j->u->nr, j->n);
+        int64_t n1 = tj == j->tn - 1 ? j->n : (tj + 1) * j->units_n / j->tn * j->u->nr;
         float *scratch = j->scratch != NULL ? j->scratch + t * (j->scratch_a + j->scratch_b) : NULL;
         if (m0 < m1 && n0 < n1)
             run_block(j, m0, m1, n0, n1, scratch, scratch != NULL ? scratch + j->scratch_a : NULL);
@@ -562,8 +584,18 @@ static bool job_init(gemm_job *j, int threads, int64_t m, int64_t n, int64_t k, 
               (a->packed->ukr == j->u && a->packed->rows == m && a->packed->k == k));
     KN_ASSERT(b->packed == NULL ||
               (b->packed->ukr == j->u && b->packed->rows == n && b->packed->k == k));
+    KN_ASSERT(b->scale == NULL || (b->packed == NULL && b->pack == NULL && !b->trans));
+    j->direct = direct_shape(j->u, m, k) && b->packed == NULL && b->pack == NULL && !b->trans &&
+                b->scale == NULL;
     j->units_m = (m + j->u->mr - 1) / j->u->mr;
-    j->units_n = (n + j->u->nr - 1) / j->u->nr;
+    j->units_n = j->panels_n = (n + j->u->nr - 1) / j->u->nr;
+    int64_t lim = INT32_MAX / j->u->mr;
+    j->tail_ok = j->u->fn_tail != NULL && !j->direct && ldc <= lim &&
+                 (epi == NULL || epi->residual == NULL || epi->ldr <= lim);
+    if (j->tail_ok && j->units_n >= 2 && n % j->u->nr <= j->u->narrow_n && n % j->u->nr > 0) {
+        j->tail = (int)(n % j->u->nr);
+        j->units_n--;
+    }
     choose_grid(j, threads);
     j->mc = MC_TARGET / j->u->mr * j->u->mr;
     /* A few rows over the one block (ResNet-50's 256 -> 128 1x1 conv at 56x56: 120 + 8 rows)
@@ -578,11 +610,10 @@ static bool job_init(gemm_job *j, int threads, int64_t m, int64_t n, int64_t k, 
      * blocks for the rows-first order. */
     if (m <= j->mc && k > ROWS_OUTER_WIDE_MAX_K && b->pack == NULL)
         j->nc = min64(j->nc, ONE_BLOCK_NC / j->u->nr * j->u->nr);
-    KN_ASSERT(b->scale == NULL || (b->packed == NULL && b->pack == NULL && !b->trans));
-    j->direct = direct_shape(j->u, m, k) && b->packed == NULL && b->pack == NULL && !b->trans &&
-                b->scale == NULL;
     j->scratch_a = a->packed != NULL ? 0 : round_up(j->mc * KC, 16);
-    j->scratch_b = b->packed != NULL || j->direct ? 0 : round_up(j->nc * KC, 16);
+    /* a block may take the tail's panel too (run_block) */
+    int64_t nc_max = j->nc + (j->tail > 0 ? j->u->nr : 0);
+    j->scratch_b = b->packed != NULL || j->direct ? 0 : round_up(nc_max * KC, 16);
     return true;
 }
 
@@ -717,8 +748,8 @@ kiln_status kn_gemm(kn_threadpool *pool, int64_t m, int64_t n, int64_t k, float 
     }
     if (prepack) {
         pb.data = buf;
-        prepack_job pj = {.j = &j, .b = b, .panels = j.units_n, .pad = pb.pad, .data = buf};
-        kn_parallel_for(pool, (k + KC - 1) / KC * j.units_n, 1, prepack_range, &pj);
+        prepack_job pj = {.j = &j, .b = b, .panels = j.panels_n, .pad = pb.pad, .data = buf};
+        kn_parallel_for(pool, (k + KC - 1) / KC * j.panels_n, 1, prepack_range, &pj);
         j.b = &bp;
     }
     kn_parallel_for(tasks > 1 ? pool : NULL, tasks, 1, run_tasks, &j);
@@ -828,7 +859,7 @@ int64_t kn_gemm_serial_scratch(int64_t n, const kn_gemm_operand *a, const kn_gem
     const kn_gemm_ukr *u = ukr_get();
     int64_t nc = min64(NC_TARGET / u->nr * u->nr, round_up(n, u->nr));
     return (a->packed != NULL ? 0 : round_up(MC_TARGET / u->mr * u->mr * KC, 16)) +
-           (b->packed != NULL ? 0 : round_up(nc * KC, 16));
+           (b->packed != NULL ? 0 : round_up((nc + u->nr) * KC, 16));
 }
 
 void kn_gemm_serial(int64_t m, int64_t n, int64_t k, float alpha, const kn_gemm_operand *a,

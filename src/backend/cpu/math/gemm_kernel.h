@@ -51,6 +51,11 @@ typedef struct kn_gemm_ukr {
      * has the panel's NR stride. */
     kn_gemm_ukr_fn fn_narrow_n;
     int narrow_n;
+    /* Optional: an mr x nr tile, mr > MR * 2 / 3, of nr = NR / 2 + w or NR + w columns
+     * (1 <= w <= narrow_n) in one pass: the last w columns' b at b + NR / 2 (the same panel) or
+     * at b + NR * kc (the next panel, same stride). Applies the whole epilogue, activation
+     * included, in registers; ldc and ep->ldr must be at most INT32_MAX / MR. */
+    kn_gemm_ukr_fn fn_tail;
     /* Optional: any mr x nr tile with B read in place (b[k * ldb + j], only j < nr touched) for
      * a plain row-major B, so small-k products skip packing B. */
     void (*fn_direct)(int64_t kc, const float *a, const float *b, int64_t ldb, float *c,
