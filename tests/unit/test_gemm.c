@@ -348,6 +348,43 @@ static void test_gemm_tail_columns(void **state) {
     assert_true(kn_gemm_force_isa(orig));
 }
 
+/* Packed A over one or two column panels, deep enough that the rows are split a row tile a task,
+ * more tasks than the pool hands out one at a time (tasks claimed by each thread, run_claimed):
+ * 400 rows (34 tiles, the last 4 rows), 33 columns (32 + 1 in one pass), 49 and 64, across K
+ * slices; bias, residual and clamp; on 2 and 3 threads and every ISA. */
+static void test_gemm_row_tasks(void **state) {
+    (void)state;
+    const int64_t shapes[][3] = {{400, 49, 600}, {200, 33, 1000}, {397, 64, 700}, {250, 49, 300}};
+    const char *isas[] = {"avx512", "avx2", "scalar"};
+    const char *orig = kn_gemm_isa();
+    kn_threadpool *pools[] = {kn_threadpool_create(2), kn_threadpool_create(3)};
+    assert_non_null(pools[0]);
+    assert_non_null(pools[1]);
+    for (size_t i = 0; i < 3; i++) {
+        if (!kn_gemm_force_isa(isas[i]))
+            continue;
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            for (int v = 0; v < 2; v++) {
+                gemm_case t = {.m = shapes[s][0],
+                               .n = shapes[s][1],
+                               .k = shapes[s][2],
+                               .alpha = 1.0f,
+                               .beta = v ? 0.5f : 0.0f,
+                               .pack = 1,
+                               .use_ep = true,
+                               .act = KN_ACT_CLIP,
+                               .act_a = -0.5f,
+                               .act_b = 0.75f,
+                               .bias_mode = 2,
+                               .residual = v == 0};
+                run_case(pools[v], &t);
+            }
+    }
+    kn_threadpool_destroy(pools[0]);
+    kn_threadpool_destroy(pools[1]);
+    assert_true(kn_gemm_force_isa(orig));
+}
+
 /* A's rows in one block with B packed in 512-column blocks (k > 64, plain B): 64 rows, 121-132
  * rows taken in one block of up to 11 tiles (133 in two), over widths that end in a partial
  * block (1100 = 2 x 512 + 76) or fit in one (300), across K slices (300 = 256 + 44); with A
@@ -467,6 +504,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_shape_paths),
         cmocka_unit_test(test_gemm_one_block),
         cmocka_unit_test(test_gemm_tail_columns),
+        cmocka_unit_test(test_gemm_row_tasks),
         cmocka_unit_test(test_act_values),
         cmocka_unit_test(test_threadpool_covers_once),
         cmocka_unit_test(test_threadpool_back_to_back),

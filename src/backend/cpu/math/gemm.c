@@ -13,6 +13,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #define KC 256
@@ -37,6 +38,8 @@
 #define ROWS_OUTER_WIDE_MIN_N 1024
 /* Grids for a packed A with at most this many column panels split rows only (choose_grid). */
 #define ROWS_ONLY_MAX_PANELS 2
+/* ... by single row tiles from this many multiply-adds a tile. */
+#define ROW_TASK_MIN_WORK ((int64_t)1 << 18)
 /* ... and grids over at least this many column panels a thread split columns only. */
 #define COLUMN_ONLY_MIN_PANELS 3
 #define COLUMN_ONLY_MAX_WORK ((int64_t)1 << 24)
@@ -330,6 +333,7 @@ typedef struct gemm_job {
     bool tail_ok; /* fn_tail may run (its scatters reach C and the residual) */
     float *scratch;
     int64_t scratch_a, scratch_b; /* floats per task */
+    atomic_int_fast64_t *next;    /* the next task to claim (run_claimed) */
 } gemm_job;
 
 static kn_gemm_ukr_fn pick(const kn_gemm_ukr *u, int mr, int nr) {
@@ -496,6 +500,17 @@ static void run_tasks(void *arg, int64_t begin, int64_t end) {
     }
 }
 
+/* Each thread claims task after task, one at a time: the pool hands out chunks of several
+ * once there are more than 8 a thread. */
+static void run_claimed(void *arg, int64_t begin, int64_t end) {
+    const gemm_job *j = arg;
+    (void)begin;
+    (void)end;
+    for (int64_t t;
+         (t = atomic_fetch_add_explicit(j->next, 1, memory_order_relaxed)) < j->tm * j->tn;)
+        run_tasks(arg, t, t + 1);
+}
+
 /* Split the output into a few tasks per thread, claimed dynamically: a thread that is slow or
  * descheduled (the machine may be shared) then delays only a small share. Columns are split
  * first: each task packs only its own B panels, while splitting rows makes every row task pack
@@ -513,7 +528,12 @@ static void choose_grid(gemm_job *j, int threads) {
      * A crosses the cache once per column task; split by rows only, B shared from L2. */
     if (j->a->packed != NULL && j->units_n <= ROWS_ONLY_MAX_PANELS &&
         j->units_m >= (int64_t)threads * 2) {
-        j->tm = min64(j->units_m, target);
+        /* Deep ones by single row tiles, claimed one at a time (run_claimed): tasks of 3-4
+         * tiles left one thread up to a task behind at the end (MobileNetV2's 960 -> 320 at
+         * 7x7, 27 tiles). Shallow tiles stay grouped: one task a 12 x 49 x 160 tile made
+         * its 160 -> 960 convs 7 % slower. */
+        int64_t tile_work = j->u->mr * j->n * j->k;
+        j->tm = tile_work >= ROW_TASK_MIN_WORK ? j->units_m : min64(j->units_m, target);
         return;
     }
     /* Short products over wide rows (ResNet-50's 64 -> 256 1x1 convs at 56x56) are bound by
@@ -752,7 +772,14 @@ kiln_status kn_gemm(kn_threadpool *pool, int64_t m, int64_t n, int64_t k, float 
         kn_parallel_for(pool, (k + KC - 1) / KC * j.panels_n, 1, prepack_range, &pj);
         j.b = &bp;
     }
-    kn_parallel_for(tasks > 1 ? pool : NULL, tasks, 1, run_tasks, &j);
+    atomic_int_fast64_t next;
+    atomic_init(&next, 0);
+    j.next = &next;
+    int threads = kn_threadpool_size(pool);
+    if (tasks > (int64_t)threads * 8)
+        kn_parallel_for(pool, threads, 1, run_claimed, &j);
+    else
+        kn_parallel_for(tasks > 1 ? pool : NULL, tasks, 1, run_tasks, &j);
     kn_free(own);
     return KILN_OK;
 }
