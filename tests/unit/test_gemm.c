@@ -348,6 +348,45 @@ static void test_gemm_tail_columns(void **state) {
     assert_true(kn_gemm_force_isa(orig));
 }
 
+/* Plain B read in place (no packing) up to 64 rows over up to 256 deep: 25-64 rows (two to six
+ * row tiles, the last of 1-12 rows), 65 rows and 257 deep (packed again), over widths that end
+ * in full, half and narrow panels; A packed or not, beta, bias, residual, clamp and SiLU; on 1,
+ * 2 and 3 threads and every ISA. */
+static void test_gemm_direct_rows(void **state) {
+    (void)state;
+    const int64_t ms[] = {25, 32, 40, 48, 63, 64, 65}, ns[] = {784, 196, 49, 36},
+                  ks[] = {144, 256, 257};
+    const char *isas[] = {"avx512", "avx2", "scalar"};
+    const char *orig = kn_gemm_isa();
+    kn_threadpool *pools[] = {NULL, kn_threadpool_create(2), kn_threadpool_create(3)};
+    assert_non_null(pools[1]);
+    assert_non_null(pools[2]);
+    for (size_t i = 0; i < 3; i++) {
+        if (!kn_gemm_force_isa(isas[i]))
+            continue;
+        for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++)
+            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+                int v = (int)(mi * 4 + ni);
+                gemm_case t = {.m = ms[mi],
+                               .n = ns[ni],
+                               .k = ks[v % 3],
+                               .alpha = 1.0f,
+                               .beta = v % 4 == 3 ? 0.5f : 0.0f,
+                               .pack = v % 2,
+                               .use_ep = true,
+                               .act = v % 3 == 1 ? KN_ACT_SWISH : KN_ACT_CLIP,
+                               .act_a = -0.5f,
+                               .act_b = 0.75f,
+                               .bias_mode = 2,
+                               .residual = v % 2 == 0};
+                run_case(pools[v % 3], &t);
+            }
+    }
+    kn_threadpool_destroy(pools[1]);
+    kn_threadpool_destroy(pools[2]);
+    assert_true(kn_gemm_force_isa(orig));
+}
+
 /* Packed A over one or two column panels, deep enough that the rows are split a row tile a task,
  * more tasks than the pool hands out one at a time (tasks claimed by each thread, run_claimed):
  * 400 rows (34 tiles, the last 4 rows), 33 columns (32 + 1 in one pass), 49 and 64, across K
@@ -505,6 +544,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_one_block),
         cmocka_unit_test(test_gemm_tail_columns),
         cmocka_unit_test(test_gemm_row_tasks),
+        cmocka_unit_test(test_gemm_direct_rows),
         cmocka_unit_test(test_act_values),
         cmocka_unit_test(test_threadpool_covers_once),
         cmocka_unit_test(test_threadpool_back_to_back),

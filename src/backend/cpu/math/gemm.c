@@ -27,9 +27,12 @@
 #define MIN_TASK_WORK ((int64_t)1 << 16)
 /* B is read in place (no packing) when few row tiles would share each packed panel and the depth
  * (concurrent row streams) is small; measured on MobileNetV2's 1x1 convs: 16 rows x 32 deep
- * 192 -> 166 us, but 96 x 16 583 -> 601 us and 384 x 64 98 -> 114 us. */
+ * 192 -> 166 us, but 96 x 16 583 -> 601 us and 384 x 64 98 -> 114 us. Up to 64 rows (one to
+ * six tiles re-reading a panel of B from L1) on the Zen 5 box, 1 thread, alone: 32 x 784 x 192
+ * 56 -> 45 us, 40 x 784 x 240 81 -> 73, 64 x 3136 x 256 656 -> 453, 64 x 3136 x 64 132 -> 121;
+ * 96 rows were slower (61.8 against 56.7 us for 96 x 196 x 576 at 2 threads). */
 #define DIRECT_MAX_K 256
-#define DIRECT_MAX_M 24
+#define DIRECT_MAX_M 64
 /* Products this short take row tiles outside column panels (see run_block): EfficientNet-B0's
  * 16 -> 96 1x1 conv + SiLU at 112x112 0.56 -> 0.50 ms in the model. */
 #define ROWS_OUTER_MAX_K 32
