@@ -483,6 +483,15 @@ static void test_depthwise_direct(void **state) {
         {2, 1, 3, 3, 3, {4, 40}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {0, 0}, NULL, true, false},
         {2, 1, 2, 2, 2, {1, 40}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
         {2, 1, 2, 2, 2, {2, 41}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, NULL, false, false},
+        /* and onto 7 or 8 output columns from rows of up to 15, two output rows a vector: 14x14
+         * (MobileNetV2's 576ch 14->7), 13 (padding after), 15 -> 8 (every lane), an even count
+         * of output rows, a plane of one row, two images; over 16 rows the direct kernel's */
+        {2, 1, 3, 3, 3, {14, 14}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
+        {2, 2, 2, 2, 2, {13, 13}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
+        {2, 1, 3, 3, 3, {15, 15}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, NULL, false, false},
+        {2, 1, 2, 2, 2, {16, 14}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
+        {2, 1, 3, 3, 3, {1, 13}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
+        {2, 1, 2, 2, 2, {19, 14}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
     };
     const struct {
         const char *name;

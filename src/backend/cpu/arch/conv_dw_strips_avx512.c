@@ -18,7 +18,7 @@
 
 /* Stride 2 from this many output columns. Inside MobileNetV2, 1 thread, ms, direct kernel ->
  * strips: 96ch 112->56 0.108 -> 0.081, 144ch 56->28 0.052 -> 0.043, 192ch 28->14 0.018 ->
- * 0.016, but 576ch 14->7 0.024 -> 0.027. */
+ * 0.016, but 576ch 14->7 0.024 -> 0.027 (that one by pairs of rows, plane_s2_narrow). */
 #define STRIDE2_MIN_OW 8
 
 /* Vectors a strip: 4 x 2 accumulator rows, 9 weights and the taps fill the 32 registers. */
@@ -249,6 +249,61 @@ AVX512 static void plane(const kn_dwd *d) {
     }
 }
 
+/* Stride 2 onto at most 8 output columns from at most 16 rows of at most 15 (MobileNetV2's 576ch
+ * 14->7): a vector holds two output rows, flat as they are stored, so the 7 x 7 plane is four
+ * vectors, four independent accumulators, each stored with one masked store. A tap's inputs for
+ * both rows come from their two input rows, 2 rows apart, by one vpermt2ps (the even or odd
+ * columns, shifted by the tap; the padding from lane 15, zero in every loaded row). The direct
+ * kernel ran one vector of 7 lanes a row. Inside MobileNetV2, 576ch 14->7, best medians of 5
+ * rounds: 1 thread 0.0243 -> 0.0195 ms, 2 threads 0.0147 -> 0.0126 (one accumulator through the
+ * pairs and the permute indices built in scalar code: 0.0293 -> 0.0338, slower). */
+AVX512 static void plane_s2_narrow(const kn_dwd *d) {
+    int64_t h = d->h, w = d->w, ow = d->ow, oh = d->oh, np = (oh + 1) / 2;
+    __mmask16 mrow = lanes(w);
+    /* lane i: output row 2p + (i >= ow), column i % ow; taps from column 2 * (i % ow) + kx - 1
+     * of the first (a) or the second (b, + 16) row, lane 15 where that is padding */
+    __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    __m512i vow = _mm512_set1_epi32((int)ow), vw = _mm512_set1_epi32((int)w);
+    __mmask16 second = _mm512_cmpge_epi32_mask(iota, vow);
+    __mmask16 used = _mm512_cmplt_epi32_mask(iota, _mm512_set1_epi32((int)(2 * ow)));
+    __m512i j = _mm512_mask_sub_epi32(iota, second, iota, vow);
+    __m512i idx[3];
+    for (int kx = 0; kx < 3; kx++) {
+        __m512i col = _mm512_add_epi32(_mm512_add_epi32(j, j), _mm512_set1_epi32(kx - 1));
+        __mmask16 in = used & _mm512_cmpge_epi32_mask(col, _mm512_setzero_si512()) &
+                       _mm512_cmplt_epi32_mask(col, vw);
+        col = _mm512_mask_add_epi32(col, second, col, _mm512_set1_epi32(16));
+        idx[kx] = _mm512_mask_mov_epi32(_mm512_set1_epi32(15), in, col);
+    }
+    __m512 acc[4];
+    for (int p = 0; p < 4; p++)
+        acc[p] = _mm512_set1_ps(d->bias);
+    /* input rows 4p - 1 + ky (first output row) and 4p + 1 + ky (second) */
+    for (int ky = 0; ky < 3; ky++)
+        for (int p = 0; p < 4; p++) {
+            if (p >= np)
+                break;
+            int64_t r0 = 4 * p + ky - 1, r1 = r0 + 2;
+            __m512 a = r0 >= 0 && r0 < h ? _mm512_maskz_loadu_ps(mrow, d->x + r0 * w)
+                                         : _mm512_setzero_ps();
+            __m512 b = r1 < h && 2 * p + 1 < oh ? _mm512_maskz_loadu_ps(mrow, d->x + r1 * w)
+                                                : _mm512_setzero_ps();
+            for (int kx = 0; kx < 3; kx++)
+                acc[p] = _mm512_fmadd_ps(_mm512_permutex2var_ps(a, idx[kx], b),
+                                         _mm512_set1_ps(d->wt[ky * 3 + kx]), acc[p]);
+        }
+    for (int p = 0; p < 4; p++) {
+        if (p >= np)
+            break;
+        int64_t at = 2 * p * ow;
+        __mmask16 m = lanes(2 * p + 1 < oh ? 2 * ow : ow);
+        __m512 v = acc[p];
+        if (d->res != NULL)
+            v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, d->res + at));
+        _mm512_mask_storeu_ps(d->y + at, m, kn_act_in_regs512(d->act, v, d->lo, d->hi));
+    }
+}
+
 /* act over n floats of y, as the kernels apply it in registers. */
 AVX512 static void act_pass(float *y, int64_t n, int act) {
     int64_t i = 0;
@@ -264,9 +319,14 @@ AVX512 static void act_pass(float *y, int64_t n, int act) {
 bool kn_cpu_dw3_strips_avx512(const kn_dwd *d) {
     bool s1 = d->stride == 1 && d->oh == d->h && d->ow == d->w;
     bool s2 = d->stride == 2 && d->oh == (d->h - 1) / 2 + 1 && d->ow == (d->w - 1) / 2 + 1;
-    if (d->k != 3 || d->ph != 1 || d->pw != 1 || d->w < 1 || d->h < 1 || !(s1 || s2) ||
-        (s2 && d->ow < STRIDE2_MIN_OW))
+    if (d->k != 3 || d->ph != 1 || d->pw != 1 || d->w < 1 || d->h < 1 || !(s1 || s2))
         return false;
+    if (s2 && d->ow < STRIDE2_MIN_OW) {
+        if (d->w > 15 || d->h > 16)
+            return false;
+        plane_s2_narrow(d);
+        return true;
+    }
     /* Stride 2 with sigmoid or SiLU in registers left the strip short of registers: inside
      * EfficientNet-B0, 1 thread, 96ch 112->56 + SiLU 0.205 ms (direct kernel) -> 0.208 (strips,
      * SiLU in registers) -> 0.169 (strips, then SiLU over the plane while it is in cache). At

@@ -104,7 +104,8 @@ typedef struct kn_dwd {
 bool kn_cpu_dw_direct_avx512(const kn_dwd *d);
 /* The 3x3 cases of kn_cpu_dw_direct_avx512 with one row and column of padding before: stride 1
  * with oh = h and ow = w, stride 2 with oh = (h - 1) / 2 + 1 and ow = (w - 1) / 2 + 1 >= 8; by
- * strips of columns walked down the plane. False (nothing done) when d is not one of those. */
+ * strips of columns walked down the plane; and stride 2 onto fewer columns from at most 16 rows
+ * of at most 15, two output rows a vector. False (nothing done) when d is not one of those. */
 bool kn_cpu_dw3_strips_avx512(const kn_dwd *d);
 /* k x k (3, 5 or 7) depthwise, stride 1, k / 2 padding on every side, over planes [p0, p1) of
  * d.x (plane p has channel p % channels: weights d.wt + channel * k * k, bias[channel]), on
