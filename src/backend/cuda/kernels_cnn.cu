@@ -42,7 +42,7 @@ __device__ __forceinline__ void store_out(const kc_dwconv &p, float v, int c, in
         v += kc_widen(bias[c]);
     if (res)
         v += kc_widen(res[o]);
-    y[o] = kc_narrow<T>(kc_activate(p.act, v, p.alpha, p.beta));
+    y[o] = kc_narrow<T>(kc_activate_t<T>(p.act, v, p.alpha, p.beta));
 }
 
 // The input prologue: min(max(v + in_bias[c], lo), hi), v as loaded (padding never passes
@@ -277,7 +277,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
             for (int j = 0; j < V; j++) {
                 float v = acc[i][j] + bv[j] + (res ? kc_widen(zv[j]) : 0.f);
-                ov[j] = kc_narrow<T>(kc_activate(p.act, v, p.alpha, p.beta));
+                ov[j] = kc_narrow<T>(kc_activate_t<T>(p.act, v, p.alpha, p.beta));
             }
             *reinterpret_cast<uint4 *>(y + o) = out;
         }
@@ -345,11 +345,39 @@ int dispatch(cudaStream_t s, const kc_dwconv &p, const T *x, const T *w, const T
                     : launch<T, 5, 2>(s, p, x, w, b, z, xb, y);
 }
 
+// 16 bytes of x and w from element j on, widened: acc += x[j..] . w[j..].
 template <typename T>
+__device__ __forceinline__ float dot16(float acc, const T *__restrict__ x,
+                                       const T *__restrict__ w) {
+    constexpr int V = 16 / sizeof(T);
+    uint4 a = __ldg(reinterpret_cast<const uint4 *>(x)),
+          b = __ldg(reinterpret_cast<const uint4 *>(w));
+    const T *av = (const T *)&a, *bv = (const T *)&b;
+#pragma unroll
+    for (int i = 0; i < V; i++)
+        acc += kc_widen(av[i]) * kc_widen(bv[i]);
+    return acc;
+}
+
+template <typename T>
+__device__ __forceinline__ void store_1x1(float acc, int64_t o, int64_t ki,
+                                          const T *__restrict__ bias, const T *__restrict__ res,
+                                          T *__restrict__ y, int act, float alpha, float beta) {
+    if (bias)
+        acc += kc_widen(bias[ki]);
+    if (res)
+        acc += kc_widen(res[o]);
+    y[o] = kc_narrow<T>(kc_activate_t<T>(act, acc, alpha, beta));
+}
+
+// Long rows (squeeze-and-excitation's reduction, 1152 -> 48): one warp an output, 16 bytes a
+// lane a step where the rows are whole vectors (Vec).
+template <typename T, bool Vec>
 __global__ void __launch_bounds__(kThreads)
     k_pointwise_1x1(int n, int c, int k, const T *__restrict__ x, const T *__restrict__ w,
                     const T *__restrict__ bias, const T *__restrict__ res, T *__restrict__ y,
                     int act, float alpha, float beta) {
+    constexpr int V = 16 / sizeof(T);
     const int lane = threadIdx.x & 31;
     const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
     for (int64_t o = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5);
@@ -357,17 +385,64 @@ __global__ void __launch_bounds__(kThreads)
         const int64_t ni = o / k, ki = o % k;
         const T *xr = x + ni * c, *wr = w + ki * c;
         float acc = 0.f;
-        for (int j = lane; j < c; j += 32)
-            acc += kc_widen(xr[j]) * kc_widen(wr[j]);
+        if (Vec)
+            for (int j = lane * V; j < c; j += 32 * V)
+                acc = dot16(acc, xr + j, wr + j);
+        else
+            for (int j = lane; j < c; j += 32)
+                acc += kc_widen(xr[j]) * kc_widen(wr[j]);
         for (int off = 16; off > 0; off >>= 1)
             acc += __shfl_xor_sync(0xffffffffu, acc, off);
-        if (lane == 0) {
-            if (bias)
-                acc += kc_widen(bias[ki]);
-            if (res)
-                acc += kc_widen(res[o]);
-            y[o] = kc_narrow<T>(kc_activate(act, acc, alpha, beta));
-        }
+        if (lane == 0)
+            store_1x1(acc, o, ki, bias, res, y, act, alpha, beta);
+    }
+}
+
+// Short rows (the expansion back, 48 -> 1152): one thread an output, the threads of a warp on
+// consecutive outputs of one image (x's row is read by all of them). A warp an output left
+// most lanes idle and took about 10 us a layer at batch 64.
+template <typename T, bool Vec>
+__global__ void __launch_bounds__(kThreads)
+    k_pointwise_1x1_short(int n, int c, int k, const T *__restrict__ x, const T *__restrict__ w,
+                          const T *__restrict__ bias, const T *__restrict__ res, T *__restrict__ y,
+                          int act, float alpha, float beta) {
+    constexpr int V = 16 / sizeof(T);
+    for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < (int64_t)n * k;
+         o += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t ni = o / k, ki = o % k;
+        const T *xr = x + ni * c, *wr = w + ki * c;
+        float acc = 0.f;
+        if (Vec)
+            for (int j = 0; j < c; j += V)
+                acc = dot16(acc, xr + j, wr + j);
+        else
+            for (int j = 0; j < c; j++)
+                acc += kc_widen(xr[j]) * kc_widen(wr[j]);
+        store_1x1(acc, o, ki, bias, res, y, act, alpha, beta);
+    }
+}
+
+// Rows up to this long take a thread an output.
+constexpr int kShortRow = 128;
+
+template <typename T>
+void pointwise_1x1(cudaStream_t s, int n, int c, int k, const T *x, const T *w, const T *bias,
+                   const T *res, T *y, int act, float alpha, float beta) {
+    const bool vec = (c * sizeof(T)) % 16 == 0 && ((uintptr_t)x | (uintptr_t)w) % 16 == 0;
+    const int64_t outs = (int64_t)n * k;
+    if (c <= kShortRow) {
+        if (vec)
+            k_pointwise_1x1_short<T, true>
+                <<<grid_for(outs), kThreads, 0, s>>>(n, c, k, x, w, bias, res, y, act, alpha, beta);
+        else
+            k_pointwise_1x1_short<T, false>
+                <<<grid_for(outs), kThreads, 0, s>>>(n, c, k, x, w, bias, res, y, act, alpha, beta);
+    } else if (vec) {
+        k_pointwise_1x1<T, true><<<grid_for(outs * 32), kThreads, 0, s>>>(n, c, k, x, w, bias, res,
+                                                                          y, act, alpha, beta);
+    } else {
+        k_pointwise_1x1<T, false><<<grid_for(outs * 32), kThreads, 0, s>>>(n, c, k, x, w, bias, res,
+                                                                           y, act, alpha, beta);
     }
 }
 
@@ -424,6 +499,54 @@ __global__ void __launch_bounds__(32 * kSlices)
     }
 }
 
+// The NHWC pool 16 bytes of channels a thread (c a multiple of the vector, x 16-byte aligned):
+// a block of up to 32 channel vectors by kSlices slices of H*W, so a warp reads up to 512
+// contiguous bytes of a pixel where the scalar form read 64 (two bytes a thread).
+template <typename T, bool Max>
+__global__ void __launch_bounds__(32 * kSlices)
+    k_gpool_nhwc_vec(int64_t hw, int c, const T *__restrict__ x, T *__restrict__ y,
+                     float *__restrict__ partial) {
+    constexpr int V = 16 / sizeof(T);
+    __shared__ float part[kSlices][32 * V + 1];
+    const int cv = c / V, cvi = blockIdx.x * blockDim.x + threadIdx.x;
+    const int64_t n = blockIdx.y;
+    const int64_t chunk = (hw + gridDim.z - 1) / gridDim.z, j0 = blockIdx.z * chunk;
+    const int64_t j1 = j0 + chunk < hw ? j0 + chunk : hw;
+    float acc[V];
+#pragma unroll
+    for (int i = 0; i < V; i++)
+        acc[i] = Max ? -INFINITY : 0.f;
+    if (cvi < cv) {
+        const uint4 *xn = reinterpret_cast<const uint4 *>(x + n * hw * c) + cvi;
+#pragma unroll 4
+        for (int64_t j = j0 + threadIdx.y; j < j1; j += kSlices) {
+            uint4 raw = __ldg(xn + j * cv);
+            const T *v = reinterpret_cast<const T *>(&raw);
+#pragma unroll
+            for (int i = 0; i < V; i++)
+                acc[i] = pool_step<Max>(acc[i], kc_widen(v[i]));
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < V; i++)
+        part[threadIdx.y][threadIdx.x * V + i] = acc[i];
+    __syncthreads();
+    if (threadIdx.y != 0 || cvi >= cv)
+        return;
+    for (int s = 1; s < kSlices; s++)
+#pragma unroll
+        for (int i = 0; i < V; i++)
+            acc[i] = pool_step<Max>(acc[i], part[s][threadIdx.x * V + i]);
+    const int64_t c0 = (int64_t)cvi * V;
+#pragma unroll
+    for (int i = 0; i < V; i++) {
+        if (gridDim.z > 1)
+            partial[(n * gridDim.z + blockIdx.z) * c + c0 + i] = acc[i];
+        else
+            y[n * c + c0 + i] = kc_narrow<T>(Max ? acc[i] : acc[i] / (float)hw);
+    }
+}
+
 // The split pool's second step: y[n, c] from the chunks' partial results.
 template <typename T, bool Max>
 __global__ void k_gpool_finish(int64_t n, int c, int chunks, int64_t hw,
@@ -438,11 +561,11 @@ __global__ void k_gpool_finish(int64_t n, int c, int chunks, int64_t hw,
     }
 }
 
-// How many H*W chunks an NHWC pool of n x c channels over hw pixels is split into: enough
-// blocks for two an SM (at batch 1 a 96-channel pool was three blocks), chunks of at least
-// 64 pixels a slice.
-int gpool_chunks(int64_t n, int64_t c, int64_t hw) {
-    const int64_t blocks = n * ((c + 31) / 32), want = 2 * (int64_t)kc_sm_count();
+// How many H*W chunks an NHWC pool launched as `blocks` blocks over hw pixels is split into:
+// enough blocks for two an SM (at batch 1 a 96-channel pool was three blocks), chunks of at
+// least 64 pixels a slice.
+int gpool_chunks(int64_t blocks, int64_t hw) {
+    const int64_t want = 2 * (int64_t)kc_sm_count();
     if (blocks >= want)
         return 1;
     int64_t z = (want + blocks - 1) / blocks, most = hw / (64 * kSlices);
@@ -450,15 +573,28 @@ int gpool_chunks(int64_t n, int64_t c, int64_t hw) {
     return z > 1 ? (int)(z > 1024 ? 1024 : z) : 1;
 }
 
+// The blocks of the NHWC pool along C: 32 channels each (scalar), or up to 32 vectors (vec).
+int64_t gpool_cblocks(int64_t c, int64_t cv, bool vec) {
+    return vec ? (cv + 31) / 32 : (c + 31) / 32;
+}
+
 template <typename T, bool Max>
 int gpool(cudaStream_t s, int64_t n, int64_t c, int64_t hw, int nhwc, const T *x, T *y, void *ws,
           size_t ws_size) {
     if (nhwc) {
-        int chunks = gpool_chunks(n, c, hw);
+        constexpr int V = 16 / sizeof(T);
+        const int64_t cv = c / V;
+        const bool vec = c % V == 0 && (uintptr_t)x % 16 == 0;
+        const int64_t cblocks = gpool_cblocks(c, cv, vec);
+        int chunks = gpool_chunks(n * cblocks, hw);
         if ((size_t)(n * c * chunks) * sizeof(float) > ws_size)
             chunks = 1;
-        dim3 grid((unsigned)((c + 31) / 32), (unsigned)n, (unsigned)chunks), block(32, kSlices);
-        k_gpool_nhwc<T, Max><<<grid, block, 0, s>>>(hw, (int)c, x, y, (float *)ws);
+        dim3 grid((unsigned)cblocks, (unsigned)n, (unsigned)chunks);
+        if (vec)
+            k_gpool_nhwc_vec<T, Max><<<grid, dim3((unsigned)(cv < 32 ? cv : 32), kSlices), 0, s>>>(
+                hw, (int)c, x, y, (float *)ws);
+        else
+            k_gpool_nhwc<T, Max><<<grid, dim3(32, kSlices), 0, s>>>(hw, (int)c, x, y, (float *)ws);
         if (chunks > 1)
             k_gpool_finish<T, Max>
                 <<<grid_for(n * c), kThreads, 0, s>>>(n, (int)c, chunks, hw, (const float *)ws, y);
@@ -476,15 +612,21 @@ extern "C" int kc_pointwise_1x1(void *s, int dt, int n, int c, int k, const void
     if ((int64_t)n * k == 0)
         return 0;
     KC_FLOAT_DISPATCH(dt, T,
-                      k_pointwise_1x1<T>
-                      <<<grid_for((int64_t)n * k * 32), kThreads, 0, (cudaStream_t)s>>>(
-                          n, c, k, (const T *)x, (const T *)w, (const T *)bias, (const T *)residual,
-                          (T *)y, act, alpha, beta));
+                      pointwise_1x1<T>((cudaStream_t)s, n, c, k, (const T *)x, (const T *)w,
+                                       (const T *)bias, (const T *)residual, (T *)y, act, alpha,
+                                       beta));
     return (int)cudaGetLastError();
 }
 
+// The workspace of the split NHWC pool: the larger of the two forms' (the vector form, which
+// launches fewer blocks along C and so may split H*W more, depends on x's alignment, not known
+// here; its vector is 4 or 8 channels, the larger count of blocks being the 8-channel one's).
 extern "C" size_t kc_global_pool_ws(int64_t n, int64_t c, int64_t hw, int nhwc) {
-    const int chunks = nhwc ? gpool_chunks(n, c, hw) : 1;
+    if (!nhwc)
+        return 0;
+    int scalar = gpool_chunks(n * gpool_cblocks(c, 0, false), hw);
+    int vec = gpool_chunks(n * gpool_cblocks(c, c / 8, true), hw);
+    int chunks = scalar > vec ? scalar : vec;
     return chunks > 1 ? (size_t)(n * c * chunks) * sizeof(float) : 0;
 }
 

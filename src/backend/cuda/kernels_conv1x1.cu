@@ -152,8 +152,8 @@ __global__ void __launch_bounds__(128)
         float f[8];
 #pragma unroll
         for (int e = 0; e < 8; e++)
-            f[e] = kc_activate(act, kc_widen(pv[e]) + (z != nullptr ? kc_widen(pr[e]) : 0.f), alpha,
-                               beta);
+            f[e] = kc_activate_t<T>(act, kc_widen(pv[e]) + (z != nullptr ? kc_widen(pr[e]) : 0.f),
+                                    alpha, beta);
         uint4 o;
         o.x = mma_op<T>::pack(f[0], f[1]);
         o.y = mma_op<T>::pack(f[2], f[3]);

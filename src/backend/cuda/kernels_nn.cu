@@ -305,7 +305,7 @@ __global__ void k_epilogue(T *y, const T *bias, const T *res, int64_t outer, int
             v += kc_widen(bias[(t / inner) % c]);
         if (res)
             v += kc_widen(res[t]);
-        y[t] = kc_narrow<T>(kc_activate(act, v, a, b));
+        y[t] = kc_narrow<T>(kc_activate_t<T>(act, v, a, b));
     }
 }
 
@@ -343,7 +343,7 @@ __global__ void k_epilogue_vec(T *y, const T *bias, const T *res, unsigned nvec,
             float v = kc_widen(yv[j]) + bv[j];
             if (res)
                 v += kc_widen(rv[j]);
-            o[j] = kc_narrow<T>(kc_activate(act, v, a, b));
+            o[j] = kc_narrow<T>(kc_activate_t<T>(act, v, a, b));
         }
         reinterpret_cast<uint4 *>(y)[t] = out;
     }
