@@ -9,7 +9,7 @@
  * epilogue kernel reads and writes y again, a pass over the largest tensor of each
  * EfficientNet-B0 block. Only 16-bit NHWC convolutions ask (the layouts runtime fusion takes);
  * when cuDNN makes no plan for a graph the caller keeps the conv and the epilogue kernel.
- * KILN_CUDA_CONV_GRAPH=1 turns it on (graph_on: measured slower, so off by default). */
+ * KILN_CUDA_CONV_GRAPH=1 turns it on (graph_on: off by default). */
 #include "backend/cuda/cuda_internal.h"
 
 #include <stdlib.h>
@@ -40,9 +40,11 @@ struct kc_conv_graph {
     void *ptrs[5], *ws_at;
 };
 
-/* Off unless KILN_CUDA_CONV_GRAPH=1: on the H200 the fused kernels cuDNN's heuristic ranks
- * first ran slower than its convolution plus the epilogue kernel (EfficientNet-B0 fp16 3.269
- * against 3.222 ms at batch 64, 0.644 against 0.601 at batch 1; docs/perf-notes.md). */
+/* Off unless KILN_CUDA_CONV_GRAPH=1 (read once a process, when a plan runs): on the H200 it ran
+ * EfficientNet-B0 fp16 level at batch 1 and about 3 % faster at batch 64 than cuDNN's
+ * convolution plus the epilogue kernel (0.680 / 2.847 against 0.667 / 2.947 ms, one
+ * measurement; docs/perf-notes.md), and the first run of each fused conv compiles cuDNN's
+ * runtime-fusion kernel, a cost not measured yet. */
 static bool graph_on(void) {
     static int on = -1;
     if (on < 0) {

@@ -18,7 +18,7 @@
  * deprecated there), fused with bias, residual and ReLU by cudnnConvolutionBiasActivationForward
  * where it takes them. With KILN_CUDA_CONV_GRAPH=1, 16-bit NHWC convolutions with the
  * activations that call refuses (SiLU, sigmoid, ReLU6, tanh, GELU) go through cuDNN's graph API
- * with the epilogue as pointwise nodes (conv_graph.c; off by default: slower on the H200). conv_run
+ * with the epilogue as pointwise nodes (conv_graph.c; off by default, see there). conv_run
  * takes X, W, B, Z explicitly, so kiln.FusedConv (inputs X, W, B, Z) needs only its own table
  * entry. */
 #include "backend/cuda/cuda_internal.h"
