@@ -620,7 +620,7 @@ extern "C" int kc_pointwise_1x1(void *s, int dt, int n, int c, int k, const void
 
 // The workspace of the split NHWC pool: the larger of the two forms' (the vector form, which
 // launches fewer blocks along C and so may split H*W more, depends on x's alignment, not known
-// here; its vector is 4 or 8 channels, the larger count of blocks being the 8-channel one's).
+// here; its vector is 4 or 8 channels, and 8 gives the fewest blocks, so the most chunks).
 extern "C" size_t kc_global_pool_ws(int64_t n, int64_t c, int64_t hw, int nhwc) {
     if (!nhwc)
         return 0;
