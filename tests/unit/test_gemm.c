@@ -301,6 +301,22 @@ static void test_gemm_shape_paths(void **state) {
     kn_threadpool_destroy(pool);
 }
 
+/* cases(pools) under every ISA this CPU has (kn_gemm_force_isa), pools[0] none, pools[1] a pool
+ * of 2 threads, pools[2] one of 3; the ISA is restored after. */
+static void every_isa(void (*cases)(kn_threadpool *const *pools)) {
+    const char *isas[] = {"avx512", "avx2", "scalar"};
+    const char *orig = kn_gemm_isa();
+    kn_threadpool *pools[] = {NULL, kn_threadpool_create(2), kn_threadpool_create(3)};
+    assert_non_null(pools[1]);
+    assert_non_null(pools[2]);
+    for (size_t i = 0; i < 3; i++)
+        if (kn_gemm_force_isa(isas[i]))
+            cases(pools);
+    kn_threadpool_destroy(pools[1]);
+    kn_threadpool_destroy(pools[2]);
+    assert_true(kn_gemm_force_isa(orig));
+}
+
 /* Widths whose last 1-4 columns the AVX-512 kernels take with the 16 or 32 columns before them
  * in one pass (17-20 = 16 + w; 33-36 = 32 + w, the w from the next panel, and 68, 100, 196 the
  * same at the end; 52 = 32 + 16 + 4 in one panel), with the blocks that take the tail's panel
@@ -309,119 +325,95 @@ static void test_gemm_shape_paths(void **state) {
  * packed or neither, alpha and beta, bias by row and by column, a residual, clamp, SiLU and
  * sigmoid; on 1, 2 and 3 threads (row and column splits, the tail's panel in the last column
  * task) and every ISA. */
-static void test_gemm_tail_columns(void **state) {
-    (void)state;
+static void tail_column_cases(kn_threadpool *const *pools) {
     const int64_t ns[] = {17, 18, 19, 20, 33, 34, 35, 36, 52, 68, 100, 196, 516, 2052};
     const int64_t ms[] = {12, 9, 13, 20, 29, 96};
     const int acts[] = {KN_ACT_NONE, KN_ACT_CLIP, KN_ACT_SWISH, KN_ACT_SIGMOID};
-    const char *isas[] = {"avx512", "avx2", "scalar"};
-    const char *orig = kn_gemm_isa();
-    kn_threadpool *pools[] = {NULL, kn_threadpool_create(2), kn_threadpool_create(3)};
-    assert_non_null(pools[1]);
-    assert_non_null(pools[2]);
-    for (size_t i = 0; i < 3; i++) {
-        if (!kn_gemm_force_isa(isas[i]))
-            continue;
-        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
-            for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
-                if (ns[ni] > 500 && ms[mi] > 20)
-                    continue;
-                int v = (int)(ni * 7 + mi);
-                gemm_case t = {.m = ms[mi],
-                               .n = ns[ni],
-                               .k = v % 3 == 0 ? 40 : 300,
-                               .alpha = v % 4 == 1 ? 0.5f : 1.0f,
-                               .beta = v % 5 == 2 ? -0.75f : 0.0f,
-                               .pack = v % 3,
-                               .use_ep = v % 6 != 5,
-                               .act = acts[v % 4],
-                               .act_a = -0.5f,
-                               .act_b = 0.75f,
-                               .bias_mode = v % 3 == 1 ? 1 : 2,
-                               .residual = v % 2 == 0};
-                run_case(pools[v % 3], &t);
-                run_case(pools[(v + 1) % 3], &t);
-            }
-    }
-    kn_threadpool_destroy(pools[1]);
-    kn_threadpool_destroy(pools[2]);
-    assert_true(kn_gemm_force_isa(orig));
+    for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+        for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+            if (ns[ni] > 500 && ms[mi] > 20)
+                continue;
+            int v = (int)(ni * 7 + mi);
+            gemm_case t = {.m = ms[mi],
+                           .n = ns[ni],
+                           .k = v % 3 == 0 ? 40 : 300,
+                           .alpha = v % 4 == 1 ? 0.5f : 1.0f,
+                           .beta = v % 5 == 2 ? -0.75f : 0.0f,
+                           .pack = v % 3,
+                           .use_ep = v % 6 != 5,
+                           .act = acts[v % 4],
+                           .act_a = -0.5f,
+                           .act_b = 0.75f,
+                           .bias_mode = v % 3 == 1 ? 1 : 2,
+                           .residual = v % 2 == 0};
+            run_case(pools[v % 3], &t);
+            run_case(pools[(v + 1) % 3], &t);
+        }
+}
+
+static void test_gemm_tail_columns(void **state) {
+    (void)state;
+    every_isa(tail_column_cases);
 }
 
 /* Plain B read in place (no packing) up to 64 rows over up to 256 deep: 25-64 rows (two to six
  * row tiles, the last of 1-12 rows), 65 rows and 257 deep (packed again), over widths that end
  * in full, half and narrow panels; A packed or not, beta, bias, residual, clamp and SiLU; on 1,
  * 2 and 3 threads and every ISA. */
-static void test_gemm_direct_rows(void **state) {
-    (void)state;
+static void direct_row_cases(kn_threadpool *const *pools) {
     const int64_t ms[] = {25, 32, 40, 48, 63, 64, 65}, ns[] = {784, 196, 49, 36},
                   ks[] = {144, 256, 257};
-    const char *isas[] = {"avx512", "avx2", "scalar"};
-    const char *orig = kn_gemm_isa();
-    kn_threadpool *pools[] = {NULL, kn_threadpool_create(2), kn_threadpool_create(3)};
-    assert_non_null(pools[1]);
-    assert_non_null(pools[2]);
-    for (size_t i = 0; i < 3; i++) {
-        if (!kn_gemm_force_isa(isas[i]))
-            continue;
-        for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++)
-            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
-                int v = (int)(mi * 4 + ni);
-                gemm_case t = {.m = ms[mi],
-                               .n = ns[ni],
-                               .k = ks[v % 3],
-                               .alpha = 1.0f,
-                               .beta = v % 4 == 3 ? 0.5f : 0.0f,
-                               .pack = v % 2,
-                               .use_ep = true,
-                               .act = v % 3 == 1 ? KN_ACT_SWISH : KN_ACT_CLIP,
-                               .act_a = -0.5f,
-                               .act_b = 0.75f,
-                               .bias_mode = 2,
-                               .residual = v % 2 == 0};
-                run_case(pools[v % 3], &t);
-            }
-    }
-    kn_threadpool_destroy(pools[1]);
-    kn_threadpool_destroy(pools[2]);
-    assert_true(kn_gemm_force_isa(orig));
+    for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++)
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+            int v = (int)(mi * 4 + ni);
+            gemm_case t = {.m = ms[mi],
+                           .n = ns[ni],
+                           .k = ks[v % 3],
+                           .alpha = 1.0f,
+                           .beta = v % 4 == 3 ? 0.5f : 0.0f,
+                           .pack = v % 2,
+                           .use_ep = true,
+                           .act = v % 3 == 1 ? KN_ACT_SWISH : KN_ACT_CLIP,
+                           .act_a = -0.5f,
+                           .act_b = 0.75f,
+                           .bias_mode = 2,
+                           .residual = v % 2 == 0};
+            run_case(pools[v % 3], &t);
+        }
+}
+
+static void test_gemm_direct_rows(void **state) {
+    (void)state;
+    every_isa(direct_row_cases);
 }
 
 /* Packed A over one or two column panels, deep enough that the rows are split a row tile a task,
  * more tasks than the pool hands out one at a time (tasks claimed by each thread, run_claimed):
  * 400 rows (34 tiles, the last 4 rows), 33 columns (32 + 1 in one pass), 49 and 64, across K
  * slices; bias, residual and clamp; on 2 and 3 threads and every ISA. */
+static void row_task_cases(kn_threadpool *const *pools) {
+    const int64_t shapes[][3] = {{400, 49, 600}, {200, 33, 1000}, {397, 64, 700}, {250, 49, 300}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int v = 0; v < 2; v++) {
+            gemm_case t = {.m = shapes[s][0],
+                           .n = shapes[s][1],
+                           .k = shapes[s][2],
+                           .alpha = 1.0f,
+                           .beta = v ? 0.5f : 0.0f,
+                           .pack = 1,
+                           .use_ep = true,
+                           .act = KN_ACT_CLIP,
+                           .act_a = -0.5f,
+                           .act_b = 0.75f,
+                           .bias_mode = 2,
+                           .residual = v == 0};
+            run_case(pools[v + 1], &t);
+        }
+}
+
 static void test_gemm_row_tasks(void **state) {
     (void)state;
-    const int64_t shapes[][3] = {{400, 49, 600}, {200, 33, 1000}, {397, 64, 700}, {250, 49, 300}};
-    const char *isas[] = {"avx512", "avx2", "scalar"};
-    const char *orig = kn_gemm_isa();
-    kn_threadpool *pools[] = {kn_threadpool_create(2), kn_threadpool_create(3)};
-    assert_non_null(pools[0]);
-    assert_non_null(pools[1]);
-    for (size_t i = 0; i < 3; i++) {
-        if (!kn_gemm_force_isa(isas[i]))
-            continue;
-        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-            for (int v = 0; v < 2; v++) {
-                gemm_case t = {.m = shapes[s][0],
-                               .n = shapes[s][1],
-                               .k = shapes[s][2],
-                               .alpha = 1.0f,
-                               .beta = v ? 0.5f : 0.0f,
-                               .pack = 1,
-                               .use_ep = true,
-                               .act = KN_ACT_CLIP,
-                               .act_a = -0.5f,
-                               .act_b = 0.75f,
-                               .bias_mode = 2,
-                               .residual = v == 0};
-                run_case(pools[v], &t);
-            }
-    }
-    kn_threadpool_destroy(pools[0]);
-    kn_threadpool_destroy(pools[1]);
-    assert_true(kn_gemm_force_isa(orig));
+    every_isa(row_task_cases);
 }
 
 /* A's rows in one block with B packed in 512-column blocks (k > 64, plain B): 64 rows, 121-132
