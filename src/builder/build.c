@@ -647,7 +647,8 @@ kiln_status kn_build_plan(const kiln_builder *b, const kiln_network *net,
         (rc = kn_plugin_bind_graph(g, b->registry, cfg->prefer_plugin, cfg->n_prefer, &plugins)) !=
             KILN_OK)
         goto fail;
-    if ((rc = kn_pass_fuse_qdq(g)) != KILN_OK || (rc = tidy(g)) != KILN_OK)
+    if ((rc = kn_pass_fuse_qdq(g)) != KILN_OK || (rc = tidy(g)) != KILN_OK ||
+        (rc = kn_pass_elide_qdq(g)) != KILN_OK || (rc = tidy(g)) != KILN_OK)
         goto fail;
     progress(cfg, "folding constants", 0.3);
     if ((rc = resolve_fold_annotate(g, cfg, &plugins, true, true)) != KILN_OK ||
@@ -672,6 +673,7 @@ kiln_status kn_build_plan(const kiln_builder *b, const kiln_network *net,
     if ((half && ((rc = kn_pass_fuse_attention(g)) != KILN_OK || (rc = tidy(g)) != KILN_OK)) ||
         (rc = kn_pass_recognize_gelu(g)) != KILN_OK || (rc = tidy(g)) != KILN_OK ||
         (rc = kn_pass_fuse_activations(g)) != KILN_OK || (rc = tidy(g)) != KILN_OK ||
+        (rc = kn_pass_expand_qdq_pairs(g)) != KILN_OK || (rc = tidy(g)) != KILN_OK ||
         (rc = kn_pass_fuse_elementwise(g)) != KILN_OK || (rc = tidy(g)) != KILN_OK ||
         (rc = kn_pass_fuse_depthwise_input(g)) != KILN_OK || (rc = tidy(g)) != KILN_OK ||
         (rc = kn_pass_fuse_channel_scale(

@@ -94,6 +94,18 @@ kiln_status kn_pass_fuse_channel_scale(kn_graph *g, bool float32_plan);
  * weights. */
 kiln_status kn_pass_fuse_qdq(kn_graph *g);
 
+/* A QuantizeLinear of a DequantizeLinear on the same grid (scalar constant scale, equal zero
+ * point), through Reshape / Transpose / Squeeze / Unsqueeze / Flatten / Identity nodes or
+ * none: those nodes are copied to run on the int8 tensor and write the QuantizeLinear's
+ * output, which then holds the same bytes (q(dq(x)) is x). */
+kiln_status kn_pass_elide_qdq(kn_graph *g);
+
+/* QuantizeLinear -> DequantizeLinear on the same grid (the rounding a QDQ model puts after its
+ * float ops), placed on the CPU, as Div, Clip, Round and Mul by constants: the same values, in
+ * nodes kn_pass_fuse_elementwise joins to the float ops around them (one pass over the tensor
+ * where there were two, and no int8 copy in between). Needs dtypes and placement. */
+kiln_status kn_pass_expand_qdq_pairs(kn_graph *g);
+
 /* A residual Add between int8 layers into the kiln.QConv before it: QConv -> DequantizeLinear
  * -> Add (other input DequantizeLinear(r), r of the conv output's shape) -> [Relu] ->
  * QuantizeLinear becomes the QConv with inputs 9 to 13 r, r_scale, r_zero_point, c_scale,
