@@ -300,32 +300,38 @@ static void pack_a_amx_range(void *arg, int64_t begin, int64_t end) {
                            j->dst + s * j->kstride * AMX_MR);
 }
 
+/* B's packing as tasks of one panel's PACK_ROWS rows of K (the panel's K padding with its first
+ * chunk): a 7x7 map is two panels (49 columns), so tasks of whole panels left all but two
+ * threads idle while ResNet-50's 4608-deep im2col was packed and converted. */
+static int64_t pack_b_chunks(const pack_job *j) {
+    return (j->k + PACK_ROWS - 1) / PACK_ROWS;
+}
+
 static void pack_b_range(void *arg, int64_t begin, int64_t end) {
     const pack_job *j = arg;
     const kn_bf16_operand *b = j->op;
     float panel[PACK_ROWS * NR];
-    for (int64_t pn = begin; pn < end; pn++) {
-        int64_t n0 = pn * NR, nc = min64(NR, j->rows - n0);
+    int64_t chunks = pack_b_chunks(j);
+    for (int64_t t = begin; t < end; t++) {
+        int64_t pn = t / chunks, k0 = t % chunks * PACK_ROWS;
+        int64_t n0 = pn * NR, nc = min64(NR, j->rows - n0), kc = min64(PACK_ROWS, j->k - k0);
         uint32_t *d = j->dst + pn * j->kstride * NR;
-        if (j->kstride > j->kpairs)
+        if (k0 == 0 && j->kstride > j->kpairs)
             memset(d + j->kpairs * NR, 0, (size_t)((j->kstride - j->kpairs) * NR) * sizeof *d);
         if (b->pack == NULL && !b->trans) {
-            rows_to_pairs(b->p + n0, b->ld, j->k, nc, d);
+            rows_to_pairs(b->p + k0 * b->ld + n0, b->ld, kc, nc, d + k0 / 2 * NR);
             continue;
         }
-        for (int64_t k0 = 0; k0 < j->k; k0 += PACK_ROWS) {
-            int64_t kc = min64(PACK_ROWS, j->k - k0);
-            if (b->pack != NULL) {
-                b->pack(b->pack_arg, k0, kc, n0, nc, panel);
-            } else {
-                for (int64_t q = 0; q < kc; q++)
-                    for (int64_t c = 0; c < NR; c++)
-                        panel[q * NR + c] = c >= nc ? 0.0f
-                                                    : (b->trans ? b->p[(n0 + c) * b->ld + k0 + q]
-                                                                : b->p[(k0 + q) * b->ld + n0 + c]);
-            }
-            panel_to_pairs(panel, kc, d + k0 / 2 * NR);
+        if (b->pack != NULL) {
+            b->pack(b->pack_arg, k0, kc, n0, nc, panel);
+        } else {
+            for (int64_t q = 0; q < kc; q++)
+                for (int64_t c = 0; c < NR; c++)
+                    panel[q * NR + c] = c >= nc ? 0.0f
+                                                : (b->trans ? b->p[(n0 + c) * b->ld + k0 + q]
+                                                            : b->p[(k0 + q) * b->ld + n0 + c]);
         }
+        panel_to_pairs(panel, kc, d + k0 / 2 * NR);
     }
 }
 
@@ -671,7 +677,7 @@ kiln_status kn_gemm_bf16(kn_threadpool *pool, int64_t m, int64_t n, int64_t k,
                        .kpairs = kpairs,
                        .kstride = kstride,
                        .dst = (uint32_t *)(buf + a_bytes)};
-        kn_parallel_for(pool, j.panels, 1, pack_b_range, &pj);
+        kn_parallel_for(pool, j.panels * pack_b_chunks(&pj), 2, pack_b_range, &pj);
         j.b = pj.dst;
     }
     if (amx)
