@@ -34,7 +34,12 @@ typedef enum kn_fused_kind {
 
 /* Float unary ops shared by the standalone kernels and the fused program. Parameters (in
  * order): LEAKY_RELU alpha; ELU alpha; SELU alpha, gamma; CELU alpha; HARD_SIGMOID alpha, beta;
- * THRESHOLDED_RELU alpha; SHRINK bias, lambd; CLIP min, max. */
+ * THRESHOLDED_RELU alpha; SHRINK bias, lambd; CLIP min, max; QDQ_ROUND scale, lo, hi.
+ *
+ * QDQ_ROUND is nearbyint(clip(x / scale, lo, hi)) * scale, the four float ops in that order:
+ * the value of a QuantizeLinear -> DequantizeLinear pair on one grid (lo and hi the integer
+ * bounds less the zero point). No ONNX node maps to it; kn_pass_fuse_elementwise writes it for
+ * groups on the CPU only (the CUDA generator does not know it). */
 typedef enum kn_ew_unary {
     KN_EW_ABS = 0,
     KN_EW_NEG = 1,
@@ -75,6 +80,7 @@ typedef enum kn_ew_unary {
     KN_EW_MISH = 36,
     KN_EW_SHRINK = 37,
     KN_EW_CLIP = 38,
+    KN_EW_QDQ_ROUND = 39,
     KN_EW_UNARY_COUNT
 } kn_ew_unary;
 

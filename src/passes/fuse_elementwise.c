@@ -12,7 +12,12 @@
  * Before grouping, the exact GELU exporters write out, x * 0.5 * (1 + Erf(x / sqrt 2)) in any
  * order of its two products, becomes one Gelu node: one instruction instead of five, and x
  * then has the Gelu as its only consumer, so the bias Add that usually produces x joins the
- * group. */
+ * group.
+ *
+ * Also before grouping, on the CPU, Div(x, s) -> Clip(lo, hi) -> Round -> Mul(s) with
+ * scalar constants (the QuantizeLinear -> DequantizeLinear pairs kn_pass_expand_qdq_pairs
+ * writes) becomes one QDQ_ROUND instruction: the same four operations on each element in one
+ * pass over the tile instead of four, and no CONST registers. */
 #include "ir/placement.h"
 #include "passes/passes.h"
 
@@ -52,6 +57,20 @@ static float const_value(const kn_graph *g, int v) {
     return (float)kn_tensor_get_f64(&t, 0);
 }
 
+/* The node this pass writes for a Div -> Clip -> Round -> Mul chain, inputs x, s, lo, hi. It
+ * lives only inside the pass: each one becomes a program's QDQ_ROUND, alone if nothing joins
+ * it. */
+#define QDQ_ROUND_OP "QdqRound"
+
+static bool is_qdq_round(const kn_node *n) {
+    return kn_node_is(n, KN_DOMAIN, QDQ_ROUND_OP);
+}
+
+/* The program's unary op for member n, or -1 when it is a binary one. */
+static int member_unary(const kn_node *n) {
+    return is_qdq_round(n) ? KN_EW_QDQ_ROUND : kn_ew_unary_of(n);
+}
+
 /* float32 nodes fuse wherever they run; float16 and bfloat16 ones (a model exported in 16
  * bits) where a device backend runs them, whose fused kernel computes in float32 and rounds
  * once at the store (the host's fused kernel is float32 only). Every operand has the
@@ -63,6 +82,8 @@ static bool node_fusible(const kn_graph *g, const kn_node *n) {
     if (dt != KILN_DTYPE_FLOAT32 && !((dt == KILN_DTYPE_FLOAT16 || dt == KILN_DTYPE_BFLOAT16) &&
                                       strcmp(kn_node_backend(n), "cpu") != 0))
         return false;
+    if (is_qdq_round(n))
+        return true;
     int u = kn_ew_unary_of(n);
     if (u == KN_EW_CLIP && n->opset >= 11) {
         if (n->n_in < 1 || n->n_in > 3 || !is_dt(g, n->in[0], dt))
@@ -77,9 +98,10 @@ static bool node_fusible(const kn_graph *g, const kn_node *n) {
     return kn_ew_binary_of(n) >= 0 && is_dt(g, n->in[0], dt) && is_dt(g, n->in[1], dt);
 }
 
-/* Operands a member reads as registers (Clip's constant bounds are parameters instead). */
+/* Operands a member reads as registers (the constant bounds of Clip and QdqRound are
+ * parameters instead). */
 static int n_operands(const kn_node *n) {
-    return kn_ew_unary_of(n) >= 0 ? 1 : 2;
+    return member_unary(n) >= 0 ? 1 : 2;
 }
 
 typedef struct slot {
@@ -207,11 +229,15 @@ static bool build_program(builder *b, const kn_graph *g, const int *members, int
         int dst = alloc_reg(b);
         if (dst < 0)
             return false;
-        int u = kn_ew_unary_of(n);
+        int u = member_unary(n);
         if (u >= 0) {
             int np = kn_ew_unary_nparams(u);
-            double prm[2] = {0, 0};
-            kn_ew_unary_params(n, u, prm);
+            double prm[3] = {0, 0, 0};
+            if (u == KN_EW_QDQ_ROUND)
+                for (int i = 0; i < 3; i++)
+                    prm[i] = const_value(g, n->in[i + 1]);
+            else
+                kn_ew_unary_params(n, u, prm);
             if (u == KN_EW_CLIP && n->opset >= 11)
                 for (int i = 1; i < n->n_in && i < 3; i++)
                     if (n->in[i] >= 0)
@@ -425,6 +451,94 @@ static kiln_status rewrite_gelu(kn_graph *g, int *uses, int *consumer) {
     return KILN_OK;
 }
 
+/* The producer of v when it is an alive node of the given unary op whose output only the
+ * chain reads, else -1. */
+static int chain_producer(const kn_graph *g, const int *uses, int v, int unary_op) {
+    int p = v >= 0 ? g->values[v].producer : -1;
+    if (p < 0 || uses[v] != 1 || g->values[v].is_output || g->nodes[p].dead ||
+        g->nodes[p].n_in < 1 || !is_f32(g, g->nodes[p].in[0]))
+        return -1;
+    const kn_node *n = &g->nodes[p];
+    if (unary_op >= 0)
+        return kn_ew_unary_of(n) == unary_op ? p : -1;
+    return is_ew(n, KN_EW_DIV) ? p : -1;
+}
+
+/* A float32 scalar constant no wider in rank than x (so it does not widen the output). */
+static bool f32_scalar_for(const kn_graph *g, int v, int x) {
+    return scalar_const(g, v) && is_f32(g, v) && g->values[x].rank >= 0 &&
+           g->values[v].rank <= g->values[x].rank;
+}
+
+/* Chain Div(x, s) -> Clip(lo, hi) -> Round -> Mul(s) ending at Mul node m, on the CPU: fills
+ * in = {x, s, lo, hi} and chain = {Div, Clip, Round}; false when m ends no such chain. */
+static bool match_qdq_round(const kn_graph *g, const int *uses, int m, int *in, int *chain) {
+    const kn_node *mn = &g->nodes[m];
+    if (!is_ew(mn, KN_EW_MUL) || !is_f32(g, mn->out[0]) || strcmp(kn_node_backend(mn), "cpu"))
+        return false;
+    for (int side = 0; side < 2; side++) {
+        int s = mn->in[1 - side];
+        int r = chain_producer(g, uses, mn->in[side], KN_EW_ROUND);
+        int c = r < 0 ? -1 : chain_producer(g, uses, g->nodes[r].in[0], KN_EW_CLIP);
+        if (c < 0 || g->nodes[c].opset < 11 || g->nodes[c].n_in != 3)
+            continue;
+        int d = chain_producer(g, uses, g->nodes[c].in[0], -1);
+        if (d < 0)
+            continue;
+        int x = g->nodes[d].in[0], ds = g->nodes[d].in[1];
+        int lo = g->nodes[c].in[1], hi = g->nodes[c].in[2];
+        if (!f32_scalar_for(g, s, x) || !f32_scalar_for(g, ds, x) || !f32_scalar_for(g, lo, x) ||
+            !f32_scalar_for(g, hi, x) || const_value(g, s) != const_value(g, ds) ||
+            !kn_nodes_same_place(&g->nodes[d], mn) || !kn_nodes_same_place(&g->nodes[c], mn) ||
+            !kn_nodes_same_place(&g->nodes[r], mn))
+            continue;
+        in[0] = x;
+        in[1] = ds;
+        in[2] = lo;
+        in[3] = hi;
+        chain[0] = d;
+        chain[1] = c;
+        chain[2] = r;
+        return true;
+    }
+    return false;
+}
+
+/* Replace each matched chain by a QdqRound node in its Mul's slot; the rest turn dead. */
+static kiln_status rewrite_qdq_rounds(kn_graph *g, const int *uses, int *consumer) {
+    int n = g->n_nodes;
+    for (int m = 0; m < n; m++) {
+        int in[4], chain[3];
+        if (g->nodes[m].dead || !match_qdq_round(g, uses, m, in, chain))
+            continue;
+        int out = g->nodes[m].out[0];
+        char name[256];
+        snprintf(name, sizeof name, "%s/qdq_round", g->nodes[m].name);
+        int idx = kn_graph_add_node(g, name, QDQ_ROUND_OP, KN_DOMAIN, 1, 4, in, 1, &out);
+        if (idx < 0)
+            return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory fusing a QDQ rounding");
+        KN_TRY(kn_node_copy_placement(g, idx, m));
+        kn_node tmp = g->nodes[m];
+        g->nodes[m] = g->nodes[idx];
+        g->nodes[idx] = tmp;
+        g->nodes[idx].dead = true;
+        g->values[out].producer = m;
+        for (int k = 0; k < 3; k++)
+            g->nodes[chain[k]].dead = true;
+        /* x was read by the Div, now by the QdqRound: its count stays */
+        consumer[in[0]] = m;
+    }
+    return KILN_OK;
+}
+
+/* Build and place the program of one QdqRound a failed group left behind. */
+static kiln_status lone_qdq_round(kn_graph *g, builder *b, int node) {
+    int one[1] = {node};
+    if (!build_program(b, g, one, 1))
+        return kn_error(KILN_ERR_INTERNAL, "no program for QDQ rounding %s", g->nodes[node].name);
+    return replace_group(g, b, one, 1);
+}
+
 /* Per value: how many nodes read it (graph outputs count twice, so they are never folded
  * away) and its last reader. */
 static void count_uses(const kn_graph *g, int *uses, int *consumer) {
@@ -472,7 +586,8 @@ kiln_status kn_pass_fuse_elementwise(kn_graph *g) {
     }
     count_uses(g, uses, consumer);
     int n_before = g->n_nodes;
-    if ((rc = rewrite_gelu(g, uses, consumer)) != KILN_OK)
+    if ((rc = rewrite_gelu(g, uses, consumer)) != KILN_OK ||
+        (rc = rewrite_qdq_rounds(g, uses, consumer)) != KILN_OK)
         goto out_free;
     int n = g->n_nodes;
     grouped = kn_calloc((size_t)n + 1, sizeof(int));
@@ -490,11 +605,20 @@ kiln_status kn_pass_fuse_elementwise(kn_graph *g) {
             continue;
         int members[MAX_GROUP] = {r};
         int cnt = collect(g, fusible, uses, inside, grouped, members);
-        if (cnt < 2 || !build_program(b, g, members, cnt))
+        if (cnt >= 2 && build_program(b, g, members, cnt)) {
+            if ((rc = replace_group(g, b, members, cnt)) != KILN_OK)
+                goto out_free;
+            changed = true;
             continue;
-        if ((rc = replace_group(g, b, members, cnt)) != KILN_OK)
-            goto out_free;
-        changed = true;
+        }
+        /* no kernel runs a QdqRound node: each left unfused gets a program of its own */
+        for (int k = 0; k < cnt; k++) {
+            if (!is_qdq_round(&g->nodes[members[k]]))
+                continue;
+            if ((rc = lone_qdq_round(g, b, members[k])) != KILN_OK)
+                goto out_free;
+            changed = true;
+        }
     }
     if (changed) {
         if (kn_graph_opset(g, KN_DOMAIN) < 0 &&

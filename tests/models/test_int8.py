@@ -493,3 +493,58 @@ def test_qdq_around_moves_matches_onnxruntime(second, tmp_path):
     ref = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"]).run(
         None, {"x": x})[0]
     assert np.array_equal(got, ref), np.abs(got - ref).max()
+
+
+@pytest.mark.parametrize("act", [np.uint8, np.int8])
+def test_qdq_pairs_after_float_ops_match_onnxruntime(act, tmp_path):
+    """QuantizeLinear -> DequantizeLinear pairs after float ops (Div, Erf, Add) and one alone
+    on a graph input: on the CPU each pair is one rounding instruction of a fused program,
+    nearbyint(clip(x / s, lo - z, hi - z)) * s, which must give QuantizeLinear's bytes:
+    quotients exactly halfway between two integers round to even, values past the int8 range
+    saturate. The reference is onnxruntime with graph optimizations off, to the bit."""
+    z = 128 if act is np.uint8 else 3
+    zt = TensorProto.UINT8 if act is np.uint8 else TensorProto.INT8
+    inits = [numpy_helper.from_array(np.array(1.4142135, np.float32), "c"),
+             numpy_helper.from_array(np.array(1.0, np.float32), "one")]
+    for i, s in enumerate([0.125, 0.0173, 1 / 127, 0.0291]):
+        inits += [numpy_helper.from_array(np.array(s, np.float32), f"s{i}"),
+                  numpy_helper.from_array(np.array(z, act), f"z{i}")]
+
+    def pair(i, src, dst):
+        return [helper.make_node("QuantizeLinear", [src, f"s{i}", f"z{i}"], [dst + "_q"]),
+                helper.make_node("DequantizeLinear", [dst + "_q", f"s{i}", f"z{i}"], [dst])]
+
+    nodes = (pair(0, "x", "xd") + [helper.make_node("Div", ["xd", "c"], ["a"])] +
+             pair(1, "a", "ad") + [helper.make_node("Erf", ["ad"], ["e"])] + pair(2, "e", "ed") +
+             [helper.make_node("Add", ["ed", "one"], ["f"])] + pair(3, "f", "y") +
+             pair(0, "x2", "y2"))
+    g = helper.make_graph(nodes, "pairs",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64]),
+                           helper.make_tensor_value_info("x2", TensorProto.FLOAT, [4, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 64]),
+                           helper.make_tensor_value_info("y2", TensorProto.FLOAT, [4, 64])],
+                          inits)
+    path = tmp_path / "pairs.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    rng = np.random.default_rng(5)
+    # Multiples of half the grid step 0.125: every other quotient is a tie; the ends pass the
+    # int8 range on both sides.
+    feeds = {"x": (np.arange(256, dtype=np.float32).reshape(4, 64) - 128) * 0.0625 * 3,
+             "x2": np.concatenate([(np.arange(128, dtype=np.float32) - 64) * 0.0625,
+                                   rng.standard_normal(128).astype(np.float32) * 40]
+                                  ).reshape(4, 64)}
+    for k, v in feeds.items():
+        np.save(tmp_path / f"{k}.npy", v)
+    plan = str(tmp_path / "p.plan")
+    kiln("build", str(path), "-o", plan)
+    ops = [l["op"] for l in json.loads(kiln("inspect", plan, "--json")[1])["layers"]]
+    assert ops == ["FusedElementwise", "FusedElementwise"], ops
+    kiln("run", plan, *[a for k in feeds for a in ("--input", f"{k}={tmp_path / k}.npy")],
+         "--output-dir", str(tmp_path / "out"))
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    refs = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"]).run(
+        None, feeds)
+    for name, ref in zip(("y", "y2"), refs):
+        got = np.load(tmp_path / "out" / f"{name}.npy")
+        assert np.array_equal(got, ref), (name, np.abs(got - ref).max())

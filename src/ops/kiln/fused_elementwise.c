@@ -139,6 +139,8 @@ int kn_ew_unary_nparams(int op) {
     case KN_EW_SHRINK:
     case KN_EW_CLIP:
         return 2;
+    case KN_EW_QDQ_ROUND:
+        return 3;
     default:
         return 0;
     }

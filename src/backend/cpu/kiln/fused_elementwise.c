@@ -48,6 +48,8 @@ kiln_status ew_fused_prepare(const kn_node *node, int n_in, const kn_tensor *in,
             d->p.a = consts[d->b];
             if (kn_ew_unary_nparams(d->op) > 1)
                 d->p.b = consts[d->b + 1];
+            if (kn_ew_unary_nparams(d->op) > 2)
+                d->p.c = consts[d->b + 2];
         }
     }
     *state = fp;

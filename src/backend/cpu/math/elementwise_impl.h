@@ -35,7 +35,7 @@
 /* An op's scalar parameters: a and b for float ops (see kn_ew_unary), lo and hi for integer
  * Clip (each points to one element of the input dtype, or is NULL when absent). */
 typedef struct ew_params {
-    double a, b;
+    double a, b, c;
     const void *lo, *hi;
 } ew_params;
 

@@ -45,6 +45,9 @@ static inline double ew_gelu_tanhd(double x) {
 #define EW_GELU(x) EW_F32_OR(kiln_math_gelu, ew_gelud, x)
 #define EW_GELU_TANH(x) EW_F32_OR(kiln_math_gelu_tanh, ew_gelu_tanhd, x)
 
+/* Clip's expression, NaN kept. */
+#define EW_CLAMP(v, lo, hi) (((v) < (lo) ? (lo) : (v)) > (hi) ? (hi) : ((v) < (lo) ? (lo) : (v)))
+
 /* Clamp to [0, 1] keeping NaN, as numpy.clip does (fmax/fmin would drop it). */
 #define EW_UNIT_CLAMP(v) ((v) < 0 ? (T)0 : (v) > 1 ? (T)1 : (v))
 
@@ -87,7 +90,8 @@ static inline double ew_gelu_tanhd(double x) {
     X(KN_EW_GELU_TANH, gelu_tanh, EW_GELU_TANH(x))                                                 \
     X(KN_EW_MISH, mish, EW_MISH(x))                                                                \
     X(KN_EW_SHRINK, shrink, (x < -pb) ? x + pa : (x > pb) ? x - pa : (T)0)                         \
-    X(KN_EW_CLIP, clip, (x < pa ? pa : x) > pb ? pb : (x < pa ? pa : x))
+    X(KN_EW_CLIP, clip, (x < pa ? pa : x) > pb ? pb : (x < pa ? pa : x))                           \
+    X(KN_EW_QDQ_ROUND, qdq_round, nearbyint(EW_CLAMP(x / pa, pb, pc)) * pa)
 
 #define EW_UF_LOOP(name, sfx, TT, EXPR)                                                            \
     KN_CLONES static void u_##name##_##sfx(const void *px, void *py, int64_t n,                    \
@@ -95,9 +99,10 @@ static inline double ew_gelu_tanhd(double x) {
         typedef TT T;                                                                              \
         const T *X = px;                                                                           \
         T *Y = py;                                                                                 \
-        const T pa = (T)p->a, pb = (T)p->b;                                                        \
+        const T pa = (T)p->a, pb = (T)p->b, pc = (T)p->c;                                          \
         (void)pa;                                                                                  \
         (void)pb;                                                                                  \
+        (void)pc;                                                                                  \
         EW_IVDEP for (int64_t i = 0; i < n; i++) {                                                 \
             T x = X[i];                                                                            \
             Y[i] = (T)(EXPR);                                                                      \
