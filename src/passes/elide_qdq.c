@@ -35,23 +35,27 @@ static bool is_move(const kn_node *n) {
     return false;
 }
 
-/* Same float32 scale and same zero point (value and dtype) in a QuantizeLinear and a
- * DequantizeLinear, both per tensor with an explicit zero point. */
-static bool same_grid(const kn_graph *g, const kn_node *q, const kn_node *d) {
-    if (q->n_in < 3 || d->n_in < 3 || !scalar_const(g, q->in[1]) || !scalar_const(g, q->in[2]) ||
-        !scalar_const(g, d->in[1]) || !scalar_const(g, d->in[2]))
+/* Scale value vs and zero point value vz (per tensor, constant) are a DequantizeLinear's: same
+ * float32 scale, same zero point (value and dtype), the zero point explicit. */
+static bool grid_of(const kn_graph *g, int vs, int vz, const kn_node *d) {
+    if (d->n_in < 3 || !scalar_const(g, vs) || !scalar_const(g, vz) || !scalar_const(g, d->in[1]) ||
+        !scalar_const(g, d->in[2]))
         return false;
-    kn_tensor qs = kn_value_tensor(&g->values[q->in[1]]);
+    kn_tensor qs = kn_value_tensor(&g->values[vs]);
     kn_tensor ds = kn_value_tensor(&g->values[d->in[1]]);
-    kn_tensor qz = kn_value_tensor(&g->values[q->in[2]]);
+    kn_tensor qz = kn_value_tensor(&g->values[vz]);
     kn_tensor dz = kn_value_tensor(&g->values[d->in[2]]);
     if (qs.dtype != KILN_DTYPE_FLOAT32 || ds.dtype != KILN_DTYPE_FLOAT32 ||
         *(const float *)qs.data != *(const float *)ds.data || qz.dtype != dz.dtype ||
         (qz.dtype != KILN_DTYPE_UINT8 && qz.dtype != KILN_DTYPE_INT8))
         return false;
-    if (kn_node_attr(q, "output_dtype") != NULL)
-        return false;
     return kn_tensor_get_i64(&qz, 0) == kn_tensor_get_i64(&dz, 0);
+}
+
+/* A QuantizeLinear and a DequantizeLinear on the same grid (see grid_of). */
+static bool same_grid(const kn_graph *g, const kn_node *q, const kn_node *d) {
+    return q->n_in >= 3 && kn_node_attr(q, "output_dtype") == NULL &&
+           grid_of(g, q->in[1], q->in[2], d);
 }
 
 static void replace_reads(kn_graph *g, int from, int to) {
@@ -198,12 +202,68 @@ static kiln_status try_expand(kn_graph *g, const int *uses, int qi) {
     return add_float(g, qi, "Mul", 2, (int[]){v3, vs}, y);
 }
 
+/* Moves that keep every element where it is: they run on float32 as well at no cost. */
+static bool is_reshape(const kn_node *n) {
+    static const char *const ops[] = {"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"};
+    for (size_t i = 0; i < sizeof ops / sizeof *ops; i++)
+        if (kn_node_is(n, "", ops[i]))
+            return true;
+    return false;
+}
+
+/* The only node reading v (uses[v] == 1, not a graph output, read as input 0), or -1. */
+static int sole_reader(const kn_graph *g, const int *uses, int v) {
+    if (v < 0 || uses[v] != 1 || g->values[v].is_output)
+        return -1;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (!g->nodes[i].dead && g->nodes[i].n_in > 0 && g->nodes[i].in[0] == v)
+            return i;
+    return -1;
+}
+
+/* kiln.QMatMul on the CPU whose bytes only a DequantizeLinear on the product's own output grid
+ * reads, directly or through reshapes: the QMatMul writes that DequantizeLinear's float32
+ * values itself (kiln_float_output) and the reshapes move them. One pass over the output
+ * where there were two. */
+static kiln_status try_fold_dq(kn_graph *g, const int *uses, int pi) {
+    const kn_node *p = &g->nodes[pi];
+    if (p->dead || !kn_node_is(p, KN_DOMAIN, "QMatMul") || p->n_in < 8 || p->n_out != 1 ||
+        strcmp(kn_node_backend(p), "cpu") != 0 || kn_node_attr(p, "kiln_float_output") != NULL)
+        return KILN_OK;
+    int moves[MAX_MOVES], n_moves = 0, v = p->out[0], di;
+    while ((di = sole_reader(g, uses, v)) >= 0 && is_reshape(&g->nodes[di]) &&
+           g->nodes[di].n_out == 1 && n_moves < MAX_MOVES) {
+        moves[n_moves++] = di;
+        v = g->nodes[di].out[0];
+    }
+    if (di < 0 || !kn_node_is(&g->nodes[di], "", "DequantizeLinear"))
+        return KILN_OK;
+    const kn_node *d = &g->nodes[di];
+    int y = d->out[0];
+    if (!grid_of(g, p->in[6], p->in[7], d) || y < 0 || g->values[y].dtype != KILN_DTYPE_FLOAT32)
+        return KILN_OK;
+    kn_attr fout = {.name = "kiln_float_output", .type = KN_ATTR_INT, .i = 1};
+    KN_TRY(kn_node_add_attr(g, pi, &fout));
+    g->values[g->nodes[pi].out[0]].dtype = KILN_DTYPE_FLOAT32;
+    for (int k = 0; k < n_moves - 1; k++)
+        g->values[g->nodes[moves[k]].out[0]].dtype = KILN_DTYPE_FLOAT32;
+    int last = n_moves > 0 ? moves[n_moves - 1] : pi;
+    g->values[g->nodes[last].out[0]].producer = -1;
+    g->nodes[last].out[0] = y;
+    g->values[y].producer = last;
+    g->nodes[di].dead = true;
+    g->nodes[di].in[0] = g->nodes[di].out[0] = -1;
+    return KILN_OK;
+}
+
 kiln_status kn_pass_expand_qdq_pairs(kn_graph *g) {
     int *uses = kn_graph_value_uses(g);
     if (uses == NULL)
         return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory counting value readers");
     kiln_status rc = KILN_OK;
     int n = g->n_nodes;
+    for (int i = 0; i < n && rc == KILN_OK; i++)
+        rc = try_fold_dq(g, uses, i);
     for (int i = 0; i < n && rc == KILN_OK; i++)
         if (kn_node_is(&g->nodes[i], "", "QuantizeLinear"))
             rc = try_expand(g, uses, i);

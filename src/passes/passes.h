@@ -103,7 +103,10 @@ kiln_status kn_pass_elide_qdq(kn_graph *g);
 /* QuantizeLinear -> DequantizeLinear on the same grid (the rounding a QDQ model puts after its
  * float ops), placed on the CPU, as Div, Clip, Round and Mul by constants: the same values, in
  * nodes kn_pass_fuse_elementwise joins to the float ops around them (one pass over the tensor
- * where there were two, and no int8 copy in between). Needs dtypes and placement. */
+ * where there were two, and no int8 copy in between). First, a kiln.QMatMul on the CPU whose
+ * output only a DequantizeLinear on its y grid reads (directly or through Reshape / Squeeze /
+ * Unsqueeze / Flatten / Identity) takes kiln_float_output and writes that DequantizeLinear's
+ * values itself. Needs dtypes and placement. */
 kiln_status kn_pass_expand_qdq_pairs(kn_graph *g);
 
 /* A residual Add between int8 layers into the kiln.QConv before it: QConv -> DequantizeLinear

@@ -548,3 +548,66 @@ def test_qdq_pairs_after_float_ops_match_onnxruntime(act, tmp_path):
     for name, ref in zip(("y", "y2"), refs):
         got = np.load(tmp_path / "out" / f"{name}.npy")
         assert np.array_equal(got, ref), (name, np.abs(got - ref).max())
+
+
+@pytest.mark.parametrize("act", [np.uint8, np.int8])
+def test_qmatmul_writes_its_dequantized_output(act, tmp_path):
+    """An int8 product (kiln.QMatMul, of a Gemm) whose output only a DequantizeLinear on its
+    grid reads, directly or through a Reshape, writes that DequantizeLinear's float32 values
+    itself: no DequantizeLinear layer is left. Its bytes are numpy's DequantizeLinear of the int8 output
+    of the same model with that output also a graph output (which keeps the DequantizeLinear),
+    to the bit, and within one output step of onnxruntime running the QDQ model as written."""
+    rng = np.random.default_rng(7)
+    z = 131 if act is np.uint8 else -5
+    w = rng.integers(-127, 128, [48, 40]).astype(np.int8)
+    inits = [numpy_helper.from_array(np.array(0.031, np.float32), "xs"),
+             numpy_helper.from_array(np.array(z, act), "xz"),
+             numpy_helper.from_array(w, "wq"),
+             numpy_helper.from_array(np.array(0.0021, np.float32), "ws"),
+             numpy_helper.from_array(np.array(0, np.int8), "wz"),
+             numpy_helper.from_array(rng.standard_normal(40).astype(np.float32), "b"),
+             numpy_helper.from_array(np.array(0.047, np.float32), "ys"),
+             numpy_helper.from_array(np.array(z, act), "yz"),
+             numpy_helper.from_array(np.array([2, 5, 40], np.int64), "shape")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wd"]),
+             helper.make_node("Gemm", ["xd", "wd", "b"], ["h"]),
+             helper.make_node("QuantizeLinear", ["h", "ys", "yz"], ["hq"]),
+             helper.make_node("Reshape", ["hq", "shape"], ["rq"]),
+             helper.make_node("DequantizeLinear", ["rq", "ys", "yz"], ["y"])]
+
+    def save(name, outs):
+        g = helper.make_graph(nodes, name,
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [10, 48])],
+                              outs, inits)
+        path = tmp_path / f"{name}.onnx"
+        onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+        return path
+
+    y_info = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5, 40])
+    folded = save("folded", [y_info])
+    kept = save("kept", [y_info, helper.make_tensor_value_info(
+        "hq", TensorProto.UINT8 if act is np.uint8 else TensorProto.INT8, [10, 40])])
+    x = (rng.standard_normal([10, 48]) * 2).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    outs = {}
+    for path in (folded, kept):
+        plan = str(tmp_path / f"{path.stem}.plan")
+        kiln("build", str(path), "-o", plan)
+        ops = [l["op"] for l in json.loads(kiln("inspect", plan, "--json")[1])["layers"]]
+        assert "QMatMul" in ops, ops
+        assert ("DequantizeLinear" in ops) == (path is kept), ops
+        out = tmp_path / f"out_{path.stem}"
+        kiln("run", plan, "--input", f"x={tmp_path / 'x.npy'}", "--output-dir", str(out))
+        outs[path.stem] = {n: np.load(out / f"{n}.npy") for n in ("y", "hq") if
+                           (out / f"{n}.npy").exists()}
+    q = outs["kept"]["hq"]
+    want = ((q.astype(np.float32) - np.float32(z)) * np.float32(0.047)).reshape(2, 5, 40)
+    assert np.array_equal(outs["kept"]["y"], want)
+    assert np.array_equal(outs["folded"]["y"], want), np.abs(outs["folded"]["y"] - want).max()
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    ref = ort.InferenceSession(str(folded), so, providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})[0]
+    assert np.abs(outs["folded"]["y"] - ref).max() <= 0.047 + 1e-6

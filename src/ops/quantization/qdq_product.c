@@ -47,6 +47,8 @@ kiln_status kn_infer_qmatmul(kn_infer_ctx *c) {
     if (b->rank != 2)
         return kn_error(KILN_ERR_SHAPE, "w must be 2-D [K, N]");
     KN_TRY(check_common(c, b->d[1]));
-    c->out[0].dtype = c->in[7].dtype;
+    /* kiln_float_output: the DequantizeLinear of y folded in (kn_pass_expand_qdq_pairs) */
+    c->out[0].dtype =
+        kn_attr_int(c->node, "kiln_float_output", 0) ? KILN_DTYPE_FLOAT32 : c->in[7].dtype;
     return kn_infer_matmul_shape(&c->in[0].shape, b, &c->out[0].shape);
 }

@@ -6,7 +6,9 @@
  *   sum (x - xz) w = sum xu w - xzu * colsum(w).
  * Weights are symmetric (zero point 0, checked when the engine is made). The real output is
  * acc * x_scale * w_scale[j] + bias[j], clamped by a fused Relu / Clip, then quantized with
- * y's scale and zero point, rounding half to even. */
+ * y's scale and zero point, rounding half to even. With kiln_float_output (set by
+ * kn_pass_expand_qdq_pairs where the product's only reader was a DequantizeLinear on y's grid)
+ * the output is that DequantizeLinear's float32 value, (q - y_zero_point) * y_scale. */
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/math/gemm_int8.h"
 #include "core/alloc.h"
@@ -23,6 +25,7 @@ typedef struct qstate {
     float ys, yz, lo, hi, qmin, qmax;
     int32_t xzu;  /* x's zero point in the uint8 domain */
     uint8_t flip; /* 0x80 for int8 x, 0 for uint8 */
+    bool fout;    /* float32 output (kiln_float_output) */
 } qstate;
 
 /* Rows of A each GEMM call takes (a multiple of the 6-row tile). */
@@ -113,6 +116,7 @@ kiln_status kn_cpu_qmatmul_prepare(const kn_node *node, int n_in, const kn_tenso
     s->qmax = ep.qmax;
     s->lo = ep.lo;
     s->hi = ep.hi;
+    s->fout = kn_attr_int(node, "kiln_float_output", 0) != 0;
     return KILN_OK;
 }
 
@@ -140,6 +144,28 @@ KN_CLONES static void requantize(const qstate *s, int64_t j0, const int32_t *acc
     }
 }
 
+/* requantize's rounding, then the DequantizeLinear of its byte: ((float)q - yz) * ys, where
+ * (float)q is the rounded quotient plus yz, exactly (small integers). */
+KN_CLONES static void requantize_f32(const qstate *s, int64_t j0, const int32_t *acc, int64_t n,
+                                     float *y) {
+    const float magic = 12582912.0f;
+    const float qlo = s->qmin - s->yz, qhi = s->qmax - s->yz, lo = s->lo, hi = s->hi;
+    const float ys = s->ys, yz = s->yz;
+    const int32_t xzu = s->xzu;
+    const int32_t *colsum = s->b.colsum + j0;
+    const float *scale = s->scale + j0, *bias = s->bias + j0;
+    for (int64_t j = 0; j < n; j++) {
+        float r = (float)(acc[j] - xzu * colsum[j]) * scale[j] + bias[j];
+        r = r > lo ? r : lo;
+        r = r < hi ? r : hi;
+        float v = r / ys;
+        v = v > qlo ? v : qlo;
+        v = v < qhi ? v : qhi;
+        float q = (v + magic) - magic + yz;
+        y[j] = (q - yz) * ys;
+    }
+}
+
 /* A row of x with each byte ^ flip (the int8 / uint8 domain change), zero to kp. */
 KN_CLONES static void flip_row(const uint8_t *src, int64_t k, int64_t kp, uint8_t flip,
                                uint8_t *dst) {
@@ -151,7 +177,7 @@ KN_CLONES static void flip_row(const uint8_t *src, int64_t k, int64_t kp, uint8_
 typedef struct qjob {
     const qstate *s;
     const uint8_t *x;
-    uint8_t *y;
+    void *y; /* bytes, or float32 with s->fout */
     int64_t rows, k;
     int64_t cparts; /* column parts of each chunk of rows (a few rows: columns split too) */
     kiln_status rc;
@@ -205,8 +231,13 @@ static void matmul_range(void *arg, int64_t begin, int64_t end) {
         for (int64_t i = 0; i < m; i++)
             flip_row(j->x + (r0 + i) * j->k, j->k, kp, s->flip, b.a + i * kp);
         kn_qgemm_u8s8(b.a, kp, m, &part, b.c, ldc);
-        for (int64_t i = 0; i < m; i++)
-            requantize(s, j0, b.c + i * ldc, j1 - j0, j->y + (r0 + i) * s->b.n + j0);
+        for (int64_t i = 0; i < m; i++) {
+            int64_t at = (r0 + i) * s->b.n + j0;
+            if (s->fout)
+                requantize_f32(s, j0, b.c + i * ldc, j1 - j0, (float *)j->y + at);
+            else
+                requantize(s, j0, b.c + i * ldc, j1 - j0, (uint8_t *)j->y + at);
+        }
     }
     bufs_put(&b);
 }
