@@ -12,7 +12,11 @@
  *   kind UNARY  dst = op(reg a) with op a kn_ew_unary; op's parameters are constants[b],
  *               constants[b+1], ... (kn_ew_unary_nparams(op) of them; b is 0 when none)
  *   kind BINARY dst = op(reg a, reg b) with op a kn_ew_binary
- *   kind STORE  output 0 = reg a; must be the last instruction and appear once
+ *   kind STORE  output 0 = reg a; must be the last instruction and appear once. op 0: the
+ *               output is float (dst, b unused: 0). op KILN_DTYPE_UINT8 / KILN_DTYPE_INT8
+ *               (CPU only, kn_pass_fuse_elementwise's QuantizeLinear roots): the output is that
+ *               type, QuantizeLinear's bytes of reg a with scale constants[b] and zero point
+ *               constants[b+1]
  *
  * The numbering below is part of the plan format: append only, never renumber. */
 #ifndef KN_FUSED_ELEMENTWISE_H
@@ -108,6 +112,10 @@ int kn_ew_binary_of(const kn_node *node);
 /* The node's parameters for unary op (kn_ew_unary_nparams(op) values, ONNX defaults where an
  * attribute is absent). */
 void kn_ew_unary_params(const kn_node *node, int op, double *params);
+
+/* The output dtype of a valid program's STORE: KILN_DTYPE_UINT8 / KILN_DTYPE_INT8 for a
+ * quantizing STORE, else 0 (the inputs' float type). */
+int kn_fused_store_dtype(const kn_node *node);
 
 /* Check a program against its node: instruction fields in range, registers written before
  * they are read, exactly one final STORE. Errors are KILN_ERR_MODEL naming the instruction. */

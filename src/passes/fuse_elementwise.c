@@ -17,7 +17,9 @@
  * Also before grouping, on the CPU, Div(x, s) -> Clip(lo, hi) -> Round -> Mul(s) with
  * scalar constants (the QuantizeLinear -> DequantizeLinear pairs kn_pass_expand_qdq_pairs
  * writes) becomes one QDQ_ROUND instruction: the same four operations on each element in one
- * pass over the tile instead of four, and no CONST registers. */
+ * pass over the tile instead of four, and no CONST registers. A QuantizeLinear on the CPU
+ * (constant scalar scale and zero point) may root a group: the program's STORE then writes its
+ * bytes, and the float result is never stored. */
 #include "ir/placement.h"
 #include "passes/passes.h"
 
@@ -66,6 +68,22 @@ static bool is_qdq_round(const kn_node *n) {
     return kn_node_is(n, KN_DOMAIN, QDQ_ROUND_OP);
 }
 
+/* A QuantizeLinear on the CPU from float32 to uint8 / int8 with a constant scalar scale and
+ * zero point: it may root a group, as the program's quantizing STORE. */
+static bool is_q_root(const kn_graph *g, const kn_node *n) {
+    if (!kn_node_is(n, "", "QuantizeLinear") || n->n_in < 3 || n->n_out != 1 || n->out[0] < 0 ||
+        !is_f32(g, n->in[0]) || !scalar_const(g, n->in[1]) || !is_f32(g, n->in[1]) ||
+        n->in[2] < 0 || !kn_value_is_const(&g->values[n->in[2]]) ||
+        kn_node_attr(n, "output_dtype") != NULL || strcmp(kn_node_backend(n), "cpu") != 0)
+        return false;
+    int32_t dt = g->values[n->in[2]].dtype;
+    kn_tensor z = {.dtype = dt, .data = g->values[n->in[2]].data};
+    kn_shape zs;
+    return (dt == KILN_DTYPE_UINT8 || dt == KILN_DTYPE_INT8) && z.data != NULL &&
+           kn_value_shape(&g->values[n->in[2]], &zs) && kn_shape_numel(&zs) == 1 &&
+           is_dt(g, n->out[0], dt);
+}
+
 /* The program's unary op for member n, or -1 when it is a binary one. */
 static int member_unary(const kn_node *n) {
     return is_qdq_round(n) ? KN_EW_QDQ_ROUND : kn_ew_unary_of(n);
@@ -78,6 +96,8 @@ static int member_unary(const kn_node *n) {
 static bool node_fusible(const kn_graph *g, const kn_node *n) {
     if (n->dead || n->n_out != 1 || n->out[0] < 0)
         return false;
+    if (is_q_root(g, n))
+        return true;
     int32_t dt = g->values[n->out[0]].dtype;
     if (dt != KILN_DTYPE_FLOAT32 && !((dt == KILN_DTYPE_FLOAT16 || dt == KILN_DTYPE_BFLOAT16) &&
                                       strcmp(kn_node_backend(n), "cpu") != 0))
@@ -101,7 +121,7 @@ static bool node_fusible(const kn_graph *g, const kn_node *n) {
 /* Operands a member reads as registers (the constant bounds of Clip and QdqRound are
  * parameters instead). */
 static int n_operands(const kn_node *n) {
-    return member_unary(n) >= 0 ? 1 : 2;
+    return member_unary(n) >= 0 || kn_node_is(n, "", "QuantizeLinear") ? 1 : 2;
 }
 
 typedef struct slot {
@@ -226,6 +246,16 @@ static bool build_program(builder *b, const kn_graph *g, const int *members, int
                 b->busy[b->slots[i].reg] = false;
                 b->slots[i].reg = -1;
             }
+        if (kn_node_is(n, "", "QuantizeLinear")) {
+            /* only ever the root (its output is not float): the STORE quantizes */
+            const kn_tensor z = {.dtype = g->values[n->in[2]].dtype,
+                                 .data = (void *)g->values[n->in[2]].data};
+            b->consts[b->n_consts] = const_value(g, n->in[1]);
+            b->consts[b->n_consts + 1] = (float)kn_tensor_get_i64(&z, 0);
+            emit(b, KN_FUSED_STORE, z.dtype, 0, regs[0], b->n_consts);
+            b->n_consts += 2;
+            return b->n_inputs > 0;
+        }
         int dst = alloc_reg(b);
         if (dst < 0)
             return false;

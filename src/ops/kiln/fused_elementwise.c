@@ -171,6 +171,10 @@ kiln_status kn_fused_validate(const kn_node *node, int n_inputs) {
                 return bad((int)pc, "STORE must be the last instruction");
             if (a < 0 || a >= KN_FUSED_MAX_REGS || !written[a])
                 return bad((int)pc, "STORE reads a register that was never written");
+            if (op != 0 && op != KILN_DTYPE_UINT8 && op != KILN_DTYPE_INT8)
+                return bad((int)pc, "STORE's type is not float, uint8 or int8");
+            if (op != 0 && (b < 0 || b + 2 > n_const))
+                return bad((int)pc, "STORE's scale and zero point lie outside constants");
             return KILN_OK;
         }
         if (dst < 0 || dst >= KN_FUSED_MAX_REGS)
@@ -208,6 +212,13 @@ kiln_status kn_fused_validate(const kn_node *node, int n_inputs) {
     return kn_error(KILN_ERR_MODEL, "program does not end with STORE");
 }
 
+int kn_fused_store_dtype(const kn_node *node) {
+    const int64_t *prog;
+    int64_t n = kn_attr_ints(node, "program", &prog) / KN_FUSED_INSTR_INTS;
+    const int64_t *last = n > 0 ? prog + (n - 1) * KN_FUSED_INSTR_INTS : NULL;
+    return last != NULL && last[0] == KN_FUSED_STORE ? (int)last[1] : 0;
+}
+
 kiln_status kn_ew_infer_fused(kn_infer_ctx *c) {
     if (c->n_in > KN_EW_MAX_VARIADIC)
         return kn_error(KILN_ERR_UNSUPPORTED, "has %d inputs; at most %d are supported", c->n_in,
@@ -229,5 +240,10 @@ kiln_status kn_ew_infer_fused(kn_infer_ctx *c) {
     KN_TRY(kn_fused_validate(c->node, c->n_in));
     KN_TRY(ew_broadcast(c, c->n_in, idx, &c->out[0].shape));
     c->out[0].dtype = c->n_in > 0 ? c->in[0].dtype : KILN_DTYPE_FLOAT32;
+    if (kn_fused_store_dtype(c->node) != 0) {
+        if (c->out[0].dtype != KILN_DTYPE_FLOAT32)
+            return kn_error(KILN_ERR_DTYPE, "a quantizing STORE needs float32 inputs");
+        c->out[0].dtype = kn_fused_store_dtype(c->node);
+    }
     return KILN_OK;
 }

@@ -2,6 +2,7 @@
  * tile of EW_TILE elements at a time so the registers stay in L1. A register holding one
  * value for the whole tile (a constant, a scalar input, or anything computed only from those)
  * is kept as a single element with stride 0, so scalar subexpressions are computed once. */
+#include "backend/cpu/clones.h"
 #include "backend/cpu/math/elementwise_impl.h"
 #include "core/alloc.h"
 
@@ -44,6 +45,10 @@ kiln_status ew_fused_prepare(const kn_node *node, int n_in, const kn_tensor *in,
         d->b = (int)s[4];
         if (d->kind == KN_FUSED_CONST)
             d->c = consts[d->a];
+        if (d->kind == KN_FUSED_STORE && d->op != 0) {
+            d->p.a = consts[d->b];     /* scale */
+            d->p.b = consts[d->b + 1]; /* zero point */
+        }
         if (d->kind == KN_FUSED_UNARY && kn_ew_unary_nparams(d->op) > 0) {
             d->p.a = consts[d->b];
             if (kn_ew_unary_nparams(d->op) > 1)
@@ -75,8 +80,21 @@ typedef struct fused_in {
 typedef struct fused_job {
     const fused_prog *prog;
     fused_in *in;
-    float *out;
+    void *out; /* float32, or bytes for a quantizing STORE */
 } fused_job;
+
+/* QuantizeLinear's bytes of n values (quantize_linear.c's loop: the same operations, so the
+ * same bytes; an int8 value's byte is its uint8 conversion's). */
+KN_CLONES static void store_q8(const float *x, int64_t n, float s, float z, bool sgn, uint8_t *y) {
+    const float magic = 12582912.0f;
+    const float lo = (sgn ? -128.0f : 0.0f) - z, hi = (sgn ? 127.0f : 255.0f) - z;
+    for (int64_t i = 0; i < n; i++) {
+        float v = x[i] / s;
+        v = v > lo ? v : lo;
+        v = v < hi ? v : hi;
+        y[i] = (uint8_t)(int32_t)((v + magic) - magic + z);
+    }
+}
 
 typedef struct gather_ctx {
     const float *src;
@@ -143,7 +161,18 @@ static void fused_chunk(void *arg, int64_t begin, int64_t end) {
                 break;
             }
             case KN_FUSED_STORE: {
-                float *o = j->out + t;
+                if (I->op != 0) {
+                    uint8_t *q = (uint8_t *)j->out + t;
+                    bool sgn = I->op == KILN_DTYPE_INT8;
+                    if (rs[I->a]) {
+                        store_q8(reg[I->a], m, (float)I->p.a, (float)I->p.b, sgn, q);
+                    } else {
+                        store_q8(reg[I->a], 1, (float)I->p.a, (float)I->p.b, sgn, q);
+                        memset(q + 1, q[0], (size_t)(m - 1));
+                    }
+                    break;
+                }
+                float *o = (float *)j->out + t;
                 if (rs[I->a]) {
                     memcpy(o, reg[I->a], (size_t)m * sizeof(float));
                 } else {
