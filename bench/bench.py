@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """kiln against onnxruntime on the CPU, side by side on one machine.
 
-    python3 bench/bench.py                  # ResNet-50, MobileNetV2, transformer encoder at 1
-                                            # and 2 threads; writes docs/benchmarks.md
+    python3 bench/bench.py                  # every full-size model at 1 and 2 threads; a table
+                                            # on stdout (--out PAGE.md writes a markdown page)
     python3 bench/bench.py --quick          # the small bundled models, 1 thread, a table on stdout
     python3 bench/bench.py --model m.onnx   # any model (fixed input shapes)
 
@@ -36,7 +36,6 @@ import onnx
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 CACHE = os.path.join(HERE, "models")
-DOC = os.path.join(REPO, "docs", "benchmarks.md")
 
 FULL_MODELS = {
     "resnet50": "ResNet-50 (torchvision, 1×3×224×224)",
@@ -430,8 +429,10 @@ engines alternate.
 Reproduce: `python3 bench/bench.py` (models are cached under bench/models/, not committed;
 `--rounds`, `--iterations` and `--threads` change the protocol).
 """
-    with open(path, "w") as f:
+    tmp = path + ".tmp"  # a failed write leaves the page as it was
+    with open(tmp, "w") as f:
         f.write(text)
+    os.replace(tmp, path)
 
 
 def main():
@@ -450,7 +451,8 @@ def main():
     ap.add_argument("--source", choices=("auto", "torch", "helper"), default="auto",
                     help="how to make the full-size models when they are not cached")
     ap.add_argument("--out", default=None,
-                    help="markdown file to write (default docs/benchmarks.md; none in --quick)")
+                    help="also write the run as a markdown page to this file (none by default: "
+                    "docs/benchmarks.md is curated by hand from such runs)")
     ap.add_argument("--json-out", help="also write the rows as JSON")
     ap.add_argument("--note", default="", help="a line about the machine for the document")
     ap.add_argument("--batch", type=int, default=1,
@@ -460,15 +462,19 @@ def main():
     ap.add_argument("--timing-cache", default=None,
                     help="build kiln's plans with this timing cache file: layers faster on "
                          "fewer threads get per-layer thread counts (timed once, kept in FILE)")
-    ap.add_argument("--from-json", help="only render --out (or docs/benchmarks.md) from a run "
-                    "saved with --json-out, e.g. on another machine")
+    ap.add_argument("--from-json", help="only render a run saved with --json-out (e.g. on "
+                    "another machine) as the markdown page --out, or on stdout")
     args = ap.parse_args()
     global TIMING_CACHE
     TIMING_CACHE = args.timing_cache
 
     if args.from_json:
         with open(args.from_json) as f:
-            write_doc(args.out or DOC, json.load(f))
+            run = json.load(f)
+        if args.out:
+            write_doc(args.out, run)
+        else:
+            print(table(run["rows"]))
         return 0
     quick = args.quick
     args.rounds = args.rounds or (2 if quick else 5)
@@ -516,10 +522,9 @@ def main():
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump(run, f, indent=1)
-    out = args.out if args.out else (None if quick or args.model else DOC)
-    if out:
-        write_doc(out, run)
-        log(f"wrote {os.path.relpath(out)}")
+    if args.out:
+        write_doc(args.out, run)
+        log(f"wrote {os.path.relpath(args.out)}")
     return 0 if rows else 1
 
 
