@@ -288,6 +288,21 @@ static bool build_program(builder *b, const kn_graph *g, const int *members, int
 }
 
 /* Put the fused node in the root's slot; the old root moves to the end, dead. */
+/* Node idx, just added and writing root's output, takes root's place in the node order
+ * (placement copied, the two swapped); the old root and the nodes dead[0, n_dead) turn dead. */
+static kiln_status take_slot(kn_graph *g, int idx, int root, const int *dead, int n_dead) {
+    KN_TRY(kn_node_copy_placement(g, idx, root));
+    int out = g->nodes[root].out[0];
+    kn_node tmp = g->nodes[root];
+    g->nodes[root] = g->nodes[idx];
+    g->nodes[idx] = tmp;
+    g->nodes[idx].dead = true;
+    g->values[out].producer = root;
+    for (int k = 0; k < n_dead; k++)
+        g->nodes[dead[k]].dead = true;
+    return KILN_OK;
+}
+
 static kiln_status replace_group(kn_graph *g, const builder *b, const int *members, int cnt) {
     int root = members[cnt - 1];
     int out = g->nodes[root].out[0];
@@ -309,15 +324,7 @@ static kiln_status replace_group(kn_graph *g, const builder *b, const int *membe
                           .floats = (float *)b->consts};
         KN_TRY(kn_node_add_attr(g, idx, &consts));
     }
-    KN_TRY(kn_node_copy_placement(g, idx, root));
-    kn_node tmp = g->nodes[root];
-    g->nodes[root] = g->nodes[idx];
-    g->nodes[idx] = tmp;
-    g->nodes[idx].dead = true;
-    g->values[out].producer = root;
-    for (int k = 0; k < cnt - 1; k++)
-        g->nodes[members[k]].dead = true;
-    return KILN_OK;
+    return take_slot(g, idx, root, members, cnt - 1);
 }
 
 static int cmp_int(const void *a, const void *b) {
@@ -466,14 +473,7 @@ static kiln_status rewrite_gelu(kn_graph *g, int *uses, int *consumer) {
         int idx = kn_graph_add_node(g, name, "Gelu", "", 20, 1, &x, 1, &out);
         if (idx < 0)
             return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory fusing a GELU");
-        KN_TRY(kn_node_copy_placement(g, idx, root));
-        kn_node tmp = g->nodes[root];
-        g->nodes[root] = g->nodes[idx];
-        g->nodes[idx] = tmp;
-        g->nodes[idx].dead = true;
-        g->values[out].producer = root;
-        for (int k = 0; k < cnt - 1; k++)
-            g->nodes[nodes[k]].dead = true;
+        KN_TRY(take_slot(g, idx, root, nodes, cnt - 1));
         /* x was read by the first node and by the product with x (or x * 0.5) */
         uses[x] -= 1;
         consumer[x] = root;
@@ -547,14 +547,7 @@ static kiln_status rewrite_qdq_rounds(kn_graph *g, const int *uses, int *consume
         int idx = kn_graph_add_node(g, name, QDQ_ROUND_OP, KN_DOMAIN, 1, 4, in, 1, &out);
         if (idx < 0)
             return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory fusing a QDQ rounding");
-        KN_TRY(kn_node_copy_placement(g, idx, m));
-        kn_node tmp = g->nodes[m];
-        g->nodes[m] = g->nodes[idx];
-        g->nodes[idx] = tmp;
-        g->nodes[idx].dead = true;
-        g->values[out].producer = m;
-        for (int k = 0; k < 3; k++)
-            g->nodes[chain[k]].dead = true;
+        KN_TRY(take_slot(g, idx, m, chain, 3));
         /* x was read by the Div, now by the QdqRound: its count stays */
         consumer[in[0]] = m;
     }

@@ -2,8 +2,8 @@
  * tile of EW_TILE elements at a time so the registers stay in L1. A register holding one
  * value for the whole tile (a constant, a scalar input, or anything computed only from those)
  * is kept as a single element with stride 0, so scalar subexpressions are computed once. */
-#include "backend/cpu/clones.h"
 #include "backend/cpu/math/elementwise_impl.h"
+#include "backend/cpu/quantization/requant.h"
 #include "core/alloc.h"
 
 #include <string.h>
@@ -83,19 +83,6 @@ typedef struct fused_job {
     void *out; /* float32, or bytes for a quantizing STORE */
 } fused_job;
 
-/* QuantizeLinear's bytes of n values (quantize_linear.c's loop: the same operations, so the
- * same bytes; an int8 value's byte is its uint8 conversion's). */
-KN_CLONES static void store_q8(const float *x, int64_t n, float s, float z, bool sgn, uint8_t *y) {
-    const float magic = 12582912.0f;
-    const float lo = (sgn ? -128.0f : 0.0f) - z, hi = (sgn ? 127.0f : 255.0f) - z;
-    for (int64_t i = 0; i < n; i++) {
-        float v = x[i] / s;
-        v = v > lo ? v : lo;
-        v = v < hi ? v : hi;
-        y[i] = (uint8_t)(int32_t)((v + magic) - magic + z);
-    }
-}
-
 typedef struct gather_ctx {
     const float *src;
     float *dst;
@@ -165,9 +152,9 @@ static void fused_chunk(void *arg, int64_t begin, int64_t end) {
                     uint8_t *q = (uint8_t *)j->out + t;
                     bool sgn = I->op == KILN_DTYPE_INT8;
                     if (rs[I->a]) {
-                        store_q8(reg[I->a], m, (float)I->p.a, (float)I->p.b, sgn, q);
+                        kn_cpu_quantize_q8(reg[I->a], m, (float)I->p.a, (float)I->p.b, sgn, q);
                     } else {
-                        store_q8(reg[I->a], 1, (float)I->p.a, (float)I->p.b, sgn, q);
+                        kn_cpu_quantize_q8(reg[I->a], 1, (float)I->p.a, (float)I->p.b, sgn, q);
                         memset(q + 1, q[0], (size_t)(m - 1));
                     }
                     break;

@@ -90,7 +90,7 @@ static inline double ew_gelu_tanhd(double x) {
     X(KN_EW_GELU_TANH, gelu_tanh, EW_GELU_TANH(x))                                                 \
     X(KN_EW_MISH, mish, EW_MISH(x))                                                                \
     X(KN_EW_SHRINK, shrink, (x < -pb) ? x + pa : (x > pb) ? x - pa : (T)0)                         \
-    X(KN_EW_CLIP, clip, (x < pa ? pa : x) > pb ? pb : (x < pa ? pa : x))                           \
+    X(KN_EW_CLIP, clip, EW_CLAMP(x, pa, pb))                                                       \
     X(KN_EW_QDQ_ROUND, qdq_round, nearbyint(EW_CLAMP(x / pa, pb, pc)) * pa)
 
 #define EW_UF_LOOP(name, sfx, TT, EXPR)                                                            \

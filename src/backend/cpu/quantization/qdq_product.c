@@ -11,6 +11,7 @@
  * the output is that DequantizeLinear's float32 value, (q - y_zero_point) * y_scale. */
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/math/gemm_int8.h"
+#include "backend/cpu/quantization/requant.h"
 #include "core/alloc.h"
 #include "backend/cpu/clones.h"
 #include "backend/cpu/quantization/qproduct.h"
@@ -126,7 +127,6 @@ kiln_status kn_cpu_qmatmul_prepare(const kn_node *node, int n_in, const kn_tenso
  * kept the loop scalar. (AVX-512 / AVX2 clones where the CPU has them.) */
 KN_CLONES static void requantize(const qstate *s, int64_t j0, const int32_t *acc, int64_t n,
                                  uint8_t *y) {
-    const float magic = 12582912.0f;
     const float qlo = s->qmin - s->yz, qhi = s->qmax - s->yz, lo = s->lo, hi = s->hi;
     const float ys = s->ys, yz = s->yz;
     const int32_t xzu = s->xzu;
@@ -136,11 +136,7 @@ KN_CLONES static void requantize(const qstate *s, int64_t j0, const int32_t *acc
         float r = (float)(acc[j] - xzu * colsum[j]) * scale[j] + bias[j];
         r = r > lo ? r : lo;
         r = r < hi ? r : hi;
-        float v = r / ys;
-        v = v > qlo ? v : qlo;
-        v = v < qhi ? v : qhi;
-        int32_t q = (int32_t)((v + magic) - magic + yz);
-        y[j] = (uint8_t)q;
+        y[j] = (uint8_t)(int32_t)(kn_q8_rne(r / ys, qlo, qhi) + yz);
     }
 }
 
@@ -148,7 +144,6 @@ KN_CLONES static void requantize(const qstate *s, int64_t j0, const int32_t *acc
  * (float)q is the rounded quotient plus yz, exactly (small integers). */
 KN_CLONES static void requantize_f32(const qstate *s, int64_t j0, const int32_t *acc, int64_t n,
                                      float *y) {
-    const float magic = 12582912.0f;
     const float qlo = s->qmin - s->yz, qhi = s->qmax - s->yz, lo = s->lo, hi = s->hi;
     const float ys = s->ys, yz = s->yz;
     const int32_t xzu = s->xzu;
@@ -158,10 +153,7 @@ KN_CLONES static void requantize_f32(const qstate *s, int64_t j0, const int32_t 
         float r = (float)(acc[j] - xzu * colsum[j]) * scale[j] + bias[j];
         r = r > lo ? r : lo;
         r = r < hi ? r : hi;
-        float v = r / ys;
-        v = v > qlo ? v : qlo;
-        v = v < qhi ? v : qhi;
-        float q = (v + magic) - magic + yz;
+        float q = kn_q8_rne(r / ys, qlo, qhi) + yz;
         y[j] = (q - yz) * ys;
     }
 }

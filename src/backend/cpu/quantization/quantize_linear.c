@@ -1,6 +1,7 @@
 /* QuantizeLinear, DequantizeLinear (per-tensor, per-axis, blocked) and DynamicQuantizeLinear. */
 #include "backend/cpu/clones.h"
 #include "backend/cpu/element_access.h"
+#include "backend/cpu/quantization/requant.h"
 #include "backend/cpu/quantization/saturate.h"
 #include "core/narrow_dtype.h"
 #include "core/threadpool.h"
@@ -48,25 +49,16 @@ static inline int64_t qmap_index(const qmap *q, int64_t i) {
  * as in the general path), then rounded half to even by adding and taking away 1.5 * 2^23. */
 /* (AVX-512 / AVX2 clones: the generic build's SSE2 form took 15 us per 32K-element tensor, a
  * quarter of a QDQ transformer's time in its 113 QuantizeLinear nodes.) */
-KN_CLONES static void quantize_q8(const float *x, int64_t n, float s, float z, bool sgn, void *yd) {
-    const float magic = 12582912.0f;
-    float lo = (sgn ? -128.0f : 0.0f) - z, hi = (sgn ? 127.0f : 255.0f) - z;
+KN_CLONES void kn_cpu_quantize_q8(const float *x, int64_t n, float s, float z, bool sgn, void *yd) {
+    const float lo = (sgn ? -128.0f : 0.0f) - z, hi = (sgn ? 127.0f : 255.0f) - z;
     uint8_t *u = yd;
     int8_t *i8 = yd;
     if (sgn)
-        for (int64_t i = 0; i < n; i++) {
-            float v = x[i] / s;
-            v = v > lo ? v : lo;
-            v = v < hi ? v : hi;
-            i8[i] = (int8_t)(int32_t)((v + magic) - magic + z);
-        }
+        for (int64_t i = 0; i < n; i++)
+            i8[i] = (int8_t)(int32_t)(kn_q8_rne(x[i] / s, lo, hi) + z);
     else
-        for (int64_t i = 0; i < n; i++) {
-            float v = x[i] / s;
-            v = v > lo ? v : lo;
-            v = v < hi ? v : hi;
-            u[i] = (uint8_t)(int32_t)((v + magic) - magic + z);
-        }
+        for (int64_t i = 0; i < n; i++)
+            u[i] = (uint8_t)(int32_t)(kn_q8_rne(x[i] / s, lo, hi) + z);
 }
 
 KN_CLONES static void dequantize_q8(const void *xd, bool sgn, int64_t n, float s, float z,
@@ -97,8 +89,8 @@ typedef struct q8_job {
 static void q8_chunk(void *arg, int64_t begin, int64_t end) {
     const q8_job *j = arg;
     if (j->quantize)
-        quantize_q8((const float *)j->x + begin, end - begin, j->s, j->z, j->sgn,
-                    (uint8_t *)j->y + begin);
+        kn_cpu_quantize_q8((const float *)j->x + begin, end - begin, j->s, j->z, j->sgn,
+                           (uint8_t *)j->y + begin);
     else
         dequantize_q8((const uint8_t *)j->x + begin, j->sgn, end - begin, j->s, j->z,
                       (float *)j->y + begin);

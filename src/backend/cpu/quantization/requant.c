@@ -9,13 +9,9 @@
  * quotients are clamped well inside 2^22). Inlined into loops the compiler vectorizes. */
 static inline uint8_t quantize(float r, float lo, float hi, float ys, float qlo, float qhi,
                                float yz) {
-    const float magic = 12582912.0f;
     r = r > lo ? r : lo;
     r = r < hi ? r : hi;
-    float v = r / ys;
-    v = v > qlo ? v : qlo;
-    v = v < qhi ? v : qhi;
-    return (uint8_t)(int32_t)((v + magic) - magic + yz);
+    return (uint8_t)(int32_t)(kn_q8_rne(r / ys, qlo, qhi) + yz);
 }
 
 /* One row. */
@@ -30,16 +26,12 @@ KN_CLONES static void row_ref(const kn_qrequant *q, float sc, float b, int32_t c
 KN_CLONES static void row_residual_ref(const kn_qrequant *q, float sc, float b, int32_t corr,
                                        const int32_t *acc, const int32_t *e, const uint8_t *res,
                                        int64_t m, uint8_t *y) {
-    const float magic = 12582912.0f;
     float qlo = q->qlo, qhi = q->qhi, lo = q->lo, hi = q->hi, ys = q->ys, yz = q->yz;
     float rs = q->rs, cs = q->cs, cmin = q->cmin, cmax = q->cmax;
     int32_t rzu = q->rzu;
     uint8_t rflip = q->rflip;
     for (int64_t i = 0; i < m; i++) {
-        float c = ((float)(acc[i] - 128 * e[i] + corr) * sc + b) / cs;
-        c = c > cmin ? c : cmin;
-        c = c < cmax ? c : cmax;
-        float r = ((c + magic) - magic) * cs;
+        float r = kn_q8_rne(((float)(acc[i] - 128 * e[i] + corr) * sc + b) / cs, cmin, cmax) * cs;
         r += (float)((int32_t)(uint8_t)(res[i] ^ rflip) - rzu) * rs;
         y[i] = quantize(r, lo, hi, ys, qlo, qhi, yz);
     }

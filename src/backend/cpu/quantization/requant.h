@@ -37,6 +37,21 @@ void kn_qrequant_rows_ref(const kn_qrequant *q, const float *sc, const float *b,
                           const int32_t *corr, const int32_t *acc, int64_t ldc, const int32_t *e,
                           const uint8_t *res, int64_t m, int64_t rows, uint8_t *y, int64_t ldy);
 
+/* v clamped to [lo, hi] (`v > lo ? v : lo`, then `v < hi ? v : hi`: a NaN goes to lo) and
+ * rounded half to even by adding and taking away 1.5 * 2^23 (|v| well inside 2^22): the
+ * rounding step every int8 output of the CPU shares (requant.c, qdq_product.c,
+ * quantize_linear.c). Inline, with scalar arguments, so the loops around it vectorize. */
+static inline float kn_q8_rne(float v, float lo, float hi) {
+    const float magic = 12582912.0f;
+    v = v > lo ? v : lo;
+    v = v < hi ? v : hi;
+    return (v + magic) - magic;
+}
+
+/* Per-tensor QuantizeLinear of n float32 values with scale s and zero point z to int8 (sgn) or
+ * uint8 bytes (quantize_linear.c; also the quantizing STORE of the fused element-wise kernel). */
+void kn_cpu_quantize_q8(const float *x, int64_t n, float s, float z, bool sgn, void *y);
+
 /* The AVX-512 form (arch/requant_avx512.c); only where kn_qrequant_avx512_ok(). */
 bool kn_qrequant_avx512_ok(void);
 void kn_qrequant_rows_avx512(const kn_qrequant *q, const float *sc, const float *b,
