@@ -2,7 +2,9 @@
  * multiple of 4, and 4-k steps both even and odd in number (the split sums of the VNNI edge
  * tiles); m not a multiple of the 6-row tile, with edges of one to five rows, and around the
  * 16 rows the last, odd 16-column block takes at once; n not a multiple of 16 or 32; extreme
- * values (255 x -128) in every position. Both the dispatched kernel and the portable one. */
+ * values (255 x -128) in every position; weights past the VNNI kernel's 256 KiB block of rows,
+ * which it takes by blocks of 48 rows (a block ending mid-tile, an odd block and edge rows after
+ * the last full block). Both the dispatched kernel and the portable one. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -35,10 +37,18 @@ static void test_extremes(void **state) {
     check(4, 48, 2052, true);
 }
 
+static void test_row_blocks(void **state) {
+    (void)state;
+    check(100, 48, 4608, false); /* blocks of 48, 48 and 4 rows */
+    check(70, 33, 4100, false);  /* 48 and 22: the odd block's 16-row tile, then an edge of 6 */
+    check(53, 17, 8192, true);   /* the smallest block, 48 rows, then 5 */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_odd_sizes),
         cmocka_unit_test(test_extremes),
+        cmocka_unit_test(test_row_blocks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -28,6 +28,17 @@
     memcpy(&x##q, a + (r)*lda + (e), 4);                                                           \
     __m512i x = _mm512_set1_epi32(x##q);
 
+/* The weights (A) are read once per pair of blocks, mostly from L3 or memory (ResNet-50 holds 25
+ * MB of them), as six (or sixteen) streams of 4 bytes a step, which the hardware prefetcher did
+ * not keep ahead of: the 7x7 stage's products ran at 360-415 GMAC/s with the weights cold. A
+ * prefetch 1 KiB on in each row, once a cache line (past a row's end it reaches the next tiles'
+ * rows), brings them to 460-520 (docs/perf-notes.md; 512 bytes or a prefetch to L2 did less). */
+#define KN_Q_AHEAD 1024
+#define KN_Q_PREFETCH(rows)                                                                        \
+    if ((e & 63) == 0)                                                                             \
+        for (int r = 0; r < (rows); r++)                                                           \
+            _mm_prefetch((const char *)(a + r * lda + e + KN_Q_AHEAD), _MM_HINT_T0);
+
 #define KN_Q_ROW2(r)                                                                               \
     if ((r) < mr) {                                                                                \
         KN_Q_BCAST(x, r, e)                                                                        \
@@ -55,6 +66,7 @@ VNNI __attribute__((always_inline)) static inline void tile2(const uint8_t *a, i
         KN_Q_ROW2(3)
         KN_Q_ROW2(4)
         KN_Q_ROW2(5)
+        KN_Q_PREFETCH(mr)
     }
     KN_Q_STORE2(0)
     KN_Q_STORE2(1)
@@ -96,6 +108,7 @@ VNNI static void tile_edge2(const uint8_t *a, int64_t lda, int mr, const int8_t 
         KN_Q_ROW2S(1)
         KN_Q_ROW2S(2)
         KN_Q_ROW2S(3)
+        KN_Q_PREFETCH(mr)
     }
     if (e < kp) {
         __m512i v0 = _mm512_load_si512((const void *)(b0 + e * 16));
@@ -145,6 +158,7 @@ VNNI __attribute__((always_inline)) static inline void tile1(const uint8_t *a, i
         KN_Q_ROW1(13)
         KN_Q_ROW1(14)
         KN_Q_ROW1(15)
+        KN_Q_PREFETCH(mr)
     }
     KN_Q_STORE1(0)
     KN_Q_STORE1(1)
@@ -190,25 +204,43 @@ VNNI static void tile_edge1(const uint8_t *a, int64_t lda, int mr, const int8_t 
     tile1(a, lda, mr, b0, kp, c, ldc);
 }
 
+/* Weight bytes a block of rows holds at most: each pair of column blocks reads all the rows'
+ * weights again, and where they outgrow L2 (the 512- to 2048-channel convolutions at 7x7 hold 1
+ * to 2.4 MB) every pair read them from L3; by blocks of rows, each block comes from L3 once. */
+#define BLOCK_BYTES (256 * 1024)
+
+/* Rows a block: all where they fit, else a multiple of 48 (whole 6- and 16-row tiles). */
+static int64_t block_rows(int64_t m, int64_t kp) {
+    if (m * kp <= BLOCK_BYTES)
+        return m;
+    int64_t rb = BLOCK_BYTES / kp / 48 * 48;
+    return rb > 48 ? rb : 48;
+}
+
+/* Rows [0, m) by blocks of block_rows: in each, pairs of blocks by tiles of 6 rows, then the
+ * odd block by tiles of 16. */
 void kn_qgemm_u8s8_vnni(const uint8_t *a, int64_t lda, int64_t m, const kn_qgemm_b *b, int32_t *c,
                         int64_t ldc) {
-    int64_t blk = b->kp * 16, j = 0;
-    for (; j + 2 <= b->nb; j += 2) {
-        const int8_t *b0 = b->packed + j * blk;
-        int64_t i = 0;
-        for (; i + 6 <= m; i += 6)
-            tile6x2(a + i * lda, lda, b0, b0 + blk, b->kp, c + i * ldc + j * 16, ldc);
-        if (i < m)
-            tile_edge(a + i * lda, lda, (int)(m - i), b0, b0 + blk, b->kp, c + i * ldc + j * 16,
-                      ldc);
-    }
-    if (j < b->nb) {
-        const int8_t *b0 = b->packed + j * blk;
-        int64_t i = 0;
-        for (; i + 16 <= m; i += 16)
-            tile16x1(a + i * lda, lda, b0, b->kp, c + i * ldc + j * 16, ldc);
-        if (i < m)
-            tile_edge1(a + i * lda, lda, (int)(m - i), b0, b->kp, c + i * ldc + j * 16, ldc);
+    int64_t blk = b->kp * 16, rb = block_rows(m, b->kp);
+    for (int64_t r0 = 0; r0 < m; r0 += rb) {
+        int64_t r1 = r0 + rb < m ? r0 + rb : m, j = 0;
+        for (; j + 2 <= b->nb; j += 2) {
+            const int8_t *b0 = b->packed + j * blk;
+            int64_t i = r0;
+            for (; i + 6 <= r1; i += 6)
+                tile6x2(a + i * lda, lda, b0, b0 + blk, b->kp, c + i * ldc + j * 16, ldc);
+            if (i < r1)
+                tile_edge(a + i * lda, lda, (int)(r1 - i), b0, b0 + blk, b->kp,
+                          c + i * ldc + j * 16, ldc);
+        }
+        if (j < b->nb) {
+            const int8_t *b0 = b->packed + j * blk;
+            int64_t i = r0;
+            for (; i + 16 <= r1; i += 16)
+                tile16x1(a + i * lda, lda, b0, b->kp, c + i * ldc + j * 16, ldc);
+            if (i < r1)
+                tile_edge1(a + i * lda, lda, (int)(r1 - i), b0, b->kp, c + i * ldc + j * 16, ldc);
+        }
     }
 }
 #endif
