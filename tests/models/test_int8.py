@@ -316,7 +316,8 @@ def test_qdq_conv_partitions_agree_across_thread_counts(tmp_path):
     output is the same sum however the work is cut, so every thread count gives the same
     bytes, and they match onnxruntime: 1x1 at 28x28 (784 columns), 3x3 stride 2 to 14x14
     (phase planes), 1x1 at 14x14 with 192 output channels (a partial last block, rows split),
-    3x3 pads 1 at 14x14 (the padded copy, rows split)."""
+    3x3 pads 1 at 14x14 (the padded copy, rows split), 1x1 stride 2 to 7x7 (a phase plane whose
+    pitch is the output's width, requantized as whole chunks; rows split)."""
     rng = np.random.default_rng(11)
 
     def init(name, *shape):
@@ -331,8 +332,10 @@ def test_qdq_conv_partitions_agree_across_thread_counts(tmp_path):
         helper.make_node("Relu", ["c2"], ["r2"]),
         helper.make_node("Conv", ["r2", "w3", "b3"], ["c3"], kernel_shape=[1, 1]),
         helper.make_node("Relu", ["c3"], ["r3"]),
-        helper.make_node("Conv", ["r3", "w4", "b4"], ["y"], kernel_shape=[3, 3],
+        helper.make_node("Conv", ["r3", "w4", "b4"], ["c4"], kernel_shape=[3, 3],
                          pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c4"], ["r4"]),
+        helper.make_node("Conv", ["r4", "w5", "b5"], ["y"], kernel_shape=[1, 1], strides=[2, 2]),
     ]
     shape = [1, 48, 28, 28]
     g = helper.make_graph(
@@ -340,13 +343,13 @@ def test_qdq_conv_partitions_agree_across_thread_counts(tmp_path):
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
         [init("w1", 96, 48, 1, 1), init("b1", 96), init("w2", 128, 96, 3, 3), init("b2", 128),
          init("w3", 192, 128, 1, 1), init("b3", 192), init("w4", 144, 192, 3, 3),
-         init("b4", 144)])
+         init("b4", 144), init("w5", 288, 144, 1, 1), init("b5", 288)])
     fp32 = tmp_path / "partitions.onnx"
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), fp32)
     qdq = tmp_path / "partitions_u8.onnx"
     name = quantize(fp32, qdq, shape, "u8")
     info, got, ref = run_both(qdq, name, shape, tmp_path, [])
-    assert [l["precision"] for l in info["layers"] if l["op"] == "QConv"] == ["int8"] * 4
+    assert [l["precision"] for l in info["layers"] if l["op"] == "QConv"] == ["int8"] * 5
     assert np.abs(got - ref).max() <= 2 * output_step(qdq) + 1e-6
     plan = str(tmp_path / "q.plan")
     for threads in (1, 2, 3, 5, 8):

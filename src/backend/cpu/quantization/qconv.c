@@ -431,7 +431,8 @@ static void conv_range(void *arg, int64_t begin, int64_t end) {
         int64_t r0 = part * j->rows, r1 = r0 + j->rows < s->n ? r0 + j->rows : s->n;
         kn_qgemm_u8s8(s->a + r0 * s->kp, s->kp, r1 - r0, &panel, b.c, w16);
         int64_t at = img * s->n * j->pixels + r0 * j->pixels;
-        if (!j->padded) {
+        if (!j->padded || j->pitch == j->g.out[1]) {
+            /* no thrown-away columns (a 1x1 of stride 2 has pitch = ow): column q is pixel q */
             at += p0;
             kn_qrequant_rows(&s->rq, s->scale + r0, s->bias + r0, s->corr + r0, b.c, w16, e,
                              j->res != NULL ? j->res + at : NULL, m, r1 - r0, j->y + at, j->pixels);
