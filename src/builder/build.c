@@ -659,6 +659,7 @@ kiln_status kn_build_plan(const kiln_builder *b, const kiln_network *net,
         goto fail;
     /* Calibration sees the weights batch-norm folding leaves, which are the ones that run. */
     if (cfg->int8 && ((rc = kn_int8_calibrate(b, cfg, g)) != KILN_OK || (rc = tidy(g)) != KILN_OK ||
+                      (rc = kn_pass_elide_qdq(g)) != KILN_OK || (rc = tidy(g)) != KILN_OK ||
                       (rc = resolve_fold_annotate(g, cfg, &plugins, true, false)) != KILN_OK ||
                       (rc = tidy(g)) != KILN_OK))
         goto fail;

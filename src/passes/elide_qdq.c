@@ -1,12 +1,15 @@
 /* QuantizeLinear after DequantizeLinear on the same grid (see passes.h): QDQ models quantize
- * the output of every Reshape and Transpose again although it holds the dequantized values of
- * an int8 tensor, and onnxruntime's quantizer writes one QuantizeLinear per reader of a
+ * the output of every Reshape, Transpose and MaxPool again although it holds dequantized values
+ * of an int8 tensor, and onnxruntime's quantizer writes one QuantizeLinear per reader of a
  * tensor. With the same scalar scale and zero point, q(dq(x)) is x exactly: dq(x) = (x - z) * s
  * and its quotient by s is within a few ulps of the integer x - z, so it rounds back, inside
  * the clamp. So
  *   x_q -> DequantizeLinear -> [Reshape | Transpose | ...]* -> QuantizeLinear -> y_q
  * becomes the data movement alone on the int8 x_q, writing y_q; the float tensors and the
- * DequantizeLinear go where nothing else reads them. */
+ * DequantizeLinear go where nothing else reads them. A MaxPool selects the largest of its
+ * window, never a padding value, and with a positive scale dq is increasing,
+ * so the largest dequantized value is the dequantized largest integer: it runs on x_q too
+ * (the ResNet stem's pool then reads a quarter of the bytes, and no float copy is made). */
 #include "ir/placement.h"
 #include "passes/passes.h"
 
@@ -33,6 +36,13 @@ static bool is_move(const kn_node *n) {
         if (kn_node_is(n, "", ops[i]))
             return true;
     return false;
+}
+
+/* A MaxPool that selects the largest element of each window (no Indices output), of an opset
+ * whose MaxPool takes 8-bit integers (12 on): it commutes with an increasing dequantization.
+ * GlobalMaxPool takes floats only. */
+static bool is_max_select(const kn_node *n) {
+    return kn_node_is(n, "", "MaxPool") && n->n_out == 1 && n->opset >= 12;
 }
 
 /* Scale value vs and zero point value vz (per tensor, constant) are a DequantizeLinear's: same
@@ -96,8 +106,11 @@ static kiln_status try_elide(kn_graph *g, int qi) {
     if (y < 0 || g->values[y].is_output || q->in[0] < 0)
         return KILN_OK;
     int moves[MAX_MOVES], n_moves = 0;
+    bool selects = false;
     int v = q->in[0], p = g->values[v].producer;
-    while (p >= 0 && is_move(&g->nodes[p]) && g->nodes[p].n_out == 1 && n_moves < MAX_MOVES) {
+    while (p >= 0 && (is_move(&g->nodes[p]) || is_max_select(&g->nodes[p])) &&
+           g->nodes[p].n_out == 1 && n_moves < MAX_MOVES) {
+        selects = selects || is_max_select(&g->nodes[p]);
         moves[n_moves++] = p;
         v = g->nodes[p].in[0];
         p = v >= 0 ? g->values[v].producer : -1;
@@ -105,6 +118,11 @@ static kiln_status try_elide(kn_graph *g, int qi) {
     if (p < 0 || !kn_node_is(&g->nodes[p], "", "DequantizeLinear") ||
         !same_grid(g, q, &g->nodes[p]))
         return KILN_OK;
+    if (selects) { /* the order of the integers is the values' only with a positive scale */
+        kn_tensor s = kn_value_tensor(&g->values[q->in[1]]);
+        if (!(*(const float *)s.data > 0.0f))
+            return KILN_OK;
+    }
     int x = g->nodes[p].in[0];
     g->nodes[qi].dead = true;
     g->nodes[qi].out[0] = -1; /* y gets a new producer (or none): sorting must not see two */

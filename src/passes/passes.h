@@ -95,9 +95,10 @@ kiln_status kn_pass_fuse_channel_scale(kn_graph *g, bool float32_plan);
 kiln_status kn_pass_fuse_qdq(kn_graph *g);
 
 /* A QuantizeLinear of a DequantizeLinear on the same grid (scalar constant scale, equal zero
- * point), through Reshape / Transpose / Squeeze / Unsqueeze / Flatten / Identity nodes or
- * none: those nodes are copied to run on the int8 tensor and write the QuantizeLinear's
- * output, which then holds the same bytes (q(dq(x)) is x). */
+ * point), through Reshape / Transpose / Squeeze / Unsqueeze / Flatten / Identity nodes, and
+ * MaxPool (opset 12 on) where the scale is positive, or none: those nodes are copied to run
+ * on the int8 tensor and write the QuantizeLinear's output, which then holds the same bytes
+ * (q(dq(x)) is x, and the largest of dq's values is dq of the largest integer). */
 kiln_status kn_pass_elide_qdq(kn_graph *g);
 
 /* QuantizeLinear -> DequantizeLinear on the same grid (the rounding a QDQ model puts after its
@@ -135,7 +136,8 @@ typedef struct kn_int8_range {
 /* Quantize the listed layers whose x and y both have a range (ranges[] by value index): one
  * QuantizeLinear / DequantizeLinear pair per tensor, read by all its consumers, and per-output-
  * channel symmetric int8 weights behind a DequantizeLinear; then kn_pass_fuse_qdq makes them
- * int8 products. */
+ * int8 products. A calibrated MaxPool output takes its calibrated input's grid, so that
+ * kn_pass_elide_qdq (run next by the builder) runs such pools on the int8 tensor. */
 kiln_status kn_pass_quantize_int8(kn_graph *g, const kn_int8_layer *layers, int n_layers,
                                   const kn_int8_range *ranges);
 

@@ -193,12 +193,31 @@ out:
     return rc;
 }
 
+/* A MaxPool's output holds some of its input's values, so where the input has a grid the output
+ * takes it, calibrated or not: its values are already on it (no rounding), and
+ * kn_pass_elide_qdq then runs the pool on the int8 tensor. Nodes are in topological order, so
+ * a chain of pools passes the grid along. */
+static void pool_grids(const kn_graph *g, kn_int8_range *r) {
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kn_node *n = &g->nodes[i];
+        if (is_op(n, "MaxPool") && n->n_out == 1 && n->opset >= 12 && n->in[0] >= 0 &&
+            n->out[0] >= 0 && r[n->in[0]].scale > 0.0f)
+            r[n->out[0]] = r[n->in[0]];
+    }
+}
+
 kiln_status kn_pass_quantize_int8(kn_graph *g, const kn_int8_layer *layers, int n_layers,
-                                  const kn_int8_range *ranges) {
+                                  const kn_int8_range *calibrated) {
     int n_values = g->n_values;
     bool *done = kn_calloc((size_t)n_values + 1, sizeof(bool));
-    if (done == NULL)
+    kn_int8_range *ranges = kn_malloc(((size_t)n_values + 1) * sizeof *ranges);
+    if (done == NULL || ranges == NULL) {
+        kn_free(done);
+        kn_free(ranges);
         return oom();
+    }
+    memcpy(ranges, calibrated, (size_t)n_values * sizeof *ranges);
+    pool_grids(g, ranges);
     kiln_status rc = KILN_OK;
     for (int i = 0; i < n_layers && rc == KILN_OK; i++) {
         const kn_int8_layer *l = &layers[i];
@@ -214,6 +233,7 @@ kiln_status kn_pass_quantize_int8(kn_graph *g, const kn_int8_layer *layers, int 
             rc = quantize_weight(g, l->node);
     }
     kn_free(done);
+    kn_free(ranges);
     if (rc != KILN_OK)
         return rc;
     KN_TRY(kn_graph_toposort(g));

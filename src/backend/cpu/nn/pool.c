@@ -26,6 +26,8 @@ typedef struct pool_args {
     int64_t in_plane, out_plane;
     const float *x;
     float *y;
+    const void *xb; /* 8-bit integer planes (pool2d_max_u8, _s8) */
+    void *yb;
     int64_t *ind;
     const tap_range *taps[3]; /* per output index of each dim */
     /* 2-D path: per output column the taps its average divides by (with or without pads), and
@@ -267,6 +269,73 @@ KN_CLONES static void pool2d_planes(void *arg, int64_t begin, int64_t end) {
     }
 }
 
+/* y[ox] = max(buf[2 ox], buf[2 ox + 1], buf[2 ox + 2]) over bytes, buf holding one byte more
+ * than the windows read; flip 0x80 orders int8 as uint8. The pairs are read as 16-bit words
+ * (even byte low, odd byte high), so the loop is contiguous and vectorizes. */
+KN_CLONES static void max_s2k3_bytes(const uint8_t *buf, int64_t ow, uint8_t flip, uint8_t *y) {
+    for (int64_t ox = 0; ox < ow; ox++) {
+        uint16_t w0, w1;
+        memcpy(&w0, buf + 2 * ox, 2);
+        memcpy(&w1, buf + 2 * ox + 2, 2);
+        uint8_t a = (uint8_t)((w0 & 0xff) ^ flip), b = (uint8_t)((w0 >> 8) ^ flip),
+                c = (uint8_t)((w1 & 0xff) ^ flip);
+        uint8_t m = a > b ? a : b;
+        y[ox] = (uint8_t)((c > m ? c : m) ^ flip);
+    }
+}
+
+/* pool2d_planes' max for 8-bit integers (a QDQ model's MaxPool between int8 layers, elided to
+ * run on the quantized tensor, kn_pass_elide_qdq): the same separable walk on bytes, padding
+ * the type's least value, windows with no input 0. Float32 staging of the plane cost 20 times
+ * the pool itself. */
+#define POOL2D_MAX_BYTES(NAME, T, LEAST, FLIP)                                                     \
+    KN_CLONES static void NAME(void *arg, int64_t begin, int64_t end) {                            \
+        const pool_args *a = arg;                                                                  \
+        int64_t W = a->in[2], OH = a->out[1], OW = a->out[2], s = a->s[2], pb = a->pb[2];          \
+        int64_t kx = a->k[2], len = (OW - 1) * s + kx;                                             \
+        T buf[KN_POOL_ROW_MAX + 1];                                                                \
+        int64_t lead = pb < len ? pb : len, body = len - lead < W ? len - lead : W;                \
+        for (int64_t i = 0; i < lead; i++)                                                         \
+            buf[i] = (LEAST);                                                                      \
+        for (int64_t i = lead + body; i <= len; i++)                                               \
+            buf[i] = (LEAST);                                                                      \
+        T *row = buf + lead;                                                                       \
+        for (int64_t u = begin; u < end; u++) {                                                    \
+            const T *x = (const T *)a->xb + u * a->in_plane;                                       \
+            T *y = (T *)a->yb + u * a->out_plane;                                                  \
+            for (int64_t oy = 0; oy < OH; oy++) {                                                  \
+                const tap_range *ty = &a->taps[1][oy];                                             \
+                int64_t r0 = ty->start + ty->j0, r1 = ty->start + ty->j1;                          \
+                T *yr = y + oy * OW;                                                               \
+                if (r1 <= r0) {                                                                    \
+                    memset(yr, 0, (size_t)OW);                                                     \
+                    continue;                                                                      \
+                }                                                                                  \
+                memcpy(row, x + r0 * W, (size_t)body);                                             \
+                for (int64_t r = r0 + 1; r < r1; r++) {                                            \
+                    const T *xr = x + r * W;                                                       \
+                    for (int64_t i = 0; i < body; i++)                                             \
+                        row[i] = xr[i] > row[i] ? xr[i] : row[i];                                  \
+                }                                                                                  \
+                if (s == 2 && kx == 3)                                                             \
+                    max_s2k3_bytes((const uint8_t *)buf, OW, (FLIP), (uint8_t *)yr);               \
+                else                                                                               \
+                    for (int64_t ox = 0; ox < OW; ox++) {                                          \
+                        T m = buf[ox * s];                                                         \
+                        for (int64_t jx = 1; jx < kx; jx++)                                        \
+                            m = buf[ox * s + jx] > m ? buf[ox * s + jx] : m;                       \
+                        yr[ox] = m;                                                                \
+                    }                                                                              \
+                if (a->empty_col)                                                                  \
+                    for (int64_t ox = 0; ox < OW; ox++)                                            \
+                        yr[ox] = a->taps[2][ox].j1 > a->taps[2][ox].j0 ? yr[ox] : 0;               \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+POOL2D_MAX_BYTES(pool2d_max_u8, uint8_t, 0, 0)
+POOL2D_MAX_BYTES(pool2d_max_s8, int8_t, INT8_MIN, 0x80)
+
 static void pool_args_init(pool_args *a, const kn_pool_geom *g) {
     int off = 3 - g->nsp;
     for (int i = 0; i < 3; i++) {
@@ -326,6 +395,16 @@ kiln_status kn_cpu_cpu_pool_window(kn_kernel_ctx *k) {
         a.empty_col = a.empty_col || t->j1 <= t->j0;
     }
     a.col_div = col_div;
+    bool bytes = x->dtype == KILN_DTYPE_UINT8 || x->dtype == KILN_DTYPE_INT8;
+    if (bytes && a.kind == POOL_MAX && pool2d_fast(&a)) {
+        a.xb = x->data;
+        a.yb = k->out[0].data;
+        kn_parallel_for(k->pool, planes, plane_grain(a.out_plane * a.k[1] * a.k[2] / 4),
+                        x->dtype == KILN_DTYPE_UINT8 ? pool2d_max_u8 : pool2d_max_s8, &a);
+        kn_free(tr);
+        kn_free(col_div);
+        return KILN_OK;
+    }
     kn_cpu_f32 xv = {0}, yv = {0};
     kiln_status rc = kn_cpu_f32_in(x, &xv);
     if (rc == KILN_OK)
