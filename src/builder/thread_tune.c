@@ -34,6 +34,15 @@
 #define MAX_CANDIDATES 12
 /* Part of every cache key: bump it when the timing or the choice changes meaning. */
 #define THREAD_TUNE_VERSION 1
+/* The whole pool's timing counts only if its threads got at least this share of their CPU
+ * time (kn_threadpool workers spin between back-to-back runs, so an idle machine gives 0.94
+ * to 1.0 of it). Below, another process held cores: a thread descheduled mid-layer makes the
+ * whole pool look slow and fewer threads look faster (on the 2-core box beside a busy
+ * benchmark, 18 of MobileNetV2's 33 layers went to one thread and the plan ran 1.6x slower).
+ * Such a timing is neither used nor kept in the cache. KILN_CPU_THREAD_TUNE_MIN_SHARE sets
+ * the share (0 takes every timing). Timings shorter than MIN_SHARE_WALL_MS are not judged. */
+#define MIN_CPU_SHARE 0.8
+#define MIN_SHARE_WALL_MS 0.1
 
 static double now_ms(void) {
     struct timespec ts;
@@ -149,7 +158,10 @@ static bool timed_setup(const kn_graph *g, int i, const kn_resolved *at, timed_n
 }
 
 /* Mean time of one run over enough runs to last MIN_SAMPLE_MS (reps from the caller). */
-static kiln_status timed_run(timed_node *t, kn_threadpool *pool, int reps, double *ms) {
+/* One timing: reps runs, ms each (wall clock); *cpu (when not NULL) the process's CPU time over
+ * them as a share of threads * wall. */
+static kiln_status timed_run(timed_node *t, kn_threadpool *pool, int reps, int threads, double *ms,
+                             double *cpu) {
     kn_backend *b = kn_backend_host();
     kn_kernel_ctx kc = {.node = t->n,
                         .n_in = t->n->n_in,
@@ -160,10 +172,14 @@ static kiln_status timed_run(timed_node *t, kn_threadpool *pool, int reps, doubl
                         .pool = pool,
                         .backend = b,
                         .local = &t->local};
-    double t0 = now_ms();
+    double c0 = cpu != NULL ? kn_threadpool_cpu_ms(pool) : 0.0, t0 = now_ms();
     for (int r = 0; r < reps; r++)
         KN_TRY(t->k->run(&kc));
-    *ms = (now_ms() - t0) / reps;
+    double wall = now_ms() - t0;
+    *ms = wall / reps;
+    if (cpu != NULL) /* too short a timing to tell counts as the machine's whole */
+        *cpu =
+            wall >= MIN_SHARE_WALL_MS ? (kn_threadpool_cpu_ms(pool) - c0) / (wall * threads) : 1.0;
     return KILN_OK;
 }
 
@@ -211,8 +227,11 @@ int kn_thread_tune_pick(const int *threads, const double *ms, int n) {
     return ms[best] < ms[0] * KEEP_ALL_MARGIN ? threads[best] : threads[0];
 }
 
-/* Time one prepared node at each candidate count; the count to record, 0 for all. */
-static kiln_status time_node(timed_node *t, kn_threadpool *pool, int threads, int *chosen) {
+/* Time one prepared node at each candidate count; the count to record, 0 for all. *busy: the
+ * whole pool's best timing had less than MIN_CPU_SHARE of its threads' CPU time (then 0, not
+ * to be kept). */
+static kiln_status time_node(timed_node *t, kn_threadpool *pool, int threads, double min_share,
+                             int *chosen, bool *busy) {
     int cand[MAX_CANDIDATES], n_cand = 0;
     double best[MAX_CANDIDATES];
     bool live[MAX_CANDIDATES];
@@ -221,10 +240,10 @@ static kiln_status time_node(timed_node *t, kn_threadpool *pool, int threads, in
         best[n_cand] = 1e300;
         live[n_cand++] = true;
     }
-    double first;
+    double first, share = 0.0;
     kn_threadpool_set_limit(pool, threads);
-    KN_TRY(timed_run(t, pool, 1, &first)); /* warm: caches, the kernel's local state */
-    KN_TRY(timed_run(t, pool, 1, &first));
+    KN_TRY(timed_run(t, pool, 1, threads, &first, NULL)); /* warm: caches, local state */
+    KN_TRY(timed_run(t, pool, 1, threads, &first, NULL));
     int reps = first > 0 ? (int)(MIN_SAMPLE_MS / first) + 1 : MAX_REPS;
     if (reps > MAX_REPS)
         reps = MAX_REPS;
@@ -233,11 +252,14 @@ static kiln_status time_node(timed_node *t, kn_threadpool *pool, int threads, in
         for (int c = 0; c < n_cand; c++) {
             if (!live[c])
                 continue;
-            double ms;
+            double ms, cpu;
             kn_threadpool_set_limit(pool, cand[c]);
-            KN_TRY(timed_run(t, pool, reps, &ms));
-            if (ms < best[c])
+            KN_TRY(timed_run(t, pool, reps, cand[c], &ms, &cpu));
+            if (ms < best[c]) {
                 best[c] = ms;
+                if (c == 0)
+                    share = cpu;
+            }
             if (best[c] < round_best)
                 round_best = best[c];
         }
@@ -247,7 +269,10 @@ static kiln_status time_node(timed_node *t, kn_threadpool *pool, int threads, in
             live[c] = live[c] && best[c] <= 2 * round_best;
     }
     kn_threadpool_set_limit(pool, threads);
-    int pick = kn_thread_tune_pick(cand, best, n_cand);
+    *busy = share < min_share;
+    kn_log(KILN_LOG_INFO, "thread timing: '%s' %.4f ms on %d threads with %.2f of their CPU time",
+           t->n->name, best[0], threads, share);
+    int pick = *busy ? threads : kn_thread_tune_pick(cand, best, n_cand);
     *chosen = pick == threads ? 0 : pick;
     return KILN_OK;
 }
@@ -289,16 +314,24 @@ static void machine_id(char *buf, size_t size) {
     snprintf(buf, size, "%s|%ld cpus", brand[0] != '\0' ? brand : "unknown cpu", n > 0 ? n : 1);
 }
 
+static double min_share(void) {
+    const char *v = getenv("KILN_CPU_THREAD_TUNE_MIN_SHARE");
+    char *end = NULL;
+    double d = v != NULL ? strtod(v, &end) : MIN_CPU_SHARE;
+    return v != NULL && end != v && *end == '\0' && d >= 0.0 && d <= 1.0 ? d : MIN_CPU_SHARE;
+}
+
 kiln_status kn_thread_tune(kn_graph *g, const kn_resolved *at, int threads, kn_timing_cache *cache,
                            int n_read) {
     if (threads <= 1)
         return KILN_OK;
+    double share = min_share();
     if (threads > KN_MAX_THREADS)
         threads = KN_MAX_THREADS;
     char machine[96], key[320];
     machine_id(machine, sizeof machine);
     kn_threadpool *pool = NULL;
-    int timed = 0, from_file = 0, repeats = 0, fewer = 0;
+    int timed = 0, from_file = 0, repeats = 0, fewer = 0, busy_layers = 0;
     double t_start = now_ms();
     kiln_status rc = KILN_OK;
     for (int i = 0; i < g->n_nodes && rc == KILN_OK; i++) {
@@ -324,12 +357,15 @@ kiln_status kn_thread_tune(kn_graph *g, const kn_resolved *at, int threads, kn_t
                 rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory timing thread counts");
                 break;
             }
-            if (time_node(&t, pool, threads, &chosen) != KILN_OK) {
+            bool busy = false;
+            if (time_node(&t, pool, threads, share, &chosen, &busy) != KILN_OK) {
                 /* A kernel that refuses made-up inputs runs on every thread, as before (and is
                  * not cached, so a later build tries again). */
                 kn_log(KILN_LOG_VERBOSE, "threads: '%s' (%s) not timed: %s", n->name, n->op_type,
                        kiln_last_error());
                 chosen = 0;
+            } else if (busy) {
+                busy_layers++; /* all threads, and not cached: a later build times it again */
             } else {
                 int64_t v = chosen;
                 rc = kn_timing_cache_add(cache, key, &v, 1);
@@ -348,6 +384,12 @@ kiln_status kn_thread_tune(kn_graph *g, const kn_resolved *at, int threads, kn_t
                "threads: %d layers timed at %d..1 threads in %.0f ms, %d from the timing cache "
                "file, %d repeating a layer timed before; %d run on fewer",
                timed, threads, now_ms() - t_start, from_file, repeats, fewer);
+    if (rc == KILN_OK && busy_layers > 0)
+        kn_log(KILN_LOG_WARNING,
+               "threads: %d layers keep all %d threads untimed: the build got less than %.0f%% "
+               "of its threads' CPU time (other processes are running); build on an idle machine "
+               "for per-layer thread counts",
+               busy_layers, threads, share * 100);
     kn_threadpool_destroy(pool);
     return rc;
 }

@@ -21,6 +21,12 @@ int kn_threadpool_capacity(const kn_threadpool *pool);
  * than spread over all of them: the executor sets each node's count (docs/perf-notes.md). */
 int kn_threadpool_set_limit(kn_threadpool *pool, int threads);
 
+/* CPU time (ms) the calling thread and the pool's workers have used so far, each thread's own
+ * clock (exact for running threads, unlike the process clock, which counts another running
+ * thread's time only at scheduler ticks). The difference over a timed run, against threads x
+ * its wall time, tells whether the machine gave the pool its cores. */
+double kn_threadpool_cpu_ms(const kn_threadpool *pool);
+
 /* Run fn(arg, begin, end) over [0, n) split into chunks of at least `grain` items across the
  * pool (the caller's thread takes part); returns when all chunks are done. pool may be NULL
  * (runs inline). No more threads than chunks take part. Not re-entrant: fn must not call

@@ -4,7 +4,8 @@ On a CPU-only build for one thread nothing is tuned: the file is neither read no
 missing one is not created, a garbage one is left byte for byte). For more threads the build
 times each host layer on fewer of them and keeps the counts in the cache ("cpu threads"
 entries), so a rebuild with it times nothing, takes the counts from the file and writes a
-byte-identical plan. testdev (tests/testdev/testdev.c) tunes its convolutions
+byte-identical plan; on a machine too busy to give the build its threads' CPU time, layers keep
+all threads, untimed and uncached, with one warning. testdev (tests/testdev/testdev.c) tunes its convolutions
 deterministically, so with it the cache is written after a cold build, a rebuild with it tunes
 nothing and writes a byte-identical plan, and a corrupt or foreign cache gives one warning line,
 a successful build and a rewritten cache. The testdev builds run for one thread, so their
@@ -25,9 +26,14 @@ ONNX = os.path.join(MODELS, RESNET["model"])
 HEADER = "kiln-timing-cache 1\n"
 
 
+# Every timing counts, however busy the machine: the reproducibility checks below must not
+# depend on what else CI runs (test_busy_machine_keeps_all_threads covers the default).
+ANY_SHARE = {"KILN_CPU_THREAD_TUNE_MIN_SHARE": "0"}
+
+
 def build(plan, *extra, threads=1, env_extra=None):
     return kiln("build", ONNX, "-o", str(plan), *shape_args(RESNET), "--threads", str(threads),
-                *extra, env_extra=env_extra)
+                *extra, env_extra=dict(ANY_SHARE, **(env_extra or {})))
 
 
 def tuned_line(err):
@@ -178,3 +184,47 @@ def test_python_timing_cache(tmp_path):
     assert cache.read_text().startswith(HEADER)
     b = kpy.build(ONNX, shapes=shapes, backends="testdev,cpu", timing_cache=str(cache))
     assert a == b
+
+
+def test_busy_machine_keeps_all_threads(tmp_path):
+    """Other processes on every core: the whole pool's timings get well under 80 % of their
+    threads' CPU time, so those layers keep all threads, stay out of the cache (a later build
+    times them again) and the build says why once; none is put on fewer threads by a timing
+    the load distorted. With the share check off (=0) the same build caches every layer."""
+    import multiprocessing
+    import time
+
+    def spin(stop):
+        while time.time() < stop:
+            pass
+
+    cpus = os.cpu_count() or 2
+    stop = time.time() + 60
+    procs = [multiprocessing.Process(target=spin, args=(stop,), daemon=True)
+             for _ in range(min(2 * cpus, 64))]
+    for p in procs:
+        p.start()
+    try:
+        time.sleep(0.3)
+        cache = tmp_path / "cache.txt"
+        _, _, err = kiln("build", ONNX, "-o", str(tmp_path / "a.plan"), *shape_args(RESNET),
+                         "--threads", "2", "--timing-cache", str(cache), "--verbose")
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.join()
+    timed, _, _ = threads_line(err)
+    warnings = [ln for ln in err.splitlines() if "threads' CPU time" in ln]
+    assert len(warnings) == 1 and "build on an idle machine" in warnings[0], err
+    kept = int(warnings[0].split("threads: ", 1)[1].split()[0])
+    assert kept > 0
+    entries = cache.read_text().splitlines()[1:] if cache.exists() else []
+    assert len(entries) == timed
+    shares = [float(ln.split(" with ")[1].split()[0]) for ln in err.splitlines()
+              if ln.startswith("kiln: thread timing: ")]
+    assert sum(1 for x in shares if x < 0.8) == kept, (shares, kept)
+    _, _, err = build(tmp_path / "b.plan", "--timing-cache", str(tmp_path / "c2.txt"),
+                      "--verbose", threads=2)
+    assert "threads' CPU time" not in err
+
