@@ -26,10 +26,12 @@
     "  --timing-cache FILE\n"                                                                      \
     "                     keep what the build chooses by timing in FILE: device backends'\n"       \
     "                     tactics (cuDNN algorithms) and, with --threads above 1, the layers\n"    \
-    "                     faster on fewer of the context's threads (KILN_CPU_THREAD_TUNE=0:\n"     \
-    "                     not timed). Read before, written after; a rebuild with it times\n"       \
-    "                     nothing and writes the same plan. Without FILE nothing is timed on\n"    \
-    "                     the CPU (KILN_CPU_THREAD_TUNE=1: timed, not reproducible)\n"
+    "                     faster on fewer of the context's threads (timed where the machine\n"     \
+    "                     gives the build its threads: build on an idle one;\n"                    \
+    "                     KILN_CPU_THREAD_TUNE=0: not timed). Read before, written after; a\n"     \
+    "                     rebuild with it times nothing and writes the same plan. Without\n"       \
+    "                     FILE nothing is timed on the CPU (KILN_CPU_THREAD_TUNE=1: timed,\n"      \
+    "                     not reproducible)\n"
 
 typedef struct cli_shape {
     char *name;
