@@ -2,25 +2,13 @@
 a thread, and when there are fewer than four a thread each is cut into slices of rows. Every
 thread count, batch count, broadcast and fused epilogue must give onnxruntime's result."""
 
-import os
-import subprocess
-
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
-KILN = os.environ.get("KILN") or os.path.join(REPO, "build", "bin", "kiln")
-
-
-def kiln(*args):
-    p = subprocess.run([KILN, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       stdin=subprocess.DEVNULL, timeout=300)
-    assert p.returncode == 0, f"kiln {' '.join(args)}: {p.stderr.decode(errors='replace')}"
-
+from kiln_cli import kiln
 
 CASES = [
     # (A shape, B shape): heads fewer than threads, rows not a multiple of the slice

@@ -5,8 +5,6 @@ output is onnxruntime's, with graph optimizations off, to the bit; another grid 
 keeps the float pool and its requantization."""
 
 import json
-import os
-import subprocess
 
 import numpy as np
 import onnx
@@ -14,24 +12,17 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
-KILN = os.environ.get("KILN") or os.path.join(REPO, "build", "bin", "kiln")
-
-
-def kiln(*args):
-    p = subprocess.run([KILN, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       stdin=subprocess.DEVNULL, timeout=300)
-    assert p.returncode == 0, f"kiln {' '.join(args)}: {p.stderr.decode(errors='replace')}"
-    return p.stdout.decode(errors="replace")
-
+from kiln_cli import kiln
 
 GEOMETRIES = [
-    ("stem 3x3 s2 p1", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), [2, 5, 23, 30]),
+    ("stem 3x3 s2 p1", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+     [2, 5, 23, 30]),
     ("3x3 s2 ceil", dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1), [1, 3, 16, 17]),
     ("2x2 s2", dict(kernel_shape=[2, 2], strides=[2, 2]), [1, 4, 12, 9]),
-    ("5x5 s1 p2 (SPPF)", dict(kernel_shape=[5, 5], strides=[1, 1], pads=[2, 2, 2, 2]), [1, 3, 10, 11]),
-    ("3x2 s(1,2) p(0,1,2,0)", dict(kernel_shape=[3, 2], strides=[1, 2], pads=[0, 1, 2, 0]), [1, 2, 7, 9]),
+    ("5x5 s1 p2 (SPPF)", dict(kernel_shape=[5, 5], strides=[1, 1], pads=[2, 2, 2, 2]),
+     [1, 3, 10, 11]),
+    ("3x2 s(1,2) p(0,1,2,0)", dict(kernel_shape=[3, 2], strides=[1, 2], pads=[0, 1, 2, 0]),
+     [1, 2, 7, 9]),
     ("dilated 2x2 d2", dict(kernel_shape=[2, 2], dilations=[2, 2]), [1, 2, 8, 8]),
     ("1-D k3 s2", dict(kernel_shape=[3], strides=[2], pads=[1, 1]), [2, 3, 19]),
 ]
