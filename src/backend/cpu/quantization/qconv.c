@@ -6,8 +6,9 @@
  * from a padded copy whose rows are runs of the im2col's (qcjob.padded).
  * vpdpbusd multiplies uint8 by int8, so the weights go in as w + 128 (uint8) and the
  * activations as xu - 128 (int8; xu is x in the uint8 domain, zero point xz). With
- * e[p] = sum_k (xu - 128), the product of the panel with a row of ones, the exact sum is
- *   sum_k w (xu - xz) = acc - 128 e[p] + (128 - xz) sum_k w[j],
+ * e[p] = 128 sum_k (xu - 128), the product of the panel with a row of 128s (the factor in the
+ * row saves the requantization a shift), the exact sum is
+ *   sum_k w (xu - xz) = acc - e[p] + (128 - xz) sum_k w[j],
  * and the weight rows and the ones row are zero past k, so the panel may hold anything there.
  * The real output is that sum * x_scale * w_scale[j] + bias[j] (with a fused residual,
  * kn_pass_fuse_qadd: rounded to the conv output's own grid, plus the residual), clamped by a
@@ -29,7 +30,7 @@
 
 typedef struct qconv {
     uint8_t *a;    /* [n][kp]: w + 128, 0 past k */
-    uint8_t *ones; /* [kp]: 1 below k, 0 past */
+    uint8_t *ones; /* [kp]: 128 below k, 0 past */
     float *scale;  /* [n]: x_scale * w_scale[j] */
     float *bias;   /* [n], zero when absent */
     int32_t *corr; /* [n]: (128 - xz) * sum_k w[j] */
@@ -87,7 +88,7 @@ kiln_status kn_cpu_qconv_prepare(const kn_node *node, int n_in, const kn_tensor 
         s->corr[j] = (128 - s->ep.xzu) * sum;
         s->scale[j] = (float)(s->ep.xs * kn_tensor_get_f64(&in[4], n_ws > 1 ? j : 0));
     }
-    memset(s->ones, 1, (size_t)s->k);
+    memset(s->ones, 128, (size_t)s->k);
     if (n_in > 8 && in[8].dtype != 0)
         memcpy(s->bias, in[8].data, (size_t)s->n * sizeof(float));
     if (n_in > 13 && in[9].dtype != 0) {
@@ -438,19 +439,10 @@ static void conv_range(void *arg, int64_t begin, int64_t end) {
                              j->res != NULL ? j->res + at : NULL, m, r1 - r0, j->y + at, j->pixels);
             continue;
         }
-        /* the columns of output row oy that are pixels: [oy * pitch, oy * pitch + ow) */
-        int64_t ow = j->g.out[1];
-        for (int64_t oy = p0 / j->pitch; oy * j->pitch < p0 + m; oy++) {
-            int64_t q0 = oy * j->pitch, q1 = q0 + ow;
-            q0 = q0 > p0 ? q0 : p0;
-            q1 = q1 < p0 + m ? q1 : p0 + m;
-            if (q1 <= q0)
-                continue;
-            int64_t yat = at + oy * ow + (q0 - oy * j->pitch);
-            kn_qrequant_rows(&s->rq, s->scale + r0, s->bias + r0, s->corr + r0, b.c + (q0 - p0),
-                             w16, e + (q0 - p0), j->res != NULL ? j->res + yat : NULL, q1 - q0,
-                             r1 - r0, j->y + yat, j->pixels);
-        }
+        /* column q is pixel (q / pitch, q % pitch), thrown away where q % pitch >= ow */
+        kn_qrequant_rows_pitched(&s->rq, s->scale + r0, s->bias + r0, s->corr + r0, b.c, w16, e,
+                                 j->res != NULL ? j->res + at : NULL, p0, m, j->pitch, j->g.out[1],
+                                 r1 - r0, j->y + at, j->pixels);
     }
     atomic_store_explicit(&j->busy[slot], 0, memory_order_release);
 }
