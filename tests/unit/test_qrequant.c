@@ -38,7 +38,7 @@ typedef struct counts {
 
 /* One block of ROWS rows of m pixels under q: the dispatched and AVX-512 forms against the
  * reference. Row j's scale puts r / ys (or r / cs) near acc / 2, so odd sums fall near .5. */
-static void check_block(const kn_qrequant *q, int64_t m, int spread, counts *n) {
+static void check_block(kn_qrequant *q, int64_t m, int spread, counts *n) {
     float sc[ROWS], b[ROWS];
     int32_t corr[ROWS], acc[ROWS * LDC], e[LDC];
     uint8_t res[ROWS * LDC], want[ROWS * LDC], got[ROWS * LDC];
@@ -80,6 +80,7 @@ static void check_block(const kn_qrequant *q, int64_t m, int spread, counts *n) 
             if (fabsf(v) < 1000.0f && fabsf(fabsf(v - rintf(v)) - 0.5f) < 0x1p-12f)
                 n->near++;
         }
+    kn_qrequant_note_channels(q, sc, b, ROWS);
     memset(want, 0xAA, sizeof want);
     memset(got, 0x55, sizeof got);
     kn_qrequant_rows_ref(q, sc, b, corr, acc, LDC, e, res, m, ROWS, want, LDC);
@@ -193,6 +194,7 @@ static void test_exact_halves(void **state) {
             static uint8_t want[N], got[N];
             float sc = 0.0625f, b = 0.0f; /* r / ys = s / 4: quarters, halves, integers */
             int32_t corr = 0;
+            kn_qrequant_note_channels(&q, &sc, &b, 1);
             for (int i = 0; i < N; i++) {
                 acc[i] = i - N / 2;
                 e[i] = 0;
@@ -218,7 +220,7 @@ static void test_extreme_scales(void **state) {
 /* The pitched form (columns c0 + i, pitch apart by rows of ow pixels) against the reference a
  * run at a time, over whole buffers: a kept byte moved by one place, or a thrown-away one
  * stored, fails. */
-static void check_pitched(const kn_qrequant *q, int64_t c0, int64_t m, int64_t pitch, int64_t ow,
+static void check_pitched(kn_qrequant *q, int64_t c0, int64_t m, int64_t pitch, int64_t ow,
                           float bad_bias) {
     enum { R = 7, LD = 720, PX = 1100 };
     static float sc[R], b[R];
@@ -236,6 +238,7 @@ static void check_pitched(const kn_qrequant *q, int64_t c0, int64_t m, int64_t p
         acc[i] = (int32_t)(next() % 3001) - 1500 + (next() % 32 == 0 ? 100000 : 0);
     for (int64_t i = 0; i < R * PX; i++)
         res[i] = (uint8_t)next();
+    kn_qrequant_note_channels(q, sc, b, R);
     memset(want, 0x5A, sizeof want);
     memset(got, 0x5A, sizeof got);
     kn_qrequant_rows_pitched_ref(q, sc, b, corr, acc, LD, e, res, c0, m, pitch, ow, R, want, PX);

@@ -63,11 +63,11 @@ typedef struct rqv {
     __m512i yz, rzu, one, rflip;
 } rqv;
 
-/* Whether the fast form gives the reference's bytes for rows [0, rows): no r is NaN (finite
- * channel constants; with a residual, its grid's values and the residual's far from
- * overflowing), ys positive and finite, y's range ordered and small, yz an integer. */
-static bool fast_ok(const kn_qrequant *q, const float *sc, const float *b, int64_t rows) {
-    if (!vbmi_ok())
+/* Whether the fast form gives the reference's bytes: no r is NaN (finite channel constants;
+ * with a residual, its grid's values and the residual's far from overflowing), ys positive and
+ * finite, y's range ordered and small, yz an integer. */
+static bool fast_ok(const kn_qrequant *q) {
+    if (!vbmi_ok() || !q->finite)
         return false;
     if (!(q->ys > 0.0f && isfinite(q->ys) && q->qlo <= q->qhi && fabsf(q->qlo) < 65536.0f &&
           fabsf(q->qhi) < 65536.0f && !isnan(q->lo) && !isnan(q->hi) && fabsf(q->yz) < 65536.0f &&
@@ -76,9 +76,6 @@ static bool fast_ok(const kn_qrequant *q, const float *sc, const float *b, int64
     if (q->residual && !(fabsf(q->cs) < 1e30f && fabsf(q->rs) < 1e30f && fabsf(q->cmin) < 1e6f &&
                          fabsf(q->cmax) < 1e6f))
         return false;
-    for (int64_t j = 0; j < rows; j++)
-        if (!isfinite(sc[j]) || !isfinite(b[j]))
-            return false;
     return true;
 }
 
@@ -233,7 +230,7 @@ RQ void kn_qrequant_rows_avx512(const kn_qrequant *q, const float *sc, const flo
                                 const int32_t *corr, const int32_t *acc, int64_t ldc,
                                 const int32_t *e, const uint8_t *res, int64_t m, int64_t rows,
                                 uint8_t *y, int64_t ldy) {
-    bool fast = fast_ok(q, sc, b, rows);
+    bool fast = fast_ok(q);
     rqv v = make_rqv(q, fast);
     (fast          ? q->residual ? rows_residual_fast : rows_plain_fast
      : q->residual ? rows_residual
@@ -322,7 +319,7 @@ RQ bool kn_qrequant_rows_pitched_avx512(const kn_qrequant *q, const float *sc, c
                                         const int32_t *e, const uint8_t *res, int64_t c0, int64_t m,
                                         int64_t pitch, int64_t ow, int64_t rows, uint8_t *y,
                                         int64_t ldy) {
-    if (!fast_ok(q, sc, b, rows))
+    if (!fast_ok(q))
         return false;
     rqv v = make_rqv(q, true);
     rqblk t[RQ_BLOCKS];

@@ -114,6 +114,7 @@ kiln_status kn_cpu_qconv_prepare(const kn_node *node, int n_in, const kn_tensor 
     q->qhi = s->ep.qmax - s->ep.yz;
     q->lo = s->ep.lo;
     q->hi = s->ep.hi;
+    kn_qrequant_note_channels(q, s->scale, s->bias, s->n);
     s->mask = s->ep.flip ^ 0x80;
     s->pad = (uint8_t)(s->ep.xzu - (s->ep.flip ? 128 : 0));
     return KILN_OK;

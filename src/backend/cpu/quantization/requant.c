@@ -4,6 +4,7 @@
 
 #include "backend/cpu/clones.h"
 
+#include <math.h>
 #include <stddef.h>
 
 /* y's byte for the real value r: the fused activation's clamp, the division by y's scale, the
@@ -61,6 +62,13 @@ void kn_qrequant_rows(const kn_qrequant *q, const float *sc, const float *b, con
     }
 #endif
     kn_qrequant_rows_ref(q, sc, b, corr, acc, ldc, e, res, m, rows, y, ldy);
+}
+
+void kn_qrequant_note_channels(kn_qrequant *q, const float *sc, const float *b, int64_t n) {
+    q->finite = true;
+    for (int64_t j = 0; j < n; j++)
+        if (!isfinite(sc[j]) || !isfinite(b[j]))
+            q->finite = false;
 }
 
 typedef void rows_fn(const kn_qrequant *q, const float *sc, const float *b, const int32_t *corr,

@@ -24,7 +24,13 @@ typedef struct kn_qrequant {
     float rs;               /* the residual's scale */
     int32_t rzu;            /* its zero point in the uint8 domain */
     uint8_t rflip;          /* 0x80 for an int8 residual */
+    bool finite; /* every channel's sc and b finite (kn_qrequant_note_channels); while false the
+                  * AVX-512 form keeps the reference's steps one by one */
 } kn_qrequant;
+
+/* Sets q->finite for the channel constants sc[0, n), b[0, n) the calls will take (any rows of
+ * them): once, where they are made, not on every call. */
+void kn_qrequant_note_channels(kn_qrequant *q, const float *sc, const float *b, int64_t n);
 
 /* Rows [0, rows) of the output: row j's m sums at acc + j * ldc with channel constants
  * sc[j], b[j], corr[j]; e (shared by the rows); the residual's row j at res + j * ldy (only
