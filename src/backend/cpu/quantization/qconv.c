@@ -647,13 +647,16 @@ kiln_status kn_cpu_qconv_run(kn_kernel_ctx *k) {
          * oy + (ky * dy) / sy, column ox + (kx * dx) / sx; with stride 1 the copy's columns
          * sit pitch - W - pad left further on */
         int64_t e = 0, shift = sy == 1 && sx == 1 ? j.pitch - g->in[1] - g->pad_b[1] : 0;
-        for (int64_t c = 0; c < g->c_in; c++)
-            for (int64_t ky = 0; ky < g->k[0]; ky++)
-                for (int64_t kx = 0; kx < g->k[1]; kx++) {
-                    int64_t dy = ky * g->dil[0], dx = kx * g->dil[1];
-                    j.off[e++] = c * j.chan + ((dy % sy) * sx + dx % sx) * j.plane +
-                                 dy / sy * j.pitch + dx / sx + shift;
-                }
+        for (int64_t ky = 0; ky < g->k[0]; ky++)
+            for (int64_t kx = 0; kx < g->k[1]; kx++) {
+                int64_t dy = ky * g->dil[0], dx = kx * g->dil[1];
+                j.off[e++] =
+                    ((dy % sy) * sx + dx % sx) * j.plane + dy / sy * j.pitch + dx / sx + shift;
+            }
+        /* the other channels' rows by one addition each (by the divisions above for every row,
+         * the table took 3 % of conv_125, 2304 rows) */
+        for (int64_t taps = e; e < s->k; e++)
+            j.off[e] = j.off[e - taps] + j.chan;
         kn_parallel_for(k->pool, g->n * g->c_in, 1, pad_range, &j);
     }
     if (j.parts > 1) {
