@@ -361,6 +361,39 @@ def test_qdq_conv_partitions_agree_across_thread_counts(tmp_path):
         assert np.array_equal(y, got), threads
 
 
+def test_qdq_conv_chunks_rounded_to_threads_stay_in_the_image(tmp_path):
+    """A 3x3 conv of 256 channels at 14x14 (ResNet-50's conv_125 shape, fewer outputs): its
+    padded copy's 210 columns are 14 blocks, seven chunks of 32 columns; at 2 and 3 threads the
+    count rounded up to a multiple of the threads (8, 9) passed the image's seven pairs of
+    blocks, and the tasks past them read and wrote a second image that is not there (a crash in
+    a plan of this layer alone)."""
+    rng = np.random.default_rng(12)
+    shape = [1, 256, 14, 14]
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["y"])],
+        "chunks", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array((rng.standard_normal((32, 256, 3, 3)) * 0.05).astype(np.float32),
+                                 "w"),
+         numpy_helper.from_array((rng.standard_normal(32) * 0.1).astype(np.float32), "b")])
+    fp32 = tmp_path / "chunks.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), fp32)
+    qdq = tmp_path / "chunks_u8.onnx"
+    name = quantize(fp32, qdq, shape, "u8")
+    info, got, ref = run_both(qdq, name, shape, tmp_path, [])
+    assert [l["precision"] for l in info["layers"] if l["op"] == "QConv"] == ["int8"]
+    assert np.abs(got - ref).max() <= 2 * output_step(qdq) + 1e-6
+    plan = str(tmp_path / "q.plan")
+    for threads in (2, 3, 4):
+        out = tmp_path / f"out{threads}"
+        kiln("run", plan, "--threads", str(threads), "--input", f"{name}={tmp_path / 'x.npy'}",
+             "--output-dir", str(out))
+        with open(out / "outputs.json") as f:
+            y = np.load(out / list(json.load(f).values())[0])
+        assert np.array_equal(y, got), threads
+
+
 def encoder_layer_model(path, seq=16, d=32, heads=2, ff=64):
     """One BERT encoder layer on float input [1, seq, d]: Q/K/V MatMul + bias, Reshape and
     Transpose into heads, the two attention MatMuls between activations, the Div by sqrt(dh),

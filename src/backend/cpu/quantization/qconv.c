@@ -612,6 +612,9 @@ kiln_status kn_cpu_qconv_run(kn_kernel_ctx *k) {
         int64_t pairs = (blocks + 1) / 2;
         j.chunks = j.chunks < pairs ? j.chunks : pairs;
         j.pc = (pairs + j.chunks - 1) / j.chunks * 32;
+        /* the count rounded up to the threads may have passed the pairs (a 3x3 of 256 channels
+         * at 14x14: seven pairs, eight chunks at 2 threads) */
+        tasks = j.g.n * j.chunks;
     }
     j.rows = ((s->n + parts - 1) / parts + 5) / 6 * 6;
     j.parts = (s->n + j.rows - 1) / j.rows;
