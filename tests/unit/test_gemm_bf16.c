@@ -13,7 +13,8 @@
 static void run_sizes(void) {
     static const int64_t sizes[][3] = {{1, 1, 1},     {1, 16, 2},    {3, 17, 5},    {7, 33, 64},
                                        {5, 15, 1},    {2, 48, 3},    {9, 100, 257}, {4, 31, 128},
-                                       {1, 1000, 70}, {17, 65, 300}, {6, 7, 0},     {64, 96, 513}};
+                                       {1, 1000, 70}, {17, 65, 300}, {6, 7, 0},     {64, 96, 513},
+                                       {13, 49, 600}, {40, 81, 33}};
     kn_threadpool *pool = kn_threadpool_create(2);
     assert_non_null(pool);
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)

@@ -65,7 +65,8 @@ static bool env_set(const char *name) {
 bool kn_bf16_native(void) {
     if (env_set("KILN_BF16_PORTABLE"))
         return false;
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512bf16");
 }
 
 bool kn_bf16_amx(void) {
@@ -342,33 +343,66 @@ static void pack_b_range(void *arg, int64_t begin, int64_t end) {
     }
 }
 
-#define NATIVE __attribute__((target("avx512f,avx512bf16")))
+#define NATIVE __attribute__((target("avx512f,avx512vl,avx512bf16")))
 
 /* The part of the epilogue a tile applies in registers (gemm_bf16_amx.h). */
 typedef kn_bf16_tile_ep tile_ep;
 
-/* One MR x NR tile over kcp pairs, `rows` rows (a constant in each caller, so acc stays in
- * registers); ep (the last K slice only) finishes it. */
+/* Column 16 of a tile whose panel has 17 columns (a 7x7 map's 49 = 32 + 17), its sums for the
+ * tile's rows in `col`: the same epilogue as the vector part of tile_native, in the same order. */
 NATIVE static inline __attribute__((always_inline)) void
-tile_native(int rows, int64_t kcp, const uint32_t *a, const uint32_t *b, float *c, int64_t ldc,
-            int nr, bool accumulate, const tile_ep *ep, bool prefetch) {
+column_store(int rows, __m256 col, float *c, int64_t ldc, bool accumulate, const tile_ep *ep) {
+    float v[MR];
+    _mm256_storeu_ps(v, col);
+    for (int r = 0; r < rows; r++) {
+        float x = v[r], *cr = c + r * ldc + 16;
+        if (accumulate)
+            x += *cr;
+        if (ep != NULL) {
+            x += ep->bias_row != NULL   ? ep->bias_row[r]
+                 : ep->bias_col != NULL ? ep->bias_col[16]
+                                        : 0.0f;
+            if (ep->res != NULL)
+                x += ep->res[r * ep->ldr + 16];
+            if (ep->clamp) {
+                x = x > ep->lo ? x : ep->lo; /* max_ps, min_ps */
+                x = x < ep->hi ? x : ep->hi;
+            }
+        }
+        *cr = x;
+    }
+}
+
+/* One MR x NR tile over kcp pairs, `rows` rows; `cols` 32 (two vectors of columns), 16 (nr <=
+ * 16: one) or 17 (one, and column 16 by 8-row dot products with A's pairs broadcasting B's, a
+ * ninth of the second vector's work). rows and cols are constants in each caller, so acc stays
+ * in registers; ep (the last K slice only) finishes the tile. */
+NATIVE static inline __attribute__((always_inline)) void
+tile_native(int rows, int cols, int64_t kcp, const uint32_t *a, const uint32_t *b, float *c,
+            int64_t ldc, int nr, bool accumulate, const tile_ep *ep, bool prefetch) {
     __m512 acc[MR][2];
+    __m256 col = _mm256_setzero_ps();
     for (int r = 0; r < rows; r++)
         acc[r][0] = acc[r][1] = _mm512_setzero_ps();
     for (int64_t kp = 0; kp < kcp; kp++) {
         if (prefetch && kp % 2 == 0) /* a line of A holds two pairs */
             _mm_prefetch((const char *)(a + kp * MR) + A_PREFETCH_BYTES, _MM_HINT_T0);
         __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + kp * NR);
-        __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + kp * NR + 16);
+        __m512bh b1 = cols == 32 ? (__m512bh)_mm512_loadu_si512(b + kp * NR + 16) : (__m512bh)b0;
         for (int r = 0; r < rows; r++) {
             __m512bh av = (__m512bh)_mm512_set1_epi32((int)a[kp * MR + r]);
             acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
-            acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
+            if (cols == 32)
+                acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
         }
+        if (cols == 17)
+            col =
+                _mm256_dpbf16_ps(col, (__m256bh)_mm256_loadu_si256((const __m256i *)(a + kp * MR)),
+                                 (__m256bh)_mm256_set1_epi32((int)b[kp * NR + 16]));
     }
     __mmask16 m0 = nr >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nr) - 1);
-    __mmask16 m1 = nr >= 32   ? (__mmask16)0xFFFF
-                   : nr <= 16 ? (__mmask16)0
+    __mmask16 m1 = cols != 32 ? (__mmask16)0
+                   : nr >= 32 ? (__mmask16)0xFFFF
                               : (__mmask16)((1u << (nr - 16)) - 1);
     __m512 bc0 = _mm512_setzero_ps(), bc1 = _mm512_setzero_ps();
     if (ep != NULL && ep->bias_col != NULL) {
@@ -399,52 +433,49 @@ tile_native(int rows, int64_t kcp, const uint32_t *a, const uint32_t *b, float *
             }
         }
         _mm512_mask_storeu_ps(cr, m0, acc[r][0]);
-        _mm512_mask_storeu_ps(cr + 16, m1, acc[r][1]);
+        if (cols == 32)
+            _mm512_mask_storeu_ps(cr + 16, m1, acc[r][1]);
+    }
+    if (cols == 17)
+        column_store(rows, col, c, ldc, accumulate, ep);
+}
+
+/* The tile's kernel for its rows and columns (tile_native); prefetch: run_tasks' streaming
+ * order, A_PREFETCH_BYTES ahead of the tile's A. */
+NATIVE static inline __attribute__((always_inline)) void
+ukr_rows(int64_t kcp, const uint32_t *a, const uint32_t *b, float *c, int64_t ldc, int mr, int nr,
+         bool accumulate, const tile_ep *ep, bool prefetch) {
+    int cols = nr > 17 ? 32 : nr == 17 ? 17 : 16;
+    switch (mr * 64 + cols) {
+#define TILE(R, C)                                                                                 \
+    case R * 64 + C:                                                                               \
+        tile_native(R, C, kcp, a, b, c, ldc, nr, accumulate, ep, prefetch);                        \
+        break;
+#define ROWS(R) TILE(R, 32) TILE(R, 17) TILE(R, 16)
+        ROWS(1)
+        ROWS(2)
+        ROWS(3)
+        ROWS(4)
+        ROWS(5)
+        ROWS(6)
+        ROWS(7)
+        ROWS(8)
+#undef ROWS
+#undef TILE
+    default:
+        break;
     }
 }
 
 NATIVE static void ukr_native(int64_t kcp, const uint32_t *a, const uint32_t *b, float *c,
                               int64_t ldc, int mr, int nr, bool accumulate, const tile_ep *ep) {
-    switch (mr) {
-#define ROWS(R)                                                                                    \
-    case R:                                                                                        \
-        tile_native(R, kcp, a, b, c, ldc, nr, accumulate, ep, false);                              \
-        break;
-        ROWS(1)
-        ROWS(2)
-        ROWS(3)
-        ROWS(4)
-        ROWS(5)
-        ROWS(6)
-        ROWS(7)
-        ROWS(8)
-#undef ROWS
-    default:
-        break;
-    }
+    ukr_rows(kcp, a, b, c, ldc, mr, nr, accumulate, ep, false);
 }
 
-/* ukr_native prefetching A_PREFETCH_BYTES ahead of the tile's A (run_tasks' streaming order). */
 NATIVE static void ukr_native_stream(int64_t kcp, const uint32_t *a, const uint32_t *b, float *c,
                                      int64_t ldc, int mr, int nr, bool accumulate,
                                      const tile_ep *ep) {
-    switch (mr) {
-#define ROWS(R)                                                                                    \
-    case R:                                                                                        \
-        tile_native(R, kcp, a, b, c, ldc, nr, accumulate, ep, true);                               \
-        break;
-        ROWS(1)
-        ROWS(2)
-        ROWS(3)
-        ROWS(4)
-        ROWS(5)
-        ROWS(6)
-        ROWS(7)
-        ROWS(8)
-#undef ROWS
-    default:
-        break;
-    }
+    ukr_rows(kcp, a, b, c, ldc, mr, nr, accumulate, ep, true);
 }
 
 static inline float lo_f(uint32_t p) {
