@@ -34,13 +34,15 @@
 #define MAX_CANDIDATES 12
 /* Part of every cache key: bump it when the timing or the choice changes meaning. */
 #define THREAD_TUNE_VERSION 1
-/* The whole pool's timing counts only if its threads got at least this share of their CPU
- * time (kn_threadpool workers spin between back-to-back runs, so an idle machine gives 0.94
- * to 1.0 of it). Below, another process held cores: a thread descheduled mid-layer makes the
- * whole pool look slow and fewer threads look faster (on the 2-core box beside a busy
- * benchmark, 18 of MobileNetV2's 33 layers went to one thread and the plan ran 1.6x slower).
- * Such a timing is neither used nor kept in the cache. KILN_CPU_THREAD_TUNE_MIN_SHARE sets
- * the share (0 takes every timing). Timings shorter than MIN_SHARE_WALL_MS are not judged. */
+/* Fewer threads are chosen only if the whole pool's timing got at least this share of its
+ * threads' CPU time (kn_threadpool workers spin between back-to-back runs, so an idle machine
+ * gives 0.94 to 1.0 of it). Below, another process held cores: a thread descheduled mid-layer
+ * makes the whole pool look slow and fewer threads look faster (on the 2-core box beside a
+ * busy benchmark, 18 of MobileNetV2's 33 layers went to one thread and the plan ran 1.6x
+ * slower). Such a choice is neither used nor kept in the cache. A layer that keeps all its
+ * threads is kept whatever the share: a serial layer leaves the workers asleep (a low share
+ * on an idle machine) and gains nothing from fewer. KILN_CPU_THREAD_TUNE_MIN_SHARE sets the
+ * share (0 takes every timing). Timings shorter than MIN_SHARE_WALL_MS are not judged. */
 #define MIN_CPU_SHARE 0.8
 #define MIN_SHARE_WALL_MS 0.1
 
@@ -227,9 +229,16 @@ int kn_thread_tune_pick(const int *threads, const double *ms, int n) {
     return ms[best] < ms[0] * KEEP_ALL_MARGIN ? threads[best] : threads[0];
 }
 
-/* Time one prepared node at each candidate count; the count to record, 0 for all. *busy: the
- * whole pool's best timing had less than MIN_CPU_SHARE of its threads' CPU time (then 0, not
- * to be kept). */
+int kn_thread_tune_choose(const int *threads, const double *ms, int n, double share,
+                          double min_share, bool *busy) {
+    int pick = kn_thread_tune_pick(threads, ms, n);
+    *busy = pick != threads[0] && share < min_share;
+    return *busy ? threads[0] : pick;
+}
+
+/* Time one prepared node at each candidate count; the count to record, 0 for all. *busy: fewer
+ * threads looked faster, but the whole pool's best timing had less than min_share of its
+ * threads' CPU time (then 0, not to be kept). */
 static kiln_status time_node(timed_node *t, kn_threadpool *pool, int threads, double min_share,
                              int *chosen, bool *busy) {
     int cand[MAX_CANDIDATES], n_cand = 0;
@@ -269,10 +278,11 @@ static kiln_status time_node(timed_node *t, kn_threadpool *pool, int threads, do
             live[c] = live[c] && best[c] <= 2 * round_best;
     }
     kn_threadpool_set_limit(pool, threads);
-    *busy = share < min_share;
-    kn_log(KILN_LOG_INFO, "thread timing: '%s' %.4f ms on %d threads with %.2f of their CPU time",
-           t->n->name, best[0], threads, share);
-    int pick = *busy ? threads : kn_thread_tune_pick(cand, best, n_cand);
+    int pick = kn_thread_tune_choose(cand, best, n_cand, share, min_share, busy);
+    kn_log(KILN_LOG_INFO,
+           "thread timing: '%s' %.4f ms on %d threads with %.2f of their CPU time; %d chosen%s",
+           t->n->name, best[0], threads, share, pick,
+           *busy ? " (fewer looked faster, not kept: the pool lacked CPU time)" : "");
     *chosen = pick == threads ? 0 : pick;
     return KILN_OK;
 }
@@ -386,9 +396,9 @@ kiln_status kn_thread_tune(kn_graph *g, const kn_resolved *at, int threads, kn_t
                timed, threads, now_ms() - t_start, from_file, repeats, fewer);
     if (rc == KILN_OK && busy_layers > 0)
         kn_log(KILN_LOG_WARNING,
-               "threads: %d layers keep all %d threads untimed: the build got less than %.0f%% "
-               "of its threads' CPU time (other processes are running); build on an idle machine "
-               "for per-layer thread counts",
+               "threads: %d layers keep all %d threads untimed: fewer looked faster, but the "
+               "build got less than %.0f%% of its threads' CPU time (other processes are "
+               "running); build on an idle machine for per-layer thread counts",
                busy_layers, threads, share * 100);
     kn_threadpool_destroy(pool);
     return rc;

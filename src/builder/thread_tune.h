@@ -25,5 +25,9 @@ kiln_status kn_thread_tune(kn_graph *g, const kn_resolved *at, int threads, kn_t
 /* The choice from one node's timings: ms[c] at threads[c], threads[0] the whole pool; fewer
  * threads must beat the whole pool by 10%. */
 int kn_thread_tune_pick(const int *threads, const double *ms, int n);
+/* kn_thread_tune_pick, unless it picks fewer than threads[0] while the whole pool's timing had
+ * less than min_share of its threads' CPU time (share): then threads[0], and *busy. */
+int kn_thread_tune_choose(const int *threads, const double *ms, int n, double share,
+                          double min_share, bool *busy);
 
 #endif

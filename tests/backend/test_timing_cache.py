@@ -187,10 +187,11 @@ def test_python_timing_cache(tmp_path):
 
 
 def test_busy_machine_keeps_all_threads(tmp_path):
-    """Other processes on every core: the whole pool's timings get well under 80 % of their
-    threads' CPU time, so those layers keep all threads, stay out of the cache (a later build
-    times them again) and the build says why once; none is put on fewer threads by a timing
-    the load distorted. With the share check off (=0) the same build caches every layer."""
+    """Other processes on every core: no layer goes to fewer threads on a whole-pool timing
+    that got under 80 % of its threads' CPU time (a descheduled thread makes the pool look
+    slow); such layers keep all threads, stay out of the cache (a later build times them
+    again) and the build says so once. Every layer timed is logged with its share and choice.
+    On an idle machine the same build warns of nothing."""
     import multiprocessing
     import time
 
@@ -215,16 +216,21 @@ def test_busy_machine_keeps_all_threads(tmp_path):
         for p in procs:
             p.join()
     timed, _, _ = threads_line(err)
+    lines = [ln for ln in err.splitlines() if ln.startswith("kiln: thread timing: ")]
+    assert len(lines) == timed + sum("not kept" in ln for ln in lines), err
+    for ln in lines:
+        share = float(ln.split(" with ")[1].split()[0])
+        chosen = int(ln.split("; ")[1].split()[0])
+        assert chosen == 2 or share >= 0.8, ln  # fewer threads only from a fair timing
+        if "not kept" in ln:
+            assert chosen == 2 and share < 0.8, ln
+    kept_out = sum("not kept" in ln for ln in lines)
     warnings = [ln for ln in err.splitlines() if "threads' CPU time" in ln]
-    assert len(warnings) == 1 and "build on an idle machine" in warnings[0], err
-    kept = int(warnings[0].split("threads: ", 1)[1].split()[0])
-    assert kept > 0
+    assert len(warnings) == (1 if kept_out else 0), err
+    if kept_out:
+        assert int(warnings[0].split("threads: ", 1)[1].split()[0]) == kept_out
     entries = cache.read_text().splitlines()[1:] if cache.exists() else []
     assert len(entries) == timed
-    shares = [float(ln.split(" with ")[1].split()[0]) for ln in err.splitlines()
-              if ln.startswith("kiln: thread timing: ")]
-    assert sum(1 for x in shares if x < 0.8) == kept, (shares, kept)
     _, _, err = build(tmp_path / "b.plan", "--timing-cache", str(tmp_path / "c2.txt"),
                       "--verbose", threads=2)
     assert "threads' CPU time" not in err
-

@@ -131,6 +131,17 @@ static void test_pick(void **state) {
     assert_int_equal(kn_thread_tune_pick(t, small, 5), 4);
     assert_int_equal(kn_thread_tune_pick(t, big, 5), 16);
     assert_int_equal(kn_thread_tune_pick(t, small, 1), 16);
+    /* fewer threads are taken only from a whole-pool timing that had its CPU time */
+    bool busy = true;
+    assert_int_equal(kn_thread_tune_choose(t, small, 5, 0.97, 0.8, &busy), 4);
+    assert_false(busy);
+    assert_int_equal(kn_thread_tune_choose(t, small, 5, 0.55, 0.8, &busy), 16);
+    assert_true(busy);
+    busy = true; /* all threads anyway: kept whatever the share (a serial layer's is low) */
+    assert_int_equal(kn_thread_tune_choose(t, big, 5, 0.06, 0.8, &busy), 16);
+    assert_false(busy);
+    assert_int_equal(kn_thread_tune_choose(t, small, 5, 0.55, 0.0, &busy), 4);
+    assert_false(busy);
 }
 
 /* ---- plans ---------------------------------------------------------------------------- */
