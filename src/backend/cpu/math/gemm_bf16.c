@@ -348,22 +348,24 @@ static void pack_b_range(void *arg, int64_t begin, int64_t end) {
 /* The part of the epilogue a tile applies in registers (gemm_bf16_amx.h). */
 typedef kn_bf16_tile_ep tile_ep;
 
-/* Column 16 of a tile whose panel has 17 columns (a 7x7 map's 49 = 32 + 17), its sums for the
+/* Column jc of a tile, the last of a panel of 17 (a 7x7 map's 49 = 32 + 17), its sums for the
  * tile's rows in `col`: the same epilogue as the vector part of tile_native, in the same order. */
-NATIVE static inline __attribute__((always_inline)) void
-column_store(int rows, __m256 col, float *c, int64_t ldc, bool accumulate, const tile_ep *ep) {
+NATIVE static inline __attribute__((always_inline)) void column_store(int rows, __m256 col, int jc,
+                                                                      float *c, int64_t ldc,
+                                                                      bool accumulate,
+                                                                      const tile_ep *ep) {
     float v[MR];
     _mm256_storeu_ps(v, col);
     for (int r = 0; r < rows; r++) {
-        float x = v[r], *cr = c + r * ldc + 16;
+        float x = v[r], *cr = c + r * ldc + jc;
         if (accumulate)
             x += *cr;
         if (ep != NULL) {
             x += ep->bias_row != NULL   ? ep->bias_row[r]
-                 : ep->bias_col != NULL ? ep->bias_col[16]
+                 : ep->bias_col != NULL ? ep->bias_col[jc]
                                         : 0.0f;
             if (ep->res != NULL)
-                x += ep->res[r * ep->ldr + 16];
+                x += ep->res[r * ep->ldr + jc];
             if (ep->clamp) {
                 x = x > ep->lo ? x : ep->lo; /* max_ps, min_ps */
                 x = x < ep->hi ? x : ep->hi;
@@ -373,85 +375,94 @@ column_store(int rows, __m256 col, float *c, int64_t ldc, bool accumulate, const
     }
 }
 
-/* One MR x NR tile over kcp pairs, `rows` rows; `cols` 32 (two vectors of columns), 16 (nr <=
- * 16: one) or 17 (one, and column 16 by 8-row dot products with A's pairs broadcasting B's, a
- * ninth of the second vector's work). rows and cols are constants in each caller, so acc stays
- * in registers; ep (the last K slice only) finishes the tile. */
+/* One tile of `rows` rows over kcp pairs: `nv` vectors of 16 columns, the first two from panel
+ * b, a third from the next panel b2; with `extra`, one more column (the last of a panel of 17:
+ * b2's when nv is 3, else b's) by 8-row dot products, A's pairs against that column's pair
+ * broadcast, an eighth of a vector's work. So a panel of 32 takes nv 2, one of 17 nv 1 + extra,
+ * one of at most 16 nv 1, and 49 columns (two panels) nv 3 + extra. rows, nv and extra are
+ * constants in each caller, so acc stays in registers; ep (the last K slice only) finishes the
+ * tile; prefetch: A_PREFETCH_BYTES ahead of A (run_tasks' streaming order). */
 NATIVE static inline __attribute__((always_inline)) void
-tile_native(int rows, int cols, int64_t kcp, const uint32_t *a, const uint32_t *b, float *c,
-            int64_t ldc, int nr, bool accumulate, const tile_ep *ep, bool prefetch) {
-    __m512 acc[MR][2];
+tile_native(int rows, int nv, bool extra, int64_t kcp, const uint32_t *a, const uint32_t *b,
+            const uint32_t *b2, float *c, int64_t ldc, int nr, bool accumulate, const tile_ep *ep,
+            bool prefetch) {
+    __m512 acc[MR][3];
     __m256 col = _mm256_setzero_ps();
+    const uint32_t *bv[3] = {b, b + 16, b2}, *bx = (nv == 3 ? b2 : b) + 16;
     for (int r = 0; r < rows; r++)
-        acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+        for (int v = 0; v < nv; v++)
+            acc[r][v] = _mm512_setzero_ps();
     for (int64_t kp = 0; kp < kcp; kp++) {
         if (prefetch && kp % 2 == 0) /* a line of A holds two pairs */
             _mm_prefetch((const char *)(a + kp * MR) + A_PREFETCH_BYTES, _MM_HINT_T0);
-        __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + kp * NR);
-        __m512bh b1 = cols == 32 ? (__m512bh)_mm512_loadu_si512(b + kp * NR + 16) : (__m512bh)b0;
+        __m512bh bk[3];
+        for (int v = 0; v < nv; v++)
+            bk[v] = (__m512bh)_mm512_loadu_si512(bv[v] + kp * NR);
         for (int r = 0; r < rows; r++) {
             __m512bh av = (__m512bh)_mm512_set1_epi32((int)a[kp * MR + r]);
-            acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
-            if (cols == 32)
-                acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
+            for (int v = 0; v < nv; v++)
+                acc[r][v] = _mm512_dpbf16_ps(acc[r][v], av, bk[v]);
         }
-        if (cols == 17)
+        if (extra)
             col =
                 _mm256_dpbf16_ps(col, (__m256bh)_mm256_loadu_si256((const __m256i *)(a + kp * MR)),
-                                 (__m256bh)_mm256_set1_epi32((int)b[kp * NR + 16]));
+                                 (__m256bh)_mm256_set1_epi32((int)bx[kp * NR]));
     }
-    __mmask16 m0 = nr >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nr) - 1);
-    __mmask16 m1 = cols != 32 ? (__mmask16)0
-                   : nr >= 32 ? (__mmask16)0xFFFF
-                              : (__mmask16)((1u << (nr - 16)) - 1);
-    __m512 bc0 = _mm512_setzero_ps(), bc1 = _mm512_setzero_ps();
-    if (ep != NULL && ep->bias_col != NULL) {
-        bc0 = _mm512_maskz_loadu_ps(m0, ep->bias_col);
-        bc1 = _mm512_maskz_loadu_ps(m1, ep->bias_col + 16);
+    __mmask16 m[3];
+    __m512 bc[3];
+    for (int v = 0; v < nv; v++) {
+        int left = nr - 16 * v;
+        m[v] = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+        bc[v] = ep != NULL && ep->bias_col != NULL
+                    ? _mm512_maskz_loadu_ps(m[v], ep->bias_col + 16 * v)
+                    : _mm512_setzero_ps();
     }
     for (int r = 0; r < rows; r++) {
         float *cr = c + r * ldc;
-        if (accumulate) {
-            acc[r][0] = _mm512_add_ps(acc[r][0], _mm512_maskz_loadu_ps(m0, cr));
-            acc[r][1] = _mm512_add_ps(acc[r][1], _mm512_maskz_loadu_ps(m1, cr + 16));
-        }
-        if (ep != NULL) {
-            __m512 b0 = bc0, b1 = bc1;
-            if (ep->bias_row != NULL)
-                b0 = b1 = _mm512_set1_ps(ep->bias_row[r]);
-            acc[r][0] = _mm512_add_ps(acc[r][0], b0);
-            acc[r][1] = _mm512_add_ps(acc[r][1], b1);
-            if (ep->res != NULL) {
-                const float *rr = ep->res + r * ep->ldr;
-                acc[r][0] = _mm512_add_ps(acc[r][0], _mm512_maskz_loadu_ps(m0, rr));
-                acc[r][1] = _mm512_add_ps(acc[r][1], _mm512_maskz_loadu_ps(m1, rr + 16));
+        for (int v = 0; v < nv; v++) {
+            __m512 x = acc[r][v];
+            if (accumulate)
+                x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m[v], cr + 16 * v));
+            if (ep != NULL) {
+                x = _mm512_add_ps(x,
+                                  ep->bias_row != NULL ? _mm512_set1_ps(ep->bias_row[r]) : bc[v]);
+                if (ep->res != NULL)
+                    x = _mm512_add_ps(x,
+                                      _mm512_maskz_loadu_ps(m[v], ep->res + r * ep->ldr + 16 * v));
+                if (ep->clamp)
+                    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(ep->lo)),
+                                      _mm512_set1_ps(ep->hi));
             }
-            if (ep->clamp) {
-                __m512 lo = _mm512_set1_ps(ep->lo), hi = _mm512_set1_ps(ep->hi);
-                acc[r][0] = _mm512_min_ps(_mm512_max_ps(acc[r][0], lo), hi);
-                acc[r][1] = _mm512_min_ps(_mm512_max_ps(acc[r][1], lo), hi);
-            }
+            _mm512_mask_storeu_ps(cr + 16 * v, m[v], x);
         }
-        _mm512_mask_storeu_ps(cr, m0, acc[r][0]);
-        if (cols == 32)
-            _mm512_mask_storeu_ps(cr + 16, m1, acc[r][1]);
     }
-    if (cols == 17)
-        column_store(rows, col, c, ldc, accumulate, ep);
+    if (extra)
+        column_store(rows, col, 16 * nv, c, ldc, accumulate, ep);
 }
 
-/* The tile's kernel for its rows and columns (tile_native); prefetch: run_tasks' streaming
- * order, A_PREFETCH_BYTES ahead of the tile's A. */
+/* The tile's kernel for its rows and columns (tile_native): nr columns from panel b, or with
+ * `wide`, 49 from b and b2. */
 NATIVE static inline __attribute__((always_inline)) void
-ukr_rows(int64_t kcp, const uint32_t *a, const uint32_t *b, float *c, int64_t ldc, int mr, int nr,
-         bool accumulate, const tile_ep *ep, bool prefetch) {
-    int cols = nr > 17 ? 32 : nr == 17 ? 17 : 16;
+ukr_rows(int64_t kcp, const uint32_t *a, const uint32_t *b, const uint32_t *b2, float *c,
+         int64_t ldc, int mr, int nr, bool accumulate, const tile_ep *ep, bool prefetch,
+         bool wide) {
+    int cols = wide ? 49 : nr > 17 ? 32 : nr == 17 ? 17 : 16;
     switch (mr * 64 + cols) {
-#define TILE(R, C)                                                                                 \
+#define TILE(R, C, NV, X)                                                                          \
     case R * 64 + C:                                                                               \
-        tile_native(R, C, kcp, a, b, c, ldc, nr, accumulate, ep, prefetch);                        \
+        tile_native(R, NV, X, kcp, a, b, b2, c, ldc, nr, accumulate, ep, prefetch);                \
         break;
-#define ROWS(R) TILE(R, 32) TILE(R, 17) TILE(R, 16)
+#define ROWS(R) TILE(R, 32, 2, false) TILE(R, 17, 1, true) TILE(R, 16, 1, false)
+        ROWS(1)
+        ROWS(2)
+        ROWS(3)
+        ROWS(4)
+        ROWS(5)
+        ROWS(6)
+        ROWS(7)
+        ROWS(8)
+#undef ROWS
+#define ROWS(R) TILE(R, 49, wide ? 3 : 2, wide)
         ROWS(1)
         ROWS(2)
         ROWS(3)
@@ -469,13 +480,17 @@ ukr_rows(int64_t kcp, const uint32_t *a, const uint32_t *b, float *c, int64_t ld
 
 NATIVE static void ukr_native(int64_t kcp, const uint32_t *a, const uint32_t *b, float *c,
                               int64_t ldc, int mr, int nr, bool accumulate, const tile_ep *ep) {
-    ukr_rows(kcp, a, b, c, ldc, mr, nr, accumulate, ep, false);
+    ukr_rows(kcp, a, b, NULL, c, ldc, mr, nr, accumulate, ep, false, false);
 }
 
-NATIVE static void ukr_native_stream(int64_t kcp, const uint32_t *a, const uint32_t *b, float *c,
-                                     int64_t ldc, int mr, int nr, bool accumulate,
-                                     const tile_ep *ep) {
-    ukr_rows(kcp, a, b, c, ldc, mr, nr, accumulate, ep, true);
+/* run_tasks' streaming order: A prefetched ahead; with b2, 49 columns from panels b and b2. */
+NATIVE static void ukr_native_stream(int64_t kcp, const uint32_t *a, const uint32_t *b,
+                                     const uint32_t *b2, float *c, int64_t ldc, int mr, int nr,
+                                     bool accumulate, const tile_ep *ep) {
+    if (b2 != NULL)
+        ukr_rows(kcp, a, b, b2, c, ldc, mr, 49, accumulate, ep, true, true);
+    else
+        ukr_rows(kcp, a, b, NULL, c, ldc, mr, nr, accumulate, ep, true, false);
 }
 
 static inline float lo_f(uint32_t p) {
@@ -550,16 +565,19 @@ static const tile_ep *make_tile_ep(const gemm_job *j, int64_t i0, int64_t j0, ti
     return te;
 }
 
-/* The tile at (strip s, panel pn) over pairs [kb, kb + kcp), A prefetched ahead. */
-static void stream_tile(const gemm_job *j, int64_t s, int64_t pn, int64_t kb, int64_t kcp) {
+/* The tile at (strip s, panel pn) over pairs [kb, kb + kcp), A prefetched ahead; with wide, the
+ * last two panels, 49 columns (a 7x7 map), in one tile. */
+static void stream_tile(const gemm_job *j, int64_t s, int64_t pn, int64_t kb, int64_t kcp,
+                        bool wide) {
     bool last = kb + kcp >= j->kpairs;
     int64_t i0 = s * MR, j0 = pn * NR;
-    int mr = (int)min64(MR, j->m - i0), nr = (int)min64(NR, j->n - j0);
+    int mr = (int)min64(MR, j->m - i0), nr = wide ? 49 : (int)min64(NR, j->n - j0);
     float *ct = j->c + i0 * j->ldc + j0;
+    const uint32_t *bp = j->b + (pn * j->kstride_b + kb) * NR;
     tile_ep te;
     const tile_ep *tep = last && j->ep != NULL ? make_tile_ep(j, i0, j0, &te) : NULL;
-    ukr_native_stream(kcp, j->a + (s * j->kstride_a + kb) * MR,
-                      j->b + (pn * j->kstride_b + kb) * NR, ct, j->ldc, mr, nr, kb > 0, tep);
+    ukr_native_stream(kcp, j->a + (s * j->kstride_a + kb) * MR, bp,
+                      wide ? bp + j->kstride_b * NR : NULL, ct, j->ldc, mr, nr, kb > 0, tep);
     if (tep != NULL)
         tile_epilogue(j, tep, ct, i0, j0, mr, nr);
 }
@@ -578,8 +596,11 @@ static void run_tasks(void *arg, int64_t begin, int64_t end) {
             (p1 - p0) * j->kstride_b * NR * (int64_t)sizeof *j->b <= STREAM_B_MAX_BYTES) {
             for (int64_t s = s0; s < s1; s++)
                 for (int64_t kb = 0; kb < j->kpairs; kb += KCP)
-                    for (int64_t pn = p0; pn < p1; pn++)
-                        stream_tile(j, s, pn, kb, min64(KCP, j->kpairs - kb));
+                    for (int64_t pn = p0; pn < p1; pn++) {
+                        bool wide = pn + 2 == j->panels && p1 == j->panels && j->n - pn * NR == 49;
+                        stream_tile(j, s, pn, kb, min64(KCP, j->kpairs - kb), wide);
+                        pn += wide;
+                    }
             continue;
         }
         /* Split by rows only over a few panels (choose_grid; B's slice of them stays in cache):
