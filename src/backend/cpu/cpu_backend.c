@@ -84,8 +84,8 @@ static void cpu_weight_offer(const kn_node *n, int n_in, const kn_tensor *in, kn
     if (conv && kn_cpu_conv_prefers_winograd(n, &in[0], w) && !kn_bf16_amx()) {
         caps->widen_weights |= KN_LOWER_BF16;
         caps->keep_fp32 =
-            "3x3 conv: fp32 Winograd (a half to a quarter of the multiplies) beats the bf16 "
-            "GEMM; weights stored in 16 bits";
+            "3x3 conv: fp32 Winograd (a quarter of the multiplies) beats the bf16 GEMM; "
+            "weights stored in 16 bits";
     }
 }
 

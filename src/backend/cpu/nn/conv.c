@@ -74,8 +74,10 @@ static int wino_tile(const kn_node *node, const kn_tensor *x, const kn_shape *w,
 
 bool kn_cpu_conv_prefers_winograd(const kn_node *node, const kn_tensor *x, const kn_shape *w) {
     bool known;
-    return wino_candidate(node, w, kn_attr_int(node, "group", 1)) &&
-           wino_tile(node, x, w, &known) != 0 && known;
+    if (!wino_candidate(node, w, kn_attr_int(node, "group", 1)))
+        return false;
+    int tile = wino_tile(node, x, w, &known);
+    return known && (tile == 4 || (tile == 2 && !kn_bf16_native()));
 }
 
 static bool is_depthwise(const kn_conv_geom *g) {
