@@ -82,6 +82,18 @@ def run_both(qdq, name, shape, tmp_path, shapes_arg):
     return info, got, ref
 
 
+def assert_same_at_threads(name, tmp_path, want, counts):
+    """run_both's plan (q.plan) on its input (x.npy) at each thread count gives want's bytes."""
+    plan = str(tmp_path / "q.plan")
+    for threads in counts:
+        out = tmp_path / f"out{threads}"
+        kiln("run", plan, "--threads", str(threads), "--input", f"{name}={tmp_path / 'x.npy'}",
+             "--output-dir", str(out))
+        with open(out / "outputs.json") as f:
+            y = np.load(out / list(json.load(f).values())[0])
+        assert np.array_equal(y, want), threads
+
+
 def matmul_model(path):
     """A small MLP over [4, 37]: MatMul + bias Add + Relu, MatMul + Clip, and a Gemm (transB)."""
     rng = np.random.default_rng(3)
@@ -351,14 +363,7 @@ def test_qdq_conv_partitions_agree_across_thread_counts(tmp_path):
     info, got, ref = run_both(qdq, name, shape, tmp_path, [])
     assert [l["precision"] for l in info["layers"] if l["op"] == "QConv"] == ["int8"] * 5
     assert np.abs(got - ref).max() <= 2 * output_step(qdq) + 1e-6
-    plan = str(tmp_path / "q.plan")
-    for threads in (1, 2, 3, 5, 8):
-        out = tmp_path / f"out{threads}"
-        kiln("run", plan, "--threads", str(threads), "--input", f"{name}={tmp_path / 'x.npy'}",
-             "--output-dir", str(out))
-        with open(out / "outputs.json") as f:
-            y = np.load(out / list(json.load(f).values())[0])
-        assert np.array_equal(y, got), threads
+    assert_same_at_threads(name, tmp_path, got, (1, 2, 3, 5, 8))
 
 
 def test_qdq_conv_chunks_rounded_to_threads_stay_in_the_image(tmp_path):
@@ -384,14 +389,7 @@ def test_qdq_conv_chunks_rounded_to_threads_stay_in_the_image(tmp_path):
     info, got, ref = run_both(qdq, name, shape, tmp_path, [])
     assert [l["precision"] for l in info["layers"] if l["op"] == "QConv"] == ["int8"]
     assert np.abs(got - ref).max() <= 2 * output_step(qdq) + 1e-6
-    plan = str(tmp_path / "q.plan")
-    for threads in (2, 3, 4):
-        out = tmp_path / f"out{threads}"
-        kiln("run", plan, "--threads", str(threads), "--input", f"{name}={tmp_path / 'x.npy'}",
-             "--output-dir", str(out))
-        with open(out / "outputs.json") as f:
-            y = np.load(out / list(json.load(f).values())[0])
-        assert np.array_equal(y, got), threads
+    assert_same_at_threads(name, tmp_path, got, (2, 3, 4))
 
 
 def encoder_layer_model(path, seq=16, d=32, heads=2, ff=64):

@@ -452,26 +452,14 @@ ukr_rows(int64_t kcp, const uint32_t *a, const uint32_t *b, const uint32_t *b2, 
     case R * 64 + C:                                                                               \
         tile_native(R, NV, X, kcp, a, b, b2, c, ldc, nr, accumulate, ep, prefetch);                \
         break;
-#define ROWS(R) TILE(R, 32, 2, false) TILE(R, 17, 1, true) TILE(R, 16, 1, false)
-        ROWS(1)
-        ROWS(2)
-        ROWS(3)
-        ROWS(4)
-        ROWS(5)
-        ROWS(6)
-        ROWS(7)
-        ROWS(8)
-#undef ROWS
-#define ROWS(R) TILE(R, 49, wide ? 3 : 2, wide)
-        ROWS(1)
-        ROWS(2)
-        ROWS(3)
-        ROWS(4)
-        ROWS(5)
-        ROWS(6)
-        ROWS(7)
-        ROWS(8)
-#undef ROWS
+#define EACH_ROW_COUNT(X) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8)
+#define PANEL(R) TILE(R, 32, 2, false) TILE(R, 17, 1, true) TILE(R, 16, 1, false)
+#define WIDE(R) TILE(R, 49, wide ? 3 : 2, wide)
+        EACH_ROW_COUNT(PANEL)
+        EACH_ROW_COUNT(WIDE)
+#undef WIDE
+#undef PANEL
+#undef EACH_ROW_COUNT
 #undef TILE
     default:
         break;
