@@ -121,6 +121,18 @@ kiln_status kn_cpu_qmatmul_prepare(const kn_node *node, int n_in, const kn_tenso
     return KILN_OK;
 }
 
+/* Output j's quotient by y's scale, clamped and rounded half to even (requant.h), as a float
+ * integer without y's zero point: sum - xzu * colsum, scaled, biased and clamped to the fused
+ * activation's bounds. Always inlined into the loops below, whose locals it takes. */
+static inline __attribute__((always_inline)) float
+rounded_quotient(int32_t acc, int32_t xzu, int32_t colsum, float scale, float bias, float lo,
+                 float hi, float ys, float qlo, float qhi) {
+    float r = (float)(acc - xzu * colsum) * scale + bias;
+    r = r > lo ? r : lo;
+    r = r < hi ? r : hi;
+    return kn_q8_rne(r / ys, qlo, qhi);
+}
+
 /* One row of int32 sums to n quantized outputs, in a loop the compiler vectorizes: clamps by
  * comparison, rounding half to even by adding and taking away 1.5 * 2^23. The state's fields
  * are read once into locals: y's byte stores may alias them, and reloading them every element
@@ -132,12 +144,10 @@ KN_CLONES static void requantize(const qstate *s, int64_t j0, const int32_t *acc
     const int32_t xzu = s->xzu;
     const int32_t *colsum = s->b.colsum + j0;
     const float *scale = s->scale + j0, *bias = s->bias + j0;
-    for (int64_t j = 0; j < n; j++) {
-        float r = (float)(acc[j] - xzu * colsum[j]) * scale[j] + bias[j];
-        r = r > lo ? r : lo;
-        r = r < hi ? r : hi;
-        y[j] = (uint8_t)(int32_t)(kn_q8_rne(r / ys, qlo, qhi) + yz);
-    }
+    for (int64_t j = 0; j < n; j++)
+        y[j] = (uint8_t)(int32_t)(rounded_quotient(acc[j], xzu, colsum[j], scale[j], bias[j], lo,
+                                                   hi, ys, qlo, qhi) +
+                                  yz);
 }
 
 /* requantize's rounding, then the DequantizeLinear of its byte: ((float)q - yz) * ys, where
@@ -150,10 +160,8 @@ KN_CLONES static void requantize_f32(const qstate *s, int64_t j0, const int32_t 
     const int32_t *colsum = s->b.colsum + j0;
     const float *scale = s->scale + j0, *bias = s->bias + j0;
     for (int64_t j = 0; j < n; j++) {
-        float r = (float)(acc[j] - xzu * colsum[j]) * scale[j] + bias[j];
-        r = r > lo ? r : lo;
-        r = r < hi ? r : hi;
-        float q = kn_q8_rne(r / ys, qlo, qhi) + yz;
+        float q =
+            rounded_quotient(acc[j], xzu, colsum[j], scale[j], bias[j], lo, hi, ys, qlo, qhi) + yz;
         y[j] = (q - yz) * ys;
     }
 }
