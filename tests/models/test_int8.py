@@ -319,6 +319,8 @@ def test_qdq_strided_conv_phase_planes_matches_onnxruntime(tmp_path):
         assert [l["precision"] for l in info["layers"] if l["op"] == "QConv"] == ["int8"] * 4
         assert got.shape == ref.shape
         assert np.abs(got - ref).max() <= 2 * output_step(qdq) + 1e-6, act
+        # two images: grids of more threads than tasks search chunks and parts over both
+        assert_same_at_threads(name, tmp_path, got, (1, 5, 16))
 
 
 def test_qdq_conv_partitions_agree_across_thread_counts(tmp_path):
@@ -363,7 +365,7 @@ def test_qdq_conv_partitions_agree_across_thread_counts(tmp_path):
     info, got, ref = run_both(qdq, name, shape, tmp_path, [])
     assert [l["precision"] for l in info["layers"] if l["op"] == "QConv"] == ["int8"] * 5
     assert np.abs(got - ref).max() <= 2 * output_step(qdq) + 1e-6
-    assert_same_at_threads(name, tmp_path, got, (1, 2, 3, 5, 8))
+    assert_same_at_threads(name, tmp_path, got, (1, 2, 3, 5, 8, 16))
 
 
 def test_qdq_conv_chunks_rounded_to_threads_stay_in_the_image(tmp_path):
@@ -389,7 +391,7 @@ def test_qdq_conv_chunks_rounded_to_threads_stay_in_the_image(tmp_path):
     info, got, ref = run_both(qdq, name, shape, tmp_path, [])
     assert [l["precision"] for l in info["layers"] if l["op"] == "QConv"] == ["int8"]
     assert np.abs(got - ref).max() <= 2 * output_step(qdq) + 1e-6
-    assert_same_at_threads(name, tmp_path, got, (2, 3, 4))
+    assert_same_at_threads(name, tmp_path, got, (2, 3, 4, 16))
 
 
 def encoder_layer_model(path, seq=16, d=32, heads=2, ff=64):
