@@ -319,7 +319,7 @@ def test_qdq_strided_conv_phase_planes_matches_onnxruntime(tmp_path):
         assert [l["precision"] for l in info["layers"] if l["op"] == "QConv"] == ["int8"] * 4
         assert got.shape == ref.shape
         assert np.abs(got - ref).max() <= 2 * output_step(qdq) + 1e-6, act
-        # two images: grids of more threads than tasks search chunks and parts over both
+        # two images: the grid at more threads than chunks splits both images' chunks
         assert_same_at_threads(name, tmp_path, got, (1, 5, 16))
 
 

@@ -23,7 +23,6 @@
 
 #include <math.h>
 #include <stdatomic.h>
-#include <stdlib.h>
 #include <string.h>
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -40,9 +39,6 @@ typedef struct qconv {
     kn_qrequant rq; /* the epilogue (with a fused residual: inputs 9 to 13, kn_pass_fuse_qadd) */
     uint8_t mask;   /* an input byte ^ mask is xu - 128 as int8 */
     uint8_t pad;    /* x's zero point as the input stores it: the real zero of padding */
-    /* the grid choose_grid searched last: key (columns, images, threads) << 24 | chunks << 12 |
-     * parts, 0 for none */
-    _Atomic uint64_t grid;
 } qconv;
 
 /* Panel bytes one task packs at most (the panel and its im2col stay in L2). */
@@ -554,169 +550,6 @@ static void pad_range(void *arg, int64_t begin, int64_t end) {
     }
 }
 
-/* Rows a part for `parts` parts of n output channels (a multiple of the kernel's 6). */
-static int64_t part_rows(int64_t n, int64_t parts) {
-    return ((n + parts - 1) / parts + 5) / 6 * 6;
-}
-
-/* The default grid: chunks of at most a panel's bytes, evenly split (see below), and with few
- * chunks the output channels too, so every thread has work. */
-static void default_grid(qcjob *j, int threads) {
-    const qconv *s = j->s;
-    int64_t pc = PANEL_BYTES / (s->kp > 0 ? s->kp : 4) / 16 * 16;
-    pc = pc < 32 ? 32 : pc > 256 ? 256 : pc;
-    int64_t blocks = (j->cols + 15) / 16;
-    j->pc = pc < blocks * 16 ? pc : blocks * 16;
-    j->chunks = (blocks * 16 + j->pc - 1) / j->pc;
-    int64_t tasks = j->g.n * j->chunks, parts = 1;
-    if (threads > 1 && tasks < 2 * threads) {
-        parts = (2 * threads + tasks - 1) / tasks;
-        int64_t most = s->n / 48 > 1 ? s->n / 48 : 1;
-        parts = parts < most ? parts : most;
-    }
-    /* An image's blocks split evenly between its chunks (chunk_span): 784 columns in chunks of
-     * 256 left one of 16, and one of two threads with half the work. Between two and four
-     * chunks a thread they come in a multiple of the threads (5 on 2 threads gave one thread
-     * 3). Not where a 1x1 conv's image has a partial last block: that chunk is packed through
-     * an im2col copy (conv_range), so it stays the narrow remainder (ResNet-50's 1024 -> 256
-     * at 14x14: 0.081 -> 0.094 ms at 2 threads in chunks of 64, 64 and 68 columns instead of
-     * 96, 96 and 4; docs/perf-notes.md). */
-    if (j->even) {
-        if (j->g.n == 1 && threads > 1 && j->chunks >= 2 * threads && j->chunks < 4 * threads) {
-            j->chunks = (j->chunks + threads - 1) / threads * threads;
-            j->chunks = j->chunks < blocks ? j->chunks : blocks;
-        }
-        int64_t pairs = (blocks + 1) / 2;
-        /* the count rounded up to the threads may pass the pairs (a 3x3 of 256 channels at
-         * 14x14: seven pairs, eight chunks at 2 threads) */
-        j->chunks = j->chunks < pairs ? j->chunks : pairs;
-        j->pc = (pairs + j->chunks - 1) / j->chunks * 32;
-    }
-    j->rows = part_rows(s->n, parts);
-    j->parts = (s->n + j->rows - 1) / j->rows;
-}
-
-/* The search's estimate of a task, in multiply-adds: its products, plus reading its chunk's
- * panel (GRID_PANEL_COST a byte: every part of a chunk reads the whole panel again) and a fixed
- * GRID_TASK_COST (claiming it, its requantization's setup, the calls). */
-#define GRID_PANEL_COST 8
-#define GRID_TASK_COST 300000
-/* Tasks a thread, at most, that the search considers: more only add per-task costs. */
-#define GRID_TASKS_PER_THREAD 4
-
-static double task_cost(const qcjob *j, int64_t w16, int64_t rows) {
-    return (double)w16 * (double)j->s->k * (double)(rows + GRID_PANEL_COST) + GRID_TASK_COST;
-}
-
-/* When the tasks of the longest-running thread end if the threads take the tasks in order, each
- * the next one free (kn_parallel_for's claiming); est holds `threads` finish times. */
-static double grid_makespan(const qcjob *j, int threads, double *est) {
-    int64_t rows = j->rows, parts = (j->s->n + rows - 1) / rows;
-    for (int t = 0; t < threads; t++)
-        est[t] = 0;
-    double end = 0;
-    for (int64_t c = 0; c < j->g.n * j->chunks; c++) {
-        int64_t img, p0, m;
-        chunk_span(j, c, &img, &p0, &m);
-        if (m <= 0)
-            continue;
-        for (int64_t p = 0; p < parts; p++) {
-            int64_t r = j->s->n - p * rows < rows ? j->s->n - p * rows : rows;
-            int first = 0;
-            for (int t = 1; t < threads; t++)
-                first = est[t] < est[first] ? t : first;
-            est[first] += task_cost(j, (m + 15) / 16 * 16, r);
-            end = est[first] > end ? est[first] : end;
-        }
-    }
-    return end;
-}
-
-/* With few tasks a thread (small images at many threads: ResNet-50's 14x14 and 7x7 layers at 16
- * threads), the default grid leaves threads idle for much of a layer: 35 tasks of equal size on
- * 16 threads take three rounds where 32 would take two, and a chunk of 96 columns beside one of
- * 16 (a partial last block) holds up the rest. So there the chunk width and the parts are
- * searched: the grid with the lowest estimated makespan (grid_makespan) among those of at most
- * GRID_TASKS_PER_THREAD tasks a thread. The choice depends only on the geometry and the thread
- * count, so it is kept in the layer's state (key: columns, images, threads) and searched once.
- * KILN_QCONV_GRID_SEARCH=0 keeps the default grid (read once a process, for comparisons). */
-static bool search_on(void) {
-    static atomic_int on = -1;
-    int v = atomic_load_explicit(&on, memory_order_relaxed);
-    if (v < 0) {
-        const char *e = getenv("KILN_QCONV_GRID_SEARCH");
-        v = e == NULL || strcmp(e, "0") != 0;
-        atomic_store_explicit(&on, v, memory_order_relaxed);
-    }
-    return v != 0;
-}
-
-static void choose_grid(qcjob *j, qconv *state, int threads) {
-    default_grid(j, threads);
-    int64_t blocks = (j->cols + 15) / 16, pairs = (blocks + 1) / 2;
-    int64_t limit = (int64_t)threads * GRID_TASKS_PER_THREAD;
-    if (!search_on() || threads <= 2 || threads > 255 || j->g.n > 255 ||
-        j->cols >= ((int64_t)1 << 24) || j->g.n * j->chunks * j->parts >= limit)
-        return;
-    uint64_t key = (uint64_t)j->cols << 16 | (uint64_t)j->g.n << 8 | (uint64_t)threads;
-    uint64_t seen = atomic_load_explicit(&state->grid, memory_order_relaxed);
-    int64_t chunks = 0, parts = 0;
-    if (seen >> 24 == key) {
-        chunks = (int64_t)(seen >> 12 & 0xfff);
-        parts = (int64_t)(seen & 0xfff);
-    } else {
-        int64_t panel = PANEL_BYTES / (j->s->kp > 0 ? j->s->kp : 4) / 16 * 16;
-        panel = panel < 32 ? 32 : panel > 256 ? 256 : panel;
-        double est[255], best = grid_makespan(j, threads, est);
-        chunks = j->chunks;
-        parts = j->parts;
-        int64_t most = j->even ? pairs : blocks;
-        for (int64_t c = 1; c <= most && j->g.n * c <= limit; c++) {
-            /* the widths c chunks take: pairs split evenly, or pc columns and the rest */
-            int64_t cc = c, width = (pairs + c - 1) / c * 32;
-            if (!j->even) {
-                int64_t per = (blocks + c - 1) / c;
-                cc = (blocks + per - 1) / per;
-                width = per * 16;
-                /* whole pairs of blocks but in the last chunk: the kernel's tile is two wide */
-                if (cc != c || (per % 2 != 0 && per != blocks))
-                    continue;
-            }
-            if (width > panel && width > (j->even ? 32 : 16))
-                continue;
-            for (int64_t p = 1; j->g.n * c * p <= limit && p <= (j->s->n + 5) / 6; p++) {
-                int64_t rows = part_rows(j->s->n, p);
-                if ((j->s->n + rows - 1) / rows != p)
-                    continue;
-                qcjob t = *j;
-                t.chunks = cc;
-                t.pc = width;
-                t.rows = rows;
-                double e = grid_makespan(&t, threads, est);
-                if (e < best * 0.99) {
-                    best = e;
-                    chunks = cc;
-                    parts = p;
-                }
-            }
-        }
-        atomic_store_explicit(&state->grid, key << 24 | (uint64_t)chunks << 12 | (uint64_t)parts,
-                              memory_order_relaxed);
-    }
-    if (chunks < 1 || chunks > (j->even ? pairs : blocks) || parts < 1 || parts > j->s->n)
-        return;
-    j->chunks = chunks;
-    if (j->even) {
-        j->pc = (pairs + chunks - 1) / chunks * 32;
-    } else {
-        int64_t per = (blocks + chunks - 1) / chunks;
-        j->pc = per * 16;
-        j->chunks = (blocks + per - 1) / per;
-    }
-    j->rows = part_rows(j->s->n, parts);
-    j->parts = (j->s->n + j->rows - 1) / j->rows;
-}
-
 kiln_status kn_cpu_qconv_run(kn_kernel_ctx *k) {
     const qconv *s = k->state;
     qcjob j = {.s = s,
@@ -749,10 +582,42 @@ kiln_status kn_cpu_qconv_run(kn_kernel_ctx *k) {
         j.plane = ((hp + sy - 1) / sy + 1) * j.pitch;
         j.chan = sy * sx * j.plane;
     }
-    j.even = !(j.direct && j.cols % 16 != 0);
+    int64_t pc = PANEL_BYTES / (s->kp > 0 ? s->kp : 4) / 16 * 16;
+    pc = pc < 32 ? 32 : pc > 256 ? 256 : pc;
+    int64_t blocks = (j.cols + 15) / 16;
+    j.pc = pc < blocks * 16 ? pc : blocks * 16;
+    j.chunks = (blocks * 16 + j.pc - 1) / j.pc;
+    /* Few chunks (small images) split the output channels too, so every thread has work. */
     int threads = kn_threadpool_size(k->pool);
-    choose_grid(&j, k->state, threads);
-    int64_t tasks = j.g.n * j.chunks;
+    int64_t tasks = j.g.n * j.chunks, parts = 1;
+    if (threads > 1 && tasks < 2 * threads) {
+        parts = (2 * threads + tasks - 1) / tasks;
+        int64_t most = s->n / 48 > 1 ? s->n / 48 : 1;
+        parts = parts < most ? parts : most;
+    }
+    /* An image's blocks split evenly between its chunks (chunk_span): 784 columns in chunks of
+     * 256 left one of 16, and one of two threads with half the work. Between two and four
+     * chunks a thread they come in a multiple of the threads (5 on 2 threads gave one thread
+     * 3). Not where a 1x1 conv's image has a partial last block: that chunk is packed through
+     * an im2col copy (conv_range), so it stays the narrow remainder (ResNet-50's 1024 -> 256
+     * at 14x14: 0.081 -> 0.094 ms at 2 threads in chunks of 64, 64 and 68 columns instead of
+     * 96, 96 and 4; docs/perf-notes.md). */
+    j.even = !(j.direct && j.cols % 16 != 0);
+    if (j.even) {
+        if (j.g.n == 1 && threads > 1 && j.chunks >= 2 * threads && j.chunks < 4 * threads) {
+            j.chunks = (j.chunks + threads - 1) / threads * threads;
+            j.chunks = j.chunks < blocks ? j.chunks : blocks;
+            tasks = j.chunks;
+        }
+        int64_t pairs = (blocks + 1) / 2;
+        j.chunks = j.chunks < pairs ? j.chunks : pairs;
+        j.pc = (pairs + j.chunks - 1) / j.chunks * 32;
+        /* the count rounded up to the threads may have passed the pairs (a 3x3 of 256 channels
+         * at 14x14: seven pairs, eight chunks at 2 threads) */
+        tasks = j.g.n * j.chunks;
+    }
+    j.rows = ((s->n + parts - 1) / parts + 5) / 6 * 6;
+    j.parts = (s->n + j.rows - 1) / j.rows;
     /* The context's pool keeps the scratch between runs, so no layer maps fresh pages. */
     j.slots = threads;
     size_t bytes = (size_t)j.slots * slot_bytes(&j), shared_at = bytes;
