@@ -152,7 +152,7 @@ test-gpu-models: build-cuda
 
 test-gpu-node: build-cuda
 	$(GPU_ENV) $(PYTHON) tests/cuda/diff_backends.py $(GPU_KILN) --models resnet_mini --node-tests \
-	  --jobs $(JOBS)
+	  --jobs $(JOBS) $(if $(NODE_DATA),--node-data $(NODE_DATA))
 
 test-gpu-kernels: build-cuda
 	$(GPU_ENV) $(PYTHON) tests/cuda/attention_gpu.py

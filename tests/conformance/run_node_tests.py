@@ -473,6 +473,10 @@ def main():
         sys.exit(f"kiln binary not found or not executable: {args.kiln}")
     kiln = os.path.abspath(args.kiln)
     root = args.data or node_test_root(args.suite)
+    if not os.path.isdir(root):
+        where = "--data" if args.data else "the installed onnx package (some builds ship without it)"
+        sys.exit(f"no node test cases at {root} (from {where}): pass --data FOLDER, a copy of "
+                 f"onnx/backend/test/data/{args.suite}")
     args.expected = args.expected or default_expected(args.suite)
     names = list_cases(root, args.filter)
     if not names:

@@ -356,7 +356,8 @@ def run_node_tests(kiln, jobs, workdir, node_data):
             cmd += ["--filter", "^(" + "|".join(re.escape(n) for n in names) + ")$"]
         rc, _, err = run(cmd, timeout=3600)
         if not os.path.exists(out):
-            raise RuntimeError(f"node tests ({label}) wrote no report (exit {rc}): {err[-500:]}")
+            last = err.strip().splitlines()[-1] if err.strip() else f"exit {rc}"
+            sys.exit(f"diff_backends: node tests ({label}) wrote no report: {last}")
         with open(out) as f:
             data = json.load(f)
         cases = data["cases"] if isinstance(data, dict) and "cases" in data else data
