@@ -4,12 +4,14 @@
  *
  * No lock is taken on the way into or out of a job while the workers spin: at 16 threads the
  * mutex every worker took to join and to leave a job cost more than a small layer's work. A
- * worker joins by incrementing `active` and then checking that the generation is still the one
- * it saw; the caller closes a job (an odd generation) before it waits for `active` to drop to
- * zero and rewrites the job. Both sides use sequentially consistent operations on these two
- * counters, so either the worker sees the job closed and backs out, or the caller sees the
- * worker and waits for it. The mutex guards only sleeping: a worker registers as a sleeper
- * before its last look at the generation, and the caller, after publishing, wakes sleepers
+ * worker joins by raising its own `in_job` flag and then checking that the generation is still
+ * the one it saw; the caller closes a job (an odd generation) before it waits for every flag
+ * to drop and rewrites the job. Both sides use sequentially consistent operations on the flag
+ * and the generation, so either the worker sees the job closed and backs out, or the caller
+ * sees the worker and waits for it. Each flag is on its worker's own cache line: a count of
+ * the workers inside, which every worker added to and took from, was one line passed from
+ * core to core twice a worker a job. The mutex guards only sleeping: a worker registers as a
+ * sleeper before its last look at the generation, and the caller, after publishing, wakes sleepers
  * under the mutex (the same handshake on `sleepers`, and on `caller_waiting` for the caller's
  * own sleep).
  *
@@ -43,12 +45,13 @@ typedef struct kn_worker {
     struct kn_threadpool *pool;
     int index; /* 1..n-1; the caller is 0 */
     pthread_t thread;
+    _Alignas(64) atomic_int in_job; /* 1 while the worker is inside a job */
 } kn_worker;
 
 /* The fields every thread touches during a job sit on cache lines of their own, by who writes
  * them: a worker's claim of a chunk (a write to next_chunk) then does not take away the line the
  * job's description is read from, nor the one the spinning workers poll, nor the one joins and
- * leaves count on. At 16 threads and 8 chunks a thread, a small layer's job is mostly claims. */
+ * leaves are told on. At 16 threads and 8 chunks a thread, a small layer's job is mostly claims. */
 struct kn_threadpool {
     int n;     /* threads, counting the caller */
     int limit; /* threads later jobs may use (set by the driving thread) */
@@ -63,16 +66,15 @@ struct kn_threadpool {
      * spinning workers, written twice a job by the caller. */
     _Alignas(64) atomic_uint_fast64_t generation;
     atomic_bool stop;
-    /* The current job; written while the generation is odd and no worker is active. */
+    /* The current job; written while the generation is odd and no worker is inside it. */
     _Alignas(64) kn_range_fn fn;
     void *arg;
     int64_t total, chunk, n_chunks;
     atomic_int job_threads; /* workers with index < job_threads take part */
     /* the next chunk to claim */
     _Alignas(64) atomic_int_fast64_t next_chunk;
-    _Alignas(64) atomic_int active; /* workers inside a job */
-    atomic_int sleepers;            /* workers asleep or about to sleep on wake */
-    atomic_int caller_waiting;      /* the caller asleep or about to sleep on done */
+    _Alignas(64) atomic_int sleepers; /* workers asleep or about to sleep on wake */
+    atomic_int caller_waiting;        /* the caller asleep or about to sleep on done */
 };
 
 static void run_chunks(kn_threadpool *p) {
@@ -107,8 +109,9 @@ static uint64_t wait_for_job(kn_threadpool *p, uint64_t seen) {
     return atomic_load(&p->stop) ? 0 : g;
 }
 
-static void leave_job(kn_threadpool *p) {
-    if (atomic_fetch_sub(&p->active, 1) == 1 && atomic_load(&p->caller_waiting)) {
+static void leave_job(kn_threadpool *p, kn_worker *w) {
+    atomic_store(&w->in_job, 0);
+    if (atomic_load(&p->caller_waiting)) {
         pthread_mutex_lock(&p->mu);
         pthread_cond_broadcast(&p->done);
         pthread_mutex_unlock(&p->mu);
@@ -128,10 +131,10 @@ static void *worker_main(void *arg) {
          * next. A worker past the job's thread count stays out and keeps spinning. */
         if (w->index >= atomic_load_explicit(&p->job_threads, memory_order_relaxed))
             continue;
-        atomic_fetch_add(&p->active, 1);
+        atomic_store(&w->in_job, 1);
         if (atomic_load(&p->generation) == g)
             run_chunks(p);
-        leave_job(p);
+        leave_job(p, w);
     }
 }
 
@@ -146,7 +149,6 @@ kn_threadpool *kn_threadpool_create(int threads) {
     atomic_init(&p->generation, 0);
     atomic_init(&p->stop, false);
     atomic_init(&p->next_chunk, 0);
-    atomic_init(&p->active, 0);
     atomic_init(&p->sleepers, 0);
     atomic_init(&p->caller_waiting, 0);
     atomic_init(&p->job_threads, 0);
@@ -233,17 +235,28 @@ int kn_threadpool_set_limit(kn_threadpool *pool, int threads) {
     return old;
 }
 
+/* Whether a worker from *from on is inside a job; *from moves past the ones found outside.
+ * Skipping those later is safe: one outside a closed job stays out of it (it sees the odd
+ * generation), and one that joins an open job after its chunks are all claimed has none. */
+static bool any_in_job(kn_threadpool *p, int *from) {
+    for (; *from < p->n_started; (*from)++)
+        if (atomic_load(&p->workers[*from].in_job)) /* seq_cst: pairs with the join */
+            return true;
+    return false;
+}
+
 /* Wait until no worker is inside a job: poll first, as they usually leave within
  * microseconds, then sleep. */
 static void wait_idle(kn_threadpool *p) {
+    int from = 0;
     for (int i = 0; i < SPIN_ITERS; i++) {
-        if (atomic_load(&p->active) == 0) /* seq_cst: pairs with the join (see the top) */
+        if (!any_in_job(p, &from))
             return;
         cpu_relax();
     }
     pthread_mutex_lock(&p->mu);
     atomic_store(&p->caller_waiting, 1);
-    while (atomic_load(&p->active) > 0)
+    while (any_in_job(p, &from))
         pthread_cond_wait(&p->done, &p->mu);
     atomic_store(&p->caller_waiting, 0);
     pthread_mutex_unlock(&p->mu);

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define MODEL "tests/models/resnet_mini"
 
@@ -117,6 +118,46 @@ static void test_pool_limit_back_to_back(void **state) {
         kn_threadpool_set_limit(pool, limit);
         int64_t n = 1 + (rep * 7) % 64;
         assert_true(threads_used(pool, n) <= limit);
+    }
+    kn_threadpool_destroy(pool);
+}
+
+/* The sleeping paths: workers asleep between jobs (woken by the next one) and the caller asleep
+ * waiting for a worker that holds a long chunk (woken by its leaving). Every item of every job
+ * runs exactly once, and a job returns only once all of its items have run. */
+typedef struct slow_job {
+    atomic_int hits[256];
+    int64_t slow; /* the item that sleeps */
+} slow_job;
+
+static void slow_items(void *arg, int64_t begin, int64_t end) {
+    slow_job *j = arg;
+    for (int64_t i = begin; i < end; i++) {
+        if (i == j->slow) {
+            struct timespec ts = {0, 1000000}; /* 1 ms: far past the caller's spin */
+            nanosleep(&ts, NULL);
+        }
+        atomic_fetch_add(&j->hits[i], 1);
+    }
+}
+
+static void test_pool_sleep_paths(void **state) {
+    (void)state;
+    kn_threadpool *pool = kn_threadpool_create(9);
+    assert_non_null(pool);
+    for (int rep = 0; rep < 60; rep++) {
+        if (rep % 3 == 0) {
+            struct timespec ts = {0, 2000000}; /* past the workers' spin: they go to sleep */
+            nanosleep(&ts, NULL);
+        }
+        slow_job j;
+        int64_t n = 9 + rep * 37 % 200;
+        for (int i = 0; i < 256; i++)
+            atomic_init(&j.hits[i], 0);
+        j.slow = rep % 2 == 0 ? n - 1 : rep % n;
+        kn_parallel_for(pool, n, 1, slow_items, &j);
+        for (int64_t i = 0; i < 256; i++)
+            assert_int_equal(atomic_load(&j.hits[i]), i < n ? 1 : 0);
     }
     kn_threadpool_destroy(pool);
 }
@@ -322,6 +363,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pool_limit),
         cmocka_unit_test(test_pool_limit_back_to_back),
+        cmocka_unit_test(test_pool_sleep_paths),
         cmocka_unit_test(test_pick),
         cmocka_unit_test(test_build_records_valid_counts),
         cmocka_unit_test(test_capped_runs_match),
