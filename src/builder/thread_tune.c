@@ -159,9 +159,9 @@ static bool timed_setup(const kn_graph *g, int i, const kn_resolved *at, timed_n
     return true;
 }
 
-/* Mean time of one run over enough runs to last MIN_SAMPLE_MS (reps from the caller). */
-/* One timing: reps runs, ms each (wall clock); *cpu (when not NULL) the process's CPU time over
- * them as a share of threads * wall. */
+/* One timing: reps runs (enough to last MIN_SAMPLE_MS, from the caller), *ms the mean of one
+ * (wall clock); *cpu (when not NULL) the threads' CPU time over them as a share of threads *
+ * wall. */
 static kiln_status timed_run(timed_node *t, kn_threadpool *pool, int reps, int threads, double *ms,
                              double *cpu) {
     kn_backend *b = kn_backend_host();

@@ -59,7 +59,7 @@ struct kn_threadpool {
     int n_started;
     pthread_mutex_t mu;
     pthread_cond_t wake; /* a new job or shutdown */
-    pthread_cond_t done; /* the last worker left a job */
+    pthread_cond_t done; /* a worker left a job */
     void *scratch;
     size_t scratch_size;
     /* Even: a job is open (or none yet); odd: the caller is rewriting the job. Polled by the

@@ -38,10 +38,8 @@ static bool is_move(const kn_node *n) {
     return false;
 }
 
-/* A MaxPool that selects the largest element of each window (no Indices output), of an opset
- * whose MaxPool takes 8-bit integers (12 on): it commutes with an increasing dequantization.
- * GlobalMaxPool takes floats only. */
-static bool is_max_select(const kn_node *n) {
+/* GlobalMaxPool takes floats only, so MaxPool is the one pool here. */
+bool kn_pass_max_selects(const kn_node *n) {
     return kn_node_is(n, "", "MaxPool") && n->n_out == 1 && n->opset >= 12;
 }
 
@@ -108,9 +106,9 @@ static kiln_status try_elide(kn_graph *g, int qi) {
     int moves[MAX_MOVES], n_moves = 0;
     bool selects = false;
     int v = q->in[0], p = g->values[v].producer;
-    while (p >= 0 && (is_move(&g->nodes[p]) || is_max_select(&g->nodes[p])) &&
+    while (p >= 0 && (is_move(&g->nodes[p]) || kn_pass_max_selects(&g->nodes[p])) &&
            g->nodes[p].n_out == 1 && n_moves < MAX_MOVES) {
-        selects = selects || is_max_select(&g->nodes[p]);
+        selects = selects || kn_pass_max_selects(&g->nodes[p]);
         moves[n_moves++] = p;
         v = g->nodes[p].in[0];
         p = v >= 0 ? g->values[v].producer : -1;

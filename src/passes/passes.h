@@ -100,6 +100,11 @@ kiln_status kn_pass_fuse_qdq(kn_graph *g);
  * on the int8 tensor and write the QuantizeLinear's output, which then holds the same bytes
  * (q(dq(x)) is x, and the largest of dq's values is dq of the largest integer). */
 kiln_status kn_pass_elide_qdq(kn_graph *g);
+/* Whether n is a MaxPool that selects the largest element of each window (no Indices output),
+ * of an opset whose MaxPool takes 8-bit integers (12 on): it commutes with an increasing
+ * dequantization, so it may run on an int8 tensor (kn_pass_elide_qdq) and its output may take
+ * its input's grid (kn_pass_quantize_int8). */
+bool kn_pass_max_selects(const kn_node *n);
 
 /* QuantizeLinear -> DequantizeLinear on the same grid (the rounding a QDQ model puts after its
  * float ops), placed on the CPU, as Div, Clip, Round and Mul by constants: the same values, in

@@ -200,8 +200,7 @@ out:
 static void pool_grids(const kn_graph *g, kn_int8_range *r) {
     for (int i = 0; i < g->n_nodes; i++) {
         const kn_node *n = &g->nodes[i];
-        if (is_op(n, "MaxPool") && n->n_out == 1 && n->opset >= 12 && n->in[0] >= 0 &&
-            n->out[0] >= 0 && r[n->in[0]].scale > 0.0f)
+        if (kn_pass_max_selects(n) && n->in[0] >= 0 && n->out[0] >= 0 && r[n->in[0]].scale > 0.0f)
             r[n->out[0]] = r[n->in[0]];
     }
 }
