@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """kiln's per-layer profile beside onnxruntime's on the same model, to find where kiln trails.
 
-    python3 bench/layer_compare.py MODEL.onnx [--threads 1] [--rounds 3] [--top 30]
+    python3 bench/layer_compare.py MODEL.onnx [--threads 1] [--batch 1] [--rounds 3] [--top 30]
 
 Both engines run the model --rounds times, alternating (the machine may be shared); each layer's
 figure is the minimum over rounds of its median time in a round. kiln's layers come from
@@ -73,6 +73,8 @@ def main():
     ap.add_argument("model")
     ap.add_argument("--kiln", default=default_kiln())
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--batch", type=int, default=1,
+                    help="the leading dim of inputs whose first dim is dynamic (default 1)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--iterations", type=int, default=20)
     ap.add_argument("--top", type=int, default=30)
@@ -80,7 +82,7 @@ def main():
     graph = onnx.load(args.model, load_external_data=False).graph
     onnx_names = {n.name for n in graph.node}
     with tempfile.TemporaryDirectory() as work:
-        arrays, files, specs = make_inputs(args.model, work)
+        arrays, files, specs = make_inputs(args.model, work, batch=args.batch)
         plan = os.path.join(work, "model.plan")
         cmd = [args.kiln, "build", args.model, "-o", plan]
         for s in specs:
@@ -128,7 +130,8 @@ def main():
                      layer.get("kernel", ""), ",".join(mine)))
     k_sum = sum(r[0] for r in rows)
     o_sum = sum(o_nodes.values())
-    print(f"{args.model}, {args.threads} thread(s), min over {args.rounds} rounds")
+    print(f"{args.model}, batch {args.batch}, {args.threads} thread(s), "
+          f"min over {args.rounds} rounds")
     print(f"whole model median: kiln {min(k_tot):.3f} ms, onnxruntime {min(o_tot):.3f} ms; "
           f"layer sums: kiln {k_sum:.3f} ms, onnxruntime {o_sum:.3f} ms")
     print(f"{'kiln ms':>8} {'ORT ms':>8} {'gap ms':>8}  layer (op, kernel) <- onnxruntime nodes")

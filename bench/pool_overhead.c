@@ -4,7 +4,7 @@
  * thread count, N jobs of C x T chunks back to back, each chunk spinning for W microseconds
  * (0: empty); prints the median and the 90th percentile of the time a job takes over C x W,
  * the work each thread has. With C = 8 (what kn_parallel_for cuts a large job into) and a small
- * W it also measures the claiming of chunks, all threads on one shared counter.
+ * W it also measures the claiming of chunks.
  *
  *   build/bin/kiln_pool_overhead [--threads 1,2,4,8,16] [--jobs 20000] [--work 0,2,10]
  *                                [--chunks 1]

@@ -1,6 +1,12 @@
 /* Fixed worker pool. A job is published by bumping a generation number; workers spin briefly
- * on it (cheap wake-up for back-to-back kernels), then sleep on a condition variable. Chunks
- * are claimed with an atomic counter so faster threads take more.
+ * on it (cheap wake-up for back-to-back kernels), then sleep on a condition variable.
+ *
+ * A job's chunks are dealt out in contiguous ranges, one a taking thread, each with its own
+ * claim counter on a cache line of its own. A thread claims from its own range first, then
+ * helps the others by claiming from theirs (faster threads take more; a thread that never
+ * wakes loses its whole range to the others, the caller included). One counter for the whole
+ * job, which every claim of every thread added to, was one cache line passed from core to
+ * core a claim: at 16 threads that line, not the work, set a small layer's time.
  *
  * No lock is taken on the way into or out of a job while the workers spin: at 16 threads the
  * mutex every worker took to join and to leave a job cost more than a small layer's work. A
@@ -18,8 +24,8 @@
  * The caller waits only for workers that joined the job, never for ones that have not woken
  * up yet: on a loaded machine a worker can stay descheduled for milliseconds, and the caller
  * takes its chunks instead. A late worker that joins after the job's chunks are all claimed
- * finds nothing to do; the next job is published only once it has left, so the shared chunk
- * counter is never mixed between jobs. */
+ * finds nothing to do; the next job is published only once it has left, so the claim counters
+ * are never mixed between jobs. */
 #include "core/threadpool.h"
 
 #include "core/alloc.h"
@@ -48,14 +54,22 @@ typedef struct kn_worker {
     _Alignas(64) atomic_int in_job; /* 1 while the worker is inside a job */
 } kn_worker;
 
+/* One taking thread's range of the current job's chunks: [next, end) left to claim. Written by
+ * the caller while the job is closed, then claimed from by its owner and by the others. */
+typedef struct kn_range {
+    _Alignas(64) atomic_int_fast64_t next;
+    int64_t end;
+} kn_range;
+
 /* The fields every thread touches during a job sit on cache lines of their own, by who writes
- * them: a worker's claim of a chunk (a write to next_chunk) then does not take away the line the
- * job's description is read from, nor the one the spinning workers poll, nor the one joins and
- * leaves are told on. At 16 threads and 8 chunks a thread, a small layer's job is mostly claims. */
+ * them: a claim of a chunk (a write to a range's counter) then does not take away the line the
+ * job's description is read from, nor the one the spinning workers poll, nor another thread's
+ * flag. At 16 threads and 8 chunks a thread, a small layer's job is mostly claims. */
 struct kn_threadpool {
     int n;     /* threads, counting the caller */
     int limit; /* threads later jobs may use (set by the driving thread) */
     kn_worker *workers;
+    kn_range *ranges; /* one a thread; range i is taken first by thread i (0: the caller) */
     int n_started;
     pthread_mutex_t mu;
     pthread_cond_t wake; /* a new job or shutdown */
@@ -69,23 +83,35 @@ struct kn_threadpool {
     /* The current job; written while the generation is odd and no worker is inside it. */
     _Alignas(64) kn_range_fn fn;
     void *arg;
-    int64_t total, chunk, n_chunks;
-    atomic_int job_threads; /* workers with index < job_threads take part */
-    /* the next chunk to claim */
-    _Alignas(64) atomic_int_fast64_t next_chunk;
+    int64_t total, chunk;
+    atomic_int job_threads; /* threads with index < job_threads own a range and take part */
     _Alignas(64) atomic_int sleepers; /* workers asleep or about to sleep on wake */
     atomic_int caller_waiting;        /* the caller asleep or about to sleep on done */
 };
 
-static void run_chunks(kn_threadpool *p) {
-    for (;;) {
-        /* acq_rel: a caller that claims past the end then sees every claimer's join. */
-        int64_t c = atomic_fetch_add_explicit(&p->next_chunk, 1, memory_order_acq_rel);
-        if (c >= p->n_chunks)
-            return;
-        int64_t begin = c * p->chunk;
-        int64_t end = begin + p->chunk < p->total ? begin + p->chunk : p->total;
-        p->fn(p->arg, begin, end);
+static void run_chunk(const kn_threadpool *p, int64_t c) {
+    int64_t begin = c * p->chunk;
+    int64_t end = begin + p->chunk < p->total ? begin + p->chunk : p->total;
+    p->fn(p->arg, begin, end);
+}
+
+/* Claim and run chunks until every range is empty: thread `self`'s own range first, then the
+ * others' in turn from the next one on. Another's range is looked at before it is claimed
+ * from, so a thread finding the job done reads the counters and writes none. The claims are
+ * acq_rel and the looks acquire: whoever finds a range empty then sees the joins of all that
+ * claimed from it, so the caller, having found all ranges empty, waits for every such worker. */
+static void run_chunks(kn_threadpool *p, int self) {
+    int parts = atomic_load_explicit(&p->job_threads, memory_order_relaxed);
+    for (int k = 0; k < parts; k++) {
+        kn_range *r = &p->ranges[(self + k) % parts];
+        if (k > 0 && atomic_load_explicit(&r->next, memory_order_acquire) >= r->end)
+            continue;
+        for (;;) {
+            int64_t c = atomic_fetch_add_explicit(&r->next, 1, memory_order_acq_rel);
+            if (c >= r->end)
+                break;
+            run_chunk(p, c);
+        }
     }
 }
 
@@ -133,7 +159,7 @@ static void *worker_main(void *arg) {
             continue;
         atomic_store(&w->in_job, 1);
         if (atomic_load(&p->generation) == g)
-            run_chunks(p);
+            run_chunks(p, w->index);
         leave_job(p, w);
     }
 }
@@ -148,7 +174,6 @@ kn_threadpool *kn_threadpool_create(int threads) {
     p->limit = threads;
     atomic_init(&p->generation, 0);
     atomic_init(&p->stop, false);
-    atomic_init(&p->next_chunk, 0);
     atomic_init(&p->sleepers, 0);
     atomic_init(&p->caller_waiting, 0);
     atomic_init(&p->job_threads, 0);
@@ -159,9 +184,13 @@ kn_threadpool *kn_threadpool_create(int threads) {
     if (pthread_cond_init(&p->done, NULL) != 0)
         goto fail_wake;
     if (threads > 1) {
+        p->ranges = kn_calloc((size_t)threads, sizeof *p->ranges);
         p->workers = kn_calloc((size_t)threads - 1, sizeof *p->workers);
-        if (p->workers == NULL)
+        if (p->ranges == NULL || p->workers == NULL) {
+            kn_free(p->ranges);
+            kn_free(p->workers);
             goto fail_done;
+        }
         for (int i = 0; i < threads - 1; i++) {
             p->workers[i].pool = p;
             p->workers[i].index = i + 1;
@@ -195,6 +224,7 @@ void kn_threadpool_destroy(kn_threadpool *pool) {
     for (int i = 0; i < pool->n_started; i++)
         pthread_join(pool->workers[i].thread, NULL);
     kn_free(pool->workers);
+    kn_free(pool->ranges);
     kn_free(pool->scratch);
     pthread_cond_destroy(&pool->done);
     pthread_cond_destroy(&pool->wake);
@@ -286,11 +316,13 @@ void kn_parallel_for(kn_threadpool *pool, int64_t n, int64_t grain, kn_range_fn 
     pool->arg = arg;
     pool->total = n;
     pool->chunk = chunk;
-    pool->n_chunks = n_chunks;
     /* Waking a worker that finds no chunk left costs more than the chunk. */
-    atomic_store_explicit(&pool->job_threads, n_chunks < threads ? (int)n_chunks : threads,
-                          memory_order_relaxed);
-    atomic_store_explicit(&pool->next_chunk, 0, memory_order_relaxed);
+    int parts = n_chunks < threads ? (int)n_chunks : threads;
+    for (int i = 0; i < parts; i++) {
+        atomic_store_explicit(&pool->ranges[i].next, n_chunks * i / parts, memory_order_relaxed);
+        pool->ranges[i].end = n_chunks * (i + 1) / parts;
+    }
+    atomic_store_explicit(&pool->job_threads, parts, memory_order_relaxed);
     atomic_store(&pool->generation, g + 2);
     if (atomic_load(&pool->sleepers) > 0) {
         pthread_mutex_lock(&pool->mu);
@@ -298,7 +330,7 @@ void kn_parallel_for(kn_threadpool *pool, int64_t n, int64_t grain, kn_range_fn 
         pthread_mutex_unlock(&pool->mu);
     }
 
-    run_chunks(pool);
+    run_chunks(pool, 0);
     wait_idle(pool);
 }
 
