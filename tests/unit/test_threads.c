@@ -18,6 +18,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,6 +159,71 @@ static void test_pool_sleep_paths(void **state) {
         kn_parallel_for(pool, n, 1, slow_items, &j);
         for (int64_t i = 0; i < 256; i++)
             assert_int_equal(atomic_load(&j.hits[i]), i < n ? 1 : 0);
+    }
+    kn_threadpool_destroy(pool);
+}
+
+/* Chunks are dealt out in ranges, one a thread; a thread that is held up must lose the rest
+ * of its range to the others. The first item the caller runs, and then the first a worker
+ * runs, waits (up to 10 s) until every other item of the job has run: that happens only where
+ * the other threads take the held thread's remaining chunks (the rest of the held chunk runs
+ * after the hold). */
+typedef struct held_job {
+    atomic_int hits[512];
+    atomic_int done;     /* items finished */
+    atomic_int held;     /* 0: none held yet, 1: one held */
+    pthread_t hold_on;   /* the thread to hold */
+    bool hold_caller;    /* hold the caller's first item, else a worker's */
+    atomic_int timeouts; /* holds that ended by the time limit */
+    int64_t n;
+} held_job;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void held_items(void *arg, int64_t begin, int64_t end) {
+    held_job *j = arg;
+    for (int64_t i = begin; i < end; i++) {
+        bool mine = pthread_equal(pthread_self(), j->hold_on) != 0;
+        int expected = 0;
+        if (mine == j->hold_caller && atomic_compare_exchange_strong(&j->held, &expected, 1)) {
+            double t0 = now_s();
+            /* every item but this chunk's: the others run only after the hold */
+            while (atomic_load(&j->done) < j->n - (end - begin)) {
+                if (now_s() - t0 > 10.0) {
+                    atomic_fetch_add(&j->timeouts, 1);
+                    break;
+                }
+                struct timespec ts = {0, 100000};
+                nanosleep(&ts, NULL);
+            }
+        }
+        atomic_fetch_add(&j->hits[i], 1);
+        atomic_fetch_add(&j->done, 1);
+    }
+}
+
+static void test_pool_takes_held_ranges(void **state) {
+    (void)state;
+    kn_threadpool *pool = kn_threadpool_create(5);
+    assert_non_null(pool);
+    for (int rep = 0; rep < 8; rep++) {
+        held_job j;
+        j.n = 40 + rep * 53; /* 40..411 items: several chunks a thread */
+        for (int i = 0; i < 512; i++)
+            atomic_init(&j.hits[i], 0);
+        atomic_init(&j.done, 0);
+        atomic_init(&j.held, 0);
+        atomic_init(&j.timeouts, 0);
+        j.hold_on = pthread_self();
+        j.hold_caller = rep % 2 == 0;
+        kn_parallel_for(pool, j.n, 1, held_items, &j);
+        assert_int_equal(atomic_load(&j.timeouts), 0);
+        for (int64_t i = 0; i < 512; i++)
+            assert_int_equal(atomic_load(&j.hits[i]), i < j.n ? 1 : 0);
     }
     kn_threadpool_destroy(pool);
 }
@@ -364,6 +430,7 @@ int main(void) {
         cmocka_unit_test(test_pool_limit),
         cmocka_unit_test(test_pool_limit_back_to_back),
         cmocka_unit_test(test_pool_sleep_paths),
+        cmocka_unit_test(test_pool_takes_held_ranges),
         cmocka_unit_test(test_pick),
         cmocka_unit_test(test_build_records_valid_counts),
         cmocka_unit_test(test_capped_runs_match),
