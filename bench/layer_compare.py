@@ -26,7 +26,7 @@ import onnxruntime as ort
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from bench import default_kiln, make_inputs  # noqa: E402
+from bench import batched_model, default_kiln, make_inputs  # noqa: E402
 
 
 def kiln_round(kiln, plan, files, threads, iterations):
@@ -74,7 +74,8 @@ def main():
     ap.add_argument("--kiln", default=default_kiln())
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--batch", type=int, default=1,
-                    help="the leading dim of inputs whose first dim is dynamic (default 1)")
+                    help="images a run (default 1): above 1, both engines run a copy of the "
+                    "model with a batch dim (bench.py's --batch)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--iterations", type=int, default=20)
     ap.add_argument("--top", type=int, default=30)
@@ -82,9 +83,10 @@ def main():
     graph = onnx.load(args.model, load_external_data=False).graph
     onnx_names = {n.name for n in graph.node}
     with tempfile.TemporaryDirectory() as work:
-        arrays, files, specs = make_inputs(args.model, work, batch=args.batch)
+        model = batched_model(args.model, args.batch, work) if args.batch > 1 else args.model
+        arrays, files, specs = make_inputs(model, work, batch=args.batch)
         plan = os.path.join(work, "model.plan")
-        cmd = [args.kiln, "build", args.model, "-o", plan]
+        cmd = [args.kiln, "build", model, "-o", plan]
         for s in specs:
             cmd += ["--shapes", s]
         subprocess.run(cmd, check=True, capture_output=True)
@@ -96,7 +98,7 @@ def main():
                 prev = k_layers.get(layer["name"])
                 if prev is None or layer["median_ms"] < prev["median_ms"]:
                     k_layers[layer["name"]] = layer
-            total, nodes = ort_round(args.model, arrays, args.threads, args.iterations, work)
+            total, nodes = ort_round(model, arrays, args.threads, args.iterations, work)
             o_tot.append(total)
             for k, v in nodes.items():
                 o_nodes[k] = min(v, o_nodes.get(k, v))

@@ -27,7 +27,7 @@ typedef struct ep_fields {
     bool clamp;
     int act;
     const float *bias_row, *res;
-    int64_t ldr;
+    int64_t ldr, pf_c, pf_r;
 } ep_fields;
 
 __attribute__((always_inline)) static inline ep_fields ep_read(const kn_ukr_ep *ep) {
@@ -37,7 +37,9 @@ __attribute__((always_inline)) static inline ep_fields ep_read(const kn_ukr_ep *
                        .act = ep->act,
                        .bias_row = ep->bias_row,
                        .res = ep->res,
-                       .ldr = ep->ldr};
+                       .ldr = ep->ldr,
+                       .pf_c = ep->pf_c,
+                       .pf_r = ep->res != NULL ? ep->pf_r : 0};
 }
 
 /* The clamp (Relu, Clip), then sigmoid or SiLU, on a tile row's one or two vectors (one branch
@@ -96,6 +98,17 @@ ep_act(const ep_fields *e, __m512 *v0, __m512 *v1, const int TWO, __m512 lo, __m
             v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, ri));                                 \
             if (TWO)                                                                               \
                 v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, ri + 16));                        \
+        }                                                                                          \
+        if (e.pf_r != 0) {                                                                         \
+            const float *ri = e.res + (int64_t)i * e.ldr + e.pf_r;                                 \
+            _mm_prefetch((const char *)ri, _MM_HINT_T0);                                           \
+            if (TWO)                                                                               \
+                _mm_prefetch((const char *)(ri + 16), _MM_HINT_T0);                                \
+        }                                                                                          \
+        if (e.pf_c != 0) {                                                                         \
+            _mm_prefetch((const char *)(ci + e.pf_c), _MM_HINT_T0);                                \
+            if (TWO)                                                                               \
+                _mm_prefetch((const char *)(ci + e.pf_c + 16), _MM_HINT_T0);                       \
         }                                                                                          \
         ep_act(&e, &v0, &v1, TWO, vlo, vhi);                                                       \
         _mm512_mask_storeu_ps(ci, m0, v0);                                                         \

@@ -15,6 +15,10 @@ typedef struct kn_ukr_ep {
     int clamp; /* apply [lo, hi] */
     float lo, hi;
     int act; /* KN_UKR_ACT_*, after the clamp; only for kernels with act_in_regs */
+    /* Floats past each tile row of C and of the residual whose lines the kernel fetches while
+     * it stores this tile, for a tile to come (0: none; gemm.c's prefetch_ahead). Kernels may
+     * ignore them. */
+    int64_t pf_c, pf_r;
 } kn_ukr_ep;
 
 enum { KN_UKR_ACT_NONE = 0, KN_UKR_ACT_SIGMOID, KN_UKR_ACT_SWISH };
