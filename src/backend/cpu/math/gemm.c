@@ -457,6 +457,7 @@ static void run_block(const gemm_job *j, int64_t m0, int64_t m1, int64_t n0, int
                         if (last && j->ep != NULL) {
                             tep = tile_ep(j, ic + ir, jc + jr, &te);
                             in_regs = act_regs(j, NULL, tep);
+                            prefetch_ahead(j, rows_outer, tep);
                         }
                         u->fn_direct(kc, ap + ir * kc, bp + jr, b->ld, ct, j->ldc, j->alpha, beta,
                                      mr, nr, tep);
