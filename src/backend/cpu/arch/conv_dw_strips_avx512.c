@@ -21,6 +21,8 @@
  * 0.016, but 576ch 14->7 0.024 -> 0.027 (that one by pairs of rows, plane_s2_narrow). */
 #define STRIDE2_MIN_OW 8
 
+#define PREFETCH_ROWS 4
+
 /* Vectors a strip: 4 x 2 accumulator rows, 9 weights and the taps fill the 32 registers. */
 #define STRIP_MAX 4
 
@@ -96,6 +98,11 @@ AVX512 INLINE void strip(const kn_dwd *d, const __m512 *wv, int64_t c0, const in
     for (int64_t i = 0; i < d->h; i++) {
         const float *row = d->x + i * w;
         __m512 below[STRIP_MAX];
+        /* The strip's columns 2 * PREFETCH_ROWS input rows down (see strip2). */
+        const float *ahead = row + 2 * PREFETCH_ROWS * w + c0;
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++)
+            _mm_prefetch((const char *)(ahead + 16 * v), _MM_HINT_T0);
 #pragma GCC unroll 4
         for (int v = 0; v < NV; v++) {
             __m512 t[3];
@@ -174,6 +181,14 @@ AVX512 INLINE void strip2(const kn_dwd *d, const __m512 *wv, int64_t c0, const i
         next[v] = bias;
     for (int64_t r = 0; r < d->oh; r++) {
         __m512 t[STRIP_MAX][3];
+        /* The strip's columns of the two input rows PREFETCH_ROWS output rows down (past the
+         * plane's end: the next plane's first rows, which the pool's ranges run next). */
+        const float *ahead = d->x + 2 * (r + PREFETCH_ROWS) * w + 2 * c0;
+#pragma GCC unroll 8
+        for (int v = 0; v < 2 * NV; v++) {
+            _mm_prefetch((const char *)(ahead + 16 * v), _MM_HINT_T0);
+            _mm_prefetch((const char *)(ahead + w + 16 * v), _MM_HINT_T0);
+        }
 #pragma GCC unroll 4
         for (int v = 0; v < NV; v++)
             acc[v] = next[v];
