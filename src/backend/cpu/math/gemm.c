@@ -131,11 +131,14 @@ static inline int64_t round_up(int64_t x, int64_t to) {
 /* Rows [i0, i0+mc) x [k0, k0+kc) of op(A) into MR-tall panels. */
 static void pack_a(const float *a, int64_t lda, bool trans, int64_t i0, int64_t mc, int64_t k0,
                    int64_t kc, int mr, float *dst) {
+    const kn_gemm_ukr *u = ukr_get();
     for (int64_t p = 0; p * mr < mc; p++) {
         float *d = dst + p * kc * mr;
         int64_t r0 = i0 + p * mr;
         int rows = (int)min64(mr, mc - p * mr);
-        if (!trans) {
+        if (!trans && mr == u->mr && u->fn_pack_a != NULL) {
+            u->fn_pack_a(a + r0 * lda + k0, lda, kc, rows, d);
+        } else if (!trans) {
             for (int r = 0; r < rows; r++) {
                 const float *s = a + (r0 + r) * lda + k0;
                 for (int64_t kk = 0; kk < kc; kk++)

@@ -75,6 +75,9 @@ typedef struct kn_gemm_ukr {
      * strips * MR floats. */
     void (*fn_gemv)(int64_t kc, const float *a, int64_t strips, const float *x, int64_t ldx,
                     float *y);
+    /* Optional: one MR-row panel of a row-major A into the kernels' layout, dst[k * MR + i] =
+     * a[i * lda + k] for k < kc and i < rows, zero for rows <= i < MR. */
+    void (*fn_pack_a)(const float *a, int64_t lda, int64_t kc, int rows, float *dst);
     /* Whether fn, its half and row variants, fn_direct and fn_gather apply kn_ukr_ep.act
      * (sigmoid, SiLU) in registers; the others (narrow, m1) never do. */
     int act_in_regs;
