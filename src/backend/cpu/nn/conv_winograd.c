@@ -14,6 +14,7 @@
  * The points 0, +-1, +-2 and infinity keep the transform constants small. Rounding grows with
  * the size of the sums (tests/unit/test_conv.c scales its tolerance with sqrt(C_in * 9)); on
  * ResNet-50 the max relative difference to onnxruntime is 4.8e-5 (1.9e-5 without Winograd). */
+#include "backend/cpu/clones.h"
 #include "backend/cpu/nn/conv.h"
 
 #include "core/alloc.h"
@@ -46,7 +47,33 @@ void kn_cpu_wino_free(kn_wino *w) {
     kn_free(w);
 }
 
-/* u (alpha^2 x c_out x c_in) = G g Gt for every 3x3 kernel g of w (c_out x c_in x 3 x 3). */
+/* Filters a step of transform_weights: its arrays (9 + 18 doubles a filter) stay in L1. */
+#define TRANSFORM_BLOCK 64
+
+/* u (alpha^2 x c_out x c_in) = G g Gt for every 3x3 kernel g of w (c_out x c_in x 3 x 3), a
+ * block of filters at a time with the filters innermost: each step is then a vector operation
+ * over the block and each position's results one contiguous store, where a filter at a time
+ * stored each result alpha^2 planes apart (ResNet-50's transforms took half of its plan's load,
+ * 0.12 s). The same double-precision operations in the same order: the same bytes. */
+KN_CLONES static void transform_block(const float *w, int64_t n, int alpha, const double (*G)[3],
+                                      int64_t plane, float *u) {
+    double g[9][TRANSFORM_BLOCK], t[MAX_ALPHA][3][TRANSFORM_BLOCK];
+    for (int64_t o = 0; o < n; o++)
+        for (int e = 0; e < 9; e++)
+            g[e][o] = w[o * 9 + e];
+    for (int a = 0; a < alpha; a++)
+        for (int j = 0; j < 3; j++)
+            for (int64_t o = 0; o < n; o++)
+                t[a][j][o] = G[a][0] * g[j][o] + G[a][1] * g[3 + j][o] + G[a][2] * g[6 + j][o];
+    for (int a = 0; a < alpha; a++)
+        for (int b = 0; b < alpha; b++) {
+            float *dst = u + (a * alpha + b) * plane;
+            for (int64_t o = 0; o < n; o++)
+                dst[o] =
+                    (float)(t[a][0][o] * G[b][0] + t[a][1][o] * G[b][1] + t[a][2][o] * G[b][2]);
+        }
+}
+
 static void transform_weights(const float *w, int64_t c_out, int64_t c_in, int alpha, float *u) {
     static const double G4[6][3] = {{1.0 / 4, 0, 0},
                                     {-1.0 / 6, -1.0 / 6, -1.0 / 6},
@@ -57,16 +84,9 @@ static void transform_weights(const float *w, int64_t c_out, int64_t c_in, int a
     static const double G2[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
     const double(*G)[3] = alpha == 6 ? G4 : G2;
     int64_t plane = c_out * c_in;
-    for (int64_t o = 0; o < plane; o++) {
-        const float *g = w + o * 9;
-        double t[MAX_ALPHA][3];
-        for (int a = 0; a < alpha; a++)
-            for (int j = 0; j < 3; j++)
-                t[a][j] = G[a][0] * g[j] + G[a][1] * g[3 + j] + G[a][2] * g[6 + j];
-        for (int a = 0; a < alpha; a++)
-            for (int b = 0; b < alpha; b++)
-                u[(a * alpha + b) * plane + o] =
-                    (float)(t[a][0] * G[b][0] + t[a][1] * G[b][1] + t[a][2] * G[b][2]);
+    for (int64_t o = 0; o < plane; o += TRANSFORM_BLOCK) {
+        int64_t n = plane - o < TRANSFORM_BLOCK ? plane - o : TRANSFORM_BLOCK;
+        transform_block(w + o * 9, n, alpha, G, plane, u + o);
     }
 }
 
