@@ -25,14 +25,16 @@ kiln_status kn_qgemm_pack_b(const int8_t *b, int64_t k, int64_t n, int64_t sk, i
         return kn_error(KILN_ERR_OUT_OF_MEMORY, "no memory to pack int8 weights");
     }
     memset(out->packed, 0, bytes);
-    for (int64_t j = 0; j < n; j++) {
-        int8_t *blk = out->packed + (j / 16) * out->kp * 16;
-        for (int64_t i = 0; i < k; i++) {
+    /* Row by row when B's rows are contiguous (a weight matrix, k x n): column by column read B
+     * n bytes apart, and BERT-base's int8 plan spent 75 ms of its load here. */
+    bool rows = sn == 1;
+    for (int64_t outer = 0; outer < (rows ? k : n); outer++)
+        for (int64_t inner = 0; inner < (rows ? n : k); inner++) {
+            int64_t i = rows ? outer : inner, j = rows ? inner : outer;
             int8_t v = b[i * sk + j * sn];
-            blk[(i / 4) * 64 + (j % 16) * 4 + i % 4] = v;
+            out->packed[(j / 16) * out->kp * 16 + (i / 4) * 64 + (j % 16) * 4 + i % 4] = v;
             out->colsum[j] += v;
         }
-    }
     return KILN_OK;
 }
 
