@@ -359,8 +359,18 @@ static kn_gemm_ukr_fn pick(const kn_gemm_ukr *u, int mr, int nr) {
     return u->fn;
 }
 
-/* The micro-kernel's share of the epilogue for the tile at (i0, j0). */
-static kn_ukr_ep *tile_ep(const gemm_job *j, int64_t i0, int64_t j0, kn_ukr_ep *te) {
+/* The micro-kernel's share of the epilogue for the tile at (i0, j0), tiles taken rows first
+ * (run_block) or not.
+ *
+ * pf_c / pf_r tell the kernel where to fetch lines of C and the residual for a tile to come
+ * while it stores this one: each tile row is a stream in C and another in the residual, 24 for
+ * a 12-row tile, and once the tensors no longer fit the L3 (ResNet-50 at batch 8) the hardware
+ * prefetcher lost them and every store and residual read waited on memory. Rows first: the
+ * tile after next on the same rows; columns first: the next row tile's. ResNet-50 at batch 8,
+ * 2 threads: its 64 -> 256 1x1 convs with a residual at 56x56 3.9 -> 2.5 ms, the 128 -> 512
+ * ones at 28x28 3.4 -> 2.0 ms, the layers' sum 159 -> 146 ms; batch 1 level. */
+static kn_ukr_ep *tile_ep(const gemm_job *j, int64_t i0, int64_t j0, bool rows_outer,
+                          kn_ukr_ep *te) {
     const kn_epilogue *ep = j->ep;
     te->bias_row = ep->bias != NULL && ep->bias_per_row ? ep->bias + i0 : NULL;
     te->bias_col = ep->bias != NULL && !ep->bias_per_row ? ep->bias + j0 : NULL;
@@ -370,24 +380,9 @@ static kn_ukr_ep *tile_ep(const gemm_job *j, int64_t i0, int64_t j0, kn_ukr_ep *
     te->lo = ep->act == KN_ACT_RELU ? 0.0f : ep->alpha;
     te->hi = ep->act == KN_ACT_RELU ? INFINITY : ep->beta;
     te->act = KN_UKR_ACT_NONE;
-    te->pf_c = te->pf_r = 0;
+    te->pf_c = rows_outer ? 2 * j->u->nr : j->u->mr * j->ldc;
+    te->pf_r = rows_outer ? 2 * j->u->nr : j->u->mr * ep->ldr;
     return te;
-}
-
-/* Where the kernel is to fetch lines of C and the residual for a tile to come while it stores
- * this one: each tile row is a stream in C and another in the residual, 24 for a 12-row tile,
- * and once the tensors no longer fit the L3 (ResNet-50 at batch 8) the hardware prefetcher
- * lost them and every store and residual read waited on memory. Rows first (run_block): the
- * tile after next on the same rows; columns first: the next row tile's. ResNet-50 at batch 8,
- * 2 threads: its 64 -> 256 1x1 convs with a residual at 56x56 3.9 -> 2.5 ms, the 128 -> 512
- * ones at 28x28 3.4 -> 2.0 ms, the layers' sum 159 -> 146 ms; batch 1 level. */
-static void prefetch_ahead(const gemm_job *j, bool rows_outer, kn_ukr_ep *te) {
-    if (rows_outer) {
-        te->pf_c = te->pf_r = 2 * j->u->nr;
-    } else {
-        te->pf_c = j->u->mr * j->ldc;
-        te->pf_r = j->u->mr * j->ep->ldr;
-    }
 }
 
 /* Sigmoid and SiLU in the micro-kernel's registers, before its only store, where it can: a
@@ -458,9 +453,8 @@ static void run_block(const gemm_job *j, int64_t m0, int64_t m1, int64_t n0, int
                         kn_ukr_ep te, *tep = NULL;
                         bool in_regs = false;
                         if (last && j->ep != NULL) {
-                            tep = tile_ep(j, ic + ir, jc + jr, &te);
+                            tep = tile_ep(j, ic + ir, jc + jr, rows_outer, &te);
                             in_regs = act_regs(j, NULL, tep);
-                            prefetch_ahead(j, rows_outer, tep);
                         }
                         u->fn_direct(kc, ap + ir * kc, bp + jr, b->ld, ct, j->ldc, j->alpha, beta,
                                      mr, nr, tep);
@@ -493,9 +487,8 @@ static void run_block(const gemm_job *j, int64_t m0, int64_t m1, int64_t n0, int
                         kn_ukr_ep te, *tep = NULL;
                         bool in_regs = false;
                         if (last && j->ep != NULL) {
-                            tep = tile_ep(j, ic + ir, col, &te);
+                            tep = tile_ep(j, ic + ir, col, rows_outer, &te);
                             in_regs = act_regs(j, fn, tep);
-                            prefetch_ahead(j, rows_outer, tep);
                         }
                         /* part 1 past the panel (36 = 32 + 4) reads the next panel */
                         const float *bt = off < u->nr ? bp + jr * kc + off

@@ -16,7 +16,7 @@ typedef struct kn_ukr_ep {
     float lo, hi;
     int act; /* KN_UKR_ACT_*, after the clamp; only for kernels with act_in_regs */
     /* Floats past each tile row of C and of the residual whose lines the kernel fetches while
-     * it stores this tile, for a tile to come (0: none; gemm.c's prefetch_ahead). Kernels may
+     * it stores this tile, for a tile to come (0: none; set by gemm.c's tile_ep). Kernels may
      * ignore them. */
     int64_t pf_c, pf_r;
 } kn_ukr_ep;
