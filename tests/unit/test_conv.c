@@ -73,8 +73,10 @@ static kn_tensor rand_tensor(int rank, const int64_t *d) {
 }
 
 /* Infer, then run the CPU kernel (with prepare when `packed`); returns the output tensor. */
-/* Threads of the pool in the packed runs (the other runs take one). */
+/* Threads of the pool in the runs whose weights are prepared. */
 static int packed_threads = 2;
+/* Threads of the pool in the runs whose weights are not prepared. */
+static int plain_threads = 1;
 
 static kn_tensor run_node(test_node *t, int n_in, const kn_tensor *in, bool packed) {
     t->node.n_in = n_in;
@@ -106,7 +108,7 @@ static kn_tensor run_node(test_node *t, int n_in, const kn_tensor *in, bool pack
         }
         assert_int_equal(kern->prepare(&t->node, n_in, pin, &state), KILN_OK);
     }
-    kn_threadpool *pool = kn_threadpool_create(packed ? packed_threads : 1);
+    kn_threadpool *pool = kn_threadpool_create(packed ? packed_threads : plain_threads);
     kn_kernel_ctx kc = {.node = &t->node,
                         .n_in = n_in,
                         .in = in,
@@ -301,18 +303,26 @@ static void test_conv_fused_sigmoid_silu(void **state) {
     run_cases_every_isa(cases, sizeof cases / sizeof cases[0], acts, 2);
 }
 
-/* Pointwise convs of several images split into per-image pixel slices over the threads
- * (conv_batched): more threads than images (slices, a worker taking two tasks), as many, fewer;
- * with bias, residual + ReLU, SiLU; on every ISA (the slices are NR-wide panels). */
+/* Pointwise convs of several images split into per-image pixel slices and channel parts over
+ * the threads (conv_batched): more threads than images (slices, a worker taking two tasks), as
+ * many, fewer; maps too small to slice split into channel parts (7x9 and 14x14: 2 images on 5
+ * threads, 5 parts of 130 channels, 3 images of 40 channels); weights prepared and not (130
+ * output channels: the serial product's block of A past MC_TARGET rows); with bias, residual +
+ * ReLU, SiLU; on every ISA (the slices are NR-wide panels, the parts MR-high tiles). */
 static void test_conv_pointwise_batch(void **state) {
     (void)state;
     const conv_case cases[] = {
         {2, 2, 16, 40, 1, {40, 50}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0}, NULL, true, true},
         {2, 3, 24, 20, 1, {17, 19}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0}, NULL, true, false},
         {2, 7, 8, 12, 1, {9, 30}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0}, NULL, false, true},
+        {2, 2, 24, 130, 1, {7, 9}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0}, NULL, true, true},
+        {2, 3, 16, 40, 1, {14, 14}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0}, NULL, true, false},
+        {2, 2, 300, 25, 1, {7, 7}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0}, NULL, false, true},
     };
-    const char *acts[] = {NULL, "Swish", NULL};
+    const char *acts[] = {NULL, "Swish", NULL, NULL, "Swish", NULL};
+    plain_threads = 5;
     run_cases_every_isa(cases, sizeof cases / sizeof cases[0], acts, 5);
+    plain_threads = 1;
 }
 
 static void test_conv2d_sweep(void **state) {

@@ -124,6 +124,10 @@ static inline int64_t min64(int64_t a, int64_t b) {
     return a < b ? a : b;
 }
 
+static inline int64_t max64(int64_t a, int64_t b) {
+    return a > b ? a : b;
+}
+
 static inline int64_t round_up(int64_t x, int64_t to) {
     return (x + to - 1) / to * to;
 }
@@ -903,7 +907,9 @@ bool kn_gemm_scales_b(int64_t m, int64_t k) {
 int64_t kn_gemm_serial_scratch(int64_t n, const kn_gemm_operand *a, const kn_gemm_operand *b) {
     const kn_gemm_ukr *u = ukr_get();
     int64_t nc = min64(NC_TARGET / u->nr * u->nr, round_up(n, u->nr));
-    return (a->packed != NULL ? 0 : round_up(MC_TARGET / u->mr * u->mr * KC, 16)) +
+    /* job_init's block of A: MC_TARGET rows, or all of up to ONE_BLOCK_MAX_M */
+    int64_t mc = max64(MC_TARGET / u->mr * u->mr, round_up(ONE_BLOCK_MAX_M, u->mr));
+    return (a->packed != NULL ? 0 : round_up(mc * KC, 16)) +
            (b->packed != NULL ? 0 : round_up((nc + u->nr) * KC, 16));
 }
 
@@ -915,6 +921,27 @@ void kn_gemm_serial(int64_t m, int64_t n, int64_t k, float alpha, const kn_gemm_
         return;
     j.scratch = scratch;
     run_tasks(&j, 0, 1);
+}
+
+void kn_gemm_serial_part(int64_t part, int64_t parts, int64_t m, int64_t n, int64_t k, float alpha,
+                         const kn_gemm_operand *a, const kn_gemm_operand *b, float beta, float *c,
+                         int64_t ldc, const kn_epilogue *ep, float *scratch) {
+    if (k <= 0) { /* nothing but C's scaling and the epilogue: one part does all of it */
+        if (part == 0)
+            kn_gemm_serial(m, n, k, alpha, a, b, beta, c, ldc, ep, scratch);
+        return;
+    }
+    gemm_job j;
+    if (!job_init(&j, 1, m, n, k, alpha, a, b, beta, c, ldc, ep))
+        return;
+    int64_t m0 = part * j.units_m / parts * j.u->mr;
+    int64_t m1 = min64((part + 1) * j.units_m / parts * j.u->mr, m);
+    if (m0 < m1)
+        run_block(&j, m0, m1, 0, n, scratch, scratch + j.scratch_a);
+}
+
+int kn_gemm_mr(void) {
+    return ukr_get()->mr;
 }
 
 kiln_status kn_sgemm(kn_threadpool *pool, bool trans_a, bool trans_b, int64_t m, int64_t n,

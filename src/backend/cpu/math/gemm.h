@@ -111,6 +111,14 @@ void kn_gemm_serial(int64_t m, int64_t n, int64_t k, float alpha, const kn_gemm_
                     const kn_gemm_operand *b, float beta, float *c, int64_t ldc,
                     const kn_epilogue *ep, float *scratch);
 
+/* kn_gemm_serial over one part of the product's rows: part p of `parts` takes rows
+ * [p * u / parts, (p + 1) * u / parts) of its u row tiles (kn_gemm_mr() rows each; a part may
+ * be empty), so several threads can share one product (A packed for all m rows, as a whole
+ * product takes it; bias and residual by full-output rows). Scratch as kn_gemm_serial's. */
+void kn_gemm_serial_part(int64_t part, int64_t parts, int64_t m, int64_t n, int64_t k, float alpha,
+                         const kn_gemm_operand *a, const kn_gemm_operand *b, float beta, float *c,
+                         int64_t ldc, const kn_epilogue *ep, float *scratch);
+
 /* Plain BLAS-like entry. */
 kiln_status kn_sgemm(kn_threadpool *pool, bool trans_a, bool trans_b, int64_t m, int64_t n,
                      int64_t k, float alpha, const float *a, int64_t lda, const float *b,
@@ -118,6 +126,8 @@ kiln_status kn_sgemm(kn_threadpool *pool, bool trans_a, bool trans_b, int64_t m,
 
 /* Panel width of B in the active micro-kernel (for kn_gemm_pack_fn implementations). */
 int kn_gemm_nr(void);
+/* Row tile height of the active micro-kernel. */
+int kn_gemm_mr(void);
 /* Name of the micro-kernel in use: "avx512", "avx2" or "scalar". */
 const char *kn_gemm_isa(void);
 /* Force a micro-kernel ("avx512", "avx2", "scalar") for tests; false if unsupported here.

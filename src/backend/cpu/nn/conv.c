@@ -403,18 +403,20 @@ static void pack_im2col_nd(void *arg, int64_t k0, int64_t kc, int64_t n0, int64_
     }
 }
 
-/* Pointwise convs of several images: a task is one image's product over a slice of its pixels,
- * run by one thread alone (kn_gemm_serial), where the general path runs image after image,
- * each product split over every thread: at 16 threads that left MobileNetV2's batch of 8 with
- * 16 thin tiles a layer and image (its project convs 0.28-0.77 ms -> 0.13-0.49 by slices on the
- * 16-core host). Worker w takes tasks w, w + workers, ... with scratch slot w (the tasks are
- * alike in size). Only for small products and at least as many tasks as threads. */
+/* Pointwise convs of several images: a task is one image's product over a slice of its pixels
+ * and a part of its output channels, run by one thread alone (kn_gemm_serial_part), where the
+ * general path runs image after image, each product split over every thread: at 16 threads
+ * that left MobileNetV2's batch of 8 with 16 thin tiles a layer and image (its project convs
+ * 0.28-0.77 ms -> 0.13-0.49 by slices on the 16-core host). Maps too small to slice (14x14,
+ * 7x7) split their channels instead when images are fewer than threads. Worker w takes tasks
+ * w, w + workers, ... with scratch slot w (the tasks are alike in size). Only for small
+ * products. */
 typedef struct batch_job {
     kn_gemm_operand a;
     const float *x;
     float *y;
     kn_epilogue ep;
-    int64_t c_in, c_out, os, slice, slices, tasks;
+    int64_t c_in, c_out, os, slice, slices, parts, tasks;
     int64_t workers, scratch_floats;
     float *scratch;
 } batch_job;
@@ -423,14 +425,15 @@ static void batch_range(void *arg, int64_t begin, int64_t end) {
     const batch_job *j = arg;
     for (int64_t w = begin; w < end; w++)
         for (int64_t t = w; t < j->tasks; t += j->workers) {
-            int64_t n = t / j->slices, j0 = t % j->slices * j->slice;
+            int64_t part = t % j->parts, s = t / j->parts;
+            int64_t n = s / j->slices, j0 = s % j->slices * j->slice;
             int64_t cols = j->os - j0 < j->slice ? j->os - j0 : j->slice;
             int64_t off = n * j->c_out * j->os + j0;
             kn_gemm_operand b = {.p = j->x + n * j->c_in * j->os + j0, .ld = j->os};
             kn_epilogue e = j->ep;
             e.residual = j->ep.residual != NULL ? j->ep.residual + off : NULL;
-            kn_gemm_serial(j->c_out, cols, j->c_in, 1.0f, &j->a, &b, 0.0f, j->y + off, j->os, &e,
-                           j->scratch + w * j->scratch_floats);
+            kn_gemm_serial_part(part, j->parts, j->c_out, cols, j->c_in, 1.0f, &j->a, &b, 0.0f,
+                                j->y + off, j->os, &e, j->scratch + w * j->scratch_floats);
         }
 }
 
@@ -440,6 +443,23 @@ static void batch_range(void *arg, int64_t begin, int64_t end) {
  * convs (51-103 MFLOP an image) ran 5 % slower at batch 8 on 16 threads by slices, where
  * MobileNetV2's (10-38 MFLOP) ran up to 2x faster. */
 #define BATCH_MAX_FLOPS (64 << 20)
+/* At most this many channel parts an image: each reads all of the image's input again. */
+#define BATCH_MAX_PARTS 8
+
+/* Channel parts (1..max) for `tasks` image slices on `threads`: the fewest whose rounds of
+ * tasks take the least time, in units of a whole slice's product. */
+static int64_t batch_parts(int64_t tasks, int64_t threads, int64_t max) {
+    int64_t best = 1;
+    double best_t = (double)((tasks + threads - 1) / threads);
+    for (int64_t p = 2; p <= max; p++) {
+        double t = (double)((tasks * p + threads - 1) / threads) / (double)p;
+        if (t < best_t * 0.999) {
+            best = p;
+            best_t = t;
+        }
+    }
+    return best;
+}
 
 /* Y = W X + epilogue for g->n images of a 1x1, stride-1, unpadded, ungrouped conv over os
  * pixels; false (nothing run) when it does not pay or scratch is short, and the caller runs the
@@ -458,9 +478,16 @@ static bool conv_batched(kn_threadpool *pool, const kn_conv_geom *g, const kn_ge
     j.slice = ((os + j.slices - 1) / j.slices + nr - 1) / nr * nr;
     j.slices = (os + j.slice - 1) / j.slice;
     j.tasks = g->n * j.slices;
-    if (j.tasks < threads) /* fewer tasks than threads (7x7 maps): threads would idle */
-        return false;
-    j.workers = threads;
+    j.parts = 1;
+    if (j.tasks < threads) { /* maps too small to slice further (14x14, 7x7): split channels */
+        int64_t units = (g->c_out + kn_gemm_mr() - 1) / kn_gemm_mr();
+        j.parts = batch_parts(j.tasks, threads, units < BATCH_MAX_PARTS ? units : BATCH_MAX_PARTS);
+        j.tasks *= j.parts;
+        /* idle threads left over: a round takes more than 5/4 of the ideal time */
+        if (j.parts == 1 || 4 * ((j.tasks + threads - 1) / threads) * threads > 5 * j.tasks)
+            return false;
+    }
+    j.workers = j.tasks < threads ? j.tasks : threads;
     kn_gemm_operand b = {.p = x, .ld = os};
     j.scratch_floats = (kn_gemm_serial_scratch(j.slice, a, &b) + 15) / 16 * 16;
     j.scratch = kn_threadpool_scratch(pool, (size_t)(j.workers * j.scratch_floats) * sizeof(float));
