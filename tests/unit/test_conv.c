@@ -326,19 +326,21 @@ static void test_conv_pointwise_batch(void **state) {
 }
 
 /* Im2col convs of several images, each image's product on threads of its own in channel parts
- * (conv_images): 3 images on 5 threads; 3x3 stride 2 (column phases) with residual + ReLU, 7x7
- * stride 2, 3x3 stride 1 on a map too small for Winograd, a strided 1x1 (subsampled) conv, a
- * 1-D conv; weights prepared and not; on every ISA. */
+ * or pixel slices (conv_images): 3 images on 5 threads; 3x3 stride 2 (column phases) with
+ * residual + ReLU, 7x7 stride 2, 3x3 stride 1 on a map too small for Winograd (channel parts),
+ * strided 1x1 (subsampled) convs by parts and by slices, a 1-D conv; weights prepared and not;
+ * on every ISA. */
 static void test_conv_images(void **state) {
     (void)state;
     const conv_case cases[] = {
-        {2, 3, 24, 40, 1, {15, 14}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, NULL, true, true},
+        {2, 3, 24, 40, 1, {31, 29}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, NULL, true, true},
         {2, 3, 3, 40, 1, {30, 27}, {7, 7}, {2, 2}, {1, 1}, {3, 3}, {3, 3}, NULL, true, false},
         {2, 3, 20, 50, 1, {5, 6}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, false, true},
         {2, 3, 16, 36, 1, {11, 12}, {1, 1}, {2, 2}, {1, 1}, {0, 0}, {0, 0}, NULL, true, true},
+        {2, 3, 16, 20, 1, {23, 25}, {1, 1}, {2, 2}, {1, 1}, {0, 0}, {0, 0}, NULL, false, true},
         {1, 4, 8, 30, 1, {40}, {5}, {1}, {2}, {4}, {4}, NULL, true, false},
     };
-    const char *acts[] = {NULL, "Swish", NULL, NULL, "Sigmoid"};
+    const char *acts[] = {NULL, "Swish", NULL, NULL, NULL, "Sigmoid"};
     plain_threads = 5;
     run_cases_every_isa(cases, sizeof cases / sizeof cases[0], acts, 5);
     plain_threads = 1;

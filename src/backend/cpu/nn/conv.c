@@ -498,13 +498,15 @@ static bool conv_batched(kn_threadpool *pool, const kn_conv_geom *g, const kn_ge
 }
 
 /* Im2col convs (not pointwise) of several images, each image's product run by threads of its
- * own: a task is one image's product over a part of its output channels (kn_gemm_serial_part),
- * where the general path runs image after image, each split over every thread with a barrier
- * or two an image (at batch 8 on 16 threads ResNet-50's stride-2 3x3 convs, 49-196 pixels an
- * image, gained 3.3-4.2x from 2 to 16 threads). A task first splits its image's input into
- * column phases (stride 2) or subsamples it (strided 1x1) in its worker's slot, so the copy is
- * read back from the thread's own cache. Worker w takes tasks w, w + workers, ... with scratch
- * slot w. */
+ * own: a task is one image's product over a part of its output channels (kn_gemm_serial_part)
+ * or, for maps with more pixels than the conv has output channels (the 7x7 stem: 64 channels
+ * over 12544 pixels), over a slice of its pixels, so that the tasks of an image do not pack
+ * the same columns of B again. The general path runs image after image, each split over every
+ * thread with a barrier or two an image (at batch 8 on 16 threads ResNet-50's stride-2 3x3
+ * convs, 49-196 pixels an image, gained 3.3-4.2x from 2 to 16 threads). A task first splits
+ * its image's input into column phases (stride 2) or subsamples it (strided 1x1) in its
+ * worker's slot, so the copy is read back from the thread's own cache. Worker w takes tasks w,
+ * w + workers, ... with scratch slot w. */
 typedef struct images_job {
     const kn_conv_geom *g;
     kn_conv2d c;
@@ -513,10 +515,25 @@ typedef struct images_job {
     float *y;
     kn_epilogue ep; /* bias per row, ldr = os; the residual of image 0 */
     bool split, sub;
-    int64_t w2, os, is, kdim, parts, tasks, workers;
+    bool by_cols;     /* an image's tasks take slices of its pixels, else parts of its rows */
+    int64_t parts;    /* tasks an image */
+    int64_t col_unit; /* pixels a slice is a multiple of (the GEMM's panel width) */
+    int64_t w2, os, is, kdim, tasks, workers;
     int64_t gemm_floats, slot_floats; /* a slot: the product's scratch, then the input's copy */
     float *scratch;
 } images_job;
+
+/* A pack routine over the columns from col0 on: a slice of the pixels as a B of its own. */
+typedef struct cols_arg {
+    kn_gemm_pack_fn fn;
+    void *arg;
+    int64_t col0;
+} cols_arg;
+
+static void pack_cols(void *arg, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float *dst) {
+    const cols_arg *c = arg;
+    c->fn(c->arg, k0, kc, c->col0 + n0, nc, dst);
+}
 
 static void images_range(void *arg, int64_t begin, int64_t end) {
     const images_job *j = arg;
@@ -532,23 +549,33 @@ static void images_range(void *arg, int64_t begin, int64_t end) {
             else if (j->sub)
                 subsample_rows(&(subsample_job){.x = xg, .xs = xs, .c = &j->c}, 0,
                                g->c_in * j->c.oh);
+            int64_t col0 = 0, cols = j->os;
+            if (j->by_cols) {
+                int64_t units = (j->os + j->col_unit - 1) / j->col_unit;
+                col0 = part * units / j->parts * j->col_unit;
+                int64_t col1 = (part + 1) * units / j->parts * j->col_unit;
+                cols = (col1 < j->os ? col1 : j->os) - col0;
+                if (cols <= 0)
+                    continue;
+            }
             im2col_arg ia = {.x = xg,
                              .g = g,
                              .nr = kn_gemm_nr(),
                              .c = j->c,
                              .xs = j->split ? xs : NULL,
                              .w2 = j->w2};
-            kn_gemm_operand b = {.pack = pack_im2col_2d, .pack_arg = &ia};
+            cols_arg ca = {.fn = pack_im2col_2d, .arg = &ia, .col0 = col0};
             kn_im2col2d fast;
+            if (!j->sub && ia.nr == 32 && fast_im2col(&j->c, xg, ia.xs, j->w2, &fast))
+                ca = (cols_arg){.fn = pack_im2col_fast, .arg = &fast, .col0 = col0};
+            kn_gemm_operand b = {.pack = pack_cols, .pack_arg = &ca};
             if (j->sub)
-                b = (kn_gemm_operand){.p = xs, .ld = j->os};
-            else if (ia.nr == 32 && fast_im2col(&j->c, xg, ia.xs, j->w2, &fast))
-                b = (kn_gemm_operand){.pack = pack_im2col_fast, .pack_arg = &fast};
-            int64_t off = n * g->c_out * j->os;
+                b = (kn_gemm_operand){.p = xs + col0, .ld = j->os};
+            int64_t off = n * g->c_out * j->os + col0;
             kn_epilogue e = j->ep;
             e.residual = j->ep.residual != NULL ? j->ep.residual + off : NULL;
-            kn_gemm_serial_part(part, j->parts, g->c_out, j->os, j->kdim, 1.0f, &j->a, &b, 0.0f,
-                                j->y + off, j->os, &e, slot);
+            kn_gemm_serial_part(j->by_cols ? 0 : part, j->by_cols ? 1 : j->parts, g->c_out, cols,
+                                j->kdim, 1.0f, &j->a, &b, 0.0f, j->y + off, j->os, &e, slot);
         }
 }
 
@@ -566,14 +593,17 @@ static bool conv_images(kn_threadpool *pool, const kn_conv_geom *g, const kn_con
     j.os = c->oh * c->ow;
     j.is = c->h * c->w;
     j.kdim = g->c_in * c->kh * c->kw;
-    int64_t units = (g->c_out + kn_gemm_mr() - 1) / kn_gemm_mr();
+    j.col_unit = kn_gemm_nr();
+    j.by_cols = j.os > g->c_out;
+    int64_t units = j.by_cols ? (j.os + j.col_unit - 1) / j.col_unit
+                              : (g->c_out + kn_gemm_mr() - 1) / kn_gemm_mr();
     j.parts = batch_parts(g->n, threads, units < BATCH_MAX_PARTS ? units : BATCH_MAX_PARTS);
     j.tasks = g->n * j.parts;
     if (4 * ((j.tasks + threads - 1) / threads) * threads > 5 * j.tasks)
         return false; /* threads left idle for more than a fifth of the time */
     j.workers = j.tasks < threads ? j.tasks : threads;
     j.w2 = split ? (c->w + 1) / 2 : 0;
-    kn_gemm_operand b = {.pack = pack_im2col_2d};
+    kn_gemm_operand b = {.pack = pack_cols};
     if (sub)
         b = (kn_gemm_operand){.p = x, .ld = j.os};
     j.gemm_floats = (kn_gemm_serial_scratch(j.os, a, &b) + 15) / 16 * 16;
