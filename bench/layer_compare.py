@@ -60,12 +60,19 @@ def ort_round(model_path, feeds, threads, iterations, work):
     return float(np.median(runs[5:] or runs)), nodes
 
 
-def ort_owner(ort_name, onnx_names):
-    """The ONNX node an onnxruntime node name stands for, or None."""
-    if ort_name in onnx_names:
-        return ort_name
-    base = re.sub(r"(_nchwc|_token_\d+)$", "", ort_name.split("/")[0])
-    return base if base in onnx_names else None
+def ort_owner(ort_name, onnx_names, producers):
+    """The ONNX node an onnxruntime node name stands for, or None: the name itself, or with
+    onnxruntime's suffix (_nchwc, _token_N) taken off, either an ONNX node's name or (the NCHWc
+    convs, named for the tensor they write, e.g. /stem/stem.2/Relu_output_0_nchwc) the name of
+    a tensor, whose producing node is meant."""
+    for name in (ort_name, ort_name.split("/")[0]):
+        base = re.sub(r"(_nchwc|_token_\d+)$", "", name)
+        for cand in (name, base):
+            if cand in onnx_names:
+                return cand
+            if cand in producers:
+                return producers[cand]
+    return None
 
 
 def main():
@@ -117,9 +124,10 @@ def main():
         ins = [i for i in (node.input if node else []) if i and i not in consts and i in made_by]
         return holding_layer(made_by[ins[0]].name, depth + 1) if ins else None
 
+    producers = {out: n.name for n in graph.node for out in n.output}
     owner = {}
     for name in o_nodes:
-        o = ort_owner(name, onnx_names)
+        o = ort_owner(name, onnx_names, producers)
         layer = holding_layer(o) if o is not None else None
         if layer is not None:
             owner.setdefault(layer, []).append(name)
