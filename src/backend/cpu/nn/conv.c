@@ -669,7 +669,8 @@ kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
                    kn_cpu_conv_strided_applies(&c2, g.c_out / g.group, st->w[0]);
     bool split = !pointwise && !sub && !strided && g.nsp <= 2 && c2.sw == 2;
     int64_t w2 = split ? (c2.w + 1) / 2 : 0;
-    if (!pointwise && !strided && !bf16 && g.group == 1) {
+    /* Several images of one group: by images over the threads where that pays. */
+    if (g.group == 1 && !bf16 && !strided) {
         kn_gemm_operand a = {.p = w, .ld = kdim};
         if (st != NULL && st->group == 1 && st->w[0] != NULL)
             a = (kn_gemm_operand){.packed = st->w[0]};
@@ -677,7 +678,8 @@ kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
         e.bias = bias;
         e.bias_per_row = true;
         e.ldr = os;
-        if (conv_images(k->pool, &g, &c2, &a, x, &e, split, sub, y))
+        if (pointwise ? conv_batched(k->pool, &g, &a, x, &e, os, y)
+                      : conv_images(k->pool, &g, &c2, &a, x, &e, split, sub, y))
             return KILN_OK;
     }
     float *xs = NULL;
@@ -686,17 +688,6 @@ kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
         xs = kn_aligned_alloc(floats * sizeof(float), 64);
         if (xs == NULL)
             return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory in Conv");
-    }
-    if (pointwise && g.group == 1 && !bf16) {
-        kn_gemm_operand a = {.p = w, .ld = kdim};
-        if (st != NULL && st->group == 1 && st->w[0] != NULL)
-            a = (kn_gemm_operand){.packed = st->w[0]};
-        kn_epilogue e = ep;
-        e.bias = bias;
-        e.bias_per_row = true;
-        e.ldr = os;
-        if (conv_batched(k->pool, &g, &a, x, &e, os, y))
-            return KILN_OK;
     }
     kiln_status rc = KILN_OK;
     for (int64_t n = 0; n < g.n && rc == KILN_OK; n++) {
