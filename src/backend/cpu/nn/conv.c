@@ -665,7 +665,7 @@ kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
     /* Packed fp32 weights and a stride-2 kernel: phase planes read in place, no im2col. */
     bool strided = !pointwise && !sub && !bf16 && g.nsp == 2 && st != NULL &&
                    st->group == g.group && st->w[0] != NULL &&
-                   kn_cpu_conv_strided_applies(&c2, g.c_out / g.group, st->w[0]);
+                   kn_cpu_conv_strided_applies(&c2, g.c_in / g.group, g.c_out / g.group, st->w[0]);
     bool split = !pointwise && !sub && !strided && g.nsp <= 2 && c2.sw == 2;
     int64_t w2 = split ? (c2.w + 1) / 2 : 0;
     /* Several images of one group: by images over the threads where that pays. */

@@ -174,8 +174,9 @@ bool kn_cpu_conv_prefers_winograd(const kn_node *node, const kn_tensor *x, const
 
 /* Stride-2 2-D convolution of one group (cin channels of x) with packed weights a, through
  * padded phase planes and kn_gemm_gather instead of an im2col copy; y is C_out x oh x ow.
- * Only where kn_cpu_conv_strided_applies (cout: output channels per group). */
-bool kn_cpu_conv_strided_applies(const kn_conv2d *c, int64_t cout, const kn_gemm_packed *a);
+ * Only where kn_cpu_conv_strided_applies (cin, cout: input and output channels per group). */
+bool kn_cpu_conv_strided_applies(const kn_conv2d *c, int64_t cin, int64_t cout,
+                                 const kn_gemm_packed *a);
 kiln_status kn_cpu_conv_strided(kn_threadpool *pool, const kn_conv2d *c, int64_t cin,
                                 const float *x, const kn_gemm_packed *a, const kn_epilogue *ep,
                                 float *y);
