@@ -937,7 +937,7 @@ void kn_gemm_serial_part(int64_t part, int64_t parts, int64_t m, int64_t n, int6
     int64_t m0 = part * j.units_m / parts * j.u->mr;
     int64_t m1 = min64((part + 1) * j.units_m / parts * j.u->mr, m);
     if (m0 < m1)
-        run_block(&j, m0, m1, 0, n, scratch, scratch + j.scratch_a);
+        run_block(&j, m0, m1, 0, n, scratch, scratch != NULL ? scratch + j.scratch_a : NULL);
 }
 
 int kn_gemm_mr(void) {
