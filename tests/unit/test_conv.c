@@ -72,12 +72,12 @@ static kn_tensor rand_tensor(int rank, const int64_t *d) {
     return t;
 }
 
-/* Infer, then run the CPU kernel (with prepare when `packed`); returns the output tensor. */
 /* Threads of the pool in the runs whose weights are prepared. */
 static int packed_threads = 2;
 /* Threads of the pool in the runs whose weights are not prepared. */
 static int plain_threads = 1;
 
+/* Infer, then run the CPU kernel (with prepare when `packed`); returns the output tensor. */
 static kn_tensor run_node(test_node *t, int n_in, const kn_tensor *in, bool packed) {
     t->node.n_in = n_in;
     t->node.n_out = 1;
@@ -331,7 +331,8 @@ static void test_conv_pointwise_batch(void **state) {
 
 /* Im2col convs of several images, each image's product on threads of its own in channel parts
  * or pixel slices (conv_images): 3 images on 5 threads; 3x3 stride 2 (column phases) with
- * residual + ReLU, 7x7 stride 2, 3x3 stride 1 on a map too small for Winograd (channel parts),
+ * residual + ReLU, a 7x7 stride-2 stem (with prepared weights it takes the gather path instead),
+ * 3x3 stride 1 on a map too small for Winograd (channel parts),
  * strided 1x1 (subsampled) convs by parts and by slices, a 1-D conv; weights prepared and not;
  * on every ISA. */
 static void test_conv_images(void **state) {
