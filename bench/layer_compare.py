@@ -44,6 +44,9 @@ def ort_round(model_path, feeds, threads, iterations, work):
     so.intra_op_num_threads = threads
     so.enable_profiling = True
     so.profile_file_prefix = os.path.join(work, "ort")
+    # the graph onnxruntime runs, for the outputs of its fused nodes (ort_owner)
+    so.optimized_model_filepath = os.path.join(work, "ort_optimized.onnx")
+    so.log_severity_level = 3  # not the warning that the saved graph is for this machine only
     sess = ort.InferenceSession(model_path, so, providers=["CPUExecutionProvider"])
     for _ in range(5 + iterations):
         sess.run(None, feeds)
@@ -60,11 +63,23 @@ def ort_round(model_path, feeds, threads, iterations, work):
     return float(np.median(runs[5:] or runs)), nodes
 
 
-def ort_owner(ort_name, onnx_names, producers):
+def ort_outputs(work):
+    """{node name: its output tensors} in the graph onnxruntime ran (saved by ort_round), or {}
+    where it could not be saved or read."""
+    try:
+        graph = onnx.load(os.path.join(work, "ort_optimized.onnx"), load_external_data=False).graph
+    except Exception:  # noqa: BLE001 - the names are a help, not a requirement
+        return {}
+    return {n.name: list(n.output) for n in graph.node}
+
+
+def ort_owner(ort_name, onnx_names, producers, outputs=None):
     """The ONNX node an onnxruntime node name stands for, or None: the name itself, or with
     onnxruntime's suffix (_nchwc, _token_N) taken off, either an ONNX node's name or (the NCHWc
     convs, named for the tensor they write, e.g. /stem/stem.2/Relu_output_0_nchwc) the name of
-    a tensor, whose producing node is meant."""
+    a tensor, whose producing node is meant; failing that (fused nodes named for their kind,
+    e.g. SkipLayerNormalization_token_12), the producer of the last of the node's outputs in
+    onnxruntime's graph (`outputs`) that the model has."""
     for name in (ort_name, ort_name.split("/")[0]):
         base = re.sub(r"(_nchwc|_token_\d+)$", "", name)
         for cand in (name, base):
@@ -72,6 +87,10 @@ def ort_owner(ort_name, onnx_names, producers):
                 return cand
             if cand in producers:
                 return producers[cand]
+    for out in reversed((outputs or {}).get(ort_name, [])):
+        out = re.sub(r"_nchwc$", "", out)
+        if out in producers:
+            return producers[out]
     return None
 
 
@@ -97,7 +116,7 @@ def main():
         for s in specs:
             cmd += ["--shapes", s]
         subprocess.run(cmd, check=True, capture_output=True)
-        k_layers, o_nodes, k_tot, o_tot = {}, {}, [], []
+        k_layers, o_nodes, k_tot, o_tot, o_outputs = {}, {}, [], [], {}
         for _ in range(args.rounds):
             total, layers = kiln_round(args.kiln, plan, files, args.threads, args.iterations)
             k_tot.append(total)
@@ -106,6 +125,7 @@ def main():
                 if prev is None or layer["median_ms"] < prev["median_ms"]:
                     k_layers[layer["name"]] = layer
             total, nodes = ort_round(model, arrays, args.threads, args.iterations, work)
+            o_outputs = o_outputs or ort_outputs(work)
             o_tot.append(total)
             for k, v in nodes.items():
                 o_nodes[k] = min(v, o_nodes.get(k, v))
@@ -127,7 +147,7 @@ def main():
     producers = {out: n.name for n in graph.node for out in n.output}
     owner = {}
     for name in o_nodes:
-        o = ort_owner(name, onnx_names, producers)
+        o = ort_owner(name, onnx_names, producers, o_outputs)
         layer = holding_layer(o) if o is not None else None
         if layer is not None:
             owner.setdefault(layer, []).append(name)

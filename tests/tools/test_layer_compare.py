@@ -1,4 +1,6 @@
-"""bench/layer_compare.py: kiln's per-layer profile beside onnxruntime's, matched node for node."""
+"""bench/layer_compare.py: kiln's per-layer profile beside onnxruntime's, matched node for node
+(by name, by the tensor an NCHWc conv writes, by the outputs of a fused node in the graph
+onnxruntime ran)."""
 
 import os
 import re
@@ -21,17 +23,29 @@ def test_owner_of_onnxruntime_names():
     assert own("conv_3_nchwc") == "conv_3"
     assert own("conv_3_token_12") == "conv_3"
     assert own("ReorderOutput_token_5") is None
+    # fused nodes named for their kind: the producer of their output in the model
+    producers["/ln/LayerNormalization_output_0"] = "/ln/LayerNormalization"
+    outputs = {"SkipLayerNormalization_token_7": ["/ln/LayerNormalization_output_0", "extra"],
+               "BiasGelu": ["/ffn/Mul_1_output_0"]}
+    assert layer_compare.ort_owner("SkipLayerNormalization_token_7", nodes, producers,
+                                   outputs) == "/ln/LayerNormalization"
+    assert layer_compare.ort_owner("BiasGelu", nodes, producers, outputs) is None
 
 
-def test_every_conv_layer_has_its_onnxruntime_nodes():
-    model = os.path.join(MODELS, "resnet_mini", "model.onnx")
-    proc = subprocess.run([sys.executable, os.path.join(REPO, "bench", "layer_compare.py"), model,
-                           "--kiln", KILN, "--rounds", "1", "--iterations", "3", "--top", "200"],
+def compare(model):
+    """layer_compare's rows (kiln ms, ORT ms, gap, layer, op, ORT nodes) and its whole output."""
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "bench", "layer_compare.py"),
+                           os.path.join(MODELS, model, "model.onnx"), "--kiln", KILN, "--rounds",
+                           "1", "--iterations", "3", "--top", "500"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     rows = [re.match(r"\s*([\d.]+)\s+(\S+)\s+([-\d.]+)\s+(\S+) \((\w+), .*\) <- (.*)$", line)
             for line in proc.stdout.splitlines()]
-    rows = [r for r in rows if r]
+    return [r for r in rows if r], proc
+
+
+def test_every_conv_layer_has_its_onnxruntime_nodes():
+    rows, proc = compare("resnet_mini")
     convs = [r for r in rows if r.group(5) == "FusedConv"]
     assert len(convs) >= 10
     for r in convs:
@@ -41,3 +55,17 @@ def test_every_conv_layer_has_its_onnxruntime_nodes():
     rest = re.search(r"onnxruntime nodes with no kiln layer: [\d.]+ ms, largest (.*)", proc.stdout)
     if rest:
         assert "Conv" not in rest.group(1) and "_nchwc" not in rest.group(1)
+
+
+def test_transformer_layers_have_their_onnxruntime_nodes():
+    """onnxruntime's fused nodes (SkipLayerNormalization, BiasGelu, MatMul fusions) are named for
+    their kind; they are found by their outputs in the graph onnxruntime ran."""
+    rows, proc = compare("transformer_encoder")
+    for r in rows:
+        if r.group(5) in ("FusedMatMul", "LayerNormalization"):
+            assert r.group(6) != "-", f"{r.group(4)} matched no onnxruntime node"
+    assert sum(r.group(5) in ("FusedMatMul", "LayerNormalization") for r in rows) >= 8
+    claimed = ",".join(r.group(6) for r in rows)
+    assert "MatmulTransposeFusion" in claimed  # Q.K^T, named for the fusions that made it
+    rest = re.search(r"onnxruntime nodes with no kiln layer: [\d.]+ ms, largest (.*)", proc.stdout)
+    assert rest is None or "MatMul" not in rest.group(1)
