@@ -578,6 +578,11 @@ static void images_range(void *arg, int64_t begin, int64_t end) {
         }
 }
 
+/* At most this many bytes of input copies over all workers (the pool keeps its scratch): 25.6
+ * MB for ResNet-50's layer2.0 conv2 on 16 threads, where a 1024 x 1024 map of 64 channels
+ * would take 256 MB a worker. */
+#define IMAGES_MAX_COPIES ((size_t)64 << 20)
+
 /* Y = W im2col(X) + epilogue for g->n images of a 2-D conv of one group (split: stride-2
  * columns, sub: a strided 1x1 conv); false (nothing run) when it does not pay or scratch is
  * short, and the caller runs the images one by one. */
@@ -607,6 +612,8 @@ static bool conv_images(kn_threadpool *pool, const kn_conv_geom *g, const kn_con
         b = (kn_gemm_operand){.p = x, .ld = j.os};
     j.gemm_floats = (kn_gemm_serial_scratch(j.os, a, &b) + 15) / 16 * 16;
     int64_t xs_floats = sub ? g->c_in * j.os : split ? g->c_in * c->h * 2 * j.w2 : 0;
+    if ((size_t)(j.workers * xs_floats) * sizeof(float) > IMAGES_MAX_COPIES)
+        return false; /* large images: one copy at a time, image after image */
     j.slot_floats = j.gemm_floats + (xs_floats + 15) / 16 * 16;
     j.scratch = kn_threadpool_scratch(pool, (size_t)(j.workers * j.slot_floats) * sizeof(float));
     if (j.scratch == NULL)
