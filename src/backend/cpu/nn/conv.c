@@ -403,7 +403,8 @@ static void pack_im2col_nd(void *arg, int64_t k0, int64_t kc, int64_t n0, int64_
     }
 }
 
-/* Pointwise convs of several images: a task is one image's product over a slice of its pixels
+/* Pointwise convs of several images (kn_cpu_conv_batched): a task is one image's product over a
+ * slice of its pixels
  * and a part of its output channels, run by one thread alone (kn_gemm_serial_part), where the
  * general path runs image after image, each product split over every thread: at 16 threads
  * that left MobileNetV2's batch of 8 with 16 thin tiles a layer and image (its project convs
@@ -413,6 +414,8 @@ static void pack_im2col_nd(void *arg, int64_t k0, int64_t kc, int64_t n0, int64_
 typedef struct batch_job {
     kn_gemm_operand a;
     const float *x;
+    const float *scale; /* input channel scales (ScaledConv), scale_stride apart by image */
+    int64_t scale_stride;
     float *y;
     kn_epilogue ep;
     int64_t c_in, c_out, os, slice, slices, parts, tasks;
@@ -428,7 +431,9 @@ static void batch_range(void *arg, int64_t begin, int64_t end) {
             int64_t n = s / j->slices, j0 = s % j->slices * j->slice;
             int64_t cols = j->os - j0 < j->slice ? j->os - j0 : j->slice;
             int64_t off = n * j->c_out * j->os + j0;
-            kn_gemm_operand b = {.p = j->x + n * j->c_in * j->os + j0, .ld = j->os};
+            kn_gemm_operand b = {.p = j->x + n * j->c_in * j->os + j0,
+                                 .ld = j->os,
+                                 .scale = j->scale != NULL ? j->scale + n * j->scale_stride : NULL};
             kn_epilogue e = j->ep;
             e.residual = j->ep.residual != NULL ? j->ep.residual + off : NULL;
             kn_gemm_serial_part(part, j->parts, j->c_out, cols, j->c_in, 1.0f, &j->a, &b, 0.0f,
@@ -460,16 +465,21 @@ static int64_t batch_parts(int64_t tasks, int64_t threads, int64_t max) {
     return best;
 }
 
-/* Y = W X + epilogue for g->n images of a 1x1, stride-1, unpadded, ungrouped conv over os
- * pixels; false (nothing run) when it does not pay or scratch is short, and the caller runs the
- * images one by one. */
-static bool conv_batched(kn_threadpool *pool, const kn_conv_geom *g, const kn_gemm_operand *a,
-                         const float *x, const kn_epilogue *ep, int64_t os, float *y) {
+bool kn_cpu_conv_batched(kn_threadpool *pool, const kn_conv_geom *g, const kn_gemm_operand *a,
+                         const float *x, const float *scale, int64_t scale_stride,
+                         const kn_epilogue *ep, int64_t os, float *y) {
     int threads = kn_threadpool_size(pool);
     if (g->n < 2 || threads < 2)
         return false;
-    batch_job j = {
-        .a = *a, .x = x, .y = y, .ep = *ep, .c_in = g->c_in, .c_out = g->c_out, .os = os};
+    batch_job j = {.a = *a,
+                   .x = x,
+                   .scale = scale,
+                   .scale_stride = scale_stride,
+                   .y = y,
+                   .ep = *ep,
+                   .c_in = g->c_in,
+                   .c_out = g->c_out,
+                   .os = os};
     j.slices = g->n >= threads ? 1 : (threads + g->n - 1) / g->n;
     if (j.slices > os / BATCH_MIN_SLICE)
         j.slices = os / BATCH_MIN_SLICE > 1 ? os / BATCH_MIN_SLICE : 1;
@@ -684,7 +694,7 @@ kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
         e.bias = bias;
         e.bias_per_row = true;
         e.ldr = os;
-        if (pointwise ? conv_batched(k->pool, &g, &a, x, &e, os, y)
+        if (pointwise ? kn_cpu_conv_batched(k->pool, &g, &a, x, NULL, 0, &e, os, y)
                       : conv_images(k->pool, &g, &c2, &a, x, &e, split, sub, y))
             return KILN_OK;
     }

@@ -172,6 +172,16 @@ void kn_cpu_dw_pad_split_avx512(const float *x, int64_t h, int64_t w, int64_t ph
  * the portable bf16 path). */
 bool kn_cpu_conv_prefers_winograd(const kn_node *node, const kn_tensor *x, const kn_shape *w);
 
+/* Y = W X + epilogue for g->n images of a 1x1, stride-1, unpadded, ungrouped conv over os
+ * pixels, each image's product on threads of its own (tasks of pixel slices and channel parts);
+ * X's input channels multiplied by scale (ScaledConv; scale_stride apart from image to image,
+ * 0 for one set) where scale is not NULL. false (nothing run) where it does not pay (one image,
+ * one thread, threads left idle) or scratch is short: the caller then runs the images one by
+ * one. */
+bool kn_cpu_conv_batched(kn_threadpool *pool, const kn_conv_geom *g, const kn_gemm_operand *a,
+                         const float *x, const float *scale, int64_t scale_stride,
+                         const kn_epilogue *ep, int64_t os, float *y);
+
 /* Stride-2 2-D convolution of one group (cin channels of x) with packed weights a, through
  * padded phase planes and kn_gemm_gather instead of an im2col copy; y is C_out x oh x ow.
  * Only where kn_cpu_conv_strided_applies (cin, cout: input and output channels per group). */

@@ -6,6 +6,7 @@
  * column c is multiplied by s[n][c] (C_out x C multiplies, into a buffer the context keeps). */
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/math/gemm.h"
+#include "backend/cpu/nn/conv.h"
 #include "core/alloc.h"
 #include "ops/nn/conv_geom.h"
 
@@ -82,6 +83,15 @@ kiln_status kn_cpu_scaled_conv_run(kn_kernel_ctx *k) {
     bool per_image = s->shape.d[0] != 1;
     /* Where x is packed anyway its rows are scaled as they are packed, the weights stay. */
     bool scale_x = kn_gemm_scales_b(cout, cin), owned = false;
+    if (scale_x) { /* several images by images over the threads, where that pays */
+        kn_gemm_operand wa = {.packed = a};
+        kn_epilogue e = ep;
+        e.bias = bias;
+        e.bias_per_row = true;
+        e.ldr = hw;
+        if (kn_cpu_conv_batched(k->pool, &g, &wa, x, sd, per_image ? cin : 0, &e, hw, y))
+            return KILN_OK;
+    }
     kn_gemm_packed *ws = NULL;
     if (!scale_x)
         KN_TRY(scaled_weights(k, a, &ws, &owned));
