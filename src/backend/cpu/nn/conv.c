@@ -407,10 +407,10 @@ static void pack_im2col_nd(void *arg, int64_t k0, int64_t kc, int64_t n0, int64_
  * slice of its pixels and a part of its output channels, run by one thread alone
  * (kn_gemm_serial_part), where the general path runs image after image, each product split
  * over every thread: at 16 threads that left MobileNetV2's batch of 8 with 16 thin tiles a
- * layer and image (its project convs
- * 0.28-0.77 ms -> 0.13-0.49 by slices on the 16-core host). Maps too small to slice (14x14,
- * 7x7) split their channels instead when images are fewer than threads. Worker w takes tasks
- * w, w + workers, ... with scratch slot w (the tasks are alike in size). */
+ * layer and image (its project convs 0.28-0.77 ms -> 0.13-0.49 by slices on the 16-core
+ * host). Maps too small to slice (14x14, 7x7) split their channels instead when images are
+ * fewer than threads. Worker w takes tasks w, w + workers, ... with scratch slot w (the tasks
+ * are alike in size). */
 typedef struct batch_job {
     kn_gemm_operand a;
     const float *x;
