@@ -450,10 +450,10 @@ static void batch_range(void *arg, int64_t begin, int64_t end) {
 /* At most this many channel parts an image: each reads all of the image's input again. */
 #define BATCH_MAX_PARTS 8
 
-/* Channel parts (1..max) for `tasks` image slices on `threads`: the fewest whose rounds of
- * tasks take the least time, in units of a whole slice's product. */
-static int64_t batch_parts(int64_t tasks, int64_t threads, int64_t max) {
-    int64_t best = 1;
+/* Channel parts (1 to BATCH_MAX_PARTS, at most `units`) for `tasks` image slices on `threads`:
+ * the fewest whose rounds of tasks take the least time, in units of a whole slice's product. */
+static int64_t batch_parts(int64_t tasks, int64_t threads, int64_t units) {
+    int64_t best = 1, max = units < BATCH_MAX_PARTS ? units : BATCH_MAX_PARTS;
     double best_t = (double)((tasks + threads - 1) / threads);
     for (int64_t p = 2; p <= max; p++) {
         double t = (double)((tasks * p + threads - 1) / threads) / (double)p;
@@ -463,6 +463,12 @@ static int64_t batch_parts(int64_t tasks, int64_t threads, int64_t max) {
         }
     }
     return best;
+}
+
+/* Whether rounds of `tasks` alike on `threads` take more than 5/4 of the ideal time (threads
+ * left idle for more than a fifth of it). */
+static bool leaves_idle(int64_t tasks, int64_t threads) {
+    return 4 * ((tasks + threads - 1) / threads) * threads > 5 * tasks;
 }
 
 bool kn_cpu_conv_batched(kn_threadpool *pool, const kn_conv_geom *g, const kn_gemm_operand *a,
@@ -490,10 +496,9 @@ bool kn_cpu_conv_batched(kn_threadpool *pool, const kn_conv_geom *g, const kn_ge
     j.parts = 1;
     if (j.tasks < threads) { /* maps too small to slice further (14x14, 7x7): split channels */
         int64_t units = (g->c_out + kn_gemm_mr() - 1) / kn_gemm_mr();
-        j.parts = batch_parts(j.tasks, threads, units < BATCH_MAX_PARTS ? units : BATCH_MAX_PARTS);
+        j.parts = batch_parts(j.tasks, threads, units);
         j.tasks *= j.parts;
-        /* idle threads left over: a round takes more than 5/4 of the ideal time */
-        if (j.parts == 1 || 4 * ((j.tasks + threads - 1) / threads) * threads > 5 * j.tasks)
+        if (j.parts == 1 || leaves_idle(j.tasks, threads))
             return false;
     }
     j.workers = j.tasks < threads ? j.tasks : threads;
@@ -611,10 +616,10 @@ static bool conv_images(kn_threadpool *pool, const kn_conv_geom *g, const kn_con
     j.by_cols = j.os > g->c_out;
     int64_t units = j.by_cols ? (j.os + j.col_unit - 1) / j.col_unit
                               : (g->c_out + kn_gemm_mr() - 1) / kn_gemm_mr();
-    j.parts = batch_parts(g->n, threads, units < BATCH_MAX_PARTS ? units : BATCH_MAX_PARTS);
+    j.parts = batch_parts(g->n, threads, units);
     j.tasks = g->n * j.parts;
-    if (4 * ((j.tasks + threads - 1) / threads) * threads > 5 * j.tasks)
-        return false; /* threads left idle for more than a fifth of the time */
+    if (leaves_idle(j.tasks, threads))
+        return false;
     j.workers = j.tasks < threads ? j.tasks : threads;
     j.w2 = split ? (c->w + 1) / 2 : 0;
     kn_gemm_operand b = {.pack = pack_cols};
