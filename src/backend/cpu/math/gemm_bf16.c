@@ -49,6 +49,8 @@
 /* Blocks of KT pairs per K slice of the AMX path: an A strip's slice and a B panel's are 16 KiB
  * each. */
 #define AMX_KCB 16
+/* Blocks of KT pairs of one A strip per packing task (8 KiB of bf16 written). */
+#define AMX_PACK_BLOCKS 8
 
 struct kn_bf16_packed {
     int64_t rows, k, kpairs; /* rows: m of an A, n of a B */
@@ -267,23 +269,31 @@ KN_CLONES static void strip_from_f32(const float *a, int64_t lda, bool trans, in
     }
 }
 
-/* Rows [i0, i0 + AMX_MR) of a float32 op(A) into one AMX strip of kstride pairs. */
+/* Blocks [kb0, kb1) (pair offsets, multiples of KT) of rows [i0, i0 + AMX_MR) of a float32 op(A)
+ * into one AMX strip. A tile row is 2 * KT consecutive elements of one row of op(A) as bf16, in
+ * order (a pair's low half is its even element), so an untransposed A converts 32 floats at a
+ * time into a row of the tile. */
 KN_CLONES static void strip_amx_from_f32(const float *a, int64_t lda, bool trans, int64_t i0,
-                                         int64_t m, int64_t k, int64_t kstride, uint32_t *dst) {
+                                         int64_t m, int64_t k, int64_t kb0, int64_t kb1,
+                                         uint32_t *dst) {
     int64_t rows = min64(AMX_MR, m - i0);
-    for (int r = 0; r < AMX_MR; r++) {
-        for (int64_t kb = 0; kb < kstride; kb += KT) {
-            uint32_t *d = dst + kb * AMX_MR + r * KT;
-            for (int q = 0; q < KT; q++) {
-                int64_t k0 = 2 * (kb + q), i = i0 + r;
-                uint32_t lo = 0, hi = 0;
-                if (r < rows && k0 < k) {
-                    lo = to_bf16(trans ? a[k0 * lda + i] : a[i * lda + k0]);
-                    if (k0 + 1 < k)
-                        hi = to_bf16(trans ? a[(k0 + 1) * lda + i] : a[i * lda + k0 + 1]);
-                }
-                d[q] = pair(lo, hi);
+    for (int64_t kb = kb0; kb < kb1; kb += KT) {
+        int64_t k0 = 2 * kb, kc = min64(2 * KT, k - k0);
+        for (int r = 0; r < AMX_MR; r++) {
+            uint16_t h[2 * KT];
+            if (r >= rows || kc <= 0) {
+                memset(h, 0, sizeof h);
+            } else if (!trans && kc == 2 * KT) {
+                const float *s = a + (i0 + r) * lda + k0;
+                for (int q = 0; q < 2 * KT; q++)
+                    h[q] = (uint16_t)to_bf16(s[q]);
+            } else {
+                for (int q = 0; q < 2 * KT; q++)
+                    h[q] = q >= kc ? 0
+                                   : (uint16_t)to_bf16(trans ? a[(k0 + q) * lda + i0 + r]
+                                                             : a[(i0 + r) * lda + k0 + q]);
             }
+            memcpy(dst + kb * AMX_MR + r * KT, h, sizeof h);
         }
     }
 }
@@ -301,11 +311,21 @@ static void pack_a_range(void *arg, int64_t begin, int64_t end) {
                        j->dst + s * j->kpairs * MR);
 }
 
+/* A's AMX packing as tasks of one strip's AMX_PACK_BLOCKS blocks of K: BERT's 128 rows are 8
+ * strips, which left all but two threads idle while 3072-deep rows were converted. */
+static int64_t pack_a_amx_chunks(const pack_job *j) {
+    return (j->kstride / KT + AMX_PACK_BLOCKS - 1) / AMX_PACK_BLOCKS;
+}
+
 static void pack_a_amx_range(void *arg, int64_t begin, int64_t end) {
     const pack_job *j = arg;
-    for (int64_t s = begin; s < end; s++)
-        strip_amx_from_f32(j->op->p, j->op->ld, j->op->trans, s * AMX_MR, j->rows, j->k, j->kstride,
+    int64_t chunks = pack_a_amx_chunks(j);
+    for (int64_t t = begin; t < end; t++) {
+        int64_t s = t / chunks, kb0 = t % chunks * AMX_PACK_BLOCKS * KT;
+        strip_amx_from_f32(j->op->p, j->op->ld, j->op->trans, s * AMX_MR, j->rows, j->k, kb0,
+                           min64(kb0 + AMX_PACK_BLOCKS * KT, j->kstride),
                            j->dst + s * j->kstride * AMX_MR);
+    }
 }
 
 /* B's packing as tasks of one panel's PACK_ROWS rows of K (the panel's K padding with its first
@@ -763,7 +783,10 @@ kiln_status kn_gemm_bf16(kn_threadpool *pool, int64_t m, int64_t n, int64_t k,
                        .kpairs = kpairs,
                        .kstride = kstride,
                        .dst = (uint32_t *)buf};
-        kn_parallel_for(pool, j.strips, 4, amx ? pack_a_amx_range : pack_a_range, &pj);
+        if (amx)
+            kn_parallel_for(pool, j.strips * pack_a_amx_chunks(&pj), 2, pack_a_amx_range, &pj);
+        else
+            kn_parallel_for(pool, j.strips, 4, pack_a_range, &pj);
         j.a = pj.dst;
     }
     if (b->packed != NULL) {
