@@ -488,6 +488,8 @@ static void run_block(const gemm_job *j, int64_t m0, int64_t m1, int64_t n0, int
                         kn_gemm_ukr_fn fn = part == 1 ? u->fn_narrow_n
                                             : tail    ? u->fn_tail
                                                       : pick(u, mr, w);
+                        if (fn == u->fn && b->packed != NULL && u->fn_b_ahead != NULL)
+                            fn = u->fn_b_ahead;
                         kn_ukr_ep te, *tep = NULL;
                         bool in_regs = false;
                         if (last && j->ep != NULL) {

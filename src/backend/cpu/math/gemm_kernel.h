@@ -46,6 +46,9 @@ typedef struct kn_gemm_ukr {
     const char *name;
     int mr, nr;
     kn_gemm_ukr_fn fn;
+    /* Optional: fn fetching B's packed panel ahead, for a B packed once at load (constant
+     * weights), which comes from L2 or further on a panel's first row tile; NULL: fn. */
+    kn_gemm_ukr_fn fn_b_ahead;
     /* Optional cheaper kernels for edge tiles with mr <= MR/2 and/or nr <= NR/2 (same packed
      * layout, less padded work); NULL when the ISA has none. */
     kn_gemm_ukr_fn fn_half_m, fn_half_n, fn_half_mn;
