@@ -18,9 +18,10 @@
 #define PREFETCH_A 1024 /* floats */
 #define PREFETCH_MIN_K 64
 #define PREFETCH_B 64 /* floats: two tiles along an unpacked row of B */
-/* Floats ahead of a packed B panel's row that ukr_b_ahead fetches (32 rows of k, 4 KB; past a
- * panel's last rows, the next panel's first). */
-#define PREFETCH_B_PACKED 1024
+/* Floats ahead of a packed B panel's row that ukr_b_ahead fetches (64 rows of k, 8 KB; past a
+ * panel's last rows, the next panel's first). BERT-base at 1 thread on the 2-core box: 2 KB
+ * ahead 103-107 ms, 4 KB 100-104, 8 KB 94-102, 16 and 32 KB as 8. */
+#define PREFETCH_B_PACKED 2048
 #define ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
 
 /* The epilogue's fields, read once into locals before the stores: every store may alias *ep for
@@ -182,7 +183,7 @@ body(int64_t kc, const float *a, const float *b, int64_t ldb, float *c, int64_t 
 
 VARIANT(ukr, 12, 1, 0)
 /* B packed once at load (a MatMul's constant weights) comes from L2 or further on the first row
- * tile of each panel: fetched 4 KB ahead (BERT-base's products 6 % faster on one thread of the
+ * tile of each panel: fetched 8 KB ahead (BERT-base's products 6 % faster on one thread of the
  * 2-core box; a conv's B, packed a call before use and in L2, gains nothing from it). */
 VARIANT(ukr_b_ahead, 12, 1, 1)
 VARIANT(ukr_half_m, 6, 1, 0)
