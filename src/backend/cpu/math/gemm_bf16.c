@@ -271,8 +271,8 @@ KN_CLONES static void strip_from_f32(const float *a, int64_t lda, bool trans, in
 
 /* Blocks [kb0, kb1) (pair offsets, multiples of KT) of rows [i0, i0 + AMX_MR) of a float32 op(A)
  * into one AMX strip. A tile row is 2 * KT consecutive elements of one row of op(A) as bf16, in
- * order (a pair's low half is its even element), so an untransposed A converts 32 floats at a
- * time into a row of the tile. */
+ * order (a pair's low half is its even element, first in memory on x86), so an untransposed A
+ * converts 32 floats at a time into a row of the tile. */
 KN_CLONES static void strip_amx_from_f32(const float *a, int64_t lda, bool trans, int64_t i0,
                                          int64_t m, int64_t k, int64_t kb0, int64_t kb1,
                                          uint32_t *dst) {
