@@ -51,6 +51,12 @@
 #define AMX_KCB 16
 /* Blocks of KT pairs of one A strip per packing task (8 KiB of bf16 written). */
 #define AMX_PACK_BLOCKS 8
+/* Pairs ahead of a packed B panel's row that the AVX512-BF16 kernel fetches when B was packed
+ * once at load (a MatMul's constant weights): 64 pair rows, 8 KB, as the float32 GEMM does. */
+#define B_PREFETCH_WORDS (64 * NR)
+/* tile_native's prefetch flags: A ahead (run_tasks' streaming order), B ahead (packed weights). */
+#define PF_A 1
+#define PF_B 2
 
 struct kn_bf16_packed {
     int64_t rows, k, kpairs; /* rows: m of an A, n of a B */
@@ -401,11 +407,13 @@ NATIVE static inline __attribute__((always_inline)) void column_store(int rows, 
  * broadcast, an eighth of a vector's work. So a panel of 32 takes nv 2, one of 17 nv 1 + extra,
  * one of at most 16 nv 1, and 49 columns (two panels) nv 3 + extra. rows, nv and extra are
  * constants in each caller, so acc stays in registers; ep (the last K slice only) finishes the
- * tile; prefetch: A_PREFETCH_BYTES ahead of A (run_tasks' streaming order). */
+ * tile; prefetch: PF_A, A_PREFETCH_BYTES ahead of A (run_tasks' streaming order), PF_B,
+ * B_PREFETCH_WORDS ahead of panel b (B packed at load, read from L2 or further by a panel's
+ * first strip). */
 NATIVE static inline __attribute__((always_inline)) void
 tile_native(int rows, int nv, bool extra, int64_t kcp, const uint32_t *a, const uint32_t *b,
             const uint32_t *b2, float *c, int64_t ldc, int nr, bool accumulate, const tile_ep *ep,
-            bool prefetch) {
+            int prefetch) {
     __m512 acc[MR][3];
     __m256 col = _mm256_setzero_ps();
     const uint32_t *bv[3] = {b, b + 16, b2}, *bx = (nv == 3 ? b2 : b) + 16;
@@ -413,8 +421,12 @@ tile_native(int rows, int nv, bool extra, int64_t kcp, const uint32_t *a, const 
         for (int v = 0; v < nv; v++)
             acc[r][v] = _mm512_setzero_ps();
     for (int64_t kp = 0; kp < kcp; kp++) {
-        if (prefetch && kp % 2 == 0) /* a line of A holds two pairs */
+        if ((prefetch & PF_A) && kp % 2 == 0) /* a line of A holds two pairs */
             _mm_prefetch((const char *)(a + kp * MR) + A_PREFETCH_BYTES, _MM_HINT_T0);
+        if (prefetch & PF_B) { /* a pair row of the panel is two lines */
+            _mm_prefetch((const char *)(b + kp * NR + B_PREFETCH_WORDS), _MM_HINT_T0);
+            _mm_prefetch((const char *)(b + kp * NR + B_PREFETCH_WORDS + 16), _MM_HINT_T0);
+        }
         __m512bh bk[3];
         for (int v = 0; v < nv; v++)
             bk[v] = (__m512bh)_mm512_loadu_si512(bv[v] + kp * NR);
@@ -464,8 +476,7 @@ tile_native(int rows, int nv, bool extra, int64_t kcp, const uint32_t *a, const 
  * `wide`, 49 from b and b2. */
 NATIVE static inline __attribute__((always_inline)) void
 ukr_rows(int64_t kcp, const uint32_t *a, const uint32_t *b, const uint32_t *b2, float *c,
-         int64_t ldc, int mr, int nr, bool accumulate, const tile_ep *ep, bool prefetch,
-         bool wide) {
+         int64_t ldc, int mr, int nr, bool accumulate, const tile_ep *ep, int prefetch, bool wide) {
     int cols = wide ? 49 : nr > 17 ? 32 : nr == 17 ? 17 : 16;
     switch (mr * 64 + cols) {
 #define TILE(R, C, NV, X)                                                                          \
@@ -488,7 +499,14 @@ ukr_rows(int64_t kcp, const uint32_t *a, const uint32_t *b, const uint32_t *b2, 
 
 NATIVE static void ukr_native(int64_t kcp, const uint32_t *a, const uint32_t *b, float *c,
                               int64_t ldc, int mr, int nr, bool accumulate, const tile_ep *ep) {
-    ukr_rows(kcp, a, b, NULL, c, ldc, mr, nr, accumulate, ep, false, false);
+    ukr_rows(kcp, a, b, NULL, c, ldc, mr, nr, accumulate, ep, 0, false);
+}
+
+/* ukr_native with B fetched ahead (B packed once at load). */
+NATIVE static void ukr_native_b_ahead(int64_t kcp, const uint32_t *a, const uint32_t *b, float *c,
+                                      int64_t ldc, int mr, int nr, bool accumulate,
+                                      const tile_ep *ep) {
+    ukr_rows(kcp, a, b, NULL, c, ldc, mr, nr, accumulate, ep, PF_B, false);
 }
 
 /* run_tasks' streaming order: A prefetched ahead; with b2, 49 columns from panels b and b2. */
@@ -496,9 +514,9 @@ NATIVE static void ukr_native_stream(int64_t kcp, const uint32_t *a, const uint3
                                      const uint32_t *b2, float *c, int64_t ldc, int mr, int nr,
                                      bool accumulate, const tile_ep *ep) {
     if (b2 != NULL)
-        ukr_rows(kcp, a, b, b2, c, ldc, mr, 49, accumulate, ep, true, true);
+        ukr_rows(kcp, a, b, b2, c, ldc, mr, 49, accumulate, ep, PF_A, true);
     else
-        ukr_rows(kcp, a, b, NULL, c, ldc, mr, nr, accumulate, ep, true, false);
+        ukr_rows(kcp, a, b, NULL, c, ldc, mr, nr, accumulate, ep, PF_A, false);
 }
 
 static inline float lo_f(uint32_t p) {
@@ -543,6 +561,7 @@ typedef struct gemm_job {
     int64_t ldc;
     const kn_epilogue *ep; /* NULL when there is nothing to apply */
     bool native;
+    bool b_ahead;   /* B packed at load: the native kernel fetches it ahead */
     int64_t tm, tn; /* tasks along rows (strips; pairs of AMX strips) and columns (panels) */
 } gemm_job;
 
@@ -635,7 +654,8 @@ static void run_tasks(void *arg, int64_t begin, int64_t end) {
                     if (last && j->ep != NULL && j->native)
                         tep = make_tile_ep(j, i0, j0, &te);
                     if (j->native)
-                        ukr_native(kcp, ap, bp, ct, j->ldc, mr, nr, kb > 0, tep);
+                        (j->b_ahead ? ukr_native_b_ahead : ukr_native)(kcp, ap, bp, ct, j->ldc, mr,
+                                                                       nr, kb > 0, tep);
                     else
                         ukr_portable(kcp, ap, bp, ct, j->ldc, mr, nr, kb > 0);
                     if (last && j->ep != NULL)
@@ -760,7 +780,8 @@ kiln_status kn_gemm_bf16(kn_threadpool *pool, int64_t m, int64_t n, int64_t k,
                   .c = c,
                   .ldc = ldc,
                   .ep = epi,
-                  .native = amx || kn_bf16_native()};
+                  .native = amx || kn_bf16_native(),
+                  .b_ahead = b->packed != NULL};
     KN_ASSERT(a->packed == NULL || (a->packed->rows == m && a->packed->k == k));
     KN_ASSERT(b->packed == NULL || (b->packed->rows == n && b->packed->k == k));
     KN_ASSERT(!amx || j.kstride_b == kstride);
