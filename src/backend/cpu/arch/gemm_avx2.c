@@ -29,15 +29,20 @@
         _mm256_storeu_ps(ci + 8, v1);                                                              \
     }
 
-__attribute__((target("avx2,fma"))) static void ukr(int64_t kc, const float *a, const float *b,
-                                                    float *c, int64_t ldc, float alpha, float beta,
-                                                    int mr, int nr, const kn_ukr_ep *ep) {
+/* Floats ahead of a packed B panel's row that ukr_b_ahead fetches: 128 rows of k, 8 KB. */
+#define PREFETCH_B_PACKED 2048
+
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+body(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, float alpha, float beta,
+     int mr, int nr, const kn_ukr_ep *ep, const int B_AHEAD) {
     /* Parked in memory: with 12 accumulators, keeping alpha and beta in registers through the
      * loop made the compiler spill an accumulator instead, halving throughput. */
     volatile float alpha_m = alpha, beta_m = beta;
     ROWS(DECL)
     for (int64_t k = 0; k < kc; k++) {
         __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+        if (B_AHEAD)
+            _mm_prefetch((const char *)(b + PREFETCH_B_PACKED), _MM_HINT_T0);
         ROWS(FMA)
         a += MR;
         b += NR;
@@ -68,7 +73,22 @@ __attribute__((target("avx2,fma"))) static void ukr(int64_t kc, const float *a, 
         kn_ukr_ep_apply(ep, c, ldc, mr, nr);
 }
 
-const kn_gemm_ukr kn_gemm_ukr_avx2 = {.name = "avx2", .mr = MR, .nr = NR, .fn = ukr};
+__attribute__((target("avx2,fma"))) static void ukr(int64_t kc, const float *a, const float *b,
+                                                    float *c, int64_t ldc, float alpha, float beta,
+                                                    int mr, int nr, const kn_ukr_ep *ep) {
+    body(kc, a, b, c, ldc, alpha, beta, mr, nr, ep, 0);
+}
+
+/* B packed once at load (constant weights), fetched ahead (as the AVX-512 kernel does). */
+__attribute__((target("avx2,fma"))) static void ukr_b_ahead(int64_t kc, const float *a,
+                                                            const float *b, float *c, int64_t ldc,
+                                                            float alpha, float beta, int mr, int nr,
+                                                            const kn_ukr_ep *ep) {
+    body(kc, a, b, c, ldc, alpha, beta, mr, nr, ep, 1);
+}
+
+const kn_gemm_ukr kn_gemm_ukr_avx2 = {
+    .name = "avx2", .mr = MR, .nr = NR, .fn = ukr, .fn_b_ahead = ukr_b_ahead};
 
 #else
 
