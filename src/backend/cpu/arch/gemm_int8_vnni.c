@@ -39,6 +39,9 @@
         for (int r = 0; r < (rows); r++)                                                           \
             _mm_prefetch((const char *)(a + r * lda + e + KN_Q_AHEAD), _MM_HINT_T0);
 
+/* Bytes ahead of a packed B block that the B_AHEAD tiles fetch (128 steps of four k, 8 KB). */
+#define KN_Q_B_AHEAD 8192
+
 #define KN_Q_ROW2(r)                                                                               \
     if ((r) < mr) {                                                                                \
         KN_Q_BCAST(x, r, e)                                                                        \
@@ -54,12 +57,17 @@
 /* Up to 6 rows by 32 columns (two 16-column blocks b0, b1). */
 VNNI __attribute__((always_inline)) static inline void tile2(const uint8_t *a, int64_t lda, int mr,
                                                              const int8_t *b0, const int8_t *b1,
-                                                             int64_t kp, int32_t *c, int64_t ldc) {
+                                                             int64_t kp, int32_t *c, int64_t ldc,
+                                                             const int B_AHEAD) {
     __m512i c00 = _mm512_setzero_si512(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
     __m512i c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
     for (int64_t e = 0; e < kp; e += 4) {
         __m512i v0 = _mm512_load_si512((const void *)(b0 + e * 16));
         __m512i v1 = _mm512_load_si512((const void *)(b1 + e * 16));
+        if (B_AHEAD) {
+            _mm_prefetch((const char *)(b0 + e * 16 + KN_Q_B_AHEAD), _MM_HINT_T0);
+            _mm_prefetch((const char *)(b1 + e * 16 + KN_Q_B_AHEAD), _MM_HINT_T0);
+        }
         KN_Q_ROW2(0)
         KN_Q_ROW2(1)
         KN_Q_ROW2(2)
@@ -180,7 +188,13 @@ VNNI __attribute__((always_inline)) static inline void tile1(const uint8_t *a, i
 
 VNNI static void tile6x2(const uint8_t *a, int64_t lda, const int8_t *b0, const int8_t *b1,
                          int64_t kp, int32_t *c, int64_t ldc) {
-    tile2(a, lda, 6, b0, b1, kp, c, ldc);
+    tile2(a, lda, 6, b0, b1, kp, c, ldc, 0);
+}
+
+/* tile6x2 with B fetched ahead (B packed at load: kn_qgemm_b.ahead). */
+VNNI static void tile6x2_ahead(const uint8_t *a, int64_t lda, const int8_t *b0, const int8_t *b1,
+                               int64_t kp, int32_t *c, int64_t ldc) {
+    tile2(a, lda, 6, b0, b1, kp, c, ldc, 1);
 }
 
 VNNI static void tile16x1(const uint8_t *a, int64_t lda, const int8_t *b0, int64_t kp, int32_t *c,
@@ -195,7 +209,7 @@ VNNI static void tile_edge(const uint8_t *a, int64_t lda, int mr, const int8_t *
     if (mr <= 4)
         tile_edge2(a, lda, mr, b0, b1, kp, c, ldc);
     else
-        tile2(a, lda, mr, b0, b1, kp, c, ldc);
+        tile2(a, lda, mr, b0, b1, kp, c, ldc, 0);
 }
 
 /* The last mr < 16 rows of the odd block. */
@@ -228,7 +242,8 @@ void kn_qgemm_u8s8_vnni(const uint8_t *a, int64_t lda, int64_t m, const kn_qgemm
             const int8_t *b0 = b->packed + j * blk;
             int64_t i = r0;
             for (; i + 6 <= r1; i += 6)
-                tile6x2(a + i * lda, lda, b0, b0 + blk, b->kp, c + i * ldc + j * 16, ldc);
+                (b->ahead ? tile6x2_ahead : tile6x2)(a + i * lda, lda, b0, b0 + blk, b->kp,
+                                                     c + i * ldc + j * 16, ldc);
             if (i < r1)
                 tile_edge(a + i * lda, lda, (int)(r1 - i), b0, b0 + blk, b->kp,
                           c + i * ldc + j * 16, ldc);

@@ -17,6 +17,9 @@ typedef struct kn_qgemm_b {
     int64_t k, n, kp, nb; /* kp: k rounded up to 4; nb: number of 16-column blocks */
     int8_t *packed;
     int32_t *colsum;
+    /* B packed once at load (a MatMul's constant weights), which the VNNI kernel then fetches
+     * ahead (a conv's B, packed a call, is in cache already). */
+    bool ahead;
 } kn_qgemm_b;
 
 /* Pack B[k][n], element (i, j) at b[i * sk + j * sn]. */

@@ -226,7 +226,8 @@ static void matmul_range(void *arg, int64_t begin, int64_t end) {
                            .kp = kp,
                            .nb = nb1 - nb0,
                            .packed = s->b.packed + nb0 * kp * 16,
-                           .colsum = s->b.colsum + j0};
+                           .colsum = s->b.colsum + j0,
+                           .ahead = true};
         int64_t ldc = part.nb * 16;
         for (int64_t i = 0; i < m; i++)
             flip_row(j->x + (r0 + i) * j->k, j->k, kp, s->flip, b.a + i * kp);
