@@ -275,12 +275,13 @@ static void run_conv_case(const conv_case *cc) {
 }
 
 /* Every case (acts[i] fused into case i; acts may be NULL) on every micro-kernel this CPU runs,
- * with the pool of the packed runs at `threads`. */
+ * with the pool of the packed runs at `threads` and of the unprepared ones at `plain`. */
 static void run_cases_every_isa(const conv_case *cases, size_t n, const char *const *acts,
-                                int threads) {
+                                int threads, int plain) {
     const char *isas[] = {"avx512", "avx2", "scalar"};
     const char *orig = kn_gemm_isa();
     packed_threads = threads;
+    plain_threads = plain;
     for (size_t k = 0; k < 3; k++) {
         if (!kn_gemm_force_isa(isas[k]))
             continue;
@@ -288,6 +289,7 @@ static void run_cases_every_isa(const conv_case *cases, size_t n, const char *co
             run_conv_case_act(&cases[i], acts != NULL ? acts[i] : NULL);
     }
     packed_threads = 2;
+    plain_threads = 1;
     assert_true(kn_gemm_force_isa(orig));
 }
 
@@ -304,7 +306,7 @@ static void test_conv_fused_sigmoid_silu(void **state) {
         {2, 1, 24, 24, 24, {30, 33}, {5, 5}, {2, 2}, {1, 1}, {2, 2}, {2, 2}, NULL, true, false},
     };
     const char *acts[] = {"Swish", "Sigmoid", "Swish", "Swish", "Swish", "Sigmoid"};
-    run_cases_every_isa(cases, sizeof cases / sizeof cases[0], acts, 2);
+    run_cases_every_isa(cases, sizeof cases / sizeof cases[0], acts, 2, 1);
 }
 
 /* Pointwise convs of several images split into per-image pixel slices and channel parts over
@@ -324,9 +326,7 @@ static void test_conv_pointwise_batch(void **state) {
         {2, 2, 300, 25, 1, {7, 7}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0}, NULL, false, true},
     };
     const char *acts[] = {NULL, "Swish", NULL, NULL, "Swish", NULL};
-    plain_threads = 5;
-    run_cases_every_isa(cases, sizeof cases / sizeof cases[0], acts, 5);
-    plain_threads = 1;
+    run_cases_every_isa(cases, sizeof cases / sizeof cases[0], acts, 5, 5);
 }
 
 /* Im2col convs of several images, each image's product on threads of its own in channel parts
@@ -346,9 +346,7 @@ static void test_conv_images(void **state) {
         {1, 4, 8, 30, 1, {40}, {5}, {1}, {2}, {4}, {4}, NULL, true, false},
     };
     const char *acts[] = {NULL, "Swish", NULL, NULL, NULL, "Sigmoid"};
-    plain_threads = 5;
-    run_cases_every_isa(cases, sizeof cases / sizeof cases[0], acts, 5);
-    plain_threads = 1;
+    run_cases_every_isa(cases, sizeof cases / sizeof cases[0], acts, 5, 5);
 }
 
 static void test_conv2d_sweep(void **state) {
@@ -407,7 +405,7 @@ static void test_conv2d_sweep(void **state) {
         /* up to 64 output channels where K is small (a 3 -> 64 7x7 stem) */
         {2, 1, 3, 64, 1, {30, 40}, {7, 7}, {2, 2}, {1, 1}, {3, 3}, {3, 3}, NULL, true, true},
     };
-    run_cases_every_isa(cases, sizeof cases / sizeof cases[0], NULL, 2);
+    run_cases_every_isa(cases, sizeof cases / sizeof cases[0], NULL, 2, 1);
 }
 
 /* Shapes that take the Winograd path when weights are packed (3x3, stride 1, >= 16 channels,
@@ -429,7 +427,7 @@ static void test_conv_winograd(void **state) {
         {2, 1, 16, 16, 1, {9, 8}, {3, 3}, {1, 1}, {1, 1}, {1, 0}, {0, 1}, NULL, true, false},
         {2, 1, 20, 17, 1, {8, 6}, {3, 3}, {1, 1}, {1, 1}, {0, 0}, {0, 0}, NULL, true, true},
     };
-    run_cases_every_isa(cases, sizeof cases / sizeof cases[0], NULL, 2);
+    run_cases_every_isa(cases, sizeof cases / sizeof cases[0], NULL, 2, 1);
 }
 
 /* The activation a FusedConv applies after the residual, in double. */
