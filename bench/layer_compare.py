@@ -106,7 +106,20 @@ def main():
     ap.add_argument("--iterations", type=int, default=20)
     ap.add_argument("--top", type=int, default=30)
     args = ap.parse_args()
-    graph = onnx.load(args.model, load_external_data=False).graph
+    if not os.path.isfile(args.model):
+        # a bench model's name (bench.py's --models) stands for its export under bench/models
+        named = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models",
+                             args.model + ".onnx")
+        if not os.path.isfile(named):
+            sys.exit(f"layer_compare: {args.model}: no such file (nor bench/models/{args.model}"
+                     ".onnx; `python3 bench/bench.py --models NAME` exports the bench models)")
+        args.model = named
+    if not os.path.isfile(args.kiln):
+        sys.exit(f"layer_compare: kiln binary not found at {args.kiln} (build it, or pass --kiln)")
+    try:
+        graph = onnx.load(args.model, load_external_data=False).graph
+    except Exception as e:  # a truncated or foreign file
+        sys.exit(f"layer_compare: {args.model}: not an ONNX model ({type(e).__name__})")
     onnx_names = {n.name for n in graph.node}
     with tempfile.TemporaryDirectory() as work:
         model = batched_model(args.model, args.batch, work) if args.batch > 1 else args.model
@@ -115,7 +128,9 @@ def main():
         cmd = [args.kiln, "build", model, "-o", plan]
         for s in specs:
             cmd += ["--shapes", s]
-        subprocess.run(cmd, check=True, capture_output=True)
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        if p.returncode != 0:
+            sys.exit(f"layer_compare: kiln build {args.model}: {p.stderr.strip()}")
         k_layers, o_nodes, k_tot, o_tot, o_outputs = {}, {}, [], [], {}
         for _ in range(args.rounds):
             total, layers = kiln_round(args.kiln, plan, files, args.threads, args.iterations)

@@ -69,3 +69,21 @@ def test_transformer_layers_have_their_onnxruntime_nodes():
     assert "MatmulTransposeFusion" in claimed  # Q.K^T, named for the fusions that made it
     rest = re.search(r"onnxruntime nodes with no kiln layer: [\d.]+ ms, largest (.*)", proc.stdout)
     assert rest is None or "MatMul" not in rest.group(1)
+
+
+def test_bad_input_is_one_line_and_exit_1(tmp_path):
+    """A missing model, a file that is no ONNX model and a missing kiln binary each end with one
+    line naming the problem, not a traceback."""
+    script = os.path.join(REPO, "bench", "layer_compare.py")
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"\x0a\xff\xff\xff")
+    good = os.path.join(MODELS, "resnet_mini", "model.onnx")
+    cases = [([str(tmp_path / "missing.onnx"), "--kiln", KILN], "no such file"),
+             ([str(junk), "--kiln", KILN], "not an ONNX model"),
+             ([good, "--kiln", str(tmp_path / "no-kiln")], "kiln binary not found")]
+    for argv, words in cases:
+        proc = subprocess.run([sys.executable, script] + argv, capture_output=True, text=True,
+                              timeout=60)
+        assert proc.returncode == 1, (argv, proc.stderr)
+        assert words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
