@@ -16,8 +16,9 @@ kiln_status kiln_network_create(kiln_builder *b, int opset, kiln_network **out) 
         return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_network_create: NULL argument");
     if (opset == 0)
         opset = KN_DEFAULT_OPSET;
-    if (opset < 7 || opset > 24)
-        return kn_error(KILN_ERR_INVALID_ARGUMENT, "opset %d is outside 7..24", opset);
+    if (opset < 7 || opset > KN_ONNX_MAX_OPSET)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "opset %d is outside 7..%d", opset,
+                        KN_ONNX_MAX_OPSET);
     *out = NULL;
     kiln_network *n = kn_calloc(1, sizeof *n);
     kn_graph *g = kn_graph_create();

@@ -146,9 +146,9 @@ kiln_status kn_edit_set_opset(kn_graph *g, int version) {
     int64_t cur = kn_graph_opset(g, "");
     if (cur < 0)
         return kn_error(KILN_ERR_MODEL, "opset: the model imports no default-domain opset");
-    if (version < 7 || version > 24)
-        return kn_error(KILN_ERR_UNSUPPORTED, "opset: %d is outside the opsets kiln knows (7..24)",
-                        version);
+    if (version < 7 || version > KN_ONNX_MAX_OPSET)
+        return kn_error(KILN_ERR_UNSUPPORTED, "opset: %d is outside the opsets kiln knows (7..%d)",
+                        version, KN_ONNX_MAX_OPSET);
     for (int i = 0; i < g->n_nodes; i++) {
         kn_node *n = &g->nodes[i];
         if (n->dead || n->domain[0] != '\0')

@@ -127,6 +127,11 @@ kiln_status kn_infer_attention(kn_infer_ctx *c) {
         return kn_error(KILN_ERR_MODEL, "attribute 'qk_matmul_output_mode' must be 0 to 3");
     if (kn_attr_float(c->node, "softcap", 0.0f) < 0.0f)
         return kn_error(KILN_ERR_MODEL, "attribute 'softcap' must be >= 0");
+    if (kn_attr_int(c->node, "left_window_size", -1) < -1 ||
+        kn_attr_int(c->node, "right_window_size", -1) < -1)
+        return kn_error(KILN_ERR_MODEL,
+                        "attributes 'left_window_size' and 'right_window_size' must be -1 "
+                        "(unbounded) or >= 0");
     kn_tensor *y = &c->out[0];
     y->dtype = q->dtype;
     if (q->shape.rank == 3)

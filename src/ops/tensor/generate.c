@@ -1,5 +1,5 @@
 /* Inference for ops that generate or rewrite values in place: ConstantOfShape, Range, EyeLike,
- * Trilu, CumSum, OneHot. */
+ * Trilu, CumSum, CumProd, OneHot. */
 #include "ops/tensor/tensor_ops.h"
 
 #include <math.h>
@@ -136,7 +136,8 @@ kiln_status tensor_infer_cumsum(kn_infer_ctx *c) {
     case KILN_DTYPE_UINT64:
         break;
     default:
-        return kn_error(KILN_ERR_DTYPE, "CumSum does not accept %s", kn_dtype_name(x->dtype));
+        return kn_error(KILN_ERR_DTYPE, "%s does not accept %s", c->node->op_type,
+                        kn_dtype_name(x->dtype));
     }
     int64_t axis, norm;
     kiln_status rc = tensor_read_scalar_int(&c->in[1], "input 'axis'", &axis);

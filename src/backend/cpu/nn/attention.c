@@ -1,7 +1,12 @@
-/* Attention (opsets 23, 24) and RotaryEmbedding. Attention runs one query row at a time:
- * scores against every key, bias (mask, causal, padding), softcap, softmax, then the weighted
- * sum of values. A query head h reads key/value head h % kv_heads, the grouping the ONNX
- * reference implements (its keys and values are tiled, not repeated per head). */
+/* Attention (opsets 23 to 25) and RotaryEmbedding. Attention runs one query row at a time:
+ * scores against every key, softcap, bias (mask, causal, window, padding), softmax, then the
+ * weighted sum of values, as the ONNX spec reads since its errata of onnx 1.23 (which apply to
+ * opsets 23 and 24 as well): query head h reads key/value head h / (q_heads / kv_heads) (each
+ * kv head repeated, as PyTorch's grouped-query attention does; onnx 1.19's reference tiled
+ * them), the causal and window bounds sit bottom-right (a query's absolute position is its
+ * index plus the keys before its block: the past, or nonpad_kv_seqlen - q_len for an external
+ * cache), the softcap applies to the scores before the bias, and a row whose bias masks every
+ * key gives zeros (not NaN). */
 #include "backend/cpu/f32_stage.h"
 #include "core/alloc.h"
 
@@ -17,6 +22,8 @@ typedef struct attn_job {
     const float *mask;      /* NULL, or float bias broadcast through m_s */
     int64_t m_s[4], m_len;  /* strides over [b, h, i, j]; j >= m_len is masked out */
     const int64_t *nonpad;
+    int64_t past;        /* keys of the internal cache, before the current block */
+    int64_t left, right; /* sliding-window bounds (opset 25); -1: unbounded */
     float scale, softcap;
     bool causal;
     int mode;
@@ -24,8 +31,15 @@ typedef struct attn_job {
     atomic_int oom;
 } attn_job;
 
-static float row_bias(const attn_job *a, int64_t b, int64_t h, int64_t i, int64_t j) {
-    if (a->causal && j > i)
+/* The absolute position of batch b's first query: keys before the block. */
+static int64_t query_offset(const attn_job *a, int64_t b) {
+    return a->nonpad != NULL && a->past == 0 ? a->nonpad[b] - a->sq : a->past;
+}
+
+static float row_bias(const attn_job *a, int64_t b, int64_t h, int64_t i, int64_t j, int64_t p) {
+    if (a->causal && j > p)
+        return -INFINITY;
+    if ((a->left >= 0 && p - j > a->left) || (a->right >= 0 && j - p > a->right))
         return -INFINITY;
     if (a->nonpad != NULL && j >= a->nonpad[b])
         return -INFINITY;
@@ -38,7 +52,7 @@ static float row_bias(const attn_job *a, int64_t b, int64_t h, int64_t i, int64_
 
 static void attn_row(const attn_job *a, int64_t row, float *s) {
     int64_t i = row % a->sq, h = (row / a->sq) % a->hq, b = row / (a->sq * a->hq);
-    int64_t kvh = h % a->hkv, t = a->t;
+    int64_t kvh = h / (a->hq / a->hkv), t = a->t, p = i + query_offset(a, b);
     const float *q = a->q + b * a->q_sb + h * a->q_sh + i * a->q_si;
     const float *k = a->k + (b * a->hkv + kvh) * t * a->d;
     const float *v = a->v + (b * a->hkv + kvh) * t * a->dv;
@@ -49,30 +63,30 @@ static void attn_row(const attn_job *a, int64_t row, float *s) {
             acc += q[e] * k[j * a->d + e];
         s[j] = acc * a->scale;
     }
-    bool capped = a->softcap > 0.0f;
-    if (qk != NULL && (a->mode == 0 || (a->mode == 2 && !capped)))
-        memcpy(qk, s, (size_t)t * sizeof(float));
-    for (int64_t j = 0; j < t; j++)
-        s[j] += row_bias(a, b, h, i, j);
-    if (qk != NULL && a->mode == 1)
-        memcpy(qk, s, (size_t)t * sizeof(float));
-    if (capped) {
+    if (a->softcap > 0.0f)
         for (int64_t j = 0; j < t; j++)
             s[j] = a->softcap * tanhf(s[j] / a->softcap);
-        if (qk != NULL && a->mode == 2)
-            memcpy(qk, s, (size_t)t * sizeof(float));
+    /* modes 0 and 1: the scores (softcapped, where there is a softcap), before the bias */
+    if (qk != NULL && (a->mode == 0 || a->mode == 1))
+        memcpy(qk, s, (size_t)t * sizeof(float));
+    /* The bias decides which keys a row may see; a row that may see none is zeros. */
+    bool any = false;
+    for (int64_t j = 0; j < t; j++) {
+        float bias = row_bias(a, b, h, i, j, p);
+        any |= bias != -INFINITY;
+        s[j] += bias;
     }
+    if (qk != NULL && a->mode == 2)
+        memcpy(qk, s, (size_t)t * sizeof(float));
     float m = -INFINITY;
     for (int64_t j = 0; j < t; j++)
         m = s[j] > m ? s[j] : m;
-    /* A row with every key masked has no defined softmax: like the reference it becomes NaN
-     * (exp(-inf - -inf)) instead of silently attending uniformly. */
     float sum = 0.0f;
     for (int64_t j = 0; j < t; j++) {
-        s[j] = expf(s[j] - m);
+        s[j] = any ? expf(s[j] - m) : 0.0f;
         sum += s[j];
     }
-    for (int64_t j = 0; j < t; j++)
+    for (int64_t j = 0; j < t && any; j++)
         s[j] /= sum;
     if (qk != NULL && a->mode == 3)
         memcpy(qk, s, (size_t)t * sizeof(float));
@@ -80,11 +94,11 @@ static void attn_row(const attn_job *a, int64_t row, float *s) {
     for (int64_t e = 0; e < a->dv; e++)
         y[e] = 0.0f;
     for (int64_t j = 0; j < t; j++) {
-        float p = s[j];
-        if (p == 0.0f)
+        float pj = s[j];
+        if (pj == 0.0f)
             continue;
         for (int64_t e = 0; e < a->dv; e++)
-            y[e] += p * v[j * a->dv + e];
+            y[e] += pj * v[j * a->dv + e];
     }
 }
 
@@ -175,6 +189,9 @@ kiln_status kn_cpu_attention(kn_kernel_ctx *k) {
     a.softcap = kn_attr_float(n, "softcap", 0.0f);
     a.causal = kn_attr_int(n, "is_causal", 0) != 0;
     a.mode = (int)kn_attr_int(n, "qk_matmul_output_mode", 0);
+    a.past = past;
+    a.left = kn_attr_int(n, "left_window_size", -1);
+    a.right = kn_attr_int(n, "right_window_size", -1);
     atomic_init(&a.oom, 0);
 
     kn_cpu_f32 q = {0}, kc = {0}, vc = {0}, pk = {0}, pv = {0}, mb = {0}, y = {0}, qk = {0};

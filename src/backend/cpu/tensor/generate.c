@@ -1,5 +1,5 @@
 /* Kernels that generate or rewrite values: Shape, Size, Dropout (inference), ConstantOfShape,
- * Range, EyeLike, Trilu, CumSum, OneHot. */
+ * Range, EyeLike, Trilu, CumSum, CumProd, OneHot. */
 #include "backend/cpu/tensor/tensor_kernels.h"
 
 #include <string.h>
@@ -104,24 +104,23 @@ kiln_status cpu_tensor_run_trilu(kn_kernel_ctx *k) {
     return KILN_OK;
 }
 
-#define CUMSUM_T(T, ACC, LOAD, STORE)                                                              \
+/* A running sum or product along one axis (CumSum, CumProd: ONE is 0 or 1, OP += or *=). */
+#define CUMULATE_T(T, ACC, LOAD, STORE)                                                            \
     do {                                                                                           \
         const T *s = x->data;                                                                      \
         T *d = k->out[0].data;                                                                     \
         for (int64_t o = 0; o < outer; o++) {                                                      \
             for (int64_t in = 0; in < inner; in++) {                                               \
-                ACC acc = 0;                                                                       \
+                ACC acc = product ? (ACC)1 : (ACC)0;                                               \
                 for (int64_t t = 0; t < n; t++) {                                                  \
                     int64_t j = reverse ? n - 1 - t : t;                                           \
                     int64_t p = (o * n + j) * inner + in;                                          \
                     ACC v = LOAD(s[p]);                                                            \
-                    if (exclusive) {                                                               \
+                    if (exclusive)                                                                 \
                         d[p] = STORE(acc);                                                         \
-                        acc += v;                                                                  \
-                    } else {                                                                       \
-                        acc += v;                                                                  \
+                    acc = product ? (ACC)(acc * v) : (ACC)(acc + v);                               \
+                    if (!exclusive)                                                                \
                         d[p] = STORE(acc);                                                         \
-                    }                                                                              \
                 }                                                                                  \
             }                                                                                      \
         }                                                                                          \
@@ -129,7 +128,7 @@ kiln_status cpu_tensor_run_trilu(kn_kernel_ctx *k) {
 
 #define SAME(v) (v)
 
-kiln_status cpu_tensor_run_cumsum(kn_kernel_ctx *k) {
+static kiln_status cumulate(kn_kernel_ctx *k, bool product) {
     const kn_tensor *x = &k->in[0];
     int64_t axis_raw, axis, outer, n, inner;
     KN_TRY(tensor_read_scalar_int(&k->in[1], "input 'axis'", &axis_raw));
@@ -139,35 +138,44 @@ kiln_status cpu_tensor_run_cumsum(kn_kernel_ctx *k) {
     bool reverse = kn_attr_int(k->node, "reverse", 0) != 0;
     switch (x->dtype) {
     case KILN_DTYPE_FLOAT32:
-        CUMSUM_T(float, float, SAME, SAME);
+        CUMULATE_T(float, float, SAME, SAME);
         break;
     case KILN_DTYPE_FLOAT64:
-        CUMSUM_T(double, double, SAME, SAME);
+        CUMULATE_T(double, double, SAME, SAME);
         break;
     case KILN_DTYPE_FLOAT16:
-        CUMSUM_T(uint16_t, float, kn_half_to_float, kn_float_to_half);
+        CUMULATE_T(uint16_t, float, kn_half_to_float, kn_float_to_half);
         break;
     case KILN_DTYPE_BFLOAT16:
-        CUMSUM_T(uint16_t, float, kn_bf16_to_float, kn_float_to_bf16);
+        CUMULATE_T(uint16_t, float, kn_bf16_to_float, kn_float_to_bf16);
         break;
-    /* signed sums wrap around as two's complement (as onnxruntime's do), summed unsigned so
-     * an overflow is defined */
+    /* signed sums and products wrap around as two's complement (as onnxruntime's do), taken
+     * unsigned so an overflow is defined */
     case KILN_DTYPE_INT32:
-        CUMSUM_T(int32_t, uint32_t, SAME, SAME);
+        CUMULATE_T(int32_t, uint32_t, SAME, SAME);
         break;
     case KILN_DTYPE_INT64:
-        CUMSUM_T(int64_t, uint64_t, SAME, SAME);
+        CUMULATE_T(int64_t, uint64_t, SAME, SAME);
         break;
     case KILN_DTYPE_UINT32:
-        CUMSUM_T(uint32_t, uint32_t, SAME, SAME);
+        CUMULATE_T(uint32_t, uint32_t, SAME, SAME);
         break;
     case KILN_DTYPE_UINT64:
-        CUMSUM_T(uint64_t, uint64_t, SAME, SAME);
+        CUMULATE_T(uint64_t, uint64_t, SAME, SAME);
         break;
     default:
-        return kn_error(KILN_ERR_DTYPE, "CumSum does not accept %s", kn_dtype_name(x->dtype));
+        return kn_error(KILN_ERR_DTYPE, "%s does not accept %s", k->node->op_type,
+                        kn_dtype_name(x->dtype));
     }
     return KILN_OK;
+}
+
+kiln_status cpu_tensor_run_cumsum(kn_kernel_ctx *k) {
+    return cumulate(k, false);
+}
+
+kiln_status cpu_tensor_run_cumprod(kn_kernel_ctx *k) {
+    return cumulate(k, true);
 }
 
 kiln_status cpu_tensor_run_one_hot(kn_kernel_ctx *k) {
