@@ -1,7 +1,10 @@
 /* Element-wise ops: unary math, activations, broadcasting binary and variadic ops, Where, Clip,
- * Cast. Each infer validates input count, dtypes (per the ONNX type constraints, loosened where
- * a later opset only widened them) and attributes, then computes the broadcast output shape. */
+ * Cast, BitCast. Each infer validates input count, dtypes (per the ONNX type constraints, loosened
+ * where a later opset only widened them) and attributes, then computes the broadcast output shape.
+ */
 #include "ops/math/elementwise_infer.h"
+
+#include "core/narrow_dtype.h"
 #include "ops/fused_elementwise.h"
 #include "ops/text/string_ops.h"
 
@@ -167,18 +170,16 @@ kiln_status kn_infer_mod(kn_infer_ctx *c) {
     int64_t fmod = kn_attr_int(c->node, "fmod", 0);
     if (fmod != 0 && fmod != 1)
         return kn_error(KILN_ERR_MODEL, "attribute fmod is %lld; expected 0 or 1", (long long)fmod);
-    KN_TRY(infer_binary(c, M_NUM, 0));
-    if (fmod == 0 && kn_dtype_is_float(c->in[0].dtype))
-        return kn_error(KILN_ERR_MODEL, "attribute fmod must be 1 for floating-point input %s",
-                        kn_dtype_name(c->in[0].dtype));
-    return KILN_OK;
+    /* fmod=0 on floats: the floor remainder, which opset 28 defined (earlier opsets left it
+     * undefined; kiln takes it there too) */
+    return infer_binary(c, M_NUM, 0);
 }
 
 kiln_status kn_infer_bitshift(kn_infer_ctx *c) {
     const char *d = kn_attr_string(c->node, "direction", "");
     if (strcmp(d, "LEFT") != 0 && strcmp(d, "RIGHT") != 0)
         return kn_error(KILN_ERR_MODEL, "attribute direction is '%s'; expected LEFT or RIGHT", d);
-    return infer_binary(c, M_UINT, 0);
+    return infer_binary(c, M_UINT | M_SINT, 0); /* signed types since opset 28 */
 }
 
 kiln_status kn_infer_pow(kn_infer_ctx *c) {
@@ -257,6 +258,36 @@ kiln_status kn_infer_cast(kn_infer_ctx *c) {
     if (kn_string_cast_involved(c))
         return kn_infer_string_op(c);
     return cast_to(c, kn_attr_int(c->node, "to", 0));
+}
+
+/* BitCast (opset 26): the same bits as another type of the same width (4-bit types are one
+ * byte each in kiln's buffers, their code in the low nibble). */
+static int dtype_bits(int32_t dt) {
+    if (dt == KILN_DTYPE_STRING || dt == KILN_DTYPE_CONTAINER || !kn_ew_cast_supported(dt))
+        return 0;
+    return kn_dtype_is_4bit(dt) ? 4 : (int)(8 * kn_dtype_size(dt));
+}
+
+kiln_status kn_infer_bitcast(kn_infer_ctx *c) {
+    KN_TRY(ew_check_arity(c, 1, 1));
+    if (kn_node_attr(c->node, "to") == NULL)
+        return kn_error(KILN_ERR_MODEL, "attribute 'to' is required");
+    int64_t to = kn_attr_int(c->node, "to", 0);
+    int32_t from = c->in[0].dtype;
+    int bits_to = to > 0 && to <= 64 ? dtype_bits((int32_t)to) : 0, bits_from = dtype_bits(from);
+    if (bits_from == 0)
+        return kn_error(KILN_ERR_UNSUPPORTED, "BitCast from %s is not supported",
+                        kn_dtype_name(from));
+    if (bits_to == 0)
+        return kn_error(KILN_ERR_UNSUPPORTED, "BitCast to dtype %lld is not supported",
+                        (long long)to);
+    if (bits_to != bits_from)
+        return kn_error(KILN_ERR_DTYPE,
+                        "BitCast from %s (%d bits) to %s (%d bits): the widths differ",
+                        kn_dtype_name(from), bits_from, kn_dtype_name((int32_t)to), bits_to);
+    c->out[0].dtype = (int32_t)to;
+    c->out[0].shape = c->in[0].shape;
+    return KILN_OK;
 }
 
 kiln_status kn_infer_cast_like(kn_infer_ctx *c) {

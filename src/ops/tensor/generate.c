@@ -63,9 +63,18 @@ kiln_status tensor_infer_range(kn_infer_ctx *c) {
             return kn_error(KILN_ERR_DTYPE, "input '%s' is %s, input 'start' is %s", names[i],
                             kn_dtype_name(t->dtype), kn_dtype_name(dt));
     }
+    /* float16 and bfloat16 since opset 27: start + i * delta taken in float32 or float64
+     * (stash_type; kiln computes in float64 either way) and rounded once */
+    bool narrow = dt == KILN_DTYPE_FLOAT16 || dt == KILN_DTYPE_BFLOAT16;
     if (dt != KILN_DTYPE_FLOAT32 && dt != KILN_DTYPE_FLOAT64 && dt != KILN_DTYPE_INT16 &&
-        dt != KILN_DTYPE_INT32 && dt != KILN_DTYPE_INT64)
+        dt != KILN_DTYPE_INT32 && dt != KILN_DTYPE_INT64 && !narrow)
         return kn_error(KILN_ERR_DTYPE, "Range does not accept %s", kn_dtype_name(dt));
+    int64_t stash = kn_attr_int(c->node, "stash_type", KILN_DTYPE_FLOAT32);
+    if (narrow && stash != KILN_DTYPE_FLOAT32 && stash != KILN_DTYPE_FLOAT64)
+        return kn_error(KILN_ERR_MODEL,
+                        "attribute 'stash_type' is %lld; Range takes 1 (float) or "
+                        "11 (double)",
+                        (long long)stash);
     for (int i = 0; i < 3; i++)
         if (c->in[i].data == NULL)
             return KN_NEED_DATA;

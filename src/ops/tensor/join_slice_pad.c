@@ -410,6 +410,9 @@ kiln_status tensor_infer_space_to_depth(kn_infer_ctx *c) {
     int64_t b;
     KN_TRY(block_size(c, &b));
     const kn_shape *s = &c->in[0].shape;
+    const char *mode = kn_attr_string(c->node, "mode", "DCR");
+    if (strcmp(mode, "DCR") != 0 && strcmp(mode, "CRD") != 0)
+        return kn_error(KILN_ERR_MODEL, "attribute 'mode' is '%s' (must be DCR or CRD)", mode);
     if (s->d[2] % b != 0 || s->d[3] % b != 0)
         return kn_error(KILN_ERR_SHAPE, "spatial dims %lldx%lld are not divisible by %lld",
                         (long long)s->d[2], (long long)s->d[3], (long long)b);

@@ -103,14 +103,31 @@ EW_DEF_NUM(EW_SAME, prelu, a < 0 ? a * b : a, a < 0 ? EW_WRAP(*) : a, ((void)b, 
 /* Mod with fmod=1: C's remainder (sign of the dividend). */
 EW_DEF_NUM(EW_SAME, fmod, fmod(a, b), b == 0 || b == -1 ? (T)0 : (T)(a % b),
            b == 0 ? (T)0 : (T)(a % b))
-/* Mod with fmod=0 on integers: Python's remainder (sign of the divisor). */
+/* Mod with fmod=0: Python's remainder, a - floor(a / b) * b (the sign of the divisor); on floats
+ * since opset 28, a zero remainder taking the divisor's sign and an infinite divisor leaving a
+ * finite dividend of its sign (else the divisor), as the spec lists. */
 static inline int64_t ew_pymod(int64_t a, int64_t b) {
     if (b == 0 || b == -1)
         return 0;
     int64_t r = a % b;
     return r != 0 && ((r < 0) != (b < 0)) ? r + b : r;
 }
-EW_DEF_INT(EW_SAME, pymod, (T)ew_pymod(a, b), b == 0 ? (T)0 : (T)(a % b))
+static inline double ew_floor_mod(double a, double b) {
+    double r = fmod(a, b);
+    if (r == 0.0)
+        return copysign(0.0, b);
+    return (r < 0.0) != (b < 0.0) ? r + b : r;
+}
+static inline float ew_floor_modf(float a, float b) {
+    float r = fmodf(a, b);
+    if (r == 0.0f)
+        return copysignf(0.0f, b);
+    return (r < 0.0f) != (b < 0.0f) ? r + b : r;
+}
+EW_DEF_NUM(EW_SAME, pymod,
+           sizeof(T) == sizeof(float) ? (T)ew_floor_modf((float)a, (float)b)
+                                      : (T)ew_floor_mod((double)a, (double)b),
+           (T)ew_pymod(a, b), b == 0 ? (T)0 : (T)(a % b))
 
 EW_DEF_NUMB(EW_BOOL, equal, a == b, a == b, a == b, a == b)
 EW_DEF_NUMB(EW_BOOL, less, a < b, a < b, a < b, a < b)
@@ -129,12 +146,13 @@ EW_DEF_INT(EW_SAME, bit_and, EW_WRAP(&), EW_WRAP(&))
 EW_DEF_INT(EW_SAME, bit_or, EW_WRAP(|), EW_WRAP(|))
 EW_DEF_INT(EW_SAME, bit_xor, EW_WRAP(^), EW_WRAP(^))
 
-/* Shifts by the type's width or more give 0 (C leaves them undefined). */
+/* Shifts by the type's width or more give 0 (C leaves them undefined). Signed types (opset 28):
+ * the right shift is arithmetic, and a shift by a negative amount or by the width or more gives
+ * what the sign alone gives: -1 shifting a negative value right, 0 otherwise. */
 #define EW_SHIFT(OP) b >= 8 * sizeof(T) ? (T)0 : (T)((U)a OP b)
-EW_UINTS(EW_SAME, shl, EW_SHIFT(<<))
-EW_UINTS(EW_SAME, shr, EW_SHIFT(>>))
-static const ew_binary_loop t_shl[EW_NDT] = {EW_UINTS(EW_ENTRY, shl, 0)};
-static const ew_binary_loop t_shr[EW_NDT] = {EW_UINTS(EW_ENTRY, shr, 0)};
+#define EW_OUT_OF_WIDTH (b < 0 || (uint64_t)b >= 8 * sizeof(T))
+EW_DEF_INT(EW_SAME, shl, EW_OUT_OF_WIDTH ? (T)0 : (T)((U)a << b), EW_SHIFT(<<))
+EW_DEF_INT(EW_SAME, shr, EW_OUT_OF_WIDTH ? (T)(a < 0 ? -1 : 0) : (T)(a >> b), EW_SHIFT(>>))
 
 /* Squares (LayerNorm's Pow(x, 2)) are common enough to skip powf for. */
 EW_BL_LOOP(pow, f32, float, float, float, b == 2.0f ? a * a : powf(a, b))
@@ -168,7 +186,7 @@ EW_BIN_KERNEL(ew_k_bitwise_or, t_bit_or)
 EW_BIN_KERNEL(ew_k_bitwise_xor, t_bit_xor)
 
 kiln_status ew_k_mod(kn_kernel_ctx *k) {
-    bool c_rem = kn_attr_int(k->node, "fmod", 0) == 1 || kn_dtype_is_float(k->in[0].dtype);
+    bool c_rem = kn_attr_int(k->node, "fmod", 0) == 1;
     return ew_binary(k, &k->in[0], &k->in[1], &k->out[0], c_rem ? t_fmod : t_pymod);
 }
 

@@ -233,8 +233,9 @@ kiln_status cpu_norm_lpnorm(kn_kernel_ctx *k) {
             for (int64_t i = 0; i < n; i++)
                 s += p == 1 ? fabs(xs[i * inner]) : (double)xs[i * inner] * xs[i * inner];
             float norm = (float)(p == 1 ? s : sqrt(s));
+            /* a zero vector stays zero (onnx 1.23's reference; 0 / 0 would be NaN) */
             for (int64_t i = 0; i < n; i++)
-                ys[i * inner] = xs[i * inner] / norm;
+                ys[i * inner] = norm != 0.0f ? xs[i * inner] / norm : 0.0f;
         }
     kn_cpu_f32_commit(&k->out[0], &yv);
 out:

@@ -189,11 +189,48 @@ static kiln_status red_input(const kn_tensor *x, red_engine e, void **buf, const
     return KILN_OK;
 }
 
-static void red_store(kn_tensor *y, red_engine e, const void *acc) {
+/* The range of a narrower integer output: a Max or Min over an empty set holds int64's lowest or
+ * highest, which becomes the output type's (False and True for bool). */
+static void int_range(int32_t dt, int64_t *lo, int64_t *hi) {
+    *lo = INT64_MIN;
+    *hi = INT64_MAX;
+    switch (dt) {
+    case KILN_DTYPE_BOOL:
+        *lo = 0, *hi = 1;
+        break;
+    case KILN_DTYPE_INT8:
+        *lo = INT8_MIN, *hi = INT8_MAX;
+        break;
+    case KILN_DTYPE_UINT8:
+        *lo = 0, *hi = UINT8_MAX;
+        break;
+    case KILN_DTYPE_INT16:
+        *lo = INT16_MIN, *hi = INT16_MAX;
+        break;
+    case KILN_DTYPE_UINT16:
+        *lo = 0, *hi = UINT16_MAX;
+        break;
+    case KILN_DTYPE_INT32:
+        *lo = INT32_MIN, *hi = INT32_MAX;
+        break;
+    case KILN_DTYPE_UINT32:
+        *lo = 0, *hi = UINT32_MAX;
+        break;
+    default:
+        break;
+    }
+}
+
+static void red_store(kn_tensor *y, red_engine e, const void *acc, int op) {
     int64_t n = kn_tensor_numel(y);
     if (e == ENG_I64) {
-        for (int64_t i = 0; i < n; i++)
-            kn_tensor_set_i64(y, i, ((const int64_t *)acc)[i]);
+        int64_t lo, hi;
+        int_range(y->dtype, &lo, &hi);
+        bool clamp = op == RED_MAX || op == RED_MIN; /* other ops wrap, as onnxruntime's do */
+        for (int64_t i = 0; i < n; i++) {
+            int64_t v = ((const int64_t *)acc)[i];
+            kn_tensor_set_i64(y, i, clamp ? (v < lo ? lo : v > hi ? hi : v) : v);
+        }
     } else if (y->dtype == KILN_DTYPE_FLOAT32) {
         float *o = y->data;
         for (int64_t i = 0; i < n; i++)
@@ -266,7 +303,7 @@ kiln_status cpu_red_reduce(kn_kernel_ctx *k) {
             goto out_free_acc;
     }
     red_execute(&p, e, k->pool);
-    red_store(y, e, p.acc);
+    red_store(y, e, p.acc, p.op);
     kn_free(shift);
 out_free_acc:
     kn_free(p.acc);

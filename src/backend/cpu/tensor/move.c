@@ -1,7 +1,9 @@
 /* Kernels that move data without looking at it: the view ops' copy, Transpose, Concat, Split,
- * Slice, Expand, Tile, DepthToSpace, SpaceToDepth. Output shapes come from inference; the
+ * Slice, Expand, Tile, DepthToSpace, SpaceToDepth, BitCast. Output shapes come from inference; the
  * kernels re-resolve parameters through the same functions inference used. */
 #include "backend/cpu/tensor/tensor_kernels.h"
+
+#include "core/narrow_dtype.h"
 
 #include <string.h>
 
@@ -21,6 +23,18 @@ kiln_status cpu_tensor_run_copy(kn_kernel_ctx *k) {
         return kn_error(KILN_ERR_INTERNAL, "output size %zu differs from input size %zu", n,
                         kn_tensor_nbytes(&k->in[0]));
     cpu_tensor_copy(k->pool, k->out[0].data, k->in[0].data, n);
+    return KILN_OK;
+}
+
+/* BitCast: the bytes unchanged; a 4-bit code keeps its low nibble only (an int4's byte may carry
+ * a sign extension that a uint4 or float4e2m1 code does not). */
+kiln_status cpu_tensor_run_bitcast(kn_kernel_ctx *k) {
+    KN_TRY(cpu_tensor_run_copy(k));
+    if (kn_dtype_is_4bit(k->out[0].dtype)) {
+        uint8_t *p = k->out[0].data;
+        for (int64_t i = 0, n = kn_tensor_numel(&k->out[0]); i < n; i++)
+            p[i] &= 0xf;
+    }
     return KILN_OK;
 }
 
@@ -215,7 +229,11 @@ kiln_status cpu_tensor_run_space_to_depth(kn_kernel_ctx *k) {
     const kn_tensor *x = &k->in[0];
     int64_t b = kn_attr_int(k->node, "blocksize", 1);
     const int64_t *d = x->shape.d;
-    int64_t dims[6] = {d[0], d[1], d[2] / b, b, d[3] / b, b}, perm[6] = {0, 3, 5, 1, 2, 4};
-    cpu_tensor_permute(k->pool, k->out[0].data, x->data, kn_dtype_size(x->dtype), 6, dims, perm);
+    /* output channel (bh * b + bw) * C + c (DCR), or c * b * b + bh * b + bw (CRD, opset 28) */
+    bool crd = strcmp(kn_attr_string(k->node, "mode", "DCR"), "CRD") == 0;
+    int64_t dims[6] = {d[0], d[1], d[2] / b, b, d[3] / b, b}, dcr[6] = {0, 3, 5, 1, 2, 4},
+            crd_perm[6] = {0, 1, 3, 5, 2, 4};
+    cpu_tensor_permute(k->pool, k->out[0].data, x->data, kn_dtype_size(x->dtype), 6, dims,
+                       crd ? crd_perm : dcr);
     return KILN_OK;
 }
