@@ -63,11 +63,14 @@ static void attn_row(const attn_job *a, int64_t row, float *s) {
             acc += q[e] * k[j * a->d + e];
         s[j] = acc * a->scale;
     }
+    /* mode 0: the scores as the product gives them; 1: after the softcap (the spec's words, and
+     * onnxruntime's; onnx 1.23's reference softcaps mode 0 too) */
+    if (qk != NULL && a->mode == 0)
+        memcpy(qk, s, (size_t)t * sizeof(float));
     if (a->softcap > 0.0f)
         for (int64_t j = 0; j < t; j++)
             s[j] = a->softcap * tanhf(s[j] / a->softcap);
-    /* modes 0 and 1: the scores (softcapped, where there is a softcap), before the bias */
-    if (qk != NULL && (a->mode == 0 || a->mode == 1))
+    if (qk != NULL && a->mode == 1)
         memcpy(qk, s, (size_t)t * sizeof(float));
     /* The bias decides which keys a row may see; a row that may see none is zeros. */
     bool any = false;
