@@ -76,6 +76,9 @@ typedef struct kn_node {
     bool dead; /* removed by a pass; skipped everywhere and dropped by kn_graph_compact */
 } kn_node;
 
+/* The newest default-domain opset kiln's operator table is written against (onnx 1.23). */
+#define KN_ONNX_MAX_OPSET 28
+
 typedef struct kn_opset_import {
     char *domain;
     int64_t version;

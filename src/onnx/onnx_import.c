@@ -5,14 +5,13 @@
 #include "core/alloc.h"
 #include "core/fileio.h"
 #include "onnx/onnx_private.h"
-#include "ops/op.h"
 
 #include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
-/* Default-domain opsets kiln's operator table is written against (the newest: ops/op.h). */
+/* Default-domain opsets kiln's operator table is written against (the newest: ir/graph.h). */
 #define KN_ONNX_MIN_OPSET 1
 
 /* Open-addressing map from borrowed strings to ints (value indices, or 0 for a set). */

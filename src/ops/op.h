@@ -15,9 +15,6 @@
 /* Domain used for kiln's own fused ops. */
 #define KN_DOMAIN "kiln"
 
-/* The newest default-domain opset the operator table is written against (onnx 1.23). */
-#define KN_ONNX_MAX_OPSET 28
-
 typedef struct kn_infer_ctx {
     const kn_node *node;
     int n_in;

@@ -219,8 +219,10 @@ static void test_mod_sign_rules(void **state) {
     expect_f32(&r, (const float[]){-0.1000004f, 0.3999996f, 5.0f, 0.1000004f, -0.3999996f, 3.0f}, 6,
                1e-6f);
     run_free(&r);
-    /* fmod=0 on floats violates the spec */
-    assert_int_equal(run_node(&r, "", "Mod", 13, NULL, 0, in2, 2), KILN_ERR_MODEL);
+    /* fmod=0 on floats: the floor remainder (numpy.mod), which opset 28 defined */
+    assert_int_equal(run_node(&r, "", "Mod", 28, NULL, 0, in2, 2), KILN_OK);
+    expect_f32(&r, (const float[]){1.9999995f, -3.0000005f, 5.0f, -1.9999995f, 3.0000005f, 3.0f}, 6,
+               1e-6f);
     run_free(&r);
 }
 
