@@ -231,3 +231,30 @@ def test_opset_29_is_refused_in_one_line():
     node = helper.make_node("Relu", ["x"], ["y"])
     with pytest.raises(kiln.KilnError, match="opset 29.*1 to 28"):
         kiln.build(model([node], [("x", F, [2])], [("y", F, None)], 29))
+
+
+@pytest.mark.parametrize("k", [1, 4])
+@pytest.mark.parametrize("bias,past,act", [(False, False, "none"), (True, True, "silu"),
+                                           (True, False, "swish"), (False, True, "none")])
+def test_causal_conv_with_state_opset27(k, bias, past, act):
+    rng = np.random.default_rng(9)
+    b, c, length = 2, 3, 5
+    feeds = {"x": rand(rng, b, c, length), "w": rand(rng, c, 1, k)}
+    ins = [("x", F, [b, c, length]), ("w", F, [c, 1, k])]
+    names = ["x", "w", "", ""]
+    if bias:
+        feeds["bias"], names[2] = rand(rng, c), "bias"
+        ins.append(("bias", F, [c]))
+    if past:
+        feeds["past"], names[3] = rand(rng, b, c, k - 1), "past"
+        ins.append(("past", F, [b, c, k - 1]))
+    while names[-1] == "":
+        names.pop()
+    node = helper.make_node("CausalConvWithState", names, ["y", "state"], activation=act)
+    assert_same(model([node], ins, [("y", F, None), ("state", F, None)], 27), feeds)
+
+
+def test_causal_conv_with_state_bad_weight_is_one_line():
+    node = helper.make_node("CausalConvWithState", ["x", "w"], ["y"])
+    with pytest.raises(kiln.KilnError, match="weight"):
+        kiln.build(model([node], [("x", F, [1, 3, 5]), ("w", F, [2, 1, 3])], [("y", F, None)], 27))
