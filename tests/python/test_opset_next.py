@@ -258,3 +258,42 @@ def test_causal_conv_with_state_bad_weight_is_one_line():
     node = helper.make_node("CausalConvWithState", ["x", "w"], ["y"])
     with pytest.raises(kiln.KilnError, match="weight"):
         kiln.build(model([node], [("x", F, [1, 3, 5]), ("w", F, [2, 1, 3])], [("y", F, None)], 27))
+
+
+@pytest.mark.parametrize("rule", ["linear", "gated", "delta", "gated_delta"])
+@pytest.mark.parametrize("hq,hkv,per_key_decay,past", [(2, 2, False, False), (4, 2, True, True),
+                                                        (3, 1, False, True)])
+def test_linear_attention_opset27(rule, hq, hkv, per_key_decay, past):
+    rng = np.random.default_rng(10)
+    b, t, dk, dv = 2, 4, 4, 3
+    key = rand(rng, b, t, hkv, dk)
+    key /= np.linalg.norm(key, axis=-1, keepdims=True)  # as the delta rules expect
+    feeds = {"q": rand(rng, b, t, hq * dk), "k": key.reshape(b, t, hkv * dk),
+             "v": rand(rng, b, t, hkv * dv)}
+    ins = [("q", F, [b, t, hq * dk]), ("k", F, [b, t, hkv * dk]), ("v", F, [b, t, hkv * dv])]
+    names = ["q", "k", "v", "", "", ""]
+    if past:
+        feeds["past"], names[3] = rand(rng, b, hkv, dk, dv), "past"
+        ins.append(("past", F, [b, hkv, dk, dv]))
+    if rule in ("gated", "gated_delta"):
+        width = hkv * dk if per_key_decay else hkv
+        feeds["g"], names[4] = -rng.random((b, t, width)).astype(np.float32), "g"
+        ins.append(("g", F, [b, t, width]))
+    if rule in ("delta", "gated_delta"):
+        width = hkv if hq != 3 else 1
+        feeds["beta"], names[5] = rng.random((b, t, width)).astype(np.float32), "beta"
+        ins.append(("beta", F, [b, t, width]))
+    while names[-1] == "":
+        names.pop()
+    node = helper.make_node("LinearAttention", names, ["y", "state"], q_num_heads=hq,
+                            kv_num_heads=hkv, update_rule=rule)
+    assert_same(model([node], ins, [("y", F, None), ("state", F, None)], 27), feeds, rtol=1e-4,
+                atol=1e-5)
+
+
+def test_linear_attention_without_its_decay_is_one_line():
+    node = helper.make_node("LinearAttention", ["q", "k", "v"], ["y"], q_num_heads=1,
+                            kv_num_heads=1)  # gated_delta by default: needs decay and beta
+    ins = [(n, F, [1, 2, 4]) for n in ("q", "k", "v")]
+    with pytest.raises(kiln.KilnError, match="decay"):
+        kiln.build(model([node], ins, [("y", F, None)], 27))
