@@ -81,6 +81,21 @@ void kn_cpu_f32_release(kn_cpu_f32 *v) {
     v->owned = false;
 }
 
+kiln_status kn_cpu_f32_binary(kn_kernel_ctx *k, kn_cpu_f32 *a, kn_cpu_f32 *b, kn_cpu_f32 *y) {
+    *a = *b = *y = (kn_cpu_f32){0};
+    kiln_status rc = kn_cpu_f32_in(&k->in[0], a);
+    if (rc == KILN_OK)
+        rc = kn_cpu_f32_in(&k->in[1], b);
+    if (rc == KILN_OK)
+        rc = kn_cpu_f32_out(&k->out[0], y);
+    if (rc != KILN_OK) {
+        kn_cpu_f32_release(a);
+        kn_cpu_f32_release(b);
+        kn_cpu_f32_release(y);
+    }
+    return rc;
+}
+
 bool kn_cpu_has_out(const kn_kernel_ctx *k, int i) {
     return i < k->n_out && k->node->out[i] >= 0 && k->out[i].data != NULL;
 }

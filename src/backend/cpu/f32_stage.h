@@ -19,6 +19,9 @@ kiln_status kn_cpu_f32_in(const kn_tensor *t, kn_cpu_f32 *v);
 kiln_status kn_cpu_f32_out(kn_tensor *t, kn_cpu_f32 *v);
 void kn_cpu_f32_commit(kn_tensor *t, kn_cpu_f32 *v);
 void kn_cpu_f32_release(kn_cpu_f32 *v);
+/* Float32 views of a two-input kernel's inputs and its output (kn_cpu_f32_in twice, then
+ * kn_cpu_f32_out); on failure all three are released. */
+kiln_status kn_cpu_f32_binary(kn_kernel_ctx *k, kn_cpu_f32 *a, kn_cpu_f32 *b, kn_cpu_f32 *y);
 /* Whether a product's 16-bit weights (kiln_weights) are widened to float32 when the engine is
  * made: float16 ones always (storage only), bfloat16 ones where the precision pass marked the
  * node kiln_compute = "fp32" (a Winograd conv). */

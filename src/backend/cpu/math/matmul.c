@@ -226,28 +226,22 @@ static void batch_strides(const kn_shape *s, int64_t mat, int32_t out_rank, int6
 /* float16 and bfloat16 operands (cpu_supports admits them for a plain MatMul): the product
  * in float32, accumulated in float32, rounded once into the output. */
 static kiln_status matmul_staged(kn_kernel_ctx *k) {
-    kn_cpu_f32 a = {0}, b = {0}, y = {0};
-    kiln_status rc = kn_cpu_f32_in(&k->in[0], &a);
+    kn_cpu_f32 a, b, y;
+    KN_TRY(kn_cpu_f32_binary(k, &a, &b, &y));
+    kn_tensor in[2] = {k->in[0], k->in[1]}, out = k->out[0];
+    in[0].dtype = in[1].dtype = out.dtype = KILN_DTYPE_FLOAT32;
+    in[0].data = a.p;
+    in[1].data = b.p;
+    out.data = y.p;
+    kn_kernel_ctx s = *k;
+    s.n_in = 2;
+    s.in = in;
+    s.n_out = 1;
+    s.out = &out;
+    s.state = NULL;
+    kiln_status rc = kn_cpu_matmul_run(&s);
     if (rc == KILN_OK)
-        rc = kn_cpu_f32_in(&k->in[1], &b);
-    if (rc == KILN_OK)
-        rc = kn_cpu_f32_out(&k->out[0], &y);
-    if (rc == KILN_OK) {
-        kn_tensor in[2] = {k->in[0], k->in[1]}, out = k->out[0];
-        in[0].dtype = in[1].dtype = out.dtype = KILN_DTYPE_FLOAT32;
-        in[0].data = a.p;
-        in[1].data = b.p;
-        out.data = y.p;
-        kn_kernel_ctx s = *k;
-        s.n_in = 2;
-        s.in = in;
-        s.n_out = 1;
-        s.out = &out;
-        s.state = NULL;
-        rc = kn_cpu_matmul_run(&s);
-        if (rc == KILN_OK)
-            kn_cpu_f32_commit(&k->out[0], &y);
-    }
+        kn_cpu_f32_commit(&k->out[0], &y);
     kn_cpu_f32_release(&a);
     kn_cpu_f32_release(&b);
     kn_cpu_f32_release(&y);

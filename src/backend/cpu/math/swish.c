@@ -46,18 +46,12 @@ KN_CLONES static void swiglu_loop(const float *a, const float *b, float *y, int6
 
 kiln_status kn_cpu_swiglu(kn_kernel_ctx *k) {
     float alpha = kn_attr_float(k->node, "alpha", 1.0f);
-    kn_cpu_f32 a = {0}, b = {0}, y = {0};
-    kiln_status rc = kn_cpu_f32_in(&k->in[0], &a);
-    if (rc == KILN_OK)
-        rc = kn_cpu_f32_in(&k->in[1], &b);
-    if (rc == KILN_OK)
-        rc = kn_cpu_f32_out(&k->out[0], &y);
-    if (rc == KILN_OK) {
-        swiglu_loop(a.p, b.p, y.p, kn_tensor_numel(&k->in[0]), alpha);
-        kn_cpu_f32_commit(&k->out[0], &y);
-    }
+    kn_cpu_f32 a, b, y;
+    KN_TRY(kn_cpu_f32_binary(k, &a, &b, &y));
+    swiglu_loop(a.p, b.p, y.p, kn_tensor_numel(&k->in[0]), alpha);
+    kn_cpu_f32_commit(&k->out[0], &y);
     kn_cpu_f32_release(&y);
     kn_cpu_f32_release(&b);
     kn_cpu_f32_release(&a);
-    return rc;
+    return KILN_OK;
 }
