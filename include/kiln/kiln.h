@@ -84,8 +84,8 @@ typedef enum kiln_dtype {
     KILN_DTYPE_UINT32 = 12,
     KILN_DTYPE_UINT64 = 13,
     KILN_DTYPE_BFLOAT16 = 16,
-    /* Storage types (one byte per element; the 4-bit ones in the low nibble): Cast, CastLike,
-     * QuantizeLinear, DequantizeLinear and the data-movement ops take them. */
+    /* Storage types (one byte per element; the 4- and 2-bit ones in the low bits): Cast,
+     * CastLike, QuantizeLinear, DequantizeLinear and the data-movement ops take them. */
     KILN_DTYPE_FLOAT8E4M3FN = 17,
     KILN_DTYPE_FLOAT8E4M3FNUZ = 18,
     KILN_DTYPE_FLOAT8E5M2 = 19,
@@ -94,6 +94,8 @@ typedef enum kiln_dtype {
     KILN_DTYPE_INT4 = 22,
     KILN_DTYPE_FLOAT4E2M1 = 23,
     KILN_DTYPE_FLOAT8E8M0 = 24, /* a power of two: 2^(code - 127), 0xff NaN */
+    KILN_DTYPE_UINT2 = 25,      /* opset 25 */
+    KILN_DTYPE_INT2 = 26,
     /* Not an ONNX element type: a sequence or optional value, held as one block of bytes
      * (shape [bytes]) in the layout docs/sequences.md describes. */
     KILN_DTYPE_CONTAINER = 64,

@@ -1,7 +1,7 @@
 """kiln dtypes (ONNX TensorProto numbering) <-> numpy dtypes.
 
-The 8-bit floats, int4/uint4 and float4e2m1 are storage types of one byte per element (the
-4-bit ones in the low nibble). With ml_dtypes installed (onnx depends on it) they map to its
+The 8-bit floats, int4/uint4, float4e2m1 and int2/uint2 are storage types of one byte per element
+(the 4- and 2-bit ones in the low bits). With ml_dtypes installed (onnx depends on it) they map to its
 dtypes, whose byte layout is the same; without it they travel as uint8 arrays of the codes.
 bfloat16 travels as uint16 bit patterns either way, as it always has."""
 
@@ -47,6 +47,8 @@ class DType(enum.IntEnum):
     INT4 = 22
     FLOAT4E2M1 = 23
     FLOAT8E8M0 = 24
+    UINT2 = 25
+    INT2 = 26
 
 
 _TO_NUMPY: Dict[DType, np.dtype[Any]] = {
@@ -72,6 +74,8 @@ _ML_DTYPES = {
     DType.FLOAT8E5M2FNUZ: "float8_e5m2fnuz",
     DType.UINT4: "uint4",
     DType.INT4: "int4",
+    DType.UINT2: "uint2",
+    DType.INT2: "int2",
     DType.FLOAT4E2M1: "float4_e2m1fn",
     DType.FLOAT8E8M0: "float8_e8m0fnu",
 }

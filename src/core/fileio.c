@@ -186,8 +186,8 @@ typedef struct npy_dtype {
 /* numpy has no bfloat16, float8 or 4-bit dtypes of its own and saves ml_dtypes' ones as raw
  * bytes ('|V1', '|V2'), losing the type. kiln writes them as a one-field record of unsigned
  * integers named after the ml_dtypes type ([('float8_e4m3fn', '|u1')]): a plain numpy load keeps
- * the name, and arr[name].view(ml_dtypes.<name>) gives the typed array. The 4-bit codes sit in
- * the low nibble of each byte, as in ml_dtypes. */
+ * the name, and arr[name].view(ml_dtypes.<name>) gives the typed array. The 4- and 2-bit codes
+ * sit in the low bits of each byte, as in ml_dtypes. */
 static const npy_dtype npy_records[] = {
     {KILN_DTYPE_FLOAT8E4M3FN, "float8_e4m3fn"},
     {KILN_DTYPE_FLOAT8E4M3FNUZ, "float8_e4m3fnuz"},
@@ -195,6 +195,8 @@ static const npy_dtype npy_records[] = {
     {KILN_DTYPE_FLOAT8E5M2FNUZ, "float8_e5m2fnuz"},
     {KILN_DTYPE_UINT4, "uint4"},
     {KILN_DTYPE_INT4, "int4"},
+    {KILN_DTYPE_UINT2, "uint2"},
+    {KILN_DTYPE_INT2, "int2"},
     {KILN_DTYPE_FLOAT4E2M1, "float4_e2m1fn"},
     {KILN_DTYPE_FLOAT8E8M0, "float8_e8m0fnu"},
     {KILN_DTYPE_BFLOAT16, "bfloat16"},
@@ -470,10 +472,11 @@ kiln_status kn_npy_from_bytes(const void *data, size_t size, kn_tensor *t) {
         unsigned char *p = tmp.data;
         for (size_t i = 0; i < nbytes; i++)
             p[i] = p[i] != 0;
-    } else if (kn_dtype_is_4bit(tmp.dtype)) { /* only the low nibble carries the value */
+    } else if (kn_dtype_packed_bits(tmp.dtype) != 0) { /* only the low bits carry the value */
         unsigned char *p = tmp.data;
+        unsigned char mask = (unsigned char)((1u << kn_dtype_packed_bits(tmp.dtype)) - 1);
         for (size_t i = 0; i < nbytes; i++)
-            p[i] &= 0xf;
+            p[i] &= mask;
     }
     *t = tmp;
     return KILN_OK;

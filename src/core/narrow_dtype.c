@@ -42,8 +42,20 @@ bool kn_dtype_is_4bit(int32_t dtype) {
     return dtype == KILN_DTYPE_UINT4 || dtype == KILN_DTYPE_INT4 || dtype == KILN_DTYPE_FLOAT4E2M1;
 }
 
+int kn_dtype_packed_bits(int32_t dtype) {
+    return kn_dtype_is_4bit(dtype)                                 ? 4
+           : dtype == KILN_DTYPE_UINT2 || dtype == KILN_DTYPE_INT2 ? 2
+                                                                   : 0;
+}
+
+bool kn_dtype_is_narrow_int(int32_t dtype) {
+    return dtype == KILN_DTYPE_UINT4 || dtype == KILN_DTYPE_INT4 || dtype == KILN_DTYPE_UINT2 ||
+           dtype == KILN_DTYPE_INT2;
+}
+
 bool kn_dtype_is_narrow(int32_t dtype) {
-    return kn_dtype_is_float8(dtype) || kn_dtype_is_4bit(dtype) || dtype == KILN_DTYPE_FLOAT8E8M0;
+    return kn_dtype_is_float8(dtype) || kn_dtype_packed_bits(dtype) != 0 ||
+           dtype == KILN_DTYPE_FLOAT8E8M0;
 }
 
 float kn_narrow_float_decode(int32_t dtype, uint8_t code) {
@@ -127,7 +139,13 @@ uint8_t kn_e8m0_encode(float v, bool saturate, int round_mode) {
     return (uint8_t)exp;
 }
 
-int64_t kn_int4_decode(int32_t dtype, uint8_t code) {
-    int64_t v = code & 0xf;
-    return dtype == KILN_DTYPE_INT4 && v >= 8 ? v - 16 : v;
+uint8_t kn_narrow_int_encode(int32_t dtype, int64_t v) {
+    return (uint8_t)((uint64_t)v & ((1u << kn_dtype_packed_bits(dtype)) - 1));
+}
+
+int64_t kn_narrow_int_decode(int32_t dtype, uint8_t code) {
+    int bits = kn_dtype_packed_bits(dtype);
+    int64_t v = code & ((1 << bits) - 1);
+    bool sign = dtype == KILN_DTYPE_INT4 || dtype == KILN_DTYPE_INT2;
+    return sign && v >= (1 << (bits - 1)) ? v - (1 << bits) : v;
 }

@@ -1,7 +1,8 @@
-/* The 8-bit float (e4m3fn, e4m3fnuz, e5m2, e5m2fnuz) and 4-bit (uint4, int4, float4e2m1)
- * element types. kiln stores each element in one byte, the 4-bit types in the low nibble (as
- * numpy's ml_dtypes does), so every kernel that moves bytes handles them unchanged; only ONNX
- * TensorProto data packs two 4-bit values per byte, and the importer unpacks it. */
+/* The 8-bit float (e4m3fn, e4m3fnuz, e5m2, e5m2fnuz), 4-bit (uint4, int4, float4e2m1) and
+ * 2-bit (uint2, int2) element types. kiln stores each element in one byte, the 4- and 2-bit
+ * types in the low bits (as numpy's ml_dtypes does), so every kernel that moves bytes handles
+ * them unchanged; only ONNX TensorProto data packs two 4-bit or four 2-bit values per byte, and
+ * the importer unpacks it. */
 #ifndef KN_NARROW_DTYPE_H
 #define KN_NARROW_DTYPE_H
 
@@ -10,8 +11,12 @@
 
 bool kn_dtype_is_float8(int32_t dtype); /* the four with a sign and a mantissa */
 bool kn_dtype_is_4bit(int32_t dtype);   /* uint4, int4, float4e2m1 */
-/* float8 (e8m0 too) or 4-bit: the types with a one-byte code per element and no arithmetic of their
- * own. */
+/* 4 for the 4-bit types, 2 for uint2 and int2: ONNX packs 8 / bits values a byte, low bits
+ * first; 0 for every other type. */
+int kn_dtype_packed_bits(int32_t dtype);
+bool kn_dtype_is_narrow_int(int32_t dtype); /* uint4, int4, uint2, int2 */
+/* float8 (e8m0 too), 4- or 2-bit: the types with a one-byte code per element and no arithmetic of
+ * their own. */
 bool kn_dtype_is_narrow(int32_t dtype);
 
 /* A float8 or float4e2m1 code as a float (NaN and infinity where the format has them). */
@@ -26,10 +31,8 @@ enum { KN_E8M0_UP, KN_E8M0_DOWN, KN_E8M0_NEAREST };
 float kn_e8m0_decode(uint8_t code);
 uint8_t kn_e8m0_encode(float v, bool saturate, int round_mode);
 
-/* 4-bit integer code <-> value; encoding keeps the low four bits (wraps, as numpy does). */
-int64_t kn_int4_decode(int32_t dtype, uint8_t code);
-static inline uint8_t kn_int4_encode(int64_t v) {
-    return (uint8_t)((uint64_t)v & 0xf);
-}
+/* 4- or 2-bit integer code <-> value; encoding keeps the low bits (wraps, as numpy does). */
+int64_t kn_narrow_int_decode(int32_t dtype, uint8_t code);
+uint8_t kn_narrow_int_encode(int32_t dtype, int64_t v);
 
 #endif

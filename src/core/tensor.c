@@ -88,6 +88,8 @@ size_t kn_dtype_size(int32_t dtype) {
     case KILN_DTYPE_FLOAT8E5M2FNUZ:
     case KILN_DTYPE_UINT4: /* one byte each in kiln's buffers: see core/narrow_dtype.h */
     case KILN_DTYPE_INT4:
+    case KILN_DTYPE_UINT2:
+    case KILN_DTYPE_INT2:
     case KILN_DTYPE_FLOAT4E2M1:
     case KILN_DTYPE_FLOAT8E8M0:
     case KILN_DTYPE_CONTAINER: /* a byte block: see core/container.h */
@@ -159,6 +161,10 @@ const char *kn_dtype_name(int32_t dtype) {
         return "uint4";
     case KILN_DTYPE_INT4:
         return "int4";
+    case KILN_DTYPE_UINT2:
+        return "uint2";
+    case KILN_DTYPE_INT2:
+        return "int2";
     case KILN_DTYPE_FLOAT4E2M1:
         return "float4e2m1";
     case KILN_DTYPE_FLOAT8E8M0:
@@ -311,7 +317,9 @@ int64_t kn_tensor_get_i64(const kn_tensor *t, int64_t i) {
         return (int64_t)((const uint64_t *)p)[i];
     case KILN_DTYPE_UINT4:
     case KILN_DTYPE_INT4:
-        return kn_int4_decode(t->dtype, ((const uint8_t *)p)[i]);
+    case KILN_DTYPE_UINT2:
+    case KILN_DTYPE_INT2:
+        return kn_narrow_int_decode(t->dtype, ((const uint8_t *)p)[i]);
     case KILN_DTYPE_FLOAT32:
     case KILN_DTYPE_FLOAT64:
     case KILN_DTYPE_FLOAT16:
@@ -400,7 +408,9 @@ void kn_tensor_set_i64(kn_tensor *t, int64_t i, int64_t v) {
         break;
     case KILN_DTYPE_UINT4:
     case KILN_DTYPE_INT4:
-        ((uint8_t *)p)[i] = kn_int4_encode(v);
+    case KILN_DTYPE_UINT2:
+    case KILN_DTYPE_INT2:
+        ((uint8_t *)p)[i] = kn_narrow_int_encode(t->dtype, v);
         break;
     case KILN_DTYPE_FLOAT32:
     case KILN_DTYPE_FLOAT64:

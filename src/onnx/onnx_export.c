@@ -149,15 +149,16 @@ static kiln_status tensor_proto(exporter *ex, const char *name, const kn_tensor 
     memcpy(tp->dims, t->shape.d, tp->n_dims * sizeof *tp->dims);
     size_t nb = kn_tensor_nbytes(t);
     const uint8_t *bytes = t->data;
-    if (kn_dtype_is_4bit(t->dtype)) { /* ONNX packs two per byte, low nibble first */
-        size_t n = nb;
-        nb = (n + 1) / 2;
+    int bits = kn_dtype_packed_bits(t->dtype);
+    if (bits != 0) { /* ONNX packs 8 / bits values a byte, low bits first */
+        size_t n = nb, per = (size_t)(8 / bits);
+        nb = (n + per - 1) / per;
         uint8_t *packed = ex_alloc(ex, nb > 0 ? nb : 1, 1);
         if (packed == NULL)
             return oom();
-        for (size_t i = 0; i < nb; i++)
-            packed[i] = (uint8_t)((bytes[2 * i] & 0xf) |
-                                  (2 * i + 1 < n ? (bytes[2 * i + 1] & 0xf) << 4 : 0));
+        memset(packed, 0, nb > 0 ? nb : 1);
+        for (size_t i = 0; i < n; i++)
+            packed[i / per] |= (uint8_t)((bytes[i] & ((1u << bits) - 1)) << (i % per * bits));
         bytes = packed;
     }
     if (ex->threshold > 0 && nb >= ex->threshold && ex->data_name != NULL) {

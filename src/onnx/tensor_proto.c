@@ -211,9 +211,12 @@ static void copy_typed(const Onnx__TensorProto *tp, int32_t dtype, size_t n, voi
     case KILN_DTYPE_FLOAT8E5M2:
     case KILN_DTYPE_FLOAT8E5M2FNUZ:
     case KILN_DTYPE_FLOAT8E8M0:
-    case KILN_DTYPE_UINT4: /* 4-bit: one packed byte per value here, unpacked by the caller */
+    case KILN_DTYPE_UINT4: /* 4- and 2-bit: one packed byte per value here, unpacked by the caller
+                            */
     case KILN_DTYPE_INT4:
     case KILN_DTYPE_FLOAT4E2M1:
+    case KILN_DTYPE_UINT2:
+    case KILN_DTYPE_INT2:
         for (size_t i = 0; i < n; i++)
             ((uint8_t *)dst)[i] = (uint8_t)tp->int32_data[i];
         break;
@@ -286,9 +289,12 @@ kiln_status kn_onnx_tensor_convert(const Onnx__TensorProto *tp, const char *base
         return convert_strings(tp, what, &r.shape, numel, t);
 
     size_t nbytes = (size_t)numel * kn_dtype_size(r.dtype); /* kiln's buffer */
-    /* ONNX packs 4-bit values two per byte, low nibble first: what the file holds. */
-    bool packed = kn_dtype_is_4bit(r.dtype);
-    size_t stored = packed ? ((size_t)numel + 1) / 2 : nbytes;
+    /* ONNX packs 4-bit values two per byte and 2-bit ones four, low bits first: what the file
+     * holds. */
+    int bits = kn_dtype_packed_bits(r.dtype);
+    bool packed = bits != 0;
+    size_t per = packed ? (size_t)(8 / bits) : 1;
+    size_t stored = packed ? ((size_t)numel + per - 1) / per : nbytes;
     char dims[96];
     kn_shape_str(&r.shape, dims, sizeof dims);
     bool external =
@@ -318,10 +324,11 @@ kiln_status kn_onnx_tensor_convert(const Onnx__TensorProto *tp, const char *base
     } else {
         copy_typed(tp, r.dtype, packed ? stored : (size_t)numel, r.data);
     }
-    if (packed) /* in place, from the end: element i comes from byte i/2 */
+    if (packed) /* in place, from the end: element i comes from byte i / per */
         for (size_t i = (size_t)numel; i-- > 0;) {
-            uint8_t b = ((uint8_t *)r.data)[i / 2];
-            ((uint8_t *)r.data)[i] = (uint8_t)(i % 2 ? b >> 4 : b & 0xf);
+            uint8_t b = ((uint8_t *)r.data)[i / per];
+            ((uint8_t *)r.data)[i] =
+                (uint8_t)((b >> (i % per * (size_t)bits)) & ((1u << bits) - 1));
         }
     if (r.dtype == KILN_DTYPE_BOOL && (external || use_raw)) {
         uint8_t *p = r.data;

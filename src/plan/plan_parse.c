@@ -112,9 +112,9 @@ static kiln_status rd_str(cursor *c, const char *what, bool opt, bool bytes, con
 }
 
 static bool dtype_known(int32_t t) {
-    /* float8 and 4-bit values are stored one byte each, as kiln holds them in memory */
+    /* float8, 4- and 2-bit values are stored one byte each, as kiln holds them in memory */
     return (t >= KILN_DTYPE_UNDEFINED && t <= KILN_DTYPE_UINT64) ||
-           (t >= KILN_DTYPE_BFLOAT16 && t <= KILN_DTYPE_FLOAT8E8M0) ||
+           (t >= KILN_DTYPE_BFLOAT16 && t <= KILN_DTYPE_INT2) ||
            t == KILN_DTYPE_CONTAINER; /* bytes, checked where an op opens them */
 }
 

@@ -51,7 +51,7 @@ EXOTIC_TYPES = {onnx.TensorProto.STRING, onnx.TensorProto.BFLOAT16, onnx.TensorP
                 onnx.TensorProto.COMPLEX128, onnx.TensorProto.FLOAT8E4M3FN,
                 onnx.TensorProto.FLOAT8E4M3FNUZ, onnx.TensorProto.FLOAT8E5M2,
                 onnx.TensorProto.FLOAT8E5M2FNUZ, onnx.TensorProto.UINT4, onnx.TensorProto.INT4,
-                onnx.TensorProto.FLOAT4E2M1}
+                onnx.TensorProto.FLOAT4E2M1, 25, 26}  # 25, 26: uint2, int2 (opset 25)
 DEFAULT_RTOL = 1e-3
 DEFAULT_ATOL = 1e-7
 
@@ -250,12 +250,32 @@ def read_value(path, kind):
     return proto
 
 
+# onnx 1.19 (the pinned onnx) predates the 2-bit types of opset 25: dtype -> ml_dtypes name.
+TWO_BIT = {25: "uint2", 26: "int2"}
+
+
+def two_bit_array(proto):
+    """A uint2/int2 TensorProto (four values a byte, low bits first) as an ml_dtypes array."""
+    dims = [int(d) for d in proto.dims]
+    n = int(np.prod(dims)) if dims else 1
+    packed = np.frombuffer(proto.raw_data, np.uint8) if proto.raw_data else \
+        np.array(proto.int32_data, np.uint8)
+    codes = (packed[:, None] >> np.array([0, 2, 4, 6], np.uint8)) & 3
+    codes = codes.reshape(-1)[:n].astype(np.uint8)
+    if proto.data_type == 26:
+        codes = codes.astype(np.int8)
+        codes[codes >= 2] -= 4
+    return codes.astype(getattr(ml_dtypes, TWO_BIT[proto.data_type])).reshape(dims)
+
+
 def value_array(proto, kind):
     """A sequence as a list of arrays, an optional as None or its element, a tensor as an array."""
     if kind == "sequence_type":
         return numpy_helper.to_list(proto)
     if kind == "optional_type":
         return numpy_helper.to_optional(proto)
+    if proto.data_type in TWO_BIT:
+        return two_bit_array(proto)
     return numpy_helper.to_array(proto)
 
 

@@ -297,3 +297,36 @@ def test_linear_attention_without_its_decay_is_one_line():
     ins = [(n, F, [1, 2, 4]) for n in ("q", "k", "v")]
     with pytest.raises(kiln.KilnError, match="decay"):
         kiln.build(model([node], ins, [("y", F, None)], 27))
+
+
+def test_two_bit_types_opset25():
+    """uint2/int2: one byte an element in kiln, four a byte in ONNX data; through Cast,
+    DequantizeLinear and QuantizeLinear, from numpy's ml_dtypes arrays."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    x = np.array([-2, -1, 0, 1, 1, -2, 0], dtype=ml_dtypes.int2)
+    node = helper.make_node("Cast", ["x"], ["y"], to=F)
+    got = kiln.run(kiln.build(model([node], [("x", 26, [7])], [("y", F, None)], 25)),
+                   {"x": x})["y"]
+    np.testing.assert_array_equal(got, [-2, -1, 0, 1, 1, -2, 0])
+    node = helper.make_node("DequantizeLinear", ["x", "s", "z"], ["y"])
+    # a uint2 zero point of 1, packed as ONNX stores it (onnx 1.19's helper has no 2-bit types)
+    zp = TensorProto(name="z", data_type=25, raw_data=bytes([0b01]))
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", 25, [5]),
+                                        helper.make_tensor_value_info("s", F, [])],
+                          [helper.make_tensor_value_info("y", F, None)], [zp])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 25)])
+    m.ir_version = 11
+    u = np.array([0, 1, 2, 3, 3], dtype=ml_dtypes.uint2)
+    got = kiln.run(kiln.build(m.SerializeToString()), {"x": u, "s": np.float32(0.5)})["y"]
+    np.testing.assert_allclose(got, (np.array([0, 1, 2, 3, 3]) - 1) * 0.5)
+    node = helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"])
+    zi = TensorProto(name="z", data_type=26, raw_data=bytes([0]))
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", F, [6]),
+                                        helper.make_tensor_value_info("s", F, [])],
+                          [helper.make_tensor_value_info("y", 26, None)], [zi])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 25)])
+    m.ir_version = 11
+    xs = np.array([-9.0, -2.0, -0.4, 0.6, 1.0, 7.0], np.float32)
+    got = kiln.run(kiln.build(m.SerializeToString()), {"x": xs, "s": np.float32(1.0)})["y"]
+    assert got.dtype == ml_dtypes.int2  # saturated to [-2, 1]
+    np.testing.assert_array_equal(got.astype(np.int8), [-2, -2, 0, 1, 1, 1])

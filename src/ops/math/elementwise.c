@@ -17,10 +17,10 @@
 #define M_INT (M_SINT | M_UINT)
 #define M_NUM (M_FLT | M_INT)
 #define M_BOOL DT(BOOL)
-/* float8 and 4-bit storage types: only Cast and CastLike compute on them here. */
+/* float8, 4- and 2-bit storage types: only Cast and CastLike compute on them here. */
 #define M_NARROW                                                                                   \
     (DT(FLOAT8E4M3FN) | DT(FLOAT8E4M3FNUZ) | DT(FLOAT8E5M2) | DT(FLOAT8E5M2FNUZ) | DT(UINT4) |     \
-     DT(INT4) | DT(FLOAT4E2M1) | DT(FLOAT8E8M0))
+     DT(INT4) | DT(FLOAT4E2M1) | DT(FLOAT8E8M0) | DT(UINT2) | DT(INT2))
 
 kiln_status ew_check_dtype(const kn_infer_ctx *c, int i, unsigned mask) {
     int32_t dt = c->in[i].dtype;
@@ -260,12 +260,13 @@ kiln_status kn_infer_cast(kn_infer_ctx *c) {
     return cast_to(c, kn_attr_int(c->node, "to", 0));
 }
 
-/* BitCast (opset 26): the same bits as another type of the same width (4-bit types are one
- * byte each in kiln's buffers, their code in the low nibble). */
+/* BitCast (opset 26): the same bits as another type of the same width (4- and 2-bit types are
+ * one byte each in kiln's buffers, their code in the low bits). */
 static int dtype_bits(int32_t dt) {
     if (dt == KILN_DTYPE_STRING || dt == KILN_DTYPE_CONTAINER || !kn_ew_cast_supported(dt))
         return 0;
-    return kn_dtype_is_4bit(dt) ? 4 : (int)(8 * kn_dtype_size(dt));
+    int packed = kn_dtype_packed_bits(dt);
+    return packed != 0 ? packed : (int)(8 * kn_dtype_size(dt));
 }
 
 kiln_status kn_infer_bitcast(kn_infer_ctx *c) {

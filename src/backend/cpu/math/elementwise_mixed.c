@@ -135,12 +135,12 @@ static bool cast_dtype_ok(int32_t dt) {
            (dt < EW_NDT || kn_dtype_is_narrow(dt));
 }
 
-/* A tile of float8/4-bit codes in the kind its values have: floats, or 4-bit integers. */
+/* A tile of float8/4-bit/2-bit codes in the kind its values have: floats, or small integers. */
 static void load_narrow_tile(const uint8_t *src, int32_t dt, int64_t n, tile *t) {
-    if (dt == KILN_DTYPE_UINT4 || dt == KILN_DTYPE_INT4) {
+    if (kn_dtype_is_narrow_int(dt)) {
         t->kind = K_SIGNED;
         for (int64_t i = 0; i < n; i++)
-            t->v.i[i] = kn_int4_decode(dt, src[i]);
+            t->v.i[i] = kn_narrow_int_decode(dt, src[i]);
     } else if (dt == KILN_DTYPE_FLOAT8E8M0) {
         t->kind = K_FLOAT;
         for (int64_t i = 0; i < n; i++)
@@ -152,21 +152,21 @@ static void load_narrow_tile(const uint8_t *src, int32_t dt, int64_t n, tile *t)
     }
 }
 
-/* Floats to 4-bit integers truncate toward zero and, like integers, keep the low four bits
+/* Floats to 4- and 2-bit integers truncate toward zero and, like integers, keep the low bits
  * (numpy's astype); floats to float8 round to nearest even (saturate: see narrow_dtype.h). */
 static void store_narrow_tile(uint8_t *dst, int32_t dt, int64_t n, const tile *t, bool saturate,
                               int round_mode) {
-    bool int4 = dt == KILN_DTYPE_UINT4 || dt == KILN_DTYPE_INT4;
+    bool small_int = kn_dtype_is_narrow_int(dt);
     for (int64_t i = 0; i < n; i++) {
         if (dt == KILN_DTYPE_FLOAT8E8M0)
             dst[i] = kn_e8m0_encode(t->kind == K_FLOAT    ? (float)t->v.f[i]
                                     : t->kind == K_SIGNED ? (float)t->v.i[i]
                                                           : (float)t->v.u[i],
                                     saturate, round_mode);
-        else if (int4)
-            dst[i] = kn_int4_encode(t->kind == K_FLOAT    ? f_to_i64(t->v.f[i])
-                                    : t->kind == K_SIGNED ? t->v.i[i]
-                                                          : (int64_t)t->v.u[i]);
+        else if (small_int)
+            dst[i] = kn_narrow_int_encode(dt, t->kind == K_FLOAT    ? f_to_i64(t->v.f[i])
+                                              : t->kind == K_SIGNED ? t->v.i[i]
+                                                                    : (int64_t)t->v.u[i]);
         else
             dst[i] = kn_narrow_float_encode(dt,
                                             t->kind == K_FLOAT    ? (float)t->v.f[i]

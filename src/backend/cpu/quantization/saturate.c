@@ -12,6 +12,12 @@ void kn_cpu_store_saturated(kn_tensor *t, int64_t i, double v) {
     case KILN_DTYPE_INT4:
         lo = -8, hi = 7;
         break;
+    case KILN_DTYPE_UINT2:
+        lo = 0, hi = 3;
+        break;
+    case KILN_DTYPE_INT2:
+        lo = -2, hi = 1;
+        break;
     case KILN_DTYPE_UINT8:
         lo = 0, hi = 255;
         break;

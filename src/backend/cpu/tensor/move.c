@@ -26,14 +26,14 @@ kiln_status cpu_tensor_run_copy(kn_kernel_ctx *k) {
     return KILN_OK;
 }
 
-/* BitCast: the bytes unchanged; a 4-bit code keeps its low nibble only (an int4's byte may carry
- * a sign extension that a uint4 or float4e2m1 code does not). */
+/* BitCast: the bytes unchanged; a 4- or 2-bit code keeps its low bits only. */
 kiln_status cpu_tensor_run_bitcast(kn_kernel_ctx *k) {
     KN_TRY(cpu_tensor_run_copy(k));
-    if (kn_dtype_is_4bit(k->out[0].dtype)) {
-        uint8_t *p = k->out[0].data;
+    int bits = kn_dtype_packed_bits(k->out[0].dtype);
+    if (bits != 0) {
+        uint8_t *p = k->out[0].data, mask = (uint8_t)((1u << bits) - 1);
         for (int64_t i = 0, n = kn_tensor_numel(&k->out[0]); i < n; i++)
-            p[i] &= 0xf;
+            p[i] &= mask;
     }
     return KILN_OK;
 }
