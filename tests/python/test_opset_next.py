@@ -330,3 +330,22 @@ def test_two_bit_types_opset25():
     got = kiln.run(kiln.build(m.SerializeToString()), {"x": xs, "s": np.float32(1.0)})["y"]
     assert got.dtype == ml_dtypes.int2  # saturated to [-2, 1]
     np.testing.assert_array_equal(got.astype(np.int8), [-2, -2, 0, 1, 1, 1])
+
+
+@pytest.mark.parametrize("length", [None, 8, 9])
+def test_dft_inverse_of_a_onesided_spectrum_is_numpy_irfft(length):
+    """DFT with inverse=1 and onesided=1 (IRFFT): m bins of a Hermitian spectrum make
+    dft_length (default 2 (m - 1)) real values."""
+    rng = np.random.default_rng(11)
+    spec = rand(rng, 2, 5, 3, 2)
+    ins = [("x", F, spec.shape), ("axis", I64, [])]
+    names, feeds = ["x", "", "axis"], {"x": spec, "axis": np.array(1, np.int64)}
+    if length is not None:
+        names[1] = "n"
+        ins.append(("n", I64, []))
+        feeds["n"] = np.array(length, np.int64)
+    node = helper.make_node("DFT", names, ["y"], inverse=1, onesided=1)
+    got = kiln.run(kiln.build(model([node], ins, [("y", F, None)], 20)), feeds)["y"]
+    want = np.fft.irfft(spec[..., 0] + 1j * spec[..., 1], n=length, axis=1)
+    assert got.shape == want.shape + (1,)
+    np.testing.assert_allclose(got[..., 0], want, rtol=1e-5, atol=1e-6)

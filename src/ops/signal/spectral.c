@@ -60,19 +60,23 @@ kiln_status kn_infer_dft(kn_infer_ctx *c) {
                                         "or 2 (complex)");
     int64_t axis;
     KN_TRY(dft_axis(c, &axis));
-    int64_t n = x->shape.d[axis];
+    bool onesided = kn_attr_int(c->node, "onesided", 0) != 0;
+    bool inverse = kn_attr_int(c->node, "inverse", 0) != 0;
+    /* the inverse of a one-sided spectrum (IRFFT): m bins make 2 (m - 1) real values */
+    bool irfft = onesided && inverse;
+    int64_t n = irfft ? 2 * (x->shape.d[axis] - 1) : x->shape.d[axis];
     if (kn_has_input(c, 1))
         KN_TRY(kn_infer_scalar_i64(c, 1, "dft_length", &n));
     if (n < 1)
         return kn_error(KILN_ERR_SHAPE, "dft_length must be >= 1, got %lld", (long long)n);
-    bool onesided = kn_attr_int(c->node, "onesided", 0) != 0;
-    bool inverse = kn_attr_int(c->node, "inverse", 0) != 0;
     if (onesided && !inverse && x->shape.d[r - 1] != 1)
         return kn_error(KILN_ERR_SHAPE, "onesided forward DFT needs a real input (last dim 1)");
+    if (irfft && x->shape.d[r - 1] != 2)
+        return kn_error(KILN_ERR_SHAPE, "onesided inverse DFT needs a complex input (last dim 2)");
     c->out[0].dtype = x->dtype;
     c->out[0].shape = x->shape;
-    c->out[0].shape.d[axis] = onesided ? n / 2 + 1 : n;
-    c->out[0].shape.d[r - 1] = 2;
+    c->out[0].shape.d[axis] = onesided && !inverse ? n / 2 + 1 : n;
+    c->out[0].shape.d[r - 1] = irfft ? 1 : 2;
     return KILN_OK;
 }
 

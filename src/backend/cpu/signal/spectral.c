@@ -203,6 +203,7 @@ typedef struct dft_job {
     dft_plan plan;
     int64_t inner, x_axis, len_in, len_out, cin; /* cin: 1 (real) or 2 (complex) */
     bool inverse;
+    bool irfft; /* inverse and onesided: bins 0..n/2 given, a real signal out */
     atomic_int oom;
 } dft_job;
 
@@ -221,17 +222,23 @@ static void dft_range(void *arg, int64_t begin, int64_t end) {
         int64_t xbase = o * j->x_axis * j->inner + in, ybase = o * j->len_out * j->inner + in;
         for (int64_t t = 0; t < n; t++) {
             re[t] = im[t] = 0.0;
-            if (t < j->len_in) {
-                int64_t e = (xbase + t * j->inner) * j->cin;
+            /* an IRFFT's upper bins are the conjugates of the lower ones (X[n - k] = X[k]*) */
+            int64_t src = j->irfft && t > n / 2 ? n - t : t;
+            if (src < j->len_in && (!j->irfft || src <= n / 2)) {
+                int64_t e = (xbase + src * j->inner) * j->cin;
                 re[t] = kn_tensor_get_f64(j->x, e);
                 im[t] = j->cin == 2 ? kn_tensor_get_f64(j->x, e + 1) : 0.0;
+                if (src != t)
+                    im[t] = -im[t];
             }
         }
         dft_run(&j->plan, re, im, tr, ti, j->inverse ? -1.0 : 1.0);
+        int64_t cout = j->irfft ? 1 : 2;
         for (int64_t f = 0; f < j->len_out; f++) {
-            int64_t e = (ybase + f * j->inner) * 2;
+            int64_t e = (ybase + f * j->inner) * cout;
             kn_tensor_set_f64(j->y, e, re[f] * scale);
-            kn_tensor_set_f64(j->y, e + 1, im[f] * scale);
+            if (!j->irfft)
+                kn_tensor_set_f64(j->y, e + 1, im[f] * scale);
         }
     }
     kn_free(buf);
@@ -246,10 +253,12 @@ kiln_status kn_cpu_dft(kn_kernel_ctx *k) {
         axis = k->n_in > 2 && k->in[2].dtype != 0 ? kn_tensor_get_i64(&k->in[2], 0) : -2;
     axis = axis < 0 ? axis + r : axis;
     bool onesided = kn_attr_int(k->node, "onesided", 0) != 0;
-    int64_t n = x->shape.d[axis];
+    bool inverse = kn_attr_int(k->node, "inverse", 0) != 0, irfft = onesided && inverse;
+    int64_t n = irfft ? 2 * (x->shape.d[axis] - 1) : x->shape.d[axis];
     if (k->n_in > 1 && k->in[1].dtype != 0)
         n = kn_tensor_get_i64(&k->in[1], 0);
-    if (axis < 0 || axis >= r - 1 || n < 1 || y->shape.d[axis] != (onesided ? n / 2 + 1 : n))
+    if (axis < 0 || axis >= r - 1 || n < 1 ||
+        y->shape.d[axis] != (onesided && !inverse ? n / 2 + 1 : n))
         return kn_error(KILN_ERR_SHAPE, "dft_length %lld disagrees with the inferred output",
                         (long long)n);
     dft_job j = {.x = x,
@@ -258,7 +267,8 @@ kiln_status kn_cpu_dft(kn_kernel_ctx *k) {
                  .len_in = x->shape.d[axis] < n ? x->shape.d[axis] : n,
                  .len_out = y->shape.d[axis],
                  .cin = x->shape.d[r - 1],
-                 .inverse = kn_attr_int(k->node, "inverse", 0) != 0,
+                 .inverse = inverse,
+                 .irfft = irfft,
                  .inner = 1};
     atomic_init(&j.oom, 0);
     int64_t outer = 1;
