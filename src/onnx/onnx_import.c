@@ -170,6 +170,21 @@ static kiln_status import_opsets(importer *im, const Onnx__ModelProto *m) {
                             dom, (long long)prev, (long long)ver);
         KN_TRY(kn_graph_add_opset(im->g, dom, ver));
     }
+    /* domains only the model's local functions use (their bodies are inlined into the graph) */
+    for (size_t f = 0; f < m->n_functions; f++)
+        for (size_t i = 0; i < m->functions[f]->n_opset_import; i++) {
+            const Onnx__OperatorSetIdProto *os = m->functions[f]->opset_import[i];
+            const char *dom = canonical_domain(os->domain);
+            int64_t ver = os->has_version ? os->version : 0;
+            if (kn_graph_opset(im->g, dom) >= 0)
+                continue;
+            if (ver < 0 || ver > INT_MAX ||
+                (dom[0] == '\0' && (ver < KN_ONNX_MIN_OPSET || ver > KN_ONNX_MAX_OPSET)))
+                return kn_error(KILN_ERR_UNSUPPORTED,
+                                "local function '%s' imports opset %lld of domain '%s'",
+                                nz(m->functions[f]->name), (long long)ver, dom);
+            KN_TRY(kn_graph_add_opset(im->g, dom, ver));
+        }
     return KILN_OK;
 }
 
@@ -686,11 +701,18 @@ kiln_status kn_onnx_import(const void *data, size_t size, const char *base_dir, 
                         size);
     kiln_status rc;
     importer im = {0};
+    kn_onnx_inlined inlined = {0};
     im.gp = m->graph;
     im.base_dir = base_dir;
     if (im.gp == NULL) {
         rc = kn_error(KILN_ERR_MODEL, "the model has no graph");
         goto out_free_model;
+    }
+    if (m->n_functions > 0) {
+        rc = kn_onnx_inline_functions(m, &inlined);
+        if (rc != KILN_OK)
+            goto out_free_model;
+        im.gp = &inlined.graph;
     }
     im.g = kn_graph_create();
     if (im.g == NULL) {
@@ -711,6 +733,7 @@ kiln_status kn_onnx_import(const void *data, size_t size, const char *base_dir, 
         kn_graph_destroy(im.g);
     importer_free(&im);
 out_free_model:
+    kn_onnx_inlined_free(&inlined);
     onnx__model_proto__free_unpacked(m, &kn_onnx_pb_allocator);
     return rc;
 }

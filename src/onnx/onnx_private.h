@@ -43,6 +43,17 @@ void kn_onnx_attr_release(kn_attr *a);
 
 /* The value of a Constant node (value, value_float(s), value_int(s)) as a tensor (data
  * kn_malloc'd, owned by the caller). */
+/* The main graph with every call of a model-local function replaced by the function's nodes
+ * (functions.c): graph is a shallow copy of the model's, its node list new; the allocations
+ * behind it are freed by kn_onnx_inlined_free, the model's own protos stay untouched. */
+typedef struct kn_onnx_inlined {
+    Onnx__GraphProto graph;
+    void **allocs;
+    size_t n_allocs, cap_allocs;
+} kn_onnx_inlined;
+kiln_status kn_onnx_inline_functions(const Onnx__ModelProto *m, kn_onnx_inlined *out);
+void kn_onnx_inlined_free(kn_onnx_inlined *x);
+
 kiln_status kn_onnx_constant_tensor(const Onnx__NodeProto *np, const char *base_dir,
                                     const char *label, kn_tensor *t);
 
