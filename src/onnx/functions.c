@@ -143,9 +143,9 @@ static kiln_status inline_call(inliner *in, const Onnx__FunctionProto *f, Onnx__
     snprintf(what, sizeof what, "node '%.120s' (local function '%.120s')", call_name, nz(f->name));
     if (depth >= MAX_DEPTH)
         return kn_error(KILN_ERR_MODEL,
-                        "%s: local functions call each other more than %d deep "
-                        "(a recursive function?)",
-                        what, MAX_DEPTH);
+                        "local function '%.120s': local functions call each other more than %d "
+                        "deep (a recursive function?)",
+                        nz(f->name), MAX_DEPTH);
     if (call->n_input > f->n_input || call->n_output > f->n_output)
         return kn_error(KILN_ERR_MODEL,
                         "%s: the call has %zu inputs and %zu outputs; the "
