@@ -104,7 +104,8 @@ kiln_status cpu_tensor_run_trilu(kn_kernel_ctx *k) {
     return KILN_OK;
 }
 
-/* A running sum or product along one axis (CumSum, CumProd: ONE is 0 or 1, OP += or *=). */
+/* A running sum or product along one axis (CumSum, CumProd: `product` picks the operation and
+ * its identity, 0 or 1). */
 #define CUMULATE_T(T, ACC, LOAD, STORE)                                                            \
     do {                                                                                           \
         const T *s = x->data;                                                                      \
