@@ -19,6 +19,13 @@ kiln_status kn_infer_need(const kn_infer_ctx *c, int lo, int hi, int max_out) {
     return KILN_OK;
 }
 
+kiln_status kn_infer_need_output0(const kn_infer_ctx *c) {
+    if (c->n_out < 1 || c->node->out[0] < 0)
+        return kn_error(KILN_ERR_MODEL, "%s: output 0 is required (it has no name)",
+                        c->node->op_type);
+    return KILN_OK;
+}
+
 kiln_status kn_infer_need_exact(const kn_infer_ctx *c, int lo, int hi, int n_out) {
     KN_TRY(need_inputs(c, lo, hi));
     if (c->n_out != n_out)

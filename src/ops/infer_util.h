@@ -7,6 +7,8 @@
 /* Checks the input count is in [lo, hi], inputs [0, lo) are present and there are between
  * 1 and max_out outputs. */
 kiln_status kn_infer_need(const kn_infer_ctx *c, int lo, int hi, int max_out);
+/* For ops whose kernels always write output 0 (it may not be left out, though later ones may). */
+kiln_status kn_infer_need_output0(const kn_infer_ctx *c);
 /* As kn_infer_need, with exactly n_out outputs. */
 kiln_status kn_infer_need_exact(const kn_infer_ctx *c, int lo, int hi, int n_out);
 bool kn_infer_is_float(int32_t dt);

@@ -349,3 +349,15 @@ def test_dft_inverse_of_a_onesided_spectrum_is_numpy_irfft(length):
     want = np.fft.irfft(spec[..., 0] + 1j * spec[..., 1], n=length, axis=1)
     assert got.shape == want.shape + (1,)
     np.testing.assert_allclose(got[..., 0], want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op,ins,attrs", [
+    ("CausalConvWithState", [("x", [1, 3, 5]), ("w", [3, 1, 4])], {}),
+    ("LinearAttention", [("q", [1, 2, 4]), ("k", [1, 2, 4]), ("v", [1, 2, 4])],
+     {"q_num_heads": 1, "kv_num_heads": 1, "update_rule": "linear"}),
+])
+def test_output_0_left_out_is_one_line(op, ins, attrs):
+    """Output 0 unnamed while the state output is used: refused, not written through."""
+    node = helper.make_node(op, [n for n, _ in ins], ["", "state"], **attrs)
+    with pytest.raises(kiln.KilnError, match="output 0 is required"):
+        kiln.build(model([node], [(n, F, s) for n, s in ins], [("state", F, None)], 27))

@@ -99,6 +99,7 @@ static kiln_status check_mask(const kn_tensor *m, const attn_dims *a, int64_t to
 
 kiln_status kn_infer_attention(kn_infer_ctx *c) {
     KN_TRY(kn_infer_need(c, 3, c->node->opset >= 24 ? 7 : 6, 4));
+    KN_TRY(kn_infer_need_output0(c));
     const kn_tensor *q = &c->in[0];
     for (int i = 0; i < 3; i++)
         if (!kn_infer_is_float(c->in[i].dtype))

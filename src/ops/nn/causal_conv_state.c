@@ -6,6 +6,7 @@
 
 kiln_status kn_infer_causal_conv_state(kn_infer_ctx *c) {
     KN_TRY(kn_infer_need(c, 2, 4, 2));
+    KN_TRY(kn_infer_need_output0(c));
     const kn_tensor *x = &c->in[0], *w = &c->in[1];
     char b1[96], b2[96];
     if (!kn_infer_is_float(x->dtype) || x->dtype == KILN_DTYPE_FLOAT64)

@@ -6,6 +6,7 @@
 
 kiln_status kn_infer_linear_attention(kn_infer_ctx *c) {
     KN_TRY(kn_infer_need(c, 3, 6, 2));
+    KN_TRY(kn_infer_need_output0(c));
     const kn_node *n = c->node;
     const kn_tensor *q = &c->in[0], *k = &c->in[1], *v = &c->in[2];
     char b1[96];
