@@ -22,14 +22,6 @@ typedef struct inliner {
     size_t n_nodes, cap_nodes;
 } inliner;
 
-static const char *nz(const char *s) {
-    return s != NULL ? s : "";
-}
-
-static const char *domain_of(const char *d) {
-    return d == NULL || strcmp(d, "ai.onnx") == 0 ? "" : d;
-}
-
 static kiln_status oom(void) {
     return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory inlining the model's functions");
 }
@@ -64,9 +56,9 @@ static const Onnx__FunctionProto *function_of(const Onnx__ModelProto *m,
                                               const Onnx__NodeProto *np) {
     for (size_t i = 0; i < m->n_functions; i++) {
         const Onnx__FunctionProto *f = m->functions[i];
-        if (strcmp(nz(f->name), nz(np->op_type)) == 0 &&
-            strcmp(domain_of(f->domain), domain_of(np->domain)) == 0 &&
-            strcmp(nz(f->overload), nz(np->overload)) == 0)
+        if (strcmp(kn_onnx_str(f->name), kn_onnx_str(np->op_type)) == 0 &&
+            strcmp(kn_onnx_domain(f->domain), kn_onnx_domain(np->domain)) == 0 &&
+            strcmp(kn_onnx_str(f->overload), kn_onnx_str(np->overload)) == 0)
             return f;
     }
     return NULL;
@@ -97,11 +89,11 @@ static const char *outer_name(inliner *in, const scope *s, const char *name, kil
     if (name[0] == '\0')
         return name;
     for (size_t k = 0; k < s->f->n_input; k++)
-        if (strcmp(nz(s->f->input[k]), name) == 0)
-            return k < s->call->n_input ? nz(s->call->input[k]) : "";
+        if (strcmp(kn_onnx_str(s->f->input[k]), name) == 0)
+            return k < s->call->n_input ? kn_onnx_str(s->call->input[k]) : "";
     for (size_t k = 0; k < s->f->n_output; k++)
-        if (strcmp(nz(s->f->output[k]), name) == 0 && k < s->call->n_output &&
-            nz(s->call->output[k])[0] != '\0')
+        if (strcmp(kn_onnx_str(s->f->output[k]), name) == 0 && k < s->call->n_output &&
+            kn_onnx_str(s->call->output[k])[0] != '\0')
             return s->call->output[k];
     const char *r = keep_str(in->out, s->prefix, name);
     if (r == NULL)
@@ -113,15 +105,15 @@ static const char *outer_name(inliner *in, const scope *s, const char *name, kil
  * the referenced attribute is given nowhere, so the node goes without it. */
 static Onnx__AttributeProto *body_attr(inliner *in, const scope *s, Onnx__AttributeProto *ap,
                                        kiln_status *rc) {
-    const char *ref = nz(ap->ref_attr_name);
+    const char *ref = kn_onnx_str(ap->ref_attr_name);
     if (ref[0] == '\0')
         return ap;
     Onnx__AttributeProto *src = NULL;
     for (size_t k = 0; k < s->call->n_attribute && src == NULL; k++)
-        if (strcmp(nz(s->call->attribute[k]->name), ref) == 0)
+        if (strcmp(kn_onnx_str(s->call->attribute[k]->name), ref) == 0)
             src = s->call->attribute[k];
     for (size_t k = 0; k < s->f->n_attribute_proto && src == NULL; k++)
-        if (strcmp(nz(s->f->attribute_proto[k]->name), ref) == 0)
+        if (strcmp(kn_onnx_str(s->f->attribute_proto[k]->name), ref) == 0)
             src = s->f->attribute_proto[k];
     if (src == NULL)
         return NULL;
@@ -140,12 +132,13 @@ static kiln_status expand(inliner *in, Onnx__NodeProto *np, int depth);
 static kiln_status inline_call(inliner *in, const Onnx__FunctionProto *f, Onnx__NodeProto *call,
                                const char *call_name, int depth) {
     char what[300];
-    snprintf(what, sizeof what, "node '%.120s' (local function '%.120s')", call_name, nz(f->name));
+    snprintf(what, sizeof what, "node '%.120s' (local function '%.120s')", call_name,
+             kn_onnx_str(f->name));
     if (depth >= MAX_DEPTH)
         return kn_error(KILN_ERR_MODEL,
                         "local function '%.120s': local functions call each other more than %d "
                         "deep (a recursive function?)",
-                        nz(f->name), MAX_DEPTH);
+                        kn_onnx_str(f->name), MAX_DEPTH);
     if (call->n_input > f->n_input || call->n_output > f->n_output)
         return kn_error(KILN_ERR_MODEL,
                         "%s: the call has %zu inputs and %zu outputs; the "
@@ -155,12 +148,12 @@ static kiln_status inline_call(inliner *in, const Onnx__FunctionProto *f, Onnx__
         const Onnx__OperatorSetIdProto *os = f->opset_import[k];
         for (size_t j = 0; j < in->m->n_opset_import; j++) {
             const Onnx__OperatorSetIdProto *mo = in->m->opset_import[j];
-            if (strcmp(domain_of(os->domain), domain_of(mo->domain)) == 0 &&
+            if (strcmp(kn_onnx_domain(os->domain), kn_onnx_domain(mo->domain)) == 0 &&
                 os->version != mo->version)
                 return kn_error(KILN_ERR_UNSUPPORTED,
                                 "%s: the function imports opset %lld of domain '%s', the model "
                                 "%lld; kiln runs one opset a domain",
-                                what, (long long)os->version, domain_of(os->domain),
+                                what, (long long)os->version, kn_onnx_domain(os->domain),
                                 (long long)mo->version);
         }
     }
@@ -176,9 +169,9 @@ static kiln_status inline_call(inliner *in, const Onnx__FunctionProto *f, Onnx__
             return oom();
         *nn = *bn;
         for (size_t k = 0; k < bn->n_input && rc == KILN_OK; k++)
-            ins[k] = (char *)outer_name(in, &s, nz(bn->input[k]), &rc);
+            ins[k] = (char *)outer_name(in, &s, kn_onnx_str(bn->input[k]), &rc);
         for (size_t k = 0; k < bn->n_output && rc == KILN_OK; k++)
-            outs[k] = (char *)outer_name(in, &s, nz(bn->output[k]), &rc);
+            outs[k] = (char *)outer_name(in, &s, kn_onnx_str(bn->output[k]), &rc);
         size_t na = 0;
         for (size_t k = 0; k < bn->n_attribute && rc == KILN_OK; k++) {
             Onnx__AttributeProto *ap = bn->attribute[k];
@@ -193,8 +186,8 @@ static kiln_status inline_call(inliner *in, const Onnx__FunctionProto *f, Onnx__
         }
         KN_TRY(rc);
         char idx[32];
-        snprintf(idx, sizeof idx, "%s_%zu", nz(bn->op_type), i);
-        nn->name = keep_str(in->out, call_name, nz(bn->name)[0] != '\0' ? bn->name : idx);
+        snprintf(idx, sizeof idx, "%s_%zu", kn_onnx_str(bn->op_type), i);
+        nn->name = keep_str(in->out, call_name, kn_onnx_str(bn->name)[0] != '\0' ? bn->name : idx);
         if (nn->name == NULL)
             return oom();
         nn->input = ins;
@@ -214,7 +207,7 @@ static kiln_status expand(inliner *in, Onnx__NodeProto *np, int depth) {
     char name[64];
     const char *call_name = np->name;
     if (call_name == NULL || call_name[0] == '\0') {
-        snprintf(name, sizeof name, "%.40s_call%zu", nz(np->op_type), in->n_nodes);
+        snprintf(name, sizeof name, "%.40s_call%zu", kn_onnx_str(np->op_type), in->n_nodes);
         call_name = keep_str(in->out, "fn", name);
         if (call_name == NULL)
             return oom();

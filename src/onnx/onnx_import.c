@@ -93,14 +93,6 @@ struct importer {
     bool *removed;       /* per proto node: a Constant turned into a value */
 };
 
-static const char *nz(const char *s) {
-    return s != NULL ? s : "";
-}
-
-static const char *canonical_domain(const char *d) {
-    return d == NULL || strcmp(d, "ai.onnx") == 0 ? "" : d;
-}
-
 static kiln_status oom(void) {
     return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory importing the model");
 }
@@ -152,7 +144,7 @@ static kiln_status lookup(importer *im, const char *name, int *v_out) {
 static kiln_status import_opsets(importer *im, const Onnx__ModelProto *m) {
     for (size_t i = 0; i < m->n_opset_import; i++) {
         const Onnx__OperatorSetIdProto *os = m->opset_import[i];
-        const char *dom = canonical_domain(os->domain);
+        const char *dom = kn_onnx_domain(os->domain);
         int64_t ver = os->has_version ? os->version : 0;
         if (dom[0] == '\0' && (ver < KN_ONNX_MIN_OPSET || ver > KN_ONNX_MAX_OPSET))
             return kn_error(KILN_ERR_UNSUPPORTED,
@@ -174,7 +166,7 @@ static kiln_status import_opsets(importer *im, const Onnx__ModelProto *m) {
     for (size_t f = 0; f < m->n_functions; f++)
         for (size_t i = 0; i < m->functions[f]->n_opset_import; i++) {
             const Onnx__OperatorSetIdProto *os = m->functions[f]->opset_import[i];
-            const char *dom = canonical_domain(os->domain);
+            const char *dom = kn_onnx_domain(os->domain);
             int64_t ver = os->has_version ? os->version : 0;
             if (kn_graph_opset(im->g, dom) >= 0)
                 continue;
@@ -182,7 +174,7 @@ static kiln_status import_opsets(importer *im, const Onnx__ModelProto *m) {
                 (dom[0] == '\0' && (ver < KN_ONNX_MIN_OPSET || ver > KN_ONNX_MAX_OPSET)))
                 return kn_error(KILN_ERR_UNSUPPORTED,
                                 "local function '%s' imports opset %lld of domain '%s'",
-                                nz(m->functions[f]->name), (long long)ver, dom);
+                                kn_onnx_str(m->functions[f]->name), (long long)ver, dom);
             KN_TRY(kn_graph_add_opset(im->g, dom, ver));
         }
     return KILN_OK;
@@ -302,7 +294,7 @@ static kiln_status import_initializers(importer *im) {
         return kn_error(KILN_ERR_UNSUPPORTED, "sparse initializers are not supported");
     for (size_t i = 0; i < gp->n_initializer; i++) {
         const Onnx__TensorProto *tp = gp->initializer[i];
-        const char *name = nz(tp->name);
+        const char *name = kn_onnx_str(tp->name);
         char what[300];
         snprintf(what, sizeof what, "initializer '%.250s'", name);
         if (name[0] == '\0')
@@ -324,7 +316,7 @@ static kiln_status import_initializers(importer *im) {
 static kiln_status import_inputs(importer *im) {
     for (size_t i = 0; i < im->gp->n_input; i++) {
         const Onnx__ValueInfoProto *vi = im->gp->input[i];
-        const char *name = nz(vi->name);
+        const char *name = kn_onnx_str(vi->name);
         char what[300];
         snprintf(what, sizeof what, "graph input '%.250s'", name);
         if (name[0] == '\0')
@@ -348,7 +340,7 @@ static kiln_status name_node(importer *im, size_t i, const Onnx__NodeProto *np) 
     if (np->name != NULL && np->name[0] != '\0')
         snprintf(base, sizeof base, "%.290s", np->name);
     else
-        snprintf(base, sizeof base, "%.250s_%zu", nz(np->op_type), i);
+        snprintf(base, sizeof base, "%.250s_%zu", kn_onnx_str(np->op_type), i);
     snprintf(name, sizeof name, "%s", base);
     for (int k = 2; map_get(&im->node_names, name) >= 0; k++)
         snprintf(name, sizeof name, "%s_%d", base, k);
@@ -356,13 +348,14 @@ static kiln_status name_node(importer *im, size_t i, const Onnx__NodeProto *np) 
     if (im->names[i] == NULL)
         return oom();
     KN_TRY(map_put(&im->node_names, im->names[i], 0));
-    snprintf(im->labels[i], sizeof im->labels[i], "node '%.200s' (%.100s)", name, nz(np->op_type));
+    snprintf(im->labels[i], sizeof im->labels[i], "node '%.200s' (%.100s)", name,
+             kn_onnx_str(np->op_type));
     return KILN_OK;
 }
 
 static kiln_status import_constant(importer *im, size_t i, const Onnx__NodeProto *np) {
     const char *label = im->labels[i];
-    if (np->n_input != 0 || np->n_output != 1 || nz(np->output[0])[0] == '\0')
+    if (np->n_input != 0 || np->n_output != 1 || kn_onnx_str(np->output[0])[0] == '\0')
         return kn_error(KILN_ERR_MODEL, "%s: a Constant takes no inputs and has one named output",
                         label);
     kn_tensor t;
@@ -379,14 +372,14 @@ static kiln_status import_constant(importer *im, size_t i, const Onnx__NodeProto
 static kiln_status declare_node(importer *im, size_t i) {
     const Onnx__NodeProto *np = im->gp->node[i];
     if (np->op_type == NULL || np->op_type[0] == '\0')
-        return kn_error(KILN_ERR_MODEL, "node %zu ('%s') has no op_type", i, nz(np->name));
+        return kn_error(KILN_ERR_MODEL, "node %zu ('%s') has no op_type", i, kn_onnx_str(np->name));
     KN_TRY(name_node(im, i, np));
     const char *label = im->labels[i];
-    const char *dom = canonical_domain(np->domain);
+    const char *dom = kn_onnx_domain(np->domain);
     if (kn_graph_opset(im->g, dom) < 0)
         return kn_error(KILN_ERR_MODEL, "%s: its domain '%s' has no opset import", label, dom);
     for (size_t o = 0; o < np->n_output; o++) {
-        const char *out = nz(np->output[o]);
+        const char *out = kn_onnx_str(np->output[o]);
         if (out[0] == '\0')
             continue;
         int v = map_get(&im->values, out);
@@ -425,7 +418,7 @@ static kiln_status import_node(importer *im, size_t i, int *in, int *out) {
     const Onnx__NodeProto *np = im->gp->node[i];
     const char *label = im->labels[i];
     for (size_t k = 0; k < np->n_input; k++) {
-        const char *name = nz(np->input[k]);
+        const char *name = kn_onnx_str(np->input[k]);
         in[k] = -1;
         if (name[0] != '\0')
             KN_TRY(lookup(im, name, &in[k]));
@@ -436,10 +429,10 @@ static kiln_status import_node(importer *im, size_t i, int *in, int *out) {
                             label, name);
     }
     for (size_t k = 0; k < np->n_output; k++) {
-        const char *name = nz(np->output[k]);
+        const char *name = kn_onnx_str(np->output[k]);
         out[k] = name[0] == '\0' ? -1 : map_get(&im->values, name);
     }
-    const char *dom = canonical_domain(np->domain);
+    const char *dom = kn_onnx_domain(np->domain);
     bodies bd = {0};
     kiln_status rc = import_bodies(im, np, label, &bd);
     int n_in = (int)np->n_input;
@@ -518,11 +511,11 @@ out_free:
 static kiln_status import_value_info(importer *im) {
     for (size_t i = 0; i < im->gp->n_value_info; i++) {
         const Onnx__ValueInfoProto *vi = im->gp->value_info[i];
-        int v = map_get(&im->values, nz(vi->name));
+        int v = map_get(&im->values, kn_onnx_str(vi->name));
         if (v < 0 || kn_value_is_const(&im->g->values[v]) || im->g->values[v].is_input)
             continue;
         char what[300];
-        snprintf(what, sizeof what, "value_info '%.250s'", nz(vi->name));
+        snprintf(what, sizeof what, "value_info '%.250s'", kn_onnx_str(vi->name));
         KN_TRY(apply_type(im, v, vi->type, what, false));
     }
     return KILN_OK;
@@ -531,7 +524,7 @@ static kiln_status import_value_info(importer *im) {
 static kiln_status import_outputs(importer *im) {
     for (size_t i = 0; i < im->gp->n_output; i++) {
         const Onnx__ValueInfoProto *vi = im->gp->output[i];
-        const char *name = nz(vi->name);
+        const char *name = kn_onnx_str(vi->name);
         char what[300];
         snprintf(what, sizeof what, "graph output '%.250s'", name);
         if (name[0] == '\0')
@@ -634,12 +627,12 @@ static kiln_status import_bodies(importer *im, const Onnx__NodeProto *np, const 
                             KN_MAX_BODIES);
         int *caps = NULL, n_caps = 0;
         kiln_status rc =
-            import_subgraph(im, ap->g, label, nz(ap->name), &bd->g[bd->n], &caps, &n_caps);
+            import_subgraph(im, ap->g, label, kn_onnx_str(ap->name), &bd->g[bd->n], &caps, &n_caps);
         if (rc != KILN_OK) {
             kn_free(caps);
             return rc;
         }
-        bd->name[bd->n] = nz(ap->name);
+        bd->name[bd->n] = kn_onnx_str(ap->name);
         kn_graph *g = bd->g[bd->n++];
         for (int c = 0; c < n_caps && rc == KILN_OK; c++) {
             int pv;

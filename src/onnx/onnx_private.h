@@ -8,6 +8,17 @@
 #include "onnx/onnx.pb-c.h"
 
 #include <stdbool.h>
+#include <string.h>
+
+/* A proto string field, "" where it is unset. */
+static inline const char *kn_onnx_str(const char *s) {
+    return s != NULL ? s : "";
+}
+
+/* A node's or opset's domain as kiln names it: "ai.onnx" and unset are the default domain "". */
+static inline const char *kn_onnx_domain(const char *d) {
+    return d == NULL || strcmp(d, "ai.onnx") == 0 ? "" : d;
+}
 
 /* Routes protobuf-c's allocations through kn_malloc/kn_free. Copy it and point
  * allocator_data at a bool to learn whether a failed unpack ran out of memory. */

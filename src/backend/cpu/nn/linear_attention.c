@@ -33,8 +33,10 @@ static void la_range(void *arg, int64_t begin, int64_t end) {
             const float *vt = a->v + (row * a->hkv + h) * dv;
             if (a->gated) {
                 const float *gt = a->g + row * a->g_w;
+                bool per_head = a->g_w == a->hkv;
+                float fh = per_head ? expf(gt[h]) : 0.0f; /* one decay for the head's state */
                 for (int64_t d = 0; d < dk; d++) {
-                    float f = expf(a->g_w == a->hkv ? gt[h] : gt[h * dk + d]);
+                    float f = per_head ? fh : expf(gt[h * dk + d]);
                     for (int64_t m = 0; m < dv; m++)
                         s[d * dv + m] *= f;
                 }
