@@ -347,3 +347,18 @@ void *kn_threadpool_scratch(kn_threadpool *pool, size_t bytes) {
     }
     return pool->scratch;
 }
+
+void kn_shared_item_fill(kn_shared_item *it, int64_t item, int32_t parts, kn_piece_fn fn,
+                         void *arg) {
+    if (atomic_load_explicit(&it->done, memory_order_acquire) >= parts)
+        return;
+    for (;;) {
+        int32_t part = atomic_fetch_add_explicit(&it->next, 1, memory_order_relaxed);
+        if (part >= parts)
+            break;
+        fn(arg, item, part);
+        atomic_fetch_add_explicit(&it->done, 1, memory_order_release);
+    }
+    while (atomic_load_explicit(&it->done, memory_order_acquire) < parts)
+        cpu_relax();
+}

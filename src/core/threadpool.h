@@ -34,6 +34,21 @@ double kn_threadpool_cpu_ms(const kn_threadpool *pool);
 typedef void (*kn_range_fn)(void *arg, int64_t begin, int64_t end);
 void kn_parallel_for(kn_threadpool *pool, int64_t n, int64_t grain, kn_range_fn fn, void *arg);
 
+/* Work shared by the tasks of one job: an item several tasks read (a packed panel of a GEMM's
+ * operand) made of `parts` pieces that any of them may fill, so the packing needs no job of its
+ * own and no barrier before the products: a task that needs the item calls
+ * kn_shared_item_fill, which claims pieces not yet claimed and fills each by fn(arg, item,
+ * part), then waits until the pieces other threads claimed are filled too. Every claimed piece
+ * is being filled by a running thread, so the wait ends (pieces must not wait on anything).
+ * Items start zeroed (one job's use; zero them again before the next). */
+typedef struct kn_shared_item {
+    _Atomic int32_t next; /* the next piece to claim */
+    _Atomic int32_t done; /* pieces filled */
+} kn_shared_item;
+typedef void (*kn_piece_fn)(void *arg, int64_t item, int32_t part);
+void kn_shared_item_fill(kn_shared_item *it, int64_t item, int32_t parts, kn_piece_fn fn,
+                         void *arg);
+
 /* Scratch memory owned by the pool (so by its context), 64-byte aligned, kept between calls so
  * hot kernels do not map fresh pages on every run. Valid until the next call or destroy; only
  * for the thread that drives the pool (not from inside fn). NULL for a NULL pool or on

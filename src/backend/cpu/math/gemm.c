@@ -344,7 +344,16 @@ typedef struct gemm_job {
     float *scratch;
     int64_t scratch_a, scratch_b; /* floats per task */
     atomic_int_fast64_t *next;    /* the next task to claim (run_claimed) */
+    /* Operands packed once for all tasks (kn_gemm: B where rows are split, A where columns
+     * are) are packed by the tasks that read them, a shared item a panel or strip whose pieces
+     * are its KC slices (kn_shared_item_fill), so the packing needs no job and no barrier of
+     * its own: NULL where there is none. */
+    const struct prepack_job *prepack_b;
+    const struct prepack_a_job *prepack_a;
+    kn_shared_item *b_items, *a_items;
 } gemm_job;
+
+static void need_prepacked(const gemm_job *j, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
 
 static kn_gemm_ukr_fn pick(const kn_gemm_ukr *u, int mr, int nr) {
     bool hm = 2 * mr <= u->mr, hn = 2 * nr <= u->nr;
@@ -520,6 +529,8 @@ static void run_tasks(void *arg, int64_t begin, int64_t end) {
         int64_t n1 = tj == j->tn - 1 ? j->n : (tj + 1) * j->units_n / j->tn * j->u->nr;
         float *scratch = j->scratch != NULL ? j->scratch + t * (j->scratch_a + j->scratch_b) : NULL;
         if (m0 < m1 && n0 < n1)
+            need_prepacked(j, m0, m1, n0, n1);
+        if (m0 < m1 && n0 < n1)
             run_block(j, m0, m1, n0, n1, scratch, scratch != NULL ? scratch + j->scratch_a : NULL);
     }
 }
@@ -670,19 +681,18 @@ typedef struct prepack_job {
     float *data;
 } prepack_job;
 
-static void prepack_range(void *arg, int64_t begin, int64_t end) {
+/* Panel p's K slice `slice`. */
+static void prepack_piece(void *arg, int64_t p, int32_t slice) {
     const prepack_job *pj = arg;
     const gemm_job *j = pj->j;
     int nr = j->u->nr;
-    for (int64_t t = begin; t < end; t++) {
-        int64_t pc = t / pj->panels * KC, p = t % pj->panels;
-        int64_t kc = min64(KC, j->k - pc), n0 = p * nr, nc = min64(nr, j->n - n0);
-        float *dst = pj->data + pc * pj->pad + n0 * kc;
-        if (pj->b->pack != NULL)
-            pj->b->pack(pj->b->pack_arg, pc, kc, n0, nc, dst);
-        else
-            pack_b(pj->b->p, pj->b->ld, pj->b->trans, pj->b->scale, pc, kc, n0, nc, nr, dst);
-    }
+    int64_t pc = (int64_t)slice * KC, kc = min64(KC, j->k - pc), n0 = p * nr,
+            nc = min64(nr, j->n - n0);
+    float *dst = pj->data + pc * pj->pad + n0 * kc;
+    if (pj->b->pack != NULL)
+        pj->b->pack(pj->b->pack_arg, pc, kc, n0, nc, dst);
+    else
+        pack_b(pj->b->p, pj->b->ld, pj->b->trans, pj->b->scale, pc, kc, n0, nc, nr, dst);
 }
 
 /* A packed once up front, for grids that split columns: every column task would otherwise
@@ -694,16 +704,26 @@ typedef struct prepack_a_job {
     float *data;
 } prepack_a_job;
 
-static void prepack_a_range(void *arg, int64_t begin, int64_t end) {
+/* Strip s's K slice `slice`. */
+static void prepack_a_piece(void *arg, int64_t s, int32_t slice) {
     const prepack_a_job *pj = arg;
     const gemm_job *j = pj->j;
     int mr = j->u->mr;
-    for (int64_t t = begin; t < end; t++) {
-        int64_t pc = t / pj->strips * KC, i0 = t % pj->strips * mr;
-        int64_t kc = min64(KC, j->k - pc), mc = min64(mr, j->m - i0);
-        pack_a(pj->a->p, pj->a->ld, pj->a->trans, i0, mc, pc, kc, mr,
-               pj->data + pc * pj->pad + i0 * kc);
-    }
+    int64_t pc = (int64_t)slice * KC, i0 = s * mr;
+    int64_t kc = min64(KC, j->k - pc), mc = min64(mr, j->m - i0);
+    pack_a(pj->a->p, pj->a->ld, pj->a->trans, i0, mc, pc, kc, mr,
+           pj->data + pc * pj->pad + i0 * kc);
+}
+
+/* The prepacked panels of columns [n0, n1) and strips of rows [m0, m1) a task reads. */
+static void need_prepacked(const gemm_job *j, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+    int32_t slices = (int32_t)((j->k + KC - 1) / KC);
+    if (j->prepack_b != NULL)
+        for (int64_t p = n0 / j->u->nr; p * j->u->nr < n1; p++)
+            kn_shared_item_fill(&j->b_items[p], p, slices, prepack_piece, (void *)j->prepack_b);
+    if (j->prepack_a != NULL)
+        for (int64_t s = m0 / j->u->mr; s * j->u->mr < m1; s++)
+            kn_shared_item_fill(&j->a_items[s], s, slices, prepack_a_piece, (void *)j->prepack_a);
 }
 
 /* One column (squeeze-excitation 1x1 convs on a 1x1 map) with A packed: the tile path ran a
@@ -773,8 +793,12 @@ kiln_status kn_gemm(kn_threadpool *pool, int64_t m, int64_t n, int64_t k, float 
     int64_t pa_floats = prepack_a ? round_up(pa.pad * k, 16) : 0;
     if (prepack_a)
         j.scratch_a = 0;
+    /* the shared items (two floats each) of B's panels and A's strips */
+    int64_t b_items = prepack ? pb.pad / j.u->nr : 0, a_items = prepack_a ? pa.pad / j.u->mr : 0;
+    int64_t items_floats = round_up(2 * (b_items + a_items), 16);
     size_t bytes =
-        (size_t)(pb_floats + pa_floats + tasks * (j.scratch_a + j.scratch_b)) * sizeof(float);
+        (size_t)(pb_floats + pa_floats + items_floats + tasks * (j.scratch_a + j.scratch_b)) *
+        sizeof(float);
     float *own = NULL, *buf = bytes > 0 ? kn_threadpool_scratch(pool, bytes) : NULL;
     if (bytes > 0 && buf == NULL) {
         buf = own = kn_aligned_alloc(bytes, 64);
@@ -783,17 +807,22 @@ kiln_status kn_gemm(kn_threadpool *pool, int64_t m, int64_t n, int64_t k, float 
     }
     /* Both operands may need no packing (A prepacked, B read in place): then there is no
      * buffer, and an offset from NULL is undefined even when it is zero. */
-    j.scratch = buf != NULL ? buf + pb_floats + pa_floats : NULL;
+    j.scratch = buf != NULL ? buf + pb_floats + pa_floats + items_floats : NULL;
+    if (items_floats > 0) {
+        j.b_items = (kn_shared_item *)(buf + pb_floats + pa_floats);
+        j.a_items = j.b_items + b_items;
+        memset(j.b_items, 0, (size_t)(b_items + a_items) * sizeof(kn_shared_item));
+    }
+    prepack_a_job pja = {.j = &j, .a = a, .strips = j.units_m, .pad = pa.pad};
     if (prepack_a) {
-        pa.data = buf + pb_floats;
-        prepack_a_job pj = {.j = &j, .a = a, .strips = j.units_m, .pad = pa.pad, .data = pa.data};
-        kn_parallel_for(pool, (k + KC - 1) / KC * j.units_m, 4, prepack_a_range, &pj);
+        pa.data = pja.data = buf + pb_floats;
+        j.prepack_a = &pja;
         j.a = &ap;
     }
+    prepack_job pjb = {.j = &j, .b = b, .panels = j.panels_n, .pad = pb.pad, .data = buf};
     if (prepack) {
         pb.data = buf;
-        prepack_job pj = {.j = &j, .b = b, .panels = j.panels_n, .pad = pb.pad, .data = buf};
-        kn_parallel_for(pool, (k + KC - 1) / KC * j.panels_n, 1, prepack_range, &pj);
+        j.prepack_b = &pjb;
         j.b = &bp;
     }
     atomic_int_fast64_t next;

@@ -334,39 +334,39 @@ static void pack_a_amx_range(void *arg, int64_t begin, int64_t end) {
     }
 }
 
-/* B's packing as tasks of one panel's PACK_ROWS rows of K (the panel's K padding with its first
- * chunk): a 7x7 map is two panels (49 columns), so tasks of whole panels left all but two
- * threads idle while ResNet-50's 4608-deep im2col was packed and converted. */
-static int64_t pack_b_chunks(const pack_job *j) {
-    return (j->k + PACK_ROWS - 1) / PACK_ROWS;
+/* B's packing in pieces of one panel's PACK_ROWS rows of K (the panel's K padding with its
+ * first piece): a 7x7 map is two panels (49 columns), so whole panels left all but two threads
+ * idle while ResNet-50's 4608-deep im2col was packed and converted. The pieces are filled inside
+ * the product's job by the tasks that read the panel (kn_shared_item_fill): no job and no
+ * barrier of their own, and a panel only one task reads is packed by that task, so the
+ * products find it in its cache instead of in memory. */
+static int32_t pack_b_chunks(const pack_job *j) {
+    return (int32_t)((j->k + PACK_ROWS - 1) / PACK_ROWS);
 }
 
-static void pack_b_range(void *arg, int64_t begin, int64_t end) {
+static void pack_b_piece(void *arg, int64_t pn, int32_t piece) {
     const pack_job *j = arg;
     const kn_bf16_operand *b = j->op;
     float panel[PACK_ROWS * NR];
-    int64_t chunks = pack_b_chunks(j);
-    for (int64_t t = begin; t < end; t++) {
-        int64_t pn = t / chunks, k0 = t % chunks * PACK_ROWS;
-        int64_t n0 = pn * NR, nc = min64(NR, j->rows - n0), kc = min64(PACK_ROWS, j->k - k0);
-        uint32_t *d = j->dst + pn * j->kstride * NR;
-        if (k0 == 0 && j->kstride > j->kpairs)
-            memset(d + j->kpairs * NR, 0, (size_t)((j->kstride - j->kpairs) * NR) * sizeof *d);
-        if (b->pack == NULL && !b->trans) {
-            rows_to_pairs(b->p + k0 * b->ld + n0, b->ld, kc, nc, d + k0 / 2 * NR);
-            continue;
-        }
-        if (b->pack != NULL) {
-            b->pack(b->pack_arg, k0, kc, n0, nc, panel);
-        } else {
-            for (int64_t q = 0; q < kc; q++)
-                for (int64_t c = 0; c < NR; c++)
-                    panel[q * NR + c] = c >= nc ? 0.0f
-                                                : (b->trans ? b->p[(n0 + c) * b->ld + k0 + q]
-                                                            : b->p[(k0 + q) * b->ld + n0 + c]);
-        }
-        panel_to_pairs(panel, kc, d + k0 / 2 * NR);
+    int64_t k0 = (int64_t)piece * PACK_ROWS;
+    int64_t n0 = pn * NR, nc = min64(NR, j->rows - n0), kc = min64(PACK_ROWS, j->k - k0);
+    uint32_t *d = j->dst + pn * j->kstride * NR;
+    if (k0 == 0 && j->kstride > j->kpairs)
+        memset(d + j->kpairs * NR, 0, (size_t)((j->kstride - j->kpairs) * NR) * sizeof *d);
+    if (b->pack == NULL && !b->trans) {
+        rows_to_pairs(b->p + k0 * b->ld + n0, b->ld, kc, nc, d + k0 / 2 * NR);
+        return;
     }
+    if (b->pack != NULL) {
+        b->pack(b->pack_arg, k0, kc, n0, nc, panel);
+    } else {
+        for (int64_t q = 0; q < kc; q++)
+            for (int64_t c = 0; c < NR; c++)
+                panel[q * NR + c] = c >= nc ? 0.0f
+                                            : (b->trans ? b->p[(n0 + c) * b->ld + k0 + q]
+                                                        : b->p[(k0 + q) * b->ld + n0 + c]);
+    }
+    panel_to_pairs(panel, kc, d + k0 / 2 * NR);
 }
 
 #define NATIVE __attribute__((target("avx512f,avx512vl,avx512bf16")))
@@ -563,7 +563,19 @@ typedef struct gemm_job {
     bool native;
     bool b_ahead;   /* B packed at load: the native kernel fetches it ahead */
     int64_t tm, tn; /* tasks along rows (strips; pairs of AMX strips) and columns (panels) */
+    /* B packed by the tasks (pack_b_piece), when not packed at load: a shared item a panel */
+    const pack_job *b_pack;
+    kn_shared_item *b_items;
 } gemm_job;
+
+/* Panels [p0, p1) of B packed, where the tasks pack them. */
+static void need_panels(const gemm_job *j, int64_t p0, int64_t p1) {
+    if (j->b_pack == NULL)
+        return;
+    int32_t pieces = pack_b_chunks(j->b_pack);
+    for (int64_t pn = p0; pn < p1; pn++)
+        kn_shared_item_fill(&j->b_items[pn], pn, pieces, pack_b_piece, (void *)j->b_pack);
+}
 
 /* The epilogue of the tile at (i0, j0): its in-register part for the native kernel, all of it
  * here for the portable one (te NULL). */
@@ -615,6 +627,7 @@ static void run_tasks(void *arg, int64_t begin, int64_t end) {
         int64_t ti = t / j->tn, tj = t % j->tn;
         int64_t s0 = ti * j->strips / j->tm, s1 = (ti + 1) * j->strips / j->tm;
         int64_t p0 = tj * j->panels / j->tn, p1 = (tj + 1) * j->panels / j->tn;
+        need_panels(j, p0, p1);
         /* A few panels (7x7 maps: 49 columns are two) whose whole K stays in L2: each strip of
          * A once, its K slices in order, every panel against each slice while it is in L1, so
          * A (the weights, cold in cache) streams through once, front to back, prefetched ahead.
@@ -704,6 +717,7 @@ static void run_amx_tasks(void *arg, int64_t begin, int64_t end) {
         int64_t ti = t / j->tn, tj = t % j->tn;
         int64_t s0 = ti * j->strips / j->tm, s1 = (ti + 1) * j->strips / j->tm;
         int64_t p0 = tj * j->panels / j->tn, p1 = (tj + 1) * j->panels / j->tn;
+        need_panels(j, p0, p1);
         for (int64_t kb = 0; kb < kblocks; kb += AMX_KCB) {
             int64_t kcb = min64(AMX_KCB, kblocks - kb);
             for (int64_t pn = p0; pn < p1; pn++)
@@ -788,7 +802,9 @@ kiln_status kn_gemm_bf16(kn_threadpool *pool, int64_t m, int64_t n, int64_t k,
     size_t a_words = a->packed != NULL ? 0 : (size_t)(j.strips * mr * kstride);
     size_t b_words = b->packed != NULL ? 0 : (size_t)(j.panels * NR * kstride);
     size_t a_bytes = (a_words * sizeof(uint32_t) + 63) / 64 * 64;
-    size_t bytes = a_bytes + b_words * sizeof(uint32_t);
+    size_t b_bytes = (b_words * sizeof(uint32_t) + 63) / 64 * 64;
+    size_t items = b->packed != NULL ? 0 : (size_t)j.panels;
+    size_t bytes = a_bytes + b_bytes + items * sizeof(kn_shared_item);
     uint8_t *own = NULL, *buf = bytes > 0 ? kn_threadpool_scratch(pool, bytes) : NULL;
     if (bytes > 0 && buf == NULL) {
         buf = own = kn_aligned_alloc(bytes, 64);
@@ -810,17 +826,19 @@ kiln_status kn_gemm_bf16(kn_threadpool *pool, int64_t m, int64_t n, int64_t k,
             kn_parallel_for(pool, j.strips, 4, pack_a_range, &pj);
         j.a = pj.dst;
     }
+    pack_job bj = {.op = b,
+                   .rows = n,
+                   .k = k,
+                   .kpairs = kpairs,
+                   .kstride = kstride,
+                   .dst = (uint32_t *)(buf + a_bytes)};
     if (b->packed != NULL) {
         j.b = b->packed->data;
     } else {
-        pack_job pj = {.op = b,
-                       .rows = n,
-                       .k = k,
-                       .kpairs = kpairs,
-                       .kstride = kstride,
-                       .dst = (uint32_t *)(buf + a_bytes)};
-        kn_parallel_for(pool, j.panels * pack_b_chunks(&pj), 2, pack_b_range, &pj);
-        j.b = pj.dst;
+        j.b = bj.dst;
+        j.b_pack = &bj;
+        j.b_items = (kn_shared_item *)(buf + a_bytes + b_bytes);
+        memset(j.b_items, 0, items * sizeof(kn_shared_item));
     }
     if (amx)
         j.strips = (m + 2 * AMX_MR - 1) / (2 * AMX_MR);
