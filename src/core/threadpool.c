@@ -31,6 +31,7 @@
 #include "core/alloc.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <time.h>
@@ -359,6 +360,12 @@ void kn_shared_item_fill(kn_shared_item *it, int64_t item, int32_t parts, kn_pie
         fn(arg, item, part);
         atomic_fetch_add_explicit(&it->done, 1, memory_order_release);
     }
-    while (atomic_load_explicit(&it->done, memory_order_acquire) < parts)
-        cpu_relax();
+    /* pieces take microseconds; past a spin of that order the filler may have lost its core
+     * (a shared machine), so give it the core back */
+    for (int spins = 0; atomic_load_explicit(&it->done, memory_order_acquire) < parts; spins++) {
+        if (spins < SPIN_ITERS)
+            cpu_relax();
+        else
+            sched_yield();
+    }
 }

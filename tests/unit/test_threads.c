@@ -228,6 +228,62 @@ static void test_pool_takes_held_ranges(void **state) {
     kn_threadpool_destroy(pool);
 }
 
+/* ---- pieces of a shared item filled inside one job ----------------------------------- */
+
+#define SHARED_ITEMS 24
+#define SHARED_PIECES 7
+
+typedef struct shared_job {
+    kn_shared_item items[SHARED_ITEMS];
+    atomic_int fills[SHARED_ITEMS][SHARED_PIECES];
+    atomic_int early; /* a task that went on before every piece of its item was filled */
+    int tasks_per_item;
+} shared_job;
+
+static void fill_piece(void *arg, int64_t item, int32_t part) {
+    shared_job *j = arg;
+    for (volatile int spin = 0; spin < 20000 * (part + 1); spin++) /* uneven pieces */
+        ;
+    atomic_fetch_add(&j->fills[item][part], 1);
+}
+
+static void shared_tasks(void *arg, int64_t begin, int64_t end) {
+    shared_job *j = arg;
+    for (int64_t t = begin; t < end; t++) {
+        int64_t item = t / j->tasks_per_item;
+        kn_shared_item_fill(&j->items[item], item, SHARED_PIECES, fill_piece, j);
+        for (int p = 0; p < SHARED_PIECES; p++)
+            if (atomic_load(&j->fills[item][p]) != 1)
+                atomic_fetch_add(&j->early, 1);
+    }
+}
+
+/* Every piece of every item filled exactly once, and no task past kn_shared_item_fill before
+ * its item was whole: on one thread (no pool), and on 5 and 16 threads with one to five tasks
+ * reading each item. */
+static void test_shared_item_fill(void **state) {
+    (void)state;
+    int sizes[] = {1, 5, 16};
+    for (int si = 0; si < 3; si++) {
+        kn_threadpool *pool = sizes[si] > 1 ? kn_threadpool_create(sizes[si]) : NULL;
+        assert_true(sizes[si] == 1 || pool != NULL);
+        for (int per = 1; per <= 5; per++) {
+            shared_job *j = calloc(1, sizeof *j);
+            assert_non_null(j);
+            j->tasks_per_item = per;
+            kn_parallel_for(pool, (int64_t)SHARED_ITEMS * per, 1, shared_tasks, j);
+            assert_int_equal(atomic_load(&j->early), 0);
+            for (int i = 0; i < SHARED_ITEMS; i++) {
+                assert_int_equal(atomic_load(&j->items[i].done), SHARED_PIECES);
+                for (int p = 0; p < SHARED_PIECES; p++)
+                    assert_int_equal(atomic_load(&j->fills[i][p]), 1);
+            }
+            free(j);
+        }
+        kn_threadpool_destroy(pool);
+    }
+}
+
 static void test_pick(void **state) {
     (void)state;
     int t[] = {16, 8, 4, 2, 1};
@@ -431,6 +487,7 @@ int main(void) {
         cmocka_unit_test(test_pool_limit_back_to_back),
         cmocka_unit_test(test_pool_sleep_paths),
         cmocka_unit_test(test_pool_takes_held_ranges),
+        cmocka_unit_test(test_shared_item_fill),
         cmocka_unit_test(test_pick),
         cmocka_unit_test(test_build_records_valid_counts),
         cmocka_unit_test(test_capped_runs_match),
