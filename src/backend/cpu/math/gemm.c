@@ -528,10 +528,10 @@ static void run_tasks(void *arg, int64_t begin, int64_t end) {
         int64_t n0 = tj * j->units_n / j->tn * j->u->nr;
         int64_t n1 = tj == j->tn - 1 ? j->n : (tj + 1) * j->units_n / j->tn * j->u->nr;
         float *scratch = j->scratch != NULL ? j->scratch + t * (j->scratch_a + j->scratch_b) : NULL;
-        if (m0 < m1 && n0 < n1)
+        if (m0 < m1 && n0 < n1) {
             need_prepacked(j, m0, m1, n0, n1);
-        if (m0 < m1 && n0 < n1)
             run_block(j, m0, m1, n0, n1, scratch, scratch != NULL ? scratch + j->scratch_a : NULL);
+        }
     }
 }
 
