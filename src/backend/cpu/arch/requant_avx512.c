@@ -42,19 +42,15 @@
 #define RQV __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi")))
 #define RQV_INLINE RQV __attribute__((always_inline)) static inline
 
+/* No cache: __builtin_cpu_supports reads bits libgcc sets before main, and a static written
+ * by the first callers (the threads of a job) was a data race. */
 bool kn_qrequant_avx512_ok(void) {
-    static int ok = -1;
-    if (ok < 0)
-        ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-             __builtin_cpu_supports("avx512vl");
-    return ok != 0;
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl");
 }
 
 static bool vbmi_ok(void) {
-    static int ok = -1;
-    if (ok < 0)
-        ok = kn_qrequant_avx512_ok() && __builtin_cpu_supports("avx512vbmi");
-    return ok != 0;
+    return kn_qrequant_avx512_ok() && __builtin_cpu_supports("avx512vbmi");
 }
 
 /* The constants of a call, in lanes; with fast, lo and hi are the quotient's one clamp. */

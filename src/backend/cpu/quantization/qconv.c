@@ -263,11 +263,10 @@ __attribute__((target("avx512f,avx512bw"))) static void pack_blocks4(const uint8
     }
 }
 
+/* __builtin_cpu_supports reads the feature bits libgcc sets before main: no cache of its own
+ * (a plain static written by the first callers, from every thread of a job, was a data race). */
 static bool pack512_ok(void) {
-    static int ok = -1;
-    if (ok < 0)
-        ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
-    return ok != 0;
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
 }
 #endif
 
