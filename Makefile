@@ -98,17 +98,16 @@ test-types: build
 	KILN_LIBRARY=$(BUILD)/lib/libkiln.so PYTHONPATH=python $(PYTHON) tests/python/typed_usage.py
 
 # Under ThreadSanitizer: the backend seam's threads (8 contexts of one engine split across
-# testdev and the host), the pool (test_threads) and the CLI's threaded products.
+# testdev and the host), the pool (test_threads) and the model tests with a TSan kiln.
 test-tsan: deps
 	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_TSAN=ON >/dev/null
 	cmake --build $(TSAN_BUILD) -j$(JOBS) --target test_backend_seam test_threads kiln kiln_testdev \
 	  kiln_test_scale_plugin
 	cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure \
 	  -R 'test_backend_seam|test_threads'
-	# the threaded products (int8 convs, bf16 and float32 GEMMs sharing packed panels) under
-	# ThreadSanitizer: a report ends kiln with an error, which fails the test
-	TSAN_OPTIONS=halt_on_error=1 KILN=$(TSAN_BUILD)/bin/kiln $(PYTHON) -m pytest -q \
-	  tests/models/test_int8.py tests/models/test_cpu_bf16.py tests/models/test_matmul_threads.py \
+	# the model tests with a TSan kiln (threaded int8 convs, bf16 and float32 GEMMs sharing
+	# packed panels): a report ends kiln with an error, which fails the test
+	TSAN_OPTIONS=halt_on_error=1 KILN=$(TSAN_BUILD)/bin/kiln $(PYTHON) -m pytest -q tests/models \
 	  -k 'not python'
 
 test-tools: build
