@@ -241,7 +241,22 @@ KN_CLONES static void pool2d_planes(void *arg, int64_t begin, int64_t end) {
                 continue;
             }
             const float *x0 = x + r0 * W;
-            for (int64_t r = r0; r < r1; r++) {
+            int64_t rest = r0; /* the first row the loop below reduces */
+            if (r1 - r0 == 3) {
+                /* a 3-row window (the common 3x3 pools) in one pass: a copy and two passes over
+                 * the row buffer were three quarters of ResNet-50's MaxPool */
+                const float *x1 = x0 + W, *x2 = x1 + W;
+                if (is_max)
+                    for (int64_t i = 0; i < body; i++) {
+                        float m = x1[i] > x0[i] ? x1[i] : x0[i];
+                        row[i] = x2[i] > m ? x2[i] : m;
+                    }
+                else
+                    for (int64_t i = 0; i < body; i++)
+                        row[i] = x0[i] + x1[i] + x2[i];
+                rest = r1;
+            }
+            for (int64_t r = rest; r < r1; r++) {
                 const float *xr = x + r * W;
                 if (r == r0)
                     for (int64_t i = 0; i < body; i++)
