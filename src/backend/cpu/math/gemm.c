@@ -793,9 +793,12 @@ kiln_status kn_gemm(kn_threadpool *pool, int64_t m, int64_t n, int64_t k, float 
     int64_t pa_floats = prepack_a ? round_up(pa.pad * k, 16) : 0;
     if (prepack_a)
         j.scratch_a = 0;
-    /* the shared items (two floats each) of B's panels and A's strips */
+    /* the shared items of B's panels and A's strips, in the float scratch */
     int64_t b_items = prepack ? pb.pad / j.u->nr : 0, a_items = prepack_a ? pa.pad / j.u->mr : 0;
-    int64_t items_floats = round_up(2 * (b_items + a_items), 16);
+    int64_t items_floats =
+        round_up((b_items + a_items) *
+                     (int64_t)((sizeof(kn_shared_item) + sizeof(float) - 1) / sizeof(float)),
+                 16);
     size_t bytes =
         (size_t)(pb_floats + pa_floats + items_floats + tasks * (j.scratch_a + j.scratch_b)) *
         sizeof(float);

@@ -418,58 +418,6 @@ static void pack_piece(void *arg, int64_t chunk, int32_t piece) {
                j->es + chunk * j->pc);
 }
 
-static void pad_range(void *arg, int64_t begin, int64_t end);
-
-static void pad_piece(void *arg, int64_t item, int32_t piece) {
-    (void)item;
-    const qcjob *j = arg;
-    int64_t total = j->g.n * j->g.c_in, c0 = piece * j->pad_step;
-    pad_range(arg, c0, c0 + j->pad_step < total ? c0 + j->pad_step : total);
-}
-
-static void conv_range(void *arg, int64_t begin, int64_t end) {
-    qcjob *j = arg;
-    const qconv *s = j->s;
-    int slot = take_slot(j);
-    qcbufs b = slot_bufs(j, slot);
-    if (j->padded)
-        kn_shared_item_fill(&j->pad_item, 0, j->pad_pieces, pad_piece, j);
-    qcpiece piece = {.j = j, .t = b.t};
-    int64_t done_chunk = -1; /* the panel packed last (tasks of one chunk run in order) */
-    for (int64_t t = begin; t < end; t++) {
-        int64_t chunk = t / j->parts, part = t % j->parts;
-        int64_t img, p0, m;
-        chunk_span(j, chunk, &img, &p0, &m);
-        int64_t w16 = (m + 15) / 16 * 16;
-        int8_t *packed = b.panel;
-        int32_t *e = b.e;
-        if (j->panels != NULL) {
-            kn_shared_item_fill(&j->items[chunk], chunk, pack_pieces(j, chunk), pack_piece, &piece);
-            packed = j->panels + (size_t)chunk * j->panel_bytes;
-            e = j->es + chunk * j->pc;
-        } else if (chunk != done_chunk) {
-            pack_chunk(j, chunk, 0, w16 / 16, b.t, b.panel, b.e);
-            done_chunk = chunk;
-        }
-        kn_qgemm_b panel = {.k = s->k, .n = w16, .kp = s->kp, .nb = w16 / 16, .packed = packed};
-        int64_t r0 = part * j->rows, r1 = r0 + j->rows < s->n ? r0 + j->rows : s->n;
-        kn_qgemm_u8s8(s->a + r0 * s->kp, s->kp, r1 - r0, &panel, b.c, w16);
-        int64_t at = img * s->n * j->pixels + r0 * j->pixels;
-        if (!j->padded || j->pitch == j->g.out[1]) {
-            /* no thrown-away columns (a 1x1 of stride 2 has pitch = ow): column q is pixel q */
-            at += p0;
-            kn_qrequant_rows(&s->rq, s->scale + r0, s->bias + r0, s->corr + r0, b.c, w16, e,
-                             j->res != NULL ? j->res + at : NULL, m, r1 - r0, j->y + at, j->pixels);
-            continue;
-        }
-        /* column q is pixel (q / pitch, q % pitch), thrown away where q % pitch >= ow */
-        kn_qrequant_rows_pitched(&s->rq, s->scale + r0, s->bias + r0, s->corr + r0, b.c, w16, e,
-                                 j->res != NULL ? j->res + at : NULL, p0, m, j->pitch, j->g.out[1],
-                                 r1 - r0, j->y + at, j->pixels);
-    }
-    atomic_store_explicit(&j->busy[slot], 0, memory_order_release);
-}
-
 #ifdef KN_PACK512
 /* Rows [0, rows) of a phase plane of stride 2 along x, pitch bytes apart: column q of row r
  * holds src[r * ld + 2 q] for q in [lo, hi) and pad elsewhere; 32 columns a step for all rows,
@@ -570,6 +518,57 @@ static void pad_range(void *arg, int64_t begin, int64_t end) {
         }
         memset(p, j->s->pad, (size_t)(j->chan - (p - (j->xp + t * j->chan))));
     }
+}
+
+/* Piece `piece` of the padded copy: pad_step channels. */
+static void pad_piece(void *arg, int64_t item, int32_t piece) {
+    (void)item;
+    const qcjob *j = arg;
+    int64_t total = j->g.n * j->g.c_in, c0 = piece * j->pad_step;
+    pad_range(arg, c0, c0 + j->pad_step < total ? c0 + j->pad_step : total);
+}
+
+static void conv_range(void *arg, int64_t begin, int64_t end) {
+    qcjob *j = arg;
+    const qconv *s = j->s;
+    int slot = take_slot(j);
+    qcbufs b = slot_bufs(j, slot);
+    if (j->padded)
+        kn_shared_item_fill(&j->pad_item, 0, j->pad_pieces, pad_piece, j);
+    qcpiece piece = {.j = j, .t = b.t};
+    int64_t done_chunk = -1; /* the panel packed last (tasks of one chunk run in order) */
+    for (int64_t t = begin; t < end; t++) {
+        int64_t chunk = t / j->parts, part = t % j->parts;
+        int64_t img, p0, m;
+        chunk_span(j, chunk, &img, &p0, &m);
+        int64_t w16 = (m + 15) / 16 * 16;
+        int8_t *packed = b.panel;
+        int32_t *e = b.e;
+        if (j->panels != NULL) {
+            kn_shared_item_fill(&j->items[chunk], chunk, pack_pieces(j, chunk), pack_piece, &piece);
+            packed = j->panels + (size_t)chunk * j->panel_bytes;
+            e = j->es + chunk * j->pc;
+        } else if (chunk != done_chunk) {
+            pack_chunk(j, chunk, 0, w16 / 16, b.t, b.panel, b.e);
+            done_chunk = chunk;
+        }
+        kn_qgemm_b panel = {.k = s->k, .n = w16, .kp = s->kp, .nb = w16 / 16, .packed = packed};
+        int64_t r0 = part * j->rows, r1 = r0 + j->rows < s->n ? r0 + j->rows : s->n;
+        kn_qgemm_u8s8(s->a + r0 * s->kp, s->kp, r1 - r0, &panel, b.c, w16);
+        int64_t at = img * s->n * j->pixels + r0 * j->pixels;
+        if (!j->padded || j->pitch == j->g.out[1]) {
+            /* no thrown-away columns (a 1x1 of stride 2 has pitch = ow): column q is pixel q */
+            at += p0;
+            kn_qrequant_rows(&s->rq, s->scale + r0, s->bias + r0, s->corr + r0, b.c, w16, e,
+                             j->res != NULL ? j->res + at : NULL, m, r1 - r0, j->y + at, j->pixels);
+            continue;
+        }
+        /* column q is pixel (q / pitch, q % pitch), thrown away where q % pitch >= ow */
+        kn_qrequant_rows_pitched(&s->rq, s->scale + r0, s->bias + r0, s->corr + r0, b.c, w16, e,
+                                 j->res != NULL ? j->res + at : NULL, p0, m, j->pitch, j->g.out[1],
+                                 r1 - r0, j->y + at, j->pixels);
+    }
+    atomic_store_explicit(&j->busy[slot], 0, memory_order_release);
 }
 
 kiln_status kn_cpu_qconv_run(kn_kernel_ctx *k) {
