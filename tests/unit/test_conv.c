@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/math/gemm.h"
+#include "backend/cpu/nn/conv.h"
 #include "core/alloc.h"
 #include "ops/nn/conv_geom.h"
 #include "ops/op.h"
@@ -844,6 +845,101 @@ static void test_infer_errors(void **state) {
     assert_int_equal(kn_op_find("", "MatMul")->infer(&mc), KILN_ERR_SHAPE);
 }
 
+/* to_bf16 of the bf16 GEMM: nearest even, a NaN kept quiet. */
+static uint32_t ref_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return (x >> 16) | 0x40u;
+    return (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+}
+
+/* The im2col's bf16 pairs (kn_cpu_im2col_pairs_avx512) against the float32 panels of
+ * kn_cpu_im2col_pack_avx512 paired here: stride 1 (pads, dilation, wide and tall kernels) and
+ * the split stride-2 layout, every panel (the last one partial), pieces of 64 rows of K and odd
+ * tails, inputs with NaN, infinities, denormals and values that round to even. */
+static void test_im2col_pairs(void **state) {
+    (void)state;
+    if (!__builtin_cpu_supports("avx512f") || strcmp(kn_gemm_isa(), "avx512") != 0) {
+        print_message("no AVX-512 here: the packers under test do not run\n");
+        return;
+    }
+    /* c, h, w, kh, kw, pad, dilation, stride (2: the split layout) */
+    static const int64_t geo[][8] = {{5, 14, 14, 3, 3, 1, 1, 1}, {3, 7, 7, 3, 3, 1, 1, 1},
+                                     {2, 9, 11, 5, 5, 2, 1, 1},  {4, 10, 6, 1, 7, 3, 1, 1},
+                                     {3, 12, 12, 3, 3, 2, 2, 1}, {4, 15, 15, 3, 3, 1, 1, 2},
+                                     {3, 16, 9, 7, 7, 3, 1, 2},  {2, 56, 56, 3, 3, 1, 1, 1}};
+    static const float odd[] = {NAN,     INFINITY,    -INFINITY,   1e-40f,
+                                -3e-39f, 1.00390625f, 1.01171875f, -0.0f};
+    for (size_t gi = 0; gi < sizeof geo / sizeof geo[0]; gi++) {
+        const int64_t *q = geo[gi];
+        int64_t c = q[0], h = q[1], w = q[2], kh = q[3], kw = q[4], pad = q[5], dil = q[6],
+                st = q[7];
+        int64_t oh = (h + 2 * pad - dil * (kh - 1) - 1) / st + 1;
+        int64_t ow = (w + 2 * pad - dil * (kw - 1) - 1) / st + 1;
+        int64_t w2 = (w + 1) / 2, row = st == 2 ? 2 * w2 : w, plane = h * row;
+        float *x = kn_malloc((size_t)(c * plane) * sizeof(float));
+        assert_non_null(x);
+        for (int64_t i = 0; i < c * plane; i++)
+            x[i] = i % 37 == 5 ? odd[(i / 37) % 8] : frand();
+        kn_im2col2d g = {.x = x,
+                         .plane = plane,
+                         .row = row,
+                         .h = h,
+                         .ow = ow,
+                         .kh = kh,
+                         .kw = kw,
+                         .sh = st,
+                         .ph = pad,
+                         .dh = dil};
+        for (int64_t kx = 0; kx < kw; kx++) {
+            int64_t dx = kx * dil - pad;
+            if (st == 1) {
+                g.xoff[kx] = dx;
+                g.width[kx] = w;
+            } else { /* the split layout: even columns, then odd ones at w2 */
+                int64_t par = dx & 1;
+                g.xoff[kx] = (dx - par) / 2;
+                g.hoff[kx] = par * w2;
+                g.width[kx] = par != 0 ? w / 2 : (w + 1) / 2;
+            }
+        }
+        int64_t k = c * kh * kw, n = oh * ow;
+        float panel[64 * 32];
+        uint32_t pairs[33 * 32];
+        for (int64_t n0 = 0; n0 < n; n0 += 32) {
+            int64_t nc = n - n0 < 32 ? n - n0 : 32;
+            for (int64_t k0 = 0; k0 < k; k0 += 64) {
+                int64_t kc = k - k0 < 64 ? k - k0 : 64;
+                for (int tail = 0; tail < 2; tail++) {
+                    if (tail == 1 && kc < 2)
+                        continue;
+                    int64_t kk = tail == 1 ? kc - 1 - (kc % 2 == 0) : kc; /* an odd count */
+                    memset(pairs, 0xAB, sizeof pairs);
+                    kn_cpu_im2col_pack_avx512(&g, k0, kk, n0, nc, panel);
+                    kn_cpu_im2col_pairs_avx512(&g, k0, kk, n0, nc, pairs);
+                    for (int64_t p = 0; 2 * p < kk; p++)
+                        for (int64_t j = 0; j < 32; j++) {
+                            uint32_t lo = j < nc ? ref_bf16(panel[2 * p * 32 + j]) : 0;
+                            uint32_t hi = j < nc && 2 * p + 1 < kk
+                                              ? ref_bf16(panel[(2 * p + 1) * 32 + j])
+                                              : 0;
+                            if (pairs[p * 32 + j] != (lo | hi << 16))
+                                fail_msg("geometry %zu, panel %lld, rows %lld+%lld, pair %lld, "
+                                         "column %lld: %08x, expected %08x",
+                                         gi, (long long)n0, (long long)k0, (long long)kk,
+                                         (long long)p, (long long)j, pairs[p * 32 + j],
+                                         lo | hi << 16);
+                        }
+                    /* nothing past the pair rows asked for */
+                    assert_int_equal(pairs[(kk + 1) / 2 * 32], 0xABABABABu);
+                }
+            }
+        }
+        kn_free(x);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv2d_sweep),
@@ -858,6 +954,7 @@ int main(void) {
         cmocka_unit_test(test_infer_errors),
         cmocka_unit_test(test_conv_winograd),
         cmocka_unit_test(test_depthwise_direct),
+        cmocka_unit_test(test_im2col_pairs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -90,6 +90,100 @@ void kn_cpu_im2col_pack_avx512(const kn_im2col2d *g, int64_t k0, int64_t kc, int
     pack(g, k0, kc, n0, nc, dst);
 }
 
+/* The bf16 bits of 16 floats, rounded to nearest even, a NaN kept quiet: the bf16 GEMM's
+ * to_bf16, lane by lane, so the pairs match its own packing bit for bit. */
+AVX512 static inline __m512i to_bf16(__m512 v) {
+    __m512i x = _mm512_castps_si512(v);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(
+        _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), lsb), 16);
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
+                                            _mm512_set1_epi32(0x7f800000));
+    return _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40));
+}
+
+/* A panel's segments (output-row runs) for columns [col0, col0 + cols). */
+typedef struct segs {
+    int64_t oh[MAX_SEGS], ow[MAX_SEGS], len[MAX_SEGS], j[MAX_SEGS];
+    int n;
+} segs;
+
+static void panel_segs(const kn_im2col2d *g, int64_t col0, int64_t cols, segs *s) {
+    s->n = 0;
+    for (int64_t j = 0, oh = col0 / g->ow, ow = col0 % g->ow; j < cols; s->n++) {
+        int64_t len = cols - j < g->ow - ow ? cols - j : g->ow - ow;
+        s->oh[s->n] = oh * g->sh - g->ph;
+        s->ow[s->n] = ow;
+        s->len[s->n] = len;
+        s->j[s->n] = j;
+        j += len;
+        ow += len;
+        if (ow == g->ow) {
+            ow = 0;
+            oh++;
+        }
+    }
+}
+
+/* Lanes [lo, hi) of a 32-lane row, as the masks of its two halves. */
+AVX512 static inline void lane_range(int64_t lo, int64_t hi, __mmask16 *m0, __mmask16 *m1) {
+    uint32_t m = (hi >= 32 ? 0xFFFFFFFFu : (1u << hi) - 1u) & ~((1u << lo) - 1u);
+    *m0 = (__mmask16)m;
+    *m1 = (__mmask16)(m >> 16);
+}
+
+/* Row k of the column matrix over the panel's segments into two vectors (zeros outside). The
+ * loads are masked to the lanes a segment fills, at an address shifted so lane j reads column
+ * j of the segment: masked-off lanes are not read, so the base may lie before the row. */
+AVX512 static inline void gather_row(const kn_im2col2d *g, const segs *s, int64_t k, __m512 *v0,
+                                     __m512 *v1) {
+    int64_t kx = k % g->kw, t = k / g->kw, ky = t % g->kh, ci = t / g->kh;
+    const float *xc = g->x + ci * g->plane + g->hoff[kx];
+    int64_t xo = g->xoff[kx], wd = g->width[kx], dy = ky * g->dh;
+    __m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps();
+    for (int i = 0; i < s->n; i++) {
+        int64_t ih = s->oh[i] + dy, len = s->len[i];
+        if (ih < 0 || ih >= g->h)
+            continue;
+        int64_t c0 = s->ow[i] + xo;
+        int64_t lo = c0 >= 0 ? 0 : -c0, hi = wd - c0 < len ? wd - c0 : len;
+        if (hi <= lo)
+            continue;
+        /* lane s->j[i] + q holds column c0 + q of row ih */
+        const float *base = xc + ih * g->row + c0 - s->j[i];
+        __mmask16 m0, m1;
+        lane_range(s->j[i] + lo, s->j[i] + hi, &m0, &m1);
+        a = _mm512_mask_loadu_ps(a, m0, base);
+        b = _mm512_mask_loadu_ps(b, m1, base + 16);
+    }
+    *v0 = a;
+    *v1 = b;
+}
+
+/* One panel (32 columns from n0, nc of them real) of rows [k0, k0 + kc) as bf16 pairs along K:
+ * word j of pair row q holds rows k0 + 2q (low half) and k0 + 2q + 1 (high half, zero past
+ * kc) of column j, zero past nc. k0 is even. */
+AVX512 static void pairs(const kn_im2col2d *g, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
+                         uint32_t *dst) {
+    segs s;
+    panel_segs(g, n0, nc < NR ? nc : NR, &s);
+    for (int64_t q = 0; 2 * q < kc; q++) {
+        __m512 a0, a1, b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
+        gather_row(g, &s, k0 + 2 * q, &a0, &a1);
+        if (2 * q + 1 < kc)
+            gather_row(g, &s, k0 + 2 * q + 1, &b0, &b1);
+        __m512i lo0 = to_bf16(a0), lo1 = to_bf16(a1);
+        __m512i hi0 = to_bf16(b0), hi1 = to_bf16(b1);
+        _mm512_storeu_si512(dst + q * NR, _mm512_or_si512(lo0, _mm512_slli_epi32(hi0, 16)));
+        _mm512_storeu_si512(dst + q * NR + 16, _mm512_or_si512(lo1, _mm512_slli_epi32(hi1, 16)));
+    }
+}
+
+void kn_cpu_im2col_pairs_avx512(const kn_im2col2d *g, int64_t k0, int64_t kc, int64_t n0,
+                                int64_t nc, uint32_t *dst) {
+    pairs(g, k0, kc, n0, nc, dst);
+}
+
 #else
 
 void kn_cpu_im2col_pack_avx512(const kn_im2col2d *g, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
@@ -100,6 +194,11 @@ void kn_cpu_im2col_pack_avx512(const kn_im2col2d *g, int64_t k0, int64_t kc, int
     (void)n0;
     (void)nc;
     (void)dst;
+}
+
+void kn_cpu_im2col_pairs_avx512(const kn_im2col2d *g, int64_t k0, int64_t kc, int64_t n0,
+                                int64_t nc, uint32_t *dst) {
+    (void)g, (void)k0, (void)kc, (void)n0, (void)nc, (void)dst;
 }
 
 #endif

@@ -353,6 +353,10 @@ static void pack_b_piece(void *arg, int64_t pn, int32_t piece) {
     uint32_t *d = j->dst + pn * j->kstride * NR;
     if (k0 == 0 && j->kstride > j->kpairs)
         memset(d + j->kpairs * NR, 0, (size_t)((j->kstride - j->kpairs) * NR) * sizeof *d);
+    if (b->pack_pairs != NULL) {
+        b->pack_pairs(b->pack_arg, k0, kc, n0, nc, d + k0 / 2 * NR);
+        return;
+    }
     if (b->pack == NULL && !b->trans) {
         rows_to_pairs(b->p + k0 * b->ld + n0, b->ld, kc, nc, d + k0 / 2 * NR);
         return;

@@ -35,14 +35,22 @@ void kn_bf16_packed_free(kn_bf16_packed *p);
 /* Bytes the packed data holds (for the build's report). */
 size_t kn_bf16_packed_bytes(const kn_bf16_packed *p);
 
+/* Writes one B panel's rows [k0, k0 + kc) (k0 even) as pairs along K: word j of pair row q
+ * holds op(B)'s rows k0 + 2q (low half) and k0 + 2q + 1 (high half, zero past kc) of column
+ * n0 + j as bf16 rounded to nearest even, zero past nc (<= KN_BF16_NR). */
+typedef void (*kn_bf16_pack_pairs_fn)(void *arg, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
+                                      uint32_t *dst);
+
 /* One of: a float32 matrix (p, ld, trans), a pre-packed operand, or (B only) a routine that
- * writes float32 panels KN_BF16_NR wide (kn_gemm_pack_fn's contract with nr = KN_BF16_NR). */
+ * writes float32 panels KN_BF16_NR wide (kn_gemm_pack_fn's contract with nr = KN_BF16_NR), or
+ * one that writes the pairs themselves (pack_pairs, taken first). */
 typedef struct kn_bf16_operand {
     const float *p;
     int64_t ld;
     bool trans;
     const kn_bf16_packed *packed;
     kn_gemm_pack_fn pack;
+    kn_bf16_pack_pairs_fn pack_pairs;
     void *pack_arg;
 } kn_bf16_operand;
 

@@ -328,6 +328,11 @@ static void pack_im2col_fast(void *arg, int64_t k0, int64_t kc, int64_t n0, int6
     kn_cpu_im2col_pack_avx512(arg, k0, kc, n0, nc, dst);
 }
 
+static void pack_im2col_pairs(void *arg, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
+                              uint32_t *dst) {
+    kn_cpu_im2col_pairs_avx512(arg, k0, kc, n0, nc, dst);
+}
+
 /* The fast packer's geometry, or false when it does not apply (other strides, wide kernels, a
  * GEMM without AVX-512 panels). */
 static bool fast_im2col(const kn_conv2d *c, const float *xg, const float *xs, int64_t w2,
@@ -745,6 +750,8 @@ kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
             } else if (bf16) {
                 kn_bf16_operand ba = {.packed = st->bw[gi]};
                 kn_bf16_operand bb = {.p = b.p, .ld = b.ld, .pack = b.pack, .pack_arg = b.pack_arg};
+                if (b.pack == pack_im2col_fast) /* straight into pairs */
+                    bb = (kn_bf16_operand){.pack_pairs = pack_im2col_pairs, .pack_arg = &fast};
                 rc = kn_gemm_bf16(k->pool, cog, os, kdim, &ba, &bb, y + off, os, &e);
             } else {
                 rc = kn_gemm(k->pool, cog, os, kdim, 1.0f, &a, &b, 0.0f, y + off, os, &e);

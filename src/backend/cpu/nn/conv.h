@@ -40,6 +40,10 @@ typedef struct kn_im2col2d {
 /* A kn_gemm_pack_fn for 32-wide panels (the AVX-512 GEMM). */
 void kn_cpu_im2col_pack_avx512(const kn_im2col2d *g, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
                                float *dst);
+/* The same columns straight into one bf16 GEMM panel (32 columns from n0) as pairs along K
+ * (kn_bf16_pack_pairs_fn): no float32 panel in between. */
+void kn_cpu_im2col_pairs_avx512(const kn_im2col2d *g, int64_t k0, int64_t kc, int64_t n0,
+                                int64_t nc, uint32_t *dst);
 
 /* One output row of a depthwise convolution, for the per-ISA row kernels. */
 typedef struct kn_dw_row {
