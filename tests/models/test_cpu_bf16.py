@@ -371,3 +371,24 @@ def test_winograd_conv_keeps_bf16_weights_and_computes_fp32(tmp_path, ci, co, h,
     m2.graph.initializer[0].CopyFrom(numpy_helper.from_array(round_bf16(W), "W"))
     want = ort.InferenceSession(m2.SerializeToString()).run(None, {"x": x})[0]
     assert rel_err(got, want) < 1e-5
+
+
+def test_stem_conv_in_bf16(tmp_path):
+    """A stride-2 conv of few inputs (a ResNet stem, 3 -> 64, 7x7, pads 3) takes the bf16 GEMM
+    on every path: its input split into even and odd columns, the im2col written straight into
+    bf16 pairs. Odd sizes put taps past every edge. The output matches onnxruntime within bf16's
+    rounding, and differs from it (the products did round)."""
+    rng = np.random.default_rng(11)
+    W = (rng.standard_normal((64, 3, 7, 7)) * 0.1).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "W"], ["y"], pads=[3] * 4, strides=[2, 2], name="stem")
+    model = save_model([node], [f32("x", [1, 3, 61, 67])], [f32("y")],
+                       [numpy_helper.from_array(W, "W")], str(tmp_path / "m.onnx"))
+    plan = str(tmp_path / "p.plan")
+    kiln("build", str(tmp_path / "m.onnx"), "-o", plan, "--precision", "bf16")
+    conv = [l for l in layers(plan) if l["name"] == "stem"][0]
+    assert conv["precision"] == "bf16", conv
+    x = rng.standard_normal((1, 3, 61, 67)).astype(np.float32)
+    got = run_plan(plan, {"x": x}, str(tmp_path / "o"))["y"]
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    assert got.shape == want.shape == (1, 64, 31, 34)
+    assert 0 < rel_err(got, want) < 2e-2
