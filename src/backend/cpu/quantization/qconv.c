@@ -647,6 +647,8 @@ kiln_status kn_cpu_qconv_run(kn_kernel_ctx *k) {
         bytes += (size_t)tasks * j.panel_bytes + round64((size_t)(tasks * j.pc) * sizeof(int32_t)) +
                  round64((size_t)tasks * sizeof(kn_shared_item));
     }
+    size_t busy_at = bytes;
+    bytes += round64((size_t)j.slots * sizeof *j.busy);
     size_t xp_at = bytes;
     if (j.padded)
         bytes += round64((size_t)(g->n * g->c_in * j.chan + 2 * j.pitch + 64)) +
@@ -655,12 +657,11 @@ kiln_status kn_cpu_qconv_run(kn_kernel_ctx *k) {
     j.scratch = kn_threadpool_scratch(k->pool, bytes);
     if (j.scratch == NULL)
         j.scratch = own = kn_aligned_alloc(bytes, 64);
-    j.busy = kn_calloc((size_t)j.slots, sizeof *j.busy);
-    if (j.scratch == NULL || j.busy == NULL) {
-        kn_free(own);
-        kn_free(j.busy);
+    if (j.scratch == NULL)
         return kn_error(KILN_ERR_OUT_OF_MEMORY, "no memory for an int8 Conv");
-    }
+    j.busy = (atomic_int *)(j.scratch + busy_at);
+    for (int i = 0; i < j.slots; i++)
+        atomic_init(&j.busy[i], 0);
     if (j.padded) {
         j.xp = j.scratch + xp_at;
         size_t xp_bytes = round64((size_t)(g->n * g->c_in * j.chan + 2 * j.pitch + 64));
@@ -697,6 +698,5 @@ kiln_status kn_cpu_qconv_run(kn_kernel_ctx *k) {
     }
     kn_parallel_for(k->pool, tasks * j.parts, 1, conv_range, &j);
     kn_free(own);
-    kn_free(j.busy);
     return KILN_OK;
 }
