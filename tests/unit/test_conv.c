@@ -855,9 +855,10 @@ static uint32_t ref_bf16(float f) {
 }
 
 /* The im2col's bf16 pairs (kn_cpu_im2col_pairs_avx512) against the float32 panels of
- * kn_cpu_im2col_pack_avx512 paired here: stride 1 (pads, dilation, wide and tall kernels) and
- * the split stride-2 layout, every panel (the last one partial), pieces of 64 rows of K and odd
- * tails, inputs with NaN, infinities, denormals and values that round to even. */
+ * kn_cpu_im2col_pack_avx512 paired here: stride 1 (pads, dilation, wide and tall kernels, a 9x9
+ * one past the packer's table of taps) and the split stride-2 layout, every panel (the last one
+ * partial), pieces of 64 rows of K and odd tails, inputs with NaN, infinities, denormals and values
+ * that round to even. */
 static void test_im2col_pairs(void **state) {
     (void)state;
     if (!__builtin_cpu_supports("avx512f") || strcmp(kn_gemm_isa(), "avx512") != 0) {
@@ -865,10 +866,10 @@ static void test_im2col_pairs(void **state) {
         return;
     }
     /* c, h, w, kh, kw, pad, dilation, stride (2: the split layout) */
-    static const int64_t geo[][8] = {{5, 14, 14, 3, 3, 1, 1, 1}, {3, 7, 7, 3, 3, 1, 1, 1},
-                                     {2, 9, 11, 5, 5, 2, 1, 1},  {4, 10, 6, 1, 7, 3, 1, 1},
-                                     {3, 12, 12, 3, 3, 2, 2, 1}, {4, 15, 15, 3, 3, 1, 1, 2},
-                                     {3, 16, 9, 7, 7, 3, 1, 2},  {2, 56, 56, 3, 3, 1, 1, 1}};
+    static const int64_t geo[][8] = {
+        {5, 14, 14, 3, 3, 1, 1, 1}, {3, 7, 7, 3, 3, 1, 1, 1},   {2, 9, 11, 5, 5, 2, 1, 1},
+        {4, 10, 6, 1, 7, 3, 1, 1},  {3, 12, 12, 3, 3, 2, 2, 1}, {4, 15, 15, 3, 3, 1, 1, 2},
+        {3, 16, 9, 7, 7, 3, 1, 2},  {2, 56, 56, 3, 3, 1, 1, 1}, {2, 12, 13, 9, 9, 4, 1, 1}};
     static const float odd[] = {NAN,     INFINITY,    -INFINITY,   1e-40f,
                                 -3e-39f, 1.00390625f, 1.01171875f, -0.0f};
     for (size_t gi = 0; gi < sizeof geo / sizeof geo[0]; gi++) {

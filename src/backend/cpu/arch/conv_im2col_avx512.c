@@ -132,14 +132,56 @@ AVX512 static inline void lane_range(int64_t lo, int64_t hi, __mmask16 *m0, __mm
     *m1 = (__mmask16)(m >> 16);
 }
 
-/* Row k of the column matrix over the panel's segments into two vectors (zeros outside). The
- * loads are masked to the lanes a segment fills, at an address shifted so lane j reads column
- * j of the segment: masked-off lanes are not read, so the base may lie before the row. */
-AVX512 static inline void gather_row(const kn_im2col2d *g, const segs *s, int64_t k, __m512 *v0,
-                                     __m512 *v1) {
-    int64_t kx = k % g->kw, t = k / g->kw, ky = t % g->kh, ci = t / g->kh;
-    const float *xc = g->x + ci * g->plane + g->hoff[kx];
+/* Taps (ky, kx) whose loads a panel computes once for all its channels (a 7x7 kernel's 49). */
+#define MAX_TAPS 49
+
+/* The masked loads of one tap over a panel's segments, the same in every channel: offsets from
+ * the channel's plane, shifted so lane j reads column j of its segment (masked-off lanes are
+ * not read, so an offset may point before the row), and the lanes each fills. Segments whose
+ * input row is outside the image, or whose columns all are, load nothing: zeros. */
+typedef struct tap_loads {
+    int n;
+    int64_t off[MAX_SEGS];
+    __mmask16 m0[MAX_SEGS], m1[MAX_SEGS];
+} tap_loads;
+
+AVX512 static void tap_table(const kn_im2col2d *g, const segs *s, int64_t ky, int64_t kx,
+                             tap_loads *t) {
     int64_t xo = g->xoff[kx], wd = g->width[kx], dy = ky * g->dh;
+    t->n = 0;
+    for (int i = 0; i < s->n; i++) {
+        int64_t ih = s->oh[i] + dy, len = s->len[i];
+        if (ih < 0 || ih >= g->h)
+            continue;
+        int64_t c0 = s->ow[i] + xo;
+        int64_t lo = c0 >= 0 ? 0 : -c0, hi = wd - c0 < len ? wd - c0 : len;
+        if (hi <= lo)
+            continue;
+        t->off[t->n] = g->hoff[kx] + ih * g->row + c0 - s->j[i];
+        lane_range(s->j[i] + lo, s->j[i] + hi, &t->m0[t->n], &t->m1[t->n]);
+        t->n++;
+    }
+}
+
+/* One row of the column matrix (channel plane xc, tap t) into two vectors. */
+AVX512 static inline void gather_row(const float *xc, const tap_loads *t, __m512 *v0, __m512 *v1) {
+    __m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps();
+    for (int i = 0; i < t->n; i++) {
+        a = _mm512_mask_loadu_ps(a, t->m0[i], xc + t->off[i]);
+        b = _mm512_mask_loadu_ps(b, t->m1[i], xc + t->off[i] + 16);
+    }
+    *v0 = a;
+    *v1 = b;
+}
+
+/* Row (xc, tap) of the column matrix straight from the segments, bounds and all: for calls
+ * that use a tap once or so (a 7x7 stem's 147 rows come in pieces of 64), where a table costs
+ * more than it saves. */
+AVX512 static inline void gather_row_direct(const kn_im2col2d *g, const segs *s, const float *xc,
+                                            int64_t tap, __m512 *v0, __m512 *v1) {
+    int64_t kx = tap % g->kw, ky = tap / g->kw;
+    int64_t xo = g->xoff[kx], wd = g->width[kx], dy = ky * g->dh;
+    const float *xt = xc + g->hoff[kx];
     __m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps();
     for (int i = 0; i < s->n; i++) {
         int64_t ih = s->oh[i] + dy, len = s->len[i];
@@ -149,8 +191,7 @@ AVX512 static inline void gather_row(const kn_im2col2d *g, const segs *s, int64_
         int64_t lo = c0 >= 0 ? 0 : -c0, hi = wd - c0 < len ? wd - c0 : len;
         if (hi <= lo)
             continue;
-        /* lane s->j[i] + q holds column c0 + q of row ih */
-        const float *base = xc + ih * g->row + c0 - s->j[i];
+        const float *base = xt + ih * g->row + c0 - s->j[i];
         __mmask16 m0, m1;
         lane_range(s->j[i] + lo, s->j[i] + hi, &m0, &m1);
         a = _mm512_mask_loadu_ps(a, m0, base);
@@ -160,23 +201,60 @@ AVX512 static inline void gather_row(const kn_im2col2d *g, const segs *s, int64_
     *v1 = b;
 }
 
+/* Row (ci, tap) of the column matrix: from the table, or straight from the segments. */
+AVX512 static inline __attribute__((always_inline)) void row(const kn_im2col2d *g, const segs *s,
+                                                             const tap_loads *table, int64_t ci,
+                                                             int64_t tap, __m512 *v0, __m512 *v1) {
+    const float *xc = g->x + ci * g->plane;
+    if (table != NULL)
+        gather_row(xc, &table[tap], v0, v1);
+    else
+        gather_row_direct(g, s, xc, tap, v0, v1);
+}
+
 /* One panel (32 columns from n0, nc of them real) of rows [k0, k0 + kc) as bf16 pairs along K:
  * word j of pair row q holds rows k0 + 2q (low half) and k0 + 2q + 1 (high half, zero past
- * kc) of column j, zero past nc. k0 is even. */
-AVX512 static void pairs(const kn_im2col2d *g, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
-                         uint32_t *dst) {
-    segs s;
-    panel_segs(g, n0, nc < NR ? nc : NR, &s);
+ * kc) of column j, zero past nc. k0 is even. Row k is channel k / taps, tap k % taps. With a
+ * table (a call that passes over its taps twice or more: a 3x3's 64 rows are seven channels),
+ * the taps' loads are computed once. */
+AVX512 static inline __attribute__((always_inline)) void
+pairs_rows(const kn_im2col2d *g, const segs *s, const tap_loads *table, int64_t k0, int64_t kc,
+           uint32_t *dst) {
+    int64_t taps = g->kh * g->kw, ci = k0 / taps, tap = k0 % taps;
     for (int64_t q = 0; 2 * q < kc; q++) {
         __m512 a0, a1, b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
-        gather_row(g, &s, k0 + 2 * q, &a0, &a1);
-        if (2 * q + 1 < kc)
-            gather_row(g, &s, k0 + 2 * q + 1, &b0, &b1);
+        row(g, s, table, ci, tap, &a0, &a1);
+        if (++tap == taps) {
+            tap = 0;
+            ci++;
+        }
+        if (2 * q + 1 < kc) {
+            row(g, s, table, ci, tap, &b0, &b1);
+            if (++tap == taps) {
+                tap = 0;
+                ci++;
+            }
+        }
         __m512i lo0 = to_bf16(a0), lo1 = to_bf16(a1);
         __m512i hi0 = to_bf16(b0), hi1 = to_bf16(b1);
         _mm512_storeu_si512(dst + q * NR, _mm512_or_si512(lo0, _mm512_slli_epi32(hi0, 16)));
         _mm512_storeu_si512(dst + q * NR + 16, _mm512_or_si512(lo1, _mm512_slli_epi32(hi1, 16)));
     }
+}
+
+AVX512 static void pairs(const kn_im2col2d *g, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
+                         uint32_t *dst) {
+    segs s;
+    panel_segs(g, n0, nc < NR ? nc : NR, &s);
+    int64_t taps = g->kh * g->kw;
+    if (taps > MAX_TAPS || kc < 2 * taps) {
+        pairs_rows(g, &s, NULL, k0, kc, dst);
+        return;
+    }
+    tap_loads table[MAX_TAPS];
+    for (int64_t t = 0; t < taps; t++)
+        tap_table(g, &s, t / g->kw, t % g->kw, &table[t]);
+    pairs_rows(g, &s, table, k0, kc, dst);
 }
 
 void kn_cpu_im2col_pairs_avx512(const kn_im2col2d *g, int64_t k0, int64_t kc, int64_t n0,
