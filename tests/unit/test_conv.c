@@ -854,11 +854,24 @@ static uint32_t ref_bf16(float f) {
     return (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
 }
 
+/* Element (k, col) of the column matrix from kn_im2col2d's definition (conv.h), zero at and
+ * past column `end`. */
+static float im2col_at(const kn_im2col2d *g, int64_t k, int64_t col, int64_t end) {
+    if (col >= end)
+        return 0.0f;
+    int64_t kx = k % g->kw, ky = k / g->kw % g->kh, ci = k / g->kw / g->kh;
+    int64_t oh = col / g->ow, ow = col % g->ow, ih = oh * g->sh - g->ph + ky * g->dh;
+    int64_t c = ow + g->xoff[kx];
+    if (ih < 0 || ih >= g->h || c < 0 || c >= g->width[kx])
+        return 0.0f;
+    return g->x[ci * g->plane + g->hoff[kx] + ih * g->row + c];
+}
+
 /* The im2col's bf16 pairs (kn_cpu_im2col_pairs_avx512) against the float32 panels of
- * kn_cpu_im2col_pack_avx512 paired here: stride 1 (pads, dilation, wide and tall kernels, a 9x9
- * one past the packer's table of taps) and the split stride-2 layout, every panel (the last one
- * partial), pieces of 64 rows of K and odd tails, inputs with NaN, infinities, denormals and values
- * that round to even. */
+ * kn_cpu_im2col_pack_avx512 paired here, and those panels against the column matrix's definition:
+ * stride 1 (pads, dilation, wide and tall kernels, a 9x9 one past the packer's table of taps) and
+ * the split stride-2 layout, every panel (the last one partial), pieces of 64 rows of K and odd
+ * tails, inputs with NaN, infinities, denormals and values that round to even. */
 static void test_im2col_pairs(void **state) {
     (void)state;
     if (!__builtin_cpu_supports("avx512f") || strcmp(kn_gemm_isa(), "avx512") != 0) {
@@ -919,6 +932,16 @@ static void test_im2col_pairs(void **state) {
                     memset(pairs, 0xAB, sizeof pairs);
                     kn_cpu_im2col_pack_avx512(&g, k0, kk, n0, nc, panel);
                     kn_cpu_im2col_pairs_avx512(&g, k0, kk, n0, nc, pairs);
+                    /* the float32 panel against the geometry, bit for bit */
+                    for (int64_t r = 0; r < kk; r++)
+                        for (int64_t j = 0; j < 32; j++) {
+                            float want = im2col_at(&g, k0 + r, n0 + j, n0 + nc);
+                            if (memcmp(&panel[r * 32 + j], &want, sizeof want) != 0)
+                                fail_msg("geometry %zu, panel %lld, row %lld, column %lld: %g, "
+                                         "expected %g",
+                                         gi, (long long)n0, (long long)(k0 + r), (long long)j,
+                                         (double)panel[r * 32 + j], (double)want);
+                        }
                     for (int64_t p = 0; 2 * p < kk; p++)
                         for (int64_t j = 0; j < 32; j++) {
                             uint32_t lo = j < nc ? ref_bf16(panel[2 * p * 32 + j]) : 0;

@@ -1,8 +1,10 @@
-/* AVX-512 im2col panel packer for 2-D convs whose taps read contiguous runs of an input row
- * (stride 1, or stride 2 over the even/odd column halves). A panel's split into output-row
- * segments is computed once and reused for every kernel row; each segment is copied with masked
- * loads and stores instead of a library call, which on short segments (28- or 14-wide maps,
- * 32-wide panels) cost more than the copy itself. */
+/* AVX-512 im2col packers for 2-D convs whose taps read contiguous runs of an input row (stride
+ * 1, or stride 2 over the even/odd column halves): float32 panels for the float32 GEMM, bf16
+ * pairs for the bf16 GEMM. A panel's split into output-row segments is computed once per call;
+ * each row is gathered by masked loads (one or two a segment) into two vectors, and where a call
+ * passes over its kernel's taps twice or more, each tap's loads are computed once and reused by
+ * every channel. On short segments (28- or 14-wide maps, 32-wide panels) a library copy cost
+ * more than the copy itself. */
 #include "backend/cpu/nn/conv.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -11,84 +13,6 @@
 #define AVX512 __attribute__((target("avx512f")))
 #define NR 32
 #define MAX_SEGS (NR + 2)
-
-AVX512 static inline __mmask16 lanes(int64_t n) {
-    return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
-}
-
-/* n <= 32 floats from s to d. */
-AVX512 static inline void copy(float *d, const float *s, int64_t n) {
-    _mm512_mask_storeu_ps(d, lanes(n), _mm512_maskz_loadu_ps(lanes(n), s));
-    if (n > 16)
-        _mm512_mask_storeu_ps(d + 16, lanes(n - 16), _mm512_maskz_loadu_ps(lanes(n - 16), s + 16));
-}
-
-AVX512 static inline void zero(float *d, int64_t n) {
-    _mm512_mask_storeu_ps(d, lanes(n), _mm512_setzero_ps());
-    if (n > 16)
-        _mm512_mask_storeu_ps(d + 16, lanes(n - 16), _mm512_setzero_ps());
-}
-
-AVX512 static void pack(const kn_im2col2d *g, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
-                        float *dst) {
-    for (int64_t p = 0; p * NR < nc; p++) {
-        float *d = dst + p * kc * NR;
-        int64_t col0 = n0 + p * NR, cols = nc - p * NR < NR ? nc - p * NR : NR;
-        int64_t soh[MAX_SEGS], sow[MAX_SEGS], slen[MAX_SEGS], sj[MAX_SEGS];
-        int ns = 0;
-        for (int64_t j = 0, oh = col0 / g->ow, ow = col0 % g->ow; j < cols; ns++) {
-            int64_t len = cols - j < g->ow - ow ? cols - j : g->ow - ow;
-            soh[ns] = oh * g->sh - g->ph;
-            sow[ns] = ow;
-            slen[ns] = len;
-            sj[ns] = j;
-            j += len;
-            ow += len;
-            if (ow == g->ow) {
-                ow = 0;
-                oh++;
-            }
-        }
-        int64_t kx = k0 % g->kw, t = k0 / g->kw, ky = t % g->kh, ci = t / g->kh;
-        for (int64_t kk = 0; kk < kc; kk++) {
-            float *r = d + kk * NR;
-            if (cols < NR)
-                zero(r + cols, NR - cols);
-            const float *xc = g->x + ci * g->plane + g->hoff[kx];
-            int64_t xo = g->xoff[kx], wd = g->width[kx], dy = ky * g->dh;
-            for (int s = 0; s < ns; s++) {
-                int64_t ih = soh[s] + dy, len = slen[s];
-                float *o = r + sj[s];
-                if (ih < 0 || ih >= g->h) {
-                    zero(o, len);
-                    continue;
-                }
-                const float *src = xc + ih * g->row;
-                int64_t c0 = sow[s] + xo;
-                int64_t lo = c0 >= 0 ? 0 : -c0, hi = wd - c0 < len ? wd - c0 : len;
-                if (lo == 0 && hi == len) {
-                    copy(o, src + c0, len);
-                    continue;
-                }
-                zero(o, len);
-                if (hi > lo)
-                    copy(o + lo, src + c0 + lo, hi - lo);
-            }
-            if (++kx == g->kw) {
-                kx = 0;
-                if (++ky == g->kh) {
-                    ky = 0;
-                    ci++;
-                }
-            }
-        }
-    }
-}
-
-void kn_cpu_im2col_pack_avx512(const kn_im2col2d *g, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
-                               float *dst) {
-    pack(g, k0, kc, n0, nc, dst);
-}
 
 /* The bf16 bits of 16 floats, rounded to nearest even, a NaN kept quiet: the bf16 GEMM's
  * to_bf16, lane by lane, so the pairs match its own packing bit for bit. */
@@ -178,8 +102,7 @@ AVX512 static inline void gather_row(const float *xc, const tap_loads *t, __m512
  * that use a tap once or so (a 7x7 stem's 147 rows come in pieces of 64), where a table costs
  * more than it saves. */
 AVX512 static inline void gather_row_direct(const kn_im2col2d *g, const segs *s, const float *xc,
-                                            int64_t tap, __m512 *v0, __m512 *v1) {
-    int64_t kx = tap % g->kw, ky = tap / g->kw;
+                                            int64_t ky, int64_t kx, __m512 *v0, __m512 *v1) {
     int64_t xo = g->xoff[kx], wd = g->width[kx], dy = ky * g->dh;
     const float *xt = xc + g->hoff[kx];
     __m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps();
@@ -201,40 +124,86 @@ AVX512 static inline void gather_row_direct(const kn_im2col2d *g, const segs *s,
     *v1 = b;
 }
 
-/* Row (ci, tap) of the column matrix: from the table, or straight from the segments. */
-AVX512 static inline __attribute__((always_inline)) void row(const kn_im2col2d *g, const segs *s,
-                                                             const tap_loads *table, int64_t ci,
-                                                             int64_t tap, __m512 *v0, __m512 *v1) {
-    const float *xc = g->x + ci * g->plane;
+/* Row r's channel and tap (ky, kx: tap = ky * kw + kx), stepped row by row. */
+typedef struct walk {
+    int64_t ci, ky, kx, tap;
+} walk;
+
+static inline walk walk_at(const kn_im2col2d *g, int64_t k0) {
+    int64_t taps = g->kh * g->kw, tap = k0 % taps;
+    return (walk){.ci = k0 / taps, .ky = tap / g->kw, .kx = tap % g->kw, .tap = tap};
+}
+
+/* The walk's next row into two vectors (columns 0-15 and 16-31 of the panel): from the table,
+ * or straight from the segments. */
+AVX512 static inline __attribute__((always_inline)) void next_row(const kn_im2col2d *g,
+                                                                  const segs *s,
+                                                                  const tap_loads *table, walk *w,
+                                                                  __m512 *v0, __m512 *v1) {
+    const float *xc = g->x + w->ci * g->plane;
     if (table != NULL)
-        gather_row(xc, &table[tap], v0, v1);
+        gather_row(xc, &table[w->tap], v0, v1);
     else
-        gather_row_direct(g, s, xc, tap, v0, v1);
+        gather_row_direct(g, s, xc, w->ky, w->kx, v0, v1);
+    w->tap++;
+    if (++w->kx == g->kw) {
+        w->kx = 0;
+        if (++w->ky == g->kh) {
+            w->ky = 0;
+            w->tap = 0;
+            w->ci++;
+        }
+    }
+}
+
+/* A panel's segments, and its taps' loads where the call passes over its taps twice or more (a
+ * 3x3's 64 rows are seven channels; a 7x7 stem's 147 rows come in pieces of 64, where a table
+ * would be used about once and costs more than it saves): table NULL otherwise. */
+AVX512 static const tap_loads *panel_setup(const kn_im2col2d *g, int64_t col0, int64_t cols,
+                                           int64_t kc, segs *s, tap_loads *table) {
+    panel_segs(g, col0, cols, s);
+    int64_t taps = g->kh * g->kw;
+    if (taps > MAX_TAPS || kc < 2 * taps)
+        return NULL;
+    for (int64_t t = 0; t < taps; t++)
+        tap_table(g, s, t / g->kw, t % g->kw, &table[t]);
+    return table;
+}
+
+/* Panels of 32 columns from n0 (nc columns, the last panel zero past them) of rows [k0, k0 +
+ * kc), one after another, float32 (kn_gemm_pack_fn). */
+AVX512 static void pack(const kn_im2col2d *g, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
+                        float *dst) {
+    tap_loads table[MAX_TAPS];
+    for (int64_t p = 0; p * NR < nc; p++) {
+        float *d = dst + p * kc * NR;
+        segs s;
+        int64_t cols = nc - p * NR < NR ? nc - p * NR : NR;
+        const tap_loads *tab = panel_setup(g, n0 + p * NR, cols, kc, &s, table);
+        walk w = walk_at(g, k0);
+        for (int64_t r = 0; r < kc; r++) {
+            __m512 v0, v1;
+            next_row(g, &s, tab, &w, &v0, &v1);
+            _mm512_storeu_ps(d + r * NR, v0);
+            _mm512_storeu_ps(d + r * NR + 16, v1);
+        }
+    }
 }
 
 /* One panel (32 columns from n0, nc of them real) of rows [k0, k0 + kc) as bf16 pairs along K:
  * word j of pair row q holds rows k0 + 2q (low half) and k0 + 2q + 1 (high half, zero past
- * kc) of column j, zero past nc. k0 is even. Row k is channel k / taps, tap k % taps. With a
- * table (a call that passes over its taps twice or more: a 3x3's 64 rows are seven channels),
- * the taps' loads are computed once. */
-AVX512 static inline __attribute__((always_inline)) void
-pairs_rows(const kn_im2col2d *g, const segs *s, const tap_loads *table, int64_t k0, int64_t kc,
-           uint32_t *dst) {
-    int64_t taps = g->kh * g->kw, ci = k0 / taps, tap = k0 % taps;
+ * kc) of column j, zero past nc. k0 is even. */
+AVX512 static void pairs(const kn_im2col2d *g, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
+                         uint32_t *dst) {
+    tap_loads table[MAX_TAPS];
+    segs s;
+    const tap_loads *tab = panel_setup(g, n0, nc < NR ? nc : NR, kc, &s, table);
+    walk w = walk_at(g, k0);
     for (int64_t q = 0; 2 * q < kc; q++) {
         __m512 a0, a1, b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
-        row(g, s, table, ci, tap, &a0, &a1);
-        if (++tap == taps) {
-            tap = 0;
-            ci++;
-        }
-        if (2 * q + 1 < kc) {
-            row(g, s, table, ci, tap, &b0, &b1);
-            if (++tap == taps) {
-                tap = 0;
-                ci++;
-            }
-        }
+        next_row(g, &s, tab, &w, &a0, &a1);
+        if (2 * q + 1 < kc)
+            next_row(g, &s, tab, &w, &b0, &b1);
         __m512i lo0 = to_bf16(a0), lo1 = to_bf16(a1);
         __m512i hi0 = to_bf16(b0), hi1 = to_bf16(b1);
         _mm512_storeu_si512(dst + q * NR, _mm512_or_si512(lo0, _mm512_slli_epi32(hi0, 16)));
@@ -242,19 +211,9 @@ pairs_rows(const kn_im2col2d *g, const segs *s, const tap_loads *table, int64_t 
     }
 }
 
-AVX512 static void pairs(const kn_im2col2d *g, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
-                         uint32_t *dst) {
-    segs s;
-    panel_segs(g, n0, nc < NR ? nc : NR, &s);
-    int64_t taps = g->kh * g->kw;
-    if (taps > MAX_TAPS || kc < 2 * taps) {
-        pairs_rows(g, &s, NULL, k0, kc, dst);
-        return;
-    }
-    tap_loads table[MAX_TAPS];
-    for (int64_t t = 0; t < taps; t++)
-        tap_table(g, &s, t / g->kw, t % g->kw, &table[t]);
-    pairs_rows(g, &s, table, k0, kc, dst);
+void kn_cpu_im2col_pack_avx512(const kn_im2col2d *g, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
+                               float *dst) {
+    pack(g, k0, kc, n0, nc, dst);
 }
 
 void kn_cpu_im2col_pairs_avx512(const kn_im2col2d *g, int64_t k0, int64_t kc, int64_t n0,
