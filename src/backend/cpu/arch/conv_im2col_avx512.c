@@ -9,6 +9,7 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
+#include <stdbool.h>
 
 #define AVX512 __attribute__((target("avx512f")))
 #define NR 32
@@ -69,22 +70,29 @@ typedef struct tap_loads {
     __mmask16 m0[MAX_SEGS], m1[MAX_SEGS];
 } tap_loads;
 
+/* Segment i's load for tap (ky, kx): its offset from the channel's plane and its lanes, or
+ * false where its input row, or every column of it, is outside the image. */
+AVX512 static inline __attribute__((always_inline)) bool seg_load(const kn_im2col2d *g,
+                                                                  const segs *s, int i, int64_t ky,
+                                                                  int64_t kx, int64_t *off,
+                                                                  __mmask16 *m0, __mmask16 *m1) {
+    int64_t ih = s->oh[i] + ky * g->dh, len = s->len[i];
+    if (ih < 0 || ih >= g->h)
+        return false;
+    int64_t c0 = s->ow[i] + g->xoff[kx];
+    int64_t lo = c0 >= 0 ? 0 : -c0, hi = g->width[kx] - c0 < len ? g->width[kx] - c0 : len;
+    if (hi <= lo)
+        return false;
+    *off = g->hoff[kx] + ih * g->row + c0 - s->j[i];
+    lane_range(s->j[i] + lo, s->j[i] + hi, m0, m1);
+    return true;
+}
+
 AVX512 static void tap_table(const kn_im2col2d *g, const segs *s, int64_t ky, int64_t kx,
                              tap_loads *t) {
-    int64_t xo = g->xoff[kx], wd = g->width[kx], dy = ky * g->dh;
     t->n = 0;
-    for (int i = 0; i < s->n; i++) {
-        int64_t ih = s->oh[i] + dy, len = s->len[i];
-        if (ih < 0 || ih >= g->h)
-            continue;
-        int64_t c0 = s->ow[i] + xo;
-        int64_t lo = c0 >= 0 ? 0 : -c0, hi = wd - c0 < len ? wd - c0 : len;
-        if (hi <= lo)
-            continue;
-        t->off[t->n] = g->hoff[kx] + ih * g->row + c0 - s->j[i];
-        lane_range(s->j[i] + lo, s->j[i] + hi, &t->m0[t->n], &t->m1[t->n]);
-        t->n++;
-    }
+    for (int i = 0; i < s->n; i++)
+        t->n += seg_load(g, s, i, ky, kx, &t->off[t->n], &t->m0[t->n], &t->m1[t->n]);
 }
 
 /* One row of the column matrix (channel plane xc, tap t) into two vectors. */
@@ -103,22 +111,14 @@ AVX512 static inline void gather_row(const float *xc, const tap_loads *t, __m512
  * more than it saves. */
 AVX512 static inline void gather_row_direct(const kn_im2col2d *g, const segs *s, const float *xc,
                                             int64_t ky, int64_t kx, __m512 *v0, __m512 *v1) {
-    int64_t xo = g->xoff[kx], wd = g->width[kx], dy = ky * g->dh;
-    const float *xt = xc + g->hoff[kx];
     __m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps();
     for (int i = 0; i < s->n; i++) {
-        int64_t ih = s->oh[i] + dy, len = s->len[i];
-        if (ih < 0 || ih >= g->h)
-            continue;
-        int64_t c0 = s->ow[i] + xo;
-        int64_t lo = c0 >= 0 ? 0 : -c0, hi = wd - c0 < len ? wd - c0 : len;
-        if (hi <= lo)
-            continue;
-        const float *base = xt + ih * g->row + c0 - s->j[i];
+        int64_t off;
         __mmask16 m0, m1;
-        lane_range(s->j[i] + lo, s->j[i] + hi, &m0, &m1);
-        a = _mm512_mask_loadu_ps(a, m0, base);
-        b = _mm512_mask_loadu_ps(b, m1, base + 16);
+        if (!seg_load(g, s, i, ky, kx, &off, &m0, &m1))
+            continue;
+        a = _mm512_mask_loadu_ps(a, m0, xc + off);
+        b = _mm512_mask_loadu_ps(b, m1, xc + off + 16);
     }
     *v0 = a;
     *v1 = b;
