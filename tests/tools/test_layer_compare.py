@@ -46,6 +46,12 @@ def compare(model):
 
 def test_every_conv_layer_has_its_onnxruntime_nodes():
     rows, proc = compare("resnet_mini")
+    # the whole model timed without the profilers, its ratio beside it
+    whole = re.search(r"whole model median, no profilers: kiln ([\d.]+) ms, onnxruntime "
+                      r"([\d.]+) ms \(ORT / kiln ([\d.]+)\); under the profilers", proc.stdout)
+    assert whole, proc.stdout
+    k, o, ratio = (float(g) for g in whole.groups())
+    assert k > 0 and o > 0 and abs(ratio - o / k) < 0.01 + 0.01 * ratio
     convs = [r for r in rows if r.group(5) == "FusedConv"]
     assert len(convs) >= 10
     for r in convs:
