@@ -158,7 +158,8 @@ def test_single_layer_amx_matches_portable(tmp_path):
     """One layer, so no bf16 rounding between layers: the AMX tiles (where the CPU has them),
     the AVX512-BF16 kernel and the portable one give the same outputs to fp32 rounding, for a
     3x3 / 2 conv over a batch of three with bias and Relu (K 72: the tiles' K padding), a 3x3
-    conv with a residual, and a 1x1 conv whose K (8) is one pair block."""
+    conv with a residual, and a 1x1 conv whose K (8 values, 4 pairs) is a quarter of one tile
+    block's 16 pairs."""
     rng = np.random.default_rng(5)
     cases = [("s2", 8, 16, 3, 2, 3, True, False), ("res", 16, 16, 3, 1, 3, True, True),
              ("pw", 8, 32, 1, 1, 1, False, False)]
