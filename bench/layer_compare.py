@@ -11,7 +11,8 @@ ONNX nodes it stands for (onnxruntime renames fused nodes, e.g. conv_3 becomes c
 runs an activation it fuses differently as a node of its own), so a row compares the same work.
 
 The whole model's figure is timed apart, in the same rounds, with neither profiler on (plain
-`kiln bench --json` and an onnxruntime session without enable_profiling): onnxruntime's profiler
+`kiln bench --json`, and bench.py's onnxruntime turn: a session without enable_profiling, made,
+timed and released, so its idle workers do not spin through kiln's turns): onnxruntime's profiler
 costs it microseconds a node, enough to turn a tie into a lead for kiln, so the whole-model ratio
 to quote is that one; the times under the profilers are printed beside it.
 """
@@ -24,7 +25,6 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 import onnx
@@ -32,7 +32,7 @@ import onnxruntime as ort
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from bench import batched_model, default_kiln, make_inputs  # noqa: E402
+from bench import batched_model, default_kiln, make_inputs, ort_turn  # noqa: E402
 
 
 def kiln_round(kiln, plan, files, threads, iterations, profile=True):
@@ -43,26 +43,6 @@ def kiln_round(kiln, plan, files, threads, iterations, profile=True):
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     rep = json.loads(out)
     return rep["latency_ms"]["median"], rep.get("layers", [])
-
-
-def ort_plain_session(model_path, threads):
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.log_severity_level = 3
-    return ort.InferenceSession(model_path, so, providers=["CPUExecutionProvider"])
-
-
-def ort_plain_round(sess, feeds, iterations):
-    """The whole model's median without the profiler, which costs onnxruntime microseconds a
-    node (a third of MobileNetV2's 1.65 ms at 16 threads) and kiln next to nothing."""
-    for _ in range(5):
-        sess.run(None, feeds)
-    times = []
-    for _ in range(iterations):
-        t0 = time.perf_counter()
-        sess.run(None, feeds)
-        times.append((time.perf_counter() - t0) * 1e3)
-    return float(np.median(times))
 
 
 def ort_round(model_path, feeds, threads, iterations, work):
@@ -158,11 +138,13 @@ def main():
         if p.returncode != 0:
             sys.exit(f"layer_compare: kiln build {args.model}: {p.stderr.strip()}")
         k_layers, o_nodes, k_tot, o_tot, o_outputs = {}, {}, [], [], {}
-        k_plain, o_plain, plain = [], [], ort_plain_session(model, args.threads)
+        k_plain, o_plain = [], []
         for _ in range(args.rounds):
             k_plain.append(kiln_round(args.kiln, plan, files, args.threads, args.iterations,
                                       profile=False)[0])
-            o_plain.append(ort_plain_round(plain, arrays, args.iterations))
+            # bench.py's turn: a session made, timed and released, so its idle workers do not
+            # spin through kiln's turns; no profiler, which costs onnxruntime microseconds a node
+            o_plain.append(ort_turn(model, args.threads, arrays, 5, args.iterations)["median"])
             total, layers = kiln_round(args.kiln, plan, files, args.threads, args.iterations)
             k_tot.append(total)
             for layer in layers:
