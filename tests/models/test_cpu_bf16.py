@@ -177,14 +177,9 @@ def test_single_layer_amx_matches_portable(tmp_path):
             nodes.append(helper.make_node("Relu", [last], ["r"]))
             last = "r"
         nodes.append(helper.make_node("Identity", [last], ["y"]))
-        graph = helper.make_graph(
-            nodes, tag, [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
-            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-            [numpy_helper.from_array(w, "W"), numpy_helper.from_array(bias, "B")])
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-        model.ir_version = 8
         path = str(tmp_path / f"{tag}.onnx")
-        onnx.save(model, path)
+        save_model(nodes, [f32("x", list(x.shape))], [f32("y")],
+                   [numpy_helper.from_array(w, "W"), numpy_helper.from_array(bias, "B")], path)
         plan = str(tmp_path / f"{tag}.plan")
         kiln("build", path, "-o", plan, "--precision", "bf16")
         outs = [list(run_plan(plan, {"x": x}, str(tmp_path / f"{tag}{i}"), env=env).values())[0]
