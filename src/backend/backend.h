@@ -109,6 +109,14 @@ typedef struct kn_caps {
      * node in (its float inputs and outputs in that type, accumulation float32), for the
      * precision pass. 0: float32 only. */
     uint32_t lower;
+    /* Of the lower bits, those that pay only inside a region of lowered nodes (a CPU product
+     * reading narrow activations in place, where a Cast at each edge would cost more than the
+     * narrow product saves): the pass keeps them only where the region's work, lower_work
+     * multiply-adds for each element of the node's output summed over the region, is large
+     * against the elements Cast at the region's edges; elsewhere the node takes its
+     * lower_weights offer. */
+    uint32_t lower_region;
+    double lower_work;
     /* KN_LOWER_* bits the backend can hold this float32 node's constant weights (input 1) in
      * while the node still reads and writes float32 (a CPU product widens them as it packs):
      * the precision pass stores the weights so where the node is not lowered whole. */

@@ -327,6 +327,8 @@ static void note_cpu_bf16(const kn_graph *g) {
     for (int i = 0; i < g->n_nodes; i++) {
         const kn_node *n = &g->nodes[i];
         const kn_attr *a = kn_node_attr(n, "kiln_weights");
+        if (a == NULL && kn_op_is_product(n)) /* lowered whole: bf16 activations too */
+            a = kn_node_attr(n, "kiln_precision");
         if (n->dead || a == NULL || a->type != KN_ATTR_STRING || strcmp(a->s, "bf16") != 0 ||
             strcmp(kn_node_backend(n), KN_BACKEND_HOST) != 0)
             continue;

@@ -1,7 +1,7 @@
 /* NHWC for 16-bit convolutions (design cuda.md §3): cuDNN's float16/bfloat16 tensor-core
  * convolutions work in NHWC and reorder NCHW tensors around every call otherwise. This pass
  * picks the float16/bfloat16 activations that are stored NHWC in memory: values of rank 4 whose
- * producer and every reader run on a device backend that takes NHWC there (kn_caps.layouts has
+ * producer and every reader run on a backend that takes NHWC there (kn_caps.layouts has
  * KN_LAYOUT_NHWC_BIT). Shapes do not change: a value keeps its NCHW shape [N, C, H, W] and only
  * its bytes are ordered [N, H, W, C], so shape inference, memory planning and every other pass
  * are untouched; the kernels at both ends read the node attribute
@@ -22,7 +22,9 @@
  * the values it reads stay NCHW, and so, through the shared layouts, does everything joined to
  * them, so the layouts are always consistent and a region ends only at a Cast (the graph's input
  * cast, merged with the transpose) or where its values lose their spatial extent (global
- * pooling). The CPU backend offers no NHWC: a CPU-only or float32 build is unchanged. */
+ * pooling). The CPU backend offers NHWC for its bf16 convs that read activations in place
+ * (AMX tiles loading rows of pixels) and for the Casts at their regions' edges; a float32 build
+ * is unchanged. */
 #include "core/alloc.h"
 #include "ir/placement.h"
 #include "ops/fused_elementwise.h"
@@ -118,7 +120,7 @@ static bool markable(const layout *L, int v) {
 static bool takes_nhwc(const layout *L, int i) {
     const kn_node *n = &L->g->nodes[i];
     if (n->dead || L->roles[i] == R_NONE || kn_is_plugin_node(n) ||
-        kn_node_copy_kind(n) != KN_COPY_NONE || strcmp(kn_node_backend(n), KN_BACKEND_HOST) == 0)
+        kn_node_copy_kind(n) != KN_COPY_NONE)
         return false;
     if (L->roles[i] == R_CONV &&
         (n->n_in < 2 || n->in[1] < 0 || !kn_value_is_const(&L->g->values[n->in[1]])))

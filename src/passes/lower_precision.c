@@ -79,7 +79,9 @@ static bool const_overflows_half(const kn_graph *g, const kn_node *n) {
 /* The backend's offer for node i, the same at every resolution. */
 typedef struct offer {
     uint32_t lower, weights; /* KN_LOWER_* bits: the whole node, its weights alone */
+    uint32_t region;         /* of lower: only inside a region worth its edges' Casts */
     uint32_t widen;          /* of weights: widened to float32 at load */
+    double work;             /* multiply-adds per output element (kn_caps.lower_work) */
     const char *keep_fp32;
 } offer;
 
@@ -90,7 +92,7 @@ static offer offered(const kn_graph *g, int i, const kn_resolved *const *at, int
     if (kn_backend_get(kn_node_backend(n), &b) != KILN_OK)
         return o;
     kn_tensor in[KN_MAX_NODE_IO], out[KN_MAX_NODE_IO];
-    o.lower = o.weights = o.widen = KN_LOWER_FP16 | KN_LOWER_BF16;
+    o.lower = o.weights = o.widen = o.region = KN_LOWER_FP16 | KN_LOWER_BF16;
     for (int r = 0; r < n_at && (o.lower || o.weights); r++) {
         for (int j = 0; j < n->n_in; j++) {
             in[j] = n->in[j] >= 0 ? at[r][n->in[j]].t : (kn_tensor){0};
@@ -103,6 +105,8 @@ static offer offered(const kn_graph *g, int i, const kn_resolved *const *at, int
         if (!kn_backend_supports(b, n, n->n_in, in, n->n_out, out, &caps))
             return (offer){0};
         o.lower &= caps.lower;
+        o.region &= caps.lower_region;
+        o.work = caps.lower_work > o.work ? caps.lower_work : o.work;
         o.weights &= caps.lower_weights;
         o.widen &= caps.widen_weights;
         if (caps.keep_fp32 != NULL)
@@ -118,9 +122,13 @@ typedef struct lowering {
     bool *lowered;   /* per node (of the original graph) */
     bool *weights;   /* per node: only its constant input 1 is converted */
     bool *widen;     /* per node: ... and widened back to float32 at load */
-    int n_nodes;     /* nodes of the original graph */
-    int *reduced;    /* per original value: its reduced-precision twin, or -1 */
-    int *widened;    /* per value: its float32 twin made by a Cast, or -1 */
+    /* per node lowered by a region offer (offer.region): its work, and the weights offer it
+     * falls back to when its region does not pay */
+    bool *region, *region_weights, *region_widen;
+    double *work;
+    int n_nodes;  /* nodes of the original graph */
+    int *reduced; /* per original value: its reduced-precision twin, or -1 */
+    int *widened; /* per value: its float32 twin made by a Cast, or -1 */
 } lowering;
 
 /* A Cast of v to dtype `to`, run on the backend of node `where`. */
@@ -261,6 +269,119 @@ static kiln_status widen_outputs(lowering *L, int i) {
     return KILN_OK;
 }
 
+/* Reading narrow activations in place pays on a region only when its work outweighs the
+ * Casts at its edges: a Cast costs about one pass over its elements, and a product saves a
+ * fraction of its multiply-adds, so a region needs this many multiply-adds per element that
+ * crosses its edge. ResNet-50's bottleneck stack has about 14000; a MobileNet's 1x1 convs,
+ * each between two depthwise convs that stay float32, a few hundred at most. */
+#define REGION_MIN_WORK_PER_EDGE_ELEMENT 2048.0
+
+static int region_root(int *parent, int i) {
+    while (parent[i] != i)
+        i = parent[i] = parent[parent[i]];
+    return i;
+}
+
+static double numel_at(const kn_resolved *at, int v) {
+    if (!at[v].known)
+        return 0.0;
+    double n = 1.0;
+    for (int k = 0; k < at[v].t.shape.rank; k++)
+        n *= (double)at[v].t.shape.d[k];
+    return n;
+}
+
+/* Whether node k reads value v as float data (not just its shape). */
+static bool reads_data(const kn_node *k, int v) {
+    const kn_op_schema *op = kn_op_find(k->domain, k->op_type);
+    if (op != NULL && (op->flags & KN_OP_SHAPE_ONLY))
+        return false;
+    for (int j = 0; j < k->n_in; j++)
+        if (k->in[j] == v)
+            return true;
+    return false;
+}
+
+/* Regions (connected sets of nodes lowered by a region offer, joined by the values between
+ * them) whose work is small against the elements Cast at their edges go back to their
+ * weights offer. `at` is the resolution the sizes are counted at. */
+static kiln_status prune_regions(lowering *L, const kn_resolved *at) {
+    kn_graph *g = L->g;
+    int n = L->n_nodes;
+    int *parent = kn_malloc(((size_t)n + 1) * sizeof *parent);
+    double *work = kn_calloc((size_t)n + 1, sizeof *work),
+           *edge = kn_calloc((size_t)n + 1, sizeof *edge);
+    if (parent == NULL || work == NULL || edge == NULL) {
+        kn_free(parent);
+        kn_free(work);
+        kn_free(edge);
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory lowering precision");
+    }
+    for (int i = 0; i < n; i++)
+        parent[i] = i;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; L->region[i] && j < g->nodes[i].n_in; j++) {
+            int v = g->nodes[i].in[j], p = v >= 0 ? g->values[v].producer : -1;
+            if (p >= 0 && p < n && L->region[p])
+                parent[region_root(parent, i)] = region_root(parent, p);
+        }
+    for (int i = 0; i < n; i++) {
+        if (!L->region[i])
+            continue;
+        const kn_node *nd = &g->nodes[i];
+        int r = region_root(parent, i);
+        if (nd->n_out > 0 && nd->out[0] >= 0)
+            work[r] += L->work[i] * numel_at(at, nd->out[0]);
+        /* edges in: float activations made outside any lowered node (graph inputs too) */
+        for (int j = 0; j < nd->n_in; j++) {
+            int v = nd->in[j];
+            if (v < 0 || g->values[v].dtype != KILN_DTYPE_FLOAT32 ||
+                kn_value_is_const(&g->values[v]) || fixed_float32(nd, j))
+                continue;
+            int p = g->values[v].producer;
+            bool first = true; /* a value read twice by the region is Cast once */
+            for (int jj = 0; jj < j; jj++)
+                first &= nd->in[jj] != v;
+            if (first && !(p >= 0 && p < n && L->lowered[p]))
+                edge[r] += numel_at(at, v);
+        }
+        /* edges out: outputs a float32 reader or the graph's caller takes */
+        for (int o = 0; o < nd->n_out; o++) {
+            int v = nd->out[o];
+            if (v < 0 || g->values[v].dtype != KILN_DTYPE_FLOAT32)
+                continue;
+            bool out = g->values[v].is_output;
+            for (int k = 0; k < n && !out; k++)
+                out = !g->nodes[k].dead && !L->lowered[k] && reads_data(&g->nodes[k], v);
+            if (out)
+                edge[r] += numel_at(at, v);
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        if (!L->region[i])
+            continue;
+        int r = region_root(parent, i);
+        if (work[r] >= REGION_MIN_WORK_PER_EDGE_ELEMENT * edge[r])
+            continue;
+        L->lowered[i] = L->region[i] = false;
+        L->weights[i] = L->region_weights[i];
+        L->widen[i] = L->region_widen[i];
+    }
+    kn_free(parent);
+    kn_free(work);
+    kn_free(edge);
+    /* data movement lowered after a node that went back follows it back */
+    for (int i = 0; i < n; i++) {
+        const kn_node *nd = &g->nodes[i];
+        if (!L->lowered[i] || L->region[i] || !kn_op_moves_data(nd))
+            continue;
+        int p = nd->n_in > 0 && nd->in[0] >= 0 ? g->values[nd->in[0]].producer : -1;
+        if (p < 0 || !L->lowered[p])
+            L->lowered[i] = false;
+    }
+    return KILN_OK;
+}
+
 static kiln_status mark_tf32(kn_graph *g) {
     for (int i = 0; i < g->n_nodes; i++)
         if (!g->nodes[i].dead && kn_op_is_product(&g->nodes[i]))
@@ -284,8 +405,13 @@ kiln_status kn_pass_lower_precision(kn_graph *g, int precision, const kn_layer_p
     L.weights = kn_calloc((size_t)n_nodes + 1, sizeof *L.weights);
     L.widen = kn_calloc((size_t)n_nodes + 1, sizeof *L.widen);
     L.reduced = kn_malloc(((size_t)n_values + 1) * sizeof *L.reduced);
+    L.region = kn_calloc((size_t)n_nodes + 1, sizeof *L.region);
+    L.region_weights = kn_calloc((size_t)n_nodes + 1, sizeof *L.region_weights);
+    L.region_widen = kn_calloc((size_t)n_nodes + 1, sizeof *L.region_widen);
+    L.work = kn_calloc((size_t)n_nodes + 1, sizeof *L.work);
     kiln_status rc = KILN_OK;
-    if (L.lowered == NULL || L.weights == NULL || L.widen == NULL || L.reduced == NULL) {
+    if (L.lowered == NULL || L.weights == NULL || L.widen == NULL || L.reduced == NULL ||
+        L.region == NULL || L.region_weights == NULL || L.region_widen == NULL || L.work == NULL) {
         rc = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory lowering precision");
         goto out;
     }
@@ -335,8 +461,17 @@ kiln_status kn_pass_lower_precision(kn_graph *g, int precision, const kn_layer_p
         }
         dtype = want;
         L.lowered[i] = true;
+        if (o.region & bit) {
+            L.region[i] = true;
+            L.work[i] = o.work;
+            L.region_weights[i] = (o.weights & bit) && const_weights(g, n);
+            L.region_widen[i] = (o.widen & bit) != 0;
+        }
     }
     if (dtype == 0)
+        goto out;
+    rc = prune_regions(&L, at[n_at > 1 ? 1 : 0]);
+    if (rc != KILN_OK)
         goto out;
     L.dtype = dtype;
     L.tag = dtype == KILN_DTYPE_FLOAT16 ? "fp16" : "bf16";
@@ -358,5 +493,9 @@ out:
     kn_free(L.weights);
     kn_free(L.widen);
     kn_free(L.reduced);
+    kn_free(L.region);
+    kn_free(L.region_weights);
+    kn_free(L.region_widen);
+    kn_free(L.work);
     return rc;
 }

@@ -162,13 +162,15 @@ typedef struct kn_layer_precision {
  * (kn_caps.lower_weights) keeps float32 activations and gets its constant input 1 converted,
  * with kiln_precision and kiln_weights set to the type (and kiln_compute = "fp32" where the
  * backend widens them at load, kn_caps.widen_weights); a node the backend keeps in float32
- * for a reason (kn_caps.keep_fp32) gets it in kiln_precision_note. at[n_at] are the graph's
- * resolutions at the profile's shapes. */
+ * for a reason (kn_caps.keep_fp32) gets it in kiln_precision_note. A node offered the type
+ * only inside a region (kn_caps.lower_region) is lowered where its region of such nodes does
+ * enough work for the elements Cast at its edges, and takes its weights offer elsewhere.
+ * at[n_at] are the graph's resolutions at the profile's shapes (sizes counted at at[1]). */
 kiln_status kn_pass_lower_precision(kn_graph *g, int precision, const kn_layer_precision *layers,
                                     int n_layers, const struct kn_resolved *const *at, int n_at);
 
 /* Store in NHWC the float16/bfloat16 activations of rank 4 whose producer and readers all run
- * on a device backend that takes NHWC for them (kn_caps.layouts), keeping their NCHW shapes:
+ * on a backend that takes NHWC for them (kn_caps.layouts), keeping their NCHW shapes:
  * such nodes get kiln_nhwc = {in_mask, out_mask} (bit j: input / output j stored NHWC), an
  * NHWC convolution's weights are permuted to [K, R, S, C/g] (layout_nhwc.c says which inputs
  * follow an op's layout). *n_nhwc receives how many nodes got a mask. After precision lowering

@@ -435,3 +435,116 @@ def test_stem_conv_in_bf16(tmp_path):
     want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
     assert got.shape == want.shape == (1, 64, 31, 34)
     assert 0 < rel_err(got, want) < 2e-2
+
+
+def bottleneck_stack(rng, cin=3, c=256, blocks=3, tail=40):
+    """A ResNet-like stack: a 7x7 / 2 stem from cin to c channels (a multiple of 32), a 3x3 / 2
+    max pool, blocks of 1x1 -> 3x3 -> 1x1 with a residual and Relu, one block strided (3x3 / 2 and a 1x1 / 2 shortcut), one
+    3x3 dilated, then a 3x3 conv to `tail` channels (not a multiple of 32) as the output."""
+    nodes, inits = [], []
+
+    def conv(x, cin, cout, k, name, stride=1, dil=1, act=True):
+        w = (rng.standard_normal((cout, cin, k, k)) * (1.5 / np.sqrt(cin * k * k)))
+        b = rng.standard_normal(cout) * 0.1
+        inits.extend([numpy_helper.from_array(w.astype(np.float32), name + "_w"),
+                      numpy_helper.from_array(b.astype(np.float32), name + "_b")])
+        pad = dil * (k // 2)
+        nodes.append(helper.make_node("Conv", [x, name + "_w", name + "_b"], [name + "_c"],
+                                      kernel_shape=[k, k], pads=[pad] * 4,
+                                      strides=[stride] * 2, dilations=[dil] * 2, name=name))
+        if not act:
+            return name + "_c"
+        nodes.append(helper.make_node("Relu", [name + "_c"], [name + "_r"]))
+        return name + "_r"
+
+    x = conv("x", cin, c, 7, "stem", stride=2)
+    nodes.append(helper.make_node("MaxPool", [x], ["pool"], kernel_shape=[3, 3], pads=[1] * 4,
+                                  strides=[2, 2], name="pool"))
+    x = "pool"
+    for i in range(blocks):
+        stride, dil = (2, 1) if i == 1 else (1, 2 if i == 2 else 1)
+        h = conv(x, c, c // 2, 1, f"b{i}a")
+        h = conv(h, c // 2, c // 2, 3, f"b{i}b", stride=stride, dil=dil)
+        h = conv(h, c // 2, c, 1, f"b{i}c", act=False)
+        short = conv(x, c, c, 1, f"b{i}s", stride=2, act=False) if stride == 2 else x
+        nodes.append(helper.make_node("Add", [h, short], [f"b{i}_sum"]))
+        nodes.append(helper.make_node("Relu", [f"b{i}_sum"], [f"b{i}_out"]))
+        x = f"b{i}_out"
+    y = conv(x, c, tail, 3, "head", act=False)
+    nodes.append(helper.make_node("Identity", [y], ["y"]))
+    return nodes, inits
+
+
+def test_bf16_region_reads_bf16_activations_nhwc(tmp_path):
+    """With AMX tiles, a stack of convs of 32k input channels (and a 3-channel stem, whose kernel
+    rows fold into 32 values) that does enough work for the Casts at its edges runs in bf16
+    activations stored NHWC: the convs read them in place and write bf16, the max pool between
+    them pools NHWC pixels, a Cast at each edge reorders and converts. The outputs match onnxruntime's fp32
+    within bf16's rounding at two batch sizes of one plan, on the AMX path and on the paths a
+    machine without AMX takes (AVX512-BF16 or portable). Built without AMX, the same model
+    keeps fp32 activations and bf16 weights."""
+    rng = np.random.default_rng(21)
+    nodes, inits = bottleneck_stack(rng)
+    path = str(tmp_path / "stack.onnx")
+    model = save_model(nodes, [f32("x", ["n", 3, 50, 55])], [f32("y")], inits, path)
+    plan = str(tmp_path / "p.plan")
+    shapes = ["--shapes", "x:1x3x50x55,2x3x50x55,3x3x50x55"]
+    # the build names the bf16 path
+    amx = "AMX-BF16 tiles" in kiln("build", path, "-o", plan, "--precision", "bf16", *shapes,
+                                   "--verbose")[2]
+    info = layers(plan)
+    convs = [l for l in info if l["op"] in ("Conv", "FusedConv")]
+    assert len(convs) == 12, convs
+    if amx:
+        assert all(l["precision"] == "bf16" and "weights" not in l for l in convs), convs
+        assert all(l.get("nhwc", {}).get("outputs") == 1 for l in convs), convs
+        casts = [l for l in info if l["op"] == "Cast"]
+        assert len(casts) == 2, casts  # the input's and the output's
+        pool = [l for l in info if l["op"] == "MaxPool"][0]
+        assert pool["precision"] == "bf16" and pool["nhwc"]["outputs"] == 1, pool
+        _, text, _ = kiln("inspect", plan)
+        assert "from NHWC" in text and "bf16 NHWC" in text
+    else:
+        assert all(l["weights"] == "bf16" and "nhwc" not in l for l in convs), convs
+    sess = ort.InferenceSession(model.SerializeToString())
+    for n in (1, 3):
+        x = rng.standard_normal((n, 3, 50, 55)).astype(np.float32)
+        want = sess.run(None, {"x": x})[0]
+        outs = [run_plan(plan, {"x": x}, str(tmp_path / f"o{n}{i}"), env=env)["y"]
+                for i, env in enumerate([None, NO_AMX, PORTABLE])]
+        for out in outs:
+            assert out.shape == want.shape == (n, 40, 7, 7)
+            assert 0 < rel_err(out, want) < 2e-2, n
+        # the paths round each layer's output to bf16 after sums in other orders
+        assert rel_err(outs[0], outs[2]) < 1e-2
+    plan_no_amx = str(tmp_path / "n.plan")
+    kiln("build", path, "-o", plan_no_amx, "--precision", "bf16", *shapes, env=NO_AMX)
+    convs = [l for l in layers(plan_no_amx) if l["op"] in ("Conv", "FusedConv")]
+    assert all(l["weights"] == "bf16" and "nhwc" not in l for l in convs), convs
+
+
+def test_bf16_region_too_small_for_its_casts_keeps_fp32_activations(tmp_path):
+    """1x1 convs between depthwise convs (a MobileNet block: the depthwise ones stay fp32) would
+    need a Cast on each side for little work: they keep fp32 activations and bf16 weights, with
+    or without AMX."""
+    rng = np.random.default_rng(22)
+    dw = rng.standard_normal((192, 1, 3, 3)).astype(np.float32)
+    pw1 = (rng.standard_normal((192, 64, 1, 1)) * 0.1).astype(np.float32)
+    pw2 = (rng.standard_normal((64, 192, 1, 1)) * 0.1).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "pw1"], ["e"], name="expand"),
+             helper.make_node("Relu", ["e"], ["er"]),
+             helper.make_node("Conv", ["er", "dw"], ["d"], pads=[1] * 4, group=192, name="dw"),
+             helper.make_node("Conv", ["d", "pw2"], ["y"], name="project")]
+    inits = [numpy_helper.from_array(a, n) for a, n in ((dw, "dw"), (pw1, "pw1"), (pw2, "pw2"))]
+    path = str(tmp_path / "m.onnx")
+    model = save_model(nodes, [f32("x", [1, 64, 28, 28])], [f32("y")], inits, path)
+    plan = str(tmp_path / "p.plan")
+    kiln("build", path, "-o", plan, "--precision", "bf16")
+    by_name = {l["name"]: l for l in layers(plan)}
+    for name in ("expand", "project"):
+        assert by_name[name]["weights"] == "bf16" and "nhwc" not in by_name[name], by_name[name]
+    assert not any(l["op"] == "Cast" for l in by_name.values())
+    x = rng.standard_normal((1, 64, 28, 28)).astype(np.float32)
+    got = run_plan(plan, {"x": x}, str(tmp_path / "o"))["y"]
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    assert 0 < rel_err(got, want) < 2e-2

@@ -456,15 +456,18 @@ int cmd_inspect(int argc, char **argv) {
             }
             const char *fp32_why = kn_attr_string(n, "kiln_precision_note", NULL);
             const int64_t *nhwc;
-            bool in_nhwc = kn_attr_ints(n, "kiln_nhwc", &nhwc) == 2;
+            /* NHWC: the output is stored so; from NHWC: only inputs are (a Cast at the edge) */
+            const char *layout = "";
+            if (kn_attr_ints(n, "kiln_nhwc", &nhwc) == 2)
+                layout = (nhwc[1] & 1) ? " NHWC" : nhwc[0] != 0 ? " from NHWC" : "";
             char threads[32] = "";
             if (kn_attr_int(n, KN_ATTR_THREADS, 0) > 0)
                 snprintf(threads, sizeof threads, "  threads %lld",
                          (long long)kn_attr_int(n, KN_ATTR_THREADS, 0));
             printf("  %4d  %-36s %-34s -> %s%s%s%s%s%s%s%s%s%s%s%s%s%s%s\n", i, n->name, k, s,
-                   shown ? " " : "", shown ? prec : "", stored ? " weights" : "",
-                   in_nhwc ? " NHWC" : "", threads, why ? "  (host: " : "", why ? why : "",
-                   why ? ")" : "", int8_why ? "  (fp32, not int8: " : "", int8_why ? int8_why : "",
+                   shown ? " " : "", shown ? prec : "", stored ? " weights" : "", layout, threads,
+                   why ? "  (host: " : "", why ? why : "", why ? ")" : "",
+                   int8_why ? "  (fp32, not int8: " : "", int8_why ? int8_why : "",
                    int8_why ? ")" : "", fp32_why ? "  (fp32: " : "", fp32_why ? fp32_why : "",
                    fp32_why ? ")" : "");
             print_bodies(n, 0);

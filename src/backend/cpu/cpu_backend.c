@@ -1,6 +1,7 @@
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/math/gemm_bf16.h"
 #include "backend/cpu/nn/conv.h"
+#include "backend/cpu/nn/pool_nhwc.h"
 #include "ops/op.h"
 
 #include "ops/fused_elementwise.h"
@@ -50,6 +51,18 @@ static bool op_is(const kn_node *n, const char *onnx, const char *fused) {
            (strcmp(n->domain, KN_DOMAIN) == 0 && strcmp(n->op_type, fused) == 0);
 }
 
+/* Convs whose bf16 kernel (nn/conv_bf16.c) reads bf16 activations in place, AMX tiles loading
+ * rows of NHWC pixels with no packing: 2-D, one group, constant weights, input channels a
+ * multiple of 32 (a tile row), or so few that a row of the kernel's width fits one tile row (a
+ * stem: 3 channels x 7 columns, folded into 32 values). */
+static bool bf16_activation_conv(const kn_node *n, int n_in, const kn_tensor *in) {
+    if (!op_is(n, "Conv", "FusedConv") || n_in < 2 || in[1].data == NULL || in[1].shape.rank != 4 ||
+        in[0].shape.rank != 4 || kn_attr_int(n, "group", 1) != 1)
+        return false;
+    int64_t c = in[1].shape.d[1], kw = in[1].shape.d[3];
+    return c > 0 && (c % 32 == 0 || c * kw <= 32);
+}
+
 /* Products whose constant weights (input 1) the CPU holds in bfloat16 (packed for the bf16
  * GEMM, activations rounded as they are packed, fp32 accumulation and epilogue) or float16
  * (storage alone: widened to float32 when the engine is made); otherwise why they stay. */
@@ -81,6 +94,13 @@ static void cpu_weight_offer(const kn_node *n, int n_in, const kn_tensor *in, kn
     caps->widen_weights = KN_LOWER_FP16; /* fp16 is storage only */
     /* On AMX tiles the bf16 GEMM outruns fp32 Winograd even with four times the multiplies
      * (docs/perf-notes.md, "AMX-BF16"), so a plan built there computes these in bf16. */
+    /* With AMX, a conv that reads bf16 activations in place saves the packing of every call,
+     * where its neighbours are bf16 too (a region: the precision pass weighs its edges). */
+    if (conv && kn_bf16_amx() && bf16_activation_conv(n, n_in, in)) {
+        caps->lower |= KN_LOWER_BF16;
+        caps->lower_region |= KN_LOWER_BF16;
+        caps->lower_work = (double)w->d[1] * (double)w->d[2] * (double)w->d[3];
+    }
     if (conv && kn_cpu_conv_prefers_winograd(n, &in[0], w) && !kn_bf16_amx()) {
         caps->widen_weights |= KN_LOWER_BF16;
         caps->keep_fp32 =
@@ -98,9 +118,29 @@ static bool narrow_weights(const kn_node *n, const kn_tensor *w) {
             (strcmp(a->s, "fp16") == 0 && w->dtype == KILN_DTYPE_FLOAT16));
 }
 
+/* A Cast between float32 and bfloat16 of rank 4 reorders between NCHW and NHWC as it converts
+ * (tensor/cast_layout.c): the edges of a region of bf16 convs. */
+static bool cast_reorders(const kn_node *n, int n_in, const kn_tensor *in) {
+    if (n->domain[0] != '\0' || strcmp(n->op_type, "Cast") != 0 || n_in < 1 ||
+        in[0].shape.rank != 4)
+        return false;
+    int32_t to = (int32_t)kn_attr_int(n, "to", 0);
+    return (in[0].dtype == KILN_DTYPE_FLOAT32 && to == KILN_DTYPE_BFLOAT16) ||
+           (in[0].dtype == KILN_DTYPE_BFLOAT16 && to == KILN_DTYPE_FLOAT32);
+}
+
+/* A MaxPool the NHWC bf16 kernel runs (nn/pool_nhwc.c): 2-D, no indices output. */
+static bool nhwc_maxpool(const kn_node *n, int n_in, const kn_tensor *in, int n_out) {
+    if (n->domain[0] != '\0' || strcmp(n->op_type, "MaxPool") != 0 || n_in < 1 ||
+        (n_out > 1 && n->out[1] >= 0) || in[0].shape.rank != 4)
+        return false;
+    kn_pool_geom g;
+    return kn_pool_geom_read(n, &in[0].shape, &g) == KILN_OK &&
+           kn_cpu_maxpool_nhwc_bf16_applies(&in[0].shape, &g);
+}
+
 static bool cpu_supports(kn_backend *b, const kn_node *n, int n_in, const kn_tensor *in, int n_out,
                          const kn_tensor *out, kn_caps *caps) {
-    (void)n_out;
     (void)out;
     if (cpu_backend_find_kernel(b, n->domain, n->op_type) == NULL) {
         snprintf(caps->reason, sizeof caps->reason, "the cpu backend has no kernel for %s%s%s",
@@ -112,7 +152,14 @@ static bool cpu_supports(kn_backend *b, const kn_node *n, int n_in, const kn_ten
     bool staged_matmul = n->domain[0] == '\0' && strcmp(n->op_type, "MatMul") == 0 && n_in == 2 &&
                          in[0].dtype == in[1].dtype &&
                          (in[0].dtype == KILN_DTYPE_FLOAT16 || in[0].dtype == KILN_DTYPE_BFLOAT16);
-    if ((kn_op_is_product(n) && !staged_matmul) ||
+    bool bf16_conv = bf16_activation_conv(n, n_in, in) && in[0].dtype == KILN_DTYPE_BFLOAT16;
+    for (int j = 0; bf16_conv && j < n_in; j++)
+        bf16_conv = in[j].dtype == 0 || in[j].dtype == KILN_DTYPE_BFLOAT16;
+    if (bf16_conv)
+        caps->layouts |= KN_LAYOUT_NHWC_BIT;
+    if (cast_reorders(n, n_in, in))
+        caps->layouts |= KN_LAYOUT_NHWC_BIT;
+    if ((kn_op_is_product(n) && !staged_matmul && !bf16_conv) ||
         (strcmp(n->domain, "kiln") == 0 && strcmp(n->op_type, "FusedElementwise") == 0))
         for (int j = 0; j < n_in; j++)
             if (in[j].dtype != 0 && kn_dtype_is_float(in[j].dtype) &&
@@ -130,6 +177,15 @@ static bool cpu_supports(kn_backend *b, const kn_node *n, int n_in, const kn_ten
     }
     caps->lower = cpu_lowerable(n);
     cpu_weight_offer(n, n_in, in, caps);
+    if (nhwc_maxpool(n, n_in, in, n_out)) {
+        /* between bf16 convs (a ResNet's stem and first block) it keeps their region whole */
+        if (in[0].dtype == KILN_DTYPE_FLOAT32 && kn_bf16_amx()) {
+            caps->lower |= KN_LOWER_BF16;
+            caps->lower_region |= KN_LOWER_BF16;
+        }
+        if (in[0].dtype == KILN_DTYPE_BFLOAT16)
+            caps->layouts |= KN_LAYOUT_NHWC_BIT;
+    }
     return true;
 }
 

@@ -8,7 +8,7 @@
  * Bias, residual and activation run in the GEMM epilogue. Weights the precision pass stored in
  * bf16 (kiln_weights) are packed for the bf16 GEMM instead, except on convs where fp32 Winograd
  * is faster (kn_cpu_conv_prefers_winograd, kiln_compute): those, and weights stored in float16,
- * are widened to float32 here once. */
+ * are widened to float32 here once. Convs on bf16 activations run in conv_bf16.c. */
 #include "backend/cpu/nn/conv.h"
 
 #include "backend/cpu/f32_stage.h"
@@ -21,6 +21,7 @@ typedef struct conv_state {
     kn_wino *wino;       /* 3x3 stride-1 weights for Winograd, or NULL */
     float *w32;          /* float16 weights widened, when a path may read them plain */
     kn_bf16_packed **bw; /* bf16 weights, one per group, or NULL */
+    kn_conv_bf16 *b16;   /* bf16 weights for bf16 activations (conv_bf16.c), or NULL */
     int64_t group;
     kn_gemm_packed *w[]; /* one per group */
 } conv_state;
@@ -115,6 +116,15 @@ kiln_status kn_cpu_conv_prepare(const kn_node *node, int n_in, const kn_tensor *
     if (st == NULL)
         return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory packing conv weights");
     st->group = group;
+    if (in[0].dtype == KILN_DTYPE_BFLOAT16 && in[1].dtype == KILN_DTYPE_BFLOAT16) {
+        kiln_status rc = kn_cpu_conv_bf16_prepare(node, &in[1], &st->b16);
+        if (rc != KILN_OK) {
+            kn_cpu_conv_release(st);
+            return rc;
+        }
+        *state = st;
+        return KILN_OK;
+    }
     bool widen = kn_cpu_weights_widened(node, &in[1]);
     if (in[1].dtype == KILN_DTYPE_BFLOAT16 && !widen) {
         kiln_status rc = prepare_bf16(&in[1], group, st);
@@ -170,6 +180,7 @@ void kn_cpu_conv_release(void *state) {
             kn_bf16_packed_free(st->bw[g]);
     }
     kn_free(st->bw);
+    kn_cpu_conv_bf16_free(st->b16);
     kn_free(st->w32);
     kn_cpu_wino_free(st->wino);
     kn_free(st);
@@ -643,6 +654,9 @@ static bool conv_images(kn_threadpool *pool, const kn_conv_geom *g, const kn_con
 }
 
 kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
+    if (k->in[0].dtype == KILN_DTYPE_BFLOAT16)
+        return kn_cpu_conv_bf16_run(k,
+                                    k->state != NULL ? ((const conv_state *)k->state)->b16 : NULL);
     kn_conv_geom g;
     KN_TRY(kn_conv_geom_init(k->node, &k->in[0].shape, &k->in[1].shape, false, &g));
     kn_epilogue ep = {0};

@@ -195,6 +195,18 @@ kiln_status kn_cpu_conv_strided(kn_threadpool *pool, const kn_conv2d *c, int64_t
                                 const float *x, const kn_gemm_packed *a, const kn_epilogue *ep,
                                 float *y);
 
+/* Conv on bfloat16 activations (nn/conv_bf16.c): X, the residual Z (kiln.FusedConv) and Y in
+ * bfloat16, bias in bfloat16 (or float32), weights bfloat16; NHWC or NCHW as the kiln_nhwc
+ * attribute says (passes/layout_nhwc.c), weights then stored [K, R, S, C]. 1-D and 2-D convs of
+ * one group, any channel count, kernel, stride, padding and dilation; products on AMX tiles
+ * where kn_bf16_amx(), else on a portable fp32 path, accumulation in fp32 either way, the
+ * output rounded to nearest even. prepare packs constant weights (NULL, and KILN_OK, for a
+ * conv it does not take: run reports why); run packs them itself when handed NULL. */
+typedef struct kn_conv_bf16 kn_conv_bf16;
+kiln_status kn_cpu_conv_bf16_prepare(const kn_node *node, const kn_tensor *w, kn_conv_bf16 **out);
+void kn_cpu_conv_bf16_free(kn_conv_bf16 *p);
+kiln_status kn_cpu_conv_bf16_run(kn_kernel_ctx *k, const kn_conv_bf16 *prepared);
+
 /* Depthwise (group == C_in == C_out) 1-D/2-D convolution without GEMM. */
 kiln_status kn_cpu_conv_depthwise(kn_threadpool *pool, const kn_conv_geom *g, const float *x,
                                   const float *w, const kn_epilogue *ep, float *y);

@@ -1,6 +1,7 @@
 /* MaxPool, AveragePool and LpPool over 1 to 3 spatial dims (fewer dims are padded to three
  * with unit dims), and the global pools. Work is split over the N*C planes; each window's
  * valid tap range is computed up front so the tap loops carry no bounds checks. */
+#include "backend/cpu/nn/pool_nhwc.h"
 #include "backend/cpu/reduction/reduce_impl.h"
 #include "core/alloc.h"
 #include "ops/nn/pool.h"
@@ -382,6 +383,8 @@ kiln_status kn_cpu_cpu_pool_window(kn_kernel_ctx *k) {
     const kn_tensor *x = &k->in[0];
     kn_pool_geom g;
     KN_TRY(kn_pool_geom_read(k->node, &x->shape, &g));
+    if (kn_node_attr(k->node, "kiln_nhwc") != NULL)
+        return kn_cpu_maxpool_nhwc_bf16(k, &g);
     pool_args a = {0};
     const char *op = k->node->op_type;
     a.kind = strcmp(op, "MaxPool") == 0 ? POOL_MAX : strcmp(op, "LpPool") == 0 ? POOL_LP : POOL_AVG;

@@ -24,4 +24,8 @@ void cpu_tensor_reduce_elem(int32_t dtype, int red, void *dst, const void *src);
 
 /* ---- kernels -------------------------------------------------------------------------------- */
 
+/* Cast between float32 and bfloat16 of rank 4 whose sides are ordered as the node's kiln_nhwc
+ * masks say (tensor/cast_layout.c); kn_cpu_cast calls it for a node with the attribute. */
+kiln_status kn_cpu_cast_layout(kn_kernel_ctx *k);
+
 #endif

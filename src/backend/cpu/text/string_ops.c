@@ -1,6 +1,7 @@
 /* The CPU kernel of every string op: the evaluation inference sized (ops/text/string_ops.h),
  * copied into the outputs' memory. Equal and Cast take this path when strings are involved. */
 #include "backend/cpu/f32_stage.h"
+#include "backend/cpu/tensor/tensor_kernels.h"
 #include "ops/text/string_ops.h"
 
 #include <string.h>
@@ -32,5 +33,7 @@ kiln_status kn_cpu_equal(kn_kernel_ctx *k) {
 kiln_status kn_cpu_cast(kn_kernel_ctx *k) {
     if (k->in[0].dtype == KILN_DTYPE_STRING || k->out[0].dtype == KILN_DTYPE_STRING)
         return kn_cpu_string_op(k);
+    if (kn_node_attr(k->node, "kiln_nhwc") != NULL)
+        return kn_cpu_cast_layout(k);
     return ew_k_cast(k);
 }
