@@ -732,12 +732,13 @@ static bool td_supports(kn_backend *b, const kn_node *n, int n_in, const kn_tens
     /* it runs the host's kernels: it lowers to bfloat16 what the host would lower to either
      * 16-bit type (the host's element-wise kernels run both; the host itself lowers them only
      * to float16, keeping bf16 plans free of Casts between its fp32 products), never to
-     * float16, which it refuses above */
+     * float16, which it refuses above; not what the host offers inside a region only (its
+     * bf16 convs on AMX), whose kernels read NHWC bytes the host's way */
     kn_backend *h = host->host_backend();
     kn_caps hc;
     memset(&hc, 0, sizeof hc);
     if (h->iface->supports != NULL && h->iface->supports(h, n, n_in, in, n_out, out, &hc) &&
-        (hc.lower & (KN_LOWER_FP16 | KN_LOWER_BF16)))
+        (hc.lower & ~hc.lower_region & (KN_LOWER_FP16 | KN_LOWER_BF16)))
         caps->lower = KN_LOWER_BF16;
     return true;
 }
