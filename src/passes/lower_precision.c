@@ -302,23 +302,19 @@ static bool reads_data(const kn_node *k, int v) {
     return false;
 }
 
-/* Regions (connected sets of nodes lowered by a region offer, joined by the values between
- * them) whose work is small against the elements Cast at their edges go back to their
- * weights offer. `at` is the resolution the sizes are counted at. */
-static kiln_status prune_regions(lowering *L, const kn_resolved *at) {
+/* One sweep: every region (a connected set of nodes lowered by a region offer, joined by the
+ * values between them) whose work is small against the elements Cast at its edges goes back
+ * to its weights offer. True when one did. parent, work, edge and counted are scratch. */
+static bool prune_sweep(lowering *L, const kn_resolved *at, int *parent, double *work, double *edge,
+                        int *counted) {
     kn_graph *g = L->g;
     int n = L->n_nodes;
-    int *parent = kn_malloc(((size_t)n + 1) * sizeof *parent);
-    double *work = kn_calloc((size_t)n + 1, sizeof *work),
-           *edge = kn_calloc((size_t)n + 1, sizeof *edge);
-    if (parent == NULL || work == NULL || edge == NULL) {
-        kn_free(parent);
-        kn_free(work);
-        kn_free(edge);
-        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory lowering precision");
-    }
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         parent[i] = i;
+        work[i] = edge[i] = 0.0;
+    }
+    for (int v = 0; v < g->n_values; v++)
+        counted[v] = -1;
     for (int i = 0; i < n; i++)
         for (int j = 0; L->region[i] && j < g->nodes[i].n_in; j++) {
             int v = g->nodes[i].in[j], p = v >= 0 ? g->values[v].producer : -1;
@@ -332,18 +328,18 @@ static kiln_status prune_regions(lowering *L, const kn_resolved *at) {
         int r = region_root(parent, i);
         if (nd->n_out > 0 && nd->out[0] >= 0)
             work[r] += L->work[i] * numel_at(at, nd->out[0]);
-        /* edges in: float activations made outside any lowered node (graph inputs too) */
+        /* edges in: float activations made outside any lowered node (graph inputs too), each
+         * Cast once however many of the region's nodes read it */
         for (int j = 0; j < nd->n_in; j++) {
             int v = nd->in[j];
             if (v < 0 || g->values[v].dtype != KILN_DTYPE_FLOAT32 ||
-                kn_value_is_const(&g->values[v]) || fixed_float32(nd, j))
+                kn_value_is_const(&g->values[v]) || fixed_float32(nd, j) || counted[v] == r)
                 continue;
             int p = g->values[v].producer;
-            bool first = true; /* a value read twice by the region is Cast once */
-            for (int jj = 0; jj < j; jj++)
-                first &= nd->in[jj] != v;
-            if (first && !(p >= 0 && p < n && L->lowered[p]))
+            if (!(p >= 0 && p < n && L->lowered[p])) {
                 edge[r] += numel_at(at, v);
+                counted[v] = r;
+            }
         }
         /* edges out: outputs a float32 reader or the graph's caller takes */
         for (int o = 0; o < nd->n_out; o++) {
@@ -357,17 +353,40 @@ static kiln_status prune_regions(lowering *L, const kn_resolved *at) {
                 edge[r] += numel_at(at, v);
         }
     }
+    bool changed = false;
     for (int i = 0; i < n; i++) {
-        if (!L->region[i])
-            continue;
-        int r = region_root(parent, i);
-        if (work[r] >= REGION_MIN_WORK_PER_EDGE_ELEMENT * edge[r])
+        if (!L->region[i] || work[region_root(parent, i)] >=
+                                 REGION_MIN_WORK_PER_EDGE_ELEMENT * edge[region_root(parent, i)])
             continue;
         L->lowered[i] = L->region[i] = false;
         L->weights[i] = L->region_weights[i];
         L->widen[i] = L->region_widen[i];
+        changed = true;
     }
+    return changed;
+}
+
+/* Regions that do not pay for their edges go back to their weights offer, until none is left
+ * (a region that goes back adds edges to the regions beside it). `at` is the resolution the
+ * sizes are counted at. */
+static kiln_status prune_regions(lowering *L, const kn_resolved *at) {
+    kn_graph *g = L->g;
+    int n = L->n_nodes;
+    int *parent = kn_malloc(((size_t)n + 1) * sizeof *parent);
+    int *counted = kn_malloc(((size_t)g->n_values + 1) * sizeof *counted);
+    double *work = kn_calloc((size_t)n + 1, sizeof *work),
+           *edge = kn_calloc((size_t)n + 1, sizeof *edge);
+    if (parent == NULL || counted == NULL || work == NULL || edge == NULL) {
+        kn_free(parent);
+        kn_free(counted);
+        kn_free(work);
+        kn_free(edge);
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory lowering precision");
+    }
+    while (prune_sweep(L, at, parent, work, edge, counted))
+        ;
     kn_free(parent);
+    kn_free(counted);
     kn_free(work);
     kn_free(edge);
     /* data movement lowered after a node that went back follows it back */
