@@ -7,7 +7,9 @@ fp16: the weights are stored in fp16 and widened at load. Each is checked agains
 in fp32 on ResNet-mini and the transformer encoder, on both bf16 paths (AVX512-BF16 where the
 CPU has it, and the portable one that KILN_BF16_PORTABLE=1 forces); single layers on odd shapes
 against onnxruntime fed the same bf16-rounded operands, which the bf16 GEMM must match to fp32
-rounding."""
+rounding. With AMX tiles, regions of convs whose work pays for the Casts at their edges read
+and write bf16 activations stored NHWC instead (nn/conv_bf16.c): checked on a ResNet-like stack
+against onnxruntime on every path, and on a MobileNet block that must keep fp32 activations."""
 
 import json
 import os
