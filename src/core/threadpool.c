@@ -349,17 +349,23 @@ void *kn_threadpool_scratch(kn_threadpool *pool, size_t bytes) {
     return pool->scratch;
 }
 
-void kn_shared_item_fill(kn_shared_item *it, int64_t item, int32_t parts, kn_piece_fn fn,
+void kn_shared_item_help(kn_shared_item *it, int64_t item, int32_t parts, kn_piece_fn fn,
                          void *arg) {
-    if (atomic_load_explicit(&it->done, memory_order_acquire) >= parts)
-        return;
-    for (;;) {
+    /* a load first: items already claimed are passed without a write to their line */
+    while (atomic_load_explicit(&it->next, memory_order_relaxed) < parts) {
         int32_t part = atomic_fetch_add_explicit(&it->next, 1, memory_order_relaxed);
         if (part >= parts)
             break;
         fn(arg, item, part);
         atomic_fetch_add_explicit(&it->done, 1, memory_order_release);
     }
+}
+
+void kn_shared_item_fill(kn_shared_item *it, int64_t item, int32_t parts, kn_piece_fn fn,
+                         void *arg) {
+    if (atomic_load_explicit(&it->done, memory_order_acquire) >= parts)
+        return;
+    kn_shared_item_help(it, item, parts, fn, arg);
     /* pieces take microseconds; past a spin of that order the filler may have lost its core
      * (a shared machine), so give it the core back */
     for (int spins = 0; atomic_load_explicit(&it->done, memory_order_acquire) < parts; spins++) {

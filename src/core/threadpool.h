@@ -48,6 +48,12 @@ typedef struct kn_shared_item {
 typedef void (*kn_piece_fn)(void *arg, int64_t item, int32_t part);
 void kn_shared_item_fill(kn_shared_item *it, int64_t item, int32_t parts, kn_piece_fn fn,
                          void *arg);
+/* Fill the pieces of `it` not yet claimed, without waiting for the others: a task that needs
+ * several items helps with all of them first, then waits for each (kn_shared_item_fill), so
+ * threads that reach the same items together fill different ones instead of one filling while
+ * the others wait. */
+void kn_shared_item_help(kn_shared_item *it, int64_t item, int32_t parts, kn_piece_fn fn,
+                         void *arg);
 
 /* Scratch memory owned by the pool (so by its context), 64-byte aligned, kept between calls so
  * hot kernels do not map fresh pages on every run. Valid until the next call or destroy; only

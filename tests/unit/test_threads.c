@@ -238,6 +238,7 @@ typedef struct shared_job {
     atomic_int fills[SHARED_ITEMS][SHARED_PIECES];
     atomic_int early; /* a task that went on before every piece of its item was filled */
     int tasks_per_item;
+    bool help_first; /* each task first helps with every item (kn_shared_item_help) */
 } shared_job;
 
 static void fill_piece(void *arg, int64_t item, int32_t part) {
@@ -251,6 +252,8 @@ static void shared_tasks(void *arg, int64_t begin, int64_t end) {
     shared_job *j = arg;
     for (int64_t t = begin; t < end; t++) {
         int64_t item = t / j->tasks_per_item;
+        for (int64_t i = 0; j->help_first && i < SHARED_ITEMS; i++)
+            kn_shared_item_help(&j->items[i], i, SHARED_PIECES, fill_piece, j);
         kn_shared_item_fill(&j->items[item], item, SHARED_PIECES, fill_piece, j);
         for (int p = 0; p < SHARED_PIECES; p++)
             if (atomic_load(&j->fills[item][p]) != 1)
@@ -260,18 +263,19 @@ static void shared_tasks(void *arg, int64_t begin, int64_t end) {
 
 /* Every piece of every item filled exactly once, and no task past kn_shared_item_fill before
  * its item was whole: on one thread (no pool), and on 5 and 16 threads with one to five tasks
- * reading each item. */
+ * reading each item, with and without every task first helping with every item. */
 static void test_shared_item_fill(void **state) {
     (void)state;
     int sizes[] = {1, 5, 16};
     for (int si = 0; si < 3; si++) {
         kn_threadpool *pool = sizes[si] > 1 ? kn_threadpool_create(sizes[si]) : NULL;
         assert_true(sizes[si] == 1 || pool != NULL);
-        for (int per = 1; per <= 5; per++) {
+        for (int per = 1; per <= 10; per++) {
             shared_job *j = calloc(1, sizeof *j);
             assert_non_null(j);
-            j->tasks_per_item = per;
-            kn_parallel_for(pool, (int64_t)SHARED_ITEMS * per, 1, shared_tasks, j);
+            j->tasks_per_item = (per + 1) / 2;
+            j->help_first = per % 2 == 0;
+            kn_parallel_for(pool, (int64_t)SHARED_ITEMS * j->tasks_per_item, 1, shared_tasks, j);
             assert_int_equal(atomic_load(&j->early), 0);
             for (int i = 0; i < SHARED_ITEMS; i++) {
                 assert_int_equal(atomic_load(&j->items[i].done), SHARED_PIECES);

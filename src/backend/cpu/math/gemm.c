@@ -718,6 +718,11 @@ static void prepack_a_piece(void *arg, int64_t s, int32_t slice) {
 /* The prepacked panels of columns [n0, n1) and strips of rows [m0, m1) a task reads. */
 static void need_prepacked(const gemm_job *j, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
     int32_t slices = (int32_t)((j->k + KC - 1) / KC);
+    /* B's panels: help with every one first, so tasks that start together (row tasks of a
+     * wide B, all needing every panel) pack different panels instead of one packing while
+     * the rest wait for it, panel after panel; then wait for the ones others took */
+    for (int64_t p = n0 / j->u->nr; j->prepack_b != NULL && p * j->u->nr < n1; p++)
+        kn_shared_item_help(&j->b_items[p], p, slices, prepack_piece, (void *)j->prepack_b);
     if (j->prepack_b != NULL)
         for (int64_t p = n0 / j->u->nr; p * j->u->nr < n1; p++)
             kn_shared_item_fill(&j->b_items[p], p, slices, prepack_piece, (void *)j->prepack_b);
