@@ -3,8 +3,8 @@
  * dilation, channel tails, batches, bias, residual and activations, width taps folded into
  * few input channels (the stem), NHWC (kiln_nhwc, permuted weights) and NCHW, on the AMX path
  * (where the CPU has it) and the portable one. Inputs the kernel does not take fail with an error.
- * KILN_CONV_BF16_BENCH=1 adds a timing against the float32-activation path with bf16 weights (not
- * part of the checks). */
+ * `test_conv_bf16 --bench` times instead a few ResNet-50 layers against the float32-activation
+ * path with bf16 weights, on one thread (no checks). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -522,11 +522,7 @@ static void bench_one(const char *name, const conv_case *base) {
     kn_threadpool_destroy(pool);
 }
 
-static void test_bench(void **state) {
-    (void)state;
-    const char *e = getenv("KILN_CONV_BF16_BENCH");
-    if (e == NULL || strcmp(e, "1") != 0)
-        skip();
+static void run_bench(void) {
     unsetenv("KILN_BF16_PORTABLE");
     printf("%s; 1 thread\n", kn_bf16_path_name());
     const conv_case c3 = {1, 128, 128, 28, 28,   3,     3,      1,     1,     1, 1,
@@ -546,12 +542,15 @@ static void test_bench(void **state) {
     bench_one("7x7 stem 3->64 224x224 stride 2", &stem);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "--bench") == 0) {
+        run_bench();
+        return 0;
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_amx),
         cmocka_unit_test(test_portable),
         cmocka_unit_test(test_unsupported),
-        cmocka_unit_test(test_bench),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

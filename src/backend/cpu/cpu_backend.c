@@ -92,8 +92,6 @@ static void cpu_weight_offer(const kn_node *n, int n_in, const kn_tensor *in, kn
     }
     caps->lower_weights = KN_LOWER_FP16 | KN_LOWER_BF16;
     caps->widen_weights = KN_LOWER_FP16; /* fp16 is storage only */
-    /* On AMX tiles the bf16 GEMM outruns fp32 Winograd even with four times the multiplies
-     * (docs/perf-notes.md, "AMX-BF16"), so a plan built there computes these in bf16. */
     /* With AMX, a conv that reads bf16 activations in place saves the packing of every call,
      * where its neighbours are bf16 too (a region: the precision pass weighs its edges). */
     if (conv && kn_bf16_amx() && bf16_activation_conv(n, n_in, in)) {
@@ -101,6 +99,8 @@ static void cpu_weight_offer(const kn_node *n, int n_in, const kn_tensor *in, kn
         caps->lower_region |= KN_LOWER_BF16;
         caps->lower_work = (double)w->d[1] * (double)w->d[2] * (double)w->d[3];
     }
+    /* On AMX tiles the bf16 GEMM outruns fp32 Winograd even with four times the multiplies
+     * (docs/perf-notes.md, "AMX-BF16"), so a plan built there computes these in bf16. */
     if (conv && kn_cpu_conv_prefers_winograd(n, &in[0], w) && !kn_bf16_amx()) {
         caps->widen_weights |= KN_LOWER_BF16;
         caps->keep_fp32 =
