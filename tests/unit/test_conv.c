@@ -12,6 +12,7 @@
 #include "core/alloc.h"
 #include "ops/nn/conv_geom.h"
 #include "ops/op.h"
+#include "test_node.h"
 
 #include <math.h>
 #include <string.h>
@@ -21,43 +22,6 @@ static uint32_t rng_state = 777;
 static float frand(void) {
     rng_state = rng_state * 1664525u + 1013904223u;
     return (float)((rng_state >> 8) & 0xFFFF) / 32768.0f - 1.0f;
-}
-
-/* Node under construction: up to 12 attributes. */
-typedef struct test_node {
-    kn_node node;
-    kn_attr attr[12];
-    int64_t ints[12][8];
-} test_node;
-
-static void tn_init(test_node *t, const char *op) {
-    memset(t, 0, sizeof *t);
-    t->node.name = "n";
-    t->node.op_type = (char *)op;
-    t->node.domain = "";
-    t->node.opset = 17;
-    t->node.attr = t->attr;
-}
-
-static void tn_ints(test_node *t, const char *name, int n, const int64_t *v) {
-    kn_attr *a = &t->attr[t->node.n_attr];
-    memcpy(t->ints[t->node.n_attr], v, (size_t)n * sizeof *v);
-    *a = (kn_attr){
-        .name = (char *)name, .type = KN_ATTR_INTS, .n = n, .ints = t->ints[t->node.n_attr]};
-    t->node.n_attr++;
-}
-
-static void tn_int(test_node *t, const char *name, int64_t v) {
-    t->attr[t->node.n_attr++] = (kn_attr){.name = (char *)name, .type = KN_ATTR_INT, .i = v};
-}
-
-static void tn_float(test_node *t, const char *name, float v) {
-    t->attr[t->node.n_attr++] = (kn_attr){.name = (char *)name, .type = KN_ATTR_FLOAT, .f = v};
-}
-
-static void tn_str(test_node *t, const char *name, const char *v) {
-    t->attr[t->node.n_attr++] =
-        (kn_attr){.name = (char *)name, .type = KN_ATTR_STRING, .s = (char *)v, .slen = strlen(v)};
 }
 
 static kn_tensor rand_tensor(int rank, const int64_t *d) {

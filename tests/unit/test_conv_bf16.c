@@ -18,6 +18,7 @@
 #include "core/threadpool.h"
 #include "ops/nn/conv_geom.h"
 #include "ops/op.h"
+#include "test_node.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -30,38 +31,6 @@ static uint32_t rng_state = 4242;
 static float frand(void) {
     rng_state = rng_state * 1664525u + 1013904223u;
     return (float)((rng_state >> 8) & 0xFFFF) / 32768.0f - 1.0f;
-}
-
-typedef struct test_node {
-    kn_node node;
-    kn_attr attr[12];
-    int64_t ints[12][8];
-} test_node;
-
-static void tn_init(test_node *t, const char *domain, const char *op) {
-    memset(t, 0, sizeof *t);
-    t->node.name = "n";
-    t->node.op_type = (char *)op;
-    t->node.domain = (char *)domain;
-    t->node.opset = 17;
-    t->node.attr = t->attr;
-}
-
-static void tn_ints(test_node *t, const char *name, int n, const int64_t *v) {
-    kn_attr *a = &t->attr[t->node.n_attr];
-    memcpy(t->ints[t->node.n_attr], v, (size_t)n * sizeof *v);
-    *a = (kn_attr){
-        .name = (char *)name, .type = KN_ATTR_INTS, .n = n, .ints = t->ints[t->node.n_attr]};
-    t->node.n_attr++;
-}
-
-static void tn_int(test_node *t, const char *name, int64_t v) {
-    t->attr[t->node.n_attr++] = (kn_attr){.name = (char *)name, .type = KN_ATTR_INT, .i = v};
-}
-
-static void tn_str(test_node *t, const char *name, const char *v) {
-    t->attr[t->node.n_attr++] =
-        (kn_attr){.name = (char *)name, .type = KN_ATTR_STRING, .s = (char *)v, .slen = strlen(v)};
 }
 
 static float bf(uint16_t h) {
@@ -118,7 +87,7 @@ typedef struct built {
 /* The node and its tensors for case cc (weights stored as its layout says). */
 static void build(const conv_case *cc, built *b) {
     bool fused = cc->residual || cc->act[0] != '\0';
-    tn_init(&b->t, fused ? "kiln" : "", fused ? "FusedConv" : "Conv");
+    tn_init_domain(&b->t, fused ? "kiln" : "", fused ? "FusedConv" : "Conv");
     int64_t h = cc->one_d ? 1 : cc->h, kh = cc->one_d ? 1 : cc->kh;
     int64_t sh = cc->one_d ? 1 : cc->sh, dh = cc->one_d ? 1 : cc->dh;
     int64_t pt = cc->one_d ? 0 : cc->pt, pb = cc->one_d ? 0 : cc->pb;
