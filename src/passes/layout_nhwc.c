@@ -23,8 +23,8 @@
  * them, so the layouts are always consistent and a region ends only at a Cast (the graph's input
  * cast, merged with the transpose) or where its values lose their spatial extent (global
  * pooling). The CPU backend offers NHWC for its bf16 convs that read activations in place
- * (AMX tiles loading rows of pixels) and for the Casts at their regions' edges; a float32 build
- * is unchanged. */
+ * (AMX tiles loading rows of pixels), its bf16 max pool and the Casts at their regions' edges;
+ * a float32 build is unchanged. */
 #include "core/alloc.h"
 #include "ir/placement.h"
 #include "ops/fused_elementwise.h"
