@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "core/alloc.h"
+#include "core/tensor.h"
 #include "core/threadpool.h"
 #include "ops/op.h"
 
@@ -730,6 +731,69 @@ static void test_avgpool_ceil_dilation_same(void **state) {
     case_free(&r);
 }
 
+/* MaxPool over bf16 pixels stored NHWC (kiln_nhwc, nn/pool_nhwc.c): 20 channels (a vector and a
+ * masked tail), windows cut by the padding and a dilated one, a NaN that must win its windows;
+ * against the windows' maxima taken here over the same NHWC bytes. AveragePool marked NHWC is
+ * refused with an error. */
+static void test_maxpool_nhwc_bf16(void **state) {
+    (void)state;
+    enum { N = 2, C = 20, H = 7, W = 9 };
+    static uint16_t x[N * H * W * C];
+    for (int i = 0; i < N * H * W * C; i++)
+        x[i] = kn_float_to_bf16((float)((i * 7919) % 1013) / 17.0f - 29.0f);
+    x[((1 * H + 3) * W + 4) * C + 17] = 0x7fc0; /* NaN: image 1, pixel (3, 4), channel 17 */
+    const int64_t nhwc[2] = {1, 1};
+    struct {
+        int64_t k, s, p, d;
+    } cases[] = {{3, 2, 1, 1}, {2, 1, 0, 2}, {3, 3, 1, 1}};
+    for (int ci = 0; ci < 3; ci++) {
+        int64_t k[2] = {cases[ci].k, cases[ci].k}, st[2] = {cases[ci].s, cases[ci].s};
+        int64_t pads[4] = {cases[ci].p, cases[ci].p, cases[ci].p, cases[ci].p};
+        int64_t dil[2] = {cases[ci].d, cases[ci].d};
+        kn_attr at[] = {ais("kernel_shape", 2, k), ais("strides", 2, st), ais("pads", 4, pads),
+                        ais("dilations", 2, dil), ais("kiln_nhwc", 2, nhwc)};
+        kn_tensor in[] = {mk(KILN_DTYPE_BFLOAT16, x, 4, DIMS(N, C, H, W))};
+        case_run r;
+        assert_int_equal(run_case(&r, "MaxPool", 12, at, 5, in, 1, 1), KILN_OK);
+        int64_t oh = r.out[0].shape.d[2], ow = r.out[0].shape.d[3];
+        assert_int_equal(r.out[0].dtype, KILN_DTYPE_BFLOAT16);
+        const uint16_t *y = r.out[0].data;
+        int nans = 0;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t a = 0; a < oh; a++)
+                for (int64_t b = 0; b < ow; b++)
+                    for (int64_t c = 0; c < C; c++) {
+                        float want = -INFINITY;
+                        for (int64_t u = 0; u < cases[ci].k; u++)
+                            for (int64_t v = 0; v < cases[ci].k; v++) {
+                                int64_t ih = a * cases[ci].s - cases[ci].p + u * cases[ci].d;
+                                int64_t iw = b * cases[ci].s - cases[ci].p + v * cases[ci].d;
+                                if (ih < 0 || ih >= H || iw < 0 || iw >= W)
+                                    continue;
+                                float f = kn_bf16_to_float(x[((n * H + ih) * W + iw) * C + c]);
+                                want = isnan(f) || isnan(want) ? NAN : fmaxf(want, f);
+                            }
+                        float got = kn_bf16_to_float(y[((n * oh + a) * ow + b) * C + c]);
+                        if (isnan(want)) {
+                            assert_true(isnan(got));
+                            nans++;
+                        } else if (got != want) {
+                            fail_msg("case %d (%lld,%lld,%lld,%lld): got %g, want %g", ci,
+                                     (long long)n, (long long)a, (long long)b, (long long)c, got,
+                                     want);
+                        }
+                    }
+        assert_true(nans > 0);
+        case_free(&r);
+    }
+    int64_t k[2] = {2, 2};
+    kn_attr at[] = {ais("kernel_shape", 2, k), ais("kiln_nhwc", 2, nhwc)};
+    kn_tensor in[] = {mk(KILN_DTYPE_BFLOAT16, x, 4, DIMS(N, C, H, W))};
+    case_run r;
+    assert_int_equal(run_case(&r, "AveragePool", 19, at, 2, in, 1, 1), KILN_ERR_UNSUPPORTED);
+    case_free(&r);
+}
+
 static void test_pool_3d_and_global(void **state) {
     (void)state;
     float x[2 * 27];
@@ -848,6 +912,7 @@ int main(void) {
         cmocka_unit_test(test_avgpool_pads_count_include_pad),
         cmocka_unit_test(test_avgpool_ceil_dilation_same),
         cmocka_unit_test(test_pool_3d_and_global),
+        cmocka_unit_test(test_maxpool_nhwc_bf16),
         cmocka_unit_test(test_lppool_and_unpool),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
