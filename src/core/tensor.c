@@ -254,19 +254,11 @@ uint16_t kn_float_to_half(float f) {
 }
 
 float kn_bf16_to_float(uint16_t h) {
-    uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
+    return kn_bf16_widen(h);
 }
 
 uint16_t kn_float_to_bf16(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    if ((x & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((x >> 16) | 0x40);
-    x += 0x7fff + ((x >> 16) & 1);
-    return (uint16_t)(x >> 16);
+    return kn_bf16_round(f);
 }
 
 double kn_tensor_get_f64(const kn_tensor *t, int64_t i) {

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define KN_MAX_RANK KILN_MAX_RANK
 /* Largest element count kiln accepts for one tensor: keeps every byte size far from
@@ -52,6 +53,21 @@ float kn_half_to_float(uint16_t h);
 uint16_t kn_float_to_half(float f); /* round to nearest even */
 float kn_bf16_to_float(uint16_t h);
 uint16_t kn_float_to_bf16(float f);
+/* The same two inline, for kernels whose loops should vectorize: bf16 widened exactly, and
+ * float32 rounded to nearest even, a NaN kept quiet. */
+static inline float kn_bf16_widen(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+static inline uint16_t kn_bf16_round(float f) {
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((x >> 16) | 0x40u);
+    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
 
 /* Read element i of any numeric/bool tensor as double / int64, and write one. */
 double kn_tensor_get_f64(const kn_tensor *t, int64_t i);

@@ -33,6 +33,7 @@
 #include "backend/cpu/math/gemm_bf16.h"
 #include "backend/cpu/nn/conv.h"
 #include "core/alloc.h"
+#include "core/tensor.h"
 
 #include <math.h>
 #include <string.h>
@@ -63,22 +64,6 @@ static kiln_status nhwc_masks(const kn_node *node, int64_t *in, int64_t *out) {
 
 static inline int64_t min64(int64_t a, int64_t b) {
     return a < b ? a : b;
-}
-
-static inline float bf16_f(uint16_t h) {
-    uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
-/* Nearest even, a NaN kept quiet (kn_float_to_bf16), inline so the stores vectorize. */
-static inline uint16_t to_bf16(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    if ((x & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((x >> 16) | 0x40u);
-    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
 /* Weight (k, c, r, s) of a [K, C, R, S] tensor, or of one stored [K, R, S, C] (permuted). */
@@ -357,7 +342,7 @@ KN_CLONES static void block_portable(const uint16_t *a, int64_t cp, const int64_
             float acc[BLK];
             memcpy(acc, c + r * BLK, sizeof acc);
             for (int i = 0; i < KBW / BLK; i++) {
-                float x0 = bf16_f(ar[2 * i]), x1 = bf16_f(ar[2 * i + 1]);
+                float x0 = kn_bf16_widen(ar[2 * i]), x1 = kn_bf16_widen(ar[2 * i + 1]);
                 for (int q = 0; q < BLK; q++)
                     acc[q] += x0 * b0[i][q] + x1 * b1[i][q];
             }
@@ -371,14 +356,14 @@ KN_CLONES static void row_add(float *cr, const float *bias, const uint16_t *res,
                               int nr, float lo, float hi) {
     if (res != NULL && res_stride == 1) {
         for (int q = 0; q < nr; q++) {
-            float v = cr[q] + bias[q] + bf16_f(res[q]);
+            float v = cr[q] + bias[q] + kn_bf16_widen(res[q]);
             v = v < lo ? lo : v;
             cr[q] = v > hi ? hi : v;
         }
         return;
     }
     for (int q = 0; q < nr; q++) {
-        float v = cr[q] + bias[q] + (res != NULL ? bf16_f(res[q * res_stride]) : 0.0f);
+        float v = cr[q] + bias[q] + (res != NULL ? kn_bf16_widen(res[q * res_stride]) : 0.0f);
         v = v < lo ? lo : v;
         cr[q] = v > hi ? hi : v;
     }
@@ -387,11 +372,11 @@ KN_CLONES static void row_add(float *cr, const float *bias, const uint16_t *res,
 KN_CLONES static void row_store(const float *cr, uint16_t *y, int64_t y_stride, int nr) {
     if (y_stride == 1) {
         for (int q = 0; q < nr; q++)
-            y[q] = to_bf16(cr[q]);
+            y[q] = kn_bf16_round(cr[q]);
         return;
     }
     for (int q = 0; q < nr; q++)
-        y[q * y_stride] = to_bf16(cr[q]);
+        y[q * y_stride] = kn_bf16_round(cr[q]);
 }
 
 /* Element offset of output pixel (n, oh, ow), channel j0, in an NHWC or NCHW tensor of the
@@ -690,8 +675,9 @@ static kiln_status run_prepared(kn_kernel_ctx *k, const kn_conv_geom *g, const k
     if (k->n_in > 2 && k->in[2].data != NULL) {
         const void *b = k->in[2].data;
         for (int64_t i = 0; i < p->c_out; i++)
-            s.bias[i] = k->in[2].dtype == KILN_DTYPE_BFLOAT16 ? bf16_f(((const uint16_t *)b)[i])
-                                                              : ((const float *)b)[i];
+            s.bias[i] = k->in[2].dtype == KILN_DTYPE_BFLOAT16
+                            ? kn_bf16_widen(((const uint16_t *)b)[i])
+                            : ((const float *)b)[i];
         j.bias = s.bias;
     }
     tap_offsets(&j, s.phases, s.aoff);

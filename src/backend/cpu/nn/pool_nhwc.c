@@ -5,6 +5,7 @@
  * float32 kernel (any NaN in a window gives NaN). */
 #include "backend/cpu/nn/pool_nhwc.h"
 #include "core/status.h"
+#include "core/tensor.h"
 
 #include <math.h>
 #include <string.h>
@@ -16,13 +17,6 @@ typedef struct maxpool_job {
     int64_t c;
     bool avx512;
 } maxpool_job;
-
-static inline float widen(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
 
 /* The window of output pixel (oh, ow) within the image: rows [r0, r1), columns [s0, s1) of
  * kernel taps that land inside. */
@@ -54,7 +48,7 @@ static void pixel_portable(const maxpool_job *j, const uint16_t *x0, window w, u
         float acc = -INFINITY;
         for (int64_t r = w.r0; r < w.r1; r++)
             for (int64_t s = w.s0; s < w.s1; s++)
-                acc = take(acc, widen(x0[r * g->d[0] * row + s * g->d[1] * j->c + ch]));
+                acc = take(acc, kn_bf16_widen(x0[r * g->d[0] * row + s * g->d[1] * j->c + ch]));
         uint32_t u;
         memcpy(&u, &acc, sizeof u);
         py[ch] = (uint16_t)(u >> 16); /* exact: the maximum is one of the inputs */

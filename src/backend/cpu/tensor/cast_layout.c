@@ -4,6 +4,7 @@
  * small buffer, so both sides are read and written in runs. */
 #include "backend/cpu/tensor/tensor_kernels.h"
 #include "core/status.h"
+#include "core/tensor.h"
 
 #include <string.h>
 
@@ -20,26 +21,15 @@ typedef struct reorder_job {
 } reorder_job;
 
 static inline float load(const void *p, int32_t t, int64_t i) {
-    if (t == KILN_DTYPE_FLOAT32)
-        return ((const float *)p)[i];
-    uint32_t u = (uint32_t)((const uint16_t *)p)[i] << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
+    return t == KILN_DTYPE_FLOAT32 ? ((const float *)p)[i]
+                                   : kn_bf16_widen(((const uint16_t *)p)[i]);
 }
 
-/* bf16 rounded to nearest even, a NaN kept quiet (as kn_float_to_bf16). */
 static inline void store(void *p, int32_t t, int64_t i, float f) {
-    if (t == KILN_DTYPE_FLOAT32) {
+    if (t == KILN_DTYPE_FLOAT32)
         ((float *)p)[i] = f;
-        return;
-    }
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        ((uint16_t *)p)[i] = (uint16_t)((u >> 16) | 0x40);
     else
-        ((uint16_t *)p)[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+        ((uint16_t *)p)[i] = kn_bf16_round(f);
 }
 
 static void reorder_range(void *arg, int64_t begin, int64_t end) {
