@@ -22,6 +22,7 @@ typedef struct conv_state {
     float *w32;          /* float16 weights widened, when a path may read them plain */
     kn_bf16_packed **bw; /* bf16 weights, one per group, or NULL */
     kn_conv_bf16 *b16;   /* bf16 weights for bf16 activations (conv_bf16.c), or NULL */
+    kn_conv_pixels *px;  /* weights for the pixel-row GEMM (conv_pixels.c), or NULL */
     int64_t group;
     kn_gemm_packed *w[]; /* one per group */
 } conv_state;
@@ -83,6 +84,22 @@ bool kn_cpu_conv_prefers_winograd(const kn_node *node, const kn_tensor *x, const
 
 static bool is_depthwise(const kn_conv_geom *g) {
     return g->group == g->c_in && g->c_out == g->c_in && g->nsp <= 2;
+}
+
+/* Whether the conv may take the pixel-row GEMM at its input's shape, known at prepare (dynamic
+ * shapes keep the GEMM over pixel columns), on some number of threads. */
+static bool pixels_at(const kn_node *node, const kn_tensor *x, const kn_shape *w, int64_t group) {
+    if (group != 1 || w->rank != 4 || x->shape.rank != 4)
+        return false;
+    for (int i = 0; i < 4; i++)
+        if (x->shape.d[i] <= 0)
+            return false;
+    kn_conv_geom g;
+    if (kn_conv_geom_init(node, &x->shape, w, false, &g) != KILN_OK || g.nsp != 2)
+        return false;
+    kn_conv2d c;
+    kn_conv_as_2d(&g, &c);
+    return kn_cpu_conv_pixels_applies(&c, g.c_in, g.c_out, 0);
 }
 
 /* bf16 weights: one packed operand per group for the bf16 GEMM. */
@@ -151,6 +168,16 @@ kiln_status kn_cpu_conv_prepare(const kn_node *node, int n_in, const kn_tensor *
     }
     bool known = false;
     int tile = wino_candidate(node, w, group) ? wino_tile(node, &in[0], w, &known) : 0;
+    /* Small products that take the pixel-row GEMM on many threads keep the GEMM's packing too
+     * (fewer threads take that path). */
+    if (pixels_at(node, &in[0], w, group) && !(known && tile != 0)) {
+        kiln_status rc =
+            kn_cpu_conv_pixels_prepare(wd, w->d[0], w->d[1], w->d[2], w->d[3], &st->px);
+        if (rc != KILN_OK) {
+            kn_cpu_conv_release(st);
+            return rc;
+        }
+    }
     /* With the input shape fixed, a Winograd conv never takes the GEMM path: no packed copy. */
     for (int64_t g = 0; g < group && !(known && tile != 0); g++) {
         kiln_status rc = kn_gemm_pack_a(wd + g * cog * kdim, kdim, false, cog, kdim, &st->w[g]);
@@ -181,6 +208,7 @@ void kn_cpu_conv_release(void *state) {
     }
     kn_free(st->bw);
     kn_cpu_conv_bf16_free(st->b16);
+    kn_cpu_conv_pixels_free(st->px);
     kn_free(st->w32);
     kn_cpu_wino_free(st->wino);
     kn_free(st);
@@ -694,6 +722,21 @@ kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
         wino_tiles(&g, kn_cpu_wino_tile(st->wino)) >= WINO_MIN_TILES) {
         ep.bias = bias;
         return kn_cpu_conv_winograd(k->pool, st->wino, &g, x, &ep, y);
+    }
+    if (st != NULL && st->px != NULL && !bf16 && g.group == 1 && g.nsp == 2) {
+        kn_conv2d cp;
+        kn_conv_as_2d(&g, &cp);
+        if (kn_cpu_conv_pixels_fits(st->px, g.c_out, g.c_in, cp.kh, cp.kw) &&
+            kn_cpu_conv_pixels_applies(&cp, g.c_in, g.c_out, kn_threadpool_size(k->pool))) {
+            for (int64_t n = 0; n < g.n; n++) {
+                kn_epilogue e = ep;
+                e.bias = bias;
+                e.residual = res != NULL ? res + n * g.c_out * os : NULL;
+                KN_TRY(kn_cpu_conv_pixels(k->pool, st->px, &cp, x + n * g.c_in * is, &e,
+                                          y + n * g.c_out * os));
+            }
+            return KILN_OK;
+        }
     }
     int64_t cig = g.c_in / g.group, cog = g.c_out / g.group, kdim = cig * kprod;
     kn_conv2d c2;

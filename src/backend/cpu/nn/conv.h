@@ -195,6 +195,30 @@ kiln_status kn_cpu_conv_strided(kn_threadpool *pool, const kn_conv2d *c, int64_t
                                 const float *x, const kn_gemm_packed *a, const kn_epilogue *ep,
                                 float *y);
 
+/* fp32 Conv of one group, 2-D, as a GEMM over output pixels (nn/conv_pixels.c): tiles of up to
+ * 14 pixels x 32 output channels, the pixels' values broadcast from planes of 16 channels
+ * interleaved (or, for few channels, of one) built once a call from X, zero-padded or split into
+ * phase planes, weights packed once in panels of output channels; NCHW in and out. Stride 1
+ * (any dilation) or 2 (undilated), any kernel and padding. applies: where it beats conv.c's
+ * GEMM over pixel columns on `threads` threads (0: on some number of them), on AVX-512. The
+ * mode: 1, that choice; 0 (KILN_CPU_CONV_PIXELS=0 in the environment), never; 2
+ * (KILN_CPU_CONV_PIXELS=2), wherever the geometry allows, even before Winograd (measurements).
+ * The epilogue's bias is per output channel, its residual NCHW (ldr ignored: the output's
+ * plane). */
+typedef struct kn_conv_pixels kn_conv_pixels;
+int kn_cpu_conv_pixels_mode(void);
+void kn_cpu_conv_pixels_set_mode(int mode);
+bool kn_cpu_conv_pixels_applies(const kn_conv2d *c, int64_t cin, int64_t cout, int threads);
+/* w: cout x cin x kh x kw. */
+kiln_status kn_cpu_conv_pixels_prepare(const float *w, int64_t cout, int64_t cin, int64_t kh,
+                                       int64_t kw, kn_conv_pixels **out);
+bool kn_cpu_conv_pixels_fits(const kn_conv_pixels *p, int64_t cout, int64_t cin, int64_t kh,
+                             int64_t kw);
+void kn_cpu_conv_pixels_free(kn_conv_pixels *p);
+/* One image: x is cin x h x w, y cout x oh x ow. */
+kiln_status kn_cpu_conv_pixels(kn_threadpool *pool, const kn_conv_pixels *p, const kn_conv2d *c,
+                               const float *x, const kn_epilogue *ep, float *y);
+
 /* Conv on bfloat16 activations (nn/conv_bf16.c): X, the residual Z (kiln.FusedConv) and Y in
  * bfloat16, bias in bfloat16 (or float32), weights bfloat16; NHWC or NCHW as the kiln_nhwc
  * attribute says (passes/layout_nhwc.c), weights then stored [K, R, S, C]. 1-D and 2-D convs of

@@ -1,0 +1,282 @@
+/* fp32 Conv of one group as an implicit GEMM whose rows are output pixels and whose columns are
+ * output channels (conv.h): each tile holds up to 14 pixels of one output row x 32 output
+ * channels in registers, broadcasting the pixels' input values and loading the weights as
+ * vectors of output channels (arch/conv_pixels_avx512.c). The GEMM path of conv.c puts pixels in
+ * the vectors instead: on small maps their count fills vectors badly (49 pixels of a 7x7 map
+ * take 64 lanes, 196 of a 14x14 224) and its column panels are gathered and packed on every
+ * call; here a map of any width fills its tiles, and the activations are read where they lie:
+ * a 1x1 stride-1 unpadded conv reads X itself (each channel plane a row of A, consecutive
+ * pixels consecutive floats); any other copies X once, zero-padded (stride 1) or split into the
+ * four phase planes of its row and column parities (stride 2), so that every tap is a constant
+ * offset from the output pixel's place. The weights are packed once, in panels of 32 output
+ * channels, taps outer. The output stays NCHW: each tile is transposed in registers and stored
+ * channel by channel, bias, residual and activation applied on the way. */
+#include "backend/cpu/arch/conv_pixels_avx512.h"
+#include "backend/cpu/nn/conv.h"
+#include "core/alloc.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define COLS KN_CONV_PIXELS_COLS
+#define ROWS KN_CONV_PIXELS_ROWS
+
+struct kn_conv_pixels {
+    int64_t cout, cin, kh, kw, panels;
+    int block;      /* input channels a K block: 16, or 1 for few channels */
+    int64_t blocks; /* K blocks: cin / block rounded up */
+    float *w;       /* panels x blocks x (kh * kw) x block x COLS */
+};
+
+static int mode = -1;
+
+int kn_cpu_conv_pixels_mode(void) {
+    if (mode < 0) {
+        const char *e = getenv("KILN_CPU_CONV_PIXELS");
+        mode = e != NULL && strcmp(e, "0") == 0 ? 0 : e != NULL && strcmp(e, "2") == 0 ? 2 : 1;
+    }
+    return mode;
+}
+
+void kn_cpu_conv_pixels_set_mode(int m) {
+    mode = m;
+}
+
+/* The geometry the tile reads: stride 1 (dilated or not) or 2 (undilated), 2-D. */
+static bool geometry_ok(const kn_conv2d *c) {
+    return (c->sh == 1 && c->sw == 1) || (c->sh == 2 && c->sw == 2 && c->dh == 1 && c->dw == 1);
+}
+
+static bool flat(const kn_conv2d *c) {
+    return c->kh == 1 && c->kw == 1 && c->sh == 1 && c->sw == 1 && c->ph == 0 && c->pw == 0 &&
+           c->oh == c->h && c->ow == c->w;
+}
+
+bool kn_cpu_conv_pixels_applies(const kn_conv2d *c, int64_t cin, int64_t cout, int threads) {
+    int m = kn_cpu_conv_pixels_mode();
+    if (m == 0 || strcmp(kn_gemm_isa(), "avx512") != 0 || !geometry_ok(c))
+        return false;
+    if (m == 2)
+        return true;
+    /* Measured inside ResNet-50, MobileNetV2 and EfficientNet-B0 on a 16-core Xeon
+     * (docs/perf-notes.md, "Pixel-row convs"): on 16 threads MobileNetV2's long-K 1x1 convs
+     * over 7x7 and 14x14 maps, whose 49 or 196 pixels split badly into the GEMM's vectors and
+     * over many threads, ran 1.86 -> 1.65 ms in the model; on 1 and 2 threads every shape
+     * this path took ran slower in the models than the GEMM's (level or faster alone, with
+     * hot caches). Weights up to 1 MB: these keep the GEMM's packing too. */
+    int64_t k = cin * c->kh * c->kw, os = c->oh * c->ow;
+    bool shape = flat(c) && k >= 160 && os <= 196 && cout >= 16 && k * cout <= 256 * 1024;
+    return shape && (threads == 0 || threads >= 8);
+}
+
+/* 16-channel blocks unless the channels are few enough that padding them to 16 wastes much. */
+static int block_for(int64_t cin) {
+    return cin % 16 == 0 || cin >= 48 ? 16 : 1;
+}
+
+kiln_status kn_cpu_conv_pixels_prepare(const float *w, int64_t cout, int64_t cin, int64_t kh,
+                                       int64_t kw, kn_conv_pixels **out) {
+    *out = NULL;
+    kn_conv_pixels *p = kn_calloc(1, sizeof *p);
+    if (p == NULL)
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory packing conv weights");
+    *p = (kn_conv_pixels){.cout = cout, .cin = cin, .kh = kh, .kw = kw, .block = block_for(cin)};
+    p->panels = (cout + COLS - 1) / COLS;
+    p->blocks = (cin + p->block - 1) / p->block;
+    int64_t taps = kh * kw, k = p->blocks * taps * p->block;
+    size_t floats = (size_t)(p->panels * k * COLS);
+    p->w = kn_aligned_alloc((floats > 0 ? floats : 1) * sizeof *p->w, 64);
+    if (p->w == NULL) {
+        kn_free(p);
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory packing conv weights");
+    }
+    float *d = p->w;
+    for (int64_t pn = 0; pn < p->panels; pn++)
+        for (int64_t cb = 0; cb < p->blocks; cb++)
+            for (int64_t tap = 0; tap < taps; tap++)
+                for (int64_t l = 0; l < p->block; l++)
+                    for (int64_t j = 0; j < COLS; j++) {
+                        int64_t co = pn * COLS + j, ci = cb * p->block + l;
+                        *d++ = co < cout && ci < cin ? w[(co * cin + ci) * taps + tap] : 0.0f;
+                    }
+    *out = p;
+    return KILN_OK;
+}
+
+void kn_cpu_conv_pixels_free(kn_conv_pixels *p) {
+    if (p == NULL)
+        return;
+    kn_free(p->w);
+    kn_free(p);
+}
+
+bool kn_cpu_conv_pixels_fits(const kn_conv_pixels *p, int64_t cout, int64_t cin, int64_t kh,
+                             int64_t kw) {
+    return p != NULL && p->cout == cout && p->cin == cin && p->kh == kh && p->kw == kw;
+}
+
+typedef struct px_job {
+    const kn_conv_pixels *p;
+    const kn_conv2d *c;
+    const float *x;
+    float *planes;       /* one channel's plane after another, cs apart (not for flat block 1) */
+    float *blocked;      /* block 16: each K block's plane of 16-channel pixels, 16 * cs apart */
+    const float *a;      /* what the tiles read: x, planes or blocked */
+    int64_t hq, wq, cs;  /* plane rows, row pitch, floats of one channel's plane(s) */
+    const int64_t *offs; /* per tap */
+    bool flat;
+    /* tiles: `width` virtual pixels (output rows wq apart; flat: os) split evenly */
+    int64_t width, base, extra, tiles;
+    const float *bias; /* panels x COLS, zero past cout; or NULL */
+    const float *res;
+    float *y;
+    int64_t os;
+    int act;
+    float alpha, beta, lo, hi;
+} px_job;
+
+/* Channel ch's plane(s) of the padded (stride 1) or phase-split (stride 2) input. */
+static void channel_plane(const px_job *j, int64_t ch, float *dst) {
+    const kn_conv2d *c = j->c;
+    const float *xc = j->x + ch * c->h * c->w;
+    if (c->sh == 2)
+        kn_cpu_dw_pad_split_avx512(xc, c->h, c->w, c->ph, c->pw, j->hq, j->wq, dst);
+    else
+        kn_cpu_dw_pad_avx512(xc, c->h, c->w, c->ph, c->pw, j->hq, j->wq, dst);
+}
+
+/* K blocks [begin, end) of the source: their channels' planes, interleaved by 16. */
+static void build_source(void *arg, int64_t begin, int64_t end) {
+    const px_job *j = arg;
+    const kn_conv_pixels *p = j->p;
+    for (int64_t cb = begin; cb < end; cb++) {
+        int64_t c0 = cb * p->block, n = p->cin - c0 < p->block ? p->cin - c0 : p->block;
+        if (!j->flat)
+            for (int64_t ch = c0; ch < c0 + n; ch++)
+                channel_plane(j, ch, j->planes + ch * j->cs);
+        if (p->block == 16) {
+            const float *src = j->flat ? j->x + c0 * j->cs : j->planes + c0 * j->cs;
+            kn_cpu_conv_pixels_interleave_avx512(src, j->cs, (int)n, j->cs,
+                                                 j->blocked + cb * 16 * j->cs);
+        }
+    }
+}
+
+static void run_tiles(void *arg, int64_t begin, int64_t end) {
+    const px_job *j = arg;
+    const kn_conv_pixels *p = j->p;
+    int64_t k = p->blocks * p->kh * p->kw * p->block;
+    bool after = j->act != KN_ACT_NONE && j->act != KN_ACT_RELU && j->act != KN_ACT_CLIP &&
+                 j->act != KN_ACT_SIGMOID && j->act != KN_ACT_SWISH;
+    for (int64_t t = begin; t < end; t++) {
+        int64_t pn = t / j->tiles, tile = t % j->tiles;
+        int64_t v0 = tile * j->base + (tile < j->extra ? tile : j->extra);
+        int rows = (int)(j->base + (tile < j->extra ? 1 : 0));
+        /* rows are virtual pixels v = oh * wq + ow; those with ow >= OW are not stored */
+        uint16_t valid = 0;
+        int64_t pix = -1;
+        for (int r = 0; r < rows; r++) {
+            int64_t v = v0 + r, q = j->flat ? 0 : v % j->wq;
+            if (q < j->c->ow) {
+                valid |= (uint16_t)(1u << r);
+                if (pix < 0)
+                    pix = j->flat ? v : v / j->wq * j->c->ow + q;
+            }
+        }
+        if (valid == 0)
+            continue;
+        int64_t j0 = pn * COLS;
+        int nr = (int)(p->cout - j0 < COLS ? p->cout - j0 : COLS);
+        kn_conv_pixels_tile tl = {.a = j->a + v0 * p->block,
+                                  .off = j->offs,
+                                  .taps = p->kh * p->kw,
+                                  .blocks = p->blocks,
+                                  .bs = j->cs * p->block,
+                                  .block = p->block,
+                                  .b = p->w + pn * k * COLS,
+                                  .rows = rows,
+                                  .valid = valid,
+                                  .nr = nr,
+                                  .bias = j->bias != NULL ? j->bias + j0 : NULL,
+                                  .res = j->res != NULL ? j->res + j0 * j->os + pix : NULL,
+                                  .y = j->y + j0 * j->os + pix,
+                                  .ld = j->os,
+                                  .act = after ? KN_ACT_NONE : j->act,
+                                  .lo = j->lo,
+                                  .hi = j->hi};
+        kn_cpu_conv_pixels_tile_avx512(&tl);
+        if (after)
+            kn_act_apply_rows(j->act, j->alpha, j->beta, tl.y, j->os, nr,
+                              __builtin_popcount(valid));
+    }
+}
+
+static size_t up64(size_t bytes) {
+    return (bytes + 63) / 64 * 64;
+}
+
+kiln_status kn_cpu_conv_pixels(kn_threadpool *pool, const kn_conv_pixels *p, const kn_conv2d *c,
+                               const float *x, const kn_epilogue *ep, float *y) {
+    px_job j = {.p = p,
+                .c = c,
+                .x = x,
+                .flat = flat(c),
+                .res = ep->residual,
+                .y = y,
+                .os = c->oh * c->ow,
+                .act = ep->act,
+                .alpha = ep->alpha,
+                .beta = ep->beta,
+                .lo = ep->act == KN_ACT_CLIP ? ep->alpha : 0.0f,
+                .hi = ep->act == KN_ACT_CLIP ? ep->beta : 0.0f};
+    int64_t taps = p->kh * p->kw;
+    if (j.flat) {
+        j.cs = c->h * c->w;
+        j.width = j.os;
+    } else {
+        bool s2 = c->sh == 2;
+        j.hq = c->oh + (p->kh - 1) * (s2 ? 1 : c->dh) / (s2 ? 2 : 1);
+        j.wq = c->ow + (p->kw - 1) * (s2 ? 1 : c->dw) / (s2 ? 2 : 1);
+        j.cs = (s2 ? 4 : 1) * j.hq * j.wq;
+        j.width = c->oh * j.wq;
+    }
+    /* The last tile's dropped rows read up to (kw - 1) * dw floats past the last plane. */
+    size_t slack = (size_t)(p->kw * c->dw + 16) * sizeof(float);
+    size_t plane_bytes = j.flat ? 0 : up64((size_t)(p->cin * j.cs) * sizeof(float) + slack);
+    size_t blocked_bytes =
+        p->block == 16 ? up64((size_t)(p->blocks * 16 * j.cs) * sizeof(float) + 16 * slack) : 0;
+    size_t off_bytes = up64((size_t)taps * sizeof(int64_t));
+    size_t bias_bytes = (size_t)(p->panels * COLS) * sizeof(float);
+    size_t bytes = plane_bytes + blocked_bytes + off_bytes + bias_bytes;
+    uint8_t *own = NULL, *buf = kn_threadpool_scratch(pool, bytes);
+    if (buf == NULL && (buf = own = kn_aligned_alloc(bytes, 64)) == NULL)
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory in Conv");
+    j.planes = (float *)buf;
+    j.blocked = (float *)(buf + plane_bytes);
+    int64_t *offs = (int64_t *)(buf + plane_bytes + blocked_bytes);
+    float *bias = (float *)(buf + plane_bytes + blocked_bytes + off_bytes);
+    offs[0] = 0;
+    for (int64_t t = 0; t < taps && !j.flat; t++) {
+        int64_t ky = t / p->kw, kx = t % p->kw, o;
+        if (c->sh == 2)
+            o = ((ky % 2) * 2 + kx % 2) * j.hq * j.wq + (ky / 2) * j.wq + kx / 2;
+        else
+            o = ky * c->dh * j.wq + kx * c->dw;
+        offs[t] = o * p->block;
+    }
+    j.offs = offs;
+    if (ep->bias != NULL) {
+        memcpy(bias, ep->bias, (size_t)p->cout * sizeof *bias);
+        memset(bias + p->cout, 0, (size_t)(p->panels * COLS - p->cout) * sizeof *bias);
+        j.bias = bias;
+    }
+    j.a = p->block == 16 ? j.blocked : j.flat ? x : j.planes;
+    j.tiles = (j.width + ROWS - 1) / ROWS;
+    j.base = j.width / j.tiles;
+    j.extra = j.width % j.tiles;
+    if (p->block == 16 || !j.flat)
+        kn_parallel_for(pool, p->blocks, 1, build_source, &j);
+    kn_parallel_for(pool, p->panels * j.tiles, 1, run_tiles, &j);
+    kn_free(own);
+    return KILN_OK;
+}

@@ -1,0 +1,334 @@
+/* The fp32 pixel-row convolution (nn/conv_pixels.c) against a reference in double: 1x1 convs
+ * read in place (channel tails, maps of 1 to 196 pixels), stride-2 kernels over phase planes
+ * (3x3, the 7x7 stem on 3 channels, 2x2), padded and dilated stride-1 kernels, bias, residual
+ * and every kind of activation (in registers or after the store), one and three threads; and the
+ * Conv kernel, which takes this path for the shapes kn_cpu_conv_pixels_applies picks, against
+ * its own GEMM path (KILN_CPU_CONV_PIXELS=0), with a batch of two.
+ * `test_conv_pixels --bench` times instead ResNet-50's and MobileNetV2's layers the path takes
+ * against the GEMM path through the Conv kernel (no checks). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "backend/backend.h"
+#include "backend/cpu/nn/conv.h"
+#include "core/alloc.h"
+#include "core/threadpool.h"
+#include "ops/op.h"
+#include "test_node.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static uint32_t rng_state = 777;
+
+static float frand(void) {
+    rng_state = rng_state * 1664525u + 1013904223u;
+    return (float)((rng_state >> 8) & 0xFFFF) / 32768.0f - 1.0f;
+}
+
+static float *rand_floats(int64_t n) {
+    float *p = kn_aligned_alloc((size_t)(n > 0 ? n : 1) * sizeof *p, 64);
+    assert_non_null(p);
+    for (int64_t i = 0; i < n; i++)
+        p[i] = frand();
+    return p;
+}
+
+static bool avx512(void) {
+    return strcmp(kn_gemm_isa(), "avx512") == 0;
+}
+
+typedef struct px_case {
+    int64_t c, m, h, w, kh, kw, s, d, pt, pl, pb, pr;
+    bool bias, residual;
+    int act;
+} px_case;
+
+static double act_ref(int act, double v) {
+    switch (act) {
+    case KN_ACT_RELU:
+        return v > 0 ? v : 0;
+    case KN_ACT_CLIP:
+        return v < -0.5 ? -0.5 : v > 0.75 ? 0.75 : v;
+    case KN_ACT_SIGMOID:
+        return 1.0 / (1.0 + exp(-v));
+    case KN_ACT_SWISH:
+        return v / (1.0 + exp(-v));
+    case KN_ACT_LEAKY_RELU:
+        return v < 0 ? 0.1 * v : v;
+    case KN_ACT_HARD_SWISH:
+        return v * fmin(fmax(v / 6 + 0.5, 0), 1);
+    default:
+        return v;
+    }
+}
+
+static void geometry(const px_case *pc, kn_conv2d *c) {
+    *c = (kn_conv2d){.h = pc->h,
+                     .w = pc->w,
+                     .kh = pc->kh,
+                     .kw = pc->kw,
+                     .sh = pc->s,
+                     .sw = pc->s,
+                     .dh = pc->d,
+                     .dw = pc->d,
+                     .ph = pc->pt,
+                     .pw = pc->pl};
+    c->oh = (pc->h + pc->pt + pc->pb - pc->d * (pc->kh - 1) - 1) / pc->s + 1;
+    c->ow = (pc->w + pc->pl + pc->pr - pc->d * (pc->kw - 1) - 1) / pc->s + 1;
+}
+
+static void check_case(const px_case *pc, int threads) {
+    kn_conv2d c;
+    geometry(pc, &c);
+    int64_t os = c.oh * c.ow;
+    float *x = rand_floats(pc->c * pc->h * pc->w),
+          *w = rand_floats(pc->m * pc->c * pc->kh * pc->kw);
+    float *bias = rand_floats(pc->m), *res = rand_floats(pc->m * os), *y = rand_floats(pc->m * os);
+    kn_conv_pixels *p;
+    assert_int_equal(kn_cpu_conv_pixels_prepare(w, pc->m, pc->c, pc->kh, pc->kw, &p), KILN_OK);
+    kn_epilogue ep = {.bias = pc->bias ? bias : NULL,
+                      .residual = pc->residual ? res : NULL,
+                      .act = pc->act,
+                      .alpha = pc->act == KN_ACT_CLIP ? -0.5f : 0.1f,
+                      .beta = 0.75f};
+    kn_threadpool *pool = kn_threadpool_create(threads);
+    assert_int_equal(kn_cpu_conv_pixels(pool, p, &c, x, &ep, y), KILN_OK);
+    int bad = 0;
+    for (int64_t m = 0; m < pc->m; m++)
+        for (int64_t oy = 0; oy < c.oh; oy++)
+            for (int64_t ox = 0; ox < c.ow; ox++) {
+                double acc = pc->bias ? bias[m] : 0, mag = fabs(acc);
+                for (int64_t ci = 0; ci < pc->c; ci++)
+                    for (int64_t ky = 0; ky < pc->kh; ky++)
+                        for (int64_t kx = 0; kx < pc->kw; kx++) {
+                            int64_t iy = oy * pc->s - pc->pt + ky * pc->d;
+                            int64_t ix = ox * pc->s - pc->pl + kx * pc->d;
+                            if (iy < 0 || iy >= pc->h || ix < 0 || ix >= pc->w)
+                                continue;
+                            double v = (double)x[(ci * pc->h + iy) * pc->w + ix] *
+                                       w[((m * pc->c + ci) * pc->kh + ky) * pc->kw + kx];
+                            acc += v;
+                            mag += fabs(v);
+                        }
+                int64_t o = m * os + oy * c.ow + ox;
+                if (pc->residual)
+                    acc += res[o];
+                double want = act_ref(pc->act, acc);
+                if (!(fabs(y[o] - want) <= 1e-5 * (mag + 1)) && bad++ < 5)
+                    print_error("m %lld y %lld x %lld: got %g want %g\n", (long long)m,
+                                (long long)oy, (long long)ox, y[o], want);
+            }
+    assert_int_equal(bad, 0);
+    kn_threadpool_destroy(pool);
+    kn_cpu_conv_pixels_free(p);
+    kn_free(x);
+    kn_free(w);
+    kn_free(bias);
+    kn_free(res);
+    kn_free(y);
+}
+
+/* {c, m, h, w, kh, kw, stride, dilation, pt, pl, pb, pr, bias, residual, act} */
+static const px_case cases[] = {
+    {576, 96, 14, 14, 1, 1, 1, 1, 0, 0, 0, 0, true, false, KN_ACT_NONE},       /* 1x1 */
+    {160, 320, 7, 7, 1, 1, 1, 1, 0, 0, 0, 0, true, true, KN_ACT_RELU},         /* 7x7 map */
+    {64, 40, 5, 5, 1, 1, 1, 1, 0, 0, 0, 0, false, true, KN_ACT_CLIP},          /* channel tail */
+    {70, 17, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, true, false, KN_ACT_SIGMOID},       /* one pixel */
+    {33, 50, 3, 11, 1, 1, 1, 1, 0, 0, 0, 0, true, true, KN_ACT_SWISH},         /* odd */
+    {128, 128, 56, 56, 3, 3, 2, 1, 1, 1, 1, 1, true, false, KN_ACT_RELU},      /* stride 2 */
+    {64, 96, 14, 14, 3, 3, 2, 1, 1, 1, 1, 1, true, true, KN_ACT_RELU},         /* s2 7x7 out */
+    {3, 64, 37, 41, 7, 7, 2, 1, 3, 3, 3, 3, true, false, KN_ACT_RELU},         /* the stem */
+    {24, 48, 15, 13, 2, 2, 2, 1, 0, 0, 0, 0, false, false, KN_ACT_HARD_SWISH}, /* 2x2 */
+    {40, 36, 13, 12, 3, 3, 2, 1, 0, 1, 1, 0, true, true, KN_ACT_LEAKY_RELU},   /* odd pads */
+    {64, 33, 7, 7, 3, 3, 1, 1, 1, 1, 1, 1, true, true, KN_ACT_CLIP},           /* 3x3 */
+    {48, 64, 13, 11, 3, 3, 1, 2, 2, 2, 2, 2, true, false, KN_ACT_SIGMOID},     /* dilation 2 */
+    {32, 80, 10, 9, 5, 5, 1, 1, 2, 2, 2, 2, false, true, KN_ACT_SWISH},        /* 5x5 */
+    {64, 32, 8, 8, 3, 3, 1, 1, 0, 0, 0, 0, true, false, KN_ACT_NONE},          /* unpadded */
+    {20, 24, 9, 30, 3, 1, 1, 1, 1, 0, 2, 0, true, true, KN_ACT_HARD_SWISH},    /* 3x1, wide */
+};
+
+static void test_cases(void **state) {
+    (void)state;
+    if (!avx512()) {
+        print_message("no AVX-512: the pixel-row conv does not run here\n");
+        assert_false(kn_cpu_conv_pixels_applies(&(kn_conv2d){.h = 7,
+                                                             .w = 7,
+                                                             .oh = 7,
+                                                             .ow = 7,
+                                                             .kh = 1,
+                                                             .kw = 1,
+                                                             .sh = 1,
+                                                             .sw = 1,
+                                                             .dh = 1,
+                                                             .dw = 1},
+                                                256, 256, 16));
+        return;
+    }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        check_case(&cases[i], 1);
+        check_case(&cases[i], 3);
+    }
+}
+
+/* A Conv node over [n, c, h, w] with pads p on every side, bias, ReLU and a residual. */
+typedef struct conv_node {
+    test_node t;
+    kn_tensor in[4], out;
+} conv_node;
+
+static void node_build(conv_node *b, int64_t n, int64_t c, int64_t m, int64_t h, int64_t k,
+                       int64_t s, int64_t p) {
+    tn_init_domain(&b->t, "kiln", "FusedConv");
+    tn_ints(&b->t, "kernel_shape", 2, (int64_t[]){k, k});
+    tn_ints(&b->t, "strides", 2, (int64_t[]){s, s});
+    tn_ints(&b->t, "pads", 4, (int64_t[]){p, p, p, p});
+    tn_str(&b->t, "kiln_activation", "Relu");
+    tn_int(&b->t, "kiln_residual", 1);
+    int64_t o = (h + 2 * p - k) / s + 1;
+    b->in[0] = (kn_tensor){.dtype = KILN_DTYPE_FLOAT32, .shape = {.rank = 4, .d = {n, c, h, h}}};
+    b->in[1] = (kn_tensor){.dtype = KILN_DTYPE_FLOAT32, .shape = {.rank = 4, .d = {m, c, k, k}}};
+    b->in[2] = (kn_tensor){.dtype = KILN_DTYPE_FLOAT32, .shape = {.rank = 1, .d = {m}}};
+    b->in[3] = (kn_tensor){.dtype = KILN_DTYPE_FLOAT32, .shape = {.rank = 4, .d = {n, m, o, o}}};
+    b->out = b->in[3];
+    for (int i = 0; i < 4; i++)
+        b->in[i].data = rand_floats(kn_tensor_numel(&b->in[i]));
+    b->out.data = rand_floats(kn_tensor_numel(&b->out));
+}
+
+static void node_free(conv_node *b) {
+    for (int i = 0; i < 4; i++)
+        kn_free(b->in[i].data);
+    kn_free(b->out.data);
+}
+
+/* Prepare (the path is chosen there) and run the node `runs` times; ms a run. */
+static double node_run(conv_node *b, kn_threadpool *pool, int runs) {
+    const kn_kernel *kern = kn_backend_find_kernel(kn_backend_host(), "kiln", "FusedConv");
+    assert_non_null(kern);
+    void *st = NULL;
+    assert_int_equal(kern->prepare(&b->t.node, 4, b->in, &st), KILN_OK);
+    kn_kernel_ctx kc = {.node = &b->t.node,
+                        .n_in = 4,
+                        .in = b->in,
+                        .n_out = 1,
+                        .out = &b->out,
+                        .state = st,
+                        .pool = pool};
+    assert_int_equal(kern->run(&kc), KILN_OK);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int r = 1; r < runs; r++)
+        assert_int_equal(kern->run(&kc), KILN_OK);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    kern->release(st);
+    return runs > 1 ? ((t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6) / (runs - 1)
+                    : 0;
+}
+
+/* The Conv kernel's output with the path on (mode 1: the shapes it picks on 8 threads; 2:
+ * wherever the geometry allows) against the GEMM path's. */
+static void compare_paths(int mode, int64_t n, int64_t c, int64_t m, int64_t h, int64_t k,
+                          int64_t s, int64_t p) {
+    conv_node b;
+    node_build(&b, n, c, m, h, k, s, p);
+    kn_conv_geom g;
+    assert_int_equal(kn_conv_geom_init(&b.t.node, &b.in[0].shape, &b.in[1].shape, false, &g),
+                     KILN_OK);
+    kn_conv2d c2;
+    kn_conv_as_2d(&g, &c2);
+    kn_cpu_conv_pixels_set_mode(mode);
+    assert_true(kn_cpu_conv_pixels_applies(&c2, c, m, 8));
+    if (mode == 1)
+        assert_false(kn_cpu_conv_pixels_applies(&c2, c, m, 2));
+    kn_threadpool *pool = kn_threadpool_create(8);
+    int64_t count = kn_tensor_numel(&b.out);
+    node_run(&b, pool, 1);
+    float *on = kn_malloc((size_t)count * sizeof *on);
+    assert_non_null(on);
+    memcpy(on, b.out.data, (size_t)count * sizeof *on);
+    kn_cpu_conv_pixels_set_mode(0);
+    node_run(&b, pool, 1);
+    kn_cpu_conv_pixels_set_mode(1);
+    const float *off = b.out.data;
+    int bad = 0;
+    for (int64_t i = 0; i < count; i++)
+        if (!(fabsf(on[i] - off[i]) <= 1e-4f * (1 + fabsf(off[i]))) && bad++ < 5)
+            print_error("element %lld: %g against the GEMM path's %g\n", (long long)i, on[i],
+                        off[i]);
+    assert_int_equal(bad, 0);
+    kn_free(on);
+    kn_threadpool_destroy(pool);
+    node_free(&b);
+}
+
+static void test_conv_kernel(void **state) {
+    (void)state;
+    if (!avx512())
+        return;                                /* test_cases says why */
+    compare_paths(1, 2, 256, 64, 14, 1, 1, 0); /* 1x1 over a 14x14 map */
+    compare_paths(1, 1, 576, 96, 7, 1, 1, 0);  /* and a 7x7 one */
+    compare_paths(2, 2, 64, 128, 28, 3, 2, 1); /* stride 2 */
+    compare_paths(2, 1, 3, 40, 30, 7, 2, 3);   /* a 7x7 stem, channel tail */
+}
+
+static void bench_one(const char *name, int64_t c, int64_t m, int64_t h, int64_t k, int64_t s,
+                      int64_t p, int threads) {
+    conv_node b;
+    node_build(&b, 1, c, m, h, k, s, p);
+    kn_threadpool *pool = kn_threadpool_create(threads);
+    double t[2][5];
+    for (int r = 0; r < 5; r++)
+        for (int mode = 0; mode < 2; mode++) {
+            kn_cpu_conv_pixels_set_mode(mode == 1 ? 2 : 0);
+            t[mode][r] = node_run(&b, pool, 20);
+        }
+    kn_cpu_conv_pixels_set_mode(1);
+    double best[2] = {1e30, 1e30};
+    for (int mode = 0; mode < 2; mode++)
+        for (int r = 0; r < 5; r++)
+            best[mode] = fmin(best[mode], t[mode][r]);
+    printf("%-36s %d thread(s): GEMM %.3f ms, pixel rows %.3f ms (%.2fx)\n", name, threads, best[0],
+           best[1], best[0] / best[1]);
+    kn_threadpool_destroy(pool);
+    node_free(&b);
+}
+
+static void run_bench(int threads) {
+    bench_one("R50 layer2.0.conv2 3x3 s2 128@56", 128, 128, 56, 3, 2, 1, threads);
+    bench_one("R50 layer3.0.conv2 3x3 s2 256@28", 256, 256, 28, 3, 2, 1, threads);
+    bench_one("R50 layer4.0.conv2 3x3 s2 512@14", 512, 512, 14, 3, 2, 1, threads);
+    bench_one("R50 stem 7x7 s2 3->64 @224", 3, 64, 224, 7, 2, 3, threads);
+    bench_one("R50 layer3 1x1 1024->256 @14", 1024, 256, 14, 1, 1, 0, threads);
+    bench_one("R50 layer3 1x1 256->1024 @14", 256, 1024, 14, 1, 1, 0, threads);
+    bench_one("R50 layer4 1x1 2048->512 @7", 2048, 512, 7, 1, 1, 0, threads);
+    bench_one("R50 layer4 1x1 512->2048 @7", 512, 2048, 7, 1, 1, 0, threads);
+    bench_one("R50 layer2 1x1 512->128 @28", 512, 128, 28, 1, 1, 0, threads);
+    bench_one("R50 layer2 1x1 128->512 @28", 128, 512, 28, 1, 1, 0, threads);
+    bench_one("MNV2 1x1 576->96 @14", 576, 96, 14, 1, 1, 0, threads);
+    bench_one("MNV2 1x1 96->576 @14", 96, 576, 14, 1, 1, 0, threads);
+    bench_one("MNV2 1x1 960->160 @7", 960, 160, 7, 1, 1, 0, threads);
+    bench_one("MNV2 1x1 160->960 @7", 160, 960, 7, 1, 1, 0, threads);
+    bench_one("MNV2 1x1 320->1280 @7", 320, 1280, 7, 1, 1, 0, threads);
+    bench_one("MNV2 1x1 192->64 @28", 192, 64, 28, 1, 1, 0, threads);
+    bench_one("MNV2 stem 3x3 s2 3->32 @224", 3, 32, 224, 3, 2, 1, threads);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "--bench") == 0) {
+        int threads = argc > 2 ? atoi(argv[2]) : 1;
+        run_bench(threads > 0 ? threads : 1);
+        return 0;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cases),
+        cmocka_unit_test(test_conv_kernel),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
