@@ -94,12 +94,22 @@ AVX512 static inline __attribute__((always_inline)) void tile(const int R,
                                                               const kn_conv_pixels_tile *t) {
     __m512 c0[R_MAX], c1[R_MAX];
 #pragma GCC unroll 14
-    for (int r = 0; r < R; r++)
-        c0[r] = c1[r] = _mm512_setzero_ps();
+    for (int r = 0; r < R; r++) {
+        c0[r] = t->sum_in != NULL ? _mm512_loadu_ps(t->sum_in + 32 * r) : _mm512_setzero_ps();
+        c1[r] = t->sum_in != NULL ? _mm512_loadu_ps(t->sum_in + 32 * r + 16) : _mm512_setzero_ps();
+    }
     if (t->block == 16)
         products(R, 16, t, c0, c1);
     else
         products(R, 1, t, c0, c1);
+    if (t->sum_out != NULL) {
+#pragma GCC unroll 14
+        for (int r = 0; r < R; r++) {
+            _mm512_storeu_ps(t->sum_out + 32 * r, c0[r]);
+            _mm512_storeu_ps(t->sum_out + 32 * r + 16, c1[r]);
+        }
+        return;
+    }
     __m512 bias0 = _mm512_setzero_ps(), bias1 = bias0;
     if (t->bias != NULL) {
         bias0 = _mm512_loadu_ps(t->bias);

@@ -20,18 +20,20 @@ typedef struct kn_conv_pixels_tile {
     const float *a;     /* the tile's first pixel; see above */
     const int64_t *off; /* per tap */
     int64_t taps, blocks, bs;
-    int block;         /* channels a block: 1 or 16 */
-    const float *b;    /* the panel: blocks * taps * block rows of 32 floats */
-    int rows;          /* 1 .. KN_CONV_PIXELS_ROWS */
-    uint16_t valid;    /* the rows that are output pixels (not a plane's padding), stored one
-                        * after another */
-    int nr;            /* output channels of the panel that exist, 1 .. 32 */
-    const float *bias; /* 32 floats (zero past nr), or NULL */
-    const float *res;  /* residual of channel j, valid row i at res[j * ld + i], or NULL */
-    float *y;          /* output of channel j, valid row i at y[j * ld + i] */
-    int64_t ld;        /* floats between channels (the output's plane) */
-    int act;           /* kn_act: RELU and CLIP (to [lo, hi]), SIGMOID, SWISH in registers; */
-    float lo, hi;      /* any other is the caller's, on the stored rows */
+    int block;           /* channels a block: 1 or 16 */
+    const float *b;      /* the panel: blocks * taps * block rows of 32 floats */
+    const float *sum_in; /* partial sums of earlier K blocks to start from (32 a row), or NULL */
+    float *sum_out;      /* where to leave the sums, no epilogue (more K blocks follow), or NULL */
+    int rows;            /* 1 .. KN_CONV_PIXELS_ROWS */
+    uint16_t valid;      /* the rows that are output pixels (not a plane's padding), stored one
+                          * after another */
+    int nr;              /* output channels of the panel that exist, 1 .. 32 */
+    const float *bias;   /* 32 floats (zero past nr), or NULL */
+    const float *res;    /* residual of channel j, valid row i at res[j * ld + i], or NULL */
+    float *y;            /* output of channel j, valid row i at y[j * ld + i] */
+    int64_t ld;          /* floats between channels (the output's plane) */
+    int act;             /* kn_act: RELU and CLIP (to [lo, hi]), SIGMOID, SWISH in registers; */
+    float lo, hi;        /* any other is the caller's, on the stored rows */
 } kn_conv_pixels_tile;
 
 /* Only where the GEMM runs its AVX-512 kernel (kn_gemm_isa()). */

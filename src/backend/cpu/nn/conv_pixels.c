@@ -20,6 +20,8 @@
 
 #define COLS KN_CONV_PIXELS_COLS
 #define ROWS KN_CONV_PIXELS_ROWS
+#define GROUP 8                 /* most tiles that share a chunk of the weights */
+#define CHUNK_BYTES (32 * 1024) /* weights of a K chunk */
 
 struct kn_conv_pixels {
     int64_t cout, cin, kh, kw, panels;
@@ -125,8 +127,9 @@ typedef struct px_job {
     int64_t hq, wq, cs;  /* plane rows, row pitch, floats of one channel's plane(s) */
     const int64_t *offs; /* per tap */
     bool flat;
-    /* tiles: `width` virtual pixels (output rows wq apart; flat: os) split evenly */
-    int64_t width, base, extra, tiles;
+    /* tiles: `width` virtual pixels (output rows wq apart; flat: os) split evenly; taken
+     * `group` at a time (`groups` groups) over K chunks of `chunk` channel blocks */
+    int64_t width, base, extra, tiles, group, groups, chunk;
     const float *bias; /* panels x COLS, zero past cout; or NULL */
     const float *res;
     float *y;
@@ -162,52 +165,78 @@ static void build_source(void *arg, int64_t begin, int64_t end) {
     }
 }
 
+/* Tile `tile` of the job: its first virtual pixel, rows, the rows that are output pixels and the
+ * output pixel of the first of those (-1: none). */
+typedef struct tile_at {
+    int64_t v0, pix;
+    int rows;
+    uint16_t valid;
+} tile_at;
+
+static tile_at locate(const px_job *j, int64_t tile) {
+    tile_at at = {.v0 = tile * j->base + (tile < j->extra ? tile : j->extra), .pix = -1};
+    at.rows = (int)(j->base + (tile < j->extra ? 1 : 0));
+    /* rows are virtual pixels v = oh * wq + ow; those with ow >= OW are not stored */
+    for (int r = 0; r < at.rows; r++) {
+        int64_t v = at.v0 + r, q = j->flat ? 0 : v % j->wq;
+        if (q < j->c->ow) {
+            at.valid |= (uint16_t)(1u << r);
+            if (at.pix < 0)
+                at.pix = j->flat ? v : v / j->wq * j->c->ow + q;
+        }
+    }
+    return at;
+}
+
+/* Task t: panel t / groups against its group of tiles, K in chunks of j->chunk channel blocks
+ * (weights a chunk that stay in L1 while every tile of the group takes them), partial sums kept
+ * between chunks. */
 static void run_tiles(void *arg, int64_t begin, int64_t end) {
     const px_job *j = arg;
     const kn_conv_pixels *p = j->p;
-    int64_t k = p->blocks * p->kh * p->kw * p->block;
+    int64_t taps = p->kh * p->kw, k = p->blocks * taps * p->block;
     bool after = j->act != KN_ACT_NONE && j->act != KN_ACT_RELU && j->act != KN_ACT_CLIP &&
                  j->act != KN_ACT_SIGMOID && j->act != KN_ACT_SWISH;
+    float sums[GROUP][ROWS * COLS] __attribute__((aligned(64)));
     for (int64_t t = begin; t < end; t++) {
-        int64_t pn = t / j->tiles, tile = t % j->tiles;
-        int64_t v0 = tile * j->base + (tile < j->extra ? tile : j->extra);
-        int rows = (int)(j->base + (tile < j->extra ? 1 : 0));
-        /* rows are virtual pixels v = oh * wq + ow; those with ow >= OW are not stored */
-        uint16_t valid = 0;
-        int64_t pix = -1;
-        for (int r = 0; r < rows; r++) {
-            int64_t v = v0 + r, q = j->flat ? 0 : v % j->wq;
-            if (q < j->c->ow) {
-                valid |= (uint16_t)(1u << r);
-                if (pix < 0)
-                    pix = j->flat ? v : v / j->wq * j->c->ow + q;
-            }
-        }
-        if (valid == 0)
-            continue;
+        int64_t pn = t / j->groups, g0 = t % j->groups * j->group;
+        int64_t g1 = g0 + j->group < j->tiles ? g0 + j->group : j->tiles;
         int64_t j0 = pn * COLS;
         int nr = (int)(p->cout - j0 < COLS ? p->cout - j0 : COLS);
-        kn_conv_pixels_tile tl = {.a = j->a + v0 * p->block,
-                                  .off = j->offs,
-                                  .taps = p->kh * p->kw,
-                                  .blocks = p->blocks,
-                                  .bs = j->cs * p->block,
-                                  .block = p->block,
-                                  .b = p->w + pn * k * COLS,
-                                  .rows = rows,
-                                  .valid = valid,
-                                  .nr = nr,
-                                  .bias = j->bias != NULL ? j->bias + j0 : NULL,
-                                  .res = j->res != NULL ? j->res + j0 * j->os + pix : NULL,
-                                  .y = j->y + j0 * j->os + pix,
-                                  .ld = j->os,
-                                  .act = after ? KN_ACT_NONE : j->act,
-                                  .lo = j->lo,
-                                  .hi = j->hi};
-        kn_cpu_conv_pixels_tile_avx512(&tl);
-        if (after)
-            kn_act_apply_rows(j->act, j->alpha, j->beta, tl.y, j->os, nr,
-                              __builtin_popcount(valid));
+        for (int64_t cb = 0; cb < p->blocks; cb += j->chunk) {
+            int64_t nb = p->blocks - cb < j->chunk ? p->blocks - cb : j->chunk;
+            bool first = cb == 0, last = cb + nb == p->blocks;
+            for (int64_t tile = g0; tile < g1; tile++) {
+                tile_at at = locate(j, tile);
+                if (at.valid == 0)
+                    continue;
+                float *sum = sums[tile - g0];
+                kn_conv_pixels_tile tl = {.a = j->a + at.v0 * p->block + cb * j->cs * p->block,
+                                          .off = j->offs,
+                                          .taps = taps,
+                                          .blocks = nb,
+                                          .bs = j->cs * p->block,
+                                          .block = p->block,
+                                          .b = p->w + (pn * k + cb * taps * p->block) * COLS,
+                                          .sum_in = first ? NULL : sum,
+                                          .sum_out = last ? NULL : sum,
+                                          .rows = at.rows,
+                                          .valid = at.valid,
+                                          .nr = nr,
+                                          .bias = j->bias != NULL ? j->bias + j0 : NULL,
+                                          .res =
+                                              j->res != NULL ? j->res + j0 * j->os + at.pix : NULL,
+                                          .y = j->y + j0 * j->os + at.pix,
+                                          .ld = j->os,
+                                          .act = after ? KN_ACT_NONE : j->act,
+                                          .lo = j->lo,
+                                          .hi = j->hi};
+                kn_cpu_conv_pixels_tile_avx512(&tl);
+                if (last && after)
+                    kn_act_apply_rows(j->act, j->alpha, j->beta, tl.y, j->os, nr,
+                                      __builtin_popcount(at.valid));
+            }
+        }
     }
 }
 
@@ -274,9 +303,18 @@ kiln_status kn_cpu_conv_pixels(kn_threadpool *pool, const kn_conv_pixels *p, con
     j.tiles = (j.width + ROWS - 1) / ROWS;
     j.base = j.width / j.tiles;
     j.extra = j.width % j.tiles;
+    /* K chunks of about 32 KB of weights; groups of tiles that share them, as large as leaves
+     * every thread two tasks */
+    int64_t step = taps * p->block * COLS * (int64_t)sizeof(float);
+    j.chunk = CHUNK_BYTES / step > 1 ? CHUNK_BYTES / step : 1;
+    int64_t threads = kn_threadpool_size(pool);
+    j.group = p->panels * j.tiles / (2 * threads);
+    j.group = j.group < 1 ? 1 : j.group > GROUP ? GROUP : j.group;
+    j.group = j.group < j.tiles ? j.group : j.tiles;
+    j.groups = (j.tiles + j.group - 1) / j.group;
     if (p->block == 16 || !j.flat)
         kn_parallel_for(pool, p->blocks, 1, build_source, &j);
-    kn_parallel_for(pool, p->panels * j.tiles, 1, run_tiles, &j);
+    kn_parallel_for(pool, p->panels * j.groups, 1, run_tiles, &j);
     kn_free(own);
     return KILN_OK;
 }
