@@ -8,7 +8,9 @@
  * Bias, residual and activation run in the GEMM epilogue. Weights the precision pass stored in
  * bf16 (kiln_weights) are packed for the bf16 GEMM instead, except on convs where fp32 Winograd
  * is faster (kn_cpu_conv_prefers_winograd, kiln_compute): those, and weights stored in float16,
- * are widened to float32 here once. Convs on bf16 activations run in conv_bf16.c. */
+ * are widened to float32 here once. Convs on bf16 activations run in conv_bf16.c; stems (few
+ * input channels) in conv_stem.c; long-K 1x1 convs over small maps on many threads in
+ * conv_pixels.c. */
 #include "backend/cpu/nn/conv.h"
 
 #include "backend/cpu/f32_stage.h"
@@ -734,6 +736,20 @@ kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
                 e.residual = res != NULL ? res + n * g.c_out * os : NULL;
                 KN_TRY(kn_cpu_conv_pixels(k->pool, st->px, &cp, x + n * g.c_in * is, &e,
                                           y + n * g.c_out * os));
+            }
+            return KILN_OK;
+        }
+    }
+    if (!bf16 && g.group == 1 && g.nsp == 2) {
+        kn_conv2d cs;
+        kn_conv_as_2d(&g, &cs);
+        if (kn_cpu_conv_stem_applies(&cs, g.c_in, g.c_out)) {
+            for (int64_t n = 0; n < g.n; n++) {
+                kn_epilogue e = ep;
+                e.bias = bias;
+                e.residual = res != NULL ? res + n * g.c_out * os : NULL;
+                KN_TRY(kn_cpu_conv_stem(k->pool, &cs, g.c_in, g.c_out, x + n * g.c_in * is, w, &e,
+                                        y + n * g.c_out * os));
             }
             return KILN_OK;
         }

@@ -219,6 +219,20 @@ void kn_cpu_conv_pixels_free(kn_conv_pixels *p);
 kiln_status kn_cpu_conv_pixels(kn_threadpool *pool, const kn_conv_pixels *p, const kn_conv2d *c,
                                const float *x, const kn_epilogue *ep, float *y);
 
+/* fp32 Conv of one group, 2-D, for 1 to 4 input channels (a stem), stride 1 or 2, undilated,
+ * outputs at least 16 wide, K = cin * kh * kw <= 256, on AVX-512 (nn/conv_stem.c, geometry):
+ * a direct kernel over zero-padded or phase-split planes of each input channel, pixels in the
+ * vectors, weights [cout, cin, kh, kw] as stored. applies: where conv.c takes it, kernels of 25
+ * taps or more (where it beats the GEMM). One image: x is cin x h x w, y cout x oh x ow; the
+ * epilogue's bias per output channel, its residual NCHW (ldr ignored). KILN_CPU_CONV_STEM=0 in
+ * the environment (or set_enabled(false), for benchmarks) leaves these convs to the GEMM. */
+bool kn_cpu_conv_stem_enabled(void);
+void kn_cpu_conv_stem_set_enabled(bool on);
+bool kn_cpu_conv_stem_geometry(const kn_conv2d *c, int64_t cin, int64_t cout);
+bool kn_cpu_conv_stem_applies(const kn_conv2d *c, int64_t cin, int64_t cout);
+kiln_status kn_cpu_conv_stem(kn_threadpool *pool, const kn_conv2d *c, int64_t cin, int64_t cout,
+                             const float *x, const float *w, const kn_epilogue *ep, float *y);
+
 /* Conv on bfloat16 activations (nn/conv_bf16.c): X, the residual Z (kiln.FusedConv) and Y in
  * bfloat16, bias in bfloat16 (or float32), weights bfloat16; NHWC or NCHW as the kiln_nhwc
  * attribute says (passes/layout_nhwc.c), weights then stored [K, R, S, C]. 1-D and 2-D convs of

@@ -1,0 +1,33 @@
+/* The AVX-512 block of the direct convolution for few input channels (nn/conv_stem.c): up to 64
+ * output pixels of one output row (four vectors) x up to 6 output channels in 24 registers, over
+ * every tap of every input channel: each tap loads the pixels' input values as vectors from a
+ * padded or phase-split plane (a constant offset per tap) and multiplies them by each channel's
+ * broadcast weight. Bias, residual and activation are applied in registers and the rows stored
+ * straight into the NCHW output. */
+#ifndef KN_CPU_ARCH_CONV_STEM_AVX512_H
+#define KN_CPU_ARCH_CONV_STEM_AVX512_H
+
+#include <stdint.h>
+
+#define KN_CONV_STEM_PIXELS 64 /* output pixels a block */
+#define KN_CONV_STEM_COUT 6    /* output channels a block */
+
+typedef struct kn_conv_stem_block {
+    const float *x;     /* the block's first pixel in the planes; tap t at x[off[t] + p] */
+    const int64_t *off; /* per tap (input channel, kernel row, kernel column) */
+    int64_t taps;
+    const float *w;    /* weights of the block's first channel: taps floats a channel */
+    int pixels;        /* 1 .. KN_CONV_STEM_PIXELS */
+    int cout;          /* 1 .. KN_CONV_STEM_COUT */
+    const float *bias; /* of the first channel, or NULL */
+    const float *res;  /* residual of channel j, pixel p at res[j * ld + p], or NULL */
+    float *y;          /* output of channel j, pixel p at y[j * ld + p] */
+    int64_t ld;
+    int act;      /* kn_act: RELU, CLIP (to [lo, hi]), SIGMOID, SWISH in registers; */
+    float lo, hi; /* any other is the caller's, on the stored rows */
+} kn_conv_stem_block;
+
+/* Only where the GEMM runs its AVX-512 kernel (kn_gemm_isa()). */
+void kn_cpu_conv_stem_block_avx512(const kn_conv_stem_block *b);
+
+#endif

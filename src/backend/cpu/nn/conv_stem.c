@@ -1,0 +1,144 @@
+/* Direct fp32 convolution for few input channels (a network's stem: 3 channels of an image),
+ * conv.h. As a GEMM its K is short (3 x 3 x 3 = 27, or 147 for a 7x7 kernel) and its columns
+ * many (one per output pixel), so conv.c's path spends its time building im2col panels for
+ * products that barely use them. Here each input channel is copied once into a zero-padded plane
+ * (stride 1) or its four row/column phase planes (stride 2), so that every tap of every output
+ * pixel is a constant offset from the pixel's place; blocks of up to 64 pixels of one output row
+ * x 6 output channels then load each tap's input values as vectors and multiply them by the
+ * channels' broadcast weights (arch/conv_stem_avx512.c), the weights read as they are stored. */
+#include "backend/cpu/arch/conv_stem_avx512.h"
+#include "backend/cpu/nn/conv.h"
+#include "core/alloc.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define PIXELS KN_CONV_STEM_PIXELS
+#define COUT KN_CONV_STEM_COUT
+
+static int enabled = -1;
+
+bool kn_cpu_conv_stem_enabled(void) {
+    if (enabled < 0) {
+        const char *e = getenv("KILN_CPU_CONV_STEM");
+        enabled = e == NULL || strcmp(e, "0") != 0;
+    }
+    return enabled != 0;
+}
+
+void kn_cpu_conv_stem_set_enabled(bool on) {
+    enabled = on;
+}
+
+bool kn_cpu_conv_stem_geometry(const kn_conv2d *c, int64_t cin, int64_t cout) {
+    bool s1 = c->sh == 1 && c->sw == 1, s2 = c->sh == 2 && c->sw == 2;
+    return strcmp(kn_gemm_isa(), "avx512") == 0 && cin >= 1 && cin <= 4 && cout >= 1 &&
+           (s1 || s2) && c->dh == 1 && c->dw == 1 && c->ow >= 16 && cin * c->kh * c->kw <= 256;
+}
+
+/* Measured on a 16-core Xeon (docs/perf-notes.md, "A direct kernel for stems"): ResNet-50's 7x7
+ * stem 1.34x / 1.32x / 1.08x the GEMM's speed at 1 / 2 / 16 threads; 3x3 stems (MobileNetV2,
+ * EfficientNet-B0, the detector) 0.92-1.15x at 1 and 2 threads and 0.32-0.69x at 16, where
+ * building the 3 channels' planes takes 3 threads. So kernels of 25 taps or more. */
+bool kn_cpu_conv_stem_applies(const kn_conv2d *c, int64_t cin, int64_t cout) {
+    return kn_cpu_conv_stem_enabled() && kn_cpu_conv_stem_geometry(c, cin, cout) &&
+           c->kh * c->kw >= 25;
+}
+
+typedef struct stem_job {
+    const kn_conv2d *c;
+    int64_t cin, cout, taps, hq, wq, cs, groups, os;
+    const float *x, *w, *bias, *res;
+    float *planes, *y;
+    const int64_t *off;
+    int act;
+    float alpha, beta, lo, hi;
+} stem_job;
+
+static void build_planes(void *arg, int64_t begin, int64_t end) {
+    const stem_job *j = arg;
+    const kn_conv2d *c = j->c;
+    for (int64_t ch = begin; ch < end; ch++) {
+        const float *xc = j->x + ch * c->h * c->w;
+        float *dst = j->planes + ch * j->cs;
+        if (c->sh == 2)
+            kn_cpu_dw_pad_split_avx512(xc, c->h, c->w, c->ph, c->pw, j->hq, j->wq, dst);
+        else
+            kn_cpu_dw_pad_avx512(xc, c->h, c->w, c->ph, c->pw, j->hq, j->wq, dst);
+    }
+}
+
+/* Task t: output row t / groups, its group of COUT output channels. */
+static void run_rows(void *arg, int64_t begin, int64_t end) {
+    const stem_job *j = arg;
+    const kn_conv2d *c = j->c;
+    bool after = j->act != KN_ACT_NONE && j->act != KN_ACT_RELU && j->act != KN_ACT_CLIP &&
+                 j->act != KN_ACT_SIGMOID && j->act != KN_ACT_SWISH;
+    for (int64_t t = begin; t < end; t++) {
+        int64_t oy = t / j->groups, co = t % j->groups * COUT;
+        int n = (int)(j->cout - co < COUT ? j->cout - co : COUT);
+        int64_t at = co * j->os + oy * c->ow;
+        for (int64_t p = 0; p < c->ow; p += PIXELS) {
+            kn_conv_stem_block b = {.x = j->planes + oy * j->wq + p,
+                                    .off = j->off,
+                                    .taps = j->taps,
+                                    .w = j->w + co * j->taps,
+                                    .pixels = (int)(c->ow - p < PIXELS ? c->ow - p : PIXELS),
+                                    .cout = n,
+                                    .bias = j->bias != NULL ? j->bias + co : NULL,
+                                    .res = j->res != NULL ? j->res + at + p : NULL,
+                                    .y = j->y + at + p,
+                                    .ld = j->os,
+                                    .act = after ? KN_ACT_NONE : j->act,
+                                    .lo = j->lo,
+                                    .hi = j->hi};
+            kn_cpu_conv_stem_block_avx512(&b);
+        }
+        if (after)
+            kn_act_apply_rows(j->act, j->alpha, j->beta, j->y + at, j->os, n, c->ow);
+    }
+}
+
+kiln_status kn_cpu_conv_stem(kn_threadpool *pool, const kn_conv2d *c, int64_t cin, int64_t cout,
+                             const float *x, const float *w, const kn_epilogue *ep, float *y) {
+    bool s2 = c->sh == 2;
+    stem_job j = {.c = c,
+                  .cin = cin,
+                  .cout = cout,
+                  .taps = cin * c->kh * c->kw,
+                  .hq = c->oh + (s2 ? (c->kh - 1) / 2 : c->kh - 1),
+                  .wq = c->ow + (s2 ? (c->kw - 1) / 2 : c->kw - 1),
+                  .groups = (cout + COUT - 1) / COUT,
+                  .os = c->oh * c->ow,
+                  .x = x,
+                  .w = w,
+                  .bias = ep->bias,
+                  .res = ep->residual,
+                  .y = y,
+                  .act = ep->act,
+                  .alpha = ep->alpha,
+                  .beta = ep->beta,
+                  .lo = ep->act == KN_ACT_CLIP ? ep->alpha : 0.0f,
+                  .hi = ep->act == KN_ACT_CLIP ? ep->beta : 0.0f};
+    j.cs = (s2 ? 4 : 1) * j.hq * j.wq;
+    /* a block's vectors read up to PIXELS floats past its row: past the last plane too */
+    size_t plane_bytes = ((size_t)(cin * j.cs + PIXELS + 16) * sizeof(float) + 63) / 64 * 64;
+    size_t bytes = plane_bytes + (size_t)j.taps * sizeof(int64_t);
+    uint8_t *own = NULL, *buf = kn_threadpool_scratch(pool, bytes);
+    if (buf == NULL && (buf = own = kn_aligned_alloc(bytes, 64)) == NULL)
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory in Conv");
+    j.planes = (float *)buf;
+    memset(j.planes + cin * j.cs, 0, (PIXELS + 16) * sizeof(float));
+    int64_t *off = (int64_t *)(buf + plane_bytes);
+    for (int64_t ci = 0, t = 0; ci < cin; ci++)
+        for (int64_t ky = 0; ky < c->kh; ky++)
+            for (int64_t kx = 0; kx < c->kw; kx++, t++)
+                off[t] = ci * j.cs +
+                         (s2 ? ((ky % 2) * 2 + kx % 2) * j.hq * j.wq + (ky / 2) * j.wq + kx / 2
+                             : ky * j.wq + kx);
+    j.off = off;
+    kn_parallel_for(pool, cin, 1, build_planes, &j);
+    kn_parallel_for(pool, c->oh * j.groups, 1, run_rows, &j);
+    kn_free(own);
+    return KILN_OK;
+}
