@@ -725,31 +725,23 @@ kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
         ep.bias = bias;
         return kn_cpu_conv_winograd(k->pool, st->wino, &g, x, &ep, y);
     }
-    if (st != NULL && st->px != NULL && !bf16 && g.group == 1 && g.nsp == 2) {
-        kn_conv2d cp;
-        kn_conv_as_2d(&g, &cp);
-        if (kn_cpu_conv_pixels_fits(st->px, g.c_out, g.c_in, cp.kh, cp.kw) &&
-            kn_cpu_conv_pixels_applies(&cp, g.c_in, g.c_out, kn_threadpool_size(k->pool))) {
-            for (int64_t n = 0; n < g.n; n++) {
-                kn_epilogue e = ep;
-                e.bias = bias;
-                e.residual = res != NULL ? res + n * g.c_out * os : NULL;
-                KN_TRY(kn_cpu_conv_pixels(k->pool, st->px, &cp, x + n * g.c_in * is, &e,
-                                          y + n * g.c_out * os));
-            }
-            return KILN_OK;
-        }
-    }
     if (!bf16 && g.group == 1 && g.nsp == 2) {
-        kn_conv2d cs;
-        kn_conv_as_2d(&g, &cs);
-        if (kn_cpu_conv_stem_applies(&cs, g.c_in, g.c_out)) {
+        kn_conv2d cd;
+        kn_conv_as_2d(&g, &cd);
+        const kn_conv_pixels *px =
+            st != NULL && kn_cpu_conv_pixels_fits(st->px, g.c_out, g.c_in, cd.kh, cd.kw) &&
+                    kn_cpu_conv_pixels_applies(&cd, g.c_in, g.c_out, kn_threadpool_size(k->pool))
+                ? st->px
+                : NULL;
+        if (px != NULL || kn_cpu_conv_stem_applies(&cd, g.c_in, g.c_out)) {
             for (int64_t n = 0; n < g.n; n++) {
                 kn_epilogue e = ep;
                 e.bias = bias;
                 e.residual = res != NULL ? res + n * g.c_out * os : NULL;
-                KN_TRY(kn_cpu_conv_stem(k->pool, &cs, g.c_in, g.c_out, x + n * g.c_in * is, w, &e,
-                                        y + n * g.c_out * os));
+                const float *xn = x + n * g.c_in * is;
+                float *yn = y + n * g.c_out * os;
+                KN_TRY(px != NULL ? kn_cpu_conv_pixels(k->pool, px, &cd, xn, &e, yn)
+                                  : kn_cpu_conv_stem(k->pool, &cd, g.c_in, g.c_out, xn, w, &e, yn));
             }
             return KILN_OK;
         }

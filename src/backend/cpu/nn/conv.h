@@ -202,7 +202,8 @@ kiln_status kn_cpu_conv_strided(kn_threadpool *pool, const kn_conv2d *c, int64_t
  * (any dilation) or 2 (undilated), any kernel and padding. applies: where it beats conv.c's
  * GEMM over pixel columns on `threads` threads (0: on some number of them), on AVX-512. The
  * mode: 1, that choice; 0 (KILN_CPU_CONV_PIXELS=0 in the environment), never; 2
- * (KILN_CPU_CONV_PIXELS=2), wherever the geometry allows, even before Winograd (measurements).
+ * (KILN_CPU_CONV_PIXELS=2), wherever the geometry allows, Winograd's convs excepted
+ * (measurements).
  * The epilogue's bias is per output channel, its residual NCHW (ldr ignored: the output's
  * plane). */
 typedef struct kn_conv_pixels kn_conv_pixels;
