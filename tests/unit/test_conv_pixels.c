@@ -2,8 +2,8 @@
  * read in place (channel tails, maps of 1 to 196 pixels), stride-2 kernels over phase planes
  * (3x3, the 7x7 stem on 3 channels, 2x2), padded and dilated stride-1 kernels, bias, residual
  * and every kind of activation (in registers or after the store), one and three threads; and the
- * Conv kernel, which takes this path for the shapes kn_cpu_conv_pixels_applies picks, against
- * its own GEMM path (KILN_CPU_CONV_PIXELS=0), with a batch of two.
+ * Conv kernel, which takes this path for the shapes kn_cpu_conv_pixels_applies picks (one image),
+ * against its own GEMM path (KILN_CPU_CONV_PIXELS=0).
  * `test_conv_pixels --bench [THREADS [--cold]]` times instead ResNet-50's and MobileNetV2's
  * layers on this path (mode 2) against the GEMM path through the Conv kernel (no checks). */
 #include <stdarg.h>
@@ -283,9 +283,9 @@ static void test_conv_kernel(void **state) {
     (void)state;
     if (!avx512())
         return;                                /* test_cases says why */
-    compare_paths(1, 2, 256, 64, 14, 1, 1, 0); /* 1x1 over a 14x14 map */
+    compare_paths(1, 1, 256, 64, 14, 1, 1, 0); /* 1x1 over a 14x14 map */
     compare_paths(1, 1, 576, 96, 7, 1, 1, 0);  /* and a 7x7 one */
-    compare_paths(2, 2, 64, 128, 28, 3, 2, 1); /* stride 2 */
+    compare_paths(2, 1, 64, 128, 28, 3, 2, 1); /* stride 2 */
     compare_paths(2, 1, 3, 40, 30, 7, 2, 3);   /* a 7x7 stem, channel tail */
 }
 

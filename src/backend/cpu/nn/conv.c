@@ -725,7 +725,9 @@ kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
         ep.bias = bias;
         return kn_cpu_conv_winograd(k->pool, st->wino, &g, x, &ep, y);
     }
-    if (!bf16 && g.group == 1 && g.nsp == 2) {
+    /* One image: batches keep the GEMM, whose products take images side by side
+     * (kn_cpu_conv_batched, conv_images); these paths would run them one after another. */
+    if (!bf16 && g.group == 1 && g.nsp == 2 && g.n == 1) {
         kn_conv2d cd;
         kn_conv_as_2d(&g, &cd);
         const kn_conv_pixels *px =

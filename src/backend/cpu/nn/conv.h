@@ -200,7 +200,8 @@ kiln_status kn_cpu_conv_strided(kn_threadpool *pool, const kn_conv2d *c, int64_t
  * interleaved (or, for few channels, of one) built once a call from X, zero-padded or split into
  * phase planes, weights packed once in panels of output channels; NCHW in and out. Stride 1
  * (any dilation) or 2 (undilated), any kernel and padding. applies: where it beats conv.c's
- * GEMM over pixel columns on `threads` threads (0: on some number of them), on AVX-512. The
+ * GEMM over pixel columns on `threads` threads (0: on some number of them), on AVX-512 (conv.c
+ * takes it for one image; batches keep the GEMM, which runs images side by side). The
  * mode: 1, that choice; 0 (KILN_CPU_CONV_PIXELS=0 in the environment), never; 2
  * (KILN_CPU_CONV_PIXELS=2), wherever the geometry allows, Winograd's convs excepted
  * (measurements).
@@ -223,10 +224,11 @@ kiln_status kn_cpu_conv_pixels(kn_threadpool *pool, const kn_conv_pixels *p, con
 /* fp32 Conv of one group, 2-D, for 1 to 4 input channels (a stem), stride 1 or 2, undilated,
  * outputs at least 16 wide, K = cin * kh * kw <= 256, on AVX-512 (nn/conv_stem.c, geometry):
  * a direct kernel over zero-padded or phase-split planes of each input channel, pixels in the
- * vectors, weights [cout, cin, kh, kw] as stored. applies: where conv.c takes it, kernels of 25
- * taps or more (where it beats the GEMM). One image: x is cin x h x w, y cout x oh x ow; the
- * epilogue's bias per output channel, its residual NCHW (ldr ignored). KILN_CPU_CONV_STEM=0 in
- * the environment (or set_enabled(false), for benchmarks) leaves these convs to the GEMM. */
+ * vectors, weights [cout, cin, kh, kw] as stored. applies: where conv.c takes it (for one
+ * image), kernels of 25 taps or more (where it beats the GEMM). One image: x is cin x h x w, y cout
+ * x oh x ow; the epilogue's bias per output channel, its residual NCHW (ldr ignored).
+ * KILN_CPU_CONV_STEM=0 in the environment (or set_enabled(false), for benchmarks) leaves these
+ * convs to the GEMM. */
 bool kn_cpu_conv_stem_enabled(void);
 void kn_cpu_conv_stem_set_enabled(bool on);
 bool kn_cpu_conv_stem_geometry(const kn_conv2d *c, int64_t cin, int64_t cout);
