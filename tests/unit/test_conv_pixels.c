@@ -12,62 +12,15 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "backend/backend.h"
-#include "backend/cpu/nn/conv.h"
-#include "core/alloc.h"
-#include "core/threadpool.h"
-#include "ops/op.h"
-#include "test_node.h"
+#include "test_conv_fp32.h"
 
-#include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-
-static uint32_t rng_state = 777;
-
-static float frand(void) {
-    rng_state = rng_state * 1664525u + 1013904223u;
-    return (float)((rng_state >> 8) & 0xFFFF) / 32768.0f - 1.0f;
-}
-
-static float *rand_floats(int64_t n) {
-    float *p = kn_aligned_alloc((size_t)(n > 0 ? n : 1) * sizeof *p, 64);
-    assert_non_null(p);
-    for (int64_t i = 0; i < n; i++)
-        p[i] = frand();
-    return p;
-}
-
-static bool avx512(void) {
-    return strcmp(kn_gemm_isa(), "avx512") == 0;
-}
 
 typedef struct px_case {
     int64_t c, m, h, w, kh, kw, s, d, pt, pl, pb, pr;
     bool bias, residual;
     int act;
 } px_case;
-
-static double act_ref(int act, double v) {
-    switch (act) {
-    case KN_ACT_RELU:
-        return v > 0 ? v : 0;
-    case KN_ACT_CLIP:
-        return v < -0.5 ? -0.5 : v > 0.75 ? 0.75 : v;
-    case KN_ACT_SIGMOID:
-        return 1.0 / (1.0 + exp(-v));
-    case KN_ACT_SWISH:
-        return v / (1.0 + exp(-v));
-    case KN_ACT_LEAKY_RELU:
-        return v < 0 ? 0.1 * v : v;
-    case KN_ACT_HARD_SWISH:
-        return v * fmin(fmax(v / 6 + 0.5, 0), 1);
-    default:
-        return v;
-    }
-}
 
 static void geometry(const px_case *pc, kn_conv2d *c) {
     *c = (kn_conv2d){.h = pc->h,
@@ -80,17 +33,16 @@ static void geometry(const px_case *pc, kn_conv2d *c) {
                      .dw = pc->d,
                      .ph = pc->pt,
                      .pw = pc->pl};
-    c->oh = (pc->h + pc->pt + pc->pb - pc->d * (pc->kh - 1) - 1) / pc->s + 1;
-    c->ow = (pc->w + pc->pl + pc->pr - pc->d * (pc->kw - 1) - 1) / pc->s + 1;
+    c->oh = conv_out_dim(pc->h, pc->kh, pc->s, pc->d, pc->pt, pc->pb);
+    c->ow = conv_out_dim(pc->w, pc->kw, pc->s, pc->d, pc->pl, pc->pr);
 }
 
 static void check_case(const px_case *pc, int threads) {
     kn_conv2d c;
     geometry(pc, &c);
     int64_t os = c.oh * c.ow;
-    float *x = rand_floats(pc->c * pc->h * pc->w),
-          *w = rand_floats(pc->m * pc->c * pc->kh * pc->kw);
-    float *bias = rand_floats(pc->m), *res = rand_floats(pc->m * os), *y = rand_floats(pc->m * os);
+    float *x = conv_rand(pc->c * pc->h * pc->w), *w = conv_rand(pc->m * pc->c * pc->kh * pc->kw);
+    float *bias = conv_rand(pc->m), *res = conv_rand(pc->m * os), *y = conv_rand(pc->m * os);
     kn_conv_pixels *p;
     assert_int_equal(kn_cpu_conv_pixels_prepare(w, pc->m, pc->c, pc->kh, pc->kw, &p), KILN_OK);
     kn_epilogue ep = {.bias = pc->bias ? bias : NULL,
@@ -100,32 +52,7 @@ static void check_case(const px_case *pc, int threads) {
                       .beta = 0.75f};
     kn_threadpool *pool = kn_threadpool_create(threads);
     assert_int_equal(kn_cpu_conv_pixels(pool, p, &c, x, &ep, y), KILN_OK);
-    int bad = 0;
-    for (int64_t m = 0; m < pc->m; m++)
-        for (int64_t oy = 0; oy < c.oh; oy++)
-            for (int64_t ox = 0; ox < c.ow; ox++) {
-                double acc = pc->bias ? bias[m] : 0, mag = fabs(acc);
-                for (int64_t ci = 0; ci < pc->c; ci++)
-                    for (int64_t ky = 0; ky < pc->kh; ky++)
-                        for (int64_t kx = 0; kx < pc->kw; kx++) {
-                            int64_t iy = oy * pc->s - pc->pt + ky * pc->d;
-                            int64_t ix = ox * pc->s - pc->pl + kx * pc->d;
-                            if (iy < 0 || iy >= pc->h || ix < 0 || ix >= pc->w)
-                                continue;
-                            double v = (double)x[(ci * pc->h + iy) * pc->w + ix] *
-                                       w[((m * pc->c + ci) * pc->kh + ky) * pc->kw + kx];
-                            acc += v;
-                            mag += fabs(v);
-                        }
-                int64_t o = m * os + oy * c.ow + ox;
-                if (pc->residual)
-                    acc += res[o];
-                double want = act_ref(pc->act, acc);
-                if (!(fabs(y[o] - want) <= 1e-5 * (mag + 1)) && bad++ < 5)
-                    print_error("m %lld y %lld x %lld: got %g want %g\n", (long long)m,
-                                (long long)oy, (long long)ox, y[o], want);
-            }
-    assert_int_equal(bad, 0);
+    assert_int_equal(conv_check(&c, pc->c, pc->m, x, w, &ep, y), 0);
     kn_threadpool_destroy(pool);
     kn_cpu_conv_pixels_free(p);
     kn_free(x);
@@ -156,7 +83,7 @@ static const px_case cases[] = {
 
 static void test_cases(void **state) {
     (void)state;
-    if (!avx512()) {
+    if (!conv_avx512()) {
         print_message("no AVX-512: the pixel-row conv does not run here\n");
         assert_false(kn_cpu_conv_pixels_applies(&(kn_conv2d){.h = 7,
                                                              .w = 7,
@@ -177,70 +104,14 @@ static void test_cases(void **state) {
     }
 }
 
-/* A Conv node over [n, c, h, w] with pads p on every side, bias, ReLU and a residual. */
-typedef struct conv_node {
-    test_node t;
-    kn_tensor in[4], out;
-} conv_node;
-
-static void node_build(conv_node *b, int64_t n, int64_t c, int64_t m, int64_t h, int64_t k,
-                       int64_t s, int64_t p) {
-    tn_init_domain(&b->t, "kiln", "FusedConv");
-    tn_ints(&b->t, "kernel_shape", 2, (int64_t[]){k, k});
-    tn_ints(&b->t, "strides", 2, (int64_t[]){s, s});
-    tn_ints(&b->t, "pads", 4, (int64_t[]){p, p, p, p});
-    tn_str(&b->t, "kiln_activation", "Relu");
-    tn_int(&b->t, "kiln_residual", 1);
-    int64_t o = (h + 2 * p - k) / s + 1;
-    b->in[0] = (kn_tensor){.dtype = KILN_DTYPE_FLOAT32, .shape = {.rank = 4, .d = {n, c, h, h}}};
-    b->in[1] = (kn_tensor){.dtype = KILN_DTYPE_FLOAT32, .shape = {.rank = 4, .d = {m, c, k, k}}};
-    b->in[2] = (kn_tensor){.dtype = KILN_DTYPE_FLOAT32, .shape = {.rank = 1, .d = {m}}};
-    b->in[3] = (kn_tensor){.dtype = KILN_DTYPE_FLOAT32, .shape = {.rank = 4, .d = {n, m, o, o}}};
-    b->out = b->in[3];
-    for (int i = 0; i < 4; i++)
-        b->in[i].data = rand_floats(kn_tensor_numel(&b->in[i]));
-    b->out.data = rand_floats(kn_tensor_numel(&b->out));
-}
-
-static void node_free(conv_node *b) {
-    for (int i = 0; i < 4; i++)
-        kn_free(b->in[i].data);
-    kn_free(b->out.data);
-}
-
-/* --bench --cold: a 64 MB sweep before each timed run, so that weights, input and output come
- * from memory as in a model rather than from the caches. */
+/* --bench --cold: weights, input and output from memory rather than the caches. */
 static bool bench_cold;
 
-/* Prepare (the path is chosen there) and run the node `runs` times; ms a run. */
-static double node_run(conv_node *b, kn_threadpool *pool, int runs) {
-    const kn_kernel *kern = kn_backend_find_kernel(kn_backend_host(), "kiln", "FusedConv");
-    assert_non_null(kern);
-    void *st = NULL;
-    assert_int_equal(kern->prepare(&b->t.node, 4, b->in, &st), KILN_OK);
-    kn_kernel_ctx kc = {.node = &b->t.node,
-                        .n_in = 4,
-                        .in = b->in,
-                        .n_out = 1,
-                        .out = &b->out,
-                        .state = st,
-                        .pool = pool};
-    assert_int_equal(kern->run(&kc), KILN_OK);
-    struct timespec t0, t1;
-    float *cold = bench_cold ? calloc(16 << 20, sizeof(float)) : NULL;
-    double ms = 0;
-    for (int r = 1; r < runs; r++) {
-        if (cold != NULL)
-            for (int64_t i = 0; i < (16 << 20); i += 16)
-                cold[i] += 1.0f;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
-        assert_int_equal(kern->run(&kc), KILN_OK);
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        ms += (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
-    }
-    kern->release(st);
-    free(cold);
-    return runs > 1 ? ms / (runs - 1) : 0;
+/* The mode that turns the path on for conv_node_paths_differ. */
+static int on_mode = 1;
+
+static void pixels_toggle(bool on) {
+    kn_cpu_conv_pixels_set_mode(on ? on_mode : 0);
 }
 
 /* The Conv kernel's output with the path on (mode 1: the shapes it picks on 8 threads; 2:
@@ -248,40 +119,22 @@ static double node_run(conv_node *b, kn_threadpool *pool, int runs) {
 static void compare_paths(int mode, int64_t n, int64_t c, int64_t m, int64_t h, int64_t k,
                           int64_t s, int64_t p) {
     conv_node b;
-    node_build(&b, n, c, m, h, k, s, p);
-    kn_conv_geom g;
-    assert_int_equal(kn_conv_geom_init(&b.t.node, &b.in[0].shape, &b.in[1].shape, false, &g),
-                     KILN_OK);
+    conv_node_build(&b, n, c, m, h, k, s, p, "Relu", true);
     kn_conv2d c2;
-    kn_conv_as_2d(&g, &c2);
+    conv_node_geometry(&b, &c2);
     kn_cpu_conv_pixels_set_mode(mode);
     assert_true(kn_cpu_conv_pixels_applies(&c2, c, m, 8));
     if (mode == 1)
         assert_false(kn_cpu_conv_pixels_applies(&c2, c, m, 2));
-    kn_threadpool *pool = kn_threadpool_create(8);
-    int64_t count = kn_tensor_numel(&b.out);
-    node_run(&b, pool, 1);
-    float *on = kn_malloc((size_t)count * sizeof *on);
-    assert_non_null(on);
-    memcpy(on, b.out.data, (size_t)count * sizeof *on);
-    kn_cpu_conv_pixels_set_mode(0);
-    node_run(&b, pool, 1);
+    on_mode = mode;
+    assert_int_equal(conv_node_paths_differ(&b, 8, pixels_toggle), 0);
     kn_cpu_conv_pixels_set_mode(1);
-    const float *off = b.out.data;
-    int bad = 0;
-    for (int64_t i = 0; i < count; i++)
-        if (!(fabsf(on[i] - off[i]) <= 1e-4f * (1 + fabsf(off[i]))) && bad++ < 5)
-            print_error("element %lld: %g against the GEMM path's %g\n", (long long)i, on[i],
-                        off[i]);
-    assert_int_equal(bad, 0);
-    kn_free(on);
-    kn_threadpool_destroy(pool);
-    node_free(&b);
+    conv_node_free(&b);
 }
 
 static void test_conv_kernel(void **state) {
     (void)state;
-    if (!avx512())
+    if (!conv_avx512())
         return;                                /* test_cases says why */
     compare_paths(1, 1, 256, 64, 14, 1, 1, 0); /* 1x1 over a 14x14 map */
     compare_paths(1, 1, 576, 96, 7, 1, 1, 0);  /* and a 7x7 one */
@@ -292,13 +145,13 @@ static void test_conv_kernel(void **state) {
 static void bench_one(const char *name, int64_t c, int64_t m, int64_t h, int64_t k, int64_t s,
                       int64_t p, int threads) {
     conv_node b;
-    node_build(&b, 1, c, m, h, k, s, p);
+    conv_node_build(&b, 1, c, m, h, k, s, p, "Relu", true);
     kn_threadpool *pool = kn_threadpool_create(threads);
     double t[2][5];
     for (int r = 0; r < 5; r++)
         for (int mode = 0; mode < 2; mode++) {
             kn_cpu_conv_pixels_set_mode(mode == 1 ? 2 : 0);
-            t[mode][r] = node_run(&b, pool, 20);
+            t[mode][r] = conv_node_run(&b, pool, 20, bench_cold);
         }
     kn_cpu_conv_pixels_set_mode(1);
     double best[2] = {1e30, 1e30};
@@ -308,7 +161,7 @@ static void bench_one(const char *name, int64_t c, int64_t m, int64_t h, int64_t
     printf("%-36s %d thread(s): GEMM %.3f ms, pixel rows %.3f ms (%.2fx)\n", name, threads, best[0],
            best[1], best[0] / best[1]);
     kn_threadpool_destroy(pool);
-    node_free(&b);
+    conv_node_free(&b);
 }
 
 static void run_bench(int threads) {

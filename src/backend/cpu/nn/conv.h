@@ -168,6 +168,17 @@ void kn_cpu_dw_pad_avx512(const float *x, int64_t h, int64_t w, int64_t ph, int6
 void kn_cpu_dw_pad_split_avx512(const float *x, int64_t h, int64_t w, int64_t ph, int64_t pw,
                                 int64_t hq, int64_t wq, float *out);
 
+/* One channel x (c->h x c->w) as the direct kernels read it: zero-padded by c->ph rows above and
+ * c->pw columns left into an hq x wq plane (stride 1), or split into its four phase planes of
+ * hq x wq (stride 2). */
+static inline void kn_cpu_conv_plane_avx512(const kn_conv2d *c, const float *x, int64_t hq,
+                                            int64_t wq, float *out) {
+    if (c->sh == 2)
+        kn_cpu_dw_pad_split_avx512(x, c->h, c->w, c->ph, c->pw, hq, wq, out);
+    else
+        kn_cpu_dw_pad_avx512(x, c->h, c->w, c->ph, c->pw, hq, wq, out);
+}
+
 /* Whether the conv takes 4x4-tile Winograd at input x's shape (known): there it beats the
  * AVX512-BF16 GEMM (a quarter of the multiplies), so bf16 weights are widened for it. The 2x2
  * tiles of 7x7 maps save only 1 / 2.25 of them: ResNet-50's 512-channel 3x3 convs at 7x7 ran

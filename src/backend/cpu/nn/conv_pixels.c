@@ -138,16 +138,6 @@ typedef struct px_job {
     float alpha, beta, lo, hi;
 } px_job;
 
-/* Channel ch's plane(s) of the padded (stride 1) or phase-split (stride 2) input. */
-static void channel_plane(const px_job *j, int64_t ch, float *dst) {
-    const kn_conv2d *c = j->c;
-    const float *xc = j->x + ch * c->h * c->w;
-    if (c->sh == 2)
-        kn_cpu_dw_pad_split_avx512(xc, c->h, c->w, c->ph, c->pw, j->hq, j->wq, dst);
-    else
-        kn_cpu_dw_pad_avx512(xc, c->h, c->w, c->ph, c->pw, j->hq, j->wq, dst);
-}
-
 /* K blocks [begin, end) of the source: their channels' planes, interleaved by 16. */
 static void build_source(void *arg, int64_t begin, int64_t end) {
     const px_job *j = arg;
@@ -156,7 +146,8 @@ static void build_source(void *arg, int64_t begin, int64_t end) {
         int64_t c0 = cb * p->block, n = p->cin - c0 < p->block ? p->cin - c0 : p->block;
         if (!j->flat)
             for (int64_t ch = c0; ch < c0 + n; ch++)
-                channel_plane(j, ch, j->planes + ch * j->cs);
+                kn_cpu_conv_plane_avx512(j->c, j->x + ch * j->c->h * j->c->w, j->hq, j->wq,
+                                         j->planes + ch * j->cs);
         if (p->block == 16) {
             const float *src = j->flat ? j->x + c0 * j->cs : j->planes + c0 * j->cs;
             kn_cpu_conv_pixels_interleave_avx512(src, j->cs, (int)n, j->cs,

@@ -57,15 +57,9 @@ typedef struct stem_job {
 
 static void build_planes(void *arg, int64_t begin, int64_t end) {
     const stem_job *j = arg;
-    const kn_conv2d *c = j->c;
-    for (int64_t ch = begin; ch < end; ch++) {
-        const float *xc = j->x + ch * c->h * c->w;
-        float *dst = j->planes + ch * j->cs;
-        if (c->sh == 2)
-            kn_cpu_dw_pad_split_avx512(xc, c->h, c->w, c->ph, c->pw, j->hq, j->wq, dst);
-        else
-            kn_cpu_dw_pad_avx512(xc, c->h, c->w, c->ph, c->pw, j->hq, j->wq, dst);
-    }
+    for (int64_t ch = begin; ch < end; ch++)
+        kn_cpu_conv_plane_avx512(j->c, j->x + ch * j->c->h * j->c->w, j->hq, j->wq,
+                                 j->planes + ch * j->cs);
 }
 
 /* Task t: output row t / groups, its group of COUT output channels. */
