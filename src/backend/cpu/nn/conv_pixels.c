@@ -1,15 +1,17 @@
 /* fp32 Conv of one group as an implicit GEMM whose rows are output pixels and whose columns are
- * output channels (conv.h): each tile holds up to 14 pixels of one output row x 32 output
- * channels in registers, broadcasting the pixels' input values and loading the weights as
- * vectors of output channels (arch/conv_pixels_avx512.c). The GEMM path of conv.c puts pixels in
- * the vectors instead: on small maps their count fills vectors badly (49 pixels of a 7x7 map
- * take 64 lanes, 196 of a 14x14 224) and its column panels are gathered and packed on every
- * call; here a map of any width fills its tiles, and the activations are read where they lie:
- * a 1x1 stride-1 unpadded conv reads X itself (each channel plane a row of A, consecutive
- * pixels consecutive floats); any other copies X once, zero-padded (stride 1) or split into the
- * four phase planes of its row and column parities (stride 2), so that every tap is a constant
- * offset from the output pixel's place. The weights are packed once, in panels of 32 output
- * channels, taps outer. The output stays NCHW: each tile is transposed in registers and stored
+ * output channels (conv.h): each tile holds up to 14 output pixels x 32 output channels in
+ * registers, broadcasting the pixels' input values and loading the weights as vectors of output
+ * channels (arch/conv_pixels_avx512.c). conv.c's GEMM puts pixels in the vectors instead: on
+ * small maps their count fills vectors badly (49 pixels of a 7x7 map take 64 lanes, 196 of a
+ * 14x14 one 224) and splits badly over many threads. Here X is copied once a call: zero-padded
+ * (stride 1) or split into the four phase planes of its row and column parities (stride 2), so
+ * that every tap is a constant offset from an output pixel's place in the plane, and with 16
+ * channels interleaved, each pixel's 16 values one cache line (few channels, a stem's 3, stay a
+ * plane a channel, which an unpadded 1x1 conv reads in X itself). Tiles run over the planes'
+ * rows as "virtual" pixels, the columns past the output's dropped. The weights are packed once
+ * in panels of 32 output channels, K ordered channel block, tap, channel in the block; a task
+ * takes one panel against a group of tiles, K in chunks of about 32 KB of weights, partial sums
+ * kept between chunks. The output stays NCHW: each tile is transposed in registers and stored
  * channel by channel, bias, residual and activation applied on the way. */
 #include "backend/cpu/arch/conv_pixels_avx512.h"
 #include "backend/cpu/nn/conv.h"
