@@ -102,6 +102,15 @@ static void test_cases(void **state) {
         check_case(&cases[i], 1);
         check_case(&cases[i], 3);
     }
+    /* an empty map: nothing read or written */
+    kn_conv_pixels *p;
+    float w[64 * 16];
+    memset(w, 0, sizeof w);
+    assert_int_equal(kn_cpu_conv_pixels_prepare(w, 16, 64, 1, 1, &p), KILN_OK);
+    kn_conv2d c = {.kh = 1, .kw = 1, .sh = 1, .sw = 1, .dh = 1, .dw = 1};
+    kn_epilogue ep = {0};
+    assert_int_equal(kn_cpu_conv_pixels(NULL, p, &c, NULL, &ep, NULL), KILN_OK);
+    kn_cpu_conv_pixels_free(p);
 }
 
 /* --bench --cold: weights, input and output from memory rather than the caches. */

@@ -75,6 +75,11 @@ static void test_cases(void **state) {
         check_case(&cases[i], 1);
         check_case(&cases[i], 3);
     }
+    /* an empty map: nothing read or written */
+    kn_conv2d c = stem_geom(0, 40, 7, 2, 3, 3, 3, 3);
+    c.oh = 0;
+    kn_epilogue ep = {0};
+    assert_int_equal(kn_cpu_conv_stem(NULL, &c, 3, 8, NULL, NULL, &ep, NULL), KILN_OK);
 }
 
 /* What the stem kernel does not take. */

@@ -727,7 +727,7 @@ kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
     }
     /* One image: batches keep the GEMM, whose products take images side by side
      * (kn_cpu_conv_batched, conv_images); these paths would run them one after another. */
-    if (!bf16 && g.group == 1 && g.nsp == 2 && g.n == 1) {
+    if (!bf16 && g.group == 1 && g.nsp == 2 && g.n == 1 && os > 0 && g.c_out > 0) {
         kn_conv2d cd;
         kn_conv_as_2d(&g, &cd);
         const kn_conv_pixels *px =

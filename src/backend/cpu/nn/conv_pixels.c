@@ -239,6 +239,8 @@ static size_t up64(size_t bytes) {
 
 kiln_status kn_cpu_conv_pixels(kn_threadpool *pool, const kn_conv_pixels *p, const kn_conv2d *c,
                                const float *x, const kn_epilogue *ep, float *y) {
+    if (c->oh <= 0 || c->ow <= 0 || p->cout <= 0)
+        return KILN_OK; /* an empty output */
     px_job j = {.p = p,
                 .c = c,
                 .x = x,
