@@ -75,9 +75,11 @@ KN_ACT512 __m512 kn_silu512(__m512 x) {
     return _mm512_mask_mul_ps(y, neg, y, _mm512_set1_ps(0x1p-32f));
 }
 
-/* The activation a depthwise kernel applies in registers (kn_dwd.act): KN_ACT_CLIP to
- * [lo, hi], KN_ACT_SWISH, KN_ACT_SIGMOID, or none. */
+/* The activation a direct kernel applies in registers (kn_dwd.act and the like): KN_ACT_RELU,
+ * KN_ACT_CLIP to [lo, hi], KN_ACT_SWISH, KN_ACT_SIGMOID (kn_act_in_regs), or none. */
 KN_ACT512 __m512 kn_act_in_regs512(int act, __m512 v, float lo, float hi) {
+    if (act == KN_ACT_RELU)
+        return _mm512_max_ps(v, _mm512_setzero_ps());
     if (act == KN_ACT_CLIP)
         return _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(lo)), _mm512_set1_ps(hi));
     if (act == KN_ACT_SWISH)

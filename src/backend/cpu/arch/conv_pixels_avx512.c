@@ -57,10 +57,7 @@ AVX512 static inline __attribute__((always_inline)) void store_half(const kn_con
         if (t->res != NULL)
             v = _mm512_add_ps(v, prefix ? _mm512_maskz_loadu_ps(m, t->res + at)
                                         : _mm512_maskz_expandloadu_ps(m, t->res + at));
-        if (t->act == KN_ACT_RELU)
-            v = _mm512_max_ps(v, _mm512_setzero_ps());
-        else
-            v = kn_act_in_regs512(t->act, v, t->lo, t->hi);
+        v = kn_act_in_regs512(t->act, v, t->lo, t->hi);
         if (prefix)
             _mm512_mask_storeu_ps(t->y + at, m, v);
         else

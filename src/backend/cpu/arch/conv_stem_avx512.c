@@ -47,10 +47,7 @@ AVX512 static inline __attribute__((always_inline)) void block(const int V, cons
             __m512 r = _mm512_add_ps(acc[c][v], bias);
             if (b->res != NULL)
                 r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(m, b->res + at));
-            if (b->act == KN_ACT_RELU)
-                r = _mm512_max_ps(r, _mm512_setzero_ps());
-            else
-                r = kn_act_in_regs512(b->act, r, b->lo, b->hi);
+            r = kn_act_in_regs512(b->act, r, b->lo, b->hi);
             _mm512_mask_storeu_ps(b->y + at, m, r);
         }
     }

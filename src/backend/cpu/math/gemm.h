@@ -39,6 +39,13 @@ typedef struct kn_epilogue {
     float alpha, beta;
 } kn_epilogue;
 
+/* Whether the direct kernels apply act in registers (kn_act_in_regs512); any other is applied
+ * to the stored rows after them (kn_act_apply_rows). */
+static inline bool kn_act_in_regs(int act) {
+    return act == KN_ACT_NONE || act == KN_ACT_RELU || act == KN_ACT_CLIP ||
+           act == KN_ACT_SIGMOID || act == KN_ACT_SWISH;
+}
+
 /* Apply the epilogue to an m x n block at row i0, column j0 of the full output (bias and
  * residual are indexed by full-output coordinates; c points at the block). */
 void kn_epilogue_apply(const kn_epilogue *ep, float *c, int64_t ldc, int64_t i0, int64_t j0,

@@ -188,8 +188,7 @@ static void run_tiles(void *arg, int64_t begin, int64_t end) {
     const px_job *j = arg;
     const kn_conv_pixels *p = j->p;
     int64_t taps = p->kh * p->kw, k = p->blocks * taps * p->block;
-    bool after = j->act != KN_ACT_NONE && j->act != KN_ACT_RELU && j->act != KN_ACT_CLIP &&
-                 j->act != KN_ACT_SIGMOID && j->act != KN_ACT_SWISH;
+    bool after = !kn_act_in_regs(j->act);
     float sums[GROUP][ROWS * COLS] __attribute__((aligned(64)));
     for (int64_t t = begin; t < end; t++) {
         int64_t pn = t / j->groups, g0 = t % j->groups * j->group;

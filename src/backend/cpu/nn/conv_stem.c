@@ -66,8 +66,7 @@ static void build_planes(void *arg, int64_t begin, int64_t end) {
 static void run_rows(void *arg, int64_t begin, int64_t end) {
     const stem_job *j = arg;
     const kn_conv2d *c = j->c;
-    bool after = j->act != KN_ACT_NONE && j->act != KN_ACT_RELU && j->act != KN_ACT_CLIP &&
-                 j->act != KN_ACT_SIGMOID && j->act != KN_ACT_SWISH;
+    bool after = !kn_act_in_regs(j->act);
     for (int64_t t = begin; t < end; t++) {
         int64_t oy = t / j->groups, co = t % j->groups * COUT;
         int n = (int)(j->cout - co < COUT ? j->cout - co : COUT);
