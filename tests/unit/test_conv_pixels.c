@@ -14,6 +14,7 @@
 
 #include "test_conv_fp32.h"
 
+#include <pthread.h>
 #include <stdio.h>
 
 typedef struct px_case {
@@ -151,6 +152,87 @@ static void test_conv_kernel(void **state) {
     compare_paths(2, 1, 3, 40, 30, 7, 2, 3);   /* a 7x7 stem, channel tail */
 }
 
+/* The pixel-row weights are packed by the first run that takes the path, not at prepare: a
+ * context on 2 threads never packs them; then several contexts of 8 threads race to pack them,
+ * one packing is kept, and every output matches the GEMM path's. */
+typedef struct lazy_run {
+    const kn_kernel *kern;
+    conv_node *b;
+    void *st;
+    float *out;
+    kiln_status rc;
+} lazy_run;
+
+static void *lazy_worker(void *arg) {
+    lazy_run *r = arg;
+    kn_threadpool *pool = kn_threadpool_create(8);
+    kn_tensor out = r->b->out;
+    out.data = r->out;
+    kn_kernel_ctx kc = {.node = &r->b->t.node,
+                        .n_in = r->b->n_in,
+                        .in = r->b->in,
+                        .n_out = 1,
+                        .out = &out,
+                        .state = r->st,
+                        .pool = pool};
+    r->rc = r->kern->run(&kc);
+    kn_threadpool_destroy(pool);
+    return NULL;
+}
+
+static void test_weights_on_first_use(void **state) {
+    (void)state;
+    if (!conv_avx512())
+        return; /* test_cases says why */
+    kn_cpu_conv_pixels_set_mode(1);
+    conv_node b;
+    conv_node_build(&b, 1, 576, 96, 7, 1, 1, 0, "Clip", true);
+    int64_t count = kn_tensor_numel(&b.out);
+    kn_cpu_conv_pixels_set_mode(0); /* the GEMM path's output */
+    conv_node_run(&b, NULL, 1, false);
+    float *ref = kn_malloc((size_t)count * sizeof *ref);
+    assert_non_null(ref);
+    memcpy(ref, b.out.data, (size_t)count * sizeof *ref);
+    kn_cpu_conv_pixels_set_mode(1);
+
+    const kn_kernel *kern = kn_backend_find_kernel(kn_backend_host(), "kiln", "FusedConv");
+    void *st = NULL;
+    assert_int_equal(kern->prepare(&b.t.node, b.n_in, b.in, &st), KILN_OK);
+    assert_false(kn_cpu_conv_pixels_packed(st));
+    kn_threadpool *two = kn_threadpool_create(2);
+    kn_kernel_ctx kc = {.node = &b.t.node,
+                        .n_in = b.n_in,
+                        .in = b.in,
+                        .n_out = 1,
+                        .out = &b.out,
+                        .state = st,
+                        .pool = two};
+    assert_int_equal(kern->run(&kc), KILN_OK);
+    kn_threadpool_destroy(two);
+    assert_false(kn_cpu_conv_pixels_packed(st));
+    assert_int_equal(conv_paths_differ(b.out.data, ref, count), 0);
+
+    enum { RUNNERS = 3 };
+    lazy_run r[RUNNERS];
+    pthread_t t[RUNNERS];
+    for (int i = 0; i < RUNNERS; i++) {
+        r[i] = (lazy_run){.kern = kern, .b = &b, .st = st};
+        r[i].out = kn_malloc((size_t)count * sizeof(float));
+        assert_non_null(r[i].out);
+        assert_int_equal(pthread_create(&t[i], NULL, lazy_worker, &r[i]), 0);
+    }
+    for (int i = 0; i < RUNNERS; i++) {
+        assert_int_equal(pthread_join(t[i], NULL), 0);
+        assert_int_equal(r[i].rc, KILN_OK);
+        assert_int_equal(conv_paths_differ(r[i].out, ref, count), 0);
+        kn_free(r[i].out);
+    }
+    assert_true(kn_cpu_conv_pixels_packed(st));
+    kern->release(st);
+    kn_free(ref);
+    conv_node_free(&b);
+}
+
 static void bench_one(const char *name, int64_t c, int64_t m, int64_t h, int64_t k, int64_t s,
                       int64_t p, int threads) {
     conv_node b;
@@ -203,6 +285,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cases),
         cmocka_unit_test(test_conv_kernel),
+        cmocka_unit_test(test_weights_on_first_use),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

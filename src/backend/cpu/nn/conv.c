@@ -17,6 +17,7 @@
 #include "backend/cpu/math/gemm_bf16.h"
 #include "core/alloc.h"
 
+#include <stdatomic.h>
 #include <string.h>
 
 typedef struct conv_state {
@@ -24,7 +25,11 @@ typedef struct conv_state {
     float *w32;          /* float16 weights widened, when a path may read them plain */
     kn_bf16_packed **bw; /* bf16 weights, one per group, or NULL */
     kn_conv_bf16 *b16;   /* bf16 weights for bf16 activations (conv_bf16.c), or NULL */
-    kn_conv_pixels *px;  /* weights for the pixel-row GEMM (conv_pixels.c), or NULL */
+    /* Weights for the pixel-row GEMM (conv_pixels.c): packed by the first run that takes that
+     * path (px_may: the conv may take it at its prepared shape), so that plans which never run
+     * on enough threads for it hold only the GEMM's copy. */
+    _Atomic(kn_conv_pixels *) px;
+    bool px_may;
     int64_t group;
     kn_gemm_packed *w[]; /* one per group */
 } conv_state;
@@ -171,15 +176,9 @@ kiln_status kn_cpu_conv_prepare(const kn_node *node, int n_in, const kn_tensor *
     bool known = false;
     int tile = wino_candidate(node, w, group) ? wino_tile(node, &in[0], w, &known) : 0;
     /* Small products that take the pixel-row GEMM on many threads keep the GEMM's packing too
-     * (fewer threads take that path). */
-    if (pixels_at(node, &in[0], w, group) && !(known && tile != 0)) {
-        kiln_status rc =
-            kn_cpu_conv_pixels_prepare(wd, w->d[0], w->d[1], w->d[2], w->d[3], &st->px);
-        if (rc != KILN_OK) {
-            kn_cpu_conv_release(st);
-            return rc;
-        }
-    }
+     * (fewer threads take that path); its own packing waits for a run that takes it. */
+    atomic_init(&st->px, NULL);
+    st->px_may = pixels_at(node, &in[0], w, group) && !(known && tile != 0);
     /* With the input shape fixed, a Winograd conv never takes the GEMM path: no packed copy. */
     for (int64_t g = 0; g < group && !(known && tile != 0); g++) {
         kiln_status rc = kn_gemm_pack_a(wd + g * cog * kdim, kdim, false, cog, kdim, &st->w[g]);
@@ -210,7 +209,7 @@ void kn_cpu_conv_release(void *state) {
     }
     kn_free(st->bw);
     kn_cpu_conv_bf16_free(st->b16);
-    kn_cpu_conv_pixels_free(st->px);
+    kn_cpu_conv_pixels_free(atomic_load(&st->px));
     kn_free(st->w32);
     kn_cpu_wino_free(st->wino);
     kn_free(st);
@@ -683,6 +682,30 @@ static bool conv_images(kn_threadpool *pool, const kn_conv_geom *g, const kn_con
     return true;
 }
 
+/* The pixel-row GEMM's weights, packed on the first call (several contexts may race to it: one
+ * packing is kept, the others freed); NULL (the GEMM path) where they do not fit the conv or
+ * memory runs out. */
+static const kn_conv_pixels *pixels_weights(conv_state *st, const float *w, const kn_conv_geom *g,
+                                            const kn_conv2d *cd) {
+    kn_conv_pixels *px = atomic_load_explicit(&st->px, memory_order_acquire);
+    if (px == NULL) {
+        kn_conv_pixels *mine = NULL;
+        if (kn_cpu_conv_pixels_prepare(w, g->c_out, g->c_in, cd->kh, cd->kw, &mine) != KILN_OK)
+            return NULL;
+        if (atomic_compare_exchange_strong_explicit(&st->px, &px, mine, memory_order_acq_rel,
+                                                    memory_order_acquire))
+            px = mine;
+        else
+            kn_cpu_conv_pixels_free(mine);
+    }
+    return kn_cpu_conv_pixels_fits(px, g->c_out, g->c_in, cd->kh, cd->kw) ? px : NULL;
+}
+
+bool kn_cpu_conv_pixels_packed(const void *state) {
+    conv_state *st = (conv_state *)state;
+    return st != NULL && atomic_load(&st->px) != NULL;
+}
+
 kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
     if (k->in[0].dtype == KILN_DTYPE_BFLOAT16)
         return kn_cpu_conv_bf16_run(k,
@@ -731,9 +754,9 @@ kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
         kn_conv2d cd;
         kn_conv_as_2d(&g, &cd);
         const kn_conv_pixels *px =
-            st != NULL && kn_cpu_conv_pixels_fits(st->px, g.c_out, g.c_in, cd.kh, cd.kw) &&
+            st != NULL && st->px_may &&
                     kn_cpu_conv_pixels_applies(&cd, g.c_in, g.c_out, kn_threadpool_size(k->pool))
-                ? st->px
+                ? pixels_weights((conv_state *)k->state, w, &g, &cd)
                 : NULL;
         if (px != NULL || kn_cpu_conv_stem_applies(&cd, g.c_in, g.c_out)) {
             for (int64_t n = 0; n < g.n; n++) {

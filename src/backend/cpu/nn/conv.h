@@ -227,6 +227,9 @@ kiln_status kn_cpu_conv_pixels_prepare(const float *w, int64_t cout, int64_t cin
                                        int64_t kw, kn_conv_pixels **out);
 bool kn_cpu_conv_pixels_fits(const kn_conv_pixels *p, int64_t cout, int64_t cin, int64_t kh,
                              int64_t kw);
+/* Whether a Conv kernel's prepared state (kn_cpu_conv_prepare) holds the pixel-row weights yet:
+ * they are packed by the first run that takes the path, never at prepare. */
+bool kn_cpu_conv_pixels_packed(const void *state);
 void kn_cpu_conv_pixels_free(kn_conv_pixels *p);
 /* One image: x is cin x h x w, y cout x oh x ow. */
 kiln_status kn_cpu_conv_pixels(kn_threadpool *pool, const kn_conv_pixels *p, const kn_conv2d *c,
