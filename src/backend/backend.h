@@ -86,8 +86,9 @@ typedef kiln_status (*kn_kernel_fn)(kn_kernel_ctx *k);
 /* Called once per node when an engine is created (or a graph is folded). `in` holds every
  * input's dtype; constant inputs (weights) also have shape and data, others have data NULL.
  * Constant data is host memory here. May precompute (e.g. pack weights) into *state. The
- * engine is immutable afterwards: state is read-only during execution and shared by all
- * contexts. */
+ * engine is immutable afterwards: state is shared by all contexts and read-only during
+ * execution, except for a cache filled once by whichever run first needs it and published with
+ * an atomic compare-and-swap (the CPU Conv's pixel-row weights, nn/conv.c). */
 typedef kiln_status (*kn_prepare_fn)(const kn_node *node, int n_in, const kn_tensor *in,
                                      void **state);
 typedef void (*kn_release_fn)(void *state);
