@@ -395,6 +395,24 @@ static void test_conv_winograd(void **state) {
     run_cases_every_isa(cases, sizeof cases / sizeof cases[0], NULL, 2, 1);
 }
 
+/* Winograd convs of several images on several threads: each task one block of tile rows of one
+ * image, run from input transform to output rows by one thread (conv_winograd.c, run_tasks);
+ * images fewer and more than the threads, blocks halved until the rounds fill the threads,
+ * 4x4 and 2x2 tiles, a residual per image. */
+static void test_conv_winograd_batch(void **state) {
+    (void)state;
+    const conv_case cases[] = {
+        {2, 3, 16, 24, 1, {13, 17}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, true},
+        {2, 5, 17, 16, 1, {20, 21}, {3, 3}, {1, 1}, {1, 1}, {2, 0}, {1, 2}, NULL, true, true},
+        {2, 2, 16, 20, 1, {40, 12}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, false, true},
+        {2, 4, 32, 24, 1, {7, 7}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, true},
+        {2, 3, 20, 17, 1, {8, 6}, {3, 3}, {1, 1}, {1, 1}, {0, 0}, {0, 0}, NULL, true, false},
+    };
+    const int threads[] = {2, 3, 5, 7};
+    for (size_t t = 0; t < sizeof threads / sizeof threads[0]; t++)
+        run_cases_every_isa(cases, sizeof cases / sizeof cases[0], NULL, threads[t], 1);
+}
+
 /* The activation a FusedConv applies after the residual, in double. */
 static double ref_act(const char *act, double v, double alpha, double beta) {
     if (strcmp(act, "Relu") == 0)
@@ -941,6 +959,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_op),
         cmocka_unit_test(test_infer_errors),
         cmocka_unit_test(test_conv_winograd),
+        cmocka_unit_test(test_conv_winograd_batch),
         cmocka_unit_test(test_depthwise_direct),
         cmocka_unit_test(test_im2col_pairs),
     };
