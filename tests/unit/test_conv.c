@@ -395,10 +395,10 @@ static void test_conv_winograd(void **state) {
     run_cases_every_isa(cases, sizeof cases / sizeof cases[0], NULL, 2, 1);
 }
 
-/* Winograd convs of several images on several threads: each task one block of tile rows of one
- * image, run from input transform to output rows by one thread (conv_winograd.c, run_tasks);
- * images fewer and more than the threads, blocks halved until the rounds fill the threads,
- * 4x4 and 2x2 tiles, a residual per image. */
+/* Winograd convs of several images on several threads (conv_winograd.c): images of up to 64
+ * tiles side by side in one product per position (run_cols), larger ones a task a block of tile
+ * rows of one image, run from input transform to output rows by one thread (run_tasks);
+ * images fewer and more than the threads, 4x4 and 2x2 tiles, a residual per image. */
 static void test_conv_winograd_batch(void **state) {
     (void)state;
     const conv_case cases[] = {
@@ -407,8 +407,11 @@ static void test_conv_winograd_batch(void **state) {
         {2, 2, 16, 20, 1, {40, 12}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, false, true},
         {2, 4, 32, 24, 1, {7, 7}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, true},
         {2, 3, 20, 17, 1, {8, 6}, {3, 3}, {1, 1}, {1, 1}, {0, 0}, {0, 0}, NULL, true, false},
+        /* more than 64 tiles an image: a task a block of tile rows */
+        {2, 3, 16, 16, 1, {40, 40}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, NULL, true, true},
+        {2, 2, 17, 20, 1, {36, 50}, {3, 3}, {1, 1}, {1, 1}, {1, 0}, {0, 1}, NULL, false, true},
     };
-    const int threads[] = {2, 3, 5, 7};
+    const int threads[] = {2, 3, 4, 5, 7}; /* images in a row from 4 threads on */
     for (size_t t = 0; t < sizeof threads / sizeof threads[0]; t++)
         run_cases_every_isa(cases, sizeof cases / sizeof cases[0], NULL, threads[t], 1);
 }
