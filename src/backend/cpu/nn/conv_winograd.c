@@ -7,7 +7,9 @@
  *
  * Tiles are processed in blocks of whole tile rows so V and M stay in cache for large images.
  * Per block: input transform (threads split channels), one GEMM per position (threads split
- * positions), output transform and epilogue (threads split output channels). The transforms run
+ * positions), output transform and epilogue (threads split output channels). Several images on
+ * several threads take other orders: images of few tiles side by side in each position's GEMM
+ * (run_cols), others a block a task, each run whole by one thread (run_tasks). The transforms run
  * across tiles, one tile per vector lane: the input tiles are first gathered into one array of
  * `tiles` floats per element position, so every transform step is a contiguous vector operation.
  *
@@ -336,12 +338,13 @@ static void input_stage(wino_job *j, int64_t c0, int64_t c1, float *scratch) {
     }
 }
 
+/* Positions [p0, p1) of one image's block (its tiles are the whole rows of V and M). */
 static void gemm_stage(wino_job *j, int64_t p0, int64_t p1, float *scratch) {
-    int64_t co = j->w->c_out, ci = j->w->c_in, tp = j->tp;
+    int64_t co = j->w->c_out, ci = j->w->c_in, ld = j->ld;
     for (int64_t xi = p0; xi < p1; xi++) {
         kn_gemm_operand a = {.packed = j->w->u[xi]};
-        kn_gemm_operand b = {.p = j->v + xi * ci * tp, .ld = tp};
-        kn_gemm_serial(co, tp, ci, 1.0f, &a, &b, 0.0f, j->m + xi * co * tp, tp, NULL, scratch);
+        kn_gemm_operand b = {.p = j->v + xi * ci * ld, .ld = ld};
+        kn_gemm_serial(co, ld, ci, 1.0f, &a, &b, 0.0f, j->m + xi * co * ld, ld, NULL, scratch);
     }
 }
 
@@ -482,9 +485,9 @@ static bool run_cols(kn_threadpool *pool, wino_job *base, const kn_conv_geom *g,
 /* Several images on several threads: each task is one block of tile rows of one image, run by
  * one thread from its input transform through its 36 (16) products to its output rows, in
  * buffers of its own, with no barrier between the stages. The stages split over every thread
- * (above) wait for each other three times a block, and spread a block's 36 products over 16
- * threads in uneven rounds: ResNet-50's 3x3 convs at batch 8 on 16 threads ran at half of
- * onnxruntime's speed that way. */
+ * wait for each other three times a block and deal a block's 36 products to 16 threads in
+ * uneven rounds: the YOLOv8n-style detector at 320, batch 8 on 16 threads, ran 34.5-40.5 ms
+ * that way and 26.5-30.1 by tasks (docs/perf-notes.md, "Winograd at batch 8"). */
 typedef struct wino_tasks {
     wino_job base; /* geometry; x, y, ep of the first image */
     const kn_epilogue *ep;
