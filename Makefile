@@ -98,13 +98,15 @@ test-types: build
 	KILN_LIBRARY=$(BUILD)/lib/libkiln.so PYTHONPATH=python $(PYTHON) tests/python/typed_usage.py
 
 # Under ThreadSanitizer: the backend seam's threads (8 contexts of one engine split across
-# testdev and the host), the pool (test_threads) and the model tests with a TSan kiln.
+# testdev and the host), the pool (test_threads), the convs' threaded orders (test_conv: Winograd
+# batches on up to 7 threads; test_conv_pixels: contexts racing to pack the pixel-row weights)
+# and the model tests with a TSan kiln.
 test-tsan: deps
 	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_TSAN=ON >/dev/null
-	cmake --build $(TSAN_BUILD) -j$(JOBS) --target test_backend_seam test_threads kiln kiln_testdev \
-	  kiln_test_scale_plugin
+	cmake --build $(TSAN_BUILD) -j$(JOBS) --target test_backend_seam test_threads test_conv \
+	  test_conv_pixels kiln kiln_testdev kiln_test_scale_plugin
 	cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure \
-	  -R 'test_backend_seam|test_threads'
+	  -R 'test_backend_seam|test_threads|test_conv$$|test_conv_pixels'
 	# the model tests with a TSan kiln (threaded int8 convs, bf16 and float32 GEMMs sharing
 	# packed panels): a report ends kiln with an error, which fails the test
 	TSAN_OPTIONS=halt_on_error=1 KILN=$(TSAN_BUILD)/bin/kiln $(PYTHON) -m pytest -q tests/models \
