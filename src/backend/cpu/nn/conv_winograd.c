@@ -369,6 +369,18 @@ static void output_stage(wino_job *j, int64_t c0, int64_t c1, float *q) {
     }
 }
 
+/* Floats of one thread's scratch slot for blocks of `rows` tile rows whose tile arrays are tp
+ * long and whose products span `cols` columns: the largest of the input band with its gathered
+ * tiles, the product's packing buffers and the output tiles, rounded up to 16. */
+static int64_t slot_scratch(const kn_wino *w, int64_t wp, int64_t rows, int64_t tp, int64_t cols) {
+    int m = w->tile;
+    kn_gemm_operand ga = {.packed = w->u[0]}, gb = {.ld = cols};
+    int64_t f = (m * rows + 2) * wp + w->npos * tp, gemm = kn_gemm_serial_scratch(cols, &ga, &gb);
+    f = f > gemm ? f : gemm;
+    f = f > m * m * tp ? f : m * m * tp;
+    return (f + 15) / 16 * 16;
+}
+
 /* Several images of few tiles each (maps up to COLS_MAX_TILES tiles: ResNet-50's 28x28, 14x14
  * and 7x7 convs): the images' tiles side by side in the rows of V and M, so each of the 36 (16)
  * products runs once over every image's columns and its weights U (36/9 of the conv's: 9.4 MB
@@ -430,10 +442,10 @@ static void cols_output_stage(wino_job *j, int64_t i0, int64_t i1, float *q) {
 /* The images-in-a-row order for g, where it applies: several images of at most COLS_MAX_TILES
  * tiles, on several threads. False leaves the other orders. */
 static bool run_cols(kn_threadpool *pool, wino_job *base, const kn_conv_geom *g, int64_t th,
-                     const kn_epilogue *ep, kiln_status *rc) {
+                     const kn_epilogue *ep) {
     int threads = kn_threadpool_size(pool);
     const kn_wino *w = base->w;
-    int m = w->tile, npos = w->npos;
+    int npos = w->npos;
     int64_t tiles = th * base->tw, seg = (tiles + LANES - 1) / LANES * LANES;
     int64_t per_image = npos * (w->c_in + w->c_out) * seg;
     int64_t nimg = COLS_BLOCK_FLOATS / per_image < g->n ? COLS_BLOCK_FLOATS / per_image : g->n;
@@ -450,12 +462,7 @@ static bool run_cols(kn_threadpool *pool, wino_job *base, const kn_conv_geom *g,
     int64_t parts = (4 * threads + npos - 1) / npos, max_parts = nimg * seg / 32;
     wc.parts = parts < max_parts ? parts : max_parts > 0 ? max_parts : 1;
     int64_t width = nimg * seg;
-    kn_gemm_operand ga = {.packed = w->u[0]}, gb = {.ld = width};
-    int64_t in_floats = (m * th + 2) * base->wp + npos * seg;
-    int64_t thr = kn_gemm_serial_scratch(width, &ga, &gb);
-    thr = thr > in_floats ? thr : in_floats;
-    thr = thr > m * m * seg ? thr : m * m * seg;
-    j->thr_floats = (thr + 15) / 16 * 16;
+    j->thr_floats = slot_scratch(w, base->wp, th, seg, width);
     j->slots = threads;
     int64_t vm = (npos * (w->c_in + w->c_out) * width + 15) / 16 * 16;
     size_t bytes = (size_t)(vm + j->slots * j->thr_floats) * sizeof(float);
@@ -478,7 +485,6 @@ static bool run_cols(kn_threadpool *pool, wino_job *base, const kn_conv_geom *g,
         parallel(pool, j, wc.nimg * w->c_out, cols_output_stage);
     }
     kn_free(j->slot_busy);
-    *rc = KILN_OK;
     return true;
 }
 
@@ -528,12 +534,11 @@ static void tasks_range(void *arg, int64_t begin, int64_t end) {
 /* The task order for g's images, where it applies (several images and threads): false leaves
  * the stages split over the threads. */
 static bool run_tasks(kn_threadpool *pool, wino_job *base, const kn_conv_geom *g, int64_t th,
-                      int64_t block_rows, const kn_epilogue *ep, kiln_status *rc) {
+                      int64_t block_rows, const kn_epilogue *ep) {
     int threads = kn_threadpool_size(pool);
     if (g->n < 2 || threads < 2)
         return false;
     const kn_wino *w = base->w;
-    int m = w->tile;
     /* Smaller blocks until the rounds of tasks keep the threads busy four fifths of the time or
      * more (3 images on 2 threads as whole images would leave one idle for a third); none do:
      * the stages split over the threads. */
@@ -552,13 +557,8 @@ static bool run_tasks(kn_threadpool *pool, wino_job *base, const kn_conv_geom *g
     t.tasks = tasks;
     int64_t workers = t.tasks < threads ? t.tasks : threads;
     int64_t tb_max = (block_rows * base->tw + LANES - 1) / LANES * LANES;
-    kn_gemm_operand ga = {.packed = w->u[0]}, gb = {.ld = tb_max};
-    int64_t in_floats = (m * block_rows + 2) * base->wp + w->npos * tb_max;
-    int64_t thr = kn_gemm_serial_scratch(tb_max, &ga, &gb);
-    thr = thr > in_floats ? thr : in_floats;
-    thr = thr > m * m * tb_max ? thr : m * m * tb_max;
     t.vm = (w->npos * (w->c_in + w->c_out) * tb_max + 15) / 16 * 16;
-    t.slot_floats = t.vm + (thr + 15) / 16 * 16;
+    t.slot_floats = t.vm + slot_scratch(w, base->wp, block_rows, tb_max, tb_max);
     t.is = base->c.h * base->c.w;
     t.os = base->c.oh * base->c.ow;
     t.buf = kn_threadpool_scratch(pool, (size_t)(workers * t.slot_floats) * sizeof(float));
@@ -566,7 +566,6 @@ static bool run_tasks(kn_threadpool *pool, wino_job *base, const kn_conv_geom *g
         return false;
     atomic_init(&t.next, 0);
     kn_parallel_for(pool, workers, 1, tasks_range, &t);
-    *rc = KILN_OK;
     return true;
 }
 
@@ -587,16 +586,10 @@ kiln_status kn_cpu_conv_winograd(kn_threadpool *pool, const kn_wino *w, const kn
     j.ep.bias_per_row = true;
     j.x = x;
     j.y = y;
-    kiln_status rc;
-    if (run_cols(pool, &j, g, th, ep, &rc) || run_tasks(pool, &j, g, th, block_rows, ep, &rc))
-        return rc;
+    if (run_cols(pool, &j, g, th, ep) || run_tasks(pool, &j, g, th, block_rows, ep))
+        return KILN_OK;
     j.slots = kn_threadpool_size(pool);
-    kn_gemm_operand ga = {.packed = w->u[0]}, gb = {.ld = tb_max};
-    int64_t in_floats = (m * block_rows + 2) * j.wp + npos * tb_max;
-    int64_t gemm_floats = kn_gemm_serial_scratch(tb_max, &ga, &gb);
-    j.thr_floats = in_floats > gemm_floats ? in_floats : gemm_floats;
-    j.thr_floats = j.thr_floats > m * m * tb_max ? j.thr_floats : m * m * tb_max;
-    j.thr_floats = (j.thr_floats + 15) / 16 * 16;
+    j.thr_floats = slot_scratch(w, j.wp, block_rows, tb_max, tb_max);
     int64_t vm = (npos * (w->c_in + w->c_out) * tb_max + 15) / 16 * 16;
     size_t bytes = (size_t)(vm + j.slots * j.thr_floats) * sizeof(float);
     j.slot_busy = kn_calloc((size_t)j.slots, sizeof *j.slot_busy);
