@@ -272,14 +272,15 @@ static void test_gemv_packed(void **state) {
  * 33-64 deep products over >= 1024 columns taking row tiles outside the panels (with 1100 a
  * partial last panel); deep panels that prefetch A (k from 64, across K slices); small
  * products over >= 6 column panels split by columns only (196 = 6 x 32 + 4); short products
- * over wide rows split by rows only (97 rows: a one-row last tile); each with
+ * over wide rows split by columns (97 rows: a one-row last tile; 8300 and 9000 columns: tasks
+ * over >= 1024 columns, rows first within them); each with
  * sigmoid and SiLU applied in registers, bias, residual and beta, with and without threads. */
 static void test_gemm_shape_paths(void **state) {
     (void)state;
     const int64_t shapes[][3] = {{97, 49, 64},   {512, 49, 300}, {125, 64, 2048}, {29, 1100, 48},
                                  {40, 1024, 64}, {13, 1030, 33}, {30, 200, 63},   {16, 70, 64},
                                  {25, 90, 65},   {96, 196, 576}, {30, 230, 100},  {100, 1100, 64},
-                                 {97, 1030, 40}};
+                                 {97, 1030, 40}, {30, 8300, 48}, {20, 9000, 16}};
     const int acts[] = {KN_ACT_SWISH, KN_ACT_SIGMOID, KN_ACT_NONE, KN_ACT_RELU};
     kn_threadpool *pool = kn_threadpool_create(2);
     assert_non_null(pool);

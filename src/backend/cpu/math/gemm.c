@@ -571,13 +571,13 @@ static void choose_grid(gemm_job *j, int threads) {
         j->tm = tile_work >= ROW_TASK_MIN_WORK ? j->units_m : min64(j->units_m, target);
         return;
     }
-    /* Short products over wide rows (ResNet-50's 64 -> 256 1x1 convs at 56x56) are bound by
-     * their stores; a column split made each task's block too narrow for the rows-first order
-     * (run_block). Row tasks keep the whole width, B packed once for all of them. */
-    if (j->k <= ROWS_OUTER_WIDE_MAX_K && j->n >= ROWS_OUTER_WIDE_MIN_N && j->units_m >= target) {
-        j->tm = target;
-        return;
-    }
+    /* Short products over wide rows (MobileNetV2's 16 -> 96 1x1 conv at 112x112, ResNet-50's
+     * 64 -> 256 at 56x56) split by columns too: each task packs its own block of B and sweeps
+     * all rows over it from cache. Split by rows, every row task streamed the whole of a B
+     * packed once for all (800 KB for both) from beyond L2, the other core's half included: on
+     * the 2-core Xeon, at 2 threads, 96 x 12544 x 16 354-421 -> 258-280 us, and MobileNetV2's
+     * 16 -> 96 in the model 0.371 -> 0.300 ms (docs/perf-notes.md, "Short products on two
+     * threads"). */
     if (j->units_n >= target) {
         j->tn = target;
         return;
