@@ -6,10 +6,11 @@
  * MobileNetV2's projections and ResNet-50's 1x1 convs at batch 1. With --written, the pool's
  * threads write B's rows (split by rows, as the layer before would write its output channels)
  * before each call, untimed, so that B is where a model leaves it: spread over the cores'
- * caches, not in every core's.
+ * caches, not in every core's; with --evict MB, they also write MB megabytes of other memory,
+ * so that A (the weights) comes from L3 or memory as it does in a model of many layers.
  *
  *   build/bin/kiln_gemm_threads [--threads 1,2] [--shapes MxNxK,...] [--calls 200]
- *                               [--rounds 5] [--residual] [--written]
+ *                               [--rounds 5] [--residual] [--written] [--evict MB]
  */
 #include "backend/cpu/math/gemm.h"
 #include "core/threadpool.h"
@@ -96,7 +97,7 @@ int main(int argc, char **argv) {
     int threads[16] = {1, 2}, n_threads = 2;
     shape shapes[64];
     int n_shapes = parse_shapes(DEFAULT_SHAPES, shapes, 64);
-    long calls = 200, rounds = 5;
+    long calls = 200, rounds = 5, evict_mb = 0;
     bool residual = false, written = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
@@ -111,19 +112,27 @@ int main(int argc, char **argv) {
             residual = true;
         else if (strcmp(argv[i], "--written") == 0)
             written = true;
+        else if (strcmp(argv[i], "--evict") == 0 && i + 1 < argc)
+            evict_mb = strtol(argv[++i], NULL, 10);
         else {
             fprintf(stderr,
                     "usage: %s [--threads 1,2] [--shapes MxNxK,...] [--calls N] [--rounds R] "
-                    "[--residual] [--written]\n",
+                    "[--residual] [--written] [--evict MB]\n",
                     argv[0]);
             return 2;
         }
     }
     if (n_threads <= 0 || n_shapes <= 0 || calls < 5 || calls > 1000000 || rounds < 1 ||
-        rounds > 100) {
-        fprintf(stderr, "kiln_gemm_threads: bad --threads, --shapes, --calls or --rounds\n");
+        rounds > 100 || evict_mb < 0 || evict_mb > 4096) {
+        fprintf(stderr,
+                "kiln_gemm_threads: bad --threads, --shapes, --calls, --rounds or --evict\n");
         return 2;
     }
+    long evict_rows = evict_mb * 1024, evict_n = 256; /* rows of 1 KB */
+    float *evict = evict_rows > 0 ? malloc((size_t)(evict_rows * evict_n) * sizeof *evict) : NULL;
+    if (evict_rows > 0 && evict == NULL)
+        return 1;
+    write_job ej = {.b = evict, .n = evict_n};
     double *t = malloc((size_t)calls * sizeof *t), *best = malloc((size_t)n_threads * sizeof *best);
     if (t == NULL || best == NULL)
         return 1;
@@ -162,6 +171,8 @@ int main(int argc, char **argv) {
                 for (long i = 0; i < calls / 5; i++)
                     (void)kn_gemm(pool, m, n, k, 1.0f, &oa, &ob, 0.0f, c, n, &ep);
                 for (long i = 0; i < calls; i++) {
+                    if (evict != NULL)
+                        kn_parallel_for(pool, evict_rows, 64, write_rows, &ej);
                     if (written)
                         kn_parallel_for(pool, k, 16, write_rows, &wj);
                     double t0 = now_us();
@@ -187,5 +198,6 @@ int main(int argc, char **argv) {
     }
     free(t);
     free(best);
+    free(evict);
     return 0;
 }
