@@ -388,6 +388,39 @@ static void test_gemm_direct_rows(void **state) {
     every_isa(direct_row_cases);
 }
 
+/* Deep products over small outputs on two threads, split by depth (ksplit in gemm.c): halves
+ * that end inside a KC slice of the packed A (600: 300 = 256 + 44), row counts that end in 1-,
+ * 5- and 8-row tiles and a single row, widths ending in a 1-column, 4-column (narrow), 16-column
+ * (half) and 17-column remainder, B packed or (up to 64 rows over up to 256 deep) read in
+ * place; bias by row, a residual, clamp and SiLU after the two halves are summed; the same
+ * shapes on 1 and 3 threads (tiles) for comparison; every ISA. */
+static void depth_split_cases(kn_threadpool *const *pools) {
+    const int64_t shapes[][3] = {{97, 49, 600},  {160, 49, 960}, {96, 196, 576}, {25, 33, 300},
+                                 {5, 500, 100},  {1, 1100, 200}, {48, 16, 4096}, {20, 36, 130},
+                                 {32, 784, 192}, {40, 196, 240}, {64, 49, 256}};
+    const int acts[] = {KN_ACT_NONE, KN_ACT_CLIP, KN_ACT_SWISH};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int p = 0; p < 3; p++) {
+            gemm_case t = {.m = shapes[i][0],
+                           .n = shapes[i][1],
+                           .k = shapes[i][2],
+                           .alpha = 1.0f,
+                           .pack = 1,
+                           .use_ep = (i + (size_t)p) % 3 != 0,
+                           .act = acts[(i + (size_t)p) % 3],
+                           .act_a = -0.5f,
+                           .act_b = 0.75f,
+                           .bias_mode = (i + (size_t)p) % 2 == 0 ? 2 : 0,
+                           .residual = (i + (size_t)p) % 2 == 1};
+            run_case(pools[p], &t);
+        }
+}
+
+static void test_gemm_depth_split(void **state) {
+    (void)state;
+    every_isa(depth_split_cases);
+}
+
 /* Packed A over one or two column panels, deep enough that the rows are split a row tile a task,
  * more tasks than the pool hands out one at a time (tasks claimed by each thread, run_claimed):
  * 400 rows (34 tiles, the last 4 rows), 33 columns (32 + 1 in one pass), 49 and 64, across K
@@ -538,6 +571,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_tail_columns),
         cmocka_unit_test(test_gemm_row_tasks),
         cmocka_unit_test(test_gemm_direct_rows),
+        cmocka_unit_test(test_gemm_depth_split),
         cmocka_unit_test(test_act_values),
         cmocka_unit_test(test_threadpool_covers_once),
         cmocka_unit_test(test_threadpool_back_to_back),

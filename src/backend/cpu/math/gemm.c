@@ -777,10 +777,130 @@ static bool gemv(kn_threadpool *pool, int64_t m, int64_t n, int64_t k, float alp
     return true;
 }
 
+/* Deep products over a small output on two threads, split by depth (K): each thread multiplies
+ * half of A's columns by half of B's rows into an output of its own (the first into C), and the
+ * two are summed, with the epilogue, by rows. A grid of output tiles made each thread read all
+ * of A and wait at the end for the other's last tile; split by depth each reads half, and the
+ * halves are equal. The 1x1 convs of MobileNetV2's and ResNet-50's narrow stages on the 2-core
+ * Xeon, B written by both threads before each call and 8 MB of other memory after (a
+ * prototype, medians of 200 calls, minimum of six rounds, us, tiles / depth halves): 160 x 49 x
+ * 960 88 / 71-79, 320 x 49 x 960 142-147 / 122-124, 96 x 196 x 576 115-117 / 98-102, 64 x 196
+ * x 384 62-67 / 54, 256 x 196 x 1024 455-463 / 382-384, 512 x 49 x 2048 438 / 381. Where the
+ * output is large or shallow it loses: 128 x 784 x 512 598 / 666, 64 x 3136 x 256 751 / 892,
+ * 1280 x 49 x 320 153-180 / 169-228. In the models at 2 threads (minimum of 6-8 rounds of each
+ * layer's median, in turns): MobileNetV2's projections 7-27 % faster (960 -> 320 at 7x7 0.159 ->
+ * 0.138 ms, 576 -> 96 at 14x14 0.109 -> 0.092), ResNet-50's 1024 -> 256 at 14x14 0.44-0.45 ->
+ * 0.385-0.394 (docs/perf-notes.md, "Short products on two threads"). */
+#define KSPLIT_THREADS 2
+#define KSPLIT_MAX_MN ((int64_t)64 * 1024)
+#define KSPLIT_MIN_K 64
+
+typedef struct ksplit_job {
+    const kn_gemm_ukr *u;
+    const kn_gemm_packed *a;
+    const float *b;
+    int64_t ldb, m, n, k, half, ldc, b_floats;
+    bool direct; /* B read in place by fn_direct (direct_shape), else packed a piece at a time */
+    float *c, *part, *bufs; /* part: the second half's m x n sum; bufs: a packed B slice each */
+    const kn_epilogue *ep;
+} ksplit_job;
+
+static bool ksplit_applies(const kn_gemm_ukr *u, int threads, int64_t m, int64_t n, int64_t k,
+                           float alpha, const kn_gemm_operand *a, const kn_gemm_operand *b,
+                           float beta) {
+    return threads == KSPLIT_THREADS && alpha == 1.0f && beta == 0.0f && a->packed != NULL &&
+           a->packed->ukr == u && b->p != NULL && b->packed == NULL && b->pack == NULL &&
+           !b->trans && b->scale == NULL && k >= KSPLIT_MIN_K && k >= 2 * m &&
+           m * n <= KSPLIT_MAX_MN && m * n * k >= PARALLEL_MIN_WORK;
+}
+
+/* Half p of the depth: columns [k0, k1) of A times rows [k0, k1) of B, B read in place or packed
+ * a piece of A's KC slice at a time (A's strips are read from inside their slice: element kk of
+ * a strip is at kk * MR). */
+static void ksplit_half(void *arg, int64_t begin, int64_t end) {
+    const ksplit_job *j = arg;
+    const kn_gemm_ukr *u = j->u;
+    for (int64_t p = begin; p < end; p++) {
+        int64_t k0 = p == 0 ? 0 : j->half, k1 = p == 0 ? j->half : j->k;
+        float *out = p == 0 ? j->c : j->part, *bb = j->bufs + p * j->b_floats;
+        int64_t ldo = p == 0 ? j->ldc : j->n;
+        for (int64_t kk = k0, len; kk < k1; kk += len) {
+            int64_t pc = kk / KC * KC, slice = min64(KC, j->k - pc);
+            len = min64(pc + slice, k1) - kk;
+            if (!j->direct)
+                pack_b(j->b, j->ldb, false, NULL, kk, len, 0, j->n, u->nr, bb);
+            float beta = kk == k0 ? 0.0f : 1.0f;
+            for (int64_t ir = 0; ir < j->m; ir += u->mr) {
+                int rows = (int)min64(u->mr, j->m - ir);
+                const float *ap = j->a->data + pc * j->a->pad + ir * slice + (kk - pc) * u->mr;
+                for (int64_t jr = 0; jr < j->n; jr += u->nr) {
+                    int w = (int)min64(u->nr, j->n - jr);
+                    if (j->direct) {
+                        u->fn_direct(len, ap, j->b + kk * j->ldb + jr, j->ldb, out + ir * ldo + jr,
+                                     ldo, 1.0f, beta, rows, w, NULL);
+                        continue;
+                    }
+                    kn_gemm_ukr_fn fn = w <= u->narrow_n && u->fn_narrow_n != NULL && rows > 1
+                                            ? u->fn_narrow_n
+                                            : pick(u, rows, w);
+                    fn(len, ap, bb + jr * len, out + ir * ldo + jr, ldo, 1.0f, beta, rows, w, NULL);
+                }
+            }
+        }
+    }
+}
+
+/* C += the second half's sum, then the epilogue, rows [begin, end). */
+static void ksplit_sum(void *arg, int64_t begin, int64_t end) {
+    const ksplit_job *j = arg;
+    for (int64_t r = begin; r < end; r++) {
+        float *cr = j->c + r * j->ldc;
+        const float *pr = j->part + r * j->n;
+        for (int64_t x = 0; x < j->n; x++)
+            cr[x] += pr[x];
+    }
+    if (j->ep != NULL)
+        kn_epilogue_apply(j->ep, j->c + begin * j->ldc, j->ldc, begin, 0, end - begin, j->n);
+}
+
+/* Runs the product split by depth where ksplit_applies; false if it did not (no scratch). */
+static bool ksplit(kn_threadpool *pool, int64_t m, int64_t n, int64_t k, const kn_gemm_operand *a,
+                   const kn_gemm_operand *b, float *c, int64_t ldc, const kn_epilogue *ep) {
+    const kn_gemm_ukr *u = ukr_get();
+    ksplit_job j = {.u = u,
+                    .a = a->packed,
+                    .b = b->p,
+                    .ldb = b->ld,
+                    .m = m,
+                    .n = n,
+                    .k = k,
+                    .half = k / 2,
+                    .ldc = ldc,
+                    .b_floats = round_up(KC * round_up(n, u->nr), 16),
+                    .c = c,
+                    .ep = ep_needed(ep) ? ep : NULL,
+                    .direct = direct_shape(u, m, k)};
+    if (j.direct)
+        j.b_floats = 0;
+    int64_t part_floats = round_up(m * n, 16);
+    float *buf =
+        kn_threadpool_scratch(pool, (size_t)(part_floats + 2 * j.b_floats) * sizeof(float));
+    if (buf == NULL)
+        return false;
+    j.part = buf;
+    j.bufs = buf + part_floats;
+    kn_parallel_for(pool, 2, 1, ksplit_half, &j);
+    kn_parallel_for(pool, m, (m + 1) / 2, ksplit_sum, &j);
+    return true;
+}
+
 kiln_status kn_gemm(kn_threadpool *pool, int64_t m, int64_t n, int64_t k, float alpha,
                     const kn_gemm_operand *a, const kn_gemm_operand *b, float beta, float *c,
                     int64_t ldc, const kn_epilogue *ep) {
     if (gemv(pool, m, n, k, alpha, a, b, beta, c, ldc, ep))
+        return KILN_OK;
+    if (ksplit_applies(ukr_get(), kn_threadpool_size(pool), m, n, k, alpha, a, b, beta) &&
+        ksplit(pool, m, n, k, a, b, c, ldc, ep))
         return KILN_OK;
     gemm_job j;
     if (!job_init(&j, kn_threadpool_size(pool), m, n, k, alpha, a, b, beta, c, ldc, ep))
