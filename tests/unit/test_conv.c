@@ -369,6 +369,12 @@ static void test_conv2d_sweep(void **state) {
         {2, 1, 4, 32, 1, {9, 70}, {5, 4}, {2, 2}, {1, 1}, {2, 1}, {2, 2}, NULL, true, true},
         /* up to 64 output channels where K is small (a 3 -> 64 7x7 stem) */
         {2, 1, 3, 64, 1, {30, 40}, {7, 7}, {2, 2}, {1, 1}, {3, 3}, {3, 3}, NULL, true, true},
+        /* deep im2col products over small outputs, split by depth on the two threads (gemm.c's
+         * ksplit): stride 2 with more than 32 output channels, two images of odd sizes, and a
+         * dilated stride-1 3x3 (no Winograd); halves ending inside a K slice */
+        {2, 1, 64, 40, 1, {28, 28}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, NULL, true, true},
+        {2, 2, 48, 36, 1, {15, 17}, {3, 3}, {2, 2}, {1, 1}, {1, 0}, {0, 1}, NULL, true, false},
+        {2, 1, 40, 36, 1, {12, 13}, {3, 3}, {1, 1}, {2, 2}, {2, 2}, {2, 2}, NULL, false, true},
     };
     run_cases_every_isa(cases, sizeof cases / sizeof cases[0], NULL, 2, 1);
 }

@@ -790,7 +790,11 @@ static bool gemv(kn_threadpool *pool, int64_t m, int64_t n, int64_t k, float alp
  * 1280 x 49 x 320 153-180 / 169-228. In the models at 2 threads (minimum of 6-8 rounds of each
  * layer's median, in turns): MobileNetV2's projections 7-27 % faster (960 -> 320 at 7x7 0.159 ->
  * 0.138 ms, 576 -> 96 at 14x14 0.109 -> 0.092), ResNet-50's 1024 -> 256 at 14x14 0.44-0.45 ->
- * 0.385-0.394 (docs/perf-notes.md, "Short products on two threads"). */
+ * 0.385-0.394, and with B from the conv's im2col packer its stride-2 3x3 convs of 256 and 512
+ * channels 1.067 -> 0.920 and 1.146 -> 1.072 (docs/perf-notes.md, "Short products on two
+ * threads"). The halves' sum runs in another order than one thread's K slices, so 2 threads give
+ * other last bits than 1 or 3 (as the pixel-row convs from 8 threads do); one thread count gives
+ * the same bits in every run and context. */
 #define KSPLIT_THREADS 2
 #define KSPLIT_MAX_MN ((int64_t)64 * 1024)
 #define KSPLIT_MIN_K 64
@@ -799,6 +803,8 @@ typedef struct ksplit_job {
     const kn_gemm_ukr *u;
     const kn_gemm_packed *a;
     const float *b;
+    kn_gemm_pack_fn pack; /* B's packing routine (conv's im2col), or NULL: b is plain */
+    void *pack_arg;
     int64_t ldb, m, n, k, half, ldc, b_floats;
     bool direct; /* B read in place by fn_direct (direct_shape), else packed a piece at a time */
     float *c, *part, *bufs; /* part: the second half's m x n sum; bufs: a packed B slice each */
@@ -808,15 +814,16 @@ typedef struct ksplit_job {
 static bool ksplit_applies(const kn_gemm_ukr *u, int threads, int64_t m, int64_t n, int64_t k,
                            float alpha, const kn_gemm_operand *a, const kn_gemm_operand *b,
                            float beta) {
+    bool plain_b = b->p != NULL && !b->trans && b->scale == NULL;
     return threads == KSPLIT_THREADS && alpha == 1.0f && beta == 0.0f && a->packed != NULL &&
-           a->packed->ukr == u && b->p != NULL && b->packed == NULL && b->pack == NULL &&
-           !b->trans && b->scale == NULL && k >= KSPLIT_MIN_K && k >= 2 * m &&
-           m * n <= KSPLIT_MAX_MN && m * n * k >= PARALLEL_MIN_WORK;
+           a->packed->ukr == u && b->packed == NULL && (b->pack != NULL || plain_b) &&
+           k >= KSPLIT_MIN_K && k >= 2 * m && m * n <= KSPLIT_MAX_MN &&
+           m * n * k >= PARALLEL_MIN_WORK;
 }
 
 /* Half p of the depth: columns [k0, k1) of A times rows [k0, k1) of B, B read in place or packed
- * a piece of A's KC slice at a time (A's strips are read from inside their slice: element kk of
- * a strip is at kk * MR). */
+ * (by pack_b or the caller's routine) a piece of A's KC slice at a time (A's strips are read from
+ * inside their slice: element kk of a strip is at kk * MR). */
 static void ksplit_half(void *arg, int64_t begin, int64_t end) {
     const ksplit_job *j = arg;
     const kn_gemm_ukr *u = j->u;
@@ -827,7 +834,9 @@ static void ksplit_half(void *arg, int64_t begin, int64_t end) {
         for (int64_t kk = k0, len; kk < k1; kk += len) {
             int64_t pc = kk / KC * KC, slice = min64(KC, j->k - pc);
             len = min64(pc + slice, k1) - kk;
-            if (!j->direct)
+            if (j->pack != NULL)
+                j->pack(j->pack_arg, kk, len, 0, j->n, bb);
+            else if (!j->direct)
                 pack_b(j->b, j->ldb, false, NULL, kk, len, 0, j->n, u->nr, bb);
             float beta = kk == k0 ? 0.0f : 1.0f;
             for (int64_t ir = 0; ir < j->m; ir += u->mr) {
@@ -870,6 +879,8 @@ static bool ksplit(kn_threadpool *pool, int64_t m, int64_t n, int64_t k, const k
     ksplit_job j = {.u = u,
                     .a = a->packed,
                     .b = b->p,
+                    .pack = b->pack,
+                    .pack_arg = b->pack_arg,
                     .ldb = b->ld,
                     .m = m,
                     .n = n,
@@ -879,7 +890,7 @@ static bool ksplit(kn_threadpool *pool, int64_t m, int64_t n, int64_t k, const k
                     .b_floats = round_up(KC * round_up(n, u->nr), 16),
                     .c = c,
                     .ep = ep_needed(ep) ? ep : NULL,
-                    .direct = direct_shape(u, m, k)};
+                    .direct = b->pack == NULL && direct_shape(u, m, k)};
     if (j.direct)
         j.b_floats = 0;
     int64_t part_floats = round_up(m * n, 16);
