@@ -1,13 +1,23 @@
-"""A/B two kiln binaries on the same models, alternating, for before/after figures of a change.
+"""A/B two kiln binaries, or one binary under two environments, on the same models, alternating,
+for before/after figures of a change.
 
     python3 bench/ab.py --a OLD/bin/kiln --b build/bin/kiln [--rounds 5] [--threads 1]
-                        [--precision bf16] [--only resnet50,resnet50.qdq]
+                        [--precision bf16] [--only resnet50,resnet50.qdq] [--model FILE]...
+                        [--env-a 'NAME=VALUE ...'] [--env-b 'NAME=VALUE ...'] [--layers N]
 
 Each binary builds its own plan of each model (plans are not portable across plan formats), then
 the two run `kiln bench --json` in turns, --rounds times; the table gives each side's best
 median and the ratio A/B (> 1: B is faster), then the medians of the rounds' medians and their
 ratio, and every round's medians. The models are the bundled tests/models networks
-plus any ONNX files under bench/models/.
+plus any ONNX files under bench/models/, or the --model files alone.
+
+--env-a / --env-b set environment variables for one side's runs (its build too), so that one
+binary can be compared with itself under a switch: `--a build/bin/kiln --env-b
+KILN_CPU_CONV_PIXELS=0` (--b defaults to --a). --layers N also runs each side once a round with
+`--profile` (apart from the timed runs, so the whole-model figures carry no profiler) and prints,
+per model, each side's sum of per-layer minimums over the rounds and the N layers whose minimum
+moved most either way: a change's effect on the layers it touches, and on those it does not,
+which is the noise to read it against.
 """
 
 import argparse
@@ -16,6 +26,7 @@ import json
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -31,51 +42,116 @@ def bundled():
         yield os.path.basename(path)[:-5], path, []
 
 
-def bench(kiln, plan, threads, iterations, warmup=5):
-    out = subprocess.run([kiln, "bench", plan, "--json", "--threads", str(threads), "--warmup",
-                          str(warmup), "--iterations", str(iterations)], check=True,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600).stdout
-    return json.loads(out)["latency_ms"]["median"]
+def parse_env(text, flag):
+    """'A=1 B=2' as a dict; exits with a one-line error on a word without '='."""
+    env = {}
+    for word in (text or "").split():
+        name, eq, value = word.partition("=")
+        if not eq or not name:
+            sys.exit(f"ab.py: {flag}: '{word}' is not NAME=VALUE")
+        env[name] = value
+    return env
+
+
+def run(cmd, env, what):
+    """A kiln command's stdout; a failure ends the comparison with kiln's own one-line error."""
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          timeout=600, env=env)
+    if proc.returncode != 0:
+        lines = proc.stderr.strip().splitlines()
+        sys.exit(f"ab.py: {what} failed: {lines[-1] if lines else f'exit {proc.returncode}'}")
+    return proc.stdout
+
+
+def bench(kiln, env, plan, threads, iterations, warmup=5, profile=False, what="kiln bench"):
+    cmd = [kiln, "bench", plan, "--json", "--threads", str(threads), "--warmup", str(warmup),
+           "--iterations", str(iterations)] + (["--profile"] if profile else [])
+    return json.loads(run(cmd, env, what))
+
+
+def print_layers(name, best, count):
+    """Each side's sum of per-layer minimums and the layers that moved most, both ways."""
+    common = [n for n in best["a"] if n in best["b"]]
+    sums = {side: sum(best[side][n] for n in common) for side in best}
+    print(f"  {name}: sum of per-layer minimums over {len(common)} layers, A {sums['a']:.3f} ms,"
+          f" B {sums['b']:.3f} ms (A/B {sums['a'] / sums['b']:.2f})")
+    moved = sorted(common, key=lambda n: best["b"][n] - best["a"][n])
+    shown = moved[:count] + [n for n in moved[-count:][::-1] if n not in moved[:count]]
+    for n in shown:
+        a, b = best["a"][n], best["b"][n]
+        print(f"    {a:9.4f} {b:9.4f} {b - a:+9.4f}  {n}")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--a", required=True, help="the baseline kiln binary")
-    ap.add_argument("--b", required=True, help="the kiln binary under test")
+    ap.add_argument("--b", help="the kiln binary under test (default: --a, with --env-b)")
+    ap.add_argument("--env-a", help="'NAME=VALUE ...' set for A's builds and runs")
+    ap.add_argument("--env-b", help="'NAME=VALUE ...' set for B's builds and runs")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--iterations", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--precision", help="kiln build --precision for both plans (fp16, bf16)")
     ap.add_argument("--only", help="comma-separated model names")
+    ap.add_argument("--model", action="append", default=[],
+                    help="an .onnx file to compare instead of the bundled models (repeatable)")
+    ap.add_argument("--layers", type=int, default=0, metavar="N",
+                    help="also profile each side once a round and show the N layers that "
+                    "moved most each way")
     args = ap.parse_args()
+    kilns = {"a": args.a, "b": args.b or args.a}
+    envs = {"a": parse_env(args.env_a, "--env-a"), "b": parse_env(args.env_b, "--env-b")}
+    if kilns["a"] == kilns["b"] and envs["a"] == envs["b"]:
+        sys.exit("ab.py: A and B are the same binary with the same environment: nothing to "
+                 "compare (give --b, or --env-a / --env-b)")
+    for side, kiln in kilns.items():
+        if not os.access(kiln, os.X_OK):
+            sys.exit(f"ab.py: --{side}: {kiln}: not an executable kiln binary")
+    for path in args.model:
+        if not os.path.isfile(path):
+            sys.exit(f"ab.py: --model: {path}: no such file")
+    full_env = {side: dict(os.environ, **envs[side]) for side in kilns}
     only = set(args.only.split(",")) if args.only else None
+    models = ([(os.path.basename(p)[:-5] if p.endswith(".onnx") else os.path.basename(p), p, [])
+               for p in args.model] if args.model else list(bundled()))
     tmp = tempfile.mkdtemp()
     print(f"{'model':24} {'A ms':>9} {'B ms':>9} {'A/B':>6} {'A med':>9} {'B med':>9} {'A/B':>6}"
           "  rounds A | B")
-    for name, path, shapes in bundled():
+    for name, path, shapes in models:
         if only and name not in only:
             continue
         plans = {}
-        for side, kiln in (("a", args.a), ("b", args.b)):
+        for side, kiln in kilns.items():
             plans[side] = os.path.join(tmp, f"{name}.{side}.plan")
             cmd = [kiln, "build", path, "-o", plans[side]]
             if args.precision:
                 cmd += ["--precision", args.precision]
             for s in shapes:
                 cmd += ["--shapes", s]
-            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, timeout=600)
+            run(cmd, full_env[side], f"{name}: {side.upper()}'s kiln build")
         runs = {"a": [], "b": []}
+        best_layers = {"a": {}, "b": {}}
         for _ in range(args.rounds):
-            for side, kiln in (("a", args.a), ("b", args.b)):
-                runs[side].append(bench(kiln, plans[side], args.threads, args.iterations,
-                                        args.warmup))
+            for side, kiln in kilns.items():
+                what = f"{name}: {side.upper()}'s kiln bench"
+                res = bench(kiln, full_env[side], plans[side], args.threads, args.iterations,
+                            args.warmup, what=what)
+                runs[side].append(res["latency_ms"]["median"])
+                if args.layers > 0:
+                    prof = bench(kiln, full_env[side], plans[side], args.threads,
+                                 args.iterations, args.warmup, profile=True, what=what)
+                    for layer in prof["layers"]:
+                        ms, seen = layer["median_ms"], best_layers[side].get(layer["name"])
+                        best_layers[side][layer["name"]] = ms if seen is None else min(seen, ms)
         best = {side: min(v) for side, v in runs.items()}
         med = {side: statistics.median(v) for side, v in runs.items()}
         rounds = " ".join(f"{v:.3f}" for v in runs["a"]) + " | " + " ".join(
             f"{v:.3f}" for v in runs["b"])
         print(f"{name:24} {best['a']:9.3f} {best['b']:9.3f} {best['a'] / best['b']:6.2f} "
               f"{med['a']:9.3f} {med['b']:9.3f} {med['a'] / med['b']:6.2f}  {rounds}", flush=True)
+        if args.layers > 0:
+            print_layers(name, best_layers, args.layers)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,85 @@
+"""bench/ab.py: two kiln binaries, or one under two environments, in turns on the same models;
+--layers adds each side's per-layer minimums and the layers that moved most."""
+
+import json
+import os
+import re
+import stat
+import subprocess
+import sys
+
+from tools_helpers import KILN, MODELS, REPO
+
+SCRIPT = os.path.join(REPO, "bench", "ab.py")
+
+
+def ab(*argv, timeout=300):
+    return subprocess.run([sys.executable, SCRIPT, *map(str, argv)], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def probe(tmp_path):
+    """A stand-in for kiln that logs each call's AB_SIDE and verb, then runs the real kiln."""
+    log = tmp_path / "calls.log"
+    wrapper = tmp_path / "kiln-probe"
+    wrapper.write_text(f"#!/bin/sh\necho \"$AB_SIDE $1 $*\" >> {log}\nexec {KILN} \"$@\"\n")
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    return wrapper, log
+
+
+def test_environments_reach_each_side_and_layers_are_the_plans(tmp_path):
+    """One binary under two environments: every build and run of A sees A's settings and every
+    one of B sees B's, in turns; the layer rows name the plan's layers with their minimums."""
+    wrapper, log = probe(tmp_path)
+    proc = ab("--a", wrapper, "--env-a", "AB_SIDE=a", "--env-b", "AB_SIDE=b KILN_CPU_CONV_PIXELS=0",
+              "--only", "resnet_mini", "--rounds", 2, "--iterations", 3, "--warmup", 1,
+              "--layers", 4)
+    assert proc.returncode == 0, proc.stderr
+    calls = [line.split()[:2] for line in log.read_text().splitlines()]
+    assert calls[:2] == [["a", "build"], ["b", "build"]]
+    # each round: A timed, A profiled, B timed, B profiled
+    assert calls[2:] == [["a", "bench"], ["a", "bench"], ["b", "bench"], ["b", "bench"]] * 2
+    profiled = [line for line in log.read_text().splitlines() if "--profile" in line]
+    assert len(profiled) == 4
+    row = re.search(r"^resnet_mini\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)", proc.stdout, re.M)
+    assert row, proc.stdout
+    a, b, ratio = (float(g) for g in row.groups())
+    assert a > 0 and b > 0 and abs(ratio - a / b) < 0.01 + 0.01 * ratio
+    sums = re.search(r"resnet_mini: sum of per-layer minimums over (\d+) layers, A ([\d.]+) ms, "
+                     r"B ([\d.]+) ms", proc.stdout)
+    assert sums, proc.stdout
+    with open(os.path.join(MODELS, "manifest.json")) as f:
+        entry = next(m for m in json.load(f)["models"] if m["name"] == "resnet_mini")
+    plan = tmp_path / "r.plan"
+    shapes = [arg for s in entry["shapes"] for arg in ("--shapes", s)]
+    subprocess.run([KILN, "build", os.path.join(MODELS, entry["model"]), "-o", plan, *shapes],
+                   check=True, capture_output=True)
+    out = subprocess.run([KILN, "bench", plan, "--json", "--profile", "--iterations", "2",
+                          "--warmup", "1"], check=True, capture_output=True, text=True).stdout
+    names = {layer["name"] for layer in json.loads(out)["layers"]}
+    assert int(sums.group(1)) == len(names)
+    rows = re.findall(r"^\s+([\d.]+)\s+([\d.]+)\s+([-+][\d.]+)\s+(\S+)$", proc.stdout, re.M)
+    assert 4 <= len(rows) <= 8, proc.stdout
+    for a_ms, b_ms, delta, name in rows:
+        assert name in names
+        assert abs(float(b_ms) - float(a_ms) - float(delta)) < 2e-4
+    # the most-moved-down rows first (ascending deltas), then the most-moved-up (descending)
+    deltas = [float(r[2]) for r in rows]
+    assert deltas[:4] == sorted(deltas[:4])
+
+
+def test_bad_input_is_one_line_and_exit_1(tmp_path):
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"\x0a\xff\xff\xff")
+    cases = [(["--a", KILN], "nothing to compare"),
+             (["--a", KILN, "--env-b", "NOEQUALS"], "is not NAME=VALUE"),
+             (["--a", tmp_path / "no-kiln", "--env-b", "X=1"], "not an executable kiln binary"),
+             (["--a", KILN, "--env-b", "X=1", "--model", tmp_path / "missing.onnx"],
+              "no such file"),
+             (["--a", KILN, "--env-b", "X=1", "--model", junk, "--rounds", 1],
+              "junk: A's kiln build failed")]
+    for argv, words in cases:
+        proc = ab(*argv, timeout=120)
+        assert proc.returncode == 1, (argv, proc.stderr)
+        assert words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
