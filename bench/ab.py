@@ -115,7 +115,12 @@ def main():
     only = set(args.only.split(",")) if args.only else None
     models = ([(os.path.basename(p)[:-5] if p.endswith(".onnx") else os.path.basename(p), p, [])
                for p in args.model] if args.model else list(bundled()))
-    tmp = tempfile.mkdtemp()
+    with tempfile.TemporaryDirectory(prefix="kiln-ab-") as tmp:
+        compare(args, kilns, full_env, models, only, tmp)
+
+
+def compare(args, kilns, full_env, models, only, tmp):
+    """Each model: both sides' plans in tmp, the rounds in turns, the rows."""
     print(f"{'model':24} {'A ms':>9} {'B ms':>9} {'A/B':>6} {'A med':>9} {'B med':>9} {'A/B':>6}"
           "  rounds A | B")
     for name, path, shapes in models:
