@@ -127,15 +127,17 @@ body(int64_t kc, const float *a, const float *b, int64_t ldb, float *c, int64_t 
     __mmask16 m0 = nr >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nr) - 1);
     __mmask16 m1 = nr <= 16 ? (__mmask16)0 : (__mmask16)((1u << (nr - 16)) - 1);
     ROWS(DECL)
-    /* Packed panels are zero-padded; rows of an unpacked B are read only where they exist.
-     * An unpacked B is up to 256 row streams a row stride apart (a 1x1 conv's input channels),
-     * more than the hardware prefetcher follows: each row's lines two tiles ahead are fetched
-     * here (MobileNetV2's 144 -> 24 1x1 at 56x56 0.248 -> 0.191 ms). */
+    /* Packed panels are zero-padded; rows of an unpacked B (DIRECT) are read only where they
+     * exist: masked loads for a tile narrower than NR (DIRECT 1), plain ones for a full tile
+     * (DIRECT 2). An unpacked B is up to 256 row streams a row stride apart (a 1x1 conv's input
+     * channels), more than the hardware prefetcher follows: each row's lines two tiles ahead are
+     * fetched here (MobileNetV2's 144 -> 24 1x1 at 56x56 0.248 -> 0.191 ms). */
 #define KSTEP(PF)                                                                                  \
     {                                                                                              \
-        __m512 b0 = DIRECT ? _mm512_maskz_loadu_ps(m0, b) : _mm512_loadu_ps(b);                    \
+        __m512 b0 = DIRECT == 1 ? _mm512_maskz_loadu_ps(m0, b) : _mm512_loadu_ps(b);               \
         __m512 b1 =                                                                                \
-            TWO ? (DIRECT ? _mm512_maskz_loadu_ps(m1, b + 16) : _mm512_loadu_ps(b + 16)) : b0;     \
+            TWO ? (DIRECT == 1 ? _mm512_maskz_loadu_ps(m1, b + 16) : _mm512_loadu_ps(b + 16))      \
+                : b0;                                                                              \
         if (PF)                                                                                    \
             _mm_prefetch((const char *)(a + PREFETCH_A), _MM_HINT_T0);                             \
         if (PF && B_AHEAD) {                                                                       \
@@ -195,20 +197,31 @@ VARIANT(ukr_rows8_half_n, 8, 0, 0)
 VARIANT(ukr_rows4, 4, 1, 0)
 VARIANT(ukr_rows4_half_n, 4, 0, 0)
 
-/* B read in place from a row-major matrix (row stride ldb), for small k: no packing pass. */
+/* B read in place from a row-major matrix (row stride ldb), for small k: no packing pass. Full
+ * tiles (32 columns) load B without masks: with them the 12-row loop reloaded its mask
+ * registers from the stack every step, and products of 64 rows read 14-19 % slower (2-core
+ * Xeon, one thread, best of eight alternating runs: 64 x 3136 x 256 65 -> 80 GMAC/s, 64 x 3136
+ * x 64 78 -> 87, 64 x 96 x 64 85 -> 90). */
+#define DIRECT_ROWS(D)                                                                             \
+    if (mr <= 4)                                                                                   \
+        body(kc, a, b, ldb, c, ldc, alpha, beta, mr, nr, ep, 4, 1, D, 0);                          \
+    else if (mr <= 6)                                                                              \
+        body(kc, a, b, ldb, c, ldc, alpha, beta, mr, nr, ep, 6, 1, D, 0);                          \
+    else if (mr <= 8)                                                                              \
+        body(kc, a, b, ldb, c, ldc, alpha, beta, mr, nr, ep, 8, 1, D, 0);                          \
+    else                                                                                           \
+        body(kc, a, b, ldb, c, ldc, alpha, beta, mr, nr, ep, 12, 1, D, 0);
 __attribute__((target("avx512f"))) static void ukr_direct(int64_t kc, const float *a,
                                                           const float *b, int64_t ldb, float *c,
                                                           int64_t ldc, float alpha, float beta,
                                                           int mr, int nr, const kn_ukr_ep *ep) {
-    if (mr <= 4)
-        body(kc, a, b, ldb, c, ldc, alpha, beta, mr, nr, ep, 4, 1, 1, 0);
-    else if (mr <= 6)
-        body(kc, a, b, ldb, c, ldc, alpha, beta, mr, nr, ep, 6, 1, 1, 0);
-    else if (mr <= 8)
-        body(kc, a, b, ldb, c, ldc, alpha, beta, mr, nr, ep, 8, 1, 1, 0);
-    else
-        body(kc, a, b, ldb, c, ldc, alpha, beta, mr, nr, ep, 12, 1, 1, 0);
+    if (nr == NR) {
+        DIRECT_ROWS(2)
+    } else {
+        DIRECT_ROWS(1)
+    }
 }
+#undef DIRECT_ROWS
 
 /* B read in place through per-k row offsets (kn_gemm_gather: strided convs over prepared phase
  * planes, no im2col copy). The two vectors of a tile may be apart in B and in C: one output
