@@ -199,9 +199,9 @@ VARIANT(ukr_rows4_half_n, 4, 0, 0)
 
 /* B read in place from a row-major matrix (row stride ldb), for small k: no packing pass. Full
  * tiles (32 columns) load B without masks: with them the 12-row loop reloaded its mask
- * registers from the stack every step, and products of 64 rows read 14-19 % slower (2-core
- * Xeon, one thread, best of eight alternating runs: 64 x 3136 x 256 65 -> 80 GMAC/s, 64 x 3136
- * x 64 78 -> 87, 64 x 96 x 64 85 -> 90). */
+ * registers from the stack every step (2-core Xeon, one thread, eight alternating runs, median
+ * GMAC/s masked -> plain: 64 x 3136 x 256 64 -> 73, 64 x 3136 x 64 75 -> 85, 64 x 96 x 64 74 ->
+ * 89). */
 #define DIRECT_ROWS(D)                                                                             \
     if (mr <= 4)                                                                                   \
         body(kc, a, b, ldb, c, ldc, alpha, beta, mr, nr, ep, 4, 1, D, 0);                          \
