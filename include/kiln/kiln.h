@@ -457,8 +457,11 @@ KILN_API kiln_status kiln_context_get_output_shape(kiln_context *ctx, const char
  * execute returns. size must equal the input's byte size for the current shape. */
 KILN_API kiln_status kiln_context_set_input(kiln_context *ctx, const char *name, const void *data,
                                             size_t size);
-/* Optionally bind an output buffer (borrowed) of at least the output's byte size. Outputs not
- * bound are allocated by the context. */
+/* Optionally bind an output buffer (borrowed) of at least the output's byte size; NULL unbinds.
+ * A host buffer aligned to 64 bytes and apart from every bound input is written by the layer
+ * that produces the output, in place, when that layer runs on the host; otherwise the output is
+ * copied into it when the run ends. Outputs not bound are read where the context holds them
+ * (kiln_context_get_output), with no copy. */
 KILN_API kiln_status kiln_context_set_output(kiln_context *ctx, const char *name, void *data,
                                              size_t size);
 
@@ -491,7 +494,9 @@ typedef struct kiln_tensor_view {
     const void *data; /* owned by the context (or the caller's bound buffer) */
     size_t size;      /* bytes */
 } kiln_tensor_view;
-/* An output after execute; valid until the next execute or destroy of ctx. */
+/* An output after execute: the bound buffer, else the context's own memory (a graph input
+ * that is also an output: a copy). Valid until the next execute, input shape change
+ * (kiln_context_set_input_shape) or destroy of ctx. */
 KILN_API kiln_status kiln_context_get_output(kiln_context *ctx, const char *name,
                                              kiln_tensor_view *view);
 

@@ -19,6 +19,7 @@ from ._lib import (
     ERR_DTYPE,
     ERR_INVALID_ARGUMENT,
     ERR_NOT_FOUND,
+    ERR_SHAPE,
     KilnError,
     check,
     encode,
@@ -158,6 +159,22 @@ def _as_input(info: IOInfo, value: ArrayLike) -> NDArray[Any]:
     return _as_input(info, arr)
 
 
+# Outputs of at least this many bytes are returned in arrays the model writes in place; smaller
+# ones are copied out (cheaper than binding an array for each run).
+_IN_PLACE_MIN_BYTES = 1 << 16
+# kiln's arena alignment (KN_ARENA_ALIGN): a bound host buffer aligned so is written in place.
+_ARENA_ALIGN = 64
+
+
+def _in_place_candidate(o: IOInfo) -> bool:
+    """Whether output o may be large enough to return in an array kiln writes in place."""
+    if o.dtype is None or o.kind is not None:
+        return False
+    if any(isinstance(d, str) for d in o.shape):
+        return True
+    return int(np.prod(o.shape, dtype=np.int64)) * o.dtype.itemsize >= _IN_PLACE_MIN_BYTES
+
+
 class Context:
     """Mutable execution state for one thread."""
 
@@ -169,6 +186,11 @@ class Context:
             h, lib.kiln_context_destroy, engine.handle_ref
         )
         self._h = h
+        # outputs whose shape depends on data: never bound, their size is known only after run
+        self._data_dependent: set[str] = set()
+        # outputs never returned in arrays of their own: no numpy form, or fixed and small
+        self._copied_out = {o.name for o in engine.outputs if not _in_place_candidate(o)}
+        self._bound: set[str] = set()  # outputs bound for the last run
         if threads is not None:
             check(lib.kiln_context_set_threads(h, int(threads)))
 
@@ -198,9 +220,12 @@ class Context:
         they must be C-contiguous and of the input's dtype, and only feed a plan built for
         the CUDA backend.
 
-        outputs: None returns numpy copies. A dict {output name: CUDA array} binds those
-        outputs to the given device arrays (returned as given, written when run returns);
-        "torch" returns every output as a new torch CUDA tensor."""
+        outputs: None returns new numpy arrays (large ones written by the model in place, the
+        others copied out). A dict {output name: array} binds those outputs to the arrays
+        given (returned as given, written when run returns): CUDA arrays as device memory,
+        numpy arrays (C-contiguous, writable, of the output's dtype and shape) as host memory,
+        written in place where the producing layer can write them; "torch" returns every
+        output as a new torch CUDA tensor."""
         if not isinstance(feeds, dict):
             raise KilnError(ERR_INVALID_ARGUMENT, "run: feeds must be a dict {name: array}")
         if outputs is not None and outputs != "torch" and not isinstance(outputs, dict):
@@ -247,6 +272,71 @@ class Context:
             for o in self.engine.outputs
         }
 
+    def _known_shape(self, name: str) -> Optional[Tuple[int, ...]]:
+        """An output's shape before run, or None when it depends on data."""
+        if name in self._data_dependent:
+            return None
+        try:
+            return self.output_shape(name)
+        except KilnError as e:
+            if e.status != ERR_SHAPE:
+                raise
+            self._data_dependent.add(name)
+            return None
+
+    def _new_host_output(self, o: IOInfo) -> Optional[NDArray[Any]]:
+        """A new array for a large output of known shape, aligned as kiln's arena is so the
+        producing layer can write it in place; None: the output is copied out after run."""
+        if o.name in self._copied_out:
+            return None
+        shape = self._known_shape(o.name)
+        if shape is None:
+            return None
+        nbytes = int(np.prod(shape, dtype=np.int64)) * o.dtype.itemsize
+        if nbytes < _IN_PLACE_MIN_BYTES:
+            return None
+        raw = np.empty(nbytes + _ARENA_ALIGN, dtype=np.uint8)
+        skip = -raw.ctypes.data % _ARENA_ALIGN
+        return raw[skip : skip + nbytes].view(o.dtype).reshape(shape)
+
+    def _bind_host(self, o: IOInfo, value: Any) -> NDArray[Any]:
+        """Check a numpy array given for output o and bind it as host memory."""
+        if not isinstance(value, np.ndarray):
+            raise KilnError(
+                ERR_INVALID_ARGUMENT,
+                f"output '{o.name}': outputs binds numpy arrays or CUDA arrays, "
+                f"not {type(value).__name__}",
+            )
+        if o.dtype is None or o.kind is not None:
+            raise KilnError(ERR_DTYPE, f"output '{o.name}' has no numpy form to bind")
+        if value.dtype != o.dtype:
+            raise KilnError(
+                ERR_DTYPE, f"output '{o.name}' is {o.dtype}, the array given is {value.dtype}"
+            )
+        if not value.flags["C_CONTIGUOUS"] or not value.flags["WRITEABLE"]:
+            raise KilnError(
+                ERR_INVALID_ARGUMENT,
+                f"output '{o.name}': the array given must be C-contiguous and writable",
+            )
+        shape = self._known_shape(o.name)
+        if shape is None:
+            raise KilnError(
+                ERR_SHAPE,
+                f"output '{o.name}' has a data-dependent shape: it cannot be bound before run",
+            )
+        if tuple(value.shape) != shape:
+            raise KilnError(
+                ERR_SHAPE,
+                f"output '{o.name}' is {shape} for these inputs, the array given is "
+                f"{tuple(value.shape)}",
+            )
+        check(
+            lib.kiln_context_set_output(
+                self._h, encode(o.name), value.ctypes.data_as(ctypes.c_void_p), value.nbytes
+            )
+        )
+        return value
+
     def _bind_outputs(self, outputs: Any) -> Dict[str, Any]:
         """Bind the outputs the caller gave (or asked for as torch tensors) to device memory."""
         names = [o.name for o in self.engine.outputs]
@@ -255,20 +345,31 @@ class Context:
             outputs = {o.name: _device.empty_torch(self.output_shape(o.name), o.dtype)  # type: ignore[arg-type]
                        for o in self.engine.outputs}
         outputs = outputs or {}
-        for name in names:  # a binding of an earlier run must not outlive it
-            if name not in outputs:
-                check(lib.kiln_context_set_output(self._h, encode(name), None, 0))
-        bound = {}
-        for name, value in outputs.items():
+        for name in outputs:
             if name not in names:
                 raise KilnError(
                     ERR_NOT_FOUND, f"no output named '{name}' (the model has: {', '.join(names)})"
                 )
-            if not _device.is_device_array(value):
-                raise KilnError(
-                    ERR_INVALID_ARGUMENT,
-                    f"output '{name}': outputs binds CUDA arrays only (numpy outputs are returned)",
+        bound = {}
+        for o in self.engine.outputs:
+            if o.name in outputs:
+                continue
+            arr = self._new_host_output(o)
+            if arr is not None:
+                check(
+                    lib.kiln_context_set_output(
+                        self._h, encode(o.name), arr.ctypes.data_as(ctypes.c_void_p), arr.nbytes
+                    )
                 )
+                bound[o.name] = arr
+            elif o.name in self._bound:  # a binding of an earlier run must not outlive it
+                check(lib.kiln_context_set_output(self._h, encode(o.name), None, 0))
+        self._bound = set(bound) | set(outputs)
+        infos = {o.name: o for o in self.engine.outputs}
+        for name, value in outputs.items():
+            if not _device.is_device_array(value):
+                bound[name] = self._bind_host(infos[name], value)
+                continue
             _, ptr, _, _, nbytes = _device.describe(value, f"output '{name}'")
             check(
                 lib.kiln_context_set_output_memory(

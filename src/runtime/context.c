@@ -82,6 +82,8 @@ kiln_status kiln_context_create(kiln_engine *e, kiln_context **out) {
     c->out_user_size = kn_calloc(no, sizeof *c->out_user_size);
     c->out_buf = kn_calloc(no, sizeof *c->out_buf);
     c->out_cap = kn_calloc(no, sizeof *c->out_cap);
+    c->out_data = kn_calloc(no, sizeof *c->out_data);
+    c->out_in_place = kn_calloc(no, sizeof *c->out_in_place);
     c->vals = kn_calloc(nv, sizeof *c->vals);
     c->in_arena = kn_calloc(nv, sizeof *c->in_arena);
     c->offsets = kn_calloc(nv, sizeof *c->offsets);
@@ -97,8 +99,9 @@ kiln_status kiln_context_create(kiln_engine *e, kiln_context **out) {
     c->out_device = kn_calloc(no, sizeof *c->out_device);
     if (!c->dyn_dev || !c->copy_done || !c->copy_pending || !c->in_device || !c->out_device ||
         !c->runs || !c->locals || !c->in_shape || !c->in_shape_set || !c->in_data || !c->in_size ||
-        !c->out_user || !c->out_user_size || !c->out_buf || !c->out_cap || !c->vals ||
-        !c->in_arena || !c->offsets || !c->alias || !c->dyn || !c->deferred) {
+        !c->out_user || !c->out_user_size || !c->out_buf || !c->out_cap || !c->out_data ||
+        !c->out_in_place || !c->vals || !c->in_arena || !c->offsets || !c->alias || !c->dyn ||
+        !c->deferred) {
         kiln_context_destroy(c);
         return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory creating a context");
     }
@@ -182,6 +185,8 @@ void kiln_context_destroy(kiln_context *c) {
     kn_free(c->out_user_size);
     kn_free(c->out_buf);
     kn_free(c->out_cap);
+    kn_free(c->out_data);
+    kn_free(c->out_in_place);
     kn_free(c->vals);
     kn_free(c->in_arena);
     kn_free(c->offsets);

@@ -64,14 +64,16 @@ struct kiln_context {
     size_t *out_user_size;
     void **out_buf; /* per graph output: context-owned copy */
     size_t *out_cap;
-    kn_resolved *vals;       /* per value */
-    bool *deferred;          /* per node */
-    bool *in_arena;          /* per value */
-    size_t *offsets;         /* per value */
-    int *alias;              /* per value: the value whose memory a view shares, or -1 */
-    void **dyn;              /* per value: heap data of deferred host outputs */
-    kn_buffer *dyn_dev;      /* per value: device data of deferred device outputs */
-    kn_plugin_run *runs;     /* per node: this context's clone of a plugin node */
+    const void **out_data; /* per graph output: where the last execute left it */
+    bool *out_in_place;    /* per graph output: its producer writes the bound buffer (executor.c) */
+    kn_resolved *vals;     /* per value */
+    bool *deferred;        /* per node */
+    bool *in_arena;        /* per value */
+    size_t *offsets;       /* per value */
+    int *alias;            /* per value: the value whose memory a view shares, or -1 */
+    void **dyn;            /* per value: heap data of deferred host outputs */
+    kn_buffer *dyn_dev;    /* per value: device data of deferred device outputs */
+    kn_plugin_run *runs;   /* per node: this context's clone of a plugin node */
     kn_local_state **locals; /* per node: the kernel's state in this context (backend.h) */
     double *layer_ms;       /* per node: time of the last execute, when profiling (see profile.c) */
     kn_event **prof_events; /* per node: start and end events of a device layer, profiling */

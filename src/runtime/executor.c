@@ -5,10 +5,12 @@
 #include "ops/op.h"
 #include "runtime/capture.h"
 #include "runtime/engine.h"
+#include "runtime/memory_plan.h"
 #include "runtime/profile.h"
 #include "runtime/replay.h"
 #include "runtime/subgraph.h"
 
+#include <stdint.h>
 #include <string.h>
 
 /* The first device backend of the plan (where device-bound inputs and outputs live). */
@@ -61,6 +63,71 @@ static kiln_status bind_inputs(kiln_context *c) {
             KN_TRY(kn_container_check_kind(&r->t, v->container, v->name));
     }
     return KILN_OK;
+}
+
+static bool ranges_overlap(const void *a, size_t na, const void *b, size_t nb) {
+    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return x < y + nb && y < x + na;
+}
+
+/* Whether graph output i, bound to host memory, is written by its producer straight into the
+ * caller's buffer instead of the arena: the producer is a host kernel that writes the value
+ * each run into arena memory of its own (not a view, a copy node, control flow, or a value
+ * evaluated when shapes were resolved or sized by data), every node reading it runs on the
+ * host (a device stream's recorded graph would keep the arena's address), no other output is
+ * the same value, and the buffer is large enough, aligned as the arena is, and apart from
+ * every bound input. Otherwise the output is copied to the buffer after the run, as before. */
+static bool output_in_place(const kiln_context *c, int i) {
+    const kiln_engine *e = c->e;
+    const kn_graph *g = e->plan.graph;
+    int v = g->outputs[i], p = g->values[v].producer;
+    void *dst = c->out_user[i];
+    size_t nb = kn_tensor_nbytes(&c->vals[v].t);
+    if (dst == NULL || c->out_device[i] || c->out_user_size[i] < nb || nb == 0 ||
+        (uintptr_t)dst % KN_ARENA_ALIGN != 0 || p < 0 || !c->in_arena[v] || c->alias[v] >= 0 ||
+        e->value_space[v] != 0 || e->node_backend[p] != 0 || c->deferred[p] ||
+        e->kernels[p] == NULL || kn_node_copy_kind(&g->nodes[p]) != KN_COPY_NONE)
+        return false;
+    for (int j = 0; j < g->n_outputs; j++)
+        if (j != i && g->outputs[j] == v)
+            return false;
+    for (int j = 0; j < g->n_inputs; j++)
+        if (c->in_data[j] != NULL && !c->in_device[j] &&
+            ranges_overlap(dst, nb, c->in_data[j], c->in_size[j]))
+            return false;
+    for (int k = 0; k < g->n_nodes; k++) {
+        const kn_node *n = &g->nodes[k];
+        if (n->dead || e->node_backend[k] == 0)
+            continue;
+        for (int m = 0; m < n->n_in; m++) {
+            int x = n->in[m];
+            if (x >= 0 && (x == v || c->alias[x] == v))
+                return false;
+        }
+    }
+    return true;
+}
+
+/* Point each host output the arena holds (and the views of it) at the caller's buffer when
+ * it may be written in place, else back at its arena memory. */
+static void place_outputs(kiln_context *c) {
+    const kiln_engine *e = c->e;
+    const kn_graph *g = e->plan.graph;
+    for (int i = 0; i < g->n_outputs; i++) {
+        int v = g->outputs[i];
+        c->out_in_place[i] = false;
+        if (!c->in_arena[v] || c->alias[v] >= 0 || e->value_space[v] != 0)
+            continue;
+        void *home = (char *)c->arenas[0].base + c->offsets[v];
+        void *want = output_in_place(c, i) ? c->out_user[i] : home;
+        c->out_in_place[i] = want != home;
+        if (c->vals[v].t.data == want)
+            continue;
+        c->vals[v].t.data = want;
+        for (int w = 0; w < g->n_values; w++)
+            if (c->alias[w] == v)
+                c->vals[w].t.data = want;
+    }
 }
 
 /* A node whose shapes depended on data: infer now, with every input known, and give its
@@ -365,6 +432,9 @@ static kiln_status copy_out(kiln_context *c, int i, void *dst, const void *src, 
     return b->iface->stream_sync ? b->iface->stream_sync(b, c->streams[k]) : KILN_OK;
 }
 
+/* Each output where get_output finds it: the caller's buffer when one is bound (written in
+ * place, or copied to now), else the value's own memory, which stays put until the next
+ * execute; a graph input returned as an output is copied, as the caller may reuse its buffer. */
 static kiln_status copy_outputs(kiln_context *c) {
     const kn_graph *g = c->e->plan.graph;
     for (int i = 0; i < g->n_outputs; i++) {
@@ -372,7 +442,9 @@ static kiln_status copy_outputs(kiln_context *c) {
         const kn_tensor *t = &c->vals[g->outputs[i]].t;
         size_t nb = kn_tensor_nbytes(t);
         int p = v->producer;
-        if (p >= 0 && kn_context_node_runs(c, p) && direct_device_output(c, p) == i)
+        c->out_data[i] = c->out_user[i];
+        if (c->out_in_place[i] ||
+            (p >= 0 && kn_context_node_runs(c, p) && direct_device_output(c, p) == i))
             continue;
         if (c->out_user[i] != NULL) {
             if (c->out_user_size[i] < nb)
@@ -383,6 +455,9 @@ static kiln_status copy_outputs(kiln_context *c) {
                 KN_TRY(copy_out(c, i, c->out_user[i], t->data, nb));
             continue;
         }
+        c->out_data[i] = t->data;
+        if (!v->is_input)
+            continue;
         if (nb > c->out_cap[i]) {
             void *p = kn_malloc(nb);
             if (p == NULL)
@@ -393,6 +468,7 @@ static kiln_status copy_outputs(kiln_context *c) {
         }
         if (nb)
             memcpy(c->out_buf[i], t->data, nb);
+        c->out_data[i] = c->out_buf[i];
     }
     return KILN_OK;
 }
@@ -405,6 +481,7 @@ kiln_status kiln_context_enqueue(kiln_context *c) {
     c->executed = false;
     KN_TRY(kn_context_resolve(c));
     KN_TRY(bind_inputs(c));
+    place_outputs(c);
     c->enqueued = true;
     kiln_status rc = kn_profile_run_begin(c);
     if (rc == KILN_OK)
@@ -459,7 +536,7 @@ kiln_status kiln_context_get_output(kiln_context *c, const char *name, kiln_tens
         view->rank = t->shape.rank;
         memcpy(view->dims, t->shape.d, (size_t)t->shape.rank * sizeof(int64_t));
         view->size = kn_tensor_nbytes(t);
-        view->data = c->out_user[i] ? c->out_user[i] : c->out_buf[i];
+        view->data = c->out_data[i];
         return KILN_OK;
     }
     return kn_error(KILN_ERR_NOT_FOUND, "no output named '%s'", name);

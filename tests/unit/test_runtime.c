@@ -9,6 +9,7 @@
 #include "core/alloc.h"
 #include "core/fileio.h"
 #include "kiln/kiln.h"
+#include "runtime/engine.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -185,6 +186,76 @@ static void test_bound_output(void **state) {
     kn_free(ref.data);
 }
 
+static void check_logits(const float *out, const kn_tensor *ref) {
+    const float *r = ref->data;
+    for (int i = 0; i < 10; i++)
+        assert_true(fabsf(out[i] - r[i]) <= 1e-3f + 1e-3f * fabsf(r[i]));
+}
+
+static void run_into(kiln_context *ctx, void *buf, size_t size, bool in_place, const void **at) {
+    assert_int_equal(kiln_context_set_output(ctx, "logits", buf, size), KILN_OK);
+    assert_int_equal(kiln_context_execute(ctx), KILN_OK);
+    assert_int_equal(ctx->out_in_place[0], in_place);
+    kiln_tensor_view v;
+    assert_int_equal(kiln_context_get_output(ctx, "logits", &v), KILN_OK);
+    assert_int_equal(v.size, 10 * sizeof(float));
+    *at = v.data;
+}
+
+/* A bound host output aligned as the arena is, apart from the inputs, is written by its layer
+ * straight into the caller's buffer; a misaligned one, one overlapping an input, and one
+ * bound as a buffer of a later run are copied to; unbound, the view is the arena's own memory.
+ * Every way gives the same values, and a run into a new buffer leaves the last one alone. */
+static void test_bound_output_in_place(void **state) {
+    (void)state;
+    kiln_engine *e = resnet_engine();
+    kn_tensor x, ref;
+    assert_int_equal(kn_npy_read(path(MODEL "/case0_1x3x64x64/input.npy"), &x), KILN_OK);
+    assert_int_equal(kn_npy_read(path(MODEL "/case0_1x3x64x64/logits.npy"), &ref), KILN_OK);
+    size_t nx = kn_tensor_nbytes(&x);
+    float *in = kn_aligned_alloc(nx, 64), *a = kn_aligned_alloc(128, 64);
+    float *b = kn_aligned_alloc(128, 64);
+    assert_non_null(in), assert_non_null(a), assert_non_null(b);
+    memcpy(in, x.data, nx);
+    kiln_context *ctx;
+    assert_int_equal(kiln_context_create(e, &ctx), KILN_OK);
+    assert_int_equal(kiln_context_set_input_shape(ctx, "input", 4, x.shape.d), KILN_OK);
+    assert_int_equal(kiln_context_set_input(ctx, "input", in, nx), KILN_OK);
+    const void *at;
+    run_into(ctx, a, 128, true, &at);
+    assert_ptr_equal(at, a);
+    check_logits(a, &ref);
+    run_into(ctx, a + 1, 64, false, &at); /* 4 bytes past the alignment */
+    assert_ptr_equal(at, a + 1);
+    check_logits(a + 1, &ref);
+    float first[10];
+    memcpy(first, a, sizeof first);
+    run_into(ctx, b, 128, true, &at);
+    assert_ptr_equal(at, b);
+    check_logits(b, &ref);
+    assert_memory_equal(a, first, sizeof first);
+    /* The input's own buffer as the output: copied after the run, so no layer reads it
+     * overwritten. */
+    run_into(ctx, in, 64, false, &at);
+    assert_ptr_equal(at, in);
+    check_logits(in, &ref);
+    memcpy(in, x.data, nx);
+    /* Unbound: the view is the value's arena memory, valid until the next execute. */
+    run_into(ctx, NULL, 0, false, &at);
+    const char *base = ctx->arenas[0].base;
+    assert_true((const char *)at >= base && (const char *)at < base + ctx->arenas[0].size);
+    check_logits(at, &ref);
+    /* Bound again after running unbound: written in place again, and right. */
+    memset(b, 0, 128);
+    run_into(ctx, b, 128, true, &at);
+    check_logits(b, &ref);
+    kiln_context_destroy(ctx);
+    kiln_engine_destroy(e);
+    kn_free(in), kn_free(a), kn_free(b);
+    kn_free(x.data);
+    kn_free(ref.data);
+}
+
 static void test_bad_plans_refused(void **state) {
     (void)state;
     void *plan;
@@ -238,6 +309,7 @@ int main(void) {
         cmocka_unit_test(test_build_plan_run_matches_pytorch),
         cmocka_unit_test(test_profile_and_name_errors),
         cmocka_unit_test(test_bound_output),
+        cmocka_unit_test(test_bound_output_in_place),
         cmocka_unit_test(test_bad_plans_refused),
         cmocka_unit_test(test_allocation_failures),
     };
