@@ -170,9 +170,10 @@ def _in_place_candidate(o: IOInfo) -> bool:
     """Whether output o may be large enough to return in an array kiln writes in place."""
     if o.dtype is None or o.kind is not None:
         return False
-    if any(isinstance(d, str) for d in o.shape):
+    dims = [d for d in o.shape if isinstance(d, int)]
+    if len(dims) < len(o.shape):  # a dynamic dim: the size is known per run
         return True
-    return int(np.prod(o.shape, dtype=np.int64)) * o.dtype.itemsize >= _IN_PLACE_MIN_BYTES
+    return int(np.prod(dims, dtype=np.int64)) * o.dtype.itemsize >= _IN_PLACE_MIN_BYTES
 
 
 class Context:
@@ -287,7 +288,7 @@ class Context:
     def _new_host_output(self, o: IOInfo) -> Optional[NDArray[Any]]:
         """A new array for a large output of known shape, aligned as kiln's arena is so the
         producing layer can write it in place; None: the output is copied out after run."""
-        if o.name in self._copied_out:
+        if o.name in self._copied_out or o.dtype is None:
             return None
         shape = self._known_shape(o.name)
         if shape is None:
