@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -127,6 +128,30 @@ static int write_outputs(kiln_engine *e, kiln_context *ctx, const char *dir) {
     return rc;
 }
 
+/* Bind each output whose shape is known before the run to a buffer of exactly its size, as an
+ * application does, so the layers producing them write there in place (and a sanitizer build
+ * sees any write past an output's end). bufs[i] stays NULL for the others, which are read
+ * where the context holds them. */
+static int bind_outputs(kiln_engine *e, kiln_context *ctx, void **bufs) {
+    int n = kiln_engine_num_outputs(e);
+    for (int i = 0; i < n; i++) {
+        kiln_io_info info;
+        kiln_engine_output_info(e, i, &info);
+        kn_tensor t = {.dtype = info.dtype};
+        if (info.dtype == KILN_DTYPE_CONTAINER || info.dtype == KILN_DTYPE_STRING ||
+            kiln_context_get_output_shape(ctx, info.name, &t.shape.rank, t.shape.d) != KILN_OK)
+            continue; /* a shape that depends on data: known after the run */
+        size_t nb = kn_tensor_nbytes(&t);
+        if (nb == 0)
+            continue;
+        if (posix_memalign(&bufs[i], 64, nb) != 0)
+            return cli_fail("out of memory for output '%s' (%zu bytes)", info.name, nb);
+        if (kiln_context_set_output(ctx, info.name, bufs[i], nb) != KILN_OK)
+            return cli_fail("%s", kiln_last_error());
+    }
+    return 0;
+}
+
 int cmd_run(int argc, char **argv) {
     cli_opts o;
     int rc = cli_parse(argc, argv, "sidtp", usage, &o);
@@ -139,7 +164,14 @@ int cmd_run(int argc, char **argv) {
     kn_tensor owned[CLI_MAX_ITEMS];
     int n_owned = 0;
     const char *dir = o.output_dir ? o.output_dir : ".";
+    void **bufs = NULL;
     if ((rc = cli_prepare_context(&o, false, &e, &ctx, owned, &n_owned)) != 0)
+        goto out;
+    if ((bufs = calloc((size_t)kiln_engine_num_outputs(e) + 1, sizeof *bufs)) == NULL) {
+        rc = cli_fail("out of memory");
+        goto out;
+    }
+    if ((rc = bind_outputs(e, ctx, bufs)) != 0)
         goto out;
     if (kiln_context_execute(ctx) != KILN_OK) {
         rc = cli_fail("%s", kiln_last_error());
@@ -159,6 +191,9 @@ out:
     for (int i = 0; i < n_owned; i++)
         kn_free(owned[i].data);
     kiln_context_destroy(ctx);
+    for (int i = 0; bufs != NULL && i < kiln_engine_num_outputs(e); i++)
+        free(bufs[i]);
+    free(bufs);
     kiln_engine_destroy(e);
     cli_opts_free(&o);
     return rc;
