@@ -145,10 +145,18 @@ static void leave_job(kn_threadpool *p, kn_worker *w) {
     }
 }
 
+/* Set once by each worker; other threads keep 0 (kn_threadpool_thread_index). */
+static _Thread_local int thread_index;
+
+int kn_threadpool_thread_index(void) {
+    return thread_index;
+}
+
 static void *worker_main(void *arg) {
     kn_worker *w = arg;
     kn_threadpool *p = w->pool;
     uint64_t seen = 0;
+    thread_index = w->index;
     for (;;) {
         uint64_t g = wait_for_job(p, seen);
         if (g == 0)

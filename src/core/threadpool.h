@@ -15,6 +15,10 @@ void kn_threadpool_destroy(kn_threadpool *pool);
 int kn_threadpool_size(const kn_threadpool *pool);
 /* Threads the pool was created with; 1 for NULL. */
 int kn_threadpool_capacity(const kn_threadpool *pool);
+/* The calling thread's place in the pool whose job it is running: 1..capacity - 1 on a worker,
+ * 0 on any other thread (the caller, which takes part in its own jobs). With per-thread parts
+ * of a scratch buffer, each chunk of a kn_parallel_for can work in memory of its thread. */
+int kn_threadpool_thread_index(void);
 /* Run later jobs on the caller and the first threads - 1 workers only (clamped to
  * [1, capacity]); the others stay parked and take no chunk. Returns the previous limit. Only
  * for the thread that drives the pool, between jobs. A small layer runs faster on a few cores

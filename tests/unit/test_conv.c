@@ -367,6 +367,10 @@ static void test_conv2d_sweep(void **state) {
         {2, 1, 8, 20, 2, {29, 29}, {3, 3}, {2, 2}, {1, 1}, {0, 1}, {1, 0}, NULL, false, true},
         {2, 1, 3, 24, 1, {40, 80}, {7, 7}, {2, 2}, {1, 1}, {3, 3}, {3, 3}, NULL, true, false},
         {2, 1, 4, 32, 1, {9, 70}, {5, 4}, {2, 2}, {1, 1}, {2, 1}, {2, 2}, NULL, true, true},
+        /* bands of two output rows whose rests past a whole 32-column tile share one tile:
+         * 4 and 16 columns, an odd last row */
+        {2, 1, 8, 16, 1, {34, 72}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, NULL, true, true},
+        {2, 1, 16, 32, 1, {40, 160}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, NULL, true, false},
         /* up to 64 output channels where K is small (a 3 -> 64 7x7 stem) */
         {2, 1, 3, 64, 1, {30, 40}, {7, 7}, {2, 2}, {1, 1}, {3, 3}, {3, 3}, NULL, true, true},
         /* deep im2col products over small outputs, split by depth on the two threads (gemm.c's

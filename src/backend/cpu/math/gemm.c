@@ -982,7 +982,9 @@ typedef struct gather_job {
     const float *b;
     const int64_t *off;
     int64_t oh, ow, row_step, ncol;
-    int rows; /* output rows per tile: 2 when a row fits one vector */
+    int64_t oy0, oy1; /* the output rows computed; B row oy is at b + (oy - oy0) * row_step */
+    int rows;         /* output rows per tile group (kn_gemm_gather_row_group) */
+    int64_t full;     /* with rows 2 and wider rows: full tiles a row, the rests paired */
     float *c;
     const kn_epilogue *ep;
 } gather_job;
@@ -993,13 +995,29 @@ static void gather_tiles(void *arg, int64_t begin, int64_t end) {
     int64_t m = j->a->rows, k = j->a->k, ldc = j->oh * j->ow;
     const kn_epilogue *ep = j->ep;
     for (int64_t t = begin; t < end; t++) {
-        int64_t oy = t / j->ncol * j->rows, ox0 = t % j->ncol * u->nr;
+        int64_t oy = j->oy0 + t / j->ncol * j->rows, ox0 = t % j->ncol * u->nr;
         kn_gather_tile gt;
-        if (j->rows == 2) {
+        if (j->rows == 2 && j->full > 0) {
+            /* A pair of rows: each row's full tiles, then one tile of both rows' rests. */
+            int64_t per = 2 * j->full + 1, i = t % per;
+            oy = j->oy0 + t / per * 2;
+            if (i < 2 * j->full) {
+                oy += i / j->full;
+                ox0 = i % j->full * u->nr;
+                if (oy >= j->oy1)
+                    continue;
+                gt = (kn_gather_tile){.b1 = 16, .c1 = 16, .n0 = 16, .n1 = 16};
+            } else {
+                ox0 = j->full * u->nr;
+                int rest = (int)(j->ow - ox0);
+                gt = (kn_gather_tile){
+                    .b1 = j->row_step, .c1 = j->ow, .n0 = rest, .n1 = oy + 1 < j->oy1 ? rest : 0};
+            }
+        } else if (j->rows == 2) {
             gt = (kn_gather_tile){.b1 = j->row_step,
                                   .c1 = j->ow,
                                   .n0 = (int)j->ow,
-                                  .n1 = oy + 1 < j->oh ? (int)j->ow : 0};
+                                  .n1 = oy + 1 < j->oy1 ? (int)j->ow : 0};
         } else {
             int64_t left = j->ow - ox0;
             gt = (kn_gather_tile){.b1 = 16,
@@ -1008,7 +1026,7 @@ static void gather_tiles(void *arg, int64_t begin, int64_t end) {
                                   .n1 = (int)(left > 16 ? min64(16, left - 16) : 0)};
         }
         float *cbase = j->c + oy * j->ow + ox0;
-        gt.b = j->b + oy * j->row_step + ox0;
+        gt.b = j->b + (oy - j->oy0) * j->row_step + ox0;
         for (int64_t k0 = 0; k0 < k; k0 += KC) {
             int64_t kc = min64(KC, k - k0);
             bool last = k0 + kc >= k;
@@ -1049,25 +1067,50 @@ bool kn_gemm_gather_ok(const kn_gemm_packed *a) {
     return a != NULL && a->ukr == ukr_get() && a->ukr->fn_gather != NULL && a->ukr->nr == 32;
 }
 
-void kn_gemm_gather(kn_threadpool *pool, const kn_gemm_packed *a, const float *b,
-                    const int64_t *off, int64_t oh, int64_t ow, int64_t row_step, float *c,
-                    const kn_epilogue *ep) {
+static gather_job gather_init(const kn_gemm_packed *a, const float *b, const int64_t *off,
+                              int64_t oh, int64_t ow, int64_t oy0, int64_t oy1, int64_t row_step,
+                              float *c, const kn_epilogue *ep, int64_t *tiles) {
     gather_job j = {.u = ukr_get(),
                     .a = a,
                     .b = b,
                     .off = off,
                     .oh = oh,
                     .ow = ow,
+                    .oy0 = oy0,
+                    .oy1 = oy1,
                     .row_step = row_step,
-                    .rows = ow <= 16 ? 2 : 1,
+                    .rows = kn_gemm_gather_row_group(ow),
                     .c = c,
                     .ep = ep};
-    j.ncol = j.rows == 2 ? 1 : (ow + j.u->nr - 1) / j.u->nr;
-    int64_t tiles = (oh + j.rows - 1) / j.rows * j.ncol;
-    if (oh <= 0 || ow <= 0 || a->rows <= 0)
-        return;
-    kn_parallel_for(a->rows * a->k * ow * oh >= PARALLEL_MIN_WORK ? pool : NULL, tiles, 1,
-                    gather_tiles, &j);
+    j.full = ow > 16 ? ow / j.u->nr : 0;
+    j.ncol = j.rows == 2 ? (j.full > 0 ? 2 * j.full + 1 : 1) : (ow + j.u->nr - 1) / j.u->nr;
+    *tiles = ow <= 0 || a->rows <= 0 ? 0 : (oy1 - oy0 + j.rows - 1) / j.rows * j.ncol;
+    return j;
+}
+
+int kn_gemm_gather_row_group(int64_t ow) {
+    /* A row of at most 16 columns, or a rest of at most 16 past whole 32-column tiles, would
+     * fill half a tile: two rows' share one instead. */
+    return ow <= 16 || (ow % 32 != 0 && ow % 32 <= 16) ? 2 : 1;
+}
+
+void kn_gemm_gather(kn_threadpool *pool, const kn_gemm_packed *a, const float *b,
+                    const int64_t *off, int64_t oh, int64_t ow, int64_t row_step, float *c,
+                    const kn_epilogue *ep) {
+    int64_t tiles;
+    gather_job j = gather_init(a, b, off, oh, ow, 0, oh, row_step, c, ep, &tiles);
+    if (tiles > 0)
+        kn_parallel_for(a->rows * a->k * ow * oh >= PARALLEL_MIN_WORK ? pool : NULL, tiles, 1,
+                        gather_tiles, &j);
+}
+
+void kn_gemm_gather_rows(const kn_gemm_packed *a, const float *b, const int64_t *off, int64_t oh,
+                         int64_t ow, int64_t oy0, int64_t oy1, int64_t row_step, float *c,
+                         const kn_epilogue *ep) {
+    int64_t tiles;
+    gather_job j = gather_init(a, b, off, oh, ow, oy0, oy1, row_step, c, ep, &tiles);
+    if (tiles > 0)
+        gather_tiles(&j, 0, tiles);
 }
 
 bool kn_gemm_scales_b(int64_t m, int64_t k) {

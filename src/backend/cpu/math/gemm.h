@@ -82,6 +82,15 @@ bool kn_gemm_gather_ok(const kn_gemm_packed *a);
 void kn_gemm_gather(kn_threadpool *pool, const kn_gemm_packed *a, const float *b,
                     const int64_t *off, int64_t oh, int64_t ow, int64_t row_step, float *c,
                     const kn_epilogue *ep);
+/* The same on the calling thread for output rows [oy0, oy1) only (C still m x (oh * ow)), with
+ * B's row oy at b[off[k] + (oy - oy0) * row_step + ox]: for B prepared a band of rows at a
+ * time; oy1 - oy0 is best a multiple of kn_gemm_gather_row_group(ow). */
+void kn_gemm_gather_rows(const kn_gemm_packed *a, const float *b, const int64_t *off, int64_t oh,
+                         int64_t ow, int64_t oy0, int64_t oy1, int64_t row_step, float *c,
+                         const kn_epilogue *ep);
+/* Output rows the gathered product takes together (1 or 2): rows of at most 16 columns, and
+ * the rests of at most 16 columns past whole tiles, go two rows a tile. */
+int kn_gemm_gather_row_group(int64_t ow);
 
 /* Writes rows [k0, k0+kc) x columns [n0, n0+nc) of op(B) into dst as kn_gemm_nr()-wide
  * column panels: panel p holds kc rows of nr floats at dst + p*kc*nr, columns past nc zero. */
