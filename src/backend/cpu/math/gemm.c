@@ -1094,19 +1094,9 @@ int kn_gemm_gather_row_group(int64_t ow) {
     return ow <= 16 || (ow % 32 != 0 && ow % 32 <= 16) ? 2 : 1;
 }
 
-void kn_gemm_gather(kn_threadpool *pool, const kn_gemm_packed *a, const float *b,
-                    const int64_t *off, int64_t oh, int64_t ow, int64_t row_step, float *c,
+void kn_gemm_gather(const kn_gemm_packed *a, const float *b, const int64_t *off, int64_t oh,
+                    int64_t ow, int64_t oy0, int64_t oy1, int64_t row_step, float *c,
                     const kn_epilogue *ep) {
-    int64_t tiles;
-    gather_job j = gather_init(a, b, off, oh, ow, 0, oh, row_step, c, ep, &tiles);
-    if (tiles > 0)
-        kn_parallel_for(a->rows * a->k * ow * oh >= PARALLEL_MIN_WORK ? pool : NULL, tiles, 1,
-                        gather_tiles, &j);
-}
-
-void kn_gemm_gather_rows(const kn_gemm_packed *a, const float *b, const int64_t *off, int64_t oh,
-                         int64_t ow, int64_t oy0, int64_t oy1, int64_t row_step, float *c,
-                         const kn_epilogue *ep) {
     int64_t tiles;
     gather_job j = gather_init(a, b, off, oh, ow, oy0, oy1, row_step, c, ep, &tiles);
     if (tiles > 0)

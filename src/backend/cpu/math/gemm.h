@@ -72,22 +72,18 @@ kiln_status kn_gemm_packed_like(const kn_gemm_packed *a, kn_gemm_packed **out);
 void kn_gemm_packed_scale_k(kn_threadpool *pool, const kn_gemm_packed *a, const float *s,
                             kn_gemm_packed *dst);
 
-/* C = A B (+ epilogue, bias per row) over an output grid of oh rows of ow: C is m x (oh * ow),
- * row-major, and B is never packed: element (k, oy * ow + ox) of B is
- * b[off[k] + oy * row_step + ox], so each tile's rows of B are runs read in place. A is packed
- * (kn_gemm_pack_a, m x k). For strided convs over prepared phase planes, whose im2col copy cost
- * as much as the product when the conv has few output channels. Only where
- * kn_gemm_gather_ok(a): the CPU's kernels take it and a was packed for them. */
+/* C = A B (+ epilogue, bias per row) over output rows [oy0, oy1) of a grid of oh rows of ow,
+ * on the calling thread: C is m x (oh * ow), row-major, and B is never packed: element
+ * (k, oy * ow + ox) of B is b[off[k] + (oy - oy0) * row_step + ox], so each tile's rows of B
+ * are runs read in place, and B can be prepared a band of rows at a time (oy1 - oy0 best a
+ * multiple of kn_gemm_gather_row_group(ow)). A is packed (kn_gemm_pack_a, m x k). For strided
+ * convs over prepared phase planes, whose im2col copy cost as much as the product when the conv
+ * has few output channels. Only where kn_gemm_gather_ok(a): the CPU's kernels take it and a was
+ * packed for them. */
 bool kn_gemm_gather_ok(const kn_gemm_packed *a);
-void kn_gemm_gather(kn_threadpool *pool, const kn_gemm_packed *a, const float *b,
-                    const int64_t *off, int64_t oh, int64_t ow, int64_t row_step, float *c,
+void kn_gemm_gather(const kn_gemm_packed *a, const float *b, const int64_t *off, int64_t oh,
+                    int64_t ow, int64_t oy0, int64_t oy1, int64_t row_step, float *c,
                     const kn_epilogue *ep);
-/* The same on the calling thread for output rows [oy0, oy1) only (C still m x (oh * ow)), with
- * B's row oy at b[off[k] + (oy - oy0) * row_step + ox]: for B prepared a band of rows at a
- * time; oy1 - oy0 is best a multiple of kn_gemm_gather_row_group(ow). */
-void kn_gemm_gather_rows(const kn_gemm_packed *a, const float *b, const int64_t *off, int64_t oh,
-                         int64_t ow, int64_t oy0, int64_t oy1, int64_t row_step, float *c,
-                         const kn_epilogue *ep);
 /* Output rows the gathered product takes together (1 or 2): rows of at most 16 columns, and
  * the rests of at most 16 columns past whole tiles, go two rows a tile. */
 int kn_gemm_gather_row_group(int64_t ow);

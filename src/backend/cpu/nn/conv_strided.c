@@ -76,7 +76,7 @@ static void run_bands(void *arg, int64_t begin, int64_t end) {
                 phase_row(src, c->w, c->pw, j->w2, j->half, row,
                           xq + (ci * j->rows_in + r) * j->rs);
             }
-        kn_gemm_gather_rows(j->a, xq, j->off, c->oh, c->ow, oy0, oy1, 2 * j->rs, j->y, j->ep);
+        kn_gemm_gather(j->a, xq, j->off, c->oh, c->ow, oy0, oy1, 2 * j->rs, j->y, j->ep);
     }
 }
 
