@@ -794,6 +794,47 @@ static void test_maxpool_nhwc_bf16(void **state) {
     case_free(&r);
 }
 
+/* Stride-1 max pools that keep the size (k x k, k / 2 padding on every side) over small planes
+ * go through a framed copy of the whole plane (pool.c, pool2d_same_max_planes): k 3, 5 and 7,
+ * square and oblong planes, against the window's maximum. */
+static void test_maxpool_same_small_planes(void **state) {
+    (void)state;
+    struct {
+        int64_t k, h, w;
+    } cases[] = {{5, 10, 20}, {3, 7, 9}, {7, 12, 5}, {5, 40, 40}, {3, 1, 1}};
+    for (int ci = 0; ci < 5; ci++) {
+        int64_t kk = cases[ci].k, H = cases[ci].h, W = cases[ci].w, N = 2, C = 3, p = kk / 2;
+        float *x = kn_malloc((size_t)(N * C * H * W) * sizeof *x);
+        assert_non_null(x);
+        for (int64_t i = 0; i < N * C * H * W; i++)
+            x[i] = (float)((i * 7919) % 1013) / 13.0f - 40.0f;
+        int64_t k[2] = {kk, kk}, pads[4] = {p, p, p, p};
+        kn_attr at[] = {ais("kernel_shape", 2, k), ais("pads", 4, pads)};
+        kn_tensor in[] = {F32(x, N, C, H, W)};
+        case_run r;
+        assert_int_equal(run_case(&r, "MaxPool", 12, at, 2, in, 1, 1), KILN_OK);
+        assert_int_equal(r.out[0].shape.d[2], H);
+        assert_int_equal(r.out[0].shape.d[3], W);
+        const float *y = r.out[0].data;
+        for (int64_t u = 0; u < N * C; u++)
+            for (int64_t a = 0; a < H; a++)
+                for (int64_t b = 0; b < W; b++) {
+                    float want = -INFINITY;
+                    for (int64_t i = a - p; i <= a + p; i++)
+                        for (int64_t j = b - p; j <= b + p; j++)
+                            if (i >= 0 && i < H && j >= 0 && j < W)
+                                want = fmaxf(want, x[(u * H + i) * W + j]);
+                    float got = y[(u * H + a) * W + b];
+                    if (got != want)
+                        fail_msg("k %lld %lldx%lld plane %lld (%lld, %lld): got %g, want %g",
+                                 (long long)kk, (long long)H, (long long)W, (long long)u,
+                                 (long long)a, (long long)b, got, want);
+                }
+        case_free(&r);
+        kn_free(x);
+    }
+}
+
 static void test_pool_3d_and_global(void **state) {
     (void)state;
     float x[2 * 27];
@@ -913,6 +954,7 @@ int main(void) {
         cmocka_unit_test(test_avgpool_ceil_dilation_same),
         cmocka_unit_test(test_pool_3d_and_global),
         cmocka_unit_test(test_maxpool_nhwc_bf16),
+        cmocka_unit_test(test_maxpool_same_small_planes),
         cmocka_unit_test(test_lppool_and_unpool),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
