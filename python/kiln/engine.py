@@ -339,7 +339,9 @@ class Context:
         return value
 
     def _bind_outputs(self, outputs: Any) -> Dict[str, Any]:
-        """Bind the outputs the caller gave (or asked for as torch tensors) to device memory."""
+        """Bind the outputs: those the caller gave (numpy arrays as host memory, CUDA arrays or
+        the torch tensors asked for as device memory), and a new aligned array for each large
+        host output of known shape; unbind what the run before bound and this one does not."""
         names = [o.name for o in self.engine.outputs]
         if outputs == "torch":
             # an output without a numpy dtype (string) gets np.dtype(None), float64
