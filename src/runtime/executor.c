@@ -95,7 +95,7 @@ static bool output_in_place(const kiln_context *c, int i) {
         if (c->in_data[j] != NULL && !c->in_device[j] &&
             ranges_overlap(dst, nb, c->in_data[j], c->in_size[j]))
             return false;
-    for (int k = 0; k < g->n_nodes; k++) {
+    for (int k = 0; k < g->n_nodes && e->n_backends > 1; k++) {
         const kn_node *n = &g->nodes[k];
         if (n->dead || e->node_backend[k] == 0)
             continue;

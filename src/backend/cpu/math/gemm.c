@@ -996,28 +996,22 @@ static void gather_tiles(void *arg, int64_t begin, int64_t end) {
     const kn_epilogue *ep = j->ep;
     for (int64_t t = begin; t < end; t++) {
         int64_t oy = j->oy0 + t / j->ncol * j->rows, ox0 = t % j->ncol * u->nr;
+        /* A pair of rows: each row's full tiles (none for rows of <= 16), then one tile of
+         * both rows' rests. */
+        bool pair = j->rows == 2;
+        if (pair) {
+            int64_t i = t % j->ncol;
+            pair = i == 2 * j->full;
+            oy += pair ? 0 : i / j->full;
+            ox0 = pair ? j->full * u->nr : i % j->full * u->nr;
+            if (oy >= j->oy1)
+                continue;
+        }
         kn_gather_tile gt;
-        if (j->rows == 2 && j->full > 0) {
-            /* A pair of rows: each row's full tiles, then one tile of both rows' rests. */
-            int64_t per = 2 * j->full + 1, i = t % per;
-            oy = j->oy0 + t / per * 2;
-            if (i < 2 * j->full) {
-                oy += i / j->full;
-                ox0 = i % j->full * u->nr;
-                if (oy >= j->oy1)
-                    continue;
-                gt = (kn_gather_tile){.b1 = 16, .c1 = 16, .n0 = 16, .n1 = 16};
-            } else {
-                ox0 = j->full * u->nr;
-                int rest = (int)(j->ow - ox0);
-                gt = (kn_gather_tile){
-                    .b1 = j->row_step, .c1 = j->ow, .n0 = rest, .n1 = oy + 1 < j->oy1 ? rest : 0};
-            }
-        } else if (j->rows == 2) {
-            gt = (kn_gather_tile){.b1 = j->row_step,
-                                  .c1 = j->ow,
-                                  .n0 = (int)j->ow,
-                                  .n1 = oy + 1 < j->oy1 ? (int)j->ow : 0};
+        if (pair) {
+            int rest = (int)(j->ow - ox0);
+            gt = (kn_gather_tile){
+                .b1 = j->row_step, .c1 = j->ow, .n0 = rest, .n1 = oy + 1 < j->oy1 ? rest : 0};
         } else {
             int64_t left = j->ow - ox0;
             gt = (kn_gather_tile){.b1 = 16,
