@@ -349,12 +349,28 @@ KILN_API kiln_status kiln_build_config_set_precision(kiln_build_config *config,
 KILN_API kiln_status kiln_build_config_set_layer_precision(kiln_build_config *config,
                                                            const char *pattern,
                                                            kiln_precision precision);
+/* How device backends choose among the algorithms of a layer that has several (cuDNN
+ * convolutions and cuBLASLt products on CUDA). TIMED: each candidate is timed at the profile's
+ * opt shapes on the build's device, those whose output differs from the first candidate's are
+ * dropped, and the fastest is recorded in the plan (seconds more a build; two builds without a
+ * timing cache may choose differently). HEURISTIC: nothing is timed; each library's own first
+ * choice runs. AUTO (the default): TIMED when the build has a timing cache file (below) or the
+ * backend is told to by its environment (KILN_CUDA_TUNE=1; KILN_CUDA_TUNE=0 keeps the heuristic
+ * even with a cache), else HEURISTIC. The host's per-layer thread counts follow the timing
+ * cache alone (see kiln_build_config_set_timing_cache). */
+typedef enum kiln_tactics {
+    KILN_TACTICS_AUTO = 0,
+    KILN_TACTICS_TIMED = 1,
+    KILN_TACTICS_HEURISTIC = 2,
+} kiln_tactics;
+KILN_API kiln_status kiln_build_config_set_tactics(kiln_build_config *config, kiln_tactics tactics);
 /* A timing cache file (NULL or "": none). Device backends time the candidate algorithms of
- * layers that have several (cuDNN convolutions on CUDA) and record the fastest in the plan;
- * the cache keeps those choices by device, library versions and layer signature. It is read
- * before tuning (a malformed or foreign file is ignored with a warning) and written (temporary
- * file, then rename) when layers were timed, so a rebuild with it times nothing and writes the
- * same plan. On the CPU, a build for more than one thread also times each layer on fewer of
+ * layers that have several (cuDNN convolutions and cuBLASLt products on CUDA; unless
+ * kiln_build_config_set_tactics says HEURISTIC) and record the fastest in the plan; the cache
+ * keeps those choices by device, library versions and layer signature. It is read before
+ * tuning (a malformed or foreign file is ignored with a warning) and written (temporary file,
+ * then rename) when layers were timed, so a rebuild with it times nothing and writes the same
+ * plan. On the CPU, a build for more than one thread also times each layer on fewer of
  * the context's threads and keeps the layers that are clearly faster so in the cache (and in
  * the plan's per-layer thread counts); KILN_CPU_THREAD_TUNE=0 turns that off. Without a cache
  * file the CPU times nothing (KILN_CPU_THREAD_TUNE=1: it does, and the plan then varies from

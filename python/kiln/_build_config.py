@@ -104,6 +104,18 @@ def _set_precision(h: ctypes.c_void_p, precision: PrecisionArg) -> None:
             )
 
 
+_TACTICS = {"auto": 0, "timed": 1, "heuristic": 2}  # kiln_tactics
+
+
+def _tactics_code(tactics: str) -> int:
+    if not isinstance(tactics, str) or tactics not in _TACTICS:
+        raise KilnError(
+            ERR_INVALID_ARGUMENT,
+            f"tactics={tactics!r}: expected 'auto', 'timed' or 'heuristic'",
+        )
+    return _TACTICS[tactics]
+
+
 class _Config:
     def __init__(
         self,
@@ -116,6 +128,7 @@ class _Config:
         timing_cache: Optional[Union[str, "os.PathLike[str]"]] = None,
         int8: bool = False,
         calibration: Optional[CalibrationArg] = None,
+        tactics: Optional[str] = None,
     ) -> None:
         h = ctypes.c_void_p()
         check(lib.kiln_build_config_create(ctypes.byref(h)))
@@ -155,6 +168,8 @@ class _Config:
                 _set_precision(h, precision)
             if timing_cache is not None:
                 check(lib.kiln_build_config_set_timing_cache(h, encode(os.fspath(timing_cache))))
+            if tactics is not None:
+                check(lib.kiln_build_config_set_tactics(h, _tactics_code(tactics)))
             if int8:
                 _set_int8(h, calibration)
             elif calibration is not None:
@@ -183,10 +198,11 @@ def build_plan(
     timing_cache: Optional[Union[str, "os.PathLike[str]"]] = None,
     int8: bool = False,
     calibration: Optional[CalibrationArg] = None,
+    tactics: Optional[str] = None,
 ) -> Optional[bytes]:
     cfg = _Config(
         shapes, threads, prefer_plugins, progress, backends, precision, timing_cache, int8,
-        calibration,
+        calibration, tactics,
     )
     data, size = ctypes.c_void_p(), ctypes.c_size_t()
     try:

@@ -508,6 +508,7 @@ _declare(
 _declare("kiln_build_config_prefer_plugin", status_t, c_void_p, c_char_p)
 _declare("kiln_build_config_set_backends", status_t, c_void_p, _P(c_char_p), ctypes.c_int)
 _declare("kiln_build_config_set_precision", status_t, c_void_p, ctypes.c_int)
+_declare("kiln_build_config_set_tactics", status_t, c_void_p, ctypes.c_int)
 _declare("kiln_build_config_set_timing_cache", status_t, c_void_p, ctypes.c_char_p)
 _declare(
     "kiln_build_config_set_int8", status_t, c_void_p, ctypes.c_char_p, ctypes.c_int,

@@ -45,6 +45,7 @@ def build(
     timing_cache: Optional[Union[str, "os.PathLike[str]"]] = None,
     int8: bool = False,
     calibration: Optional[CalibrationArg] = None,
+    tactics: Optional[str] = None,
 ) -> bytes:
     """Build a plan and return it as bytes.
 
@@ -62,7 +63,10 @@ def build(
     kiln_build_config_set_timing_cache). int8: run a float32 model's Conv, Gemm and MatMul
     layers in int8, calibrated on the CPU by calibration: a folder of .npy samples (one
     sub-folder per sample holding INPUT.npy for each input, or .npy files for a one-input model)
-    or a kiln.Calibration(data, method="entropy"|"minmax", cache=FILE)."""
+    or a kiln.Calibration(data, method="entropy"|"minmax", cache=FILE). tactics: how device
+    backends choose among a layer's algorithms (cuDNN convolutions, cuBLASLt products):
+    "timed" (each timed on the device, the fastest kept in the plan), "heuristic" (the
+    libraries' first choice) or "auto" (the default: timed when timing_cache is given)."""
     plan = _build(
         model,
         None,
@@ -76,6 +80,7 @@ def build(
         timing_cache,
         int8,
         calibration,
+        tactics,
     )
     return cast(bytes, plan)  # bytes whenever no path is given
 
@@ -93,6 +98,7 @@ def build_to_file(
     timing_cache: Optional[Union[str, "os.PathLike[str]"]] = None,
     int8: bool = False,
     calibration: Optional[CalibrationArg] = None,
+    tactics: Optional[str] = None,
 ) -> None:
     """Build a plan straight into a file (written beside it, then renamed, so a failed build
     never damages an existing plan). Arguments as for kiln.build."""
@@ -109,6 +115,7 @@ def build_to_file(
         timing_cache,
         int8,
         calibration,
+        tactics,
     )
 
 
@@ -125,6 +132,7 @@ def _build(
     timing_cache: Optional[Union[str, "os.PathLike[str]"]] = None,
     int8: bool = False,
     calibration: Optional[CalibrationArg] = None,
+    tactics: Optional[str] = None,
 ) -> Optional[bytes]:
     if isinstance(model, Network):
         if isinstance(plugins, _registry.Registry) and plugins is not model.registry:
@@ -148,6 +156,7 @@ def _build(
             timing_cache,
             int8,
             calibration,
+            tactics,
         )
     reg = _registry.resolve(plugins)
     b = ctypes.c_void_p()
@@ -179,6 +188,7 @@ def _build(
             timing_cache,
             int8,
             calibration,
+            tactics,
         )
     finally:
         if net:

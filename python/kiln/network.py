@@ -641,6 +641,7 @@ class Network:
         timing_cache: Optional[Union[str, "os.PathLike[str]"]] = None,
         int8: bool = False,
         calibration: Optional[CalibrationArg] = None,
+        tactics: Optional[str] = None,
     ) -> bytes:
         """The plan (bytes); see kiln.build."""
         plan = build_plan(
@@ -655,6 +656,7 @@ class Network:
             timing_cache=timing_cache,
             int8=int8,
             calibration=calibration,
+            tactics=tactics,
         )
         return cast(bytes, plan)  # bytes whenever no path is given
 

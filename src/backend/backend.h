@@ -210,6 +210,8 @@ typedef struct kn_backend_iface {
     kiln_status (*tune)(kn_backend *b, const kn_node *n, int n_in, const kn_tensor *in, int n_out,
                         const kn_tensor *out, int64_t *tactic, int *n_tactic, char *note,
                         size_t note_size);
+    /* What a build's KILN_TACTICS_AUTO means on this backend (kn_tune_auto). */
+    int tune_auto;
 
     /* --- code generation at build (optional: NULL when the backend generates nothing) --- */
     /* Code of the backend's own for node n (dtypes set in in/out; shapes are not known): a
@@ -222,6 +224,15 @@ typedef struct kn_backend_iface {
                             int n_out, const kn_tensor *out, void **code, size_t *size, char *note,
                             size_t note_size);
 } kn_backend_iface;
+
+/* When a build that leaves the choice to the backend (KILN_TACTICS_AUTO) times its layers:
+ * with a timing cache file only (the default), always, or never. KILN_TACTICS_TIMED and
+ * KILN_TACTICS_HEURISTIC override it. */
+typedef enum kn_tune_auto {
+    KN_TUNE_WITH_CACHE = 0,
+    KN_TUNE_ALWAYS = 1,
+    KN_TUNE_NEVER = 2,
+} kn_tune_auto;
 
 /* The most integers one tactic holds, and the node attribute (ints) that records it. */
 #define KN_TACTIC_MAX 16

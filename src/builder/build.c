@@ -447,13 +447,25 @@ static bool node_tensors(const kn_node *n, const kn_resolved *at, kn_tensor *in,
     return known;
 }
 
-/* The node's tuning key on its backend at resolution at; false when it has nothing to tune. */
-static bool tune_key_of(const kn_node *n, const kn_resolved *at, kn_backend **b, char *key,
-                        size_t size) {
+/* Whether this build times the layers of backend b (kiln_build_config_set_tactics). */
+static bool tunes_on(const kiln_build_config *cfg, const kn_backend *b) {
+    if (b->iface->tune == NULL || b->iface->tune_key == NULL ||
+        cfg->tactics == KILN_TACTICS_HEURISTIC)
+        return false;
+    if (cfg->tactics == KILN_TACTICS_TIMED)
+        return true;
+    return b->iface->tune_auto == KN_TUNE_ALWAYS ||
+           (b->iface->tune_auto == KN_TUNE_WITH_CACHE && cfg->timing_cache != NULL);
+}
+
+/* The node's tuning key on its backend at resolution at; false when it has nothing to tune or
+ * this build does not time its backend's layers. */
+static bool tune_key_of(const kiln_build_config *cfg, const kn_node *n, const kn_resolved *at,
+                        kn_backend **b, char *key, size_t size) {
     kn_tensor in[KN_MAX_NODE_IO], out[KN_MAX_NODE_IO];
     if (n->dead || kn_is_plugin_node(n) || kn_node_copy_kind(n) != KN_COPY_NONE ||
-        kn_backend_get(kn_node_backend(n), b) != KILN_OK || (*b)->iface->tune == NULL ||
-        (*b)->iface->tune_key == NULL || !node_tensors(n, at, in, out))
+        kn_backend_get(kn_node_backend(n), b) != KILN_OK || !tunes_on(cfg, *b) ||
+        !node_tensors(n, at, in, out))
         return false;
     return (*b)->iface->tune_key(*b, n, n->n_in, in, n->n_out, out, key, size);
 }
@@ -496,7 +508,7 @@ static kiln_status tune(kn_graph *g, const kiln_build_config *cfg, const kn_plug
     bool any = false;
     KN_TRY(find_backends(cfg, order, &n_order));
     for (int k = 0; k < n_order; k++)
-        any |= order[k]->iface->tune != NULL;
+        any |= tunes_on(cfg, order[k]);
     if (!any)
         return KILN_OK;
     kn_resolved *at = kn_calloc((size_t)g->n_values + 1, sizeof *at);
@@ -517,10 +529,10 @@ static kiln_status tune(kn_graph *g, const kiln_build_config *cfg, const kn_plug
     kn_backend *b;
     int total = 0, done = 0, timed = 0, from_file = 0, failed = 0;
     for (int i = 0; i < g->n_nodes; i++)
-        total += tune_key_of(&g->nodes[i], at, &b, key, sizeof key);
+        total += tune_key_of(cfg, &g->nodes[i], at, &b, key, sizeof key);
     for (int i = 0; i < g->n_nodes && rc == KILN_OK; i++) {
         const kn_node *n = &g->nodes[i];
-        if (!tune_key_of(n, at, &b, key, sizeof key))
+        if (!tune_key_of(cfg, n, at, &b, key, sizeof key))
             continue;
         char stage[64];
         snprintf(stage, sizeof stage, "tuning %d/%d", ++done, total);

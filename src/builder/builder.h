@@ -32,6 +32,7 @@ struct kiln_build_config {
     kn_layer_precision *layer_precision; /* overrides by node-name pattern, later ones win */
     int n_layer_precision;
     char *timing_cache;      /* path of the timing cache file, or NULL */
+    int tactics;             /* kiln_tactics */
     bool int8;               /* kiln_build_config_set_int8 */
     int calibration_method;  /* kiln_calibration_method */
     char *calibration_dir;   /* or NULL */

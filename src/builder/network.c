@@ -121,6 +121,16 @@ kiln_status kiln_build_config_set_precision(kiln_build_config *c, kiln_precision
     return KILN_OK;
 }
 
+kiln_status kiln_build_config_set_tactics(kiln_build_config *c, kiln_tactics tactics) {
+    if (c == NULL || (tactics != KILN_TACTICS_AUTO && tactics != KILN_TACTICS_TIMED &&
+                      tactics != KILN_TACTICS_HEURISTIC))
+        return kn_error(KILN_ERR_INVALID_ARGUMENT,
+                        "kiln_build_config_set_tactics: NULL config or unknown choice %d",
+                        (int)tactics);
+    c->tactics = (int)tactics;
+    return KILN_OK;
+}
+
 kiln_status kiln_build_config_set_timing_cache(kiln_build_config *c, const char *path) {
     if (c == NULL)
         return kn_error(KILN_ERR_INVALID_ARGUMENT,

@@ -6,9 +6,10 @@ times each host layer on fewer of them and keeps the counts in the cache ("cpu t
 entries), so a rebuild with it times nothing, takes the counts from the file and writes a
 byte-identical plan; on a machine too busy to give the build its threads' CPU time, layers keep
 all threads, untimed and uncached, with one warning. testdev (tests/testdev/testdev.c) tunes its convolutions
-deterministically, so with it the cache is written after a cold build, a rebuild with it tunes
-nothing and writes a byte-identical plan, and a corrupt or foreign cache gives one warning line,
-a successful build and a rewritten cache. The testdev builds run for one thread, so their
+deterministically, and as on CUDA a build times them when it has a timing cache or --tactics
+timed (never with --tactics heuristic), so with it the cache is written after a cold build, a
+rebuild with it tunes nothing and writes a byte-identical plan, and a corrupt or foreign cache
+gives one warning line, a successful build and a rewritten cache. The testdev builds run for one thread, so their
 caches hold testdev's tactics only.
 """
 
@@ -150,14 +151,14 @@ def test_warm_cache_rebuild_is_identical_and_times_nothing(tmp_path):
 def test_corrupt_cache_warns_once_and_is_rewritten(tmp_path, content):
     cache = tmp_path / "cache.txt"
     ref = tmp_path / "ref.plan"
-    build(ref, "--backend", "testdev,cpu")
+    build(ref, "--backend", "testdev,cpu", "--tactics", "timed")
     cache.write_bytes(content)
     _, _, err = build(tmp_path / "a.plan", "--backend", "testdev,cpu", "--timing-cache",
                       str(cache))
     warnings = [ln for ln in err.splitlines() if "warning" in ln]
     assert len(warnings) == 1 and "timing cache" in warnings[0] and str(cache) in warnings[0]
     assert cache.read_text().startswith(HEADER)
-    # testdev's choices depend only on the layer, so the plan is the one built without a cache
+    # testdev's choices depend only on the layer, so the plan is the one timed without a cache
     assert (tmp_path / "a.plan").read_bytes() == ref.read_bytes()
 
 
@@ -170,6 +171,38 @@ def test_foreign_entries_are_kept_and_unused(tmp_path):
     timed, from_file = tuned_line(err)
     assert timed > 0 and from_file == 0
     assert foreign in cache.read_text()
+
+
+def test_tactics_choice(tmp_path):
+    """--tactics auto (the default) times a device backend's layers only when the build has a
+    timing cache; timed times them without one (the plan the cached build writes), heuristic
+    never (a cache given is neither read nor created)."""
+    dev = ("--backend", "testdev,cpu", "--verbose")
+    plans = {n: tmp_path / f"{n}.plan" for n in ("auto", "auto2", "timed", "cached", "heur")}
+    _, _, err = build(plans["auto"], *dev)
+    assert "kiln: tuned" not in err
+    assert b"kiln_tactic" not in plans["auto"].read_bytes()
+    build(plans["auto2"], *dev, "--tactics", "auto")
+    assert plans["auto2"].read_bytes() == plans["auto"].read_bytes()
+    _, _, err = build(plans["timed"], *dev, "--tactics", "timed")
+    timed, from_file = tuned_line(err)
+    assert timed > 0 and from_file == 0
+    assert b"kiln_tactic" in plans["timed"].read_bytes()
+    build(plans["cached"], *dev, "--timing-cache", str(tmp_path / "cache.txt"))
+    assert plans["cached"].read_bytes() == plans["timed"].read_bytes()
+    unused = tmp_path / "unused.txt"
+    _, _, err = build(plans["heur"], *dev, "--tactics", "heuristic", "--timing-cache", str(unused))
+    assert "kiln: tuned" not in err and not unused.exists()
+    assert plans["heur"].read_bytes() == plans["auto"].read_bytes()
+
+
+@pytest.mark.parametrize("args", [("--tactics", "fastest"), ("--tactics",)],
+                         ids=["unknown", "no-value"])
+def test_tactics_flag_errors(tmp_path, args):
+    plan = tmp_path / "a.plan"
+    rc, _, err = kiln("build", ONNX, "-o", str(plan), *args, check=False)
+    assert rc != 0 and not plan.exists()
+    assert len(err.strip().splitlines()) == 1 and "--tactics" in err
 
 
 def test_python_timing_cache(tmp_path):
@@ -234,3 +267,21 @@ def test_busy_machine_keeps_all_threads(tmp_path):
     _, _, err = build(tmp_path / "b.plan", "--timing-cache", str(tmp_path / "c2.txt"),
                       "--verbose", threads=2)
     assert "threads' CPU time" not in err
+
+
+def test_python_tactics(tmp_path):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "python"))
+    os.environ.setdefault("KILN_LIBRARY", os.path.join(BUILD, "lib", "libkiln.so"))
+    import kiln as kpy
+
+    shapes = {"input": ((1, 3, 32, 32), (2, 3, 64, 64), (4, 3, 96, 96))}
+    auto = kpy.build(ONNX, shapes=shapes, backends="testdev,cpu")
+    timed = kpy.build(ONNX, shapes=shapes, backends="testdev,cpu", tactics="timed")
+    assert b"kiln_tactic" not in auto and b"kiln_tactic" in timed
+    unused = tmp_path / "unused.txt"
+    heur = kpy.build(ONNX, shapes=shapes, backends="testdev,cpu", tactics="heuristic",
+                     timing_cache=unused)
+    assert heur == auto and not unused.exists()
+    with pytest.raises(kpy.KilnError, match="tactics='fastest'"):
+        kpy.build(ONNX, shapes=shapes, backends="testdev,cpu", tactics="fastest")

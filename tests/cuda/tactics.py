@@ -14,7 +14,10 @@ For each model of tests/models with convolutions, and transformer_encoder for th
   output's largest magnitude (tests/cuda/diff_backends.py's bars);
 - a rebuild with the warm cache times nothing and writes a byte-identical plan;
 - a corrupt cache gives one warning line and a successful build that times again and rewrites
-  the cache.
+  the cache;
+- without a cache (`--tactics auto`, the default) and with `--tactics heuristic` nothing is
+  timed and the plan holds no tactic; `--tactics timed` without a cache times as the cold build
+  did.
 
 Exits non-zero on any failure. Needs a GPU.
 """
@@ -39,12 +42,12 @@ MODELS = ("resnet_mini", "mobilenetv2_mini", "efficientnet_mini", "transformer_e
 # Models whose products must be timed (on CUDA; testdev times convolutions only).
 PRODUCT_MODELS = ("transformer_encoder",)
 PRODUCTS = ("Gemm", "MatMul", "FusedGemm", "FusedMatMul")
-os.environ["KILN_CUDA_TUNE"] = "1"  # tuning is opt-in (docs/cuda.md)
+os.environ.pop("KILN_CUDA_TUNE", None)  # the default: timed with a cache (docs/cuda.md)
 
 
-def build(kiln, model, base, plan, precision, cache, backend):
+def build(kiln, model, base, plan, precision, cache, backend, extra=()):
     cmd = [kiln, "build", os.path.join(base, model["model"]), "-o", plan, "--backend", backend,
-           "--verbose"] + shape_args(model)
+           "--verbose", *extra] + shape_args(model)
     if precision != "fp32":
         cmd += ["--precision", precision]
     if cache:
@@ -142,6 +145,13 @@ def main():
                     assert timed3 == timed, f"corrupt cache: timed {timed3}, not {timed}"
                     with open(cache) as f:
                         assert f.readline() == "kiln-timing-cache 1\n", "cache not rewritten"
+                    for extra, cached in (((), None), (("--tactics", "heuristic"), cache)):
+                        t, _ = build(args.kiln, model, base, b, prec, cached, dev, extra)
+                        with open(b, "rb") as f:
+                            assert t is None and b"kiln_tactic" not in f.read(), \
+                                f"{' '.join(extra) or 'no cache'}: timed {t} layers"
+                    t, _ = build(args.kiln, model, base, b, prec, None, dev, ("--tactics", "timed"))
+                    assert t == timed, f"--tactics timed: timed {t}, not {timed}"
                     print(f"tactics {name:20s} {prec}: passed, {timed} layers timed "
                           f"({products} products), worst {worst:.3f}x tol, warm rebuild "
                           f"identical", flush=True)

@@ -27,7 +27,8 @@
  * - Build-time tuning: Conv and FusedConv have a tuning key (op, dtype, input shapes) and a
  *   tune that "times" nothing but returns a tactic derived from the key and counts the call,
  *   so the builder's tuning and its timing cache are tested without a GPU (the kernels ignore
- *   the tactic).
+ *   the tactic). As on CUDA, a build times them when it has a timing cache file or is told
+ *   to (kiln_build_config_set_tactics).
  *
  * It uses nothing of libkiln but the host table (backend_module.h). */
 #include "backend/backend_module.h"

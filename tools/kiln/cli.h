@@ -23,15 +23,20 @@
     "                     the layers whose ONNX name matches PATTERN (* ? [...]) in P, e.g.\n"     \
     "                     '*attn*=fp32' (repeatable; later ones win); @FILE reads one\n"           \
     "                     PATTERN=P a line (as kiln debug precision writes)\n"                     \
+    "  --tactics T        how device backends choose among a layer's algorithms (cuDNN\n"          \
+    "                     convolutions, cuBLASLt products): timed (each timed on this device,\n"   \
+    "                     the fastest kept in the plan: seconds more a build), heuristic (the\n"   \
+    "                     libraries' first choice, nothing timed) or auto (default: timed when\n"  \
+    "                     --timing-cache is given, else heuristic)\n"                              \
     "  --timing-cache FILE\n"                                                                      \
     "                     keep what the build chooses by timing in FILE: device backends'\n"       \
-    "                     tactics (cuDNN algorithms) and, with --threads above 1, the layers\n"    \
-    "                     faster on fewer of the context's threads (timed where the machine\n"     \
-    "                     gives the build its threads: build on an idle one;\n"                    \
-    "                     KILN_CPU_THREAD_TUNE=0: not timed). Read before, written after; a\n"     \
-    "                     rebuild with it times nothing and writes the same plan. Without\n"       \
-    "                     FILE nothing is timed on the CPU (KILN_CPU_THREAD_TUNE=1: timed,\n"      \
-    "                     not reproducible)\n"
+    "                     tactics (cuDNN and cuBLASLt algorithms; see --tactics) and, with\n"      \
+    "                     --threads above 1, the layers faster on fewer of the context's\n"        \
+    "                     threads (timed where the machine gives the build its threads: build\n"   \
+    "                     on an idle one; KILN_CPU_THREAD_TUNE=0: not timed). Read before,\n"      \
+    "                     written after; a rebuild with it times nothing and writes the same\n"    \
+    "                     plan. Without FILE nothing is timed on the CPU\n"                        \
+    "                     (KILN_CPU_THREAD_TUNE=1: timed, not reproducible)\n"
 
 typedef struct cli_shape {
     char *name;
@@ -64,6 +69,7 @@ typedef struct cli_opts {
     const char *layer_precision[CLI_MAX_ITEMS]; /* --layer-precision PATTERN=PREC */
     int n_layer_precision;
     const char *timing_cache; /* --timing-cache FILE */
+    const char *tactics;      /* --tactics auto|timed|heuristic */
     kiln_registry *registry;  /* from --plugins and KILN_PLUGIN_PATH */
     int threads;              /* 0: default */
     int warmup, iterations;

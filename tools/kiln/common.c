@@ -184,6 +184,9 @@ int cli_parse(int argc, char **argv, const char *allowed, const char *usage, cli
         } else if (strcmp(a, "--timing-cache") == 0) {
             NEED('p', "--timing-cache");
             o->timing_cache = val;
+        } else if (strcmp(a, "--tactics") == 0) {
+            NEED('p', "--tactics");
+            o->tactics = val;
         } else if (strcmp(a, "--int8") == 0 && strchr(allowed, 'I')) {
             o->int8 = true;
         } else if (strcmp(a, "--calibration") == 0) {
@@ -414,6 +417,22 @@ static int set_backends(kiln_build_config *cfg, const char *spec) {
     return 0;
 }
 
+/* --tactics auto|timed|heuristic. */
+static int set_tactics(kiln_build_config *cfg, const char *spec) {
+    static const struct {
+        const char *name;
+        kiln_tactics t;
+    } choices[] = {{"auto", KILN_TACTICS_AUTO},
+                   {"timed", KILN_TACTICS_TIMED},
+                   {"heuristic", KILN_TACTICS_HEURISTIC}};
+    for (size_t i = 0; i < sizeof choices / sizeof choices[0]; i++)
+        if (strcmp(spec, choices[i].name) == 0)
+            return kiln_build_config_set_tactics(cfg, choices[i].t) == KILN_OK
+                       ? 0
+                       : cli_fail_kiln("--tactics");
+    return cli_fail("--tactics '%s': expected auto, timed or heuristic", spec);
+}
+
 int cli_make_config(const cli_opts *o, kiln_network *net, kiln_build_config **out) {
     kiln_build_config *cfg;
     if (kiln_build_config_create(&cfg) != KILN_OK)
@@ -426,6 +445,10 @@ int cli_make_config(const cli_opts *o, kiln_network *net, kiln_build_config **ou
         kiln_build_config_set_timing_cache(cfg, o->timing_cache) != KILN_OK) {
         kiln_build_config_destroy(cfg);
         return cli_fail_kiln("--timing-cache");
+    }
+    if (o->tactics != NULL && set_tactics(cfg, o->tactics) != 0) {
+        kiln_build_config_destroy(cfg);
+        return 1;
     }
     if ((o->backends != NULL && set_backends(cfg, o->backends) != 0) ||
         set_precision(o, cfg) != 0 || cli_set_int8(o, cfg) != 0) {

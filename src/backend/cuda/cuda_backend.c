@@ -612,10 +612,11 @@ static const kn_backend_iface cuda_iface = {
     .generate = cuda_generate,
 };
 
-/* The same without stream graphs (KILN_CUDA_GRAPHS=0: every run enqueues each kernel) or
- * without build-time tuning, the default until the tuned choice is measured to beat cuDNN's
- * first heuristic choice (KILN_CUDA_TUNE=1 turns tuning on; without it plans record no tactic,
- * so every Conv runs cuDNN's first heuristic choice). */
+/* The same without stream graphs (KILN_CUDA_GRAPHS=0: every run enqueues each kernel) or with
+ * another default for build-time tuning: a build that leaves the choice to the backend
+ * (KILN_TACTICS_AUTO) times its layers when it has a timing cache file; KILN_CUDA_TUNE=1 times
+ * them always, KILN_CUDA_TUNE=0 never (a plan without tactics runs cuDNN's and cuBLASLt's first
+ * heuristic choices). */
 static kn_backend_iface cuda_iface_env;
 
 static kn_backend cuda_backend = {.iface = &cuda_iface, .device = 0, .context = NULL};
@@ -674,9 +675,8 @@ kn_backend_entry(const kn_backend_host_api *host, uint32_t version, kn_backend *
         cuda_iface_env.graph_destroy = NULL;
         cuda_backend.iface = &cuda_iface_env;
     }
-    if (tune == NULL || strcmp(tune, "1") != 0) {
-        cuda_iface_env.tune_key = NULL;
-        cuda_iface_env.tune = NULL;
+    if (tune != NULL && (strcmp(tune, "1") == 0 || strcmp(tune, "0") == 0)) {
+        cuda_iface_env.tune_auto = tune[0] == '1' ? KN_TUNE_ALWAYS : KN_TUNE_NEVER;
         cuda_backend.iface = &cuda_iface_env;
     }
     *out = &cuda_backend;
