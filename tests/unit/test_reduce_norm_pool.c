@@ -835,6 +835,219 @@ static void test_maxpool_same_small_planes(void **state) {
     }
 }
 
+/* ---- NaN in max pools ----------------------------------------------------------------- */
+
+/* A 2-D MaxPool's geometry: kernel, strides, dilations (y, x) and ONNX pads (y0, x0, y1, x1). */
+typedef struct pool2d_case {
+    const char *name;
+    int64_t h, w, k[2], s[2], d[2], pads[4];
+} pool2d_case;
+
+/* MaxPool over `planes` planes of h x w as numpy's max over each window: a window's first NaN in
+ * row-major order, else its largest value; 0 for a window with no input. ind (may be NULL) gets
+ * the taken tap's position, plane offset included (storage_order 0); -1 for no input. */
+static void maxpool2d_ref(const pool2d_case *c, const float *x, int64_t planes, int64_t oh,
+                          int64_t ow, float *y, int64_t *ind) {
+    for (int64_t u = 0; u < planes; u++)
+        for (int64_t a = 0; a < oh; a++)
+            for (int64_t b = 0; b < ow; b++) {
+                float m = -INFINITY;
+                int64_t at = -1;
+                for (int64_t i = 0; i < c->k[0]; i++)
+                    for (int64_t j = 0; j < c->k[1]; j++) {
+                        int64_t ih = a * c->s[0] - c->pads[0] + i * c->d[0];
+                        int64_t iw = b * c->s[1] - c->pads[1] + j * c->d[1];
+                        if (ih < 0 || ih >= c->h || iw < 0 || iw >= c->w)
+                            continue;
+                        int64_t q = (u * c->h + ih) * c->w + iw;
+                        if (isnan(m))
+                            continue;
+                        if (at < 0 || isnan(x[q]) || x[q] > m) {
+                            m = x[q];
+                            at = q;
+                        }
+                    }
+                y[(u * oh + a) * ow + b] = at < 0 ? 0 : m;
+                if (ind != NULL)
+                    ind[(u * oh + a) * ow + b] = at;
+            }
+}
+
+/* The pixels where a NaN is planted, one plane each: the four corners, the middle of each edge,
+ * and the first, middle and last tap of an inner output's window. Returns the count. */
+static int nan_sites(const pool2d_case *c, int64_t oh, int64_t ow, int64_t sites[][2]) {
+    int64_t h = c->h, w = c->w, n = 0;
+    const int64_t fixed[8][2] = {{0, 0},     {0, w - 1}, {h - 1, 0},     {h - 1, w - 1},
+                                 {0, w / 2}, {h / 2, 0}, {h - 1, w / 2}, {h / 2, w - 1}};
+    for (int i = 0; i < 8; i++, n++) {
+        sites[n][0] = fixed[i][0];
+        sites[n][1] = fixed[i][1];
+    }
+    int64_t y0 = oh / 2 * c->s[0] - c->pads[0], x0 = ow / 2 * c->s[1] - c->pads[1];
+    for (int t = 0; t < 3; t++, n++) {
+        int64_t ty = t == 0 ? 0 : t == 1 ? c->k[0] / 2 : c->k[0] - 1;
+        int64_t tx = t == 0 ? 0 : t == 1 ? c->k[1] / 2 : c->k[1] - 1;
+        int64_t py = y0 + ty * c->d[0], px = x0 + tx * c->d[1];
+        sites[n][0] = py < 0 ? 0 : py >= h ? h - 1 : py;
+        sites[n][1] = px < 0 ? 0 : px >= w ? w - 1 : px;
+    }
+    return (int)n;
+}
+
+/* Runs MaxPool (with Indices when `indices`) on planes that each hold one NaN at a site of
+ * nan_sites (plane 0 none, the last plane two, one of them a negative NaN), against
+ * maxpool2d_ref: NaN where the reference has NaN, the same value (and index) elsewhere. */
+static void check_maxpool_nan(const pool2d_case *c, bool indices) {
+    int64_t oh = (c->h + c->pads[0] + c->pads[2] - (c->k[0] - 1) * c->d[0] - 1) / c->s[0] + 1;
+    int64_t ow = (c->w + c->pads[1] + c->pads[3] - (c->k[1] - 1) * c->d[1] - 1) / c->s[1] + 1;
+    int64_t sites[11][2];
+    int ns = nan_sites(c, oh, ow, sites);
+    int64_t planes = ns + 2, plane = c->h * c->w;
+    float *x = kn_malloc((size_t)(planes * plane) * sizeof *x);
+    float *want = kn_malloc((size_t)(planes * oh * ow) * sizeof *want);
+    int64_t *want_ind = kn_malloc((size_t)(planes * oh * ow) * sizeof *want_ind);
+    assert_true(x != NULL && want != NULL && want_ind != NULL);
+    for (int64_t i = 0; i < planes * plane; i++)
+        x[i] = (float)((i * 7919) % 1013) / 13.0f - 40.0f;
+    x[3] = INFINITY; /* infinities are no NaN */
+    x[plane + 5] = -INFINITY;
+    for (int q = 0; q < ns; q++)
+        x[(q + 1) * plane + sites[q][0] * c->w + sites[q][1]] = NAN;
+    x[(planes - 1) * plane + plane / 3] = -NAN;
+    x[(planes - 1) * plane + plane - 2] = NAN;
+    maxpool2d_ref(c, x, planes, oh, ow, want, want_ind);
+    kn_attr at[] = {ais("kernel_shape", 2, c->k), ais("strides", 2, c->s),
+                    ais("dilations", 2, c->d), ais("pads", 4, c->pads)};
+    kn_tensor in[] = {F32(x, 1, planes, c->h, c->w)};
+    case_run r;
+    assert_int_equal(run_case(&r, "MaxPool", 12, at, 4, in, 1, indices ? 2 : 1), KILN_OK);
+    expect_shape(&r.out[0], 4, DIMS(1, planes, oh, ow));
+    const float *y = r.out[0].data;
+    const int64_t *ind = indices ? r.out[1].data : NULL;
+    int nans = 0;
+    for (int64_t o = 0; o < planes * oh * ow; o++) {
+        nans += isnan(want[o]) ? 1 : 0;
+        bool same = isnan(want[o]) ? isnan(y[o]) : y[o] == want[o];
+        if (!same || (ind != NULL && ind[o] != want_ind[o]))
+            fail_msg("%s%s: plane %lld, output (%lld, %lld): got %g [%lld], want %g [%lld]",
+                     c->name, indices ? " with indices" : "", (long long)(o / (oh * ow)),
+                     (long long)(o % (oh * ow) / ow), (long long)(o % ow), y[o],
+                     (long long)(ind ? ind[o] : 0), want[o], (long long)want_ind[o]);
+    }
+    assert_true(nans > 0);
+    case_free(&r);
+    kn_free(x);
+    kn_free(want);
+    kn_free(want_ind);
+}
+
+/* A NaN at any tap of a window makes the output NaN on every path of the float32 MaxPool: the
+ * separable 2-D path (pairs of 3-row windows of stride 2, 3-row, 2-row and longer windows,
+ * windows cut by the padding or with no input at all), the framed small planes of same-size
+ * pools (k 3, 5, 7), and the window walk (dilations, and the Indices output, which names the
+ * window's first NaN). */
+static void test_maxpool_nan_every_path(void **state) {
+    (void)state;
+    const pool2d_case cases[] = {
+        {"3x3 s2 p1 (stem)", 23, 30, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}},
+        {"3x3 s2 p0, odd width", 17, 37, {3, 3}, {2, 2}, {1, 1}, {0, 0, 0, 0}},
+        {"3x3 s2 p(1,1,0,0)", 16, 19, {3, 3}, {2, 2}, {1, 1}, {1, 1, 0, 0}},
+        {"3x3 s3", 15, 20, {3, 3}, {3, 3}, {1, 1}, {0, 0, 0, 0}},
+        {"2x2 s2, odd sizes", 13, 9, {2, 2}, {2, 2}, {1, 1}, {0, 0, 0, 0}},
+        {"3x3 s1 p1 on a large plane", 66, 66, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+        {"5x5 s1 p2 on a large plane", 70, 70, {5, 5}, {1, 1}, {1, 1}, {2, 2, 2, 2}},
+        {"4x4 s2 p1", 20, 21, {4, 4}, {2, 2}, {1, 1}, {1, 1, 1, 1}},
+        {"4x4 s4", 16, 18, {4, 4}, {4, 4}, {1, 1}, {0, 0, 0, 0}},
+        {"1x3 s1 p(0,1,0,1)", 6, 11, {1, 3}, {1, 1}, {1, 1}, {0, 1, 0, 1}},
+        {"3x2 s(1,2) p(0,1,2,0)", 7, 9, {3, 2}, {1, 2}, {1, 1}, {0, 1, 2, 0}},
+        {"2x2 s2, windows of pads only", 9, 5, {2, 2}, {2, 2}, {1, 1}, {3, 0, 0, 4}},
+        {"same 3x3 on 7x9", 7, 9, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+        {"same 5x5 on 20x20 (SPPF)", 20, 20, {5, 5}, {1, 1}, {1, 1}, {2, 2, 2, 2}},
+        {"same 5x5 on 10x10", 10, 10, {5, 5}, {1, 1}, {1, 1}, {2, 2, 2, 2}},
+        {"same 7x7 on 12x5", 12, 5, {7, 7}, {1, 1}, {1, 1}, {3, 3, 3, 3}},
+        {"same 3x3 on 1x1", 1, 1, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+        {"dilated 2x2 d2", 8, 8, {2, 2}, {1, 1}, {2, 2}, {0, 0, 0, 0}},
+        {"dilated 3x3 d(2,3) s2 p1", 15, 17, {3, 3}, {2, 2}, {2, 3}, {1, 1, 1, 1}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        check_maxpool_nan(&cases[i], false);
+        check_maxpool_nan(&cases[i], true);
+    }
+}
+
+/* GlobalMaxPool: NaN first, inside the 32-wide blocks, in the tail and last, on planes of 1, 49
+ * (one block and a tail) and 256 (blocks only) values. */
+static void test_global_maxpool_nan(void **state) {
+    (void)state;
+    const int64_t hw[][2] = {{1, 1}, {7, 7}, {16, 16}};
+    for (int v = 0; v < 3; v++) {
+        int64_t n = hw[v][0] * hw[v][1];
+        const int64_t at[] = {0, n / 2, n - 17, n - 1};
+        enum { PLANES = 5 };
+        float *x = kn_malloc((size_t)(PLANES * n) * sizeof *x);
+        assert_non_null(x);
+        for (int64_t i = 0; i < PLANES * n; i++)
+            x[i] = (float)((i * 37) % 101) / 7.0f - 6.0f;
+        for (int q = 0; q < 4; q++)
+            if (at[q] >= 0)
+                x[(q + 1) * n + at[q]] = q % 2 ? -NAN : NAN;
+        kn_tensor in[] = {F32(x, 1, PLANES, hw[v][0], hw[v][1])};
+        case_run r;
+        assert_int_equal(run_case(&r, "GlobalMaxPool", 1, NULL, 0, in, 1, 1), KILN_OK);
+        const float *y = r.out[0].data;
+        float m = -INFINITY;
+        for (int64_t i = 0; i < n; i++)
+            m = fmaxf(m, x[i]);
+        assert_true(y[0] == m);
+        for (int q = 0; q < 4; q++)
+            if (at[q] >= 0 && !isnan(y[q + 1]))
+                fail_msg("%lldx%lld: NaN at %lld gave %g", (long long)hw[v][0], (long long)hw[v][1],
+                         (long long)at[q], y[q + 1]);
+        case_free(&r);
+        kn_free(x);
+    }
+}
+
+/* The bf16 NHWC MaxPool with NaN at the corners, in the vector's channels and the masked tail,
+ * and at the first, middle and last tap of a window: against numpy's max over the window. */
+static void test_maxpool_nhwc_bf16_nan_sites(void **state) {
+    (void)state;
+    enum { C = 20, H = 9, W = 11 };
+    static uint16_t x[H * W * C];
+    const int64_t nhwc[2] = {1, 1};
+    const int64_t sites[][3] = {{0, 0, 0},  {0, W - 1, 19}, {H - 1, 0, 3}, {H - 1, W - 1, 16},
+                                {3, 3, 5},  {4, 4, 6},      {5, 5, 17},    {0, 5, 7},
+                                {4, 0, 18}, {H - 1, 6, 15}, {2, W - 1, 1}};
+    for (int i = 0; i < H * W * C; i++)
+        x[i] = kn_float_to_bf16((float)((i * 7919) % 1013) / 17.0f - 29.0f);
+    for (size_t q = 0; q < sizeof sites / sizeof sites[0]; q++)
+        x[(sites[q][0] * W + sites[q][1]) * C + sites[q][2]] = q % 2 ? 0xffc0 : 0x7fc0;
+    int64_t k[2] = {3, 3}, st[2] = {2, 2}, pads[4] = {1, 1, 1, 1};
+    kn_attr at[] = {ais("kernel_shape", 2, k), ais("strides", 2, st), ais("pads", 4, pads),
+                    ais("kiln_nhwc", 2, nhwc)};
+    kn_tensor in[] = {mk(KILN_DTYPE_BFLOAT16, x, 4, DIMS(1, C, H, W))};
+    case_run r;
+    assert_int_equal(run_case(&r, "MaxPool", 12, at, 4, in, 1, 1), KILN_OK);
+    int64_t oh = r.out[0].shape.d[2], ow = r.out[0].shape.d[3];
+    const uint16_t *y = r.out[0].data;
+    for (int64_t a = 0; a < oh; a++)
+        for (int64_t b = 0; b < ow; b++)
+            for (int64_t c = 0; c < C; c++) {
+                float want = -INFINITY;
+                for (int64_t i = 2 * a - 1; i <= 2 * a + 1; i++)
+                    for (int64_t j = 2 * b - 1; j <= 2 * b + 1; j++)
+                        if (i >= 0 && i < H && j >= 0 && j < W) {
+                            float f = kn_bf16_to_float(x[(i * W + j) * C + c]);
+                            want = isnan(want) || isnan(f) ? NAN : fmaxf(want, f);
+                        }
+                float got = kn_bf16_to_float(y[(a * ow + b) * C + c]);
+                if (isnan(want) ? !isnan(got) : got != want)
+                    fail_msg("(%lld, %lld, %lld): got %g, want %g", (long long)a, (long long)b,
+                             (long long)c, got, want);
+            }
+    case_free(&r);
+}
+
 static void test_pool_3d_and_global(void **state) {
     (void)state;
     float x[2 * 27];
@@ -955,6 +1168,9 @@ int main(void) {
         cmocka_unit_test(test_pool_3d_and_global),
         cmocka_unit_test(test_maxpool_nhwc_bf16),
         cmocka_unit_test(test_maxpool_same_small_planes),
+        cmocka_unit_test(test_maxpool_nan_every_path),
+        cmocka_unit_test(test_global_maxpool_nan),
+        cmocka_unit_test(test_maxpool_nhwc_bf16_nan_sites),
         cmocka_unit_test(test_lppool_and_unpool),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

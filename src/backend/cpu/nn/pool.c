@@ -1,6 +1,15 @@
 /* MaxPool, AveragePool and LpPool over 1 to 3 spatial dims (fewer dims are padded to three
  * with unit dims), and the global pools. Work is split over the N*C planes; each window's
- * valid tap range is computed up front so the tap loops carry no bounds checks. */
+ * valid tap range is computed up front so the tap loops carry no bounds checks.
+ *
+ * Max pools propagate NaN as PyTorch's max_pool2d and numpy's max do: an output is NaN when any
+ * input tap of its window is NaN (pads are -Inf, never NaN), and its index is the first NaN's.
+ * The vector paths keep their max (v > m ? v : m, vmaxps), which drops a NaN in one operand, and
+ * test each input value once for NaN on loads the max makes anyway (a compare per value, not per
+ * tap; a separate scan of the input cost a quarter of ResNet-50's stem pool). Where one is found,
+ * the output rows whose windows reach it are pooled again by the window walk (win_max, which
+ * returns a window's first NaN), and a small same-size plane by its two passes with a max that
+ * keeps NaN. */
 #include "backend/cpu/nn/pool_nhwc.h"
 #include "backend/cpu/reduction/reduce_impl.h"
 #include "core/alloc.h"
@@ -61,6 +70,7 @@ static int64_t spatial_index(const pool_args *a, int64_t z, int64_t y, int64_t x
     return r;
 }
 
+/* The window's maximum, or its first NaN; 0 when the window holds no input. */
 static float win_max(const pool_args *a, const float *x, const tap_range *t) {
     float m = -INFINITY;
     bool any = false;
@@ -70,15 +80,20 @@ static float win_max(const pool_args *a, const float *x, const tap_range *t) {
         for (int64_t jy = t[1].j0; jy < t[1].j1; jy++) {
             const float *row =
                 x + (pz * a->in[1] + t[1].start + jy * a->d[1]) * a->in[2] + t[2].start;
-            for (int64_t jx = t[2].j0; jx < t[2].j1; jx++)
-                m = row[jx * dx] > m ? row[jx * dx] : m;
+            for (int64_t jx = t[2].j0; jx < t[2].j1; jx++) {
+                float v = row[jx * dx];
+                if (v != v)
+                    return v;
+                m = v > m ? v : m;
+            }
             any = any || t[2].j1 > t[2].j0;
         }
     }
     return any ? m : 0;
 }
 
-/* Max with the position of its first occurrence; -1 when the window holds no input. */
+/* Max with the position of its first occurrence, or the first NaN and its position; -1 when the
+ * window holds no input. */
 static float win_argmax(const pool_args *a, const float *x, const tap_range *t, int64_t *best) {
     float m = 0;
     *best = -1;
@@ -89,9 +104,12 @@ static float win_argmax(const pool_args *a, const float *x, const tap_range *t, 
             const float *row = x + (pz * a->in[1] + py) * a->in[2];
             for (int64_t jx = t[2].j0; jx < t[2].j1; jx++) {
                 int64_t px = t[2].start + jx * a->d[2];
-                if (*best < 0 || row[px] > m) {
-                    m = row[px];
+                float v = row[px];
+                if (*best < 0 || v > m || v != v) {
+                    m = v;
                     *best = spatial_index(a, pz, py, px);
+                    if (v != v)
+                        return m;
                 }
             }
         }
@@ -134,35 +152,38 @@ static float win_lp(const pool_args *a, const float *x, const tap_range *t) {
     return (float)(a->p == 2 ? sqrt(acc) : pow(acc, 1.0 / a->p));
 }
 
-KN_CLONES static void pool_planes(void *arg, int64_t begin, int64_t end) {
-    const pool_args *a = arg;
-    for (int64_t u = begin; u < end; u++) {
-        const float *x = a->x + u * a->in_plane;
-        float *y = a->y + u * a->out_plane;
-        int64_t *ind = a->ind ? a->ind + u * a->out_plane : NULL;
-        tap_range t[3];
-        int64_t o = 0;
-        for (int64_t oz = 0; oz < a->out[0]; oz++) {
-            t[0] = a->taps[0][oz];
-            for (int64_t oy = 0; oy < a->out[1]; oy++) {
-                t[1] = a->taps[1][oy];
-                for (int64_t ox = 0; ox < a->out[2]; ox++, o++) {
-                    t[2] = a->taps[2][ox];
-                    int64_t best;
-                    if (a->kind == POOL_MAX && ind == NULL) {
-                        y[o] = win_max(a, x, t);
-                    } else if (a->kind == POOL_MAX) {
-                        y[o] = win_argmax(a, x, t, &best);
-                        ind[o] = best < 0 ? -1 : u * a->in_plane + best;
-                    } else if (a->kind == POOL_AVG) {
-                        y[o] = win_avg(a, x, t);
-                    } else {
-                        y[o] = win_lp(a, x, t);
-                    }
+/* Plane u, one window at a time. */
+static inline void pool_plane(const pool_args *a, int64_t u) {
+    const float *x = a->x + u * a->in_plane;
+    float *y = a->y + u * a->out_plane;
+    int64_t *ind = a->ind ? a->ind + u * a->out_plane : NULL;
+    tap_range t[3];
+    int64_t o = 0;
+    for (int64_t oz = 0; oz < a->out[0]; oz++) {
+        t[0] = a->taps[0][oz];
+        for (int64_t oy = 0; oy < a->out[1]; oy++) {
+            t[1] = a->taps[1][oy];
+            for (int64_t ox = 0; ox < a->out[2]; ox++, o++) {
+                t[2] = a->taps[2][ox];
+                int64_t best;
+                if (a->kind == POOL_MAX && ind == NULL) {
+                    y[o] = win_max(a, x, t);
+                } else if (a->kind == POOL_MAX) {
+                    y[o] = win_argmax(a, x, t, &best);
+                    ind[o] = best < 0 ? -1 : u * a->in_plane + best;
+                } else if (a->kind == POOL_AVG) {
+                    y[o] = win_avg(a, x, t);
+                } else {
+                    y[o] = win_lp(a, x, t);
                 }
             }
         }
     }
+}
+
+KN_CLONES static void pool_planes(void *arg, int64_t begin, int64_t end) {
+    for (int64_t u = begin; u < end; u++)
+        pool_plane(arg, u);
 }
 
 /* 2-D max or average pooling without dilation or indices, the shape CNNs use. Both reductions
@@ -214,24 +235,127 @@ KN_CLONES static void pool_row_x(const float *buf, int64_t s, int64_t kx, int64_
     }
 }
 
+/* row = the sum of `rows` input rows from x0 on (pitch W) over n columns. */
+static inline __attribute__((always_inline)) void sum_rows(const float *x0, int64_t W, int64_t rows,
+                                                           int64_t n, float *row) {
+    if (rows == 3) {
+        /* a 3-row window (the common 3x3 pools) in one pass: a copy and two passes over the row
+         * buffer were three quarters of ResNet-50's MaxPool */
+        for (int64_t i = 0; i < n; i++)
+            row[i] = x0[i] + x0[W + i] + x0[2 * W + i];
+        return;
+    }
+    memcpy(row, x0, (size_t)n * sizeof *row);
+    for (int64_t r = 1; r < rows; r++)
+        for (int64_t i = 0; i < n; i++)
+            row[i] += x0[r * W + i];
+}
+
+/* row = the max of input rows [r0, r1) over n columns, in one pass for 2 and 3 rows. Returns
+ * whether a NaN (which the max may drop) is among the rows from *next on, which no earlier
+ * window of the plane read, and moves *next to r1: windows move down the plane, so each row is
+ * tested once, on the loads of the max. */
+static inline __attribute__((always_inline)) int
+max_rows(const float *x, int64_t W, int64_t r0, int64_t r1, int64_t n, int64_t *next, float *row) {
+    const float *x0 = x + r0 * W;
+    int64_t seen = *next; /* rows before it are tested */
+    int nan = 0;
+    *next = r1;
+    if (r1 - r0 == 3) {
+        const float *x1 = x0 + W, *x2 = x1 + W;
+        if (r0 >= seen)
+            for (int64_t i = 0; i < n; i++) {
+                float m = x1[i] > x0[i] ? x1[i] : x0[i];
+                row[i] = x2[i] > m ? x2[i] : m;
+                nan |= __builtin_isunordered(x0[i], x1[i]) | __builtin_isunordered(x2[i], x2[i]);
+            }
+        else
+            for (int64_t i = 0; i < n; i++) {
+                float m = x1[i] > x0[i] ? x1[i] : x0[i];
+                row[i] = x2[i] > m ? x2[i] : m;
+                nan |= __builtin_isunordered(x1[i], x2[i]);
+            }
+    } else if (r1 - r0 == 2) {
+        const float *x1 = x0 + W;
+        for (int64_t i = 0; i < n; i++) {
+            row[i] = x1[i] > x0[i] ? x1[i] : x0[i];
+            nan |= __builtin_isunordered(x0[i], x1[i]);
+        }
+    } else {
+        for (int64_t i = 0; i < n; i++) {
+            row[i] = x0[i];
+            nan |= x0[i] != x0[i];
+        }
+        for (int64_t r = r0 + 1; r < r1; r++) {
+            const float *xr = x + r * W;
+            if (r < seen)
+                for (int64_t i = 0; i < n; i++)
+                    row[i] = xr[i] > row[i] ? xr[i] : row[i];
+            else
+                for (int64_t i = 0; i < n; i++) {
+                    row[i] = xr[i] > row[i] ? xr[i] : row[i];
+                    nan |= xr[i] != xr[i];
+                }
+        }
+    }
+    return nan;
+}
+
+/* Whether output rows oy and oy + 1 each take 3 input rows, the second two rows below the first
+ * (3x3 pools of stride 2). */
+static bool three_rows_pair(const pool_args *a, int64_t oy) {
+    const tap_range *t = &a->taps[1][oy];
+    return oy + 1 < a->out[1] && t[0].j1 - t[0].j0 == 3 && t[1].j1 - t[1].j0 == 3 &&
+           t[1].start + t[1].j0 == t[0].start + t[0].j0 + 2;
+}
+
+/* max_rows for two such windows, rows x0 to x0 + 4W, in one pass that reads the shared row once:
+ * the NaN test made ResNet-50's stem pool 3-4 % slower a window at a time, in pairs it is 1-4 %
+ * faster than it was without the test. Row 0 was the last row of the window before, so rows 1
+ * to 4 are tested. */
+static inline __attribute__((always_inline)) int max_rows_pair(const float *x0, int64_t W,
+                                                               int64_t n, float *row, float *row2) {
+    const float *x1 = x0 + W, *x2 = x1 + W, *x3 = x2 + W, *x4 = x3 + W;
+    int nan = 0;
+    for (int64_t i = 0; i < n; i++) {
+        float m = x1[i] > x0[i] ? x1[i] : x0[i], m2 = x3[i] > x2[i] ? x3[i] : x2[i];
+        row[i] = x2[i] > m ? x2[i] : m;
+        row2[i] = x4[i] > m2 ? x4[i] : m2;
+        nan |= __builtin_isunordered(x1[i], x2[i]) | __builtin_isunordered(x3[i], x4[i]);
+    }
+    return nan;
+}
+
+/* Output row oy of a 2-D max pool over plane x, window by window (win_max, exact with NaN): the
+ * rows whose windows reach input rows where a NaN was found. */
+static void walk_row(const pool_args *a, const float *x, int64_t oy, float *yr) {
+    tap_range t[3] = {a->taps[0][0], a->taps[1][oy], {0}};
+    for (int64_t ox = 0; ox < a->out[2]; ox++) {
+        t[2] = a->taps[2][ox];
+        yr[ox] = win_max(a, x, t);
+    }
+}
+
 KN_CLONES static void pool2d_planes(void *arg, int64_t begin, int64_t end) {
     const pool_args *a = arg;
     int64_t W = a->in[2], OH = a->out[1], OW = a->out[2], s = a->s[2], pb = a->pb[2];
     int64_t kx = a->k[2], len = (OW - 1) * s + kx;
     bool is_max = a->kind == POOL_MAX;
-    /* The reduced row with its padding (the reduction's identity) on both sides, so no tap needs
-     * a bounds check; -Inf rather than a first tap also keeps NaN out of max as before. */
-    float buf[KN_POOL_ROW_MAX];
+    /* Reduced rows (two for max_rows_pair) with their padding (the reduction's identity) on both
+     * sides, so no tap needs a bounds check. */
+    float buf[KN_POOL_ROW_MAX], buf2[KN_POOL_ROW_MAX];
     float pad = is_max ? -INFINITY : 0.0f;
     int64_t lead = pb < len ? pb : len, body = len - lead < W ? len - lead : W;
     for (int64_t i = 0; i < lead; i++)
-        buf[i] = pad;
+        buf[i] = buf2[i] = pad;
     for (int64_t i = lead + body; i < len; i++)
-        buf[i] = pad;
+        buf[i] = buf2[i] = pad;
     float *row = buf + lead;
     for (int64_t u = begin; u < end; u++) {
         const float *x = a->x + u * a->in_plane;
         float *y = a->y + u * a->out_plane;
+        int64_t next = 0;    /* the first row no window has read yet */
+        int64_t tainted = 0; /* rows before it may hold a NaN: a test found one there */
         for (int64_t oy = 0; oy < OH; oy++) {
             const tap_range *ty = &a->taps[1][oy];
             int64_t r0 = ty->start + ty->j0, r1 = ty->start + ty->j1;
@@ -241,33 +365,28 @@ KN_CLONES static void pool2d_planes(void *arg, int64_t begin, int64_t end) {
                     yr[ox] = 0.0f;
                 continue;
             }
-            const float *x0 = x + r0 * W;
-            int64_t rest = r0; /* the first row the loop below reduces */
-            if (r1 - r0 == 3) {
-                /* a 3-row window (the common 3x3 pools) in one pass: a copy and two passes over
-                 * the row buffer were three quarters of ResNet-50's MaxPool */
-                const float *x1 = x0 + W, *x2 = x1 + W;
-                if (is_max)
-                    for (int64_t i = 0; i < body; i++) {
-                        float m = x1[i] > x0[i] ? x1[i] : x0[i];
-                        row[i] = x2[i] > m ? x2[i] : m;
-                    }
+            if (is_max && !a->empty_col && r0 < next && three_rows_pair(a, oy)) {
+                if (max_rows_pair(x + r0 * W, W, body, row, buf2 + lead))
+                    tainted = r0 + 5;
+                next = r0 + 5;
+                if (r0 < tainted)
+                    walk_row(a, x, oy, yr);
                 else
-                    for (int64_t i = 0; i < body; i++)
-                        row[i] = x0[i] + x1[i] + x2[i];
-                rest = r1;
+                    pool_row_x(buf, s, kx, OW, true, yr);
+                if (r0 + 2 < tainted)
+                    walk_row(a, x, oy + 1, yr + OW);
+                else
+                    pool_row_x(buf2, s, kx, OW, true, yr + OW);
+                oy++;
+                continue;
             }
-            for (int64_t r = rest; r < r1; r++) {
-                const float *xr = x + r * W;
-                if (r == r0)
-                    for (int64_t i = 0; i < body; i++)
-                        row[i] = x0[i];
-                else if (is_max)
-                    for (int64_t i = 0; i < body; i++)
-                        row[i] = xr[i] > row[i] ? xr[i] : row[i];
-                else
-                    for (int64_t i = 0; i < body; i++)
-                        row[i] += xr[i];
+            if (!is_max)
+                sum_rows(x + r0 * W, W, r1 - r0, body, row);
+            else if (max_rows(x, W, r0, r1, body, &next, row))
+                tainted = r1;
+            if (is_max && r0 < tainted) {
+                walk_row(a, x, oy, yr);
+                continue;
             }
             pool_row_x(buf, s, kx, OW, is_max, yr);
             /* Windows with no input give 0; averages divide by the taps counted. */
@@ -300,29 +419,51 @@ static bool pool2d_same_max(const pool_args *a) {
            a->pe[2] == k / 2 && h * p <= KN_POOL_SAME_MAX;
 }
 
+/* m's next value for tap v: the larger of the two; NAN_STEP also takes a NaN either holds. */
+#define MAX_STEP(v, m) ((v) > (m) ? (v) : (m))
+#define NAN_STEP(v, m) ((v) > (m) || (v) != (v) ? (v) : (m))
+
 /* col[i] = max over K rows of buf from i down (row pitch P), then y's row oy = max over K
- * columns of col's row; literal K unrolls the taps so both loops vectorize. */
-#define SAME_MAX_FIXED(K)                                                                          \
+ * columns of col's row, each tap a STEP; literal K unrolls the taps so both loops vectorize.
+ * With TEST, the middle tap, which runs over exactly the plane's rows, is tested for NaN, and
+ * one found sets nan and skips the row pass. */
+#define SAME_MAX_FIXED(K, STEP, TEST)                                                              \
     do {                                                                                           \
         for (int64_t i = 0; i < n; i++) {                                                          \
-            float m = buf[i];                                                                      \
-            _Pragma("GCC unroll 8") for (int j = 1; j < (K); j++) {                                \
-                float v = buf[i + j * p];                                                          \
-                m = v > m ? v : m;                                                                 \
-            }                                                                                      \
+            float m = buf[i], mid = buf[i + (K) / 2 * p];                                          \
+            _Pragma("GCC unroll 8") for (int j = 1; j < (K); j++) m = STEP(buf[i + j * p], m);     \
             col[i] = m;                                                                            \
+            nan |= (TEST) && mid != mid;                                                           \
         }                                                                                          \
+        if ((TEST) && nan)                                                                         \
+            break;                                                                                 \
         for (int64_t oy = 0; oy < H; oy++) {                                                       \
             const float *c = col + oy * p;                                                         \
             float *yr = y + oy * W;                                                                \
             for (int64_t ox = 0; ox < W; ox++) {                                                   \
                 float m = c[ox];                                                                   \
-                _Pragma("GCC unroll 8") for (int j = 1; j < (K); j++) m =                          \
-                    c[ox + j] > m ? c[ox + j] : m;                                                 \
+                _Pragma("GCC unroll 8") for (int j = 1; j < (K); j++) m = STEP(c[ox + j], m);      \
                 yr[ox] = m;                                                                        \
             }                                                                                      \
         }                                                                                          \
     } while (0)
+
+/* dst[0, n) = src[0, n) in runs of 8 floats, the last run overlapping the one before: a memcpy
+ * call per row of 10 or 20 floats cost more than the copy. */
+static inline __attribute__((always_inline)) void copy_row(float *dst, const float *src,
+                                                           int64_t n) {
+    if (n < 8) {
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = src[i];
+        return;
+    }
+    for (int64_t c = 0;; c += 8) {
+        c = c < n - 8 ? c : n - 8;
+        memcpy(dst + c, src + c, 8 * sizeof *src);
+        if (c == n - 8)
+            return;
+    }
+}
 
 KN_CLONES static void pool2d_same_max_planes(void *arg, int64_t begin, int64_t end) {
     const pool_args *a = arg;
@@ -333,14 +474,25 @@ KN_CLONES static void pool2d_same_max_planes(void *arg, int64_t begin, int64_t e
     for (int64_t u = begin; u < end; u++) {
         const float *x = a->x + u * a->in_plane;
         float *y = a->y + u * a->out_plane;
+        int nan = 0;
         for (int64_t oy = 0; oy < H; oy++)
-            memcpy(buf + (oy + r) * p + r, x + oy * W, (size_t)W * sizeof *x);
+            copy_row(buf + (oy + r) * p + r, x + oy * W, W);
         if (k == 3)
-            SAME_MAX_FIXED(3);
+            SAME_MAX_FIXED(3, MAX_STEP, 1);
         else if (k == 5)
-            SAME_MAX_FIXED(5);
+            SAME_MAX_FIXED(5, MAX_STEP, 1);
         else
-            SAME_MAX_FIXED(7);
+            SAME_MAX_FIXED(7, MAX_STEP, 1);
+        if (!nan)
+            continue;
+        /* a NaN in the plane: both passes again with the max that keeps NaN, a compare more a
+         * tap */
+        if (k == 3)
+            SAME_MAX_FIXED(3, NAN_STEP, 0);
+        else if (k == 5)
+            SAME_MAX_FIXED(5, NAN_STEP, 0);
+        else
+            SAME_MAX_FIXED(7, NAN_STEP, 0);
     }
 }
 
@@ -543,16 +695,44 @@ static inline __attribute__((always_inline)) double sum_wide(const float *x, int
     return acc;
 }
 
+/* The largest of n values, or the first NaN among them; 0 when n is 0. 32 running maxima and
+ * NaN tests (two vectors of each) vectorize, where one max chain waited on every compare. */
+static inline __attribute__((always_inline)) float plane_max(const float *x, int64_t n) {
+    float m[32];
+    int32_t nan[32];
+    for (int j = 0; j < 32; j++) {
+        m[j] = -INFINITY;
+        nan[j] = 0;
+    }
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        for (int j = 0; j < 32; j++) {
+            m[j] = x[i + j] > m[j] ? x[i + j] : m[j];
+            nan[j] |= x[i + j] != x[i + j];
+        }
+    float r = -INFINITY;
+    int any = 0;
+    for (int j = 0; j < 32; j++) {
+        r = m[j] > r ? m[j] : r;
+        any |= nan[j];
+    }
+    for (; i < n; i++) {
+        r = x[i] > r ? x[i] : r;
+        any |= x[i] != x[i];
+    }
+    for (i = 0; any && i < n; i++)
+        if (x[i] != x[i])
+            return x[i];
+    return n > 0 ? r : 0;
+}
+
 KN_CLONES static void global_planes(void *arg, int64_t begin, int64_t end) {
     const global_args *a = arg;
     for (int64_t u = begin; u < end; u++) {
         const float *x = a->x + u * a->plane;
         double acc = 0;
         if (a->kind == POOL_MAX) {
-            float m = a->plane > 0 ? x[0] : 0;
-            for (int64_t i = 1; i < a->plane; i++)
-                m = x[i] > m ? x[i] : m;
-            acc = m;
+            acc = plane_max(x, a->plane);
         } else if (a->kind == POOL_AVG) {
             acc = a->plane >= 256 ? sum_wide(x, a->plane) : sum_narrow(x, a->plane);
             acc /= (double)a->plane;
