@@ -170,3 +170,26 @@ def test_run_model_and_plan_agree(tmp_path):
     kiln("run", model, *shapes, *inputs, "--output-dir", a)
     kiln("run", plan, *inputs, "--output-dir", b)
     np.testing.assert_array_equal(outputs(a)["logits"], outputs(b)["logits"])
+
+
+def test_build_options_on_a_plan_warn(tmp_path):
+    """A plan was built already: build-only options given with one are named in one warning line
+    (and the run goes on, the same as without them); options for the run itself warn of
+    nothing."""
+    model, shapes, inputs = model_args("resnet_mini")
+    plan = tmp_path / "m.plan"
+    kiln("build", model, "-o", plan, "--quiet", *shapes)
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    proc = kiln("run", plan, *inputs, "--output-dir", a, "--threads", "2")
+    assert "warning" not in proc.stderr
+    proc = kiln("run", plan, *inputs, "--output-dir", b, "--precision", "fp16", "--tactics",
+                "timed", "--timing-cache", tmp_path / "c.txt")
+    warnings = [ln for ln in proc.stderr.splitlines() if "warning" in ln]
+    assert len(warnings) == 1, proc.stderr
+    assert str(plan) in warnings[0] and "--precision, --tactics and --timing-cache" in warnings[0]
+    assert not (tmp_path / "c.txt").exists()
+    np.testing.assert_array_equal(outputs(a)["logits"], outputs(b)["logits"])
+    proc = kiln("bench", plan, "--iterations", "2", "--layer-precision", "*=fp32")
+    assert "--layer-precision ignored" in proc.stderr

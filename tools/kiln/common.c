@@ -495,11 +495,43 @@ int cli_make_config(const cli_opts *o, kiln_network *net, kiln_build_config **ou
     return 0;
 }
 
+/* A plan's layers, precisions and tactics were fixed when it was built: options that only
+ * steer a build get one warning line rather than being dropped in silence. */
+static void warn_build_options(const cli_opts *o) {
+    const char *given[8];
+    int n = 0;
+    if (o->precision != NULL)
+        given[n++] = "--precision";
+    if (o->n_layer_precision > 0)
+        given[n++] = "--layer-precision";
+    if (o->tactics != NULL)
+        given[n++] = "--tactics";
+    if (o->timing_cache != NULL)
+        given[n++] = "--timing-cache";
+    if (o->int8 || o->calibration != NULL || o->calibration_method != NULL ||
+        o->calibration_cache != NULL)
+        given[n++] = "--int8/--calibration";
+    if (o->n_prefer > 0)
+        given[n++] = "--prefer-plugin";
+    if (n == 0)
+        return;
+    char list[160] = "";
+    for (int i = 0; i < n; i++) {
+        strcat(list, i == 0 ? "" : i + 1 == n ? " and " : ", ");
+        strcat(list, given[i]);
+    }
+    fprintf(stderr,
+            "kiln: warning: %s is a plan, built already: %s ignored (build options apply to "
+            ".onnx models)\n",
+            o->model, list);
+}
+
 int cli_load_engine(const cli_opts *o, kiln_engine **out) {
     int prc = o->registry ? 0 : cli_load_plugins((cli_opts *)o);
     if (prc != 0)
         return prc;
     if (cli_is_plan(o->model)) {
+        warn_build_options(o);
         if (kiln_engine_load_file(o->model, o->registry, out) != KILN_OK)
             return cli_fail("%s", kiln_last_error());
         return 0;
