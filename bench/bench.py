@@ -8,8 +8,10 @@
 
 For every model and thread count the two engines take turns (--rounds times): kiln through
 `kiln bench PLAN --json` in a child process, onnxruntime in this process with
-intra_op_num_threads set and sequential execution. Both get the same random input; reported
-figures are medians over rounds of each round's median latency. Before timing, one `kiln run`
+intra_op_num_threads set and sequential execution. Both get the same random input; each turn
+starts with --warmup untimed runs, or as many as last --warmup-seconds (0.5 s; a turn is a fresh
+process or session, whose first runs can be slow); reported figures are medians over rounds of
+each round's median latency. Before timing, one `kiln run`
 output is compared with onnxruntime's, so a fast wrong answer cannot pass unnoticed.
 
 The full-size models are exported from torchvision with random weights (by whichever Python has
@@ -305,6 +307,21 @@ def max_rel_diff(kiln_out, ort_out, names):
 # The comparison
 
 
+def warmup_runs(sess, arrays, args):
+    """Untimed runs each engine's turn starts with: --warmup, or more so that they last about
+    --warmup-seconds (estimated from one warm run of onnxruntime). Every turn is a fresh kiln
+    process or onnxruntime session, and at 16 threads on a 16-core host kiln's first runs of a
+    process took 1.5-5x its steady time: 3 warm-up runs left medians of 8 runs 1.5-3x too slow
+    (docs/benchmarks.md, "The 16-core host, 2026-12-07")."""
+    if args.warmup_seconds <= 0:
+        return args.warmup
+    sess.run(None, arrays)
+    start = time.perf_counter()
+    sess.run(None, arrays)
+    per_run = max(time.perf_counter() - start, 1e-5)
+    return max(args.warmup, min(2000, int(args.warmup_seconds / per_run + 0.999)))
+
+
 def compare_model(kiln, label, model_path, given, threads_list, args, work):
     if args.batch > 1:
         model_path = batched_model(model_path, args.batch, work)
@@ -322,6 +339,7 @@ def compare_model(kiln, label, model_path, given, threads_list, args, work):
         except RuntimeError as exc:
             log(f"{label}: kiln run failed: {exc}")
             diff = float("nan")
+        warmup = warmup_runs(sess, arrays, args)
         del sess
         k_rounds, o_rounds = [], []
         for r in range(args.rounds):
@@ -329,10 +347,10 @@ def compare_model(kiln, label, model_path, given, threads_list, args, work):
             order = ("kiln", "ort") if r % 2 == 0 else ("ort", "kiln")
             for engine in order:
                 if engine == "kiln":
-                    k_rounds.append(kiln_bench(kiln, plan, files, threads, args.warmup,
+                    k_rounds.append(kiln_bench(kiln, plan, files, threads, warmup,
                                                args.iterations))
                 else:
-                    o_rounds.append(ort_turn(model_path, threads, arrays, args.warmup,
+                    o_rounds.append(ort_turn(model_path, threads, arrays, warmup,
                                              args.iterations))
         row = {
             "model": label, "threads": threads, "build_s": build_s, "max_rel_diff": diff,
@@ -408,7 +426,7 @@ process tree: kiln through `kiln bench PLAN --json` (plan built beforehand with 
 `--threads`), onnxruntime in-process (`intra_op_num_threads` = threads, sequential execution, all
 graph optimizations). float32, batch {getattr(args, "batch", 1)}, random weights and inputs. Each figure is the median over
 {args.rounds} alternating rounds of that round's median of {args.iterations} timed runs (after
-{args.warmup} warm-up runs). **ORT / kiln > 1 means kiln is faster.** "max rel diff" is the
+{args.warmup} warm-up runs, or as many as last {getattr(args, "warmup_seconds", 0)} s). **ORT / kiln > 1 means kiln is faster.** "max rel diff" is the
 largest difference between kiln's and onnxruntime's outputs, relative to the output's largest
 magnitude.
 
@@ -427,7 +445,7 @@ On a machine shared with other work the figures are noisy; the ratios less so, b
 engines alternate.
 
 Reproduce: `python3 bench/bench.py` (models are cached under bench/models/, not committed;
-`--rounds`, `--iterations` and `--threads` change the protocol).
+`--rounds`, `--iterations`, `--warmup`, `--warmup-seconds` and `--threads` change the protocol).
 """
     tmp = path + ".tmp"  # a failed write leaves the page as it was
     with open(tmp, "w") as f:
@@ -448,6 +466,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=None)
     ap.add_argument("--iterations", type=int, default=None)
     ap.add_argument("--warmup", type=int, default=None)
+    ap.add_argument("--warmup-seconds", type=float, default=None,
+                    help="at least this long of untimed runs a turn (default 0.5; --quick 0)")
     ap.add_argument("--source", choices=("auto", "torch", "helper"), default="auto",
                     help="how to make the full-size models when they are not cached")
     ap.add_argument("--out", default=None,
@@ -480,6 +500,8 @@ def main():
     args.rounds = args.rounds or (2 if quick else 5)
     args.iterations = args.iterations or (10 if quick else 20)
     args.warmup = args.warmup if args.warmup is not None else (2 if quick else 5)
+    if args.warmup_seconds is None:
+        args.warmup_seconds = 0.0 if quick else 0.5
     threads = [int(t) for t in (args.threads or ("1" if quick else "1,2")).split(",")]
 
     try:
@@ -518,7 +540,8 @@ def main():
     run = {"date": datetime.date.today().isoformat(), "commit": git_commit(),
            "kiln": kiln_version, "machine": machine(), "sources": sources, "rows": rows,
            "note": args.note, "protocol": {"rounds": args.rounds, "iterations": args.iterations,
-                        "warmup": args.warmup, "batch": args.batch}}
+                        "warmup": args.warmup, "warmup_seconds": args.warmup_seconds,
+                        "batch": args.batch}}
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump(run, f, indent=1)
