@@ -152,38 +152,35 @@ static float win_lp(const pool_args *a, const float *x, const tap_range *t) {
     return (float)(a->p == 2 ? sqrt(acc) : pow(acc, 1.0 / a->p));
 }
 
-/* Plane u, one window at a time. */
-static inline void pool_plane(const pool_args *a, int64_t u) {
-    const float *x = a->x + u * a->in_plane;
-    float *y = a->y + u * a->out_plane;
-    int64_t *ind = a->ind ? a->ind + u * a->out_plane : NULL;
-    tap_range t[3];
-    int64_t o = 0;
-    for (int64_t oz = 0; oz < a->out[0]; oz++) {
-        t[0] = a->taps[0][oz];
-        for (int64_t oy = 0; oy < a->out[1]; oy++) {
-            t[1] = a->taps[1][oy];
-            for (int64_t ox = 0; ox < a->out[2]; ox++, o++) {
-                t[2] = a->taps[2][ox];
-                int64_t best;
-                if (a->kind == POOL_MAX && ind == NULL) {
-                    y[o] = win_max(a, x, t);
-                } else if (a->kind == POOL_MAX) {
-                    y[o] = win_argmax(a, x, t, &best);
-                    ind[o] = best < 0 ? -1 : u * a->in_plane + best;
-                } else if (a->kind == POOL_AVG) {
-                    y[o] = win_avg(a, x, t);
-                } else {
-                    y[o] = win_lp(a, x, t);
+KN_CLONES static void pool_planes(void *arg, int64_t begin, int64_t end) {
+    const pool_args *a = arg;
+    for (int64_t u = begin; u < end; u++) {
+        const float *x = a->x + u * a->in_plane;
+        float *y = a->y + u * a->out_plane;
+        int64_t *ind = a->ind ? a->ind + u * a->out_plane : NULL;
+        tap_range t[3];
+        int64_t o = 0;
+        for (int64_t oz = 0; oz < a->out[0]; oz++) {
+            t[0] = a->taps[0][oz];
+            for (int64_t oy = 0; oy < a->out[1]; oy++) {
+                t[1] = a->taps[1][oy];
+                for (int64_t ox = 0; ox < a->out[2]; ox++, o++) {
+                    t[2] = a->taps[2][ox];
+                    int64_t best;
+                    if (a->kind == POOL_MAX && ind == NULL) {
+                        y[o] = win_max(a, x, t);
+                    } else if (a->kind == POOL_MAX) {
+                        y[o] = win_argmax(a, x, t, &best);
+                        ind[o] = best < 0 ? -1 : u * a->in_plane + best;
+                    } else if (a->kind == POOL_AVG) {
+                        y[o] = win_avg(a, x, t);
+                    } else {
+                        y[o] = win_lp(a, x, t);
+                    }
                 }
             }
         }
     }
-}
-
-KN_CLONES static void pool_planes(void *arg, int64_t begin, int64_t end) {
-    for (int64_t u = begin; u < end; u++)
-        pool_plane(arg, u);
 }
 
 /* 2-D max or average pooling without dilation or indices, the shape CNNs use. Both reductions
