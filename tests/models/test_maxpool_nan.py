@@ -1,5 +1,5 @@
-"""NaN through kiln's float MaxPool and GlobalMaxPool, as PyTorch's max_pool2d and numpy's max
-treat it: an output is NaN when any input tap of its window is NaN (pads are -inf, never NaN),
+"""NaN through kiln's float MaxPool, GlobalMaxPool and MaxRoiPool, as PyTorch's max_pool2d and
+numpy's max treat it: an output is NaN when any input tap of its window is NaN (pads are -inf, never NaN),
 and the Indices output names the window's first NaN. One-node models run through `kiln run`
 against numpy's max over sliding_window_view windows of the -inf padded input, for the shapes
 of ResNet-50's stem pool, YOLO's SPPF and the pools between, with NaN at plane corners, edges
@@ -161,3 +161,61 @@ def test_global_maxpool_propagates_nan(shape, tmp_path):
     want = x.max(axis=(2, 3), keepdims=True)
     (got,) = run_model(tmp_path, [helper.make_node("GlobalMaxPool", ["x"], ["y"])], x, ["y"])
     assert_same(got, want, "GlobalMaxPool")
+
+
+def roi_reference(x, rois, pooled, scale):
+    """MaxRoiPool as onnx's operator page and Caffe's ROIPooling define it: each roi's corners
+    scaled and rounded, its box (at least 1 x 1) cut into pooled bins of floor / ceil bounds
+    clamped to the input; an empty bin is 0, any other the max of its window (NaN if it holds
+    one). Corners here are whole after scaling, so rounding has no ties."""
+    ph, pw = pooled
+    out = np.zeros((len(rois), x.shape[1], ph, pw), x.dtype)
+    for r, (b, x1, y1, x2, y2) in enumerate(rois):
+        xs, ys, xe, ye = (int(round(v * scale)) for v in (x1, y1, x2, y2))
+        bh, bw = max(ye - ys + 1, 1) / ph, max(xe - xs + 1, 1) / pw
+        for i in range(ph):
+            h0 = min(max(int(np.floor(i * bh)) + ys, 0), x.shape[2])
+            h1 = min(max(int(np.ceil((i + 1) * bh)) + ys, 0), x.shape[2])
+            for j in range(pw):
+                w0 = min(max(int(np.floor(j * bw)) + xs, 0), x.shape[3])
+                w1 = min(max(int(np.ceil((j + 1) * bw)) + xs, 0), x.shape[3])
+                if h1 > h0 and w1 > w0:
+                    out[r, :, i, j] = x[int(b), :, h0:h1, w0:w1].max(axis=(1, 2))
+    return out
+
+
+def roi_model(rois, pooled, scale):
+    node = helper.make_node("MaxRoiPool", ["x", "rois"], ["y"], pooled_shape=list(pooled),
+                            spatial_scale=scale)
+    return node, helper.make_tensor("rois", TensorProto.FLOAT, rois.shape, rois.ravel())
+
+
+ROIS = np.array([[0, 0, 0, 31, 23], [1, 4, 2, 20, 18], [0, 10, 12, 10, 12], [1, -6, -4, 8, 6],
+                 [0, 24, 16, 40, 30], [1, 2, 20, 29, 21]], np.float32)
+
+
+@pytest.mark.parametrize("pooled,scale", [((3, 3), 1.0), ((2, 5), 0.5), ((7, 7), 1.0)])
+def test_max_roi_pool_propagates_nan(pooled, scale, tmp_path):
+    """The reference is first checked against onnxruntime on data without NaN (whose MaxRoiPool
+    drops NaN as its MaxPool does), then kiln against the reference with NaN in the planes."""
+    import onnxruntime
+
+    rois = ROIS.copy()
+    rois[:, 1:] *= 2 if scale == 0.5 else 1
+    node, init = roi_model(rois, pooled, scale)
+    g = helper.make_graph([node], "roi", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [2, 6, 24, 32])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, None)], [init])
+    path = tmp_path / "roi.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    clean = np.random.default_rng(16).uniform(-50, 50, [2, 6, 24, 32]).astype(np.float32)
+    sess = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(sess.run(None, {"x": clean})[0],
+                                  roi_reference(clean, rois, pooled, scale))
+    x = with_nans([2, 6, 24, 32], 17)
+    want = roi_reference(x, rois, pooled, scale)
+    assert np.isnan(want).any() and not np.isnan(want).all()
+    np.save(tmp_path / "x.npy", x)
+    kiln("run", str(path), "--input", f"x={tmp_path / 'x.npy'}", "--output-dir",
+         str(tmp_path / "o"))
+    assert_same(np.load(tmp_path / "o" / "y.npy"), want, f"MaxRoiPool {pooled}")

@@ -19,15 +19,18 @@ static int64_t roi_coord(float v) {
     return r <= -0x1p40f ? -((int64_t)1 << 40) : r >= 0x1p40f ? (int64_t)1 << 40 : (int64_t)r;
 }
 
-/* One output bin of one roi: the max over its input window, 0 when the window is empty. */
+/* One output bin of one roi: the max over its input window, 0 when the window is empty, NaN
+ * when the window holds a NaN (as MaxPool: once m is NaN no comparison replaces it). */
 static float roi_bin(const float *plane, int64_t w, int64_t y0, int64_t y1, int64_t x0,
                      int64_t x1) {
     if (y1 <= y0 || x1 <= x0)
         return 0;
     float m = -INFINITY;
     for (int64_t y = y0; y < y1; y++)
-        for (int64_t x = x0; x < x1; x++)
-            m = plane[y * w + x] > m ? plane[y * w + x] : m;
+        for (int64_t x = x0; x < x1; x++) {
+            float v = plane[y * w + x];
+            m = v > m || v != v ? v : m;
+        }
     return m;
 }
 
