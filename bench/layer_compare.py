@@ -9,6 +9,8 @@ figure is the minimum over rounds of its median time in a round. kiln's layers c
 *_kernel_time events). A kiln layer is matched to the onnxruntime nodes that hold any of the
 ONNX nodes it stands for (onnxruntime renames fused nodes, e.g. conv_3 becomes conv_3_nchwc, and
 runs an activation it fuses differently as a node of its own), so a row compares the same work.
+A conv or product row also gives its geometry from onnx's shape inference at the run's input
+shapes (e.g. `3x3 s2 128->128 56x56->28x28`, `196x1024 @ 1024x256`), where the shapes are known.
 
 The whole model's figure is timed apart, in the same rounds, with neither profiler on (plain
 `kiln bench --json`, and bench.py's onnxruntime turn: a session without enable_profiling, made,
@@ -79,6 +81,67 @@ def ort_outputs(work):
     return {n.name: list(n.output) for n in graph.node}
 
 
+def _dims(shapes, name):
+    return shapes.get(name) or []
+
+
+def describe_node(node, shapes):
+    """A short geometry of a Conv, ConvTranspose, Gemm or MatMul node from the inferred shapes,
+    e.g. '3x3 s2 128->128 56x56->28x28' or '196x1024 @ 1024x256', or '' where the shapes are
+    not known."""
+    if node.op_type not in ("Conv", "ConvTranspose", "Gemm", "MatMul") or len(node.input) < 2:
+        return ""
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    x, y = _dims(shapes, node.input[0]), _dims(shapes, node.output[0])
+    if node.op_type in ("Conv", "ConvTranspose"):
+        w = _dims(shapes, node.input[1])
+        if len(x) < 3 or len(y) < 3 or len(w) < 3:
+            return ""
+        kern = "x".join(str(d) for d in w[2:])
+        strides = attrs.get("strides") or []
+        text = kern + (f" s{strides[0]}" if strides and max(strides) > 1 else "")
+        group = attrs.get("group", 1)
+        text += f" {x[1]}->{y[1]}" + (f" g{group}" if group > 1 else "")
+        return text + " " + "x".join(map(str, x[2:])) + "->" + "x".join(map(str, y[2:]))
+    if node.op_type in ("Gemm", "MatMul"):
+        w = _dims(shapes, node.input[1])
+        if len(x) < 2 or len(w) < 2:
+            return ""
+        a = x if not attrs.get("transA") else x[::-1]
+        b = w if not attrs.get("transB") else w[::-1]
+        lead = "x".join(map(str, a[:-2])) + " " if len(a) > 2 else ""
+        return f"{lead}{a[-2]}x{a[-1]} @ {b[-2]}x{b[-1]}"
+    return ""
+
+
+def node_geometry(model_path, arrays):
+    """{ONNX node name: describe_node} for the model at the inputs' shapes (onnx's shape
+    inference with the graph inputs set to them), {} where inference fails."""
+    try:
+        model = onnx.load(model_path)
+        for vi in model.graph.input:
+            if vi.name in arrays:
+                dims = vi.type.tensor_type.shape.dim
+                for d, n in zip(dims, arrays[vi.name].shape):
+                    d.Clear()
+                    d.dim_value = int(n)
+        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    except Exception:  # noqa: BLE001 - the geometry is a help, not a requirement
+        return {}
+    g = inferred.graph
+    shapes = {t.name: list(t.dims) for t in g.initializer}
+    for vi in list(g.input) + list(g.value_info) + list(g.output):
+        dims = vi.type.tensor_type.shape.dim
+        if dims and all(d.HasField("dim_value") for d in dims):
+            shapes[vi.name] = [d.dim_value for d in dims]
+    out = {}
+    for n in g.node:
+        text = describe_node(n, shapes)
+        if text:
+            out[n.name] = text
+    return out
+
+
 def ort_owner(ort_name, onnx_names, producers, outputs=None):
     """The ONNX node an onnxruntime node name stands for, or None: the name itself, or with
     onnxruntime's suffix (_nchwc, _token_N) taken off, either an ONNX node's name or (the NCHWc
@@ -137,6 +200,7 @@ def main():
         p = subprocess.run(cmd, capture_output=True, text=True)
         if p.returncode != 0:
             sys.exit(f"layer_compare: kiln build {args.model}: {p.stderr.strip()}")
+        geometry = node_geometry(model, arrays)
         k_layers, o_nodes, k_tot, o_tot, o_outputs = {}, {}, [], [], {}
         k_plain, o_plain = [], []
         for _ in range(args.rounds):
@@ -183,8 +247,10 @@ def main():
         mine = owner.get(layer["name"], [])
         claimed.update(mine)
         ort_ms = sum(o_nodes[n] for n in mine) if mine else float("nan")
+        shape = next((geometry[n] for n in layer.get("onnx_nodes") or [layer["name"]]
+                      if n in geometry), "")
         rows.append((layer["median_ms"], ort_ms, layer["name"], layer["op"],
-                     layer.get("kernel", ""), ",".join(mine)))
+                     layer.get("kernel", "") + (f", {shape}" if shape else ""), ",".join(mine)))
     k_sum = sum(r[0] for r in rows)
     o_sum = sum(o_nodes.values())
     print(f"{args.model}, batch {args.batch}, {args.threads} thread(s), "
@@ -194,7 +260,8 @@ def main():
           f"(ORT / kiln {o_best / k_best:.2f}); under the profilers: kiln {min(k_tot):.3f} ms, "
           f"onnxruntime {min(o_tot):.3f} ms; layer sums: kiln {k_sum:.3f} ms, onnxruntime "
           f"{o_sum:.3f} ms")
-    print(f"{'kiln ms':>8} {'ORT ms':>8} {'gap ms':>8}  layer (op, kernel) <- onnxruntime nodes")
+    print(f"{'kiln ms':>8} {'ORT ms':>8} {'gap ms':>8}  layer (op, kernel, geometry) <- "
+          "onnxruntime nodes")
     rows.sort(key=lambda r: -(r[0] - (0 if np.isnan(r[1]) else r[1])))
     for k_ms, o_ms, name, op, kernel, mine in rows[: args.top]:
         gap = k_ms - (0 if np.isnan(o_ms) else o_ms)

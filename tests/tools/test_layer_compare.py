@@ -32,6 +32,27 @@ def test_owner_of_onnxruntime_names():
     assert layer_compare.ort_owner("BiasGelu", nodes, producers, outputs) is None
 
 
+def test_geometry_of_convs_and_products():
+    from onnx import helper
+
+    shapes = {"x": [1, 32, 56, 56], "w": [64, 32, 3, 3], "y": [1, 64, 28, 28],
+              "dw": [32, 1, 5, 5], "z": [1, 32, 56, 56], "a": [8, 196, 1024], "b": [1024, 256],
+              "c": [8, 196, 256], "g": [1, 768], "gw": [3072, 768], "go": [1, 3072]}
+    describe = layer_compare.describe_node
+    conv = helper.make_node("Conv", ["x", "w"], ["y"], strides=[2, 2], pads=[1, 1, 1, 1])
+    assert describe(conv, shapes) == "3x3 s2 32->64 56x56->28x28"
+    dw = helper.make_node("Conv", ["x", "dw"], ["z"], group=32, pads=[2, 2, 2, 2])
+    assert describe(dw, shapes) == "5x5 32->32 g32 56x56->56x56"
+    assert describe(helper.make_node("MatMul", ["a", "b"], ["c"]), shapes) == \
+        "8 196x1024 @ 1024x256"
+    assert describe(helper.make_node("Gemm", ["g", "gw"], ["go"], transB=1), shapes) == \
+        "1x768 @ 768x3072"
+    # unknown shapes or other ops: nothing rather than a guess
+    assert describe(helper.make_node("Conv", ["x", "unknown"], ["y"]), shapes) == ""
+    assert describe(helper.make_node("Relu", ["x"], ["z"]), shapes) == ""
+    assert describe(helper.make_node("Constant", [], ["k"]), shapes) == ""
+
+
 def compare(model):
     """layer_compare's rows (kiln ms, ORT ms, gap, layer, op, ORT nodes) and its whole output."""
     proc = subprocess.run([sys.executable, os.path.join(REPO, "bench", "layer_compare.py"),
@@ -57,6 +78,12 @@ def test_every_conv_layer_has_its_onnxruntime_nodes():
     for r in convs:
         assert r.group(6) != "-", f"{r.group(4)} matched no onnxruntime node"
         assert r.group(2) != "nan"
+    # each conv row gives the conv's geometry (kernel, stride, channels, map sizes)
+    geometries = [re.search(r"\(FusedConv, \S+, (\d+x\d+( s\d+)? \d+->\d+ \d+x\d+->\d+x\d+)\)",
+                            r.group(0)) for r in convs]
+    assert all(geometries), [r.group(0) for r, g in zip(convs, geometries) if not g]
+    assert any(" s2 " in g.group(1) for g in geometries)
+    assert "7x7 s2 3->8 64x64->32x32" in [g.group(1) for g in geometries]  # the stem at 64x64
     # what onnxruntime ran outside kiln's layers is its layout reorders and reshapes
     rest = re.search(r"onnxruntime nodes with no kiln layer: [\d.]+ ms, largest (.*)", proc.stdout)
     if rest:
