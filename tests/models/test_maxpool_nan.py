@@ -1,9 +1,9 @@
 """NaN through kiln's float MaxPool, GlobalMaxPool and MaxRoiPool, as PyTorch's max_pool2d and
-numpy's max treat it: an output is NaN when any input tap of its window is NaN (pads are -inf, never NaN),
-and the Indices output names the window's first NaN. One-node models run through `kiln run`
-against numpy's max over sliding_window_view windows of the -inf padded input, for the shapes
-of ResNet-50's stem pool, YOLO's SPPF and the pools between, with NaN at plane corners, edges
-and random pixels, positive and negative."""
+numpy's max treat it: an output is NaN when any input tap of its window is NaN (pads are -inf,
+never NaN), and the Indices output names the window's first NaN. One-node models run through
+`kiln run` against numpy's max over sliding_window_view windows of the -inf padded input, for the
+shapes of ResNet-50's stem pool, YOLO's SPPF and the pools between, with NaN at plane corners,
+edges and random pixels, positive and negative; MaxRoiPool against a reference of its bins."""
 
 import json
 
