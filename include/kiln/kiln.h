@@ -468,6 +468,11 @@ KILN_API kiln_status kiln_context_set_input_shape(kiln_context *ctx, const char 
  * shape depends on data (e.g. after NonZero) reports KILN_ERR_SHAPE before the first execute. */
 KILN_API kiln_status kiln_context_get_output_shape(kiln_context *ctx, const char *name, int *rank,
                                                    int64_t *dims);
+/* The same for any tensor of the plan: a layer's input or output (kiln_layer_info's names), at
+ * the context's current input shapes; dims holds up to KILN_MAX_RANK values. A tensor fused
+ * away or folded at build is KILN_ERR_NOT_FOUND. */
+KILN_API kiln_status kiln_context_get_tensor_shape(kiln_context *ctx, const char *name, int *rank,
+                                                   int64_t *dims);
 
 /* Bind an input's data. The buffer is borrowed: it must stay valid and unchanged until
  * execute returns. size must equal the input's byte size for the current shape. */

@@ -547,6 +547,21 @@ kiln_status kn_context_resolve(kiln_context *c) {
     return KILN_OK;
 }
 
+/* Value v's shape at the context's input shapes (what: "output" or "tensor", for the error). */
+static kiln_status value_shape(kiln_context *c, int v, const char *what, const char *name,
+                               int *rank, int64_t *dims) {
+    KN_TRY(kn_context_resolve(c));
+    const kn_resolved *r = &c->vals[v];
+    if (!r->known && !c->executed)
+        return kn_error(KILN_ERR_SHAPE,
+                        "%s '%s' has a data-dependent shape: it is known "
+                        "only after execute",
+                        what, name);
+    *rank = r->t.shape.rank;
+    memcpy(dims, r->t.shape.d, (size_t)r->t.shape.rank * sizeof(int64_t));
+    return KILN_OK;
+}
+
 kiln_status kiln_context_get_output_shape(kiln_context *c, const char *name, int *rank,
                                           int64_t *dims) {
     if (c == NULL || name == NULL || rank == NULL || dims == NULL)
@@ -555,16 +570,20 @@ kiln_status kiln_context_get_output_shape(kiln_context *c, const char *name, int
     int i = find_io(g, g->outputs, g->n_outputs, name);
     if (i < 0)
         return no_such(g, g->outputs, g->n_outputs, "output", name);
-    KN_TRY(kn_context_resolve(c));
-    const kn_resolved *r = &c->vals[g->outputs[i]];
-    if (!r->known && !c->executed)
-        return kn_error(KILN_ERR_SHAPE,
-                        "output '%s' has a data-dependent shape: it is known "
-                        "only after execute",
+    return value_shape(c, g->outputs[i], "output", name, rank, dims);
+}
+
+kiln_status kiln_context_get_tensor_shape(kiln_context *c, const char *name, int *rank,
+                                          int64_t *dims) {
+    if (c == NULL || name == NULL || rank == NULL || dims == NULL)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_context_get_tensor_shape: NULL argument");
+    int v = kn_graph_find_value(c->e->plan.graph, name);
+    if (v < 0)
+        return kn_error(KILN_ERR_NOT_FOUND,
+                        "no tensor named '%s' in the plan (kiln_layer_info names a layer's "
+                        "inputs and outputs; others may have been fused away or folded)",
                         name);
-    *rank = r->t.shape.rank;
-    memcpy(dims, r->t.shape.d, (size_t)r->t.shape.rank * sizeof(int64_t));
-    return KILN_OK;
+    return value_shape(c, v, "tensor", name, rank, dims);
 }
 
 kiln_status kiln_context_set_input(kiln_context *c, const char *name, const void *data,

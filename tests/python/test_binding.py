@@ -1,11 +1,14 @@
 """The binding: build, engines, contexts, shapes and profiles, and errors as KilnError."""
 
+import os
 import threading
 
 import numpy as np
 import pytest
 
 import kiln
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _err(excinfo, status, *words):
@@ -264,3 +267,19 @@ def test_build_to_file(tmp_path, fixed_model):
     assert ei.value.status_name == "IO"
     x = np.ones((2, 3), np.float32)
     np.testing.assert_array_equal(kiln.Engine(path).run({"x": x})["y"], x * 3)
+
+
+def test_tensor_shape_of_intermediate_tensors():
+    """Any layer's output by its ONNX name, at the input shape set; a tensor fused away (the
+    BatchNormalization folded into the stem conv) is a KilnError naming it."""
+    model = os.path.join(REPO, "tests", "models", "resnet_mini", "model.onnx")
+    shapes = {"input": ((1, 3, 32, 32), (1, 3, 40, 40), (2, 3, 96, 96))}
+    ctx = kiln.Engine(kiln.build(model, shapes=shapes)).context()
+    ctx.set_input_shape("input", (1, 3, 40, 40))
+    assert ctx.tensor_shape("/stem/stem.2/Relu_output_0") == (1, 8, 20, 20)
+    assert ctx.tensor_shape("/stem/stem.3/MaxPool_output_0") == (1, 8, 10, 10)
+    ctx.set_input_shape("input", (2, 3, 96, 64))
+    assert ctx.tensor_shape("/stem/stem.3/MaxPool_output_0") == (2, 8, 24, 16)
+    assert ctx.tensor_shape("logits") == ctx.output_shape("logits") == (2, 10)
+    with pytest.raises(kiln.KilnError, match="no tensor named '/stem/stem.1/BatchNorm"):
+        ctx.tensor_shape("/stem/stem.1/BatchNormalization_output_0")

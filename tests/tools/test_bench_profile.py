@@ -32,6 +32,26 @@ def test_profile_text_lists_slowest():
     r = kiln("bench", model, "--shapes", "input:1x3x64x64", "--iterations", "3", "--warmup", "0",
              "--profile")
     assert "per-layer median ms" in r.stdout and "slowest layers:" in r.stdout
+    # each layer's output shape: the stem conv's (stride 2) in the table, and after the slowest
+    rows = r.stdout.split("(execution order):")[1].splitlines()
+    assert rows[1].split()[:2] == ["#", "ms"] and "output" in rows[1]
+    assert rows[2].split()[5].startswith("1x") and rows[2].split()[5].endswith("x32x32")
+    slowest = r.stdout.split("slowest layers:")[1].splitlines()[1]
+    assert slowest.split(" -> ")[-1].strip().startswith("1x")
+
+
+def test_profile_output_shapes_follow_the_run_shape():
+    """Each layer's output shape in --json is the shape at the run's input shape: the same plan
+    at two input sizes gives the stem 32x32 then 48x40, the classifier 1x10 then 2x10."""
+    model = os.path.join(MODELS, "resnet_mini", "model.onnx")
+    seen = []
+    for shape in ("1x3x64x64", "2x3x96x80"):
+        out = json.loads(kiln("bench", model, "--shapes", f"input:{shape}", "--iterations", "2",
+                              "--warmup", "0", "--profile", "--json").stdout)
+        layers = out["layers"]
+        assert all(isinstance(l["output_shape"], list) for l in layers)
+        seen.append((layers[0]["output_shape"], layers[-1]["output_shape"]))
+    assert seen == [([1, 8, 32, 32], [1, 10]), ([2, 8, 48, 40], [2, 10])]
 
 
 def bench_json(*args, env=None):

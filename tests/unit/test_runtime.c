@@ -157,6 +157,50 @@ static void test_profile_and_name_errors(void **state) {
     kiln_engine_destroy(e);
 }
 
+/* Any layer's output shape follows the input shapes set; unknown names and NULLs are refused. */
+static void test_tensor_shapes(void **state) {
+    (void)state;
+    kiln_engine *e = resnet_engine();
+    kiln_context *ctx;
+    assert_int_equal(kiln_context_create(e, &ctx), KILN_OK);
+    const char *pool = NULL, *stem = NULL;
+    for (int i = 0; i < kiln_engine_num_layers(e); i++) {
+        kiln_layer_info li;
+        assert_int_equal(kiln_engine_layer_info(e, i, &li), KILN_OK);
+        if (stem == NULL && strstr(li.op_type, "Conv") != NULL)
+            stem = li.outputs[0];
+        if (pool == NULL && strcmp(li.op_type, "MaxPool") == 0)
+            pool = li.outputs[0];
+    }
+    assert_non_null(stem);
+    assert_non_null(pool);
+    int rank = 0;
+    int64_t d[KILN_MAX_RANK];
+    int64_t a[] = {1, 3, 40, 40}, b[] = {2, 3, 64, 96};
+    assert_int_equal(kiln_context_set_input_shape(ctx, "input", 4, a), KILN_OK);
+    assert_int_equal(kiln_context_get_tensor_shape(ctx, stem, &rank, d), KILN_OK);
+    assert_int_equal(rank, 4); /* the 7x7 stride-2 stem: 8 channels at half the size */
+    assert_true(d[0] == 1 && d[1] == 8 && d[2] == 20 && d[3] == 20);
+    assert_int_equal(kiln_context_get_tensor_shape(ctx, pool, &rank, d), KILN_OK);
+    assert_true(rank == 4 && d[0] == 1 && d[1] == 8 && d[2] == 10 && d[3] == 10);
+    assert_int_equal(kiln_context_set_input_shape(ctx, "input", 4, b), KILN_OK);
+    assert_int_equal(kiln_context_get_tensor_shape(ctx, pool, &rank, d), KILN_OK);
+    assert_true(rank == 4 && d[0] == 2 && d[1] == 8 && d[2] == 16 && d[3] == 24);
+    /* the graph's input and output are tensors too */
+    assert_int_equal(kiln_context_get_tensor_shape(ctx, "input", &rank, d), KILN_OK);
+    assert_true(rank == 4 && d[0] == 2 && d[3] == 96);
+    assert_int_equal(kiln_context_get_tensor_shape(ctx, "logits", &rank, d), KILN_OK);
+    assert_true(rank == 2 && d[0] == 2 && d[1] == 10);
+    assert_int_equal(kiln_context_get_tensor_shape(ctx, "nope", &rank, d), KILN_ERR_NOT_FOUND);
+    assert_non_null(strstr(kiln_last_error(), "no tensor named 'nope'"));
+    assert_int_equal(kiln_context_get_tensor_shape(ctx, NULL, &rank, d), KILN_ERR_INVALID_ARGUMENT);
+    assert_int_equal(kiln_context_get_tensor_shape(ctx, pool, NULL, d), KILN_ERR_INVALID_ARGUMENT);
+    assert_int_equal(kiln_context_get_tensor_shape(NULL, pool, &rank, d),
+                     KILN_ERR_INVALID_ARGUMENT);
+    kiln_context_destroy(ctx);
+    kiln_engine_destroy(e);
+}
+
 /* An output bound to the caller's buffer is written there; a buffer too small is refused. */
 static void test_bound_output(void **state) {
     (void)state;
@@ -308,6 +352,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_build_plan_run_matches_pytorch),
         cmocka_unit_test(test_profile_and_name_errors),
+        cmocka_unit_test(test_tensor_shapes),
         cmocka_unit_test(test_bound_output),
         cmocka_unit_test(test_bound_output_in_place),
         cmocka_unit_test(test_bad_plans_refused),

@@ -28,9 +28,9 @@ static const char usage[] =
     "  --json             print one JSON object: {\"latency_ms\": {min, median, mean, p90, p95,\n"
     "                     p99, max}, \"throughput_per_s\": ...}\n"
     "  --profile          time every layer too: median ms per layer in execution order and\n"
-    "                     sorted, its share, the ONNX nodes it stands for and its kernel\n"
-    "                     (with --json: \"layers\": [{name, op, kernel, onnx_nodes, median_ms,\n"
-    "                     share}])\n" CLI_BUILD_OPTIONS_HELP;
+    "                     sorted, its share, its output shape, the ONNX nodes it stands for\n"
+    "                     and its kernel (with --json: \"layers\": [{name, op, kernel,\n"
+    "                     onnx_nodes, output_shape, median_ms, share}])\n" CLI_BUILD_OPTIONS_HELP;
 
 /* ms[layer] gets the iteration's time of every layer. */
 static void record_layers(kiln_context *ctx, const cli_layers *l, double **ms, int iteration) {
@@ -133,7 +133,7 @@ int cmd_bench(int argc, char **argv) {
                    dev[0], pct(dev, n, 50), dev_mean, pct(dev, n, 90), pct(dev, n, 95),
                    pct(dev, n, 99), dev[n - 1]);
         if (o.profile)
-            rc = bench_profile_report(&layers, layer_ms, n, true);
+            rc = bench_profile_report(&layers, ctx, layer_ms, n, true);
         printf("}\n");
     } else {
         printf("%s: %d iterations after %d warmup\n", o.model, n, o.warmup);
@@ -148,7 +148,7 @@ int cmd_bench(int argc, char **argv) {
                    pct(dev, n, 99), dev[n - 1]);
         printf("throughput: %.2f inferences/s\n", tput);
         if (o.profile)
-            rc = bench_profile_report(&layers, layer_ms, n, false);
+            rc = bench_profile_report(&layers, ctx, layer_ms, n, false);
     }
 out:
     for (int k = 0; layer_ms != NULL && k < layers.n; k++)

@@ -137,8 +137,29 @@ static int by_time_desc(const void *a, const void *b) {
     return x > y ? -1 : x < y;
 }
 
-/* ms[layer][iteration]: per-layer medians in execution order and sorted by time. */
-int bench_profile_report(const cli_layers *l, double *const *ms, int iterations, bool json) {
+/* The shape of layer li's first output in ctx as text ("1x64x56x56"; "?" where not known). */
+static void output_shape(kiln_context *ctx, const kiln_layer_info *li, char *buf, size_t size,
+                         bool json) {
+    int rank = 0;
+    int64_t d[KILN_MAX_RANK];
+    if (li->n_outputs < 1 || li->outputs[0] == NULL ||
+        kiln_context_get_tensor_shape(ctx, li->outputs[0], &rank, d) != KILN_OK) {
+        snprintf(buf, size, "%s", json ? "null" : "?");
+        return;
+    }
+    size_t used = (size_t)snprintf(buf, size, "%s", json ? "[" : rank == 0 ? "scalar" : "");
+    for (int i = 0; i < rank && used < size; i++)
+        used += (size_t)snprintf(buf + used, size - used, "%s%lld", i ? (json ? ", " : "x") : "",
+                                 (long long)d[i]);
+    if (json && used < size)
+        snprintf(buf + used, size - used, "]");
+}
+
+/* ms[layer][iteration]: per-layer medians in execution order and sorted by time, with each
+ * layer's output shape in ctx. */
+int bench_profile_report(const cli_layers *l, kiln_context *ctx, double *const *ms, int iterations,
+                         bool json) {
+    char shape[KILN_MAX_RANK * 22 + 8];
     layer_time *t = kn_calloc((size_t)l->n + 1, sizeof *t);
     if (t == NULL)
         return cli_fail("out of memory");
@@ -162,24 +183,29 @@ int bench_profile_report(const cli_layers *l, double *const *ms, int iterations,
             json_str(stdout, li->kernel, strlen(li->kernel));
             fputs(", \"onnx_nodes\": ", stdout);
             cli_layers_json_nodes(stdout, l->onnx_nodes[i]);
-            printf(", \"median_ms\": %.6f, \"share\": %.6f}", t[i].median,
-                   total > 0 ? t[i].median / total : 0);
+            output_shape(ctx, li, shape, sizeof shape, true);
+            printf(", \"output_shape\": %s, \"median_ms\": %.6f, \"share\": %.6f}", shape,
+                   t[i].median, total > 0 ? t[i].median / total : 0);
         }
         fputs("]", stdout);
     } else {
         printf("\nper-layer median ms over %d iterations (execution order):\n", iterations);
-        printf("  %-4s %-10s %6s  %-28s %-20s %s\n", "#", "ms", "share", "layer", "op",
-               "onnx nodes");
-        for (int i = 0; i < l->n; i++)
-            printf("  %-4d %-10.4f %5.1f%%  %-28s %-20s %s\n", i, t[i].median,
+        printf("  %-4s %-10s %6s  %-28s %-20s %-16s %s\n", "#", "ms", "share", "layer", "op",
+               "output", "onnx nodes");
+        for (int i = 0; i < l->n; i++) {
+            output_shape(ctx, &l->info[i], shape, sizeof shape, false);
+            printf("  %-4d %-10.4f %5.1f%%  %-28s %-20s %-16s %s\n", i, t[i].median,
                    total > 0 ? 100 * t[i].median / total : 0, l->info[i].name, l->info[i].op_type,
-                   l->onnx_nodes[i]);
+                   shape, l->onnx_nodes[i]);
+        }
         qsort(t, (size_t)l->n, sizeof *t, by_time_desc);
         printf("\nslowest layers:\n");
-        for (int i = 0; i < l->n && i < 10; i++)
-            printf("  %-10.4f %5.1f%%  %-28s %s (kernel %s)\n", t[i].median,
+        for (int i = 0; i < l->n && i < 10; i++) {
+            output_shape(ctx, &l->info[t[i].index], shape, sizeof shape, false);
+            printf("  %-10.4f %5.1f%%  %-28s %s (kernel %s) -> %s\n", t[i].median,
                    total > 0 ? 100 * t[i].median / total : 0, l->info[t[i].index].name,
-                   l->info[t[i].index].op_type, l->info[t[i].index].kernel);
+                   l->info[t[i].index].op_type, l->info[t[i].index].kernel, shape);
+        }
     }
     kn_free(t);
     return 0;

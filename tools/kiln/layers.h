@@ -19,6 +19,8 @@ void cli_layers_free(cli_layers *l);
 /* Write onnx_nodes[i] as a JSON array. */
 void cli_layers_json_nodes(FILE *f, const char *csv);
 
-int bench_profile_report(const cli_layers *l, double *const *ms, int iterations, bool json);
+/* Per-layer medians of ms[layer][iteration], each layer's output shape read from ctx. */
+int bench_profile_report(const cli_layers *l, kiln_context *ctx, double *const *ms, int iterations,
+                         bool json);
 
 #endif
