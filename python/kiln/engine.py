@@ -213,7 +213,8 @@ class Context:
 
     def tensor_shape(self, name: str) -> Tuple[int, ...]:
         """Any tensor's shape for the input shapes set: a layer's input or output, by its name
-        in the ONNX model. A tensor fused away or folded at build raises KilnError."""
+        (`kiln inspect --json` lists each layer's). A tensor fused away or folded at build
+        raises KilnError."""
         rank = ctypes.c_int()
         dims = (ctypes.c_int64 * _lib.MAX_RANK)()
         check(lib.kiln_context_get_tensor_shape(self._h, encode(name), ctypes.byref(rank), dims))

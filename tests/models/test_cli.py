@@ -157,6 +157,16 @@ def test_inspect_json_and_dot(tmp_path):
         text = json.dumps(info)
         assert "input" in text and "logits" in text
         assert dot.read_text().lstrip().startswith("digraph")
+        # each layer names its tensors: the first reads the graph input, the last writes the
+        # output, each writes tensors of its own, and each reads one written before it (by the
+        # graph's input or an earlier layer; the rest are weights)
+        layers = info["layers"]
+        assert "input" in layers[0]["inputs"] and layers[-1]["outputs"] == ["logits"]
+        written = {"input"}
+        for layer in layers:
+            assert any(i in written for i in layer["inputs"]), layer
+            assert layer["outputs"] and not written & set(layer["outputs"]), layer
+            written.update(layer["outputs"])
 
 
 def test_run_model_and_plan_agree(tmp_path):

@@ -20,7 +20,9 @@ static const char usage[] =
     "inputs need --shapes).\n"
     "\n"
     "  --shapes SPEC      NAME:DIMS or NAME:MIN,OPT,MAX (see kiln build --help)\n"
-    "  --json             print one JSON object instead of text\n"
+    "  --json             print one JSON object instead of text (each layer with its\n"
+    "                     \"inputs\" and \"outputs\" tensor names, which kiln's shape\n"
+    "                     and capture calls take)\n"
     "  --dot FILE         write a Graphviz picture of the optimized graph to "
     "FILE\n" CLI_BUILD_OPTIONS_HELP;
 
@@ -54,6 +56,20 @@ static void jstr(const char *s) {
             putchar(*s);
     }
     putchar('"');
+}
+
+/* , "key": [names of the values idx[0..n) (null for an omitted optional one)] */
+static void json_tensor_names(const kn_graph *g, const char *key, const int *idx, int n) {
+    printf(", \"%s\": [", key);
+    for (int i = 0; i < n; i++) {
+        if (i)
+            printf(", ");
+        if (idx[i] < 0)
+            printf("null");
+        else
+            jstr(g->values[idx[i]].name);
+    }
+    printf("]");
 }
 
 /* What the node runs: the op, with fusion details. */
@@ -382,6 +398,8 @@ int cmd_inspect(int argc, char **argv) {
             printf(", \"backend\": ");
             jstr(kn_node_backend(n));
             printf(", \"precision\": \"%s\"", layer_precision(g, n));
+            json_tensor_names(g, "inputs", n->in, n->n_in);
+            json_tensor_names(g, "outputs", n->out, n->n_out);
             const int64_t *nhwc;
             if (kn_attr_ints(n, "kiln_nhwc", &nhwc) == 2) /* passes/layout_nhwc.c */
                 printf(", \"nhwc\": {\"inputs\": %lld, \"outputs\": %lld}", (long long)nhwc[0],
