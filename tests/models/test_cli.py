@@ -169,14 +169,20 @@ def test_inspect_json_and_dot(tmp_path):
             written.update(layer["outputs"])
 
 
-def test_run_model_and_plan_agree(tmp_path):
-    """Building in memory and loading a saved plan run the same program."""
-    model, shapes, inputs = model_args("densenet_mini")
+def plan_and_two_dirs(tmp_path, name):
+    """The bundled model `name` built to a plan, with two empty output folders."""
+    model, shapes, inputs = model_args(name)
     plan = tmp_path / "m.plan"
     kiln("build", model, "-o", plan, "--quiet", *shapes)
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir()
     b.mkdir()
+    return model, shapes, inputs, plan, a, b
+
+
+def test_run_model_and_plan_agree(tmp_path):
+    """Building in memory and loading a saved plan run the same program."""
+    model, shapes, inputs, plan, a, b = plan_and_two_dirs(tmp_path, "densenet_mini")
     kiln("run", model, *shapes, *inputs, "--output-dir", a)
     kiln("run", plan, *inputs, "--output-dir", b)
     np.testing.assert_array_equal(outputs(a)["logits"], outputs(b)["logits"])
@@ -186,12 +192,7 @@ def test_build_options_on_a_plan_warn(tmp_path):
     """A plan was built already: build-only options given with one are named in one warning line
     (and the run goes on, the same as without them); options for the run itself warn of
     nothing."""
-    model, shapes, inputs = model_args("resnet_mini")
-    plan = tmp_path / "m.plan"
-    kiln("build", model, "-o", plan, "--quiet", *shapes)
-    a, b = tmp_path / "a", tmp_path / "b"
-    a.mkdir()
-    b.mkdir()
+    model, shapes, inputs, plan, a, b = plan_and_two_dirs(tmp_path, "resnet_mini")
     proc = kiln("run", plan, *inputs, "--output-dir", a, "--threads", "2")
     assert "warning" not in proc.stderr
     proc = kiln("run", plan, *inputs, "--output-dir", b, "--precision", "fp16", "--tactics",

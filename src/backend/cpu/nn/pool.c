@@ -445,6 +445,17 @@ static bool pool2d_same_max(const pool_args *a) {
         }                                                                                          \
     } while (0)
 
+/* SAME_MAX_FIXED for the plane's k (3, 5 or 7: pool2d_same_max), each a literal K. */
+#define SAME_MAX_BY_K(STEP, TEST)                                                                  \
+    do {                                                                                           \
+        if (k == 3)                                                                                \
+            SAME_MAX_FIXED(3, STEP, TEST);                                                         \
+        else if (k == 5)                                                                           \
+            SAME_MAX_FIXED(5, STEP, TEST);                                                         \
+        else                                                                                       \
+            SAME_MAX_FIXED(7, STEP, TEST);                                                         \
+    } while (0)
+
 /* dst[0, n) = src[0, n) in runs of 8 floats, the last run overlapping the one before: a memcpy
  * call per row of 10 or 20 floats cost more than the copy. */
 static inline __attribute__((always_inline)) void copy_row(float *dst, const float *src,
@@ -474,22 +485,12 @@ KN_CLONES static void pool2d_same_max_planes(void *arg, int64_t begin, int64_t e
         int nan = 0;
         for (int64_t oy = 0; oy < H; oy++)
             copy_row(buf + (oy + r) * p + r, x + oy * W, W);
-        if (k == 3)
-            SAME_MAX_FIXED(3, MAX_STEP, 1);
-        else if (k == 5)
-            SAME_MAX_FIXED(5, MAX_STEP, 1);
-        else
-            SAME_MAX_FIXED(7, MAX_STEP, 1);
+        SAME_MAX_BY_K(MAX_STEP, 1);
         if (!nan)
             continue;
         /* a NaN in the plane: both passes again with the max that keeps NaN, a compare more a
          * tap */
-        if (k == 3)
-            SAME_MAX_FIXED(3, NAN_STEP, 0);
-        else if (k == 5)
-            SAME_MAX_FIXED(5, NAN_STEP, 0);
-        else
-            SAME_MAX_FIXED(7, NAN_STEP, 0);
+        SAME_MAX_BY_K(NAN_STEP, 0);
     }
 }
 
