@@ -11,7 +11,9 @@ For every model and thread count the two engines take turns (--rounds times): ki
 intra_op_num_threads set and sequential execution. Both get the same random input; each turn
 starts with --warmup untimed runs, or as many as last --warmup-seconds (0.5 s; a turn is a fresh
 process or session, whose first runs can be slow); reported figures are medians over rounds of
-each round's median latency. Before timing, one `kiln run`
+each round's median latency, and each row counts the rounds kiln was faster in by that round's
+own two turns (with those ratios' range), which tells a tie on a noisy machine from a gap. Before
+timing, one `kiln run`
 output is compared with onnxruntime's, so a fast wrong answer cannot pass unnoticed.
 
 The full-size models are exported from torchvision with random weights (by whichever Python has
@@ -360,6 +362,7 @@ def compare_model(kiln, label, model_path, given, threads_list, args, work):
             "ort_p90": statistics.median(r["p90"] for r in o_rounds),
             "kiln_min": min(r["min"] for r in k_rounds),
             "ort_min": min(r["min"] for r in o_rounds),
+            "paired": paired_ratios(k_rounds, o_rounds),
         }
         row["speedup"] = row["ort_ms"] / row["kiln_ms"] if row["kiln_ms"] > 0 else float("nan")
         log(f"{label:<28} {threads} thr  kiln {row['kiln_ms']:8.3f} ms  onnxruntime "
@@ -367,6 +370,23 @@ def compare_model(kiln, label, model_path, given, threads_list, args, work):
             f"{row['ort_min']:.3f} ms ×{row['ort_min'] / row['kiln_min']:.2f}  (rel diff {diff:.1e})")
         rows.append(row)
     return rows
+
+
+def paired_ratios(k_rounds, o_rounds):
+    """ORT / kiln of each round: the two turns of a round ran next to each other, so a slow
+    minute of a shared machine moves both and leaves their ratio."""
+    return [o["median"] / k["median"] if k["median"] > 0 else float("nan")
+            for k, o in zip(k_rounds, o_rounds)]
+
+
+def rounds_cell(row):
+    """'4/6 (0.97-1.12)': the rounds kiln was faster in, of all, and the paired ratios' range;
+    '-' for a run saved before the rounds were kept."""
+    paired = row.get("paired")
+    if not paired:
+        return "-"
+    ahead = sum(1 for x in paired if x > 1.0)
+    return f"{ahead}/{len(paired)} ({min(paired):.2f}-{max(paired):.2f})"
 
 
 def machine():
@@ -390,11 +410,11 @@ def machine():
 
 def table(rows):
     lines = ["| model | threads | kiln median ms | onnxruntime median ms | ORT / kiln | "
-             "kiln p90 ms | ORT p90 ms | kiln build s | max rel diff |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "rounds kiln ahead | kiln p90 ms | ORT p90 ms | kiln build s | max rel diff |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['model']} | {r['threads']} | {r['kiln_ms']:.3f} | {r['ort_ms']:.3f} | "
-                     f"{r['speedup']:.2f}× | {r['kiln_p90']:.3f} | {r['ort_p90']:.3f} | "
+                     f"{r['speedup']:.2f}× | {rounds_cell(r)} | {r['kiln_p90']:.3f} | {r['ort_p90']:.3f} | "
                      f"{r['build_s']:.2f} | {r['max_rel_diff']:.1e} |")
     return "\n".join(lines)
 
@@ -428,7 +448,9 @@ graph optimizations). float32, batch {getattr(args, "batch", 1)}, random weights
 {args.rounds} alternating rounds of that round's median of {args.iterations} timed runs (after
 {args.warmup} warm-up runs, or as many as last {getattr(args, "warmup_seconds", 0)} s). **ORT / kiln > 1 means kiln is faster.** "max rel diff" is the
 largest difference between kiln's and onnxruntime's outputs, relative to the output's largest
-magnitude.
+magnitude. "rounds kiln ahead" counts the rounds whose ORT / kiln, from that round's two turns
+(run next to each other), is above 1, and gives those ratios' range: a median ratio near 1 with
+the rounds split both ways is a tie within the machine's noise.
 
 {table(rows)}
 
