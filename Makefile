@@ -12,7 +12,7 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 KILN = $(BUILD)/bin/kiln
 APT_PACKAGES = cmake gcc make pkg-config protobuf-c-compiler libprotobuf-c-dev libcmocka-dev \
-               libxxhash-dev clang
+               libxxhash-dev clang clang-format
 PIP_PACKAGES = onnx==1.19.0 onnxruntime numpy pytest scikit-build-core tritonclient[http,grpc] \
                polygraphy onnx-graphsurgeon ml_dtypes mypy~=2.4
 # The Triton tests use only the tritonserver binary and libraries this wheel carries, so its
@@ -22,7 +22,7 @@ EXAMPLE_DIR = tests/models/mobilenetv2_mini
 EXAMPLE = $(EXAMPLE_DIR)/model.onnx
 
 .PHONY: all deps build asan run test test-unit test-conformance test-conformance-next test-models test-python test-types test-tools test-asan \
-        test-tsan test-fuzz test-install test-triton bench test-gpu test-gpu-models test-gpu-node \
+        test-tsan test-fuzz test-install test-triton test-format bench test-gpu test-gpu-models test-gpu-node \
         test-gpu-kernels build-cuda \
         format clean
 
@@ -148,8 +148,8 @@ test-triton: build
 	KILN_BUILD=$(BUILD) $(PYTHON) -m pytest -q tests/triton
 	@cat $(BUILD)/triton/load_report.txt
 
-test: test-unit test-conformance test-models test-python test-types test-tools test-install test-triton test-asan \
-      test-tsan test-fuzz
+test: test-format test-unit test-conformance test-models test-python test-types test-tools test-install \
+      test-triton test-asan test-tsan test-fuzz
 
 # The CUDA backend module and its tests, on a machine with a GPU and the CUDA 13 toolkit; never
 # part of `make test` (CI has no GPU).
@@ -193,8 +193,14 @@ test-gpu-kernels: build-cuda
 bench: build
 	$(PYTHON) bench/bench.py --kiln $(KILN)
 
+FORMAT_FILES = git ls-files '*.c' '*.h' '*.cu' '*.cuh'
 format:
-	git ls-files '*.c' '*.h' | xargs clang-format -i
+	$(FORMAT_FILES) | xargs clang-format -i
+
+# Every C and CUDA source as .clang-format lays it out; `make format` mends what this names.
+test-format: deps
+	@$(FORMAT_FILES) | xargs clang-format --dry-run -Werror || \
+	  { echo "test-format: the files above are not formatted (make format)"; exit 1; }
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -7,6 +7,8 @@
 #define KC_EW_SOURCE(...) __VA_ARGS__
 #endif
 
+// The body is laid out by hand: clang-format would join it into the macro call.
+// clang-format off
 KC_EW_SOURCE(
 // kn_ew_unary numbering (ops/fused_elementwise.h).
 __device__ __forceinline__ float unit_clamp(float v) {
@@ -130,3 +132,4 @@ __device__ __forceinline__ float binary(int op, float a, float b) {
     }
 }
 )
+// clang-format on
