@@ -6,9 +6,10 @@ for before/after figures of a change.
                         [--env-a 'NAME=VALUE ...'] [--env-b 'NAME=VALUE ...'] [--layers N]
 
 Each binary builds its own plan of each model (plans are not portable across plan formats), then
-the two run `kiln bench --json` in turns, --rounds times; the table gives each side's best
-median and the ratio A/B (> 1: B is faster), then the medians of the rounds' medians and their
-ratio, and every round's medians. The models are the bundled tests/models networks
+the two run `kiln bench --json` in turns, --rounds times, the side that goes first alternating;
+the table gives each side's best median and the ratio A/B (> 1: B is faster), then the medians
+of the rounds' medians and their ratio, the rounds in which B was faster than A in the same
+round ("B ahead", k of n), and every round's medians. The models are the bundled tests/models networks
 plus any ONNX files under bench/models/, or the --model files alone.
 
 --env-a / --env-b set environment variables for one side's runs (its build too), so that one
@@ -122,7 +123,7 @@ def main():
 def compare(args, kilns, full_env, models, only, tmp):
     """Each model: both sides' plans in tmp, the rounds in turns, the rows."""
     print(f"{'model':24} {'A ms':>9} {'B ms':>9} {'A/B':>6} {'A med':>9} {'B med':>9} {'A/B':>6}"
-          "  rounds A | B")
+          f" {'B ahead':>8}  rounds A | B")
     for name, path, shapes in models:
         if only and name not in only:
             continue
@@ -137,8 +138,10 @@ def compare(args, kilns, full_env, models, only, tmp):
             run(cmd, full_env[side], f"{name}: {side.upper()}'s kiln build")
         runs = {"a": [], "b": []}
         best_layers = {"a": {}, "b": {}}
-        for _ in range(args.rounds):
-            for side, kiln in kilns.items():
+        for r in range(args.rounds):
+            # which side goes first alternates, so that neither always meets the other's caches
+            for side in ("a", "b") if r % 2 == 0 else ("b", "a"):
+                kiln = kilns[side]
                 what = f"{name}: {side.upper()}'s kiln bench"
                 res = bench(kiln, full_env[side], plans[side], args.threads, args.iterations,
                             args.warmup, what=what)
@@ -153,8 +156,11 @@ def compare(args, kilns, full_env, models, only, tmp):
         med = {side: statistics.median(v) for side, v in runs.items()}
         rounds = " ".join(f"{v:.3f}" for v in runs["a"]) + " | " + " ".join(
             f"{v:.3f}" for v in runs["b"])
+        # a round's two turns ran next to each other: B ahead in k of n rounds by its own pair
+        ahead = f"{sum(b < a for a, b in zip(runs['a'], runs['b']))}/{len(runs['a'])}"
         print(f"{name:24} {best['a']:9.3f} {best['b']:9.3f} {best['a'] / best['b']:6.2f} "
-              f"{med['a']:9.3f} {med['b']:9.3f} {med['a'] / med['b']:6.2f}  {rounds}", flush=True)
+              f"{med['a']:9.3f} {med['b']:9.3f} {med['a'] / med['b']:6.2f} {ahead:>8}  {rounds}",
+              flush=True)
         if args.layers > 0:
             print_layers(name, best_layers, args.layers)
 

@@ -37,14 +37,24 @@ def test_environments_reach_each_side_and_layers_are_the_plans(tmp_path):
     assert proc.returncode == 0, proc.stderr
     calls = [line.split()[:2] for line in log.read_text().splitlines()]
     assert calls[:2] == [["a", "build"], ["b", "build"]]
-    # each round: A timed, A profiled, B timed, B profiled
-    assert calls[2:] == [["a", "bench"], ["a", "bench"], ["b", "bench"], ["b", "bench"]] * 2
+    # a round: one side timed and profiled, then the other; the first side alternates
+    assert calls[2:] == [["a", "bench"], ["a", "bench"], ["b", "bench"], ["b", "bench"],
+                         ["b", "bench"], ["b", "bench"], ["a", "bench"], ["a", "bench"]]
     profiled = [line for line in log.read_text().splitlines() if "--profile" in line]
     assert len(profiled) == 4
     row = re.search(r"^resnet_mini\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)", proc.stdout, re.M)
     assert row, proc.stdout
     a, b, ratio = (float(g) for g in row.groups())
     assert a > 0 and b > 0 and abs(ratio - a / b) < 0.01 + 0.01 * ratio
+    # "B ahead": the rounds whose B median is below that round's A median
+    line = next(l for l in proc.stdout.splitlines() if l.startswith("resnet_mini "))
+    ahead, rounds = line.split()[7], line.split(None, 8)[8]
+    ra, rb = ([float(x) for x in half.split()] for half in rounds.split("|"))
+    assert len(ra) == len(rb) == 2
+    k, n = (int(x) for x in ahead.split("/"))
+    # the rounds print to 3 decimals: a tie there may be either way
+    assert n == 2 and sum(y < x for x, y in zip(ra, rb)) <= k <= sum(
+        y <= x for x, y in zip(ra, rb)), line
     sums = re.search(r"resnet_mini: sum of per-layer minimums over (\d+) layers, A ([\d.]+) ms, "
                      r"B ([\d.]+) ms", proc.stdout)
     assert sums, proc.stdout
