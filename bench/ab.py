@@ -9,8 +9,8 @@ Each binary builds its own plan of each model (plans are not portable across pla
 the two run `kiln bench --json` in turns, --rounds times, the side that goes first alternating;
 the table gives each side's best median and the ratio A/B (> 1: B is faster), then the medians
 of the rounds' medians and their ratio, the rounds in which B was faster than A in the same
-round ("B ahead", k of n), and every round's medians. The models are the bundled tests/models networks
-plus any ONNX files under bench/models/, or the --model files alone.
+round ("B ahead", k of n), and every round's medians. The models are the bundled tests/models
+networks plus any ONNX files under bench/models/, or the --model files alone.
 
 --env-a / --env-b set environment variables for one side's runs (its build too), so that one
 binary can be compared with itself under a switch: `--a build/bin/kiln --env-b

@@ -367,7 +367,8 @@ def compare_model(kiln, label, model_path, given, threads_list, args, work):
         row["speedup"] = row["ort_ms"] / row["kiln_ms"] if row["kiln_ms"] > 0 else float("nan")
         log(f"{label:<28} {threads} thr  kiln {row['kiln_ms']:8.3f} ms  onnxruntime "
             f"{row['ort_ms']:8.3f} ms  ×{row['speedup']:.2f}  min {row['kiln_min']:.3f} / "
-            f"{row['ort_min']:.3f} ms ×{row['ort_min'] / row['kiln_min']:.2f}  (rel diff {diff:.1e})")
+            f"{row['ort_min']:.3f} ms ×{row['ort_min'] / row['kiln_min']:.2f}  rounds ahead "
+            f"{rounds_cell(row)}  (rel diff {diff:.1e})")
         rows.append(row)
     return rows
 
@@ -414,8 +415,8 @@ def table(rows):
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['model']} | {r['threads']} | {r['kiln_ms']:.3f} | {r['ort_ms']:.3f} | "
-                     f"{r['speedup']:.2f}× | {rounds_cell(r)} | {r['kiln_p90']:.3f} | {r['ort_p90']:.3f} | "
-                     f"{r['build_s']:.2f} | {r['max_rel_diff']:.1e} |")
+                     f"{r['speedup']:.2f}× | {rounds_cell(r)} | {r['kiln_p90']:.3f} | "
+                     f"{r['ort_p90']:.3f} | {r['build_s']:.2f} | {r['max_rel_diff']:.1e} |")
     return "\n".join(lines)
 
 

@@ -45,8 +45,7 @@ def test_a_real_run_keeps_one_ratio_a_round(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     row = json.loads(out.read_text())["rows"][0]
     assert len(row["paired"]) == 3 and all(x > 0 for x in row["paired"])
-    # the row's ratio is of the medians over rounds, which lies within the rounds' range
-    # only loosely; the count and range in the table are the rounds' own
+    # the table's cell is the JSON's rounds: their count above 1 and their range
     ahead = sum(1 for x in row["paired"] if x > 1.0)
     cell = [c.strip() for c in proc.stdout.splitlines()[2].split("|")][6]
     assert cell.startswith(f"{ahead}/3 (")
