@@ -38,12 +38,13 @@ static void geometry(const px_case *pc, kn_conv2d *c) {
     c->ow = conv_out_dim(pc->w, pc->kw, pc->s, pc->d, pc->pl, pc->pr);
 }
 
-static void check_case(const px_case *pc, int threads) {
+/* Runs the case on `threads` threads into y (m x oh x ow floats), against the reference. */
+static void run_case(const px_case *pc, int threads, float *y) {
     kn_conv2d c;
     geometry(pc, &c);
     int64_t os = c.oh * c.ow;
     float *x = conv_rand(pc->c * pc->h * pc->w), *w = conv_rand(pc->m * pc->c * pc->kh * pc->kw);
-    float *bias = conv_rand(pc->m), *res = conv_rand(pc->m * os), *y = conv_rand(pc->m * os);
+    float *bias = conv_rand(pc->m), *res = conv_rand(pc->m * os);
     kn_conv_pixels *p;
     assert_int_equal(kn_cpu_conv_pixels_prepare(w, pc->m, pc->c, pc->kh, pc->kw, &p), KILN_OK);
     kn_epilogue ep = {.bias = pc->bias ? bias : NULL,
@@ -60,6 +61,13 @@ static void check_case(const px_case *pc, int threads) {
     kn_free(w);
     kn_free(bias);
     kn_free(res);
+}
+
+static void check_case(const px_case *pc, int threads) {
+    kn_conv2d c;
+    geometry(pc, &c);
+    float *y = conv_rand(pc->m * c.oh * c.ow);
+    run_case(pc, threads, y);
     kn_free(y);
 }
 
@@ -104,6 +112,29 @@ static void test_cases(void **state) {
         check_case(&cases[i], 3);
     }
     /* an empty map: nothing read or written */
+    /* a flat conv's X copied by each tile task (KILN_CPU_CONV_PIXELS_COPY=task): the
+     * reference's results, and bit for bit the copy job's, whether a tile's panels go to one
+     * task or are shared out (8 threads over a 7x7 map's 4 tiles; 16 over a 14x14 map's 14) */
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const px_case *pc = &cases[i];
+        if (pc->kh != 1 || pc->kw != 1 || pc->s != 1 || pc->c % 16 != 0)
+            continue;
+        kn_conv2d c;
+        geometry(pc, &c);
+        int64_t n = pc->m * c.oh * c.ow;
+        for (int threads = 1; threads <= 16; threads *= 2) {
+            float *job = conv_rand(n), *task = conv_rand(n);
+            conv_rng = 1234u; /* the same x, w, bias and residual */
+            run_case(pc, threads, job);
+            kn_cpu_conv_pixels_set_copy(KN_PIXELS_COPY_TASK);
+            conv_rng = 1234u; /* the same x, w, bias and residual */
+            run_case(pc, threads, task);
+            kn_cpu_conv_pixels_set_copy(KN_PIXELS_COPY_JOB);
+            assert_memory_equal(job, task, (size_t)n * sizeof(float));
+            kn_free(job);
+            kn_free(task);
+        }
+    }
     kn_conv_pixels *p;
     float w[64 * 16];
     memset(w, 0, sizeof w);

@@ -221,6 +221,13 @@ kiln_status kn_cpu_conv_strided(kn_threadpool *pool, const kn_conv2d *c, int64_t
 typedef struct kn_conv_pixels kn_conv_pixels;
 int kn_cpu_conv_pixels_mode(void);
 void kn_cpu_conv_pixels_set_mode(int mode);
+/* How a flat conv (1x1, stride 1, unpadded) gets X into 16-channel planes: by a job of its own
+ * before the tiles (the default), or by each tile task into a slot of its thread
+ * (KILN_CPU_CONV_PIXELS_COPY=task; the same results; docs/perf-notes.md, "What the pixel-row
+ * path's copy costs"). */
+enum { KN_PIXELS_COPY_JOB = 0, KN_PIXELS_COPY_TASK = 1 };
+int kn_cpu_conv_pixels_copy(void);
+void kn_cpu_conv_pixels_set_copy(int mode);
 bool kn_cpu_conv_pixels_applies(const kn_conv2d *c, int64_t cin, int64_t cout, int threads);
 /* w: cout x cin x kh x kw. */
 kiln_status kn_cpu_conv_pixels_prepare(const float *w, int64_t cout, int64_t cin, int64_t kh,

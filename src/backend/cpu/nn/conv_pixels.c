@@ -11,8 +11,11 @@
  * rows as "virtual" pixels, the columns past the output's dropped. The weights are packed once
  * in panels of 32 output channels, K ordered channel block, tap, channel in the block; a task
  * takes one panel against a group of tiles, K in chunks of about 32 KB of weights, partial sums
- * kept between chunks. The output stays NCHW: each tile is transposed in registers and stored
- * channel by channel, bias, residual and activation applied on the way. */
+ * kept between chunks. A flat conv (1x1, stride 1, unpadded) may instead copy by task
+ * (KN_PIXELS_COPY_TASK): no copy job; each task takes one tile and a share of the panels, and
+ * first copies its tile's pixels of every K block into 16-channel rows of its thread's own slot
+ * (the same K order, so the same results). The output stays NCHW: each tile is transposed in
+ * registers and stored channel by channel, bias, residual and activation applied on the way. */
 #include "backend/cpu/arch/conv_pixels_avx512.h"
 #include "backend/cpu/nn/conv.h"
 #include "core/alloc.h"
@@ -44,6 +47,20 @@ int kn_cpu_conv_pixels_mode(void) {
 
 void kn_cpu_conv_pixels_set_mode(int m) {
     mode = m;
+}
+
+static int copy_mode = -1;
+
+int kn_cpu_conv_pixels_copy(void) {
+    if (copy_mode < 0) {
+        const char *e = getenv("KILN_CPU_CONV_PIXELS_COPY");
+        copy_mode = e != NULL && strcmp(e, "task") == 0 ? KN_PIXELS_COPY_TASK : KN_PIXELS_COPY_JOB;
+    }
+    return copy_mode;
+}
+
+void kn_cpu_conv_pixels_set_copy(int m) {
+    copy_mode = m;
 }
 
 /* The geometry the tile reads: stride 1 (dilated or not) or 2 (undilated), 2-D. */
@@ -123,11 +140,14 @@ typedef struct px_job {
     const kn_conv_pixels *p;
     const kn_conv2d *c;
     const float *x;
-    float *planes;       /* one channel's plane after another, cs apart (not for flat block 1) */
-    float *blocked;      /* block 16: each K block's plane of 16-channel pixels, 16 * cs apart */
-    const float *a;      /* what the tiles read: x, planes or blocked */
-    int64_t hq, wq, cs;  /* plane rows, row pitch, floats of one channel's plane(s) */
-    const int64_t *offs; /* per tap */
+    float *planes;  /* one channel's plane after another, cs apart (not for flat block 1) */
+    float *blocked; /* block 16: each K block's plane of 16-channel pixels, 16 * cs apart */
+    const float *a; /* what the tiles read: x, planes or blocked */
+    float *own;     /* copy by task: a slot a thread (own_slot floats) for its tile */
+    int64_t own_slot, pchunks; /* copy by task: shares of the panels a tile is split into */
+    bool pooled;               /* tasks on the pool's threads: each takes its index's slot */
+    int64_t hq, wq, cs;        /* plane rows, row pitch, floats of one channel's plane(s) */
+    const int64_t *offs;       /* per tap */
     bool flat;
     /* tiles: `width` virtual pixels (output rows wq apart; flat: os) split evenly; taken
      * `group` at a time (`groups` groups) over K chunks of `chunk` channel blocks */
@@ -232,6 +252,63 @@ static void run_tiles(void *arg, int64_t begin, int64_t end) {
     }
 }
 
+/* Task t of a flat conv copied by task: tile t / pchunks with its share of the panels; the
+ * tile's pixels of every K block copied into 16-channel rows in the thread's own slot first
+ * (once for the tasks of one tile that one call runs). */
+static void run_private(void *arg, int64_t begin, int64_t end) {
+    const px_job *j = arg;
+    const kn_conv_pixels *p = j->p;
+    bool after = !kn_act_in_regs(j->act);
+    float sum[ROWS * COLS] __attribute__((aligned(64)));
+    float *own = j->own + (j->pooled ? kn_threadpool_thread_index() : 0) * j->own_slot;
+    int64_t copied = -1;
+    for (int64_t t = begin; t < end; t++) {
+        int64_t tile = t / j->pchunks, pc = t % j->pchunks;
+        tile_at at = locate(j, tile);
+        if (tile != copied) {
+            for (int64_t cb = 0; cb < p->blocks; cb++) {
+                int64_t c0 = cb * 16, n = p->cin - c0 < 16 ? p->cin - c0 : 16;
+                kn_cpu_conv_pixels_interleave_avx512(j->x + c0 * j->cs + at.v0, j->cs, (int)n,
+                                                     at.rows, own + cb * at.rows * 16);
+            }
+            copied = tile;
+        }
+        int64_t pn0 = pc * p->panels / j->pchunks, pn1 = (pc + 1) * p->panels / j->pchunks;
+        for (int64_t pn = pn0; pn < pn1; pn++) {
+            int64_t j0 = pn * COLS;
+            int nr = (int)(p->cout - j0 < COLS ? p->cout - j0 : COLS);
+            for (int64_t cb = 0; cb < p->blocks; cb += j->chunk) {
+                int64_t nb = p->blocks - cb < j->chunk ? p->blocks - cb : j->chunk;
+                bool first = cb == 0, last = cb + nb == p->blocks;
+                kn_conv_pixels_tile tl = {.a = own + cb * at.rows * 16,
+                                          .off = j->offs,
+                                          .taps = 1,
+                                          .blocks = nb,
+                                          .bs = at.rows * 16,
+                                          .block = 16,
+                                          .b = p->w + (pn * p->blocks + cb) * 16 * COLS,
+                                          .sum_in = first ? NULL : sum,
+                                          .sum_out = last ? NULL : sum,
+                                          .rows = at.rows,
+                                          .valid = at.valid,
+                                          .nr = nr,
+                                          .bias = j->bias != NULL ? j->bias + j0 : NULL,
+                                          .res =
+                                              j->res != NULL ? j->res + j0 * j->os + at.pix : NULL,
+                                          .y = j->y + j0 * j->os + at.pix,
+                                          .ld = j->os,
+                                          .act = after ? KN_ACT_NONE : j->act,
+                                          .lo = j->lo,
+                                          .hi = j->hi};
+                kn_cpu_conv_pixels_tile_avx512(&tl);
+                if (last && after)
+                    kn_act_apply_rows(j->act, j->alpha, j->beta, tl.y, j->os, nr,
+                                      __builtin_popcount(at.valid));
+            }
+        }
+    }
+}
+
 static size_t up64(size_t bytes) {
     return (bytes + 63) / 64 * 64;
 }
@@ -270,7 +347,13 @@ kiln_status kn_cpu_conv_pixels(kn_threadpool *pool, const kn_conv_pixels *p, con
         p->block == 16 ? up64((size_t)(p->blocks * 16 * j.cs) * sizeof(float) + 16 * slack) : 0;
     size_t off_bytes = up64((size_t)taps * sizeof(int64_t));
     size_t bias_bytes = (size_t)(p->panels * COLS) * sizeof(float);
-    size_t bytes = plane_bytes + blocked_bytes + off_bytes + bias_bytes;
+    int64_t threads = kn_threadpool_size(pool);
+    bool private = kn_cpu_conv_pixels_copy() == KN_PIXELS_COPY_TASK && j.flat && p->block == 16;
+    size_t own_slot = up64((size_t)(p->blocks * ROWS * 16) * sizeof(float));
+    size_t own_bytes = private ? own_slot * (size_t)threads : 0;
+    if (private)
+        blocked_bytes = 0;
+    size_t bytes = plane_bytes + blocked_bytes + off_bytes + up64(bias_bytes) + own_bytes;
     uint8_t *own = NULL, *buf = kn_threadpool_scratch(pool, bytes);
     if (buf == NULL && (buf = own = kn_aligned_alloc(bytes, 64)) == NULL)
         return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory in Conv");
@@ -278,6 +361,7 @@ kiln_status kn_cpu_conv_pixels(kn_threadpool *pool, const kn_conv_pixels *p, con
     j.blocked = (float *)(buf + plane_bytes);
     int64_t *offs = (int64_t *)(buf + plane_bytes + blocked_bytes);
     float *bias = (float *)(buf + plane_bytes + blocked_bytes + off_bytes);
+    j.own = (float *)(buf + plane_bytes + blocked_bytes + off_bytes + up64(bias_bytes));
     offs[0] = 0;
     for (int64_t t = 0; t < taps && !j.flat; t++) {
         int64_t ky = t / p->kw, kx = t % p->kw, o;
@@ -301,7 +385,15 @@ kiln_status kn_cpu_conv_pixels(kn_threadpool *pool, const kn_conv_pixels *p, con
      * every thread two tasks */
     int64_t step = taps * p->block * COLS * (int64_t)sizeof(float);
     j.chunk = CHUNK_BYTES / step > 1 ? CHUNK_BYTES / step : 1;
-    int64_t threads = kn_threadpool_size(pool);
+    if (private) {
+        j.own_slot = (int64_t)(own_slot / sizeof(float));
+        j.pooled = pool != NULL && threads > 1;
+        j.pchunks = (threads + j.tiles - 1) / j.tiles;
+        j.pchunks = j.pchunks < p->panels ? j.pchunks : p->panels;
+        kn_parallel_for(pool, j.tiles * j.pchunks, 1, run_private, &j);
+        kn_free(own);
+        return KILN_OK;
+    }
     j.group = p->panels * j.tiles / (2 * threads);
     j.group = j.group < 1 ? 1 : j.group > GROUP ? GROUP : j.group;
     j.group = j.group < j.tiles ? j.group : j.tiles;
