@@ -201,52 +201,57 @@ static tile_at locate(const px_job *j, int64_t tile) {
     return at;
 }
 
+/* One tile against panel pn over K blocks [cb, cb + nb): its first pixel of block cb at a, the
+ * blocks bs floats apart; partial sums kept in sum between the calls of one tile and panel, the
+ * epilogue applied on the last. */
+static void tile_run(const px_job *j, const tile_at *at, const float *a, int64_t bs, int64_t pn,
+                     int64_t cb, int64_t nb, float *sum) {
+    const kn_conv_pixels *p = j->p;
+    int64_t taps = p->kh * p->kw, j0 = pn * COLS;
+    int nr = (int)(p->cout - j0 < COLS ? p->cout - j0 : COLS);
+    bool first = cb == 0, last = cb + nb == p->blocks, after = !kn_act_in_regs(j->act);
+    kn_conv_pixels_tile tl = {.a = a,
+                              .off = j->offs,
+                              .taps = taps,
+                              .blocks = nb,
+                              .bs = bs,
+                              .block = p->block,
+                              .b = p->w + (pn * p->blocks + cb) * taps * p->block * COLS,
+                              .sum_in = first ? NULL : sum,
+                              .sum_out = last ? NULL : sum,
+                              .rows = at->rows,
+                              .valid = at->valid,
+                              .nr = nr,
+                              .bias = j->bias != NULL ? j->bias + j0 : NULL,
+                              .res = j->res != NULL ? j->res + j0 * j->os + at->pix : NULL,
+                              .y = j->y + j0 * j->os + at->pix,
+                              .ld = j->os,
+                              .act = after ? KN_ACT_NONE : j->act,
+                              .lo = j->lo,
+                              .hi = j->hi};
+    kn_cpu_conv_pixels_tile_avx512(&tl);
+    if (last && after)
+        kn_act_apply_rows(j->act, j->alpha, j->beta, tl.y, j->os, nr,
+                          __builtin_popcount(at->valid));
+}
+
 /* Task t: panel t / groups against its group of tiles, K in chunks of j->chunk channel blocks
  * (weights a chunk that stay in L1 while every tile of the group takes them), partial sums kept
  * between chunks. */
 static void run_tiles(void *arg, int64_t begin, int64_t end) {
     const px_job *j = arg;
     const kn_conv_pixels *p = j->p;
-    int64_t taps = p->kh * p->kw, k = p->blocks * taps * p->block;
-    bool after = !kn_act_in_regs(j->act);
     float sums[GROUP][ROWS * COLS] __attribute__((aligned(64)));
     for (int64_t t = begin; t < end; t++) {
         int64_t pn = t / j->groups, g0 = t % j->groups * j->group;
         int64_t g1 = g0 + j->group < j->tiles ? g0 + j->group : j->tiles;
-        int64_t j0 = pn * COLS;
-        int nr = (int)(p->cout - j0 < COLS ? p->cout - j0 : COLS);
         for (int64_t cb = 0; cb < p->blocks; cb += j->chunk) {
             int64_t nb = p->blocks - cb < j->chunk ? p->blocks - cb : j->chunk;
-            bool first = cb == 0, last = cb + nb == p->blocks;
             for (int64_t tile = g0; tile < g1; tile++) {
                 tile_at at = locate(j, tile);
-                if (at.valid == 0)
-                    continue;
-                float *sum = sums[tile - g0];
-                kn_conv_pixels_tile tl = {.a = j->a + at.v0 * p->block + cb * j->cs * p->block,
-                                          .off = j->offs,
-                                          .taps = taps,
-                                          .blocks = nb,
-                                          .bs = j->cs * p->block,
-                                          .block = p->block,
-                                          .b = p->w + (pn * k + cb * taps * p->block) * COLS,
-                                          .sum_in = first ? NULL : sum,
-                                          .sum_out = last ? NULL : sum,
-                                          .rows = at.rows,
-                                          .valid = at.valid,
-                                          .nr = nr,
-                                          .bias = j->bias != NULL ? j->bias + j0 : NULL,
-                                          .res =
-                                              j->res != NULL ? j->res + j0 * j->os + at.pix : NULL,
-                                          .y = j->y + j0 * j->os + at.pix,
-                                          .ld = j->os,
-                                          .act = after ? KN_ACT_NONE : j->act,
-                                          .lo = j->lo,
-                                          .hi = j->hi};
-                kn_cpu_conv_pixels_tile_avx512(&tl);
-                if (last && after)
-                    kn_act_apply_rows(j->act, j->alpha, j->beta, tl.y, j->os, nr,
-                                      __builtin_popcount(at.valid));
+                if (at.valid != 0)
+                    tile_run(j, &at, j->a + at.v0 * p->block + cb * j->cs * p->block,
+                             j->cs * p->block, pn, cb, nb, sums[tile - g0]);
             }
         }
     }
@@ -258,7 +263,6 @@ static void run_tiles(void *arg, int64_t begin, int64_t end) {
 static void run_private(void *arg, int64_t begin, int64_t end) {
     const px_job *j = arg;
     const kn_conv_pixels *p = j->p;
-    bool after = !kn_act_in_regs(j->act);
     float sum[ROWS * COLS] __attribute__((aligned(64)));
     float *own = j->own + (j->pooled ? kn_threadpool_thread_index() : 0) * j->own_slot;
     int64_t copied = -1;
@@ -274,38 +278,11 @@ static void run_private(void *arg, int64_t begin, int64_t end) {
             copied = tile;
         }
         int64_t pn0 = pc * p->panels / j->pchunks, pn1 = (pc + 1) * p->panels / j->pchunks;
-        for (int64_t pn = pn0; pn < pn1; pn++) {
-            int64_t j0 = pn * COLS;
-            int nr = (int)(p->cout - j0 < COLS ? p->cout - j0 : COLS);
+        for (int64_t pn = pn0; pn < pn1; pn++)
             for (int64_t cb = 0; cb < p->blocks; cb += j->chunk) {
                 int64_t nb = p->blocks - cb < j->chunk ? p->blocks - cb : j->chunk;
-                bool first = cb == 0, last = cb + nb == p->blocks;
-                kn_conv_pixels_tile tl = {.a = own + cb * at.rows * 16,
-                                          .off = j->offs,
-                                          .taps = 1,
-                                          .blocks = nb,
-                                          .bs = at.rows * 16,
-                                          .block = 16,
-                                          .b = p->w + (pn * p->blocks + cb) * 16 * COLS,
-                                          .sum_in = first ? NULL : sum,
-                                          .sum_out = last ? NULL : sum,
-                                          .rows = at.rows,
-                                          .valid = at.valid,
-                                          .nr = nr,
-                                          .bias = j->bias != NULL ? j->bias + j0 : NULL,
-                                          .res =
-                                              j->res != NULL ? j->res + j0 * j->os + at.pix : NULL,
-                                          .y = j->y + j0 * j->os + at.pix,
-                                          .ld = j->os,
-                                          .act = after ? KN_ACT_NONE : j->act,
-                                          .lo = j->lo,
-                                          .hi = j->hi};
-                kn_cpu_conv_pixels_tile_avx512(&tl);
-                if (last && after)
-                    kn_act_apply_rows(j->act, j->alpha, j->beta, tl.y, j->os, nr,
-                                      __builtin_popcount(at.valid));
+                tile_run(j, &at, own + cb * at.rows * 16, at.rows * 16, pn, cb, nb, sum);
             }
-        }
     }
 }
 
