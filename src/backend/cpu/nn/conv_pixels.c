@@ -368,16 +368,15 @@ kiln_status kn_cpu_conv_pixels(kn_threadpool *pool, const kn_conv_pixels *p, con
         j.pchunks = (threads + j.tiles - 1) / j.tiles;
         j.pchunks = j.pchunks < p->panels ? j.pchunks : p->panels;
         kn_parallel_for(pool, j.tiles * j.pchunks, 1, run_private, &j);
-        kn_free(own);
-        return KILN_OK;
+    } else {
+        j.group = p->panels * j.tiles / (2 * threads);
+        j.group = j.group < 1 ? 1 : j.group > GROUP ? GROUP : j.group;
+        j.group = j.group < j.tiles ? j.group : j.tiles;
+        j.groups = (j.tiles + j.group - 1) / j.group;
+        if (p->block == 16 || !j.flat)
+            kn_parallel_for(pool, p->blocks, 1, build_source, &j);
+        kn_parallel_for(pool, p->panels * j.groups, 1, run_tiles, &j);
     }
-    j.group = p->panels * j.tiles / (2 * threads);
-    j.group = j.group < 1 ? 1 : j.group > GROUP ? GROUP : j.group;
-    j.group = j.group < j.tiles ? j.group : j.tiles;
-    j.groups = (j.tiles + j.group - 1) / j.group;
-    if (p->block == 16 || !j.flat)
-        kn_parallel_for(pool, p->blocks, 1, build_source, &j);
-    kn_parallel_for(pool, p->panels * j.groups, 1, run_tiles, &j);
     kn_free(own);
     return KILN_OK;
 }
