@@ -88,6 +88,8 @@ static const px_case cases[] = {
     {32, 80, 10, 9, 5, 5, 1, 1, 2, 2, 2, 2, false, true, KN_ACT_SWISH},        /* 5x5 */
     {64, 32, 8, 8, 3, 3, 1, 1, 0, 0, 0, 0, true, false, KN_ACT_NONE},          /* unpadded */
     {20, 24, 9, 30, 3, 1, 1, 1, 1, 0, 2, 0, true, true, KN_ACT_HARD_SWISH},    /* 3x1, wide */
+    {40, 48, 9, 11, 1, 1, 2, 1, 0, 0, 0, 0, true, true, KN_ACT_RELU},          /* 1x1 s2 */
+    {64, 32, 6, 6, 1, 1, 1, 1, 1, 1, 1, 1, true, false, KN_ACT_NONE},          /* 1x1 padded */
 };
 
 static void test_cases(void **state) {
@@ -112,27 +114,28 @@ static void test_cases(void **state) {
         check_case(&cases[i], 3);
     }
     /* an empty map: nothing read or written */
-    /* a flat conv's X copied by each tile task (KILN_CPU_CONV_PIXELS_COPY=task): the
-     * reference's results, and bit for bit the copy job's, whether a tile's panels go to one
-     * task or are shared out (8 threads over a 7x7 map's 4 tiles; 16 over a 14x14 map's 14) */
+    /* a flat conv's X read in place (the default) or copied into 16-channel planes by a job
+     * (KILN_CPU_CONV_PIXELS_COPY=job): the reference's results at 1 to 16 threads (8 threads over
+     * a 7x7 map's 4 tiles; 16 over a 14x14 map's 14), and the same bits both ways (the same K
+     * order) */
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const px_case *pc = &cases[i];
-        if (pc->kh != 1 || pc->kw != 1 || pc->s != 1 || pc->c % 16 != 0)
+        if (pc->kh != 1 || pc->kw != 1 || pc->s != 1)
             continue;
         kn_conv2d c;
         geometry(pc, &c);
         int64_t n = pc->m * c.oh * c.ow;
         for (int threads = 1; threads <= 16; threads *= 2) {
-            float *job = conv_rand(n), *task = conv_rand(n);
+            float *in_place = conv_rand(n), *job = conv_rand(n);
             conv_rng = 1234u; /* the same x, w, bias and residual */
-            run_case(pc, threads, job);
-            kn_cpu_conv_pixels_set_copy(KN_PIXELS_COPY_TASK);
-            conv_rng = 1234u; /* the same x, w, bias and residual */
-            run_case(pc, threads, task);
+            run_case(pc, threads, in_place);
             kn_cpu_conv_pixels_set_copy(KN_PIXELS_COPY_JOB);
-            assert_memory_equal(job, task, (size_t)n * sizeof(float));
+            conv_rng = 1234u;
+            run_case(pc, threads, job);
+            kn_cpu_conv_pixels_set_copy(KN_PIXELS_IN_PLACE);
+            assert_memory_equal(in_place, job, (size_t)n * sizeof(float));
+            kn_free(in_place);
             kn_free(job);
-            kn_free(task);
         }
     }
     kn_conv_pixels *p;
@@ -155,18 +158,17 @@ static void pixels_toggle(bool on) {
     kn_cpu_conv_pixels_set_mode(on ? on_mode : 0);
 }
 
-/* The Conv kernel's output with the path on (mode 1: the shapes it picks on 8 threads; 2:
- * wherever the geometry allows) against the GEMM path's. */
+/* The Conv kernel's output with the path on (mode 1: the shapes it picks on 8 threads, and on
+ * 2 where `on_two`; 2: wherever the geometry allows) against the GEMM path's. */
 static void compare_paths(int mode, int64_t n, int64_t c, int64_t m, int64_t h, int64_t k,
-                          int64_t s, int64_t p) {
+                          int64_t s, int64_t p, bool on_two) {
     conv_node b;
     conv_node_build(&b, n, c, m, h, k, s, p, "Relu", true);
     kn_conv2d c2;
     conv_node_geometry(&b, &c2);
     kn_cpu_conv_pixels_set_mode(mode);
     assert_true(kn_cpu_conv_pixels_applies(&c2, c, m, 8));
-    if (mode == 1)
-        assert_false(kn_cpu_conv_pixels_applies(&c2, c, m, 2));
+    assert_int_equal(kn_cpu_conv_pixels_applies(&c2, c, m, 2), on_two);
     on_mode = mode;
     assert_int_equal(conv_node_paths_differ(&b, 8, pixels_toggle), 0);
     kn_cpu_conv_pixels_set_mode(1);
@@ -176,11 +178,12 @@ static void compare_paths(int mode, int64_t n, int64_t c, int64_t m, int64_t h, 
 static void test_conv_kernel(void **state) {
     (void)state;
     if (!conv_avx512())
-        return;                                /* test_cases says why */
-    compare_paths(1, 1, 256, 64, 14, 1, 1, 0); /* 1x1 over a 14x14 map */
-    compare_paths(1, 1, 576, 96, 7, 1, 1, 0);  /* and a 7x7 one */
-    compare_paths(2, 1, 64, 128, 28, 3, 2, 1); /* stride 2 */
-    compare_paths(2, 1, 3, 40, 30, 7, 2, 3);   /* a 7x7 stem, channel tail */
+        return;                                       /* test_cases says why */
+    compare_paths(1, 1, 256, 64, 14, 1, 1, 0, true);  /* 1x1 over a 14x14 map, narrowing */
+    compare_paths(1, 1, 576, 96, 7, 1, 1, 0, true);   /* and a 7x7 one */
+    compare_paths(1, 1, 160, 960, 7, 1, 1, 0, false); /* widening: on 8 threads only */
+    compare_paths(2, 1, 64, 128, 28, 3, 2, 1, true);  /* stride 2 */
+    compare_paths(2, 1, 3, 40, 30, 7, 2, 3, true);    /* a 7x7 stem, channel tail */
 }
 
 /* The pixel-row weights are packed by the first run that takes the path, not at prepare: a
@@ -217,7 +220,7 @@ static void test_weights_on_first_use(void **state) {
         return; /* test_cases says why */
     kn_cpu_conv_pixels_set_mode(1);
     conv_node b;
-    conv_node_build(&b, 1, 576, 96, 7, 1, 1, 0, "Clip", true);
+    conv_node_build(&b, 1, 160, 960, 7, 1, 1, 0, "Clip", true); /* widening: 8+ threads */
     int64_t count = kn_tensor_numel(&b.out);
     kn_cpu_conv_pixels_set_mode(0); /* the GEMM path's output */
     conv_node_run(&b, NULL, 1, false);

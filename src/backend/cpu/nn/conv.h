@@ -207,9 +207,10 @@ kiln_status kn_cpu_conv_strided(kn_threadpool *pool, const kn_conv2d *c, int64_t
                                 float *y);
 
 /* fp32 Conv of one group, 2-D, as a GEMM over output pixels (nn/conv_pixels.c): tiles of up to
- * 14 pixels x 32 output channels, the pixels' values broadcast from planes of 16 channels
- * interleaved (or, for few channels, of one) built once a call from X, zero-padded or split into
- * phase planes, weights packed once in panels of output channels; NCHW in and out. Stride 1
+ * 14 pixels x 32 output channels, the pixels' values broadcast from X's own planes (a flat 1x1
+ * conv) or from planes of 16 channels interleaved (or, for few channels, of one) built once a
+ * call from X, zero-padded or split into phase planes, weights packed once in panels of output
+ * channels; NCHW in and out. Stride 1
  * (any dilation) or 2 (undilated), any kernel and padding. applies: where it beats conv.c's
  * GEMM over pixel columns on `threads` threads (0: on some number of them), on AVX-512 (conv.c
  * takes it for one image; batches keep the GEMM, which runs images side by side). The
@@ -221,11 +222,11 @@ kiln_status kn_cpu_conv_strided(kn_threadpool *pool, const kn_conv2d *c, int64_t
 typedef struct kn_conv_pixels kn_conv_pixels;
 int kn_cpu_conv_pixels_mode(void);
 void kn_cpu_conv_pixels_set_mode(int mode);
-/* How a flat conv (1x1, stride 1, unpadded) gets X into 16-channel planes: by a job of its own
- * before the tiles (the default), or by each tile task into a slot of its thread
- * (KILN_CPU_CONV_PIXELS_COPY=task; the same results; docs/perf-notes.md, "What the pixel-row
- * path's copy costs"). */
-enum { KN_PIXELS_COPY_JOB = 0, KN_PIXELS_COPY_TASK = 1 };
+/* How a flat conv (1x1, stride 1, unpadded) reads X: in place, its channel planes as they lie
+ * (the default), or copied into planes of 16 channels interleaved by a job before the tiles
+ * (KILN_CPU_CONV_PIXELS_COPY=job; the same results; docs/perf-notes.md, "Pixel-row 1x1 convs
+ * read X in place"). Read when the weights are packed. */
+enum { KN_PIXELS_IN_PLACE = 0, KN_PIXELS_COPY_JOB = 1 };
 int kn_cpu_conv_pixels_copy(void);
 void kn_cpu_conv_pixels_set_copy(int mode);
 bool kn_cpu_conv_pixels_applies(const kn_conv2d *c, int64_t cin, int64_t cout, int threads);

@@ -3,19 +3,17 @@
  * registers, broadcasting the pixels' input values and loading the weights as vectors of output
  * channels (arch/conv_pixels_avx512.c). conv.c's GEMM puts pixels in the vectors instead: on
  * small maps their count fills vectors badly (49 pixels of a 7x7 map take 64 lanes, 196 of a
- * 14x14 one 224) and splits badly over many threads. Here X is copied once a call: zero-padded
- * (stride 1) or split into the four phase planes of its row and column parities (stride 2), so
- * that every tap is a constant offset from an output pixel's place in the plane, and with 16
- * channels interleaved, each pixel's 16 values one cache line (few channels, a stem's 3, stay a
- * plane a channel, which an unpadded 1x1 conv reads in X itself). Tiles run over the planes'
- * rows as "virtual" pixels, the columns past the output's dropped. The weights are packed once
- * in panels of 32 output channels, K ordered channel block, tap, channel in the block; a task
- * takes one panel against a group of tiles, K in chunks of about 32 KB of weights, partial sums
- * kept between chunks. A flat conv (1x1, stride 1, unpadded) may instead copy by task
- * (KN_PIXELS_COPY_TASK): no copy job; each task takes one tile and a share of the panels, and
- * first copies its tile's pixels of every K block into 16-channel rows of its thread's own slot
- * (the same K order, so the same results). The output stays NCHW: each tile is transposed in
- * registers and stored channel by channel, bias, residual and activation applied on the way. */
+ * 14x14 one 224) and splits badly over many threads. A 1x1 conv that is flat (stride 1,
+ * unpadded) reads X where it lies: K runs over X's channel planes, a tile's pixels consecutive
+ * floats of each. Other convs copy X once a call: zero-padded (stride 1) or split into the four
+ * phase planes of its row and column parities (stride 2), so that every tap is a constant offset
+ * from an output pixel's place in the plane, and with 16 channels interleaved, each pixel's 16
+ * values one cache line (few channels, a stem's 3, stay a plane a channel). Tiles run over the
+ * planes' rows as "virtual" pixels, the columns past the output's dropped. The weights are packed
+ * once in panels of 32 output channels, K ordered channel block, tap, channel in the block; a
+ * task takes one panel against a group of tiles, K in chunks of about 32 KB of weights, partial
+ * sums kept between chunks. The output stays NCHW: each tile is transposed in registers and
+ * stored channel by channel, bias, residual and activation applied on the way. */
 #include "backend/cpu/arch/conv_pixels_avx512.h"
 #include "backend/cpu/nn/conv.h"
 #include "core/alloc.h"
@@ -54,7 +52,7 @@ static int copy_mode = -1;
 int kn_cpu_conv_pixels_copy(void) {
     if (copy_mode < 0) {
         const char *e = getenv("KILN_CPU_CONV_PIXELS_COPY");
-        copy_mode = e != NULL && strcmp(e, "task") == 0 ? KN_PIXELS_COPY_TASK : KN_PIXELS_COPY_JOB;
+        copy_mode = e != NULL && strcmp(e, "job") == 0 ? KN_PIXELS_COPY_JOB : KN_PIXELS_IN_PLACE;
     }
     return copy_mode;
 }
@@ -79,19 +77,24 @@ bool kn_cpu_conv_pixels_applies(const kn_conv2d *c, int64_t cin, int64_t cout, i
         return false;
     if (m == 2)
         return true;
-    /* Measured inside ResNet-50, MobileNetV2 and EfficientNet-B0 on a 16-core Xeon
-     * (docs/perf-notes.md, "Pixel-row convs"): on 16 threads MobileNetV2's long-K 1x1 convs
-     * over 7x7 and 14x14 maps, whose 49 or 196 pixels split badly into the GEMM's vectors and
-     * over many threads, ran 1.86 -> 1.65 ms in the model; on 1 and 2 threads every shape
-     * this path took ran slower in the models than the GEMM's (level or faster alone, with
-     * hot caches). Weights up to 1 MB: these keep the GEMM's packing too. */
+    /* Measured inside ResNet-50, MobileNetV2 and EfficientNet-B0 (docs/perf-notes.md,
+     * "Pixel-row convs" and "Pixel-row 1x1 convs read X in place"): flat convs over 7x7 and
+     * 14x14 maps, whose 49 or 196 pixels split badly into the GEMM's vectors and over many
+     * threads. Those that narrow a deep K (MobileNetV2's projections, ResNet-50's 1024 -> 256)
+     * run faster here on any number of threads, reading X in place with the planes and weights
+     * fetched ahead; the wider ones only on 8 threads or more. Weights up to 2 MB: these keep the
+     * GEMM's packing too. Other geometries ran slower in the models (copies, cold weights). */
     int64_t k = cin * c->kh * c->kw, os = c->oh * c->ow;
-    bool shape = flat(c) && k >= 160 && os <= 196 && cout >= 16 && k * cout <= 256 * 1024;
-    return shape && (threads == 0 || threads >= 8);
+    if (!flat(c) || os > 196 || cout < 16 || k * cout > 512 * 1024)
+        return false;
+    return (k >= 192 && cout < k) || (k >= 160 && (threads == 0 || threads >= 8));
 }
 
-/* 16-channel blocks unless the channels are few enough that padding them to 16 wastes much. */
-static int block_for(int64_t cin) {
+/* A 1x1 kernel: X's planes, a channel a block (read in place where the conv is flat). Others:
+ * 16-channel blocks unless the channels are few enough that padding them to 16 wastes much. */
+static int block_for(int64_t cin, int64_t kh, int64_t kw) {
+    if (kh == 1 && kw == 1 && kn_cpu_conv_pixels_copy() == KN_PIXELS_IN_PLACE)
+        return 1;
     return cin % 16 == 0 || cin >= 48 ? 16 : 1;
 }
 
@@ -101,7 +104,8 @@ kiln_status kn_cpu_conv_pixels_prepare(const float *w, int64_t cout, int64_t cin
     kn_conv_pixels *p = kn_calloc(1, sizeof *p);
     if (p == NULL)
         return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory packing conv weights");
-    *p = (kn_conv_pixels){.cout = cout, .cin = cin, .kh = kh, .kw = kw, .block = block_for(cin)};
+    *p = (kn_conv_pixels){
+        .cout = cout, .cin = cin, .kh = kh, .kw = kw, .block = block_for(cin, kh, kw)};
     p->panels = (cout + COLS - 1) / COLS;
     p->blocks = (cin + p->block - 1) / p->block;
     int64_t taps = kh * kw, k = p->blocks * taps * p->block;
@@ -140,14 +144,11 @@ typedef struct px_job {
     const kn_conv_pixels *p;
     const kn_conv2d *c;
     const float *x;
-    float *planes;  /* one channel's plane after another, cs apart (not for flat block 1) */
-    float *blocked; /* block 16: each K block's plane of 16-channel pixels, 16 * cs apart */
-    const float *a; /* what the tiles read: x, planes or blocked */
-    float *own;     /* copy by task: a slot a thread (own_slot floats) for its tile */
-    int64_t own_slot, pchunks; /* copy by task: shares of the panels a tile is split into */
-    bool pooled;               /* tasks on the pool's threads: each takes its index's slot */
-    int64_t hq, wq, cs;        /* plane rows, row pitch, floats of one channel's plane(s) */
-    const int64_t *offs;       /* per tap */
+    float *planes;       /* one channel's plane after another, cs apart (not for flat block 1) */
+    float *blocked;      /* block 16: each K block's plane of 16-channel pixels, 16 * cs apart */
+    const float *a;      /* what the tiles read: x, planes or blocked */
+    int64_t hq, wq, cs;  /* plane rows, row pitch, floats of one channel's plane(s) */
+    const int64_t *offs; /* per tap */
     bool flat;
     /* tiles: `width` virtual pixels (output rows wq apart; flat: os) split evenly; taken
      * `group` at a time (`groups` groups) over K chunks of `chunk` channel blocks */
@@ -257,35 +258,6 @@ static void run_tiles(void *arg, int64_t begin, int64_t end) {
     }
 }
 
-/* Task t of a flat conv copied by task: tile t / pchunks with its share of the panels; the
- * tile's pixels of every K block copied into 16-channel rows in the thread's own slot first
- * (once for the tasks of one tile that one call runs). */
-static void run_private(void *arg, int64_t begin, int64_t end) {
-    const px_job *j = arg;
-    const kn_conv_pixels *p = j->p;
-    float sum[ROWS * COLS] __attribute__((aligned(64)));
-    float *own = j->own + (j->pooled ? kn_threadpool_thread_index() : 0) * j->own_slot;
-    int64_t copied = -1;
-    for (int64_t t = begin; t < end; t++) {
-        int64_t tile = t / j->pchunks, pc = t % j->pchunks;
-        tile_at at = locate(j, tile);
-        if (tile != copied) {
-            for (int64_t cb = 0; cb < p->blocks; cb++) {
-                int64_t c0 = cb * 16, n = p->cin - c0 < 16 ? p->cin - c0 : 16;
-                kn_cpu_conv_pixels_interleave_avx512(j->x + c0 * j->cs + at.v0, j->cs, (int)n,
-                                                     at.rows, own + cb * at.rows * 16);
-            }
-            copied = tile;
-        }
-        int64_t pn0 = pc * p->panels / j->pchunks, pn1 = (pc + 1) * p->panels / j->pchunks;
-        for (int64_t pn = pn0; pn < pn1; pn++)
-            for (int64_t cb = 0; cb < p->blocks; cb += j->chunk) {
-                int64_t nb = p->blocks - cb < j->chunk ? p->blocks - cb : j->chunk;
-                tile_run(j, &at, own + cb * at.rows * 16, at.rows * 16, pn, cb, nb, sum);
-            }
-    }
-}
-
 static size_t up64(size_t bytes) {
     return (bytes + 63) / 64 * 64;
 }
@@ -325,12 +297,7 @@ kiln_status kn_cpu_conv_pixels(kn_threadpool *pool, const kn_conv_pixels *p, con
     size_t off_bytes = up64((size_t)taps * sizeof(int64_t));
     size_t bias_bytes = (size_t)(p->panels * COLS) * sizeof(float);
     int64_t threads = kn_threadpool_size(pool);
-    bool private = kn_cpu_conv_pixels_copy() == KN_PIXELS_COPY_TASK && j.flat && p->block == 16;
-    size_t own_slot = up64((size_t)(p->blocks * ROWS * 16) * sizeof(float));
-    size_t own_bytes = private ? own_slot * (size_t)threads : 0;
-    if (private)
-        blocked_bytes = 0;
-    size_t bytes = plane_bytes + blocked_bytes + off_bytes + up64(bias_bytes) + own_bytes;
+    size_t bytes = plane_bytes + blocked_bytes + off_bytes + up64(bias_bytes);
     uint8_t *own = NULL, *buf = kn_threadpool_scratch(pool, bytes);
     if (buf == NULL && (buf = own = kn_aligned_alloc(bytes, 64)) == NULL)
         return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory in Conv");
@@ -338,7 +305,6 @@ kiln_status kn_cpu_conv_pixels(kn_threadpool *pool, const kn_conv_pixels *p, con
     j.blocked = (float *)(buf + plane_bytes);
     int64_t *offs = (int64_t *)(buf + plane_bytes + blocked_bytes);
     float *bias = (float *)(buf + plane_bytes + blocked_bytes + off_bytes);
-    j.own = (float *)(buf + plane_bytes + blocked_bytes + off_bytes + up64(bias_bytes));
     offs[0] = 0;
     for (int64_t t = 0; t < taps && !j.flat; t++) {
         int64_t ky = t / p->kw, kx = t % p->kw, o;
@@ -362,21 +328,13 @@ kiln_status kn_cpu_conv_pixels(kn_threadpool *pool, const kn_conv_pixels *p, con
      * every thread two tasks */
     int64_t step = taps * p->block * COLS * (int64_t)sizeof(float);
     j.chunk = CHUNK_BYTES / step > 1 ? CHUNK_BYTES / step : 1;
-    if (private) {
-        j.own_slot = (int64_t)(own_slot / sizeof(float));
-        j.pooled = pool != NULL && threads > 1;
-        j.pchunks = (threads + j.tiles - 1) / j.tiles;
-        j.pchunks = j.pchunks < p->panels ? j.pchunks : p->panels;
-        kn_parallel_for(pool, j.tiles * j.pchunks, 1, run_private, &j);
-    } else {
-        j.group = p->panels * j.tiles / (2 * threads);
-        j.group = j.group < 1 ? 1 : j.group > GROUP ? GROUP : j.group;
-        j.group = j.group < j.tiles ? j.group : j.tiles;
-        j.groups = (j.tiles + j.group - 1) / j.group;
-        if (p->block == 16 || !j.flat)
-            kn_parallel_for(pool, p->blocks, 1, build_source, &j);
-        kn_parallel_for(pool, p->panels * j.groups, 1, run_tiles, &j);
-    }
+    j.group = p->panels * j.tiles / (2 * threads);
+    j.group = j.group < 1 ? 1 : j.group > GROUP ? GROUP : j.group;
+    j.group = j.group < j.tiles ? j.group : j.tiles;
+    j.groups = (j.tiles + j.group - 1) / j.group;
+    if (p->block == 16 || !j.flat)
+        kn_parallel_for(pool, p->blocks, 1, build_source, &j);
+    kn_parallel_for(pool, p->panels * j.groups, 1, run_tiles, &j);
     kn_free(own);
     return KILN_OK;
 }
