@@ -182,6 +182,9 @@ static void test_conv_kernel(void **state) {
     compare_paths(1, 1, 256, 64, 14, 1, 1, 0, true);  /* 1x1 over a 14x14 map, narrowing */
     compare_paths(1, 1, 576, 96, 7, 1, 1, 0, true);   /* and a 7x7 one */
     compare_paths(1, 1, 160, 960, 7, 1, 1, 0, false); /* widening: on 8 threads only */
+    compare_paths(1, 1, 256, 64, 28, 1, 1, 0, true);  /* narrowing, a larger map */
+    compare_paths(1, 1, 256, 512, 7, 1, 1, 0, true);  /* widening a deep K over 7x7 */
+    compare_paths(1, 1, 128, 32, 14, 3, 2, 1, true);  /* stride 2 into 7x7, K 1152 */
     compare_paths(2, 1, 64, 128, 28, 3, 2, 1, true);  /* stride 2 */
     compare_paths(2, 1, 3, 40, 30, 7, 2, 3, true);    /* a 7x7 stem, channel tail */
 }

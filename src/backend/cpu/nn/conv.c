@@ -94,8 +94,9 @@ static bool is_depthwise(const kn_conv_geom *g) {
 }
 
 /* Whether the conv may take the pixel-row GEMM at its input's shape, known at prepare (dynamic
- * shapes keep the GEMM over pixel columns), on some number of threads. */
-static bool pixels_at(const kn_node *node, const kn_tensor *x, const kn_shape *w, int64_t group) {
+ * shapes keep the GEMM over pixel columns), on `threads` threads (0: on some number of them). */
+static bool pixels_at(const kn_node *node, const kn_tensor *x, const kn_shape *w, int64_t group,
+                      int threads) {
     if (group != 1 || w->rank != 4 || x->shape.rank != 4)
         return false;
     for (int i = 0; i < 4; i++)
@@ -106,7 +107,14 @@ static bool pixels_at(const kn_node *node, const kn_tensor *x, const kn_shape *w
         return false;
     kn_conv2d c;
     kn_conv_as_2d(&g, &c);
-    return kn_cpu_conv_pixels_applies(&c, g.c_in, g.c_out, 0);
+    return kn_cpu_conv_pixels_applies(&c, g.c_in, g.c_out, threads);
+}
+
+/* Whether every run takes the pixel-row GEMM: one image, on any number of threads (the rule's
+ * steps are at 2 and 8). */
+static bool pixels_always(const kn_node *node, const kn_tensor *x, const kn_shape *w) {
+    return x->shape.rank == 4 && x->shape.d[0] == 1 && pixels_at(node, x, w, 1, 1) &&
+           pixels_at(node, x, w, 1, 2) && pixels_at(node, x, w, 1, 8);
 }
 
 /* bf16 weights: one packed operand per group for the bf16 GEMM. */
@@ -175,12 +183,14 @@ kiln_status kn_cpu_conv_prepare(const kn_node *node, int n_in, const kn_tensor *
     }
     bool known = false;
     int tile = wino_candidate(node, w, group) ? wino_tile(node, &in[0], w, &known) : 0;
-    /* Small products that take the pixel-row GEMM on many threads keep the GEMM's packing too
-     * (fewer threads take that path); its own packing waits for a run that takes it. */
+    /* Products that take the pixel-row GEMM on some thread counts keep the GEMM's packing too
+     * (the others take that path); its own packing waits for a run that takes it. Those that
+     * take it on every count hold only its packing. */
     atomic_init(&st->px, NULL);
-    st->px_may = pixels_at(node, &in[0], w, group) && !(known && tile != 0);
+    st->px_may = pixels_at(node, &in[0], w, group, 0) && !(known && tile != 0);
+    bool gemm = !(known && tile != 0) && !(st->px_may && pixels_always(node, &in[0], w));
     /* With the input shape fixed, a Winograd conv never takes the GEMM path: no packed copy. */
-    for (int64_t g = 0; g < group && !(known && tile != 0); g++) {
+    for (int64_t g = 0; g < group && gemm; g++) {
         kiln_status rc = kn_gemm_pack_a(wd + g * cog * kdim, kdim, false, cog, kdim, &st->w[g]);
         if (rc != KILN_OK) {
             kn_cpu_conv_release(st);

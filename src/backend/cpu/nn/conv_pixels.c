@@ -78,16 +78,27 @@ bool kn_cpu_conv_pixels_applies(const kn_conv2d *c, int64_t cin, int64_t cout, i
     if (m == 2)
         return true;
     /* Measured inside ResNet-50, MobileNetV2 and EfficientNet-B0 (docs/perf-notes.md,
-     * "Pixel-row convs" and "Pixel-row 1x1 convs read X in place"): flat convs over 7x7 and
-     * 14x14 maps, whose 49 or 196 pixels split badly into the GEMM's vectors and over many
-     * threads. Those that narrow a deep K (MobileNetV2's projections, ResNet-50's 1024 -> 256)
-     * run faster here on any number of threads, reading X in place with the planes and weights
-     * fetched ahead; the wider ones only on 8 threads or more. Weights up to 2 MB: these keep the
-     * GEMM's packing too. Other geometries ran slower in the models (copies, cold weights). */
-    int64_t k = cin * c->kh * c->kw, os = c->oh * c->ow;
-    if (!flat(c) || os > 196 || cout < 16 || k * cout > 512 * 1024)
+     * "Pixel-row convs" and "Pixel-row 1x1 convs read X in place"). Flat convs read X in place
+     * with the planes and weights fetched ahead: those that narrow a deep K (MobileNetV2's
+     * projections, ResNet-50's 1x1 convs into its 3x3s) run faster here than on the GEMM at any
+     * map size and thread count, and so do deep widening ones over 7x7 maps; over 14x14 maps the
+     * others only on 8 threads or more, whose split of 196 pixels this path does better. Stride-2
+     * convs into 7x7 maps from a deep K on 2 threads or more (one thread: the GEMM). Other
+     * geometries ran slower in the models: the copy into planes costs more than it saves. The
+     * GEMM's packing is kept too (batches take it): weights up to 4 MB, 10 MB strided. */
+    int64_t k = cin * c->kh * c->kw, os = c->oh * c->ow, wn = k * cout;
+    if (cout < 16)
         return false;
-    return (k >= 192 && cout < k) || (k >= 160 && (threads == 0 || threads >= 8));
+    if (!flat(c))
+        return c->sh == 2 && os <= 49 && k >= 1024 && wn <= 2560 * 1024 &&
+               (threads == 0 || threads >= 2);
+    if (wn > 1024 * 1024)
+        return false;
+    if (k >= 192 && cout < k)
+        return true;
+    if (os <= 49 && k >= 256)
+        return true;
+    return k >= 160 && os <= 196 && (threads == 0 || threads >= 8);
 }
 
 /* A 1x1 kernel: X's planes, a channel a block (read in place where the conv is flat). Others:
