@@ -84,8 +84,9 @@ bool kn_cpu_conv_pixels_applies(const kn_conv2d *c, int64_t cin, int64_t cout, i
      * map size and thread count, and so do deep widening ones over 7x7 maps; over 14x14 maps the
      * others only on 8 threads or more, whose split of 196 pixels this path does better. Stride-2
      * convs into 7x7 maps from a deep K on 2 threads or more (one thread: the GEMM). Other
-     * geometries ran slower in the models: the copy into planes costs more than it saves. The
-     * GEMM's packing is kept too (batches take it): weights up to 4 MB, 10 MB strided. */
+     * geometries ran slower in the models: the copy into planes costs more than it saves.
+     * Weights up to 4 MB, 10 MB strided: a conv taken on some thread counts only keeps the
+     * GEMM's packing too (conv.c). */
     int64_t k = cin * c->kh * c->kw, os = c->oh * c->ow, wn = k * cout;
     if (cout < 16)
         return false;
