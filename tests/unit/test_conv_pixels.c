@@ -159,7 +159,7 @@ static void pixels_toggle(bool on) {
 }
 
 /* The Conv kernel's output with the path on (mode 1: the shapes it picks on 8 threads, and on
- * 2 where `on_two`; 2: wherever the geometry allows) against the GEMM path's. */
+ * 2 where `on_two`, never on 1; 2: wherever the geometry allows) against the GEMM path's. */
 static void compare_paths(int mode, int64_t n, int64_t c, int64_t m, int64_t h, int64_t k,
                           int64_t s, int64_t p, bool on_two) {
     conv_node b;
@@ -169,6 +169,8 @@ static void compare_paths(int mode, int64_t n, int64_t c, int64_t m, int64_t h, 
     kn_cpu_conv_pixels_set_mode(mode);
     assert_true(kn_cpu_conv_pixels_applies(&c2, c, m, 8));
     assert_int_equal(kn_cpu_conv_pixels_applies(&c2, c, m, 2), on_two);
+    if (mode == 1)
+        assert_false(kn_cpu_conv_pixels_applies(&c2, c, m, 1));
     on_mode = mode;
     assert_int_equal(conv_node_paths_differ(&b, 8, pixels_toggle), 0);
     kn_cpu_conv_pixels_set_mode(1);
@@ -179,10 +181,10 @@ static void test_conv_kernel(void **state) {
     (void)state;
     if (!conv_avx512())
         return;                                       /* test_cases says why */
-    compare_paths(1, 1, 256, 64, 14, 1, 1, 0, true);  /* 1x1 over a 14x14 map, narrowing */
-    compare_paths(1, 1, 576, 96, 7, 1, 1, 0, true);   /* and a 7x7 one */
-    compare_paths(1, 1, 160, 960, 7, 1, 1, 0, false); /* widening: on 8 threads only */
-    compare_paths(1, 1, 256, 64, 28, 1, 1, 0, true);  /* narrowing, a larger map */
+    compare_paths(1, 1, 256, 64, 14, 1, 1, 0, false); /* 1x1 over a 14x14 map: 8+ threads */
+    compare_paths(1, 1, 1024, 64, 14, 1, 1, 0, true); /* a deep K narrowed: 2+ */
+    compare_paths(1, 1, 576, 96, 7, 1, 1, 0, true);   /* narrowing over 7x7 */
+    compare_paths(1, 1, 160, 960, 7, 1, 1, 0, false); /* widening a short K: 8+ */
     compare_paths(1, 1, 256, 512, 7, 1, 1, 0, true);  /* widening a deep K over 7x7 */
     compare_paths(1, 1, 128, 32, 14, 3, 2, 1, true);  /* stride 2 into 7x7, K 1152 */
     compare_paths(2, 1, 64, 128, 28, 3, 2, 1, true);  /* stride 2 */
@@ -191,18 +193,20 @@ static void test_conv_kernel(void **state) {
 
 /* The pixel-row weights are packed by the first run that takes the path, not at prepare: a
  * context on 2 threads never packs them; then several contexts of 8 threads race to pack them,
- * one packing is kept, and every output matches the GEMM path's. */
+ * one packing is kept, and every output matches the GEMM path's. The GEMM's own packing of such
+ * a conv likewise waits for its first run on fewer threads (raced on a fresh state). */
 typedef struct lazy_run {
     const kn_kernel *kern;
     conv_node *b;
     void *st;
     float *out;
+    int threads;
     kiln_status rc;
 } lazy_run;
 
 static void *lazy_worker(void *arg) {
     lazy_run *r = arg;
-    kn_threadpool *pool = kn_threadpool_create(8);
+    kn_threadpool *pool = kn_threadpool_create(r->threads);
     kn_tensor out = r->b->out;
     out.data = r->out;
     kn_kernel_ctx kc = {.node = &r->b->t.node,
@@ -215,6 +219,27 @@ static void *lazy_worker(void *arg) {
     r->rc = r->kern->run(&kc);
     kn_threadpool_destroy(pool);
     return NULL;
+}
+
+/* Three contexts of `threads` threads each run the conv at once on one prepared state: every
+ * output matches ref. */
+static void race(const kn_kernel *kern, conv_node *b, void *st, int threads, const float *ref,
+                 int64_t count) {
+    enum { RUNNERS = 3 };
+    lazy_run r[RUNNERS];
+    pthread_t t[RUNNERS];
+    for (int i = 0; i < RUNNERS; i++) {
+        r[i] = (lazy_run){.kern = kern, .b = b, .st = st, .threads = threads};
+        r[i].out = kn_malloc((size_t)count * sizeof(float));
+        assert_non_null(r[i].out);
+        assert_int_equal(pthread_create(&t[i], NULL, lazy_worker, &r[i]), 0);
+    }
+    for (int i = 0; i < RUNNERS; i++) {
+        assert_int_equal(pthread_join(t[i], NULL), 0);
+        assert_int_equal(r[i].rc, KILN_OK);
+        assert_int_equal(conv_paths_differ(r[i].out, ref, count), 0);
+        kn_free(r[i].out);
+    }
 }
 
 static void test_weights_on_first_use(void **state) {
@@ -249,21 +274,14 @@ static void test_weights_on_first_use(void **state) {
     assert_false(kn_cpu_conv_pixels_packed(st));
     assert_int_equal(conv_paths_differ(b.out.data, ref, count), 0);
 
-    enum { RUNNERS = 3 };
-    lazy_run r[RUNNERS];
-    pthread_t t[RUNNERS];
-    for (int i = 0; i < RUNNERS; i++) {
-        r[i] = (lazy_run){.kern = kern, .b = &b, .st = st};
-        r[i].out = kn_malloc((size_t)count * sizeof(float));
-        assert_non_null(r[i].out);
-        assert_int_equal(pthread_create(&t[i], NULL, lazy_worker, &r[i]), 0);
-    }
-    for (int i = 0; i < RUNNERS; i++) {
-        assert_int_equal(pthread_join(t[i], NULL), 0);
-        assert_int_equal(r[i].rc, KILN_OK);
-        assert_int_equal(conv_paths_differ(r[i].out, ref, count), 0);
-        kn_free(r[i].out);
-    }
+    race(kern, &b, st, 8, ref, count);
+    /* contexts on 2 threads racing to pack the GEMM's weights, which a conv that may take the
+     * pixel-row path also leaves to its first run that needs them */
+    void *fresh = NULL;
+    assert_int_equal(kern->prepare(&b.t.node, b.n_in, b.in, &fresh), KILN_OK);
+    race(kern, &b, fresh, 2, ref, count);
+    assert_false(kn_cpu_conv_pixels_packed(fresh));
+    kern->release(fresh);
     assert_true(kn_cpu_conv_pixels_packed(st));
     kern->release(st);
     kn_free(ref);

@@ -30,6 +30,9 @@ typedef struct conv_state {
      * on enough threads for it hold only the GEMM's copy. */
     _Atomic(kn_conv_pixels *) px;
     bool px_may;
+    /* The GEMM's packing of such a conv (one group), likewise packed by the first run that
+     * takes the GEMM: a plan run on 2 threads or more may never need it. */
+    _Atomic(kn_gemm_packed *) w_late;
     int64_t group;
     kn_gemm_packed *w[]; /* one per group */
 } conv_state;
@@ -110,13 +113,6 @@ static bool pixels_at(const kn_node *node, const kn_tensor *x, const kn_shape *w
     return kn_cpu_conv_pixels_applies(&c, g.c_in, g.c_out, threads);
 }
 
-/* Whether every run takes the pixel-row GEMM: one image, on any number of threads (the rule's
- * steps are at 2 and 8). */
-static bool pixels_always(const kn_node *node, const kn_tensor *x, const kn_shape *w) {
-    return x->shape.rank == 4 && x->shape.d[0] == 1 && pixels_at(node, x, w, 1, 1) &&
-           pixels_at(node, x, w, 1, 2) && pixels_at(node, x, w, 1, 8);
-}
-
 /* bf16 weights: one packed operand per group for the bf16 GEMM. */
 static kiln_status prepare_bf16(const kn_tensor *w, int64_t group, conv_state *st) {
     int64_t cog = w->shape.d[0] / group, kdim = kn_shape_numel(&w->shape) / w->shape.d[0];
@@ -183,12 +179,12 @@ kiln_status kn_cpu_conv_prepare(const kn_node *node, int n_in, const kn_tensor *
     }
     bool known = false;
     int tile = wino_candidate(node, w, group) ? wino_tile(node, &in[0], w, &known) : 0;
-    /* Products that take the pixel-row GEMM on some thread counts keep the GEMM's packing too
-     * (the others take that path); its own packing waits for a run that takes it. Those that
-     * take it on every count hold only its packing. */
+    /* Products that may take the pixel-row GEMM (on some thread counts) pack neither operand
+     * here: each packing waits for the first run that takes its path (w_late, px). */
     atomic_init(&st->px, NULL);
+    atomic_init(&st->w_late, NULL);
     st->px_may = pixels_at(node, &in[0], w, group, 0) && !(known && tile != 0);
-    bool gemm = !(known && tile != 0) && !(st->px_may && pixels_always(node, &in[0], w));
+    bool gemm = !(known && tile != 0) && !st->px_may;
     /* With the input shape fixed, a Winograd conv never takes the GEMM path: no packed copy. */
     for (int64_t g = 0; g < group && gemm; g++) {
         kiln_status rc = kn_gemm_pack_a(wd + g * cog * kdim, kdim, false, cog, kdim, &st->w[g]);
@@ -220,6 +216,7 @@ void kn_cpu_conv_release(void *state) {
     kn_free(st->bw);
     kn_cpu_conv_bf16_free(st->b16);
     kn_cpu_conv_pixels_free(atomic_load(&st->px));
+    kn_gemm_packed_free(atomic_load(&st->w_late));
     kn_free(st->w32);
     kn_cpu_wino_free(st->wino);
     kn_free(st);
@@ -711,6 +708,30 @@ static const kn_conv_pixels *pixels_weights(conv_state *st, const float *w, cons
     return kn_cpu_conv_pixels_fits(px, g->c_out, g->c_in, cd->kh, cd->kw) ? px : NULL;
 }
 
+/* The GEMM's packed weights of group gi: packed at prepare, or, for a conv that may take the
+ * pixel-row path, by the first run that takes the GEMM (several contexts may race: one packing
+ * is kept); NULL where neither (the GEMM then reads the weights as stored). */
+static const kn_gemm_packed *gemm_weights(const conv_state *cst, const float *w, int64_t gi,
+                                          int64_t cog, int64_t kdim) {
+    conv_state *st = (conv_state *)cst;
+    if (st == NULL)
+        return NULL;
+    if (st->w[gi] != NULL || !st->px_may || st->group != 1)
+        return st->w[gi];
+    kn_gemm_packed *pw = atomic_load_explicit(&st->w_late, memory_order_acquire);
+    if (pw == NULL) {
+        kn_gemm_packed *mine = NULL;
+        if (kn_gemm_pack_a(w, kdim, false, cog, kdim, &mine) != KILN_OK)
+            return NULL;
+        if (atomic_compare_exchange_strong_explicit(&st->w_late, &pw, mine, memory_order_acq_rel,
+                                                    memory_order_acquire))
+            pw = mine;
+        else
+            kn_gemm_packed_free(mine);
+    }
+    return pw;
+}
+
 bool kn_cpu_conv_pixels_packed(const void *state) {
     conv_state *st = (conv_state *)state;
     return st != NULL && atomic_load(&st->px) != NULL;
@@ -790,16 +811,17 @@ kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
         unpadded = unpadded && g.pad_b[i] == 0 && g.pad_e[i] == 0;
     bool sub = !pointwise && g.nsp <= 2 && c2.kh == 1 && c2.kw == 1 && unpadded;
     /* Packed fp32 weights and a stride-2 kernel: phase planes read in place, no im2col. */
-    bool strided = !pointwise && !sub && !bf16 && g.nsp == 2 && st != NULL &&
-                   st->group == g.group && st->w[0] != NULL &&
-                   kn_cpu_conv_strided_applies(&c2, g.c_in / g.group, g.c_out / g.group, st->w[0]);
+    bool packed = st != NULL && st->group == g.group;
+    const kn_gemm_packed *w0 = packed ? gemm_weights(st, w, 0, cog, kdim) : NULL;
+    bool strided = !pointwise && !sub && !bf16 && g.nsp == 2 && w0 != NULL &&
+                   kn_cpu_conv_strided_applies(&c2, cig, cog, w0);
     bool split = !pointwise && !sub && !strided && g.nsp <= 2 && c2.sw == 2;
     int64_t w2 = split ? (c2.w + 1) / 2 : 0;
     /* Several images of one group: by images over the threads where that pays. */
     if (g.group == 1 && !bf16 && !strided) {
         kn_gemm_operand a = {.p = w, .ld = kdim};
-        if (st != NULL && st->group == 1 && st->w[0] != NULL)
-            a = (kn_gemm_operand){.packed = st->w[0]};
+        if (w0 != NULL)
+            a = (kn_gemm_operand){.packed = w0};
         kn_epilogue e = ep;
         e.bias = bias;
         e.bias_per_row = true;
@@ -820,8 +842,9 @@ kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
         for (int64_t gi = 0; gi < g.group && rc == KILN_OK; gi++) {
             const float *xg = x + (n * g.c_in + gi * cig) * is;
             kn_gemm_operand a = {.p = w + gi * cog * kdim, .ld = kdim};
-            if (st != NULL && st->group == g.group && st->w[gi] != NULL)
-                a = (kn_gemm_operand){.packed = st->w[gi]};
+            const kn_gemm_packed *pw = gi == 0 ? w0 : packed ? st->w[gi] : NULL;
+            if (pw != NULL)
+                a = (kn_gemm_operand){.packed = pw};
             int nr = bf16 ? KN_BF16_NR : kn_gemm_nr();
             im2col_arg ia = {.x = xg, .g = &g, .nr = nr, .c = c2, .xs = xs, .w2 = w2};
             if (split && !strided) {
@@ -846,7 +869,7 @@ kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
             e.residual = res != NULL ? res + off : NULL;
             e.ldr = os;
             if (strided) {
-                rc = kn_cpu_conv_strided(k->pool, &c2, cig, xg, st->w[gi], &e, y + off);
+                rc = kn_cpu_conv_strided(k->pool, &c2, cig, xg, pw, &e, y + off);
             } else if (bf16) {
                 kn_bf16_operand ba = {.packed = st->bw[gi]};
                 kn_bf16_operand bb = {.p = b.p, .ld = b.ld, .pack = b.pack, .pack_arg = b.pack_arg};

@@ -77,29 +77,29 @@ bool kn_cpu_conv_pixels_applies(const kn_conv2d *c, int64_t cin, int64_t cout, i
         return false;
     if (m == 2)
         return true;
-    /* Measured inside ResNet-50, MobileNetV2 and EfficientNet-B0 (docs/perf-notes.md,
-     * "Pixel-row convs" and "Pixel-row 1x1 convs read X in place"). Flat convs read X in place
-     * with the planes and weights fetched ahead: those that narrow a deep K (MobileNetV2's
-     * projections, ResNet-50's 1x1 convs into its 3x3s) run faster here than on the GEMM at any
-     * map size and thread count, and so do deep widening ones over 7x7 maps; over 14x14 maps the
-     * others only on 8 threads or more, whose split of 196 pixels this path does better. Stride-2
-     * convs into 7x7 maps from a deep K on 2 threads or more (one thread: the GEMM). Other
-     * geometries ran slower in the models: the copy into planes costs more than it saves.
-     * Weights up to 4 MB, 10 MB strided: a conv taken on some thread counts only keeps the
-     * GEMM's packing too (conv.c). */
+    /* Measured inside ResNet-50, MobileNetV2 and EfficientNet-B0 on the 2-core box and a 16-core
+     * Xeon (docs/perf-notes.md, "Pixel-row convs" and "Pixel-row 1x1 convs read X in place").
+     * Flat convs over maps up to 14x14 read X in place, the planes and weights fetched ahead:
+     * on 8 threads or more those with K >= 160, whose 49 or 196 pixels split badly into the
+     * GEMM's vectors and over many threads; on 2 or more those that narrow K >= 192 over 7x7
+     * maps or K >= 1024 over 14x14 (ResNet-50's 1024 -> 256; MobileNetV2's 384 -> 64 ran slower
+     * there on the Xeon), and deep widening ones over 7x7; stride-2 convs into 7x7 maps from
+     * K >= 1024 on 2 or more. One thread keeps the GEMM (on the Xeon the 4 MB convs ran slower
+     * here), and so do larger maps (the planes' stride costs more than the GEMM's packing).
+     * Weights up to 4 MB, 10 MB strided: these keep the GEMM's packing too (conv.c). */
     int64_t k = cin * c->kh * c->kw, os = c->oh * c->ow, wn = k * cout;
+    bool two = threads == 0 || threads >= 2, eight = threads == 0 || threads >= 8;
     if (cout < 16)
         return false;
     if (!flat(c))
-        return c->sh == 2 && os <= 49 && k >= 1024 && wn <= 2560 * 1024 &&
-               (threads == 0 || threads >= 2);
-    if (wn > 1024 * 1024)
+        return two && c->sh == 2 && os <= 49 && k >= 1024 && wn <= 2560 * 1024;
+    if (wn > 1024 * 1024 || os > 196)
         return false;
-    if (k >= 192 && cout < k)
+    if (eight && k >= 160)
         return true;
-    if (os <= 49 && k >= 256)
-        return true;
-    return k >= 160 && os <= 196 && (threads == 0 || threads >= 8);
+    if (!two || k < 192)
+        return false;
+    return cout < k ? os <= 49 || k >= 1024 : os <= 49 && k >= 256;
 }
 
 /* A 1x1 kernel: X's planes, a channel a block (read in place where the conv is flat). Others:
