@@ -88,7 +88,8 @@ typedef kiln_status (*kn_kernel_fn)(kn_kernel_ctx *k);
  * Constant data is host memory here. May precompute (e.g. pack weights) into *state. The
  * engine is immutable afterwards: state is shared by all contexts and read-only during
  * execution, except for a cache filled once by whichever run first needs it and published with
- * an atomic compare-and-swap (the CPU Conv's pixel-row weights, nn/conv.c). */
+ * an atomic compare-and-swap (the CPU Conv's pixel-row weights and, for the convs that may take
+ * that path, its GEMM's, nn/conv.c). */
 typedef kiln_status (*kn_prepare_fn)(const kn_node *node, int n_in, const kn_tensor *in,
                                      void **state);
 typedef void (*kn_release_fn)(void *state);
