@@ -711,12 +711,9 @@ static const kn_conv_pixels *pixels_weights(conv_state *st, const float *w, cons
 /* The GEMM's packed weights of group gi: packed at prepare, or, for a conv that may take the
  * pixel-row path, by the first run that takes the GEMM (several contexts may race: one packing
  * is kept); NULL where neither (the GEMM then reads the weights as stored). */
-static const kn_gemm_packed *gemm_weights(const conv_state *cst, const float *w, int64_t gi,
-                                          int64_t cog, int64_t kdim) {
-    conv_state *st = (conv_state *)cst;
-    if (st == NULL)
-        return NULL;
-    if (st->w[gi] != NULL || !st->px_may || st->group != 1)
+static const kn_gemm_packed *gemm_weights(conv_state *st, const float *w, int64_t gi, int64_t cog,
+                                          int64_t kdim) {
+    if (st->w[gi] != NULL || !st->px_may) /* px_may: one group */
         return st->w[gi];
     kn_gemm_packed *pw = atomic_load_explicit(&st->w_late, memory_order_acquire);
     if (pw == NULL) {
@@ -812,7 +809,8 @@ kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
     bool sub = !pointwise && g.nsp <= 2 && c2.kh == 1 && c2.kw == 1 && unpadded;
     /* Packed fp32 weights and a stride-2 kernel: phase planes read in place, no im2col. */
     bool packed = st != NULL && st->group == g.group;
-    const kn_gemm_packed *w0 = packed ? gemm_weights(st, w, 0, cog, kdim) : NULL;
+    const kn_gemm_packed *w0 =
+        packed ? gemm_weights((conv_state *)k->state, w, 0, cog, kdim) : NULL;
     bool strided = !pointwise && !sub && !bf16 && g.nsp == 2 && w0 != NULL &&
                    kn_cpu_conv_strided_applies(&c2, cig, cog, w0);
     bool split = !pointwise && !sub && !strided && g.nsp <= 2 && c2.sw == 2;

@@ -86,7 +86,7 @@ bool kn_cpu_conv_pixels_applies(const kn_conv2d *c, int64_t cin, int64_t cout, i
      * there on the Xeon), and deep widening ones over 7x7; stride-2 convs into 7x7 maps from
      * K >= 1024 on 2 or more. One thread keeps the GEMM (on the Xeon the 4 MB convs ran slower
      * here), and so do larger maps (the planes' stride costs more than the GEMM's packing).
-     * Weights up to 4 MB, 10 MB strided: these keep the GEMM's packing too (conv.c). */
+     * Weights up to 4 MB, 10 MB strided: a run on fewer threads packs the GEMM's too (conv.c). */
     int64_t k = cin * c->kh * c->kw, os = c->oh * c->ow, wn = k * cout;
     bool two = threads == 0 || threads >= 2, eight = threads == 0 || threads >= 8;
     if (cout < 16)
@@ -308,8 +308,7 @@ kiln_status kn_cpu_conv_pixels(kn_threadpool *pool, const kn_conv_pixels *p, con
         p->block == 16 ? up64((size_t)(p->blocks * 16 * j.cs) * sizeof(float) + 16 * slack) : 0;
     size_t off_bytes = up64((size_t)taps * sizeof(int64_t));
     size_t bias_bytes = (size_t)(p->panels * COLS) * sizeof(float);
-    int64_t threads = kn_threadpool_size(pool);
-    size_t bytes = plane_bytes + blocked_bytes + off_bytes + up64(bias_bytes);
+    size_t bytes = plane_bytes + blocked_bytes + off_bytes + bias_bytes;
     uint8_t *own = NULL, *buf = kn_threadpool_scratch(pool, bytes);
     if (buf == NULL && (buf = own = kn_aligned_alloc(bytes, 64)) == NULL)
         return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory in Conv");
@@ -340,6 +339,7 @@ kiln_status kn_cpu_conv_pixels(kn_threadpool *pool, const kn_conv_pixels *p, con
      * every thread two tasks */
     int64_t step = taps * p->block * COLS * (int64_t)sizeof(float);
     j.chunk = CHUNK_BYTES / step > 1 ? CHUNK_BYTES / step : 1;
+    int64_t threads = kn_threadpool_size(pool);
     j.group = p->panels * j.tiles / (2 * threads);
     j.group = j.group < 1 ? 1 : j.group > GROUP ? GROUP : j.group;
     j.group = j.group < j.tiles ? j.group : j.tiles;
