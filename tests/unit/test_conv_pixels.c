@@ -1,9 +1,10 @@
 /* The fp32 pixel-row convolution (nn/conv_pixels.c) against a reference in double: 1x1 convs
  * read in place (channel tails, maps of 1 to 196 pixels), stride-2 kernels over phase planes
  * (3x3, the 7x7 stem on 3 channels, 2x2), padded and dilated stride-1 kernels, bias, residual
- * and every kind of activation (in registers or after the store), one and three threads; and the
- * Conv kernel, which takes this path for the shapes kn_cpu_conv_pixels_applies picks (one image),
- * against its own GEMM path (KILN_CPU_CONV_PIXELS=0).
+ * and every kind of activation (in registers or after the store), one and three threads, and
+ * three images side by side on four; and the Conv kernel, which takes this path for the shapes
+ * kn_cpu_conv_pixels_applies picks (one image, or a batch's flat convs where
+ * KILN_CPU_CONV_PIXELS_BATCH=1), against its own GEMM path (KILN_CPU_CONV_PIXELS=0).
  * `test_conv_pixels --bench [THREADS [--cold]]` times instead ResNet-50's and MobileNetV2's
  * layers on this path (mode 2) against the GEMM path through the Conv kernel (no checks). */
 #include <stdarg.h>
@@ -38,13 +39,14 @@ static void geometry(const px_case *pc, kn_conv2d *c) {
     c->ow = conv_out_dim(pc->w, pc->kw, pc->s, pc->d, pc->pl, pc->pr);
 }
 
-/* Runs the case on `threads` threads into y (m x oh x ow floats), against the reference. */
-static void run_case(const px_case *pc, int threads, float *y) {
+/* Runs the case over `images` images side by side on `threads` threads into y (images x m x
+ * oh x ow floats), each image against the reference. */
+static void run_case(const px_case *pc, int threads, int64_t images, float *y) {
     kn_conv2d c;
     geometry(pc, &c);
-    int64_t os = c.oh * c.ow;
-    float *x = conv_rand(pc->c * pc->h * pc->w), *w = conv_rand(pc->m * pc->c * pc->kh * pc->kw);
-    float *bias = conv_rand(pc->m), *res = conv_rand(pc->m * os);
+    int64_t os = c.oh * c.ow, xi = pc->c * pc->h * pc->w, yi = pc->m * os;
+    float *x = conv_rand(images * xi), *w = conv_rand(pc->m * pc->c * pc->kh * pc->kw);
+    float *bias = conv_rand(pc->m), *res = conv_rand(images * yi);
     kn_conv_pixels *p;
     assert_int_equal(kn_cpu_conv_pixels_prepare(w, pc->m, pc->c, pc->kh, pc->kw, &p), KILN_OK);
     kn_epilogue ep = {.bias = pc->bias ? bias : NULL,
@@ -53,8 +55,12 @@ static void run_case(const px_case *pc, int threads, float *y) {
                       .alpha = pc->act == KN_ACT_CLIP ? -0.5f : 0.1f,
                       .beta = 0.75f};
     kn_threadpool *pool = kn_threadpool_create(threads);
-    assert_int_equal(kn_cpu_conv_pixels(pool, p, &c, x, &ep, y), KILN_OK);
-    assert_int_equal(conv_check(&c, pc->c, pc->m, x, w, &ep, y), 0);
+    assert_int_equal(kn_cpu_conv_pixels(pool, p, &c, images, x, &ep, y), KILN_OK);
+    for (int64_t i = 0; i < images; i++) {
+        kn_epilogue e = ep;
+        e.residual = pc->residual ? res + i * yi : NULL;
+        assert_int_equal(conv_check(&c, pc->c, pc->m, x + i * xi, w, &e, y + i * yi), 0);
+    }
     kn_threadpool_destroy(pool);
     kn_cpu_conv_pixels_free(p);
     kn_free(x);
@@ -63,11 +69,11 @@ static void run_case(const px_case *pc, int threads, float *y) {
     kn_free(res);
 }
 
-static void check_case(const px_case *pc, int threads) {
+static void check_case(const px_case *pc, int threads, int64_t images) {
     kn_conv2d c;
     geometry(pc, &c);
-    float *y = conv_rand(pc->m * c.oh * c.ow);
-    run_case(pc, threads, y);
+    float *y = conv_rand(images * pc->m * c.oh * c.ow);
+    run_case(pc, threads, images, y);
     kn_free(y);
 }
 
@@ -110,8 +116,9 @@ static void test_cases(void **state) {
         return;
     }
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        check_case(&cases[i], 1);
-        check_case(&cases[i], 3);
+        check_case(&cases[i], 1, 1);
+        check_case(&cases[i], 3, 1);
+        check_case(&cases[i], 4, 3); /* three images side by side */
     }
     /* an empty map: nothing read or written */
     /* a flat conv's X read in place (the default) or copied into 16-channel planes by a job
@@ -128,10 +135,10 @@ static void test_cases(void **state) {
         for (int threads = 1; threads <= 16; threads *= 2) {
             float *in_place = conv_rand(n), *job = conv_rand(n);
             conv_rng = 1234u; /* the same x, w, bias and residual */
-            run_case(pc, threads, in_place);
+            run_case(pc, threads, 1, in_place);
             kn_cpu_conv_pixels_set_copy(KN_PIXELS_COPY_JOB);
             conv_rng = 1234u;
-            run_case(pc, threads, job);
+            run_case(pc, threads, 1, job);
             kn_cpu_conv_pixels_set_copy(KN_PIXELS_IN_PLACE);
             assert_memory_equal(in_place, job, (size_t)n * sizeof(float));
             kn_free(in_place);
@@ -144,7 +151,7 @@ static void test_cases(void **state) {
     assert_int_equal(kn_cpu_conv_pixels_prepare(w, 16, 64, 1, 1, &p), KILN_OK);
     kn_conv2d c = {.kh = 1, .kw = 1, .sh = 1, .sw = 1, .dh = 1, .dw = 1};
     kn_epilogue ep = {0};
-    assert_int_equal(kn_cpu_conv_pixels(NULL, p, &c, NULL, &ep, NULL), KILN_OK);
+    assert_int_equal(kn_cpu_conv_pixels(NULL, p, &c, 1, NULL, &ep, NULL), KILN_OK);
     kn_cpu_conv_pixels_free(p);
 }
 
@@ -189,6 +196,13 @@ static void test_conv_kernel(void **state) {
     compare_paths(1, 1, 128, 32, 14, 3, 2, 1, true);  /* stride 2 into 7x7, K 1152 */
     compare_paths(2, 1, 64, 128, 28, 3, 2, 1, true);  /* stride 2 */
     compare_paths(2, 1, 3, 40, 30, 7, 2, 3, true);    /* a 7x7 stem, channel tail */
+    /* batches: the GEMM's by default; side by side on this path where the switch lets them */
+    compare_paths(1, 3, 1024, 64, 14, 1, 1, 0, true);
+    kn_cpu_conv_pixels_set_batches(true);
+    compare_paths(1, 3, 1024, 64, 14, 1, 1, 0, true);
+    compare_paths(1, 2, 128, 32, 14, 3, 2, 1, true);
+    compare_paths(1, 5, 256, 512, 7, 1, 1, 0, true);
+    kn_cpu_conv_pixels_set_batches(false);
 }
 
 /* The pixel-row weights are packed by the first run that takes the path, not at prepare: a

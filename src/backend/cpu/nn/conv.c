@@ -776,28 +776,25 @@ kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
         ep.bias = bias;
         return kn_cpu_conv_winograd(k->pool, st->wino, &g, x, &ep, y);
     }
-    /* One image: batches keep the GEMM, whose products take images side by side
-     * (kn_cpu_conv_batched, conv_images); these paths would run them one after another. */
-    if (!bf16 && g.group == 1 && g.nsp == 2 && g.n == 1 && os > 0 && g.c_out > 0) {
+    /* The pixel-row path takes a batch's images side by side (where kn_cpu_conv_pixels_batches
+     * lets it); the stem runs one image at a time, so batches keep the GEMM, whose products take
+     * images side by side (kn_cpu_conv_batched, conv_images). */
+    if (!bf16 && g.group == 1 && g.nsp == 2 && os > 0 && g.c_out > 0) {
         kn_conv2d cd;
         kn_conv_as_2d(&g, &cd);
         const kn_conv_pixels *px =
             st != NULL && st->px_may &&
+                    (g.n == 1 || (kn_cpu_conv_pixels_batches() && kn_cpu_conv_pixels_flat(&cd))) &&
                     kn_cpu_conv_pixels_applies(&cd, g.c_in, g.c_out, kn_threadpool_size(k->pool))
                 ? pixels_weights((conv_state *)k->state, w, &g, &cd)
                 : NULL;
-        if (px != NULL || kn_cpu_conv_stem_applies(&cd, g.c_in, g.c_out)) {
-            for (int64_t n = 0; n < g.n; n++) {
-                kn_epilogue e = ep;
-                e.bias = bias;
-                e.residual = res != NULL ? res + n * g.c_out * os : NULL;
-                const float *xn = x + n * g.c_in * is;
-                float *yn = y + n * g.c_out * os;
-                KN_TRY(px != NULL ? kn_cpu_conv_pixels(k->pool, px, &cd, xn, &e, yn)
-                                  : kn_cpu_conv_stem(k->pool, &cd, g.c_in, g.c_out, xn, w, &e, yn));
-            }
-            return KILN_OK;
-        }
+        kn_epilogue e = ep;
+        e.bias = bias;
+        e.residual = res;
+        if (px != NULL)
+            return kn_cpu_conv_pixels(k->pool, px, &cd, g.n, x, &e, y);
+        if (g.n == 1 && kn_cpu_conv_stem_applies(&cd, g.c_in, g.c_out))
+            return kn_cpu_conv_stem(k->pool, &cd, g.c_in, g.c_out, x, w, &e, y);
     }
     int64_t cig = g.c_in / g.group, cog = g.c_out / g.group, kdim = cig * kprod;
     kn_conv2d c2;

@@ -229,6 +229,12 @@ void kn_cpu_conv_pixels_set_mode(int mode);
 enum { KN_PIXELS_IN_PLACE = 0, KN_PIXELS_COPY_JOB = 1 };
 int kn_cpu_conv_pixels_copy(void);
 void kn_cpu_conv_pixels_set_copy(int mode);
+/* Whether conv.c gives the path a batch's images side by side (KILN_CPU_CONV_PIXELS_BATCH=1),
+ * or keeps the GEMM for batches (the default). */
+bool kn_cpu_conv_pixels_batches(void);
+/* A 1x1 conv, stride 1, unpadded: one whose X the path reads in place. */
+bool kn_cpu_conv_pixels_flat(const kn_conv2d *c);
+void kn_cpu_conv_pixels_set_batches(bool on);
 bool kn_cpu_conv_pixels_applies(const kn_conv2d *c, int64_t cin, int64_t cout, int threads);
 /* w: cout x cin x kh x kw. */
 kiln_status kn_cpu_conv_pixels_prepare(const float *w, int64_t cout, int64_t cin, int64_t kh,
@@ -239,9 +245,10 @@ bool kn_cpu_conv_pixels_fits(const kn_conv_pixels *p, int64_t cout, int64_t cin,
  * they are packed by the first run that takes the path, never at prepare. */
 bool kn_cpu_conv_pixels_packed(const void *state);
 void kn_cpu_conv_pixels_free(kn_conv_pixels *p);
-/* One image: x is cin x h x w, y cout x oh x ow. */
+/* `images` images side by side: x is images x cin x h x w, y (and the residual) images x cout x
+ * oh x ow. */
 kiln_status kn_cpu_conv_pixels(kn_threadpool *pool, const kn_conv_pixels *p, const kn_conv2d *c,
-                               const float *x, const kn_epilogue *ep, float *y);
+                               int64_t images, const float *x, const kn_epilogue *ep, float *y);
 
 /* fp32 Conv of one group, 2-D, for 1 to 4 input channels (a stem), stride 1 or 2, undilated,
  * outputs at least 16 wide, K = cin * kh * kw <= 256, on AVX-512 (nn/conv_stem.c, geometry):

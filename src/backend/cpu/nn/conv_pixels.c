@@ -61,12 +61,26 @@ void kn_cpu_conv_pixels_set_copy(int m) {
     copy_mode = m;
 }
 
+static int batch_mode = -1;
+
+bool kn_cpu_conv_pixels_batches(void) {
+    if (batch_mode < 0) {
+        const char *e = getenv("KILN_CPU_CONV_PIXELS_BATCH");
+        batch_mode = e != NULL && strcmp(e, "1") == 0;
+    }
+    return batch_mode == 1;
+}
+
+void kn_cpu_conv_pixels_set_batches(bool on) {
+    batch_mode = on;
+}
+
 /* The geometry the tile reads: stride 1 (dilated or not) or 2 (undilated), 2-D. */
 static bool geometry_ok(const kn_conv2d *c) {
     return (c->sh == 1 && c->sw == 1) || (c->sh == 2 && c->sw == 2 && c->dh == 1 && c->dw == 1);
 }
 
-static bool flat(const kn_conv2d *c) {
+bool kn_cpu_conv_pixels_flat(const kn_conv2d *c) {
     return c->kh == 1 && c->kw == 1 && c->sh == 1 && c->sw == 1 && c->ph == 0 && c->pw == 0 &&
            c->oh == c->h && c->ow == c->w;
 }
@@ -91,7 +105,7 @@ bool kn_cpu_conv_pixels_applies(const kn_conv2d *c, int64_t cin, int64_t cout, i
     bool two = threads == 0 || threads >= 2, eight = threads == 0 || threads >= 8;
     if (cout < 16)
         return false;
-    if (!flat(c))
+    if (!kn_cpu_conv_pixels_flat(c))
         return two && c->sh == 2 && os <= 49 && k >= 1024 && wn <= 2560 * 1024;
     if (wn > 1024 * 1024 || os > 196)
         return false;
@@ -161,6 +175,7 @@ typedef struct px_job {
     const float *a;      /* what the tiles read: x, planes or blocked */
     int64_t hq, wq, cs;  /* plane rows, row pitch, floats of one channel's plane(s) */
     const int64_t *offs; /* per tap */
+    int64_t images, x_img, a_img, y_img; /* x, a, y and res: an image's floats apart */
     bool flat;
     /* tiles: `width` virtual pixels (output rows wq apart; flat: os) split evenly; taken
      * `group` at a time (`groups` groups) over K chunks of `chunk` channel blocks */
@@ -173,20 +188,24 @@ typedef struct px_job {
     float alpha, beta, lo, hi;
 } px_job;
 
-/* K blocks [begin, end) of the source: their channels' planes, interleaved by 16. */
+/* K blocks [begin, end) of the source, over every image (image by image): their channels'
+ * planes, interleaved by 16. */
 static void build_source(void *arg, int64_t begin, int64_t end) {
     const px_job *j = arg;
     const kn_conv_pixels *p = j->p;
-    for (int64_t cb = begin; cb < end; cb++) {
+    for (int64_t t = begin; t < end; t++) {
+        int64_t img = t / p->blocks, cb = t % p->blocks;
         int64_t c0 = cb * p->block, n = p->cin - c0 < p->block ? p->cin - c0 : p->block;
+        const float *x = j->x + img * j->x_img;
+        float *planes = j->planes + img * p->cin * j->cs;
         if (!j->flat)
             for (int64_t ch = c0; ch < c0 + n; ch++)
-                kn_cpu_conv_plane_avx512(j->c, j->x + ch * j->c->h * j->c->w, j->hq, j->wq,
-                                         j->planes + ch * j->cs);
+                kn_cpu_conv_plane_avx512(j->c, x + ch * j->c->h * j->c->w, j->hq, j->wq,
+                                         planes + ch * j->cs);
         if (p->block == 16) {
-            const float *src = j->flat ? j->x + c0 * j->cs : j->planes + c0 * j->cs;
+            const float *src = j->flat ? x + c0 * j->cs : planes + c0 * j->cs;
             kn_cpu_conv_pixels_interleave_avx512(src, j->cs, (int)n, j->cs,
-                                                 j->blocked + cb * 16 * j->cs);
+                                                 j->blocked + img * j->a_img + cb * 16 * j->cs);
         }
     }
 }
@@ -217,8 +236,8 @@ static tile_at locate(const px_job *j, int64_t tile) {
 /* One tile against panel pn over K blocks [cb, cb + nb): its first pixel of block cb at a, the
  * blocks bs floats apart; partial sums kept in sum between the calls of one tile and panel, the
  * epilogue applied on the last. */
-static void tile_run(const px_job *j, const tile_at *at, const float *a, int64_t bs, int64_t pn,
-                     int64_t cb, int64_t nb, float *sum) {
+static void tile_run(const px_job *j, const tile_at *at, int64_t img, const float *a, int64_t bs,
+                     int64_t pn, int64_t cb, int64_t nb, float *sum) {
     const kn_conv_pixels *p = j->p;
     int64_t taps = p->kh * p->kw, j0 = pn * COLS;
     int nr = (int)(p->cout - j0 < COLS ? p->cout - j0 : COLS);
@@ -236,8 +255,9 @@ static void tile_run(const px_job *j, const tile_at *at, const float *a, int64_t
                               .valid = at->valid,
                               .nr = nr,
                               .bias = j->bias != NULL ? j->bias + j0 : NULL,
-                              .res = j->res != NULL ? j->res + j0 * j->os + at->pix : NULL,
-                              .y = j->y + j0 * j->os + at->pix,
+                              .res = j->res != NULL ? j->res + img * j->y_img + j0 * j->os + at->pix
+                                                    : NULL,
+                              .y = j->y + img * j->y_img + j0 * j->os + at->pix,
                               .ld = j->os,
                               .act = after ? KN_ACT_NONE : j->act,
                               .lo = j->lo,
@@ -248,22 +268,26 @@ static void tile_run(const px_job *j, const tile_at *at, const float *a, int64_t
                           __builtin_popcount(at->valid));
 }
 
-/* Task t: panel t / groups against its group of tiles, K in chunks of j->chunk channel blocks
- * (weights a chunk that stay in L1 while every tile of the group takes them), partial sums kept
- * between chunks. */
+/* Task t: panel t / groups against its group of tiles, which runs over the images' tiles one
+ * image after another (a group may hold tiles of two images), K in chunks of j->chunk channel
+ * blocks (weights a chunk that stay in L1 while every tile of the group takes them), partial
+ * sums kept between chunks. */
 static void run_tiles(void *arg, int64_t begin, int64_t end) {
     const px_job *j = arg;
     const kn_conv_pixels *p = j->p;
     float sums[GROUP][ROWS * COLS] __attribute__((aligned(64)));
+    int64_t all = j->images * j->tiles;
     for (int64_t t = begin; t < end; t++) {
         int64_t pn = t / j->groups, g0 = t % j->groups * j->group;
-        int64_t g1 = g0 + j->group < j->tiles ? g0 + j->group : j->tiles;
+        int64_t g1 = g0 + j->group < all ? g0 + j->group : all;
         for (int64_t cb = 0; cb < p->blocks; cb += j->chunk) {
             int64_t nb = p->blocks - cb < j->chunk ? p->blocks - cb : j->chunk;
             for (int64_t tile = g0; tile < g1; tile++) {
-                tile_at at = locate(j, tile);
+                int64_t img = tile / j->tiles;
+                tile_at at = locate(j, tile % j->tiles);
                 if (at.valid != 0)
-                    tile_run(j, &at, j->a + at.v0 * p->block + cb * j->cs * p->block,
+                    tile_run(j, &at, img,
+                             j->a + img * j->a_img + at.v0 * p->block + cb * j->cs * p->block,
                              j->cs * p->block, pn, cb, nb, sums[tile - g0]);
             }
         }
@@ -275,13 +299,16 @@ static size_t up64(size_t bytes) {
 }
 
 kiln_status kn_cpu_conv_pixels(kn_threadpool *pool, const kn_conv_pixels *p, const kn_conv2d *c,
-                               const float *x, const kn_epilogue *ep, float *y) {
-    if (c->oh <= 0 || c->ow <= 0 || p->cout <= 0)
+                               int64_t images, const float *x, const kn_epilogue *ep, float *y) {
+    if (c->oh <= 0 || c->ow <= 0 || p->cout <= 0 || images <= 0)
         return KILN_OK; /* an empty output */
     px_job j = {.p = p,
                 .c = c,
                 .x = x,
-                .flat = flat(c),
+                .images = images,
+                .x_img = p->cin * c->h * c->w,
+                .y_img = p->cout * c->oh * c->ow,
+                .flat = kn_cpu_conv_pixels_flat(c),
                 .res = ep->residual,
                 .y = y,
                 .os = c->oh * c->ow,
@@ -303,9 +330,11 @@ kiln_status kn_cpu_conv_pixels(kn_threadpool *pool, const kn_conv_pixels *p, con
     }
     /* The last tile's dropped rows read up to (kw - 1) * dw floats past the last plane. */
     size_t slack = (size_t)(p->kw * c->dw + 16) * sizeof(float);
-    size_t plane_bytes = j.flat ? 0 : up64((size_t)(p->cin * j.cs) * sizeof(float) + slack);
+    size_t plane_bytes =
+        j.flat ? 0 : up64((size_t)(images * p->cin * j.cs) * sizeof(float) + slack);
     size_t blocked_bytes =
-        p->block == 16 ? up64((size_t)(p->blocks * 16 * j.cs) * sizeof(float) + 16 * slack) : 0;
+        p->block == 16 ? up64((size_t)(images * p->blocks * 16 * j.cs) * sizeof(float) + 16 * slack)
+                       : 0;
     size_t off_bytes = up64((size_t)taps * sizeof(int64_t));
     size_t bias_bytes = (size_t)(p->panels * COLS) * sizeof(float);
     size_t bytes = plane_bytes + blocked_bytes + off_bytes + bias_bytes;
@@ -332,6 +361,7 @@ kiln_status kn_cpu_conv_pixels(kn_threadpool *pool, const kn_conv_pixels *p, con
         j.bias = bias;
     }
     j.a = p->block == 16 ? j.blocked : j.flat ? x : j.planes;
+    j.a_img = p->block == 16 ? p->blocks * 16 * j.cs : p->cin * j.cs; /* flat: cs = h * w */
     j.tiles = (j.width + ROWS - 1) / ROWS;
     j.base = j.width / j.tiles;
     j.extra = j.width % j.tiles;
@@ -340,12 +370,13 @@ kiln_status kn_cpu_conv_pixels(kn_threadpool *pool, const kn_conv_pixels *p, con
     int64_t step = taps * p->block * COLS * (int64_t)sizeof(float);
     j.chunk = CHUNK_BYTES / step > 1 ? CHUNK_BYTES / step : 1;
     int64_t threads = kn_threadpool_size(pool);
-    j.group = p->panels * j.tiles / (2 * threads);
+    int64_t all = images * j.tiles;
+    j.group = p->panels * all / (2 * threads);
     j.group = j.group < 1 ? 1 : j.group > GROUP ? GROUP : j.group;
-    j.group = j.group < j.tiles ? j.group : j.tiles;
-    j.groups = (j.tiles + j.group - 1) / j.group;
+    j.group = j.group < all ? j.group : all;
+    j.groups = (all + j.group - 1) / j.group;
     if (p->block == 16 || !j.flat)
-        kn_parallel_for(pool, p->blocks, 1, build_source, &j);
+        kn_parallel_for(pool, images * p->blocks, 1, build_source, &j);
     kn_parallel_for(pool, p->panels * j.groups, 1, run_tiles, &j);
     kn_free(own);
     return KILN_OK;
