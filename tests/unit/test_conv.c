@@ -298,8 +298,8 @@ static void test_conv_pointwise_batch(void **state) {
  * or pixel slices (conv_images): 3 images on 5 threads; 3x3 stride 2 (column phases) with
  * residual + ReLU, a 7x7 stride-2 stem (with prepared weights it takes the gather path instead),
  * 3x3 stride 1 on a map too small for Winograd (channel parts),
- * strided 1x1 (subsampled) convs by parts and by slices, a 1-D conv; weights prepared and not;
- * on every ISA. */
+ * strided 1x1 (subsampled) convs by parts and by slices, a 1-D conv, gathered stride-2 convs
+ * (the images' bands in one job, a residual each); weights prepared and not; on every ISA. */
 static void test_conv_images(void **state) {
     (void)state;
     const conv_case cases[] = {
@@ -309,8 +309,12 @@ static void test_conv_images(void **state) {
         {2, 3, 16, 36, 1, {11, 12}, {1, 1}, {2, 2}, {1, 1}, {0, 0}, {0, 0}, NULL, true, true},
         {2, 3, 16, 20, 1, {23, 25}, {1, 1}, {2, 2}, {1, 1}, {0, 0}, {0, 0}, NULL, false, true},
         {1, 4, 8, 30, 1, {40}, {5}, {1}, {2}, {4}, {4}, NULL, true, false},
+        /* gathered stride-2 convs (<= 32 output channels) take the images' bands in one job:
+         * each image's residual */
+        {2, 3, 8, 20, 1, {29, 33}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, NULL, true, true},
+        {2, 4, 3, 16, 1, {31, 40}, {5, 5}, {2, 2}, {1, 1}, {2, 2}, {2, 2}, NULL, false, true},
     };
-    const char *acts[] = {NULL, "Swish", NULL, NULL, NULL, "Sigmoid"};
+    const char *acts[] = {NULL, "Swish", NULL, NULL, NULL, "Sigmoid", NULL, NULL};
     run_cases_every_isa(cases, sizeof cases / sizeof cases[0], acts, 5, 5);
 }
 

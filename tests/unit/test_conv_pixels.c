@@ -198,11 +198,13 @@ static void test_conv_kernel(void **state) {
     compare_paths(2, 1, 3, 40, 30, 7, 2, 3, true);    /* a 7x7 stem, channel tail */
     /* batches: the GEMM's by default; side by side on this path where the switch lets them */
     compare_paths(1, 3, 1024, 64, 14, 1, 1, 0, true);
-    kn_cpu_conv_pixels_set_batches(true);
+    kn_cpu_conv_pixels_set_batches(1); /* flat convs */
     compare_paths(1, 3, 1024, 64, 14, 1, 1, 0, true);
-    compare_paths(1, 2, 128, 32, 14, 3, 2, 1, true);
     compare_paths(1, 5, 256, 512, 7, 1, 1, 0, true);
-    kn_cpu_conv_pixels_set_batches(false);
+    kn_cpu_conv_pixels_set_batches(2); /* stride-2 ones too: each image's planes */
+    compare_paths(1, 2, 128, 32, 14, 3, 2, 1, true);
+    compare_paths(2, 3, 64, 40, 15, 3, 2, 1, true);
+    kn_cpu_conv_pixels_set_batches(0);
 }
 
 /* The pixel-row weights are packed by the first run that takes the path, not at prepare: a

@@ -776,15 +776,16 @@ kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
         ep.bias = bias;
         return kn_cpu_conv_winograd(k->pool, st->wino, &g, x, &ep, y);
     }
-    /* The pixel-row path takes a batch's images side by side (where kn_cpu_conv_pixels_batches
-     * lets it); the stem runs one image at a time, so batches keep the GEMM, whose products take
-     * images side by side (kn_cpu_conv_batched, conv_images). */
+    /* The pixel-row path takes a batch's images side by side only where
+     * kn_cpu_conv_pixels_batches lets it, and the stem runs one image at a time: batches keep
+     * the GEMM, whose products take images side by side (kn_cpu_conv_batched, conv_images). */
     if (!bf16 && g.group == 1 && g.nsp == 2 && os > 0 && g.c_out > 0) {
         kn_conv2d cd;
         kn_conv_as_2d(&g, &cd);
         const kn_conv_pixels *px =
             st != NULL && st->px_may &&
-                    (g.n == 1 || (kn_cpu_conv_pixels_batches() && kn_cpu_conv_pixels_flat(&cd))) &&
+                    (g.n == 1 || kn_cpu_conv_pixels_batches() == 2 ||
+                     (kn_cpu_conv_pixels_batches() == 1 && kn_cpu_conv_pixels_flat(&cd))) &&
                     kn_cpu_conv_pixels_applies(&cd, g.c_in, g.c_out, kn_threadpool_size(k->pool))
                 ? pixels_weights((conv_state *)k->state, w, &g, &cd)
                 : NULL;
@@ -825,6 +826,14 @@ kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
                       : conv_images(k->pool, &g, &c2, &a, x, &e, split, sub, y))
             return KILN_OK;
     }
+    if (strided && g.group == 1) { /* a batch's images side by side, in one job */
+        kn_epilogue e = ep;
+        e.bias = bias;
+        e.bias_per_row = true;
+        e.residual = res;
+        e.ldr = os;
+        return kn_cpu_conv_strided(k->pool, &c2, cig, g.n, x, w0, &e, y, g.c_out * os);
+    }
     float *xs = NULL;
     if (split || sub) {
         size_t floats = sub ? (size_t)(cig * os) : (size_t)(cig * c2.h * 2 * w2);
@@ -864,7 +873,7 @@ kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
             e.residual = res != NULL ? res + off : NULL;
             e.ldr = os;
             if (strided) {
-                rc = kn_cpu_conv_strided(k->pool, &c2, cig, xg, pw, &e, y + off);
+                rc = kn_cpu_conv_strided(k->pool, &c2, cig, 1, xg, pw, &e, y + off, 0);
             } else if (bf16) {
                 kn_bf16_operand ba = {.packed = st->bw[gi]};
                 kn_bf16_operand bb = {.p = b.p, .ld = b.ld, .pack = b.pack, .pack_arg = b.pack_arg};

@@ -199,12 +199,14 @@ bool kn_cpu_conv_batched(kn_threadpool *pool, const kn_conv_geom *g, const kn_ge
 
 /* Stride-2 2-D convolution of one group (cin channels of x) with packed weights a, through
  * padded phase planes and kn_gemm_gather instead of an im2col copy; y is C_out x oh x ow.
- * Only where kn_cpu_conv_strided_applies (cin, cout: input and output channels per group). */
+ * Only where kn_cpu_conv_strided_applies (cin, cout: input and output channels per group).
+ * `images` images in one job, their bands of rows side by side: x's images cin x h x w apart,
+ * y's (and the epilogue's residual's) ys floats apart. */
 bool kn_cpu_conv_strided_applies(const kn_conv2d *c, int64_t cin, int64_t cout,
                                  const kn_gemm_packed *a);
 kiln_status kn_cpu_conv_strided(kn_threadpool *pool, const kn_conv2d *c, int64_t cin,
-                                const float *x, const kn_gemm_packed *a, const kn_epilogue *ep,
-                                float *y);
+                                int64_t images, const float *x, const kn_gemm_packed *a,
+                                const kn_epilogue *ep, float *y, int64_t ys);
 
 /* fp32 Conv of one group, 2-D, as a GEMM over output pixels (nn/conv_pixels.c): tiles of up to
  * 14 pixels x 32 output channels, the pixels' values broadcast from X's own planes (a flat 1x1
@@ -213,7 +215,8 @@ kiln_status kn_cpu_conv_strided(kn_threadpool *pool, const kn_conv2d *c, int64_t
  * channels; NCHW in and out. Stride 1
  * (any dilation) or 2 (undilated), any kernel and padding. applies: where it beats conv.c's
  * GEMM over pixel columns on `threads` threads (0: on some number of them), on AVX-512 (conv.c
- * takes it for one image; batches keep the GEMM, which runs images side by side). The
+ * takes it for one image; batches keep the GEMM, which runs images side by side, unless
+ * kn_cpu_conv_pixels_batches says otherwise). The
  * mode: 1, that choice; 0 (KILN_CPU_CONV_PIXELS=0 in the environment), never; 2
  * (KILN_CPU_CONV_PIXELS=2), wherever the geometry allows, Winograd's convs excepted
  * (measurements).
@@ -229,12 +232,14 @@ void kn_cpu_conv_pixels_set_mode(int mode);
 enum { KN_PIXELS_IN_PLACE = 0, KN_PIXELS_COPY_JOB = 1 };
 int kn_cpu_conv_pixels_copy(void);
 void kn_cpu_conv_pixels_set_copy(int mode);
-/* Whether conv.c gives the path a batch's images side by side (KILN_CPU_CONV_PIXELS_BATCH=1),
- * or keeps the GEMM for batches (the default). */
-bool kn_cpu_conv_pixels_batches(void);
+/* Whether conv.c gives the path a batch's images side by side: 0, never (batches keep the
+ * GEMM: the default); 1 (KILN_CPU_CONV_PIXELS_BATCH=1), flat convs the rule takes; 2
+ * (KILN_CPU_CONV_PIXELS_BATCH=2), any conv the rule takes (docs/perf-notes.md, "Pixel-row convs
+ * over a batch's images side by side"). */
+int kn_cpu_conv_pixels_batches(void);
+void kn_cpu_conv_pixels_set_batches(int mode);
 /* A 1x1 conv, stride 1, unpadded: one whose X the path reads in place. */
 bool kn_cpu_conv_pixels_flat(const kn_conv2d *c);
-void kn_cpu_conv_pixels_set_batches(bool on);
 bool kn_cpu_conv_pixels_applies(const kn_conv2d *c, int64_t cin, int64_t cout, int threads);
 /* w: cout x cin x kh x kw. */
 kiln_status kn_cpu_conv_pixels_prepare(const float *w, int64_t cout, int64_t cin, int64_t kh,

@@ -63,16 +63,18 @@ void kn_cpu_conv_pixels_set_copy(int m) {
 
 static int batch_mode = -1;
 
-bool kn_cpu_conv_pixels_batches(void) {
+int kn_cpu_conv_pixels_batches(void) {
     if (batch_mode < 0) {
         const char *e = getenv("KILN_CPU_CONV_PIXELS_BATCH");
-        batch_mode = e != NULL && strcmp(e, "1") == 0;
+        batch_mode = e != NULL && strcmp(e, "1") == 0   ? 1
+                     : e != NULL && strcmp(e, "2") == 0 ? 2
+                                                        : 0;
     }
-    return batch_mode == 1;
+    return batch_mode;
 }
 
-void kn_cpu_conv_pixels_set_batches(bool on) {
-    batch_mode = on;
+void kn_cpu_conv_pixels_set_batches(int m) {
+    batch_mode = m;
 }
 
 /* The geometry the tile reads: stride 1 (dilated or not) or 2 (undilated), 2-D. */

@@ -40,7 +40,8 @@ typedef struct band_job {
     const kn_epilogue *ep;
     float *y, *scratch;
     int64_t cin, w2, half, rs, rows_in, band, slot;
-    bool pooled; /* chunks run on the pool's threads: each takes the slot of its index */
+    int64_t bands, ys; /* bands an image; floats between images' outputs (and residuals) */
+    bool pooled;       /* chunks run on the pool's threads: each takes the slot of its index */
 } band_job;
 
 KN_CLONES static void phase_row(const float *src, int64_t w, int64_t pw, int64_t w2, int64_t half,
@@ -66,27 +67,33 @@ static void run_bands(void *arg, int64_t begin, int64_t end) {
     float row[GATHER_MAX_ROW];
     float *xq =
         j->scratch + (size_t)(j->pooled ? kn_threadpool_thread_index() : 0) * (size_t)j->slot;
-    for (int64_t bi = begin; bi < end; bi++) {
+    for (int64_t t = begin; t < end; t++) {
+        int64_t img = t / j->bands, bi = t % j->bands;
         int64_t oy0 = bi * j->band, oy1 = oy0 + j->band < c->oh ? oy0 + j->band : c->oh;
         int64_t rows = 2 * (oy1 - oy0 - 1) + c->kh; /* padded rows the band's taps reach */
+        const float *x = j->x + img * j->cin * c->h * c->w;
         for (int64_t ci = 0; ci < j->cin; ci++)
             for (int64_t r = 0; r < rows; r++) {
                 int64_t ih = 2 * oy0 + r - c->ph;
-                const float *src = ih >= 0 && ih < c->h ? j->x + (ci * c->h + ih) * c->w : NULL;
+                const float *src = ih >= 0 && ih < c->h ? x + (ci * c->h + ih) * c->w : NULL;
                 phase_row(src, c->w, c->pw, j->w2, j->half, row,
                           xq + (ci * j->rows_in + r) * j->rs);
             }
-        kn_gemm_gather(j->a, xq, j->off, c->oh, c->ow, oy0, oy1, 2 * j->rs, j->y, j->ep);
+        kn_epilogue ep = *j->ep;
+        if (ep.residual != NULL)
+            ep.residual += img * j->ys;
+        kn_gemm_gather(j->a, xq, j->off, c->oh, c->ow, oy0, oy1, 2 * j->rs, j->y + img * j->ys,
+                       &ep);
     }
 }
 
 /* Output rows a band: as many as keep its planes within BAND_BYTES, and on several threads no
- * more than makes four bands a thread (fewer rows mean more rows built twice, at the bands'
- * edges). */
-static int64_t band_rows(const kn_conv2d *c, int64_t cin, int64_t rs, int threads) {
+ * more than makes four bands a thread over the images (fewer rows mean more rows built twice,
+ * at the bands' edges). */
+static int64_t band_rows(const kn_conv2d *c, int64_t cin, int64_t rs, int threads, int64_t images) {
     int64_t row_bytes = cin * rs * (int64_t)sizeof(float);
     int64_t fit = (BAND_BYTES / row_bytes - c->kh) / 2 + 1;
-    int64_t share = threads > 1 ? c->oh / (4 * threads) : c->oh;
+    int64_t share = threads > 1 ? c->oh * images / (4 * threads) : c->oh;
     int64_t band = fit < share ? fit : share;
     if (band < 1)
         band = 1;
@@ -105,12 +112,12 @@ bool kn_cpu_conv_strided_applies(const kn_conv2d *c, int64_t cin, int64_t cout,
 }
 
 kiln_status kn_cpu_conv_strided(kn_threadpool *pool, const kn_conv2d *c, int64_t cin,
-                                const float *x, const kn_gemm_packed *a, const kn_epilogue *ep,
-                                float *y) {
+                                int64_t images, const float *x, const kn_gemm_packed *a,
+                                const kn_epilogue *ep, float *y, int64_t ys) {
     /* Columns of the padded input the taps reach; the phase halves are w2 wide. */
     int64_t wp = (c->ow - 1) * 2 + c->kw, w2 = (wp + 1) / 2;
     int64_t half = (w2 + 15) / 16 * 16, rs = 2 * half, k = cin * c->kh * c->kw;
-    int64_t band = band_rows(c, cin, rs, kn_threadpool_size(pool));
+    int64_t band = band_rows(c, cin, rs, kn_threadpool_size(pool), images);
     int64_t rows_in = 2 * (band - 1) + c->kh, slot = (cin * rows_in * rs + 15) / 16 * 16;
     int slots = kn_threadpool_capacity(pool);
     /* The pool's scratch (kn_gemm_gather takes none), kept between runs and layers: a buffer
@@ -146,8 +153,10 @@ kiln_status kn_cpu_conv_strided(kn_threadpool *pool, const kn_conv2d *c, int64_t
                    .rows_in = rows_in,
                    .band = band,
                    .slot = slot,
+                   .bands = (c->oh + band - 1) / band,
+                   .ys = ys,
                    .pooled = pool != NULL && slots > 1};
-    kn_parallel_for(pool, (c->oh + band - 1) / band, 1, run_bands, &bj);
+    kn_parallel_for(pool, images * bj.bands, 1, run_bands, &bj);
     kn_free(off);
     kn_free(own);
     return KILN_OK;
