@@ -4,7 +4,8 @@
  * and every kind of activation (in registers or after the store), one and three threads, and
  * three images side by side on four; and the Conv kernel, which takes this path for the shapes
  * kn_cpu_conv_pixels_applies picks (one image, or a batch's flat convs where
- * KILN_CPU_CONV_PIXELS_BATCH=1), against its own GEMM path (KILN_CPU_CONV_PIXELS=0).
+ * KILN_CPU_CONV_PIXELS_BATCH=1), against its own GEMM path (KILN_CPU_CONV_PIXELS=0), also where
+ * prepare did not know the input's shape.
  * `test_conv_pixels --bench [THREADS [--cold]]` times instead ResNet-50's and MobileNetV2's
  * layers on this path (mode 2) against the GEMM path through the Conv kernel (no checks). */
 #include <stdarg.h>
@@ -304,6 +305,50 @@ static void test_weights_on_first_use(void **state) {
     conv_node_free(&b);
 }
 
+/* An input whose shape prepare does not know (a dynamic batch: its dims read 0 there): the GEMM's
+ * weights are packed at prepare, and a run on 8 threads at a shape the rule takes still takes
+ * the path (packing its weights), with the GEMM path's output. */
+static void test_dynamic_shape(void **state) {
+    (void)state;
+    if (!conv_avx512())
+        return; /* test_cases says why */
+    kn_cpu_conv_pixels_set_mode(1);
+    conv_node b;
+    conv_node_build(&b, 1, 576, 96, 14, 1, 1, 0, "Relu", true); /* narrowing over 14x14 */
+    int64_t count = kn_tensor_numel(&b.out);
+    kn_cpu_conv_pixels_set_mode(0);
+    conv_node_run(&b, NULL, 1, false);
+    float *ref = kn_malloc((size_t)count * sizeof *ref);
+    assert_non_null(ref);
+    memcpy(ref, b.out.data, (size_t)count * sizeof *ref);
+    kn_cpu_conv_pixels_set_mode(1);
+
+    const kn_kernel *kern = kn_backend_find_kernel(kn_backend_host(), "kiln", "FusedConv");
+    kn_tensor prep[KN_MAX_NODE_IO];
+    memcpy(prep, b.in, (size_t)b.n_in * sizeof *prep);
+    prep[0].data = NULL;
+    prep[0].shape.d[0] = 0; /* the batch dim unknown */
+    void *st = NULL;
+    assert_int_equal(kern->prepare(&b.t.node, b.n_in, prep, &st), KILN_OK);
+    assert_false(kn_cpu_conv_pixels_packed(st));
+    kn_threadpool *pool = kn_threadpool_create(8);
+    memset(b.out.data, 0, (size_t)count * sizeof(float));
+    kn_kernel_ctx kc = {.node = &b.t.node,
+                        .n_in = b.n_in,
+                        .in = b.in,
+                        .n_out = 1,
+                        .out = &b.out,
+                        .state = st,
+                        .pool = pool};
+    assert_int_equal(kern->run(&kc), KILN_OK);
+    kn_threadpool_destroy(pool);
+    assert_true(kn_cpu_conv_pixels_packed(st));
+    assert_int_equal(conv_paths_differ(b.out.data, ref, count), 0);
+    kern->release(st);
+    kn_free(ref);
+    conv_node_free(&b);
+}
+
 static void bench_one(const char *name, int64_t c, int64_t m, int64_t h, int64_t k, int64_t s,
                       int64_t p, int threads) {
     conv_node b;
@@ -357,6 +402,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_cases),
         cmocka_unit_test(test_conv_kernel),
         cmocka_unit_test(test_weights_on_first_use),
+        cmocka_unit_test(test_dynamic_shape),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

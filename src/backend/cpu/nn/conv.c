@@ -30,6 +30,10 @@ typedef struct conv_state {
      * on enough threads for it hold only the GEMM's copy. */
     _Atomic(kn_conv_pixels *) px;
     bool px_may;
+    /* The input's shape was not known at prepare (a dynamic batch or image size): the GEMM's
+     * weights are packed there as for any conv, and each run asks the path's rule at its own
+     * shape (the pixel-row weights again packed by the first run that takes the path). */
+    bool px_later;
     /* The GEMM's packing of such a conv (one group), likewise packed by the first run that
      * takes the GEMM: a plan run on 2 threads or more may never need it. */
     _Atomic(kn_gemm_packed *) w_late;
@@ -113,6 +117,17 @@ static bool pixels_at(const kn_node *node, const kn_tensor *x, const kn_shape *w
     return kn_cpu_conv_pixels_applies(&c, g.c_in, g.c_out, threads);
 }
 
+/* Whether a 2-D conv of one group has an input whose shape prepare does not know (its dims
+ * read 0 there): the path is then chosen at run. */
+static bool pixels_later(const kn_tensor *x, const kn_shape *w, int64_t group) {
+    if (group != 1 || w->rank != 4 || x->shape.rank != 4)
+        return false;
+    for (int i = 0; i < 4; i++)
+        if (x->shape.d[i] <= 0)
+            return true;
+    return false;
+}
+
 /* bf16 weights: one packed operand per group for the bf16 GEMM. */
 static kiln_status prepare_bf16(const kn_tensor *w, int64_t group, conv_state *st) {
     int64_t cog = w->shape.d[0] / group, kdim = kn_shape_numel(&w->shape) / w->shape.d[0];
@@ -184,6 +199,7 @@ kiln_status kn_cpu_conv_prepare(const kn_node *node, int n_in, const kn_tensor *
     atomic_init(&st->px, NULL);
     atomic_init(&st->w_late, NULL);
     st->px_may = pixels_at(node, &in[0], w, group, 0) && !(known && tile != 0);
+    st->px_later = pixels_later(&in[0], w, group);
     bool gemm = !(known && tile != 0) && !st->px_may;
     /* With the input shape fixed, a Winograd conv never takes the GEMM path: no packed copy. */
     for (int64_t g = 0; g < group && gemm; g++) {
@@ -783,7 +799,7 @@ kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
         kn_conv2d cd;
         kn_conv_as_2d(&g, &cd);
         const kn_conv_pixels *px =
-            st != NULL && st->px_may &&
+            st != NULL && (st->px_may || st->px_later) &&
                     (g.n == 1 || kn_cpu_conv_pixels_batches() == 2 ||
                      (kn_cpu_conv_pixels_batches() == 1 && kn_cpu_conv_pixels_flat(&cd))) &&
                     kn_cpu_conv_pixels_applies(&cd, g.c_in, g.c_out, kn_threadpool_size(k->pool))
