@@ -100,8 +100,9 @@ static bool is_depthwise(const kn_conv_geom *g) {
     return g->group == g->c_in && g->c_out == g->c_in && g->nsp <= 2;
 }
 
-/* Whether the conv may take the pixel-row GEMM at its input's shape, known at prepare (dynamic
- * shapes keep the GEMM over pixel columns), on `threads` threads (0: on some number of them). */
+/* Whether the conv may take the pixel-row GEMM at its input's shape, known at prepare (an
+ * unknown shape is left to each run: pixels_later), on `threads` threads (0: on some number of
+ * them). */
 static bool pixels_at(const kn_node *node, const kn_tensor *x, const kn_shape *w, int64_t group,
                       int threads) {
     if (group != 1 || w->rank != 4 || x->shape.rank != 4)
