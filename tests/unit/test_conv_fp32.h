@@ -135,6 +135,18 @@ static inline void conv_node_free(conv_node *b) {
     kn_free(b->out.data);
 }
 
+/* The context of one run of the node's prepared state st on pool, into out. */
+static inline kn_kernel_ctx conv_node_ctx(conv_node *b, void *st, kn_threadpool *pool,
+                                          kn_tensor *out) {
+    return (kn_kernel_ctx){.node = &b->t.node,
+                           .n_in = b->n_in,
+                           .in = b->in,
+                           .n_out = 1,
+                           .out = out,
+                           .state = st,
+                           .pool = pool};
+}
+
 /* Prepare (where the paths are chosen) and run the node `runs` times; ms a run after the first.
  * cold: a 64 MB sweep before each timed run, so that weights, input and output come from memory
  * as in a model rather than from the caches. */
@@ -143,13 +155,7 @@ static inline double conv_node_run(conv_node *b, kn_threadpool *pool, int runs, 
     assert_non_null(kern);
     void *st = NULL;
     assert_int_equal(kern->prepare(&b->t.node, b->n_in, b->in, &st), KILN_OK);
-    kn_kernel_ctx kc = {.node = &b->t.node,
-                        .n_in = b->n_in,
-                        .in = b->in,
-                        .n_out = 1,
-                        .out = &b->out,
-                        .state = st,
-                        .pool = pool};
+    kn_kernel_ctx kc = conv_node_ctx(b, st, pool, &b->out);
     assert_int_equal(kern->run(&kc), KILN_OK);
     float *sweep = cold ? calloc(16 << 20, sizeof(float)) : NULL;
     double ms = 0;

@@ -226,13 +226,7 @@ static void *lazy_worker(void *arg) {
     kn_threadpool *pool = kn_threadpool_create(r->threads);
     kn_tensor out = r->b->out;
     out.data = r->out;
-    kn_kernel_ctx kc = {.node = &r->b->t.node,
-                        .n_in = r->b->n_in,
-                        .in = r->b->in,
-                        .n_out = 1,
-                        .out = &out,
-                        .state = r->st,
-                        .pool = pool};
+    kn_kernel_ctx kc = conv_node_ctx(r->b, r->st, pool, &out);
     r->rc = r->kern->run(&kc);
     kn_threadpool_destroy(pool);
     return NULL;
@@ -259,6 +253,25 @@ static void race(const kn_kernel *kern, conv_node *b, void *st, int threads, con
     }
 }
 
+/* The conv's output on the GEMM path (the reference for the path's runs), kn_malloc'd. */
+static float *gemm_output(conv_node *b, int64_t count) {
+    kn_cpu_conv_pixels_set_mode(0);
+    conv_node_run(b, NULL, 1, false);
+    kn_cpu_conv_pixels_set_mode(1);
+    float *ref = kn_malloc((size_t)count * sizeof *ref);
+    assert_non_null(ref);
+    memcpy(ref, b->out.data, (size_t)count * sizeof *ref);
+    return ref;
+}
+
+/* One run of the prepared state st on a pool of `threads` threads into b->out. */
+static void run_once(const kn_kernel *kern, conv_node *b, void *st, int threads) {
+    kn_threadpool *pool = kn_threadpool_create(threads);
+    kn_kernel_ctx kc = conv_node_ctx(b, st, pool, &b->out);
+    assert_int_equal(kern->run(&kc), KILN_OK);
+    kn_threadpool_destroy(pool);
+}
+
 static void test_weights_on_first_use(void **state) {
     (void)state;
     if (!conv_avx512())
@@ -267,27 +280,13 @@ static void test_weights_on_first_use(void **state) {
     conv_node b;
     conv_node_build(&b, 1, 160, 960, 7, 1, 1, 0, "Clip", true); /* widening: 8+ threads */
     int64_t count = kn_tensor_numel(&b.out);
-    kn_cpu_conv_pixels_set_mode(0); /* the GEMM path's output */
-    conv_node_run(&b, NULL, 1, false);
-    float *ref = kn_malloc((size_t)count * sizeof *ref);
-    assert_non_null(ref);
-    memcpy(ref, b.out.data, (size_t)count * sizeof *ref);
-    kn_cpu_conv_pixels_set_mode(1);
+    float *ref = gemm_output(&b, count);
 
     const kn_kernel *kern = kn_backend_find_kernel(kn_backend_host(), "kiln", "FusedConv");
     void *st = NULL;
     assert_int_equal(kern->prepare(&b.t.node, b.n_in, b.in, &st), KILN_OK);
     assert_false(kn_cpu_conv_pixels_packed(st));
-    kn_threadpool *two = kn_threadpool_create(2);
-    kn_kernel_ctx kc = {.node = &b.t.node,
-                        .n_in = b.n_in,
-                        .in = b.in,
-                        .n_out = 1,
-                        .out = &b.out,
-                        .state = st,
-                        .pool = two};
-    assert_int_equal(kern->run(&kc), KILN_OK);
-    kn_threadpool_destroy(two);
+    run_once(kern, &b, st, 2);
     assert_false(kn_cpu_conv_pixels_packed(st));
     assert_int_equal(conv_paths_differ(b.out.data, ref, count), 0);
 
@@ -316,12 +315,7 @@ static void test_dynamic_shape(void **state) {
     conv_node b;
     conv_node_build(&b, 1, 576, 96, 14, 1, 1, 0, "Relu", true); /* narrowing over 14x14 */
     int64_t count = kn_tensor_numel(&b.out);
-    kn_cpu_conv_pixels_set_mode(0);
-    conv_node_run(&b, NULL, 1, false);
-    float *ref = kn_malloc((size_t)count * sizeof *ref);
-    assert_non_null(ref);
-    memcpy(ref, b.out.data, (size_t)count * sizeof *ref);
-    kn_cpu_conv_pixels_set_mode(1);
+    float *ref = gemm_output(&b, count);
 
     const kn_kernel *kern = kn_backend_find_kernel(kn_backend_host(), "kiln", "FusedConv");
     kn_tensor prep[KN_MAX_NODE_IO];
@@ -331,17 +325,8 @@ static void test_dynamic_shape(void **state) {
     void *st = NULL;
     assert_int_equal(kern->prepare(&b.t.node, b.n_in, prep, &st), KILN_OK);
     assert_false(kn_cpu_conv_pixels_packed(st));
-    kn_threadpool *pool = kn_threadpool_create(8);
     memset(b.out.data, 0, (size_t)count * sizeof(float));
-    kn_kernel_ctx kc = {.node = &b.t.node,
-                        .n_in = b.n_in,
-                        .in = b.in,
-                        .n_out = 1,
-                        .out = &b.out,
-                        .state = st,
-                        .pool = pool};
-    assert_int_equal(kern->run(&kc), KILN_OK);
-    kn_threadpool_destroy(pool);
+    run_once(kern, &b, st, 8);
     assert_true(kn_cpu_conv_pixels_packed(st));
     assert_int_equal(conv_paths_differ(b.out.data, ref, count), 0);
     kern->release(st);

@@ -100,33 +100,32 @@ static bool is_depthwise(const kn_conv_geom *g) {
     return g->group == g->c_in && g->c_out == g->c_in && g->nsp <= 2;
 }
 
+/* A 2-D conv of one group (the pixel-row path's kind), and whether prepare knows its input's
+ * shape (an unknown dim reads 0 there). */
+static bool one_group_2d(const kn_tensor *x, const kn_shape *w, int64_t group) {
+    return group == 1 && w->rank == 4 && x->shape.rank == 4;
+}
+
+static bool shape_known(const kn_tensor *x) {
+    for (int i = 0; i < x->shape.rank; i++)
+        if (x->shape.d[i] <= 0)
+            return false;
+    return true;
+}
+
 /* Whether the conv may take the pixel-row GEMM at its input's shape, known at prepare (an
- * unknown shape is left to each run: pixels_later), on `threads` threads (0: on some number of
+ * unknown shape is left to each run: px_later), on `threads` threads (0: on some number of
  * them). */
 static bool pixels_at(const kn_node *node, const kn_tensor *x, const kn_shape *w, int64_t group,
                       int threads) {
-    if (group != 1 || w->rank != 4 || x->shape.rank != 4)
+    if (!one_group_2d(x, w, group) || !shape_known(x))
         return false;
-    for (int i = 0; i < 4; i++)
-        if (x->shape.d[i] <= 0)
-            return false;
     kn_conv_geom g;
     if (kn_conv_geom_init(node, &x->shape, w, false, &g) != KILN_OK || g.nsp != 2)
         return false;
     kn_conv2d c;
     kn_conv_as_2d(&g, &c);
     return kn_cpu_conv_pixels_applies(&c, g.c_in, g.c_out, threads);
-}
-
-/* Whether a 2-D conv of one group has an input whose shape prepare does not know (its dims
- * read 0 there): the path is then chosen at run. */
-static bool pixels_later(const kn_tensor *x, const kn_shape *w, int64_t group) {
-    if (group != 1 || w->rank != 4 || x->shape.rank != 4)
-        return false;
-    for (int i = 0; i < 4; i++)
-        if (x->shape.d[i] <= 0)
-            return true;
-    return false;
 }
 
 /* bf16 weights: one packed operand per group for the bf16 GEMM. */
@@ -200,7 +199,7 @@ kiln_status kn_cpu_conv_prepare(const kn_node *node, int n_in, const kn_tensor *
     atomic_init(&st->px, NULL);
     atomic_init(&st->w_late, NULL);
     st->px_may = pixels_at(node, &in[0], w, group, 0) && !(known && tile != 0);
-    st->px_later = pixels_later(&in[0], w, group);
+    st->px_later = one_group_2d(&in[0], w, group) && !shape_known(&in[0]);
     bool gemm = !(known && tile != 0) && !st->px_may;
     /* With the input shape fixed, a Winograd conv never takes the GEMM path: no packed copy. */
     for (int64_t g = 0; g < group && gemm; g++) {
