@@ -4,6 +4,7 @@ for before/after figures of a change.
     python3 bench/ab.py --a OLD/bin/kiln --b build/bin/kiln [--rounds 5] [--threads 1]
                         [--precision bf16] [--only resnet50,resnet50.qdq] [--model FILE]...
                         [--env-a 'NAME=VALUE ...'] [--env-b 'NAME=VALUE ...'] [--layers N]
+                        [--batch N]
 
 Each binary builds its own plan of each model (plans are not portable across plan formats), then
 the two run `kiln bench --json` in turns, --rounds times, the side that goes first alternating;
@@ -18,7 +19,9 @@ KILN_CPU_CONV_PIXELS=0` (--b defaults to --a). --layers N also runs each side on
 `--profile` (apart from the timed runs, so the whole-model figures carry no profiler) and prints,
 per model, each side's sum of per-layer minimums over the rounds and the N layers whose minimum
 moved most either way: a change's effect on the layers it touches, and on those it does not,
-which is the noise to read it against.
+which is the noise to read it against. --batch N runs each model on N images: a copy whose
+inputs' and outputs' leading dim is N (as bench.py's --batch makes, but fixed, so that each
+plan knows its shapes when it is built), the --shapes of a bundled model given N images too.
 """
 
 import argparse
@@ -70,6 +73,22 @@ def bench(kiln, env, plan, threads, iterations, warmup=5, profile=False, what="k
     return json.loads(run(cmd, env, what))
 
 
+def with_batch(spec, batch):
+    """A --shapes spec (NAME:DIMS or NAME:MIN,OPT,MAX) with every leading dim set to batch."""
+    name, _, dims = spec.rpartition(":")
+    return name + ":" + ",".join("x".join([str(batch)] + d.split("x")[1:])
+                                 for d in dims.split(","))
+
+
+def batched(path, shapes, batch, tmp):
+    """The model and its shapes for `batch` images: a copy in tmp with that leading dim."""
+    if batch == 1:
+        return path, shapes
+    sys.path.insert(0, HERE)
+    from bench import batched_model  # onnx and numpy: only needed here
+    return batched_model(path, batch, tmp, fixed=True), [with_batch(s, batch) for s in shapes]
+
+
 def print_layers(name, best, count):
     """Each side's sum of per-layer minimums and the layers that moved most, both ways."""
     common = [n for n in best["a"] if n in best["b"]]
@@ -97,10 +116,14 @@ def main():
     ap.add_argument("--only", help="comma-separated model names")
     ap.add_argument("--model", action="append", default=[],
                     help="an .onnx file to compare instead of the bundled models (repeatable)")
+    ap.add_argument("--batch", type=int, default=1, metavar="N",
+                    help="images a run: a copy of each model with a leading dim of N")
     ap.add_argument("--layers", type=int, default=0, metavar="N",
                     help="also profile each side once a round and show the N layers that "
                     "moved most each way")
     args = ap.parse_args()
+    if args.batch < 1:
+        sys.exit(f"ab.py: --batch: {args.batch}: give a count of images of 1 or more")
     kilns = {"a": args.a, "b": args.b or args.a}
     envs = {"a": parse_env(args.env_a, "--env-a"), "b": parse_env(args.env_b, "--env-b")}
     if kilns["a"] == kilns["b"] and envs["a"] == envs["b"]:
@@ -127,6 +150,7 @@ def compare(args, kilns, full_env, models, only, tmp):
     for name, path, shapes in models:
         if only and name not in only:
             continue
+        path, shapes = batched(path, shapes, args.batch, tmp)
         plans = {}
         for side, kiln in kilns.items():
             plans[side] = os.path.join(tmp, f"{name}.{side}.plan")

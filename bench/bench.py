@@ -147,11 +147,12 @@ def shipped_inputs(model_path, folder):
     return files if all(os.path.exists(p) for p in files.values()) else {}
 
 
-def batched_model(model_path, batch, folder):
+def batched_model(model_path, batch, folder, fixed=False):
     """A copy of the model for `batch` images: the leading dim of its inputs and outputs made the
-    symbol "batch", and every Reshape to a constant shape that starts with 1 made to keep its
-    input's leading dim (0) instead, as the bench models' heads and attention reshape for one
-    image. Returns the copy's path."""
+    symbol "batch" (fixed: the number `batch`, so that a plan knows every shape when it is built),
+    and every Reshape to a constant shape that starts with 1 made to keep its input's leading dim
+    (0) instead, as the bench models' heads and attention reshape for one image. Returns the
+    copy's path."""
     model = onnx.load(model_path)
     inits = {t.name: t for t in model.graph.initializer}
     for vi in list(model.graph.input) + list(model.graph.output):
@@ -160,7 +161,10 @@ def batched_model(model_path, batch, folder):
         dims = vi.type.tensor_type.shape.dim
         if len(dims) > 0:
             dims[0].Clear()
-            dims[0].dim_param = "batch"
+            if fixed:
+                dims[0].dim_value = batch
+            else:
+                dims[0].dim_param = "batch"
     for node in model.graph.node:
         if node.op_type != "Reshape" or len(node.input) < 2 or node.input[1] not in inits:
             continue

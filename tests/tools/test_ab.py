@@ -78,6 +78,34 @@ def test_environments_reach_each_side_and_layers_are_the_plans(tmp_path):
     assert deltas[:4] == sorted(deltas[:4])
 
 
+def test_batch_builds_a_copy_with_n_images(tmp_path):
+    """--batch N: each side builds a copy of the model whose inputs and outputs lead with N, with
+    the bundled model's --shapes given N too, and both sides run it."""
+    import onnx
+
+    log = tmp_path / "calls.log"
+    wrapper = tmp_path / "kiln-copy"
+    # keep each build's model and log its --shapes
+    wrapper.write_text("#!/bin/sh\nif [ \"$1\" = build ]; then cp \"$2\" "
+                       f"{tmp_path}/built-$AB_SIDE.onnx; echo \"$*\" >> {log}; fi\n"
+                       f"exec {KILN} \"$@\"\n")
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    proc = ab("--a", wrapper, "--env-a", "AB_SIDE=a", "--env-b", "AB_SIDE=b", "--only",
+              "resnet_mini", "--batch", 3, "--rounds", 1, "--iterations", 2, "--warmup", 1)
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"^resnet_mini\s+[\d.]+\s+[\d.]+", proc.stdout, re.M), proc.stdout
+    for side in ("a", "b"):
+        model = onnx.load(str(tmp_path / f"built-{side}.onnx"))
+        for v in list(model.graph.input) + list(model.graph.output):
+            if v.name in {t.name for t in model.graph.initializer}:
+                continue
+            assert v.type.tensor_type.shape.dim[0].dim_value == 3, v
+    builds = log.read_text().splitlines()
+    assert len(builds) == 2
+    for line in builds:
+        assert "--shapes input:3x3x32x32,3x3x64x64,3x3x96x96" in line, line
+
+
 def test_bad_input_is_one_line_and_exit_1(tmp_path):
     junk = tmp_path / "junk.onnx"
     junk.write_bytes(b"\x0a\xff\xff\xff")
@@ -87,7 +115,8 @@ def test_bad_input_is_one_line_and_exit_1(tmp_path):
              (["--a", KILN, "--env-b", "X=1", "--model", tmp_path / "missing.onnx"],
               "no such file"),
              (["--a", KILN, "--env-b", "X=1", "--model", junk, "--rounds", 1],
-              "junk: A's kiln build failed")]
+              "junk: A's kiln build failed"),
+             (["--a", KILN, "--env-b", "X=1", "--batch", 0], "--batch: 0")]
     for argv, words in cases:
         proc = ab(*argv, timeout=120)
         assert proc.returncode == 1, (argv, proc.stderr)
