@@ -95,6 +95,8 @@ static int64_t band_rows(const kn_conv2d *c, int64_t cin, int64_t rs, int thread
     int64_t fit = (BAND_BYTES / row_bytes - c->kh) / 2 + 1;
     int64_t share = threads > 1 ? c->oh * images / (4 * threads) : c->oh;
     int64_t band = fit < share ? fit : share;
+    if (band > c->oh)
+        band = c->oh;
     if (band < 1)
         band = 1;
     if (kn_gemm_gather_row_group(c->ow) == 2 && band > 1) /* tiles of two rows: whole pairs */
