@@ -84,7 +84,8 @@ def batched(path, shapes, batch, tmp):
     """The model and its shapes for `batch` images: a copy in tmp with that leading dim."""
     if batch == 1:
         return path, shapes
-    sys.path.insert(0, HERE)
+    if HERE not in sys.path:
+        sys.path.insert(0, HERE)
     from bench import batched_model  # onnx and numpy: only needed here
     return batched_model(path, batch, tmp, fixed=True), [with_batch(s, batch) for s in shapes]
 

@@ -798,10 +798,10 @@ kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
     if (!bf16 && g.group == 1 && g.nsp == 2 && os > 0 && g.c_out > 0) {
         kn_conv2d cd;
         kn_conv_as_2d(&g, &cd);
+        int batches = g.n == 1 ? 2 : kn_cpu_conv_pixels_batches(); /* 2: any conv the rule takes */
         const kn_conv_pixels *px =
             st != NULL && (st->px_may || st->px_later) &&
-                    (g.n == 1 || kn_cpu_conv_pixels_batches() == 2 ||
-                     (kn_cpu_conv_pixels_batches() == 1 && kn_cpu_conv_pixels_flat(&cd))) &&
+                    (batches == 2 || (batches == 1 && kn_cpu_conv_pixels_flat(&cd))) &&
                     kn_cpu_conv_pixels_applies(&cd, g.c_in, g.c_out, kn_threadpool_size(k->pool))
                 ? pixels_weights((conv_state *)k->state, w, &g, &cd)
                 : NULL;
