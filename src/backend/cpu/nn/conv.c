@@ -125,7 +125,7 @@ static bool pixels_at(const kn_node *node, const kn_tensor *x, const kn_shape *w
         return false;
     kn_conv2d c;
     kn_conv_as_2d(&g, &c);
-    return kn_cpu_conv_pixels_applies(&c, g.c_in, g.c_out, threads);
+    return kn_cpu_conv_pixels_takes(&c, g.c_in, g.c_out, g.n, threads);
 }
 
 /* bf16 weights: one packed operand per group for the bf16 GEMM. */
@@ -586,9 +586,9 @@ bool kn_cpu_conv_batched(kn_threadpool *pool, const kn_conv_geom *g, const kn_ge
  * the same columns of B again. The general path runs image after image, each split over every
  * thread with a barrier or two an image (at batch 8 on 16 threads ResNet-50's stride-2 3x3
  * convs, 49-196 pixels an image, gained 3.3-4.2x from 2 to 16 threads). A task first splits
- * its image's input into column phases (stride 2) or subsamples it (strided 1x1) in its
- * worker's slot, so the copy is read back from the thread's own cache. Worker w takes tasks w,
- * w + workers, ... with scratch slot w. */
+ * the input rows its pixels read into column phases (stride 2) or subsamples them (strided 1x1)
+ * in its worker's slot, so the copy is read back from the thread's own cache. Worker w takes
+ * tasks w, w + workers, ... with scratch slot w. */
 typedef struct images_job {
     const kn_conv_geom *g;
     kn_conv2d c;
@@ -617,6 +617,29 @@ static void pack_cols(void *arg, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
     c->fn(c->arg, k0, kc, c->col0 + n0, nc, dst);
 }
 
+/* A task's copy of its image's input (split into column phases, or subsampled): only the input
+ * rows its output pixels [col0, col0 + cols) read, a run of rows a channel. The slices of one
+ * image (by_cols, at 16 threads over a batch of 8) each copied the whole image before. The rows
+ * left out of xs hold another task's data, and nothing reads them: a pixel's taps read the rows
+ * of its own output row only. */
+static void copy_task_rows(const images_job *j, const float *xg, float *xs, int64_t col0,
+                           int64_t cols) {
+    const kn_conv2d *c = &j->c;
+    int64_t oy0 = col0 / c->ow, oy1 = (col0 + cols - 1) / c->ow + 1; /* output rows [oy0, oy1) */
+    if (j->sub) {
+        subsample_job sj = {.x = xg, .xs = xs, .c = c};
+        for (int64_t ci = 0; ci < j->g->c_in; ci++)
+            subsample_rows(&sj, ci * c->oh + oy0, ci * c->oh + oy1);
+    } else if (j->split) {
+        int64_t y0 = oy0 * c->sh - c->ph, y1 = (oy1 - 1) * c->sh - c->ph + (c->kh - 1) * c->dh + 1;
+        y0 = y0 > 0 ? y0 : 0;
+        y1 = y1 < c->h ? y1 : c->h;
+        split_job sj = {.x = xg, .xs = xs, .w = c->w, .w2 = j->w2};
+        for (int64_t ci = 0; ci < j->g->c_in && y1 > y0; ci++)
+            split_rows(&sj, ci * c->h + y0, ci * c->h + y1);
+    }
+}
+
 static void images_range(void *arg, int64_t begin, int64_t end) {
     const images_job *j = arg;
     const kn_conv_geom *g = j->g;
@@ -625,12 +648,6 @@ static void images_range(void *arg, int64_t begin, int64_t end) {
             int64_t n = t / j->parts, part = t % j->parts;
             const float *xg = j->x + n * g->c_in * j->is;
             float *slot = j->scratch + w * j->slot_floats, *xs = slot + j->gemm_floats;
-            if (j->split)
-                split_rows(&(split_job){.x = xg, .xs = xs, .w = j->c.w, .w2 = j->w2}, 0,
-                           g->c_in * j->c.h);
-            else if (j->sub)
-                subsample_rows(&(subsample_job){.x = xg, .xs = xs, .c = &j->c}, 0,
-                               g->c_in * j->c.oh);
             int64_t col0 = 0, cols = j->os;
             if (j->by_cols) {
                 int64_t units = (j->os + j->col_unit - 1) / j->col_unit;
@@ -640,6 +657,7 @@ static void images_range(void *arg, int64_t begin, int64_t end) {
                 if (cols <= 0)
                     continue;
             }
+            copy_task_rows(j, xg, xs, col0, cols);
             im2col_arg ia = {.x = xg,
                              .g = g,
                              .nr = kn_gemm_nr(),
@@ -798,11 +816,9 @@ kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
     if (!bf16 && g.group == 1 && g.nsp == 2 && os > 0 && g.c_out > 0) {
         kn_conv2d cd;
         kn_conv_as_2d(&g, &cd);
-        int batches = g.n == 1 ? 2 : kn_cpu_conv_pixels_batches(); /* 2: any conv the rule takes */
         const kn_conv_pixels *px =
             st != NULL && (st->px_may || st->px_later) &&
-                    (batches == 2 || (batches == 1 && kn_cpu_conv_pixels_flat(&cd))) &&
-                    kn_cpu_conv_pixels_applies(&cd, g.c_in, g.c_out, kn_threadpool_size(k->pool))
+                    kn_cpu_conv_pixels_takes(&cd, g.c_in, g.c_out, g.n, kn_threadpool_size(k->pool))
                 ? pixels_weights((conv_state *)k->state, w, &g, &cd)
                 : NULL;
         kn_epilogue e = ep;

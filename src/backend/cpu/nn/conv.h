@@ -234,13 +234,18 @@ int kn_cpu_conv_pixels_copy(void);
 void kn_cpu_conv_pixels_set_copy(int mode);
 /* Whether conv.c gives the path a batch's images side by side: 0, never (batches keep the
  * GEMM: the default); 1 (KILN_CPU_CONV_PIXELS_BATCH=1), flat convs the rule takes; 2
- * (KILN_CPU_CONV_PIXELS_BATCH=2), any conv the rule takes (docs/perf-notes.md, "Pixel-row convs
- * over a batch's images side by side"). */
+ * (KILN_CPU_CONV_PIXELS_BATCH=2), any conv the rule takes; 3 (KILN_CPU_CONV_PIXELS_BATCH=3),
+ * flat convs the rule takes and 3x3 stride-2 convs on 8 threads or more (docs/perf-notes.md,
+ * "Pixel-row convs over a batch's images side by side"). */
 int kn_cpu_conv_pixels_batches(void);
 void kn_cpu_conv_pixels_set_batches(int mode);
 /* A 1x1 conv, stride 1, unpadded: one whose X the path reads in place. */
 bool kn_cpu_conv_pixels_flat(const kn_conv2d *c);
 bool kn_cpu_conv_pixels_applies(const kn_conv2d *c, int64_t cin, int64_t cout, int threads);
+/* Whether conv.c takes the path for `images` images on `threads` threads: the rule for one
+ * image, and for a batch what kn_cpu_conv_pixels_batches lets it take. */
+bool kn_cpu_conv_pixels_takes(const kn_conv2d *c, int64_t cin, int64_t cout, int64_t images,
+                              int threads);
 /* w: cout x cin x kh x kw. */
 kiln_status kn_cpu_conv_pixels_prepare(const float *w, int64_t cout, int64_t cin, int64_t kh,
                                        int64_t kw, kn_conv_pixels **out);

@@ -68,6 +68,7 @@ int kn_cpu_conv_pixels_batches(void) {
         const char *e = getenv("KILN_CPU_CONV_PIXELS_BATCH");
         batch_mode = e != NULL && strcmp(e, "1") == 0   ? 1
                      : e != NULL && strcmp(e, "2") == 0 ? 2
+                     : e != NULL && strcmp(e, "3") == 0 ? 3
                                                         : 0;
     }
     return batch_mode;
@@ -116,6 +117,19 @@ bool kn_cpu_conv_pixels_applies(const kn_conv2d *c, int64_t cin, int64_t cout, i
     if (!two || k < 192)
         return false;
     return cout < k ? os <= 49 || k >= 1024 : os <= 49 && k >= 256;
+}
+
+bool kn_cpu_conv_pixels_takes(const kn_conv2d *c, int64_t cin, int64_t cout, int64_t images,
+                              int threads) {
+    int b = images == 1 ? 2 : kn_cpu_conv_pixels_batches(); /* one image: any conv the rule takes */
+    if (b == 0)
+        return false;
+    if (b == 3 && (threads == 0 || threads >= 8) && c->kh == 3 && c->kw == 3 && c->sh == 2 &&
+        c->sw == 2 && cin >= 16 && cout >= 16 && kn_cpu_conv_pixels_mode() != 0 &&
+        strcmp(kn_gemm_isa(), "avx512") == 0 && geometry_ok(c))
+        return true;
+    return (b == 2 || kn_cpu_conv_pixels_flat(c)) &&
+           kn_cpu_conv_pixels_applies(c, cin, cout, threads);
 }
 
 /* A 1x1 kernel: X's planes, a channel a block (read in place where the conv is flat). Others:
