@@ -3,9 +3,9 @@
  * (3x3, the 7x7 stem on 3 channels, 2x2), padded and dilated stride-1 kernels, bias, residual
  * and every kind of activation (in registers or after the store), one and three threads, and
  * three images side by side on four; and the Conv kernel, which takes this path for the shapes
- * kn_cpu_conv_pixels_applies picks (one image, or a batch's flat convs where
- * KILN_CPU_CONV_PIXELS_BATCH=1), against its own GEMM path (KILN_CPU_CONV_PIXELS=0), also where
- * prepare did not know the input's shape.
+ * kn_cpu_conv_pixels_applies picks for one image, and a batch's convs as each value of
+ * KILN_CPU_CONV_PIXELS_BATCH picks them (kn_cpu_conv_pixels_takes), against its own GEMM path
+ * (KILN_CPU_CONV_PIXELS=0), also where prepare did not know the input's shape.
  * `test_conv_pixels --bench [THREADS [--cold]]` times instead ResNet-50's and MobileNetV2's
  * layers on this path (mode 2) against the GEMM path through the Conv kernel (no checks). */
 #include <stdarg.h>
@@ -185,6 +185,21 @@ static void compare_paths(int mode, int64_t n, int64_t c, int64_t m, int64_t h, 
     conv_node_free(&b);
 }
 
+/* A batch's 3x3 stride-2 conv (padding 1) that the one-image rule leaves to the GEMM and the
+ * default batch rule gives the path on 8 threads: its output against the GEMM path's. */
+static void compare_batch_paths(int64_t n, int64_t c, int64_t m, int64_t h) {
+    conv_node b;
+    conv_node_build(&b, n, c, m, h, 3, 2, 1, "Relu", true);
+    kn_conv2d c2;
+    conv_node_geometry(&b, &c2);
+    kn_cpu_conv_pixels_set_mode(1);
+    assert_false(kn_cpu_conv_pixels_applies(&c2, c, m, 8));
+    assert_true(kn_cpu_conv_pixels_takes(&c2, c, m, n, 8));
+    on_mode = 1;
+    assert_int_equal(conv_node_paths_differ(&b, 8, pixels_toggle), 0);
+    conv_node_free(&b);
+}
+
 static void test_conv_kernel(void **state) {
     (void)state;
     if (!conv_avx512())
@@ -197,7 +212,8 @@ static void test_conv_kernel(void **state) {
     compare_paths(1, 1, 128, 32, 14, 3, 2, 1, true);  /* stride 2 into 7x7, K 1152 */
     compare_paths(2, 1, 64, 128, 28, 3, 2, 1, true);  /* stride 2 */
     compare_paths(2, 1, 3, 40, 30, 7, 2, 3, true);    /* a 7x7 stem, channel tail */
-    /* batches: the GEMM's by default; side by side on this path where the switch lets them */
+    /* batches: side by side on this path where the switch lets them, else the GEMM's */
+    kn_cpu_conv_pixels_set_batches(0);
     compare_paths(1, 3, 1024, 64, 14, 1, 1, 0, true);
     kn_cpu_conv_pixels_set_batches(1); /* flat convs */
     compare_paths(1, 3, 1024, 64, 14, 1, 1, 0, true);
@@ -205,7 +221,39 @@ static void test_conv_kernel(void **state) {
     kn_cpu_conv_pixels_set_batches(2); /* stride-2 ones too: each image's planes */
     compare_paths(1, 2, 128, 32, 14, 3, 2, 1, true);
     compare_paths(2, 3, 64, 40, 15, 3, 2, 1, true);
+    /* the default: flat convs, and 3x3 stride-2 convs into 50 to 196 pixels from 8 threads */
+    kn_cpu_conv_pixels_set_batches(3);
+    compare_paths(1, 3, 1024, 64, 14, 1, 1, 0, true);
+    compare_batch_paths(3, 64, 40, 27); /* into 14x14 */
+    compare_batch_paths(4, 32, 48, 20); /* into 10x10 */
+    kn_conv2d s14 = {.h = 28,
+                     .w = 28,
+                     .oh = 14,
+                     .ow = 14,
+                     .kh = 3,
+                     .kw = 3,
+                     .sh = 2,
+                     .sw = 2,
+                     .ph = 1,
+                     .pw = 1,
+                     .dh = 1,
+                     .dw = 1};
+    kn_conv2d s28 = s14, s7 = s14;
+    s28.h = s28.w = 56, s28.oh = s28.ow = 28;
+    s7.h = s7.w = 14, s7.oh = s7.ow = 7;
+    assert_true(kn_cpu_conv_pixels_takes(&s14, 256, 256, 8, 16));
+    assert_true(kn_cpu_conv_pixels_takes(&s14, 256, 256, 8, 8));
+    assert_false(kn_cpu_conv_pixels_takes(&s14, 256, 256, 8, 4));
+    assert_false(kn_cpu_conv_pixels_takes(&s14, 3, 64, 8, 16)); /* a stem */
+    assert_false(kn_cpu_conv_pixels_takes(&s28, 128, 128, 8, 16));
+    assert_false(kn_cpu_conv_pixels_takes(&s7, 64, 64, 8, 16));
+    assert_true(kn_cpu_conv_pixels_applies(&s7, 512, 512, 16));   /* one image: K >= 1024 */
+    assert_false(kn_cpu_conv_pixels_takes(&s7, 512, 512, 8, 16)); /* a batch: the GEMM */
     kn_cpu_conv_pixels_set_batches(0);
+    assert_false(kn_cpu_conv_pixels_takes(&s14, 256, 256, 8, 16));
+    assert_true(kn_cpu_conv_pixels_takes(&s14, 256, 256, 1, 16) ==
+                kn_cpu_conv_pixels_applies(&s14, 256, 256, 16)); /* one image: the rule */
+    kn_cpu_conv_pixels_set_batches(3);
 }
 
 /* The pixel-row weights are packed by the first run that takes the path, not at prepare: a

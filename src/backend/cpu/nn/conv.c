@@ -810,9 +810,9 @@ kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
         ep.bias = bias;
         return kn_cpu_conv_winograd(k->pool, st->wino, &g, x, &ep, y);
     }
-    /* The pixel-row path takes a batch's images side by side only where
-     * kn_cpu_conv_pixels_batches lets it, and the stem runs one image at a time: batches keep
-     * the GEMM, whose products take images side by side (kn_cpu_conv_batched, conv_images). */
+    /* The pixel-row path takes a batch's images side by side where kn_cpu_conv_pixels_takes
+     * says (the stem runs one image at a time): the other convs of a batch keep the GEMM, whose
+     * products take images side by side too (kn_cpu_conv_batched, conv_images). */
     if (!bf16 && g.group == 1 && g.nsp == 2 && os > 0 && g.c_out > 0) {
         kn_conv2d cd;
         kn_conv_as_2d(&g, &cd);

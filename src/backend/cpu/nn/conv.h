@@ -232,12 +232,17 @@ void kn_cpu_conv_pixels_set_mode(int mode);
 enum { KN_PIXELS_IN_PLACE = 0, KN_PIXELS_COPY_JOB = 1 };
 int kn_cpu_conv_pixels_copy(void);
 void kn_cpu_conv_pixels_set_copy(int mode);
-/* Whether conv.c gives the path a batch's images side by side: 0, never (batches keep the
- * GEMM: the default); 1 (KILN_CPU_CONV_PIXELS_BATCH=1), flat convs the rule takes; 2
- * (KILN_CPU_CONV_PIXELS_BATCH=2), any conv the rule takes; 3 (KILN_CPU_CONV_PIXELS_BATCH=3),
- * flat convs the rule takes and 3x3 stride-2 convs on 8 threads or more (docs/perf-notes.md,
- * "Pixel-row convs over a batch's images side by side"). */
+/* Which convs of a batch conv.c gives the path, the images side by side (the others keep the
+ * GEMM, which takes images side by side too): 3 (the default), flat convs the rule takes and,
+ * on 8 threads or more, 3x3 stride-2 convs into maps of 50 to 196 pixels; 0
+ * (KILN_CPU_CONV_PIXELS_BATCH=0), none; 1 (=1), flat convs the rule takes; 2 (=2), any conv the
+ * rule takes (docs/perf-notes.md, "Pixel-row convs over a batch's images side by side"). */
 int kn_cpu_conv_pixels_batches(void);
+/* How a batch's tasks are ordered over the threads: 1 (the default), pixels first (a thread
+ * writes every channel of a range of pixels); 0 (KILN_CPU_CONV_PIXELS_ORDER=panels), panels
+ * first, as for one image (a thread writes a range of channels of every image). */
+int kn_cpu_conv_pixels_order(void);
+void kn_cpu_conv_pixels_set_order(int mode);
 void kn_cpu_conv_pixels_set_batches(int mode);
 /* A 1x1 conv, stride 1, unpadded: one whose X the path reads in place. */
 bool kn_cpu_conv_pixels_flat(const kn_conv2d *c);

@@ -61,15 +61,29 @@ void kn_cpu_conv_pixels_set_copy(int m) {
     copy_mode = m;
 }
 
+static int order_mode = -1;
+
+int kn_cpu_conv_pixels_order(void) {
+    if (order_mode < 0) {
+        const char *e = getenv("KILN_CPU_CONV_PIXELS_ORDER");
+        order_mode = e != NULL && strcmp(e, "panels") == 0 ? 0 : 1;
+    }
+    return order_mode;
+}
+
+void kn_cpu_conv_pixels_set_order(int m) {
+    order_mode = m;
+}
+
 static int batch_mode = -1;
 
 int kn_cpu_conv_pixels_batches(void) {
     if (batch_mode < 0) {
         const char *e = getenv("KILN_CPU_CONV_PIXELS_BATCH");
-        batch_mode = e != NULL && strcmp(e, "1") == 0   ? 1
+        batch_mode = e != NULL && strcmp(e, "0") == 0   ? 0
+                     : e != NULL && strcmp(e, "1") == 0 ? 1
                      : e != NULL && strcmp(e, "2") == 0 ? 2
-                     : e != NULL && strcmp(e, "3") == 0 ? 3
-                                                        : 0;
+                                                        : 3;
     }
     return batch_mode;
 }
@@ -124,9 +138,14 @@ bool kn_cpu_conv_pixels_takes(const kn_conv2d *c, int64_t cin, int64_t cout, int
     int b = images == 1 ? 2 : kn_cpu_conv_pixels_batches(); /* one image: any conv the rule takes */
     if (b == 0)
         return false;
+    /* Measured at batch 8 on 16 threads of a Xeon (docs/perf-notes.md, "Pixel-row convs over a
+     * batch's images side by side"): ResNet-50's 3x3 stride-2 conv into 14x14 maps ran 9-12 %
+     * faster here than the GEMM's images side by side (196 pixels an image split badly into its
+     * 32-wide panels), those into 28x28 and 7x7 maps 1-10 % slower. */
+    int64_t os = c->oh * c->ow;
     if (b == 3 && (threads == 0 || threads >= 8) && c->kh == 3 && c->kw == 3 && c->sh == 2 &&
-        c->sw == 2 && cin >= 16 && cout >= 16 && kn_cpu_conv_pixels_mode() != 0 &&
-        strcmp(kn_gemm_isa(), "avx512") == 0 && geometry_ok(c))
+        c->sw == 2 && os > 49 && os <= 196 && cin >= 16 && cout >= 16 &&
+        kn_cpu_conv_pixels_mode() != 0 && strcmp(kn_gemm_isa(), "avx512") == 0 && geometry_ok(c))
         return true;
     return (b == 2 || kn_cpu_conv_pixels_flat(c)) &&
            kn_cpu_conv_pixels_applies(c, cin, cout, threads);
@@ -196,6 +215,7 @@ typedef struct px_job {
     /* tiles: `width` virtual pixels (output rows wq apart; flat: os) split evenly; taken
      * `group` at a time (`groups` groups) over K chunks of `chunk` channel blocks */
     int64_t width, base, extra, tiles, group, groups, chunk;
+    bool pixel_major;  /* tasks ordered group after group (each group's panels together) */
     const float *bias; /* panels x COLS, zero past cout; or NULL */
     const float *res;
     float *y;
@@ -284,17 +304,22 @@ static void tile_run(const px_job *j, const tile_at *at, int64_t img, const floa
                           __builtin_popcount(at->valid));
 }
 
-/* Task t: panel t / groups against its group of tiles, which runs over the images' tiles one
- * image after another (a group may hold tiles of two images), K in chunks of j->chunk channel
- * blocks (weights a chunk that stay in L1 while every tile of the group takes them), partial
- * sums kept between chunks. */
+/* Task t: a panel against a group of tiles, which runs over the images' tiles one image after
+ * another (a group may hold tiles of two images), K in chunks of j->chunk channel blocks
+ * (weights a chunk that stay in L1 while every tile of the group takes them), partial sums kept
+ * between chunks. One image: panel t / groups, so that a thread's run of tasks writes a range of
+ * channels, as the depthwise conv after it reads them (a plane a task). A batch: panel t %
+ * panels of group t / panels, so that a thread writes a range of images' pixels, as the
+ * depthwise conv reads a batch (an image's planes on neighbouring threads) and the GEMM's
+ * batches write them; panel after panel, each of a batch's images was written by every thread. */
 static void run_tiles(void *arg, int64_t begin, int64_t end) {
     const px_job *j = arg;
     const kn_conv_pixels *p = j->p;
     float sums[GROUP][ROWS * COLS] __attribute__((aligned(64)));
     int64_t all = j->images * j->tiles;
     for (int64_t t = begin; t < end; t++) {
-        int64_t pn = t / j->groups, g0 = t % j->groups * j->group;
+        int64_t pn = j->pixel_major ? t % p->panels : t / j->groups;
+        int64_t g0 = (j->pixel_major ? t / p->panels : t % j->groups) * j->group;
         int64_t g1 = g0 + j->group < all ? g0 + j->group : all;
         for (int64_t cb = 0; cb < p->blocks; cb += j->chunk) {
             int64_t nb = p->blocks - cb < j->chunk ? p->blocks - cb : j->chunk;
@@ -391,6 +416,7 @@ kiln_status kn_cpu_conv_pixels(kn_threadpool *pool, const kn_conv_pixels *p, con
     j.group = j.group < 1 ? 1 : j.group > GROUP ? GROUP : j.group;
     j.group = j.group < all ? j.group : all;
     j.groups = (all + j.group - 1) / j.group;
+    j.pixel_major = images > 1 && kn_cpu_conv_pixels_order() == 1;
     if (p->block == 16 || !j.flat)
         kn_parallel_for(pool, images * p->blocks, 1, build_source, &j);
     kn_parallel_for(pool, p->panels * j.groups, 1, run_tiles, &j);
