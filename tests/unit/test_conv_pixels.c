@@ -218,6 +218,9 @@ static void test_conv_kernel(void **state) {
     kn_cpu_conv_pixels_set_batches(1); /* flat convs */
     compare_paths(1, 3, 1024, 64, 14, 1, 1, 0, true);
     compare_paths(1, 5, 256, 512, 7, 1, 1, 0, true);
+    kn_cpu_conv_pixels_set_order(0); /* a batch's tasks panels first, as for one image */
+    compare_paths(1, 5, 256, 512, 7, 1, 1, 0, true);
+    kn_cpu_conv_pixels_set_order(1);
     kn_cpu_conv_pixels_set_batches(2); /* stride-2 ones too: each image's planes */
     compare_paths(1, 2, 128, 32, 14, 3, 2, 1, true);
     compare_paths(2, 3, 64, 40, 15, 3, 2, 1, true);
