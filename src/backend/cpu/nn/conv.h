@@ -214,14 +214,12 @@ kiln_status kn_cpu_conv_strided(kn_threadpool *pool, const kn_conv2d *c, int64_t
  * call from X, zero-padded or split into phase planes, weights packed once in panels of output
  * channels; NCHW in and out. Stride 1
  * (any dilation) or 2 (undilated), any kernel and padding. applies: where it beats conv.c's
- * GEMM over pixel columns on `threads` threads (0: on some number of them), on AVX-512 (conv.c
- * takes it for one image; batches keep the GEMM, which runs images side by side, unless
- * kn_cpu_conv_pixels_batches says otherwise). The
- * mode: 1, that choice; 0 (KILN_CPU_CONV_PIXELS=0 in the environment), never; 2
- * (KILN_CPU_CONV_PIXELS=2), wherever the geometry allows, Winograd's convs excepted
- * (measurements).
- * The epilogue's bias is per output channel, its residual NCHW (ldr ignored: the output's
- * plane). */
+ * GEMM over pixel columns on `threads` threads (0: on some number of them), on AVX-512, for
+ * one image (conv.c asks kn_cpu_conv_pixels_takes, which gives a batch's convs the path as
+ * kn_cpu_conv_pixels_batches says). The mode: 1, that choice; 0 (KILN_CPU_CONV_PIXELS=0 in the
+ * environment), never; 2 (KILN_CPU_CONV_PIXELS=2), wherever the geometry allows, Winograd's convs
+ * excepted (measurements). The epilogue's bias is per output channel, its residual NCHW (ldr
+ * ignored: the output's plane). */
 typedef struct kn_conv_pixels kn_conv_pixels;
 int kn_cpu_conv_pixels_mode(void);
 void kn_cpu_conv_pixels_set_mode(int mode);
@@ -236,14 +234,14 @@ void kn_cpu_conv_pixels_set_copy(int mode);
  * GEMM, which takes images side by side too): 3 (the default), flat convs the rule takes and,
  * on 8 threads or more, 3x3 stride-2 convs into maps of 50 to 196 pixels; 0
  * (KILN_CPU_CONV_PIXELS_BATCH=0), none; 1 (=1), flat convs the rule takes; 2 (=2), any conv the
- * rule takes (docs/perf-notes.md, "Pixel-row convs over a batch's images side by side"). */
+ * rule takes (docs/perf-notes.md, "A batch's convs on the pixel-row path by default"). */
 int kn_cpu_conv_pixels_batches(void);
+void kn_cpu_conv_pixels_set_batches(int mode);
 /* How a batch's tasks are ordered over the threads: 1 (the default), pixels first (a thread
  * writes every channel of a range of pixels); 0 (KILN_CPU_CONV_PIXELS_ORDER=panels), panels
  * first, as for one image (a thread writes a range of channels of every image). */
 int kn_cpu_conv_pixels_order(void);
 void kn_cpu_conv_pixels_set_order(int mode);
-void kn_cpu_conv_pixels_set_batches(int mode);
 /* A 1x1 conv, stride 1, unpadded: one whose X the path reads in place. */
 bool kn_cpu_conv_pixels_flat(const kn_conv2d *c);
 bool kn_cpu_conv_pixels_applies(const kn_conv2d *c, int64_t cin, int64_t cout, int threads);

@@ -138,10 +138,10 @@ bool kn_cpu_conv_pixels_takes(const kn_conv2d *c, int64_t cin, int64_t cout, int
     int b = images == 1 ? 2 : kn_cpu_conv_pixels_batches(); /* one image: any conv the rule takes */
     if (b == 0)
         return false;
-    /* Measured at batch 8 on 16 threads of a Xeon (docs/perf-notes.md, "Pixel-row convs over a
-     * batch's images side by side"): ResNet-50's 3x3 stride-2 conv into 14x14 maps ran 9-12 %
+    /* Measured at batch 8 on 16 threads of a Xeon (docs/perf-notes.md, "A batch's convs on the
+     * pixel-row path by default"): ResNet-50's 3x3 stride-2 conv into 14x14 maps ran 9-12 %
      * faster here than the GEMM's images side by side (196 pixels an image split badly into its
-     * 32-wide panels), those into 28x28 and 7x7 maps 1-10 % slower. */
+     * 32-wide panels), those into 28x28 and 7x7 maps 4-10 % slower. */
     int64_t os = c->oh * c->ow;
     if (b == 3 && (threads == 0 || threads >= 8) && c->kh == 3 && c->kw == 3 && c->sh == 2 &&
         c->sw == 2 && os > 49 && os <= 196 && cin >= 16 && cout >= 16 &&
