@@ -99,21 +99,28 @@ static const px_case cases[] = {
     {64, 32, 6, 6, 1, 1, 1, 1, 1, 1, 1, 1, true, false, KN_ACT_NONE},          /* 1x1 padded */
 };
 
+/* A square 2-D conv's geometry: h x h in, oh x oh out, a k x k kernel, stride s, padding p. */
+static kn_conv2d square_conv(int64_t h, int64_t oh, int64_t k, int64_t s, int64_t p) {
+    return (kn_conv2d){.h = h,
+                       .w = h,
+                       .oh = oh,
+                       .ow = oh,
+                       .kh = k,
+                       .kw = k,
+                       .sh = s,
+                       .sw = s,
+                       .ph = p,
+                       .pw = p,
+                       .dh = 1,
+                       .dw = 1};
+}
+
 static void test_cases(void **state) {
     (void)state;
     if (!conv_avx512()) {
         print_message("no AVX-512: the pixel-row conv does not run here\n");
-        assert_false(kn_cpu_conv_pixels_applies(&(kn_conv2d){.h = 7,
-                                                             .w = 7,
-                                                             .oh = 7,
-                                                             .ow = 7,
-                                                             .kh = 1,
-                                                             .kw = 1,
-                                                             .sh = 1,
-                                                             .sw = 1,
-                                                             .dh = 1,
-                                                             .dw = 1},
-                                                256, 256, 16));
+        kn_conv2d c7 = square_conv(7, 7, 1, 1, 0);
+        assert_false(kn_cpu_conv_pixels_applies(&c7, 256, 256, 16));
         return;
     }
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -229,21 +236,8 @@ static void test_conv_kernel(void **state) {
     compare_paths(1, 3, 1024, 64, 14, 1, 1, 0, true);
     compare_batch_paths(3, 64, 40, 27); /* into 14x14 */
     compare_batch_paths(4, 32, 48, 20); /* into 10x10 */
-    kn_conv2d s14 = {.h = 28,
-                     .w = 28,
-                     .oh = 14,
-                     .ow = 14,
-                     .kh = 3,
-                     .kw = 3,
-                     .sh = 2,
-                     .sw = 2,
-                     .ph = 1,
-                     .pw = 1,
-                     .dh = 1,
-                     .dw = 1};
-    kn_conv2d s28 = s14, s7 = s14;
-    s28.h = s28.w = 56, s28.oh = s28.ow = 28;
-    s7.h = s7.w = 14, s7.oh = s7.ow = 7;
+    kn_conv2d s14 = square_conv(28, 14, 3, 2, 1), s28 = square_conv(56, 28, 3, 2, 1),
+              s7 = square_conv(14, 7, 3, 2, 1);
     assert_true(kn_cpu_conv_pixels_takes(&s14, 256, 256, 8, 16));
     assert_true(kn_cpu_conv_pixels_takes(&s14, 256, 256, 8, 8));
     assert_false(kn_cpu_conv_pixels_takes(&s14, 256, 256, 8, 4));
