@@ -241,7 +241,8 @@ static void test_conv_kernel(void **state) {
     assert_true(kn_cpu_conv_pixels_takes(&s14, 256, 256, 8, 16));
     assert_true(kn_cpu_conv_pixels_takes(&s14, 256, 256, 8, 8));
     assert_false(kn_cpu_conv_pixels_takes(&s14, 256, 256, 8, 4));
-    assert_false(kn_cpu_conv_pixels_takes(&s14, 3, 64, 8, 16)); /* a stem */
+    assert_false(kn_cpu_conv_pixels_takes(&s14, 256, 256, 64, 16)); /* 118 MB of copies */
+    assert_false(kn_cpu_conv_pixels_takes(&s14, 3, 64, 8, 16));     /* a stem */
     assert_false(kn_cpu_conv_pixels_takes(&s28, 128, 128, 8, 16));
     assert_false(kn_cpu_conv_pixels_takes(&s7, 64, 64, 8, 16));
     assert_true(kn_cpu_conv_pixels_applies(&s7, 512, 512, 16));   /* one image: K >= 1024 */

@@ -25,6 +25,10 @@
 #define ROWS KN_CONV_PIXELS_ROWS
 #define GROUP 8                 /* most tiles that share a chunk of the weights */
 #define CHUNK_BYTES (32 * 1024) /* weights of a K chunk */
+/* Most bytes a batch's stride-2 conv may copy (its images' phase planes and their 16-channel
+ * interleave) to take the path by default: ResNet-50's layer3.0 conv2 copies 14.7 MB at batch
+ * 8; larger batches keep the GEMM, which caps its own copies. */
+#define BATCH_MAX_COPY_BYTES ((double)(64 << 20))
 
 struct kn_conv_pixels {
     int64_t cout, cin, kh, kw, panels;
@@ -143,9 +147,12 @@ bool kn_cpu_conv_pixels_takes(const kn_conv2d *c, int64_t cin, int64_t cout, int
      * faster here than the GEMM's images side by side (196 pixels an image split badly into its
      * 32-wide panels), those into 28x28 and 7x7 maps 4-10 % slower. */
     int64_t os = c->oh * c->ow;
+    double copies = 2.0 * (double)images * (double)cin * 4.0 * (double)((c->oh + 1) * (c->ow + 1)) *
+                    sizeof(float);
     if (b == 3 && (threads == 0 || threads >= 8) && c->kh == 3 && c->kw == 3 && c->sh == 2 &&
         c->sw == 2 && os > 49 && os <= 196 && cin >= 16 && cout >= 16 &&
-        kn_cpu_conv_pixels_mode() != 0 && strcmp(kn_gemm_isa(), "avx512") == 0 && geometry_ok(c))
+        copies <= BATCH_MAX_COPY_BYTES && kn_cpu_conv_pixels_mode() != 0 &&
+        strcmp(kn_gemm_isa(), "avx512") == 0 && geometry_ok(c))
         return true;
     return (b == 2 || kn_cpu_conv_pixels_flat(c)) &&
            kn_cpu_conv_pixels_applies(c, cin, cout, threads);
