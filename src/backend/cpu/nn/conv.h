@@ -232,7 +232,7 @@ int kn_cpu_conv_pixels_copy(void);
 void kn_cpu_conv_pixels_set_copy(int mode);
 /* Which convs of a batch conv.c gives the path, the images side by side (the others keep the
  * GEMM, which takes images side by side too): 3 (the default), flat convs the rule takes and,
- * on 8 threads or more, 3x3 stride-2 convs into maps of 50 to 196 pixels; 0
+ * on 8 threads or more, 3x3 stride-2 convs into maps of 50 to 196 pixels (copies under 64 MB); 0
  * (KILN_CPU_CONV_PIXELS_BATCH=0), none; 1 (=1), flat convs the rule takes; 2 (=2), any conv the
  * rule takes (docs/perf-notes.md, "A batch's convs on the pixel-row path by default"). */
 int kn_cpu_conv_pixels_batches(void);
