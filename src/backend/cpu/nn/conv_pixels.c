@@ -328,14 +328,17 @@ static void run_tiles(void *arg, int64_t begin, int64_t end) {
         int64_t pn = j->pixel_major ? t % p->panels : t / j->groups;
         int64_t g0 = (j->pixel_major ? t / p->panels : t % j->groups) * j->group;
         int64_t g1 = g0 + j->group < all ? g0 + j->group : all;
+        tile_at ats[GROUP]; /* located once a task: a row's place is a division */
+        for (int64_t tile = g0; tile < g1; tile++)
+            ats[tile - g0] = locate(j, tile % j->tiles);
         for (int64_t cb = 0; cb < p->blocks; cb += j->chunk) {
             int64_t nb = p->blocks - cb < j->chunk ? p->blocks - cb : j->chunk;
             for (int64_t tile = g0; tile < g1; tile++) {
                 int64_t img = tile / j->tiles;
-                tile_at at = locate(j, tile % j->tiles);
-                if (at.valid != 0)
-                    tile_run(j, &at, img,
-                             j->a + img * j->a_img + at.v0 * p->block + cb * j->cs * p->block,
+                const tile_at *at = &ats[tile - g0];
+                if (at->valid != 0)
+                    tile_run(j, at, img,
+                             j->a + img * j->a_img + at->v0 * p->block + cb * j->cs * p->block,
                              j->cs * p->block, pn, cb, nb, sums[tile - g0]);
             }
         }
