@@ -1,8 +1,9 @@
 /* The direct convolution for few input channels (nn/conv_stem.c) against a reference in double:
  * 3x3 and 7x7 stems at stride 2, stride 1, 1 and 4 input channels, odd pads, output channels that
  * do not fill a block, rows that end inside a vector, bias, residual and every kind of
- * activation, one and three threads; and the Conv kernel, which takes it for one image and
- * kernels of 25 taps or more, against its own GEMM path. `test_conv_stem --bench [THREADS]` times
+ * activation, one and three threads, one image and three side by side; and the Conv kernel, which
+ * takes it for one image and kernels of 25 taps or more (and for a batch, switched on), against
+ * its own GEMM path. `test_conv_stem --bench [THREADS]` times
  * instead ResNet-50's stem and a 5x5 one both ways through the Conv kernel (no checks). */
 #include <stdarg.h>
 #include <stddef.h>
@@ -30,20 +31,27 @@ static kn_conv2d stem_geom(int64_t h, int64_t w, int64_t k, int64_t s, int64_t p
     return c;
 }
 
-static void check_case(const stem_case *sc, int threads) {
+/* `images` images side by side, each checked against the reference. */
+static void check_case(const stem_case *sc, int threads, int64_t images) {
     kn_conv2d c = stem_geom(sc->h, sc->w, sc->k, sc->s, sc->pt, sc->pl, sc->pb, sc->pr);
     assert_true(kn_cpu_conv_stem_geometry(&c, sc->c, sc->m));
-    int64_t os = c.oh * c.ow, taps = sc->c * sc->k * sc->k;
-    float *x = conv_rand(sc->c * sc->h * sc->w), *w = conv_rand(sc->m * taps);
-    float *bias = conv_rand(sc->m), *res = conv_rand(sc->m * os), *y = conv_rand(sc->m * os);
+    int64_t os = c.oh * c.ow, taps = sc->c * sc->k * sc->k, xs = sc->c * sc->h * sc->w;
+    float *x = conv_rand(images * xs), *w = conv_rand(sc->m * taps);
+    float *bias = conv_rand(sc->m), *res = conv_rand(images * sc->m * os);
+    float *y = conv_rand(images * sc->m * os);
     kn_epilogue ep = {.bias = sc->bias ? bias : NULL,
                       .residual = sc->residual ? res : NULL,
                       .act = sc->act,
                       .alpha = 0.0f,
                       .beta = 6.0f};
     kn_threadpool *pool = kn_threadpool_create(threads);
-    assert_int_equal(kn_cpu_conv_stem(pool, &c, sc->c, sc->m, x, w, &ep, y), KILN_OK);
-    assert_int_equal(conv_check(&c, sc->c, sc->m, x, w, &ep, y), 0);
+    assert_int_equal(kn_cpu_conv_stem(pool, &c, sc->c, sc->m, images, x, w, &ep, y), KILN_OK);
+    for (int64_t i = 0; i < images; i++) {
+        kn_epilogue ei = ep;
+        if (ei.residual != NULL)
+            ei.residual += i * sc->m * os;
+        assert_int_equal(conv_check(&c, sc->c, sc->m, x + i * xs, w, &ei, y + i * sc->m * os), 0);
+    }
     kn_threadpool_destroy(pool);
     kn_free(x);
     kn_free(w);
@@ -72,14 +80,15 @@ static void test_cases(void **state) {
         return;
     }
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        check_case(&cases[i], 1);
-        check_case(&cases[i], 3);
+        check_case(&cases[i], 1, 1);
+        check_case(&cases[i], 3, 1);
+        check_case(&cases[i], 3, 3); /* a batch: every image's planes, rows of each in bands */
     }
     /* an empty map: nothing read or written */
     kn_conv2d c = stem_geom(0, 40, 7, 2, 3, 3, 3, 3);
     c.oh = 0;
     kn_epilogue ep = {0};
-    assert_int_equal(kn_cpu_conv_stem(NULL, &c, 3, 8, NULL, NULL, &ep, NULL), KILN_OK);
+    assert_int_equal(kn_cpu_conv_stem(NULL, &c, 3, 8, 1, NULL, NULL, &ep, NULL), KILN_OK);
 }
 
 /* What the stem kernel does not take. */
@@ -125,6 +134,9 @@ static void test_conv_kernel(void **state) {
     compare_paths(1, 3, 32, 64, 7, 2, 3, "Clip");
     compare_paths(1, 3, 64, 70, 7, 2, 3, "Relu");
     compare_paths(1, 1, 16, 48, 5, 1, 2, "Swish"); /* 5x5, stride 1 */
+    kn_cpu_conv_stem_set_batches(true);            /* a batch's images in one call */
+    compare_paths(3, 3, 64, 70, 7, 2, 3, "Relu");
+    kn_cpu_conv_stem_set_batches(false);
 }
 
 static void bench_one(const char *name, int64_t c, int64_t m, int64_t h, int64_t k, int64_t s,

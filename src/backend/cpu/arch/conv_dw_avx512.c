@@ -534,11 +534,11 @@ AVX512 static inline void zero(float *p, int64_t n) {
 }
 
 AVX512 static void pad_split(const float *x, int64_t h, int64_t w, int64_t ph, int64_t pw,
-                             int64_t hq, int64_t wq, float *out) {
+                             int64_t hq, int64_t wq, int64_t r0, int64_t r1, float *out) {
     __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
     __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
     int64_t ps = hq * wq;
-    for (int64_t r = 0; r < 2 * hq; r++) {
+    for (int64_t r = r0; r < r1; r++) {
         float *rows[2] = {out + (r % 2) * 2 * ps + (r / 2) * wq,
                           out + ((r % 2) * 2 + 1) * ps + (r / 2) * wq};
         int64_t ih = r - ph;
@@ -574,12 +574,17 @@ AVX512 static void pad_split(const float *x, int64_t h, int64_t w, int64_t ph, i
 
 void kn_cpu_dw_pad_split_avx512(const float *x, int64_t h, int64_t w, int64_t ph, int64_t pw,
                                 int64_t hq, int64_t wq, float *out) {
-    pad_split(x, h, w, ph, pw, hq, wq, out);
+    pad_split(x, h, w, ph, pw, hq, wq, 0, 2 * hq, out);
 }
 
-AVX512 static void pad(const float *x, int64_t h, int64_t w, int64_t ph, int64_t pw, int64_t hp,
-                       int64_t wp, float *out) {
-    for (int64_t r = 0; r < hp; r++) {
+void kn_cpu_dw_pad_split_rows_avx512(const float *x, int64_t h, int64_t w, int64_t ph, int64_t pw,
+                                     int64_t hq, int64_t wq, int64_t r0, int64_t r1, float *out) {
+    pad_split(x, h, w, ph, pw, hq, wq, r0, r1, out);
+}
+
+AVX512 static void pad(const float *x, int64_t h, int64_t w, int64_t ph, int64_t pw, int64_t wp,
+                       int64_t r0, int64_t r1, float *out) {
+    for (int64_t r = r0; r < r1; r++) {
         float *d = out + r * wp;
         int64_t ih = r - ph;
         if (ih < 0 || ih >= h) {
@@ -597,7 +602,12 @@ AVX512 static void pad(const float *x, int64_t h, int64_t w, int64_t ph, int64_t
 
 void kn_cpu_dw_pad_avx512(const float *x, int64_t h, int64_t w, int64_t ph, int64_t pw, int64_t hp,
                           int64_t wp, float *out) {
-    pad(x, h, w, ph, pw, hp, wp, out);
+    pad(x, h, w, ph, pw, wp, 0, hp, out);
+}
+
+void kn_cpu_dw_pad_rows_avx512(const float *x, int64_t h, int64_t w, int64_t ph, int64_t pw,
+                               int64_t wp, int64_t r0, int64_t r1, float *out) {
+    pad(x, h, w, ph, pw, wp, r0, r1, out);
 }
 
 #else
@@ -649,6 +659,17 @@ void kn_cpu_dw_pad_split_avx512(const float *x, int64_t h, int64_t w, int64_t ph
     (void)hq;
     (void)wq;
     (void)out;
+}
+
+void kn_cpu_dw_pad_rows_avx512(const float *x, int64_t h, int64_t w, int64_t ph, int64_t pw,
+                               int64_t wp, int64_t r0, int64_t r1, float *out) {
+    (void)x, (void)h, (void)w, (void)ph, (void)pw, (void)wp, (void)r0, (void)r1, (void)out;
+}
+
+void kn_cpu_dw_pad_split_rows_avx512(const float *x, int64_t h, int64_t w, int64_t ph, int64_t pw,
+                                     int64_t hq, int64_t wq, int64_t r0, int64_t r1, float *out) {
+    (void)x, (void)h, (void)w, (void)ph, (void)pw, (void)hq, (void)wq, (void)r0, (void)r1,
+        (void)out;
 }
 
 #endif

@@ -826,8 +826,9 @@ kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
         e.residual = res;
         if (px != NULL)
             return kn_cpu_conv_pixels(k->pool, px, &cd, g.n, x, &e, y);
-        if (g.n == 1 && kn_cpu_conv_stem_applies(&cd, g.c_in, g.c_out))
-            return kn_cpu_conv_stem(k->pool, &cd, g.c_in, g.c_out, x, w, &e, y);
+        if ((g.n == 1 || kn_cpu_conv_stem_batches()) &&
+            kn_cpu_conv_stem_applies(&cd, g.c_in, g.c_out))
+            return kn_cpu_conv_stem(k->pool, &cd, g.c_in, g.c_out, g.n, x, w, &e, y);
     }
     int64_t cig = g.c_in / g.group, cog = g.c_out / g.group, kdim = cig * kprod;
     kn_conv2d c2;

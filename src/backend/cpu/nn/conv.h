@@ -167,6 +167,13 @@ void kn_cpu_dw_pad_avx512(const float *x, int64_t h, int64_t w, int64_t ph, int6
  * (2*hq) x (2*wq), written in one pass without the padded copy. */
 void kn_cpu_dw_pad_split_avx512(const float *x, int64_t h, int64_t w, int64_t ph, int64_t pw,
                                 int64_t hq, int64_t wq, float *out);
+/* Rows [r0, r1) of those planes alone: of the padded plane (kn_cpu_dw_pad_avx512, wp wide), or
+ * of the (2*hq)-row plane before its split (row r goes to phase row r / 2), so that threads
+ * can build one plane together. */
+void kn_cpu_dw_pad_rows_avx512(const float *x, int64_t h, int64_t w, int64_t ph, int64_t pw,
+                               int64_t wp, int64_t r0, int64_t r1, float *out);
+void kn_cpu_dw_pad_split_rows_avx512(const float *x, int64_t h, int64_t w, int64_t ph, int64_t pw,
+                                     int64_t hq, int64_t wq, int64_t r0, int64_t r1, float *out);
 
 /* One channel x (c->h x c->w) as the direct kernels read it: zero-padded by c->ph rows above and
  * c->pw columns left into an hq x wq plane (stride 1), or split into its four phase planes of
@@ -267,16 +274,22 @@ kiln_status kn_cpu_conv_pixels(kn_threadpool *pool, const kn_conv_pixels *p, con
  * outputs at least 16 wide, K = cin * kh * kw <= 256, on AVX-512 (nn/conv_stem.c, geometry):
  * a direct kernel over zero-padded or phase-split planes of each input channel, pixels in the
  * vectors, weights [cout, cin, kh, kw] as stored. applies: where conv.c takes it (for one
- * image), kernels of 25 taps or more (where it beats the GEMM). One image: x is cin x h x w, y cout
- * x oh x ow; the epilogue's bias per output channel, its residual NCHW (ldr ignored).
+ * image), kernels of 25 taps or more (where it beats the GEMM). `images` images: x is images x
+ * cin x h x w, y images x cout x oh x ow; the epilogue's bias per output channel, its residual
+ * NCHW as y (ldr ignored); every image's planes are built in row bands, in parallel.
  * KILN_CPU_CONV_STEM=0 in the environment (or set_enabled(false), for benchmarks) leaves these
  * convs to the GEMM. */
 bool kn_cpu_conv_stem_enabled(void);
 void kn_cpu_conv_stem_set_enabled(bool on);
 bool kn_cpu_conv_stem_geometry(const kn_conv2d *c, int64_t cin, int64_t cout);
 bool kn_cpu_conv_stem_applies(const kn_conv2d *c, int64_t cin, int64_t cout);
+/* Whether conv.c gives the stem a batch's images (KILN_CPU_CONV_STEM_BATCH=1; else a batch
+ * keeps the GEMM). */
+bool kn_cpu_conv_stem_batches(void);
+void kn_cpu_conv_stem_set_batches(bool on);
 kiln_status kn_cpu_conv_stem(kn_threadpool *pool, const kn_conv2d *c, int64_t cin, int64_t cout,
-                             const float *x, const float *w, const kn_epilogue *ep, float *y);
+                             int64_t images, const float *x, const float *w, const kn_epilogue *ep,
+                             float *y);
 
 /* Conv on bfloat16 activations (nn/conv_bf16.c): X, the residual Z (kiln.FusedConv) and Y in
  * bfloat16, bias in bfloat16 (or float32), weights bfloat16; NHWC or NCHW as the kiln_nhwc

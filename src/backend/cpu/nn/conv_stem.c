@@ -18,16 +18,35 @@
 
 static int enabled = -1;
 
-bool kn_cpu_conv_stem_enabled(void) {
+/* KILN_CPU_CONV_STEM: 0 off, 2 any kernel size (for measuring), else the rule below. */
+static int stem_mode(void) {
     if (enabled < 0) {
         const char *e = getenv("KILN_CPU_CONV_STEM");
-        enabled = e == NULL || strcmp(e, "0") != 0;
+        enabled = e != NULL && strcmp(e, "0") == 0 ? 0 : e != NULL && strcmp(e, "2") == 0 ? 2 : 1;
     }
-    return enabled != 0;
+    return enabled;
+}
+
+bool kn_cpu_conv_stem_enabled(void) {
+    return stem_mode() != 0;
 }
 
 void kn_cpu_conv_stem_set_enabled(bool on) {
     enabled = on;
+}
+
+static int batch_on = -1;
+
+bool kn_cpu_conv_stem_batches(void) {
+    if (batch_on < 0) {
+        const char *e = getenv("KILN_CPU_CONV_STEM_BATCH");
+        batch_on = e != NULL && strcmp(e, "1") == 0;
+    }
+    return batch_on != 0;
+}
+
+void kn_cpu_conv_stem_set_batches(bool on) {
+    batch_on = on;
 }
 
 bool kn_cpu_conv_stem_geometry(const kn_conv2d *c, int64_t cin, int64_t cout) {
@@ -42,12 +61,14 @@ bool kn_cpu_conv_stem_geometry(const kn_conv2d *c, int64_t cin, int64_t cout) {
  * building the 3 channels' planes takes 3 threads. So kernels of 25 taps or more. */
 bool kn_cpu_conv_stem_applies(const kn_conv2d *c, int64_t cin, int64_t cout) {
     return kn_cpu_conv_stem_enabled() && kn_cpu_conv_stem_geometry(c, cin, cout) &&
-           c->kh * c->kw >= 25;
+           (c->kh * c->kw >= 25 || stem_mode() == 2);
 }
 
 typedef struct stem_job {
     const kn_conv2d *c;
     int64_t cin, cout, taps, hq, wq, cs, groups, os;
+    int64_t rows, bands; /* padded rows a plane (before a split) and row bands a plane's build */
+    int64_t images;
     const float *x, *w, *bias, *res;
     float *planes, *y;
     const int64_t *off;
@@ -55,24 +76,40 @@ typedef struct stem_job {
     float alpha, beta, lo, hi;
 } stem_job;
 
+/* Padded rows a task of the planes' build: one image's 3 planes are a few tasks for many
+ * threads (ResNet-50's 7x7 stem: 3 planes of 230 rows). */
+#define PLANE_BAND 32
+
+/* Task t: a band of rows of plane t / bands (image, then channel). */
 static void build_planes(void *arg, int64_t begin, int64_t end) {
     const stem_job *j = arg;
-    for (int64_t ch = begin; ch < end; ch++)
-        kn_cpu_conv_plane_avx512(j->c, j->x + ch * j->c->h * j->c->w, j->hq, j->wq,
-                                 j->planes + ch * j->cs);
+    const kn_conv2d *c = j->c;
+    for (int64_t t = begin; t < end; t++) {
+        int64_t p = t / j->bands, r0 = t % j->bands * PLANE_BAND;
+        int64_t r1 = r0 + PLANE_BAND < j->rows ? r0 + PLANE_BAND : j->rows;
+        const float *x = j->x + p * c->h * c->w;
+        float *out = j->planes + p * j->cs;
+        if (c->sh == 2)
+            kn_cpu_dw_pad_split_rows_avx512(x, c->h, c->w, c->ph, c->pw, j->hq, j->wq, r0, r1, out);
+        else
+            kn_cpu_dw_pad_rows_avx512(x, c->h, c->w, c->ph, c->pw, j->wq, r0, r1, out);
+    }
 }
 
-/* Task t: output row t / groups, its group of COUT output channels. */
+/* Task t: image t / (oh * groups), its output row and group of COUT output channels. */
 static void run_rows(void *arg, int64_t begin, int64_t end) {
     const stem_job *j = arg;
     const kn_conv2d *c = j->c;
     bool after = !kn_act_in_regs(j->act);
+    int64_t per_image = c->oh * j->groups;
     for (int64_t t = begin; t < end; t++) {
-        int64_t oy = t / j->groups, co = t % j->groups * COUT;
+        int64_t img = t / per_image, r = t % per_image;
+        int64_t oy = r / j->groups, co = r % j->groups * COUT;
         int n = (int)(j->cout - co < COUT ? j->cout - co : COUT);
-        int64_t at = co * j->os + oy * c->ow;
+        int64_t at = img * j->cout * j->os + co * j->os + oy * c->ow;
+        const float *planes = j->planes + img * j->cin * j->cs;
         for (int64_t p = 0; p < c->ow; p += PIXELS) {
-            kn_conv_stem_block b = {.x = j->planes + oy * j->wq + p,
+            kn_conv_stem_block b = {.x = planes + oy * j->wq + p,
                                     .off = j->off,
                                     .taps = j->taps,
                                     .w = j->w + co * j->taps,
@@ -93,8 +130,9 @@ static void run_rows(void *arg, int64_t begin, int64_t end) {
 }
 
 kiln_status kn_cpu_conv_stem(kn_threadpool *pool, const kn_conv2d *c, int64_t cin, int64_t cout,
-                             const float *x, const float *w, const kn_epilogue *ep, float *y) {
-    if (c->oh <= 0 || c->ow <= 0 || cout <= 0)
+                             int64_t images, const float *x, const float *w, const kn_epilogue *ep,
+                             float *y) {
+    if (c->oh <= 0 || c->ow <= 0 || cout <= 0 || images <= 0)
         return KILN_OK; /* an empty output */
     bool s2 = c->sh == 2;
     stem_job j = {.c = c,
@@ -105,6 +143,7 @@ kiln_status kn_cpu_conv_stem(kn_threadpool *pool, const kn_conv2d *c, int64_t ci
                   .wq = c->ow + (s2 ? (c->kw - 1) / 2 : c->kw - 1),
                   .groups = (cout + COUT - 1) / COUT,
                   .os = c->oh * c->ow,
+                  .images = images,
                   .x = x,
                   .w = w,
                   .bias = ep->bias,
@@ -116,14 +155,17 @@ kiln_status kn_cpu_conv_stem(kn_threadpool *pool, const kn_conv2d *c, int64_t ci
                   .lo = ep->act == KN_ACT_CLIP ? ep->alpha : 0.0f,
                   .hi = ep->act == KN_ACT_CLIP ? ep->beta : 0.0f};
     j.cs = (s2 ? 4 : 1) * j.hq * j.wq;
+    j.rows = s2 ? 2 * j.hq : j.hq;
+    j.bands = (j.rows + PLANE_BAND - 1) / PLANE_BAND;
     /* a block's vectors read up to PIXELS floats past its row: past the last plane too */
-    size_t plane_bytes = ((size_t)(cin * j.cs + PIXELS + 16) * sizeof(float) + 63) / 64 * 64;
+    size_t plane_bytes =
+        ((size_t)(images * cin * j.cs + PIXELS + 16) * sizeof(float) + 63) / 64 * 64;
     size_t bytes = plane_bytes + (size_t)j.taps * sizeof(int64_t);
     uint8_t *own = NULL, *buf = kn_threadpool_scratch(pool, bytes);
     if (buf == NULL && (buf = own = kn_aligned_alloc(bytes, 64)) == NULL)
         return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory in Conv");
     j.planes = (float *)buf;
-    memset(j.planes + cin * j.cs, 0, (PIXELS + 16) * sizeof(float));
+    memset(j.planes + images * cin * j.cs, 0, (PIXELS + 16) * sizeof(float));
     int64_t *off = (int64_t *)(buf + plane_bytes);
     for (int64_t ci = 0, t = 0; ci < cin; ci++)
         for (int64_t ky = 0; ky < c->kh; ky++)
@@ -132,8 +174,8 @@ kiln_status kn_cpu_conv_stem(kn_threadpool *pool, const kn_conv2d *c, int64_t ci
                          (s2 ? ((ky % 2) * 2 + kx % 2) * j.hq * j.wq + (ky / 2) * j.wq + kx / 2
                              : ky * j.wq + kx);
     j.off = off;
-    kn_parallel_for(pool, cin, 1, build_planes, &j);
-    kn_parallel_for(pool, c->oh * j.groups, 1, run_rows, &j);
+    kn_parallel_for(pool, images * cin * j.bands, 1, build_planes, &j);
+    kn_parallel_for(pool, images * c->oh * j.groups, 1, run_rows, &j);
     kn_free(own);
     return KILN_OK;
 }
