@@ -90,7 +90,7 @@ static void run_bands(void *arg, int64_t begin, int64_t end) {
 /* Fewest output rows a band (where its planes fit BAND_BYTES): each band builds its planes' rows
  * and sets up its product anew. MobileNetV2's stem (3 -> 32, 3x3 stride 2 into 112x112) ran
  * 0.076-0.079 ms in bands of one row against 0.061-0.064 in bands of two to fourteen at two
- * threads (2-core box); the four-bands-a-thread share gave it bands of one from 8 threads. */
+ * threads (2-core box); the four-bands-a-thread share gave it bands of one from 15 threads. */
 #define BAND_MIN_ROWS 2
 
 /* Output rows a band: as many as keep its planes within BAND_BYTES, and on several threads no
