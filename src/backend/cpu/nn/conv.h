@@ -283,8 +283,8 @@ bool kn_cpu_conv_stem_enabled(void);
 void kn_cpu_conv_stem_set_enabled(bool on);
 bool kn_cpu_conv_stem_geometry(const kn_conv2d *c, int64_t cin, int64_t cout);
 bool kn_cpu_conv_stem_applies(const kn_conv2d *c, int64_t cin, int64_t cout);
-/* Whether conv.c gives the stem a batch's images (KILN_CPU_CONV_STEM_BATCH=1; else a batch
- * keeps the GEMM). */
+/* Whether conv.c gives the stem kernel a batch's images (KILN_CPU_CONV_STEM_BATCH=1; else a
+ * batch's stem takes the other paths: kn_cpu_conv_strided, or the GEMM). */
 bool kn_cpu_conv_stem_batches(void);
 void kn_cpu_conv_stem_set_batches(bool on);
 kiln_status kn_cpu_conv_stem(kn_threadpool *pool, const kn_conv2d *c, int64_t cin, int64_t cout,
