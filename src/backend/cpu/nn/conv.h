@@ -274,7 +274,8 @@ kiln_status kn_cpu_conv_pixels(kn_threadpool *pool, const kn_conv_pixels *p, con
  * outputs at least 16 wide, K = cin * kh * kw <= 256, on AVX-512 (nn/conv_stem.c, geometry):
  * a direct kernel over zero-padded or phase-split planes of each input channel, pixels in the
  * vectors, weights [cout, cin, kh, kw] as stored. applies: where conv.c takes it (for one
- * image), kernels of 25 taps or more (where it beats the GEMM). `images` images: x is images x
+ * image, or a batch where kn_cpu_conv_stem_batches), kernels of 25 taps or more (where it beats
+ * the GEMM). `images` images: x is images x
  * cin x h x w, y images x cout x oh x ow; the epilogue's bias per output channel, its residual
  * NCHW as y (ldr ignored); every image's planes are built in row bands, in parallel.
  * KILN_CPU_CONV_STEM=0 in the environment (or set_enabled(false), for benchmarks) leaves these

@@ -68,7 +68,6 @@ typedef struct stem_job {
     const kn_conv2d *c;
     int64_t cin, cout, taps, hq, wq, cs, groups, os;
     int64_t rows, bands; /* padded rows a plane (before a split) and row bands a plane's build */
-    int64_t images;
     const float *x, *w, *bias, *res;
     float *planes, *y;
     const int64_t *off;
@@ -143,7 +142,6 @@ kiln_status kn_cpu_conv_stem(kn_threadpool *pool, const kn_conv2d *c, int64_t ci
                   .wq = c->ow + (s2 ? (c->kw - 1) / 2 : c->kw - 1),
                   .groups = (cout + COUT - 1) / COUT,
                   .os = c->oh * c->ow,
-                  .images = images,
                   .x = x,
                   .w = w,
                   .bias = ep->bias,
