@@ -177,13 +177,18 @@ void kn_cpu_dw_pad_split_rows_avx512(const float *x, int64_t h, int64_t w, int64
 
 /* One channel x (c->h x c->w) as the direct kernels read it: zero-padded by c->ph rows above and
  * c->pw columns left into an hq x wq plane (stride 1), or split into its four phase planes of
- * hq x wq (stride 2). */
+ * hq x wq (stride 2). _rows: padded rows [r0, r1) of it alone (of 2 * hq at stride 2). */
+static inline void kn_cpu_conv_plane_rows_avx512(const kn_conv2d *c, const float *x, int64_t hq,
+                                                 int64_t wq, int64_t r0, int64_t r1, float *out) {
+    if (c->sh == 2)
+        kn_cpu_dw_pad_split_rows_avx512(x, c->h, c->w, c->ph, c->pw, hq, wq, r0, r1, out);
+    else
+        kn_cpu_dw_pad_rows_avx512(x, c->h, c->w, c->ph, c->pw, wq, r0, r1, out);
+}
+
 static inline void kn_cpu_conv_plane_avx512(const kn_conv2d *c, const float *x, int64_t hq,
                                             int64_t wq, float *out) {
-    if (c->sh == 2)
-        kn_cpu_dw_pad_split_avx512(x, c->h, c->w, c->ph, c->pw, hq, wq, out);
-    else
-        kn_cpu_dw_pad_avx512(x, c->h, c->w, c->ph, c->pw, hq, wq, out);
+    kn_cpu_conv_plane_rows_avx512(c, x, hq, wq, 0, c->sh == 2 ? 2 * hq : hq, out);
 }
 
 /* Whether the conv takes 4x4-tile Winograd at input x's shape (known): there it beats the

@@ -86,12 +86,8 @@ static void build_planes(void *arg, int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; t++) {
         int64_t p = t / j->bands, r0 = t % j->bands * PLANE_BAND;
         int64_t r1 = r0 + PLANE_BAND < j->rows ? r0 + PLANE_BAND : j->rows;
-        const float *x = j->x + p * c->h * c->w;
-        float *out = j->planes + p * j->cs;
-        if (c->sh == 2)
-            kn_cpu_dw_pad_split_rows_avx512(x, c->h, c->w, c->ph, c->pw, j->hq, j->wq, r0, r1, out);
-        else
-            kn_cpu_dw_pad_rows_avx512(x, c->h, c->w, c->ph, c->pw, j->wq, r0, r1, out);
+        kn_cpu_conv_plane_rows_avx512(c, j->x + p * c->h * c->w, j->hq, j->wq, r0, r1,
+                                      j->planes + p * j->cs);
     }
 }
 
