@@ -34,13 +34,28 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <time.h>
 
-/* Iterations a worker polls for a new job before sleeping (and the caller for the last workers
- * before it sleeps): ~80 us on Zen 4, where a pause takes ~40 ns. Enough to bridge the gap
- * between consecutive kernels; longer spins took the core from the caller's own serial work,
- * and from a descheduled worker, whenever the machine was shared. */
+/* Iterations a worker polls for a new job with a pause between looks (and the caller for the
+ * last workers): ~80 us on Zen 4, where a pause takes ~40 ns. Enough to bridge the gap between
+ * consecutive kernels; longer pause spins took the core from the caller's own serial work, and
+ * from a descheduled worker, whenever the machine was shared. */
 #define SPIN_ITERS 2000
+/* After the pause spin, a thread keeps polling with sched_yield between looks for this long
+ * before it sleeps (KILN_CPU_SPIN_US sets it; 0 sleeps right after the pause spin). A yield
+ * hands the core to any other runnable thread, so a shared machine's other work and a
+ * descheduled worker get it, while on an idle machine the thread stays awake: waking a
+ * sleeping thread took a virtual machine's vCPU out of its idle state, tens of microseconds on
+ * the critical path of every job after a long one (a batch's layers run longer than the pause
+ * spin; a thread done early slept, and the caller slept waiting for a long chunk). */
+#define YIELD_SPIN_US 2000
+
+static double now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -88,6 +103,7 @@ struct kn_threadpool {
     atomic_int job_threads; /* threads with index < job_threads own a range and take part */
     _Alignas(64) atomic_int sleepers; /* workers asleep or about to sleep on wake */
     atomic_int caller_waiting;        /* the caller asleep or about to sleep on done */
+    double yield_us;                  /* the yielding poll's length (YIELD_SPIN_US) */
 };
 
 static void run_chunk(const kn_threadpool *p, int64_t c) {
@@ -125,6 +141,14 @@ static uint64_t wait_for_job(kn_threadpool *p, uint64_t seen) {
         if (atomic_load_explicit(&p->stop, memory_order_relaxed))
             return 0;
         cpu_relax();
+    }
+    for (double end = p->yield_us > 0 ? now_us() + p->yield_us : 0; now_us() < end;) {
+        uint64_t g = atomic_load_explicit(&p->generation, memory_order_acquire);
+        if (g != seen && !(g & 1))
+            return g;
+        if (atomic_load_explicit(&p->stop, memory_order_relaxed))
+            return 0;
+        sched_yield();
     }
     uint64_t g;
     pthread_mutex_lock(&p->mu);
@@ -181,6 +205,14 @@ kn_threadpool *kn_threadpool_create(int threads) {
         return NULL;
     p->n = threads;
     p->limit = threads;
+    p->yield_us = YIELD_SPIN_US;
+    const char *spin = getenv("KILN_CPU_SPIN_US");
+    if (spin != NULL) {
+        char *end = NULL;
+        double us = strtod(spin, &end);
+        if (end != spin && *end == '\0' && us >= 0.0 && us <= 1e6)
+            p->yield_us = us;
+    }
     atomic_init(&p->generation, 0);
     atomic_init(&p->stop, false);
     atomic_init(&p->sleepers, 0);
@@ -292,6 +324,11 @@ static void wait_idle(kn_threadpool *p) {
         if (!any_in_job(p, &from))
             return;
         cpu_relax();
+    }
+    for (double end = p->yield_us > 0 ? now_us() + p->yield_us : 0; now_us() < end;) {
+        if (!any_in_job(p, &from))
+            return;
+        sched_yield();
     }
     pthread_mutex_lock(&p->mu);
     atomic_store(&p->caller_waiting, 1);

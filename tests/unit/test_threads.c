@@ -143,9 +143,16 @@ static void slow_items(void *arg, int64_t begin, int64_t end) {
     }
 }
 
-static void test_pool_sleep_paths(void **state) {
-    (void)state;
+/* The same jobs with the yielding poll off (KILN_CPU_SPIN_US=0: threads sleep after the pause
+ * spin, so the 2 ms gaps and 1 ms items reach the sleeping paths), at its default (the items
+ * end inside it, the gaps near its end) and at 1 us (a garbled value keeps the default). */
+static void run_sleep_paths(const char *spin_us) {
+    if (spin_us != NULL)
+        setenv("KILN_CPU_SPIN_US", spin_us, 1);
+    else
+        unsetenv("KILN_CPU_SPIN_US");
     kn_threadpool *pool = kn_threadpool_create(9);
+    unsetenv("KILN_CPU_SPIN_US");
     assert_non_null(pool);
     for (int rep = 0; rep < 60; rep++) {
         if (rep % 3 == 0) {
@@ -162,6 +169,14 @@ static void test_pool_sleep_paths(void **state) {
             assert_int_equal(atomic_load(&j.hits[i]), i < n ? 1 : 0);
     }
     kn_threadpool_destroy(pool);
+}
+
+static void test_pool_sleep_paths(void **state) {
+    (void)state;
+    run_sleep_paths("0");
+    run_sleep_paths(NULL);
+    run_sleep_paths("1");
+    run_sleep_paths("2 ms");
 }
 
 /* Chunks are dealt out in ranges, one a thread; a thread that is held up must lose the rest
