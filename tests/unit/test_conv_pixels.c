@@ -173,10 +173,11 @@ static void pixels_toggle(bool on) {
     kn_cpu_conv_pixels_set_mode(on ? on_mode : 0);
 }
 
-/* The Conv kernel's output with the path on (mode 1: the shapes it picks on 8 threads, and on
- * 2 where `on_two`, never on 1; 2: wherever the geometry allows) against the GEMM path's. */
+/* The Conv kernel's output with the path on (mode 1: the shapes it picks on 8 threads, on 2
+ * where `on_two` and on 1 where `on_one`; 2: wherever the geometry allows) against the GEMM
+ * path's. */
 static void compare_paths(int mode, int64_t n, int64_t c, int64_t m, int64_t h, int64_t k,
-                          int64_t s, int64_t p, bool on_two) {
+                          int64_t s, int64_t p, bool on_two, bool on_one) {
     conv_node b;
     conv_node_build(&b, n, c, m, h, k, s, p, "Relu", true);
     kn_conv2d c2;
@@ -185,7 +186,7 @@ static void compare_paths(int mode, int64_t n, int64_t c, int64_t m, int64_t h, 
     assert_true(kn_cpu_conv_pixels_applies(&c2, c, m, 8));
     assert_int_equal(kn_cpu_conv_pixels_applies(&c2, c, m, 2), on_two);
     if (mode == 1)
-        assert_false(kn_cpu_conv_pixels_applies(&c2, c, m, 1));
+        assert_int_equal(kn_cpu_conv_pixels_applies(&c2, c, m, 1), on_one);
     on_mode = mode;
     assert_int_equal(conv_node_paths_differ(&b, 8, pixels_toggle), 0);
     kn_cpu_conv_pixels_set_mode(1);
@@ -210,30 +211,33 @@ static void compare_batch_paths(int64_t n, int64_t c, int64_t m, int64_t h) {
 static void test_conv_kernel(void **state) {
     (void)state;
     if (!conv_avx512())
-        return;                                       /* test_cases says why */
-    compare_paths(1, 1, 256, 64, 14, 1, 1, 0, false); /* 1x1 over a 14x14 map: 8+ threads */
-    compare_paths(1, 1, 1024, 64, 14, 1, 1, 0, true); /* a deep K narrowed: 2+ */
-    compare_paths(1, 1, 576, 96, 7, 1, 1, 0, true);   /* narrowing over 7x7 */
-    compare_paths(1, 1, 160, 960, 7, 1, 1, 0, false); /* widening a short K: 8+ */
-    compare_paths(1, 1, 256, 512, 7, 1, 1, 0, true);  /* widening a deep K over 7x7 */
-    compare_paths(1, 1, 128, 32, 14, 3, 2, 1, true);  /* stride 2 into 7x7, K 1152 */
-    compare_paths(2, 1, 64, 128, 28, 3, 2, 1, true);  /* stride 2 */
-    compare_paths(2, 1, 3, 40, 30, 7, 2, 3, true);    /* a 7x7 stem, channel tail */
+        return; /* test_cases says why */
+    /* 1x1 over a 14x14 map: 8+ threads, and 1 (narrowing, K >= 160) */
+    compare_paths(1, 1, 256, 64, 14, 1, 1, 0, false, true);
+    compare_paths(1, 1, 1024, 64, 14, 1, 1, 0, true, true);    /* a deep K narrowed: 2+, 1 */
+    compare_paths(1, 1, 576, 96, 7, 1, 1, 0, true, true);      /* narrowing over 7x7 */
+    compare_paths(1, 1, 160, 960, 7, 1, 1, 0, false, true);    /* widening a short K: 8+, 1 */
+    compare_paths(1, 1, 256, 512, 7, 1, 1, 0, true, true);     /* widening a deep K over 7x7 */
+    compare_paths(1, 1, 256, 1024, 14, 1, 1, 0, false, false); /* widening over 14x14: 8+ */
+    compare_paths(1, 1, 2048, 512, 7, 1, 1, 0, true, false);   /* 4 MB of weights: 2+ */
+    compare_paths(1, 1, 128, 32, 14, 3, 2, 1, true, false);    /* stride 2 into 7x7, K 1152 */
+    compare_paths(2, 1, 64, 128, 28, 3, 2, 1, true, false);    /* stride 2 */
+    compare_paths(2, 1, 3, 40, 30, 7, 2, 3, true, false);      /* a 7x7 stem, channel tail */
     /* batches: side by side on this path where the switch lets them, else the GEMM's */
     kn_cpu_conv_pixels_set_batches(0);
-    compare_paths(1, 3, 1024, 64, 14, 1, 1, 0, true);
+    compare_paths(1, 3, 1024, 64, 14, 1, 1, 0, true, true);
     kn_cpu_conv_pixels_set_batches(1); /* flat convs */
-    compare_paths(1, 3, 1024, 64, 14, 1, 1, 0, true);
-    compare_paths(1, 5, 256, 512, 7, 1, 1, 0, true);
+    compare_paths(1, 3, 1024, 64, 14, 1, 1, 0, true, true);
+    compare_paths(1, 5, 256, 512, 7, 1, 1, 0, true, true);
     kn_cpu_conv_pixels_set_order(0); /* a batch's tasks panels first, as for one image */
-    compare_paths(1, 5, 256, 512, 7, 1, 1, 0, true);
+    compare_paths(1, 5, 256, 512, 7, 1, 1, 0, true, true);
     kn_cpu_conv_pixels_set_order(1);
     kn_cpu_conv_pixels_set_batches(2); /* stride-2 ones too: each image's planes */
-    compare_paths(1, 2, 128, 32, 14, 3, 2, 1, true);
-    compare_paths(2, 3, 64, 40, 15, 3, 2, 1, true);
+    compare_paths(1, 2, 128, 32, 14, 3, 2, 1, true, false);
+    compare_paths(2, 3, 64, 40, 15, 3, 2, 1, true, false);
     /* the default: flat convs, and 3x3 stride-2 convs into 50 to 196 pixels from 8 threads */
     kn_cpu_conv_pixels_set_batches(3);
-    compare_paths(1, 3, 1024, 64, 14, 1, 1, 0, true);
+    compare_paths(1, 3, 1024, 64, 14, 1, 1, 0, true, true);
     compare_batch_paths(3, 64, 40, 27); /* into 14x14 */
     compare_batch_paths(4, 32, 48, 20); /* into 10x10 */
     kn_conv2d s14 = square_conv(28, 14, 3, 2, 1), s28 = square_conv(56, 28, 3, 2, 1),

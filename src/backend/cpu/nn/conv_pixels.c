@@ -106,6 +106,16 @@ bool kn_cpu_conv_pixels_flat(const kn_conv2d *c) {
            c->oh == c->h && c->ow == c->w;
 }
 
+/* On one thread, flat convs with K >= 160 and weights up to 2 MB (a core's L2) that narrow
+ * over maps up to 14x14 or widen over 7x7: MobileNetV2's projections and 7x7 expansions ran
+ * 4-18 % faster than on the GEMM (2-core AMD box, `bench/ab.py --threads 1 --env-b
+ * KILN_CPU_CONV_PIXELS=2`, per-layer minima: 960 -> 320 at 7x7 0.140 -> 0.121 ms, 576 -> 96 at
+ * 14x14 0.100 -> 0.089, 384 -> 64 0.048 -> 0.040, 160 -> 960 at 7x7 0.070 -> 0.067), whose 196
+ * and 49 pixels fill its 32-wide panels badly; ResNet-50's 1024 -> 256 at 14x14 0.435 ->
+ * 0.408. Its 256 -> 1024 widening at 14x14 was not faster, and its 4 MB convs at 7x7 keep the
+ * GEMM: on a Xeon they ran 70-140 us slower each on this path at one thread. */
+#define ONE_THREAD_MAX_WEIGHTS (512 * 1024)
+
 bool kn_cpu_conv_pixels_applies(const kn_conv2d *c, int64_t cin, int64_t cout, int threads) {
     int m = kn_cpu_conv_pixels_mode();
     if (m == 0 || strcmp(kn_gemm_isa(), "avx512") != 0 || !geometry_ok(c))
@@ -119,8 +129,9 @@ bool kn_cpu_conv_pixels_applies(const kn_conv2d *c, int64_t cin, int64_t cout, i
      * GEMM's vectors and over many threads; on 2 or more those that narrow K >= 192 over 7x7
      * maps or K >= 1024 over 14x14 (ResNet-50's 1024 -> 256; MobileNetV2's 384 -> 64 ran slower
      * there on the Xeon), and deep widening ones over 7x7; stride-2 convs into 7x7 maps from
-     * K >= 1024 on 2 or more. One thread keeps the GEMM (on the Xeon the 4 MB convs ran slower
-     * here), and so do larger maps (the planes' stride costs more than the GEMM's packing).
+     * K >= 1024 on 2 or more. One thread: those with K >= 160 and weights up to 2 MB
+     * (ONE_THREAD_MAX_WEIGHTS) that narrow, or widen over 7x7. Larger maps keep the GEMM (the
+     * planes' stride costs more than the GEMM's packing).
      * Weights up to 4 MB, 10 MB strided: a run on fewer threads packs the GEMM's too (conv.c). */
     int64_t k = cin * c->kh * c->kw, os = c->oh * c->ow, wn = k * cout;
     bool two = threads == 0 || threads >= 2, eight = threads == 0 || threads >= 8;
@@ -132,7 +143,9 @@ bool kn_cpu_conv_pixels_applies(const kn_conv2d *c, int64_t cin, int64_t cout, i
         return false;
     if (eight && k >= 160)
         return true;
-    if (!two || k < 192)
+    if (!two)
+        return k >= 160 && wn <= ONE_THREAD_MAX_WEIGHTS && (cout < k || os <= 49);
+    if (k < 192)
         return false;
     return cout < k ? os <= 49 || k >= 1024 : os <= 49 && k >= 256;
 }
