@@ -42,14 +42,16 @@
  * consecutive kernels; longer pause spins took the core from the caller's own serial work, and
  * from a descheduled worker, whenever the machine was shared. */
 #define SPIN_ITERS 2000
-/* After the pause spin, a thread keeps polling with sched_yield between looks for this long
- * before it sleeps (KILN_CPU_SPIN_US sets it; 0 sleeps right after the pause spin). A yield
- * hands the core to any other runnable thread, so a shared machine's other work and a
- * descheduled worker get it, while on an idle machine the thread stays awake: waking a
- * sleeping thread took a virtual machine's vCPU out of its idle state, tens of microseconds on
- * the critical path of every job after a long one (a batch's layers run longer than the pause
- * spin; a thread done early slept, and the caller slept waiting for a long chunk). */
-#define YIELD_SPIN_US 2000
+/* After the pause spin, a thread may keep polling with sched_yield between looks for
+ * KILN_CPU_SPIN_US microseconds before it sleeps (default 0: it sleeps right after the pause
+ * spin). A yield hands the core to any other runnable thread, so a shared machine's other work
+ * and a descheduled worker still get it, while on an idle machine the thread stays awake for
+ * the next job rather than be woken for it. MobileNetV2 at batch 8 on two threads put a worker
+ * to sleep 3.9 times a run and the caller 3.4 (a batch's layers outlast the pause spin: a
+ * thread done early, or the caller waiting for a long chunk); 2000 us took both under 0.05,
+ * but the time moved by 1 %, inside the 2-core box's noise (docs/perf-notes.md, "Idle threads
+ * that yield"), so it is a setting and not the default. */
+#define YIELD_SPIN_US 0
 
 static double now_us(void) {
     struct timespec ts;

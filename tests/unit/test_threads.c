@@ -143,9 +143,10 @@ static void slow_items(void *arg, int64_t begin, int64_t end) {
     }
 }
 
-/* The same jobs with the yielding poll off (KILN_CPU_SPIN_US=0: threads sleep after the pause
- * spin, so the 2 ms gaps and 1 ms items reach the sleeping paths), at its default (the items
- * end inside it, the gaps near its end) and at 1 us (a garbled value keeps the default). */
+/* The same jobs with the yielding poll off (the default, and KILN_CPU_SPIN_US=0: threads sleep
+ * after the pause spin, so the 2 ms gaps and 1 ms items reach the sleeping paths), at 2000 us
+ * (the items end inside it, the gaps near its end) and at 1 us (a garbled value keeps the
+ * default). */
 static void run_sleep_paths(const char *spin_us) {
     if (spin_us != NULL)
         setenv("KILN_CPU_SPIN_US", spin_us, 1);
@@ -175,6 +176,7 @@ static void test_pool_sleep_paths(void **state) {
     (void)state;
     run_sleep_paths("0");
     run_sleep_paths(NULL);
+    run_sleep_paths("2000");
     run_sleep_paths("1");
     run_sleep_paths("2 ms");
 }
