@@ -134,23 +134,33 @@ static void run_chunks(kn_threadpool *p, int self) {
     }
 }
 
+/* Between two looks while polling (look i, from 0): a pause for the first SPIN_ITERS, then a
+ * yield until the pool's yield_us have passed since the pause spin ended (*end, set then).
+ * False once it is time to sleep. */
+static bool poll_wait(const kn_threadpool *p, int i, double *end) {
+    if (i < SPIN_ITERS) {
+        cpu_relax();
+        return true;
+    }
+    if (i == SPIN_ITERS)
+        *end = now_us() + p->yield_us;
+    if (p->yield_us <= 0 || now_us() >= *end)
+        return false;
+    sched_yield();
+    return true;
+}
+
 /* The next open generation after seen, or 0 on shutdown. */
 static uint64_t wait_for_job(kn_threadpool *p, uint64_t seen) {
-    for (int i = 0; i < SPIN_ITERS; i++) {
+    double end = 0;
+    for (int i = 0;; i++) {
         uint64_t g = atomic_load_explicit(&p->generation, memory_order_acquire);
         if (g != seen && !(g & 1))
             return g;
         if (atomic_load_explicit(&p->stop, memory_order_relaxed))
             return 0;
-        cpu_relax();
-    }
-    for (double end = p->yield_us > 0 ? now_us() + p->yield_us : 0; now_us() < end;) {
-        uint64_t g = atomic_load_explicit(&p->generation, memory_order_acquire);
-        if (g != seen && !(g & 1))
-            return g;
-        if (atomic_load_explicit(&p->stop, memory_order_relaxed))
-            return 0;
-        sched_yield();
+        if (!poll_wait(p, i, &end))
+            break;
     }
     uint64_t g;
     pthread_mutex_lock(&p->mu);
@@ -322,15 +332,12 @@ static bool any_in_job(kn_threadpool *p, int *from) {
  * microseconds, then sleep. */
 static void wait_idle(kn_threadpool *p) {
     int from = 0;
-    for (int i = 0; i < SPIN_ITERS; i++) {
+    double end = 0;
+    for (int i = 0;; i++) {
         if (!any_in_job(p, &from))
             return;
-        cpu_relax();
-    }
-    for (double end = p->yield_us > 0 ? now_us() + p->yield_us : 0; now_us() < end;) {
-        if (!any_in_job(p, &from))
-            return;
-        sched_yield();
+        if (!poll_wait(p, i, &end))
+            break;
     }
     pthread_mutex_lock(&p->mu);
     atomic_store(&p->caller_waiting, 1);
