@@ -590,8 +590,10 @@ bool kn_cpu_conv_batched(kn_threadpool *pool, const kn_conv_geom *g, const kn_ge
  * thread with a barrier or two an image (at batch 8 on 16 threads ResNet-50's stride-2 3x3
  * convs, 49-196 pixels an image, gained 3.3-4.2x from 2 to 16 threads). A task first splits
  * the input rows its pixels read into column phases (stride 2) or subsamples them (strided 1x1)
- * in its worker's slot, so the copy is read back from the thread's own cache. Worker w takes
- * tasks w, w + workers, ... with scratch slot w. */
+ * in its worker's slot, so the copy is read back from the thread's own cache. Worker w takes a
+ * run of tasks, [w * tasks / workers, (w + 1) * tasks / workers), with scratch slot w: an
+ * image's tasks on one thread where they are more than the threads, and a thread's outputs one
+ * range of planes (as in kn_cpu_conv_batched). */
 typedef struct images_job {
     const kn_conv_geom *g;
     kn_conv2d c;
