@@ -142,9 +142,11 @@ static bool poll_wait(const kn_threadpool *p, int i, double *end) {
         cpu_relax();
         return true;
     }
+    if (p->yield_us <= 0)
+        return false; /* the default: no clock read on the way to sleep */
     if (i == SPIN_ITERS)
         *end = now_us() + p->yield_us;
-    if (p->yield_us <= 0 || now_us() >= *end)
+    if (now_us() >= *end)
         return false;
     sched_yield();
     return true;

@@ -58,7 +58,8 @@ bool kn_cpu_conv_stem_geometry(const kn_conv2d *c, int64_t cin, int64_t cout) {
 /* Measured on a 16-core Xeon (docs/perf-notes.md, "A direct kernel for stems"): ResNet-50's 7x7
  * stem 1.34x / 1.32x / 1.08x the GEMM's speed at 1 / 2 / 16 threads; 3x3 stems (MobileNetV2,
  * EfficientNet-B0, the detector) 0.92-1.15x at 1 and 2 threads and 0.32-0.69x at 16, where
- * building the 3 channels' planes takes 3 threads. So kernels of 25 taps or more. */
+ * building the 3 channels' planes took 3 threads (they are built in row bands on every thread
+ * since; the 3x3 stems are not remeasured at 16 threads). So kernels of 25 taps or more. */
 bool kn_cpu_conv_stem_applies(const kn_conv2d *c, int64_t cin, int64_t cout) {
     return kn_cpu_conv_stem_enabled() && kn_cpu_conv_stem_geometry(c, cin, cout) &&
            (c->kh * c->kw >= 25 || stem_mode() == 2);
