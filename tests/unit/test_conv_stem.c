@@ -67,6 +67,9 @@ static const stem_case cases[] = {
     {3, 16, 40, 141, 3, 2, 1, 1, 1, 1, true, true, KN_ACT_SWISH},    /* wide rows */
     {1, 24, 20, 37, 3, 1, 1, 1, 1, 1, false, false, KN_ACT_SIGMOID}, /* stride 1 */
     {4, 7, 19, 40, 5, 2, 2, 1, 0, 2, true, true, KN_ACT_HARD_SWISH}, /* odd pads */
+    {3, 40, 30, 67, 3, 2, 0, 0, 1, 1, true, true, KN_ACT_CLIP},      /* pads after only */
+    {2, 9, 16, 33, 4, 2, 1, 2, 2, 1, false, false, KN_ACT_RELU},     /* an even kernel */
+    {1, 16, 21, 96, 7, 2, 3, 3, 3, 3, true, false, KN_ACT_SWISH},    /* 3 rows of 16 columns */
     {2, 13, 17, 18, 3, 1, 0, 0, 0, 0, false, true, KN_ACT_NONE},     /* unpadded */
     {3, 6, 9, 140, 1, 1, 0, 0, 0, 0, true, false, KN_ACT_RELU},      /* 1x1 */
 };
@@ -79,11 +82,15 @@ static void test_cases(void **state) {
         assert_false(kn_cpu_conv_stem_geometry(&c, 3, 32));
         return;
     }
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        check_case(&cases[i], 1, 1);
-        check_case(&cases[i], 3, 1);
-        check_case(&cases[i], 3, 3); /* a batch: every image's planes, rows of each in bands */
+    for (int in_place = 0; in_place < 2; in_place++) {
+        kn_cpu_conv_stem_set_in_place(in_place ? 2 : 0); /* stride 2: no planes, or planes */
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            check_case(&cases[i], 1, 1);
+            check_case(&cases[i], 3, 1);
+            check_case(&cases[i], 3, 3); /* a batch: every image's planes, rows of each in bands */
+        }
     }
+    kn_cpu_conv_stem_set_in_place(1);
     /* an empty map: nothing read or written */
     kn_conv2d c = stem_geom(0, 40, 7, 2, 3, 3, 3, 3);
     c.oh = 0;
@@ -107,6 +114,20 @@ static void test_applies(void **state) {
     c.sh = c.sw = 2;
     assert_int_equal(kn_cpu_conv_stem_geometry(&c, 3, 32), conv_avx512());
     assert_false(kn_cpu_conv_stem_applies(&c, 3, 32)); /* 3x3: the GEMM's */
+    kn_cpu_conv_stem_set_in_place(2);                  /* ... unless read in place */
+    assert_int_equal(kn_cpu_conv_stem_applies(&c, 3, 32), conv_avx512());
+    assert_true(kn_cpu_conv_stem_in_place(&c));
+    c.kh = c.kw = 9;
+    c.ph = c.pw = 4;
+    assert_false(kn_cpu_conv_stem_in_place(&c)); /* wider than 7: planes */
+    c.kh = c.kw = 3;
+    c.sh = c.sw = 1;
+    assert_false(kn_cpu_conv_stem_in_place(&c)); /* stride 1: planes */
+    c.sh = c.sw = 2;
+    c.ph = c.pw = 1;
+    kn_cpu_conv_stem_set_in_place(0);
+    assert_false(kn_cpu_conv_stem_in_place(&c));
+    kn_cpu_conv_stem_set_in_place(1);
     c.kh = c.kw = 7;
     c.ph = c.pw = 3;
     kn_cpu_conv_stem_set_enabled(false);
@@ -137,22 +158,35 @@ static void test_conv_kernel(void **state) {
     kn_cpu_conv_stem_set_batches(true);            /* a batch's images in one call */
     compare_paths(3, 3, 64, 70, 7, 2, 3, "Relu");
     kn_cpu_conv_stem_set_batches(false);
+    kn_cpu_conv_stem_set_in_place(2); /* stride 2 read in place: a batch too, and 3x3 */
+    compare_paths(1, 3, 32, 64, 3, 2, 1, "Clip");
+    compare_paths(3, 3, 24, 50, 3, 2, 1, "Swish");
+    compare_paths(2, 3, 64, 70, 7, 2, 3, "Relu");
+    kn_cpu_conv_stem_set_in_place(1);
 }
 
-static void bench_one(const char *name, int64_t c, int64_t m, int64_t h, int64_t k, int64_t s,
-                      int64_t p, const char *act, int threads) {
+/* The Conv kernel three ways: the GEMM's paths, the stem kernel over planes, and (stride 2)
+ * the stem kernel reading its input in place. */
+static void bench_one(const char *name, int64_t n, int64_t c, int64_t m, int64_t h, int64_t k,
+                      int64_t s, int64_t p, const char *act, int threads) {
     conv_node b;
-    conv_node_build(&b, 1, c, m, h, k, s, p, act, false);
+    conv_node_build(&b, n, c, m, h, k, s, p, act, false);
     kn_threadpool *pool = kn_threadpool_create(threads);
-    double best[2] = {1e30, 1e30};
+    double best[3] = {1e30, 1e30, 1e30};
+    bool batches = kn_cpu_conv_stem_batches();
+    kn_cpu_conv_stem_set_batches(true);
     for (int r = 0; r < 5; r++)
-        for (int mode = 0; mode < 2; mode++) {
-            kn_cpu_conv_stem_set_enabled(mode == 1);
+        for (int mode = 0; mode < 3; mode++) {
+            kn_cpu_conv_stem_set_enabled(mode > 0);
+            kn_cpu_conv_stem_set_in_place(mode == 2 ? 2 : 0);
             best[mode] = fmin(best[mode], conv_node_run(&b, pool, 20, false));
         }
     kn_cpu_conv_stem_set_enabled(true);
-    printf("%-34s %d thread(s): GEMM %.3f ms, direct %.3f ms (%.2fx)\n", name, threads, best[0],
-           best[1], best[0] / best[1]);
+    kn_cpu_conv_stem_set_in_place(1);
+    kn_cpu_conv_stem_set_batches(batches);
+    printf("%-30s x%lld, %d thread(s): GEMM %.3f ms, planes %.3f, in place %.3f (%.2fx, %.2fx)\n",
+           name, (long long)n, threads, best[0], best[1], best[2], best[0] / best[2],
+           best[1] / best[2]);
     kn_threadpool_destroy(pool);
     conv_node_free(&b);
 }
@@ -161,8 +195,12 @@ int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "--bench") == 0) {
         int t = argc > 2 ? atoi(argv[2]) : 1;
         t = t > 0 ? t : 1;
-        bench_one("ResNet-50 7x7 s2 3->64 @224", 3, 64, 224, 7, 2, 3, "Relu", t);
-        bench_one("5x5 s2 3->32 @224", 3, 32, 224, 5, 2, 2, "Swish", t);
+        int64_t n = argc > 3 ? atoi(argv[3]) : 1;
+        n = n > 0 ? n : 1;
+        bench_one("ResNet-50 7x7 s2 3->64 @224", n, 3, 64, 224, 7, 2, 3, "Relu", t);
+        bench_one("MobileNetV2 3x3 s2 3->32 @224", n, 3, 32, 224, 3, 2, 1, "Clip", t);
+        bench_one("YOLO 3x3 s2 3->16 @320", n, 3, 16, 320, 3, 2, 1, "Swish", t);
+        bench_one("5x5 s2 3->32 @224", n, 3, 32, 224, 5, 2, 2, "Swish", t);
         return 0;
     }
     const struct CMUnitTest tests[] = {

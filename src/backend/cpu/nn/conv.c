@@ -831,7 +831,7 @@ kiln_status kn_cpu_conv_run(kn_kernel_ctx *k) {
         e.residual = res;
         if (px != NULL)
             return kn_cpu_conv_pixels(k->pool, px, &cd, g.n, x, &e, y);
-        if ((g.n == 1 || kn_cpu_conv_stem_batches()) &&
+        if ((g.n == 1 || kn_cpu_conv_stem_batches() || kn_cpu_conv_stem_in_place(&cd)) &&
             kn_cpu_conv_stem_applies(&cd, g.c_in, g.c_out))
             return kn_cpu_conv_stem(k->pool, &cd, g.c_in, g.c_out, g.n, x, w, &e, y);
     }

@@ -293,6 +293,11 @@ bool kn_cpu_conv_stem_applies(const kn_conv2d *c, int64_t cin, int64_t cout);
  * batch's stem takes the other paths: kn_cpu_conv_strided, or the GEMM). */
 bool kn_cpu_conv_stem_batches(void);
 void kn_cpu_conv_stem_set_batches(bool on);
+/* Whether the stem kernel reads this stride-2 conv's input in place, no planes (kernels up to
+ * 7 wide): KILN_CPU_CONV_STEM_S2=2 (or set_in_place(2)) for every one, for measuring; 0 or 1
+ * none (they build phase planes). */
+bool kn_cpu_conv_stem_in_place(const kn_conv2d *c);
+void kn_cpu_conv_stem_set_in_place(int mode);
 kiln_status kn_cpu_conv_stem(kn_threadpool *pool, const kn_conv2d *c, int64_t cin, int64_t cout,
                              int64_t images, const float *x, const float *w, const kn_epilogue *ep,
                              float *y);

@@ -15,6 +15,7 @@
 
 #define PIXELS KN_CONV_STEM_PIXELS
 #define COUT KN_CONV_STEM_COUT
+#define S2_COUT KN_CONV_STEM_S2_COUT
 
 static int enabled = -1;
 
@@ -49,6 +50,28 @@ void kn_cpu_conv_stem_set_batches(bool on) {
     batch_on = on;
 }
 
+static int in_place_mode = -1;
+
+/* KILN_CPU_CONV_STEM_S2: 0 never, 2 every stride-2 stem the kernel takes (for measuring), else
+ * the rule of kn_cpu_conv_stem_in_place. */
+static int s2_mode(void) {
+    if (in_place_mode < 0) {
+        const char *e = getenv("KILN_CPU_CONV_STEM_S2");
+        in_place_mode = e != NULL && strcmp(e, "0") == 0   ? 0
+                        : e != NULL && strcmp(e, "2") == 0 ? 2
+                                                           : 1;
+    }
+    return in_place_mode;
+}
+
+void kn_cpu_conv_stem_set_in_place(int mode) {
+    in_place_mode = mode;
+}
+
+bool kn_cpu_conv_stem_in_place(const kn_conv2d *c) {
+    return c->sh == 2 && c->kw <= KN_CONV_STEM_S2_MAX_K && s2_mode() == 2;
+}
+
 bool kn_cpu_conv_stem_geometry(const kn_conv2d *c, int64_t cin, int64_t cout) {
     bool s1 = c->sh == 1 && c->sw == 1, s2 = c->sh == 2 && c->sw == 2;
     return strcmp(kn_gemm_isa(), "avx512") == 0 && cin >= 1 && cin <= 4 && cout >= 1 &&
@@ -62,7 +85,7 @@ bool kn_cpu_conv_stem_geometry(const kn_conv2d *c, int64_t cin, int64_t cout) {
  * since; the 3x3 stems are not remeasured at 16 threads). So kernels of 25 taps or more. */
 bool kn_cpu_conv_stem_applies(const kn_conv2d *c, int64_t cin, int64_t cout) {
     return kn_cpu_conv_stem_enabled() && kn_cpu_conv_stem_geometry(c, cin, cout) &&
-           (c->kh * c->kw >= 25 || stem_mode() == 2);
+           (c->kh * c->kw >= 25 || stem_mode() == 2 || kn_cpu_conv_stem_in_place(c));
 }
 
 typedef struct stem_job {
@@ -71,6 +94,7 @@ typedef struct stem_job {
     int64_t rows, bands; /* padded rows a plane (before a split) and row bands a plane's build */
     const float *x, *w, *bias, *res;
     float *planes, *y;
+    const float *packed; /* stride 2 in place: weights by groups of S2_COUT channels, by taps */
     const int64_t *off;
     int act;
     float alpha, beta, lo, hi;
@@ -125,6 +149,42 @@ static void run_rows(void *arg, int64_t begin, int64_t end) {
     }
 }
 
+/* Stride 2 read in place: task t is image t / (oh * groups), its output row and group of
+ * S2_COUT output channels; no planes, one job. */
+static void run_rows_s2(void *arg, int64_t begin, int64_t end) {
+    const stem_job *j = arg;
+    const kn_conv2d *c = j->c;
+    bool after = !kn_act_in_regs(j->act);
+    int64_t per_image = c->oh * j->groups;
+    for (int64_t t = begin; t < end; t++) {
+        int64_t img = t / per_image, r = t % per_image;
+        int64_t oy = r / j->groups, co = r % j->groups * S2_COUT;
+        int n = (int)(j->cout - co < S2_COUT ? j->cout - co : S2_COUT);
+        int64_t at = img * j->cout * j->os + co * j->os + oy * c->ow;
+        kn_conv_stem_s2_block b = {.x = j->x + img * j->cin * c->h * c->w,
+                                   .h = c->h,
+                                   .w = c->w,
+                                   .cin = j->cin,
+                                   .kh = c->kh,
+                                   .kw = c->kw,
+                                   .iy = 2 * oy - c->ph,
+                                   .ix = -c->pw,
+                                   .wt = j->packed + co * j->taps,
+                                   .pixels = (int)c->ow,
+                                   .cout = n,
+                                   .bias = j->bias != NULL ? j->bias + co : NULL,
+                                   .res = j->res != NULL ? j->res + at : NULL,
+                                   .y = j->y + at,
+                                   .ld = j->os,
+                                   .act = after ? KN_ACT_NONE : j->act,
+                                   .lo = j->lo,
+                                   .hi = j->hi};
+        kn_cpu_conv_stem_s2_row_avx512(&b);
+        if (after)
+            kn_act_apply_rows(j->act, j->alpha, j->beta, j->y + at, j->os, n, c->ow);
+    }
+}
+
 kiln_status kn_cpu_conv_stem(kn_threadpool *pool, const kn_conv2d *c, int64_t cin, int64_t cout,
                              int64_t images, const float *x, const float *w, const kn_epilogue *ep,
                              float *y) {
@@ -149,6 +209,23 @@ kiln_status kn_cpu_conv_stem(kn_threadpool *pool, const kn_conv2d *c, int64_t ci
                   .beta = ep->beta,
                   .lo = ep->act == KN_ACT_CLIP ? ep->alpha : 0.0f,
                   .hi = ep->act == KN_ACT_CLIP ? ep->beta : 0.0f};
+    if (kn_cpu_conv_stem_in_place(c)) {
+        j.groups = (cout + S2_COUT - 1) / S2_COUT;
+        size_t n = (size_t)(j.groups * S2_COUT * j.taps);
+        float *own = NULL, *packed = kn_threadpool_scratch(pool, n * sizeof(float));
+        if (packed == NULL && (packed = own = kn_aligned_alloc(n * sizeof(float), 64)) == NULL)
+            return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory in Conv");
+        for (int64_t g = 0; g < j.groups; g++)
+            for (int64_t t = 0; t < j.taps; t++)
+                for (int64_t i = 0; i < S2_COUT; i++) {
+                    int64_t co = g * S2_COUT + i;
+                    packed[(g * j.taps + t) * S2_COUT + i] = co < cout ? w[co * j.taps + t] : 0.0f;
+                }
+        j.packed = packed;
+        kn_parallel_for(pool, images * c->oh * j.groups, 1, run_rows_s2, &j);
+        kn_free(own);
+        return KILN_OK;
+    }
     j.cs = (s2 ? 4 : 1) * j.hq * j.wq;
     j.rows = s2 ? 2 * j.hq : j.hq;
     j.bands = (j.rows + PLANE_BAND - 1) / PLANE_BAND;
