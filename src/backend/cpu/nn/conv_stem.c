@@ -64,6 +64,18 @@ static int s2_mode(void) {
     return in_place_mode;
 }
 
+static int64_t group_width = 0;
+
+/* Output channels a task of the in-place path: 16, or 8 (KILN_CPU_CONV_STEM_S2_GROUP=8, for
+ * measuring: fewer output rows written at once). */
+static int64_t s2_group(void) {
+    if (group_width == 0) {
+        const char *e = getenv("KILN_CPU_CONV_STEM_S2_GROUP");
+        group_width = e != NULL && strcmp(e, "8") == 0 ? 8 : S2_COUT;
+    }
+    return group_width;
+}
+
 void kn_cpu_conv_stem_set_in_place(int mode) {
     in_place_mode = mode;
 }
@@ -94,7 +106,8 @@ typedef struct stem_job {
     int64_t rows, bands; /* padded rows a plane (before a split) and row bands a plane's build */
     const float *x, *w, *bias, *res;
     float *planes, *y;
-    const float *packed; /* stride 2 in place: weights by groups of S2_COUT channels, by taps */
+    int64_t gw;          /* stride 2 in place: output channels a task (s2_group) */
+    const float *packed; /* ... their weights by taps, S2_COUT floats a tap (zeros past gw) */
     const int64_t *off;
     int act;
     float alpha, beta, lo, hi;
@@ -149,8 +162,8 @@ static void run_rows(void *arg, int64_t begin, int64_t end) {
     }
 }
 
-/* Stride 2 read in place: task t is image t / (oh * groups), its output row and group of
- * S2_COUT output channels; no planes, one job. */
+/* Stride 2 read in place: task t is image t / (oh * groups), its output row and group of gw
+ * output channels; no planes, one job. */
 static void run_rows_s2(void *arg, int64_t begin, int64_t end) {
     const stem_job *j = arg;
     const kn_conv2d *c = j->c;
@@ -158,8 +171,8 @@ static void run_rows_s2(void *arg, int64_t begin, int64_t end) {
     int64_t per_image = c->oh * j->groups;
     for (int64_t t = begin; t < end; t++) {
         int64_t img = t / per_image, r = t % per_image;
-        int64_t oy = r / j->groups, co = r % j->groups * S2_COUT;
-        int n = (int)(j->cout - co < S2_COUT ? j->cout - co : S2_COUT);
+        int64_t oy = r / j->groups, co = r % j->groups * j->gw;
+        int n = (int)(j->cout - co < j->gw ? j->cout - co : j->gw);
         int64_t at = img * j->cout * j->os + co * j->os + oy * c->ow;
         kn_conv_stem_s2_block b = {.x = j->x + img * j->cin * c->h * c->w,
                                    .h = c->h,
@@ -169,7 +182,7 @@ static void run_rows_s2(void *arg, int64_t begin, int64_t end) {
                                    .kw = c->kw,
                                    .iy = 2 * oy - c->ph,
                                    .ix = -c->pw,
-                                   .wt = j->packed + co * j->taps,
+                                   .wt = j->packed + co / j->gw * S2_COUT * j->taps,
                                    .pixels = (int)c->ow,
                                    .cout = n,
                                    .bias = j->bias != NULL ? j->bias + co : NULL,
@@ -210,7 +223,8 @@ kiln_status kn_cpu_conv_stem(kn_threadpool *pool, const kn_conv2d *c, int64_t ci
                   .lo = ep->act == KN_ACT_CLIP ? ep->alpha : 0.0f,
                   .hi = ep->act == KN_ACT_CLIP ? ep->beta : 0.0f};
     if (kn_cpu_conv_stem_in_place(c)) {
-        j.groups = (cout + S2_COUT - 1) / S2_COUT;
+        j.gw = s2_group();
+        j.groups = (cout + j.gw - 1) / j.gw;
         size_t n = (size_t)(j.groups * S2_COUT * j.taps);
         float *own = NULL, *packed = kn_threadpool_scratch(pool, n * sizeof(float));
         if (packed == NULL && (packed = own = kn_aligned_alloc(n * sizeof(float), 64)) == NULL)
@@ -218,8 +232,9 @@ kiln_status kn_cpu_conv_stem(kn_threadpool *pool, const kn_conv2d *c, int64_t ci
         for (int64_t g = 0; g < j.groups; g++)
             for (int64_t t = 0; t < j.taps; t++)
                 for (int64_t i = 0; i < S2_COUT; i++) {
-                    int64_t co = g * S2_COUT + i;
-                    packed[(g * j.taps + t) * S2_COUT + i] = co < cout ? w[co * j.taps + t] : 0.0f;
+                    int64_t co = g * j.gw + i;
+                    packed[(g * j.taps + t) * S2_COUT + i] =
+                        co < cout && i < j.gw ? w[co * j.taps + t] : 0.0f;
                 }
         j.packed = packed;
         kn_parallel_for(pool, images * c->oh * j.groups, 1, run_rows_s2, &j);
