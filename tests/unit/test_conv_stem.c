@@ -1,10 +1,12 @@
 /* The direct convolution for few input channels (nn/conv_stem.c) against a reference in double:
- * 3x3 and 7x7 stems at stride 2, stride 1, 1 and 4 input channels, odd pads, output channels that
- * do not fill a block, rows that end inside a vector, bias, residual and every kind of
- * activation, one and three threads, one image and three side by side; and the Conv kernel, which
- * takes it for one image and kernels of 25 taps or more (and for a batch, switched on), against
- * its own GEMM path. `test_conv_stem --bench [THREADS]` times
- * instead ResNet-50's stem and a 5x5 one both ways through the Conv kernel (no checks). */
+ * 3x3, 4x4, 5x5 and 7x7 stems at stride 2, stride 1, 1 to 4 input channels, odd pads and pads
+ * after only, output channels that do not fill a block, rows that end inside a vector, bias,
+ * residual and every kind of activation, one and three threads, one image and three side by
+ * side; stride 2 both over planes and read in place (tasks of 8 and of 16 channels); and the
+ * Conv kernel, which takes it for one image and kernels of 25 taps or more, every stride-2 stem
+ * read in place (a batch's too), against its own GEMM path. `test_conv_stem --bench [THREADS
+ * [IMAGES]]` times instead four stems three ways through the Conv kernel: the GEMM's paths, the
+ * kernel over planes, and read in place (no checks). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -82,15 +84,23 @@ static void test_cases(void **state) {
         assert_false(kn_cpu_conv_stem_geometry(&c, 3, 32));
         return;
     }
-    for (int in_place = 0; in_place < 2; in_place++) {
-        kn_cpu_conv_stem_set_in_place(in_place ? 2 : 0); /* stride 2: no planes, or planes */
+    /* stride 2 over planes, then read in place by the rule's tasks, then 8 and 16 channels a
+     * task whatever the kernel */
+    static const struct {
+        bool in_place;
+        int group;
+    } ways[] = {{false, 0}, {true, 0}, {true, 8}, {true, 16}};
+    for (size_t k = 0; k < sizeof ways / sizeof ways[0]; k++) {
+        kn_cpu_conv_stem_set_in_place(ways[k].in_place);
+        kn_cpu_conv_stem_set_group(ways[k].group);
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
             check_case(&cases[i], 1, 1);
             check_case(&cases[i], 3, 1);
             check_case(&cases[i], 3, 3); /* a batch: every image's planes, rows of each in bands */
         }
     }
-    kn_cpu_conv_stem_set_in_place(1);
+    kn_cpu_conv_stem_set_in_place(true);
+    kn_cpu_conv_stem_set_group(0);
     /* an empty map: nothing read or written */
     kn_conv2d c = stem_geom(0, 40, 7, 2, 3, 3, 3, 3);
     c.oh = 0;
@@ -113,21 +123,21 @@ static void test_applies(void **state) {
     assert_false(kn_cpu_conv_stem_geometry(&c, 3, 32)); /* stride 3 */
     c.sh = c.sw = 2;
     assert_int_equal(kn_cpu_conv_stem_geometry(&c, 3, 32), conv_avx512());
-    assert_false(kn_cpu_conv_stem_applies(&c, 3, 32)); /* 3x3: the GEMM's */
-    kn_cpu_conv_stem_set_in_place(2);                  /* ... unless read in place */
-    assert_int_equal(kn_cpu_conv_stem_applies(&c, 3, 32), conv_avx512());
+    assert_int_equal(kn_cpu_conv_stem_applies(&c, 3, 32), conv_avx512()); /* 3x3: read in place */
     assert_true(kn_cpu_conv_stem_in_place(&c));
+    kn_cpu_conv_stem_set_in_place(false);
+    assert_false(kn_cpu_conv_stem_in_place(&c));
+    assert_false(kn_cpu_conv_stem_applies(&c, 3, 32)); /* ... else the GEMM's */
+    kn_cpu_conv_stem_set_in_place(true);
     c.kh = c.kw = 9;
     c.ph = c.pw = 4;
     assert_false(kn_cpu_conv_stem_in_place(&c)); /* wider than 7: planes */
     c.kh = c.kw = 3;
-    c.sh = c.sw = 1;
-    assert_false(kn_cpu_conv_stem_in_place(&c)); /* stride 1: planes */
-    c.sh = c.sw = 2;
     c.ph = c.pw = 1;
-    kn_cpu_conv_stem_set_in_place(0);
-    assert_false(kn_cpu_conv_stem_in_place(&c));
-    kn_cpu_conv_stem_set_in_place(1);
+    c.sh = c.sw = 1;
+    assert_false(kn_cpu_conv_stem_in_place(&c));       /* stride 1: planes */
+    assert_false(kn_cpu_conv_stem_applies(&c, 3, 32)); /* and 3x3 ones the GEMM's */
+    c.sh = c.sw = 2;
     c.kh = c.kw = 7;
     c.ph = c.pw = 3;
     kn_cpu_conv_stem_set_enabled(false);
@@ -151,18 +161,19 @@ static void compare_paths(int64_t n, int64_t c, int64_t m, int64_t h, int64_t k,
 static void test_conv_kernel(void **state) {
     (void)state;
     if (!conv_avx512())
-        return; /* test_cases says why */
+        return;                           /* test_cases says why */
+    kn_cpu_conv_stem_set_in_place(false); /* over planes */
     compare_paths(1, 3, 32, 64, 7, 2, 3, "Clip");
     compare_paths(1, 3, 64, 70, 7, 2, 3, "Relu");
     compare_paths(1, 1, 16, 48, 5, 1, 2, "Swish"); /* 5x5, stride 1 */
     kn_cpu_conv_stem_set_batches(true);            /* a batch's images in one call */
     compare_paths(3, 3, 64, 70, 7, 2, 3, "Relu");
     kn_cpu_conv_stem_set_batches(false);
-    kn_cpu_conv_stem_set_in_place(2); /* stride 2 read in place: a batch too, and 3x3 */
+    kn_cpu_conv_stem_set_in_place(true);
+    /* stride 2 read in place, the default: 3x3, and a batch in one call */
     compare_paths(1, 3, 32, 64, 3, 2, 1, "Clip");
     compare_paths(3, 3, 24, 50, 3, 2, 1, "Swish");
     compare_paths(2, 3, 64, 70, 7, 2, 3, "Relu");
-    kn_cpu_conv_stem_set_in_place(1);
 }
 
 /* The Conv kernel three ways: the GEMM's paths, the stem kernel over planes, and (stride 2)
@@ -178,11 +189,11 @@ static void bench_one(const char *name, int64_t n, int64_t c, int64_t m, int64_t
     for (int r = 0; r < 5; r++)
         for (int mode = 0; mode < 3; mode++) {
             kn_cpu_conv_stem_set_enabled(mode > 0);
-            kn_cpu_conv_stem_set_in_place(mode == 2 ? 2 : 0);
+            kn_cpu_conv_stem_set_in_place(mode == 2);
             best[mode] = fmin(best[mode], conv_node_run(&b, pool, 20, false));
         }
     kn_cpu_conv_stem_set_enabled(true);
-    kn_cpu_conv_stem_set_in_place(1);
+    kn_cpu_conv_stem_set_in_place(true);
     kn_cpu_conv_stem_set_batches(batches);
     printf("%-30s x%lld, %d thread(s): GEMM %.3f ms, planes %.3f, in place %.3f (%.2fx, %.2fx)\n",
            name, (long long)n, threads, best[0], best[1], best[2], best[0] / best[2],

@@ -277,12 +277,13 @@ kiln_status kn_cpu_conv_pixels(kn_threadpool *pool, const kn_conv_pixels *p, con
 
 /* fp32 Conv of one group, 2-D, for 1 to 4 input channels (a stem), stride 1 or 2, undilated,
  * outputs at least 16 wide, K = cin * kh * kw <= 256, on AVX-512 (nn/conv_stem.c, geometry):
- * a direct kernel over zero-padded or phase-split planes of each input channel, pixels in the
- * vectors, weights [cout, cin, kh, kw] as stored. applies: where conv.c takes it (for one
- * image, or a batch where kn_cpu_conv_stem_batches), kernels of 25 taps or more (where it beats
- * the GEMM). `images` images: x is images x
- * cin x h x w, y images x cout x oh x ow; the epilogue's bias per output channel, its residual
- * NCHW as y (ldr ignored); every image's planes are built in row bands, in parallel.
+ * a direct kernel, pixels in the vectors; stride 2 with kernels up to 7 wide reads the input in
+ * place (kn_cpu_conv_stem_in_place), the others go over zero-padded or phase-split planes of
+ * each input channel. applies: where conv.c takes it (for one image, a batch where
+ * kn_cpu_conv_stem_batches, or a batch read in place), kernels of 25 taps or more (where the
+ * planes beat the GEMM) and those read in place. `images` images: x is images x cin x h x w, y
+ * images x cout x oh x ow; the epilogue's bias per output channel, its residual NCHW as y (ldr
+ * ignored); every image's planes are built in row bands, in parallel.
  * KILN_CPU_CONV_STEM=0 in the environment (or set_enabled(false), for benchmarks) leaves these
  * convs to the GEMM. */
 bool kn_cpu_conv_stem_enabled(void);
@@ -293,11 +294,13 @@ bool kn_cpu_conv_stem_applies(const kn_conv2d *c, int64_t cin, int64_t cout);
  * batch's stem takes the other paths: kn_cpu_conv_strided, or the GEMM). */
 bool kn_cpu_conv_stem_batches(void);
 void kn_cpu_conv_stem_set_batches(bool on);
-/* Whether the stem kernel reads this stride-2 conv's input in place, no planes (kernels up to
- * 7 wide): KILN_CPU_CONV_STEM_S2=2 (or set_in_place(2)) for every one, for measuring; 0 or 1
- * none (they build phase planes). */
+/* Whether the stem kernel reads this stride-2 conv's input in place, without planes (kernels up
+ * to 7 wide; a batch's images too, in one job): by default, and never with
+ * KILN_CPU_CONV_STEM_S2=0 (or set_in_place(false), for benchmarks). set_group: output channels
+ * a task, 8 or 16; 0 the rule (8 for kernels up to 3 wide). */
 bool kn_cpu_conv_stem_in_place(const kn_conv2d *c);
-void kn_cpu_conv_stem_set_in_place(int mode);
+void kn_cpu_conv_stem_set_in_place(bool on);
+void kn_cpu_conv_stem_set_group(int width);
 kiln_status kn_cpu_conv_stem(kn_threadpool *pool, const kn_conv2d *c, int64_t cin, int64_t cout,
                              int64_t images, const float *x, const float *w, const kn_epilogue *ep,
                              float *y);

@@ -1,11 +1,15 @@
 /* Direct fp32 convolution for few input channels (a network's stem: 3 channels of an image),
  * conv.h. As a GEMM its K is short (3 x 3 x 3 = 27, or 147 for a 7x7 kernel) and its columns
  * many (one per output pixel), so conv.c's path spends its time building im2col panels for
- * products that barely use them. Here each input channel is copied once into a zero-padded plane
- * (stride 1) or its four row/column phase planes (stride 2), so that every tap of every output
- * pixel is a constant offset from the pixel's place; blocks of up to 64 pixels of one output row
- * x 6 output channels then load each tap's input values as vectors and multiply them by the
- * channels' broadcast weights (arch/conv_stem_avx512.c), the weights read as they are stored. */
+ * products that barely use them. Stride 2 (kernels up to 7 wide) reads the input where it lies:
+ * a task takes one output row x 8 or 16 output channels, 16 pixels at a time, each pair of
+ * kernel columns two masked loads of an input row split by permutes into its even and odd
+ * columns (kn_cpu_conv_stem_s2_row_avx512); one job, no copies. Otherwise each input channel is
+ * copied once into a zero-padded plane (stride 1) or its four row/column phase planes (stride
+ * 2), so that every tap of every output pixel is a constant offset from the pixel's place;
+ * blocks of up to 64 pixels of one output row x 6 output channels then load each tap's input
+ * values as vectors and multiply them by the channels' broadcast weights
+ * (arch/conv_stem_avx512.c), the weights read as they are stored. */
 #include "backend/cpu/arch/conv_stem_avx512.h"
 #include "backend/cpu/nn/conv.h"
 #include "core/alloc.h"
@@ -50,38 +54,43 @@ void kn_cpu_conv_stem_set_batches(bool on) {
     batch_on = on;
 }
 
-static int in_place_mode = -1;
+static int in_place_on = -1;
 
-/* KILN_CPU_CONV_STEM_S2: 0 never, 2 every stride-2 stem the kernel takes (for measuring), else
- * the rule of kn_cpu_conv_stem_in_place. */
-static int s2_mode(void) {
-    if (in_place_mode < 0) {
-        const char *e = getenv("KILN_CPU_CONV_STEM_S2");
-        in_place_mode = e != NULL && strcmp(e, "0") == 0   ? 0
-                        : e != NULL && strcmp(e, "2") == 0 ? 2
-                                                           : 1;
-    }
-    return in_place_mode;
-}
-
-static int64_t group_width = 0;
-
-/* Output channels a task of the in-place path: 16, or 8 (KILN_CPU_CONV_STEM_S2_GROUP=8, for
- * measuring: fewer output rows written at once). */
-static int64_t s2_group(void) {
-    if (group_width == 0) {
-        const char *e = getenv("KILN_CPU_CONV_STEM_S2_GROUP");
-        group_width = e != NULL && strcmp(e, "8") == 0 ? 8 : S2_COUT;
-    }
-    return group_width;
-}
-
-void kn_cpu_conv_stem_set_in_place(int mode) {
-    in_place_mode = mode;
-}
-
+/* KILN_CPU_CONV_STEM_S2=0: stride-2 stems build phase planes (the gathered path's, or the stem
+ * kernel's for 25 taps or more), as before the in-place kernel. */
 bool kn_cpu_conv_stem_in_place(const kn_conv2d *c) {
-    return c->sh == 2 && c->kw <= KN_CONV_STEM_S2_MAX_K && s2_mode() == 2;
+    if (in_place_on < 0) {
+        const char *e = getenv("KILN_CPU_CONV_STEM_S2");
+        in_place_on = !(e != NULL && strcmp(e, "0") == 0);
+    }
+    return in_place_on && c->sh == 2 && c->sw == 2 && c->kw <= KN_CONV_STEM_S2_MAX_K;
+}
+
+void kn_cpu_conv_stem_set_in_place(bool on) {
+    in_place_on = on;
+}
+
+static int64_t group_width = -1;
+
+/* Output channels a task of the in-place path writes. 8 for kernels up to 3 wide, 16 for wider
+ * ones, measured inside models on the 2-core AMD box (per-layer minima, `bench/ab.py --layers`,
+ * one thread): the detector's 3x3 stem (3 -> 16 at 320, 27 products an output) 0.678 ms with
+ * tasks of 16 channels, 0.520 with 8 (0.541-0.555 on the gathered path): 16 rows written at
+ * once, far apart, cost more than the permutes that 8 channels a task repeat; EfficientNet-B0's
+ * 0.451 -> 0.428. ResNet-50's 7x7 stem (147 products an output) 2.45 ms with 16, 2.59 with 8.
+ * KILN_CPU_CONV_STEM_S2_GROUP=8 or 16 sets it for every kernel, for measuring. */
+static int64_t s2_group(const kn_conv2d *c) {
+    if (group_width < 0) {
+        const char *e = getenv("KILN_CPU_CONV_STEM_S2_GROUP");
+        group_width = e != NULL && strcmp(e, "8") == 0    ? 8
+                      : e != NULL && strcmp(e, "16") == 0 ? 16
+                                                          : 0;
+    }
+    return group_width > 0 ? group_width : c->kw <= 3 ? 8 : S2_COUT;
+}
+
+void kn_cpu_conv_stem_set_group(int width) {
+    group_width = width;
 }
 
 bool kn_cpu_conv_stem_geometry(const kn_conv2d *c, int64_t cin, int64_t cout) {
@@ -90,11 +99,11 @@ bool kn_cpu_conv_stem_geometry(const kn_conv2d *c, int64_t cin, int64_t cout) {
            (s1 || s2) && c->dh == 1 && c->dw == 1 && c->ow >= 16 && cin * c->kh * c->kw <= 256;
 }
 
-/* Measured on a 16-core Xeon (docs/perf-notes.md, "A direct kernel for stems"): ResNet-50's 7x7
- * stem 1.34x / 1.32x / 1.08x the GEMM's speed at 1 / 2 / 16 threads; 3x3 stems (MobileNetV2,
- * EfficientNet-B0, the detector) 0.92-1.15x at 1 and 2 threads and 0.32-0.69x at 16, where
- * building the 3 channels' planes took 3 threads (they are built in row bands on every thread
- * since; the 3x3 stems are not remeasured at 16 threads). So kernels of 25 taps or more. */
+/* Over planes, measured on a 16-core Xeon (docs/perf-notes.md, "A direct kernel for stems"):
+ * ResNet-50's 7x7 stem 1.34x / 1.32x / 1.08x the GEMM's speed at 1 / 2 / 16 threads; 3x3 stems
+ * (MobileNetV2, EfficientNet-B0, the detector) 0.92-1.15x at 1 and 2 threads and 0.32-0.69x at
+ * 16, where building the 3 channels' planes took 3 threads. So kernels of 25 taps or more, and
+ * every stride-2 stem read in place (perf-notes.md, "Stride-2 stems read in place"). */
 bool kn_cpu_conv_stem_applies(const kn_conv2d *c, int64_t cin, int64_t cout) {
     return kn_cpu_conv_stem_enabled() && kn_cpu_conv_stem_geometry(c, cin, cout) &&
            (c->kh * c->kw >= 25 || stem_mode() == 2 || kn_cpu_conv_stem_in_place(c));
@@ -106,7 +115,7 @@ typedef struct stem_job {
     int64_t rows, bands; /* padded rows a plane (before a split) and row bands a plane's build */
     const float *x, *w, *bias, *res;
     float *planes, *y;
-    int64_t gw;          /* stride 2 in place: output channels a task (s2_group) */
+    int64_t gw;          /* stride 2 in place: output channels a task (s2_group: 8 or 16) */
     const float *packed; /* ... their weights by taps, S2_COUT floats a tap (zeros past gw) */
     const int64_t *off;
     int act;
@@ -223,7 +232,7 @@ kiln_status kn_cpu_conv_stem(kn_threadpool *pool, const kn_conv2d *c, int64_t ci
                   .lo = ep->act == KN_ACT_CLIP ? ep->alpha : 0.0f,
                   .hi = ep->act == KN_ACT_CLIP ? ep->beta : 0.0f};
     if (kn_cpu_conv_stem_in_place(c)) {
-        j.gw = s2_group();
+        j.gw = s2_group(c);
         j.groups = (cout + j.gw - 1) / j.gw;
         size_t n = (size_t)(j.groups * S2_COUT * j.taps);
         float *own = NULL, *packed = kn_threadpool_scratch(pool, n * sizeof(float));
