@@ -138,17 +138,30 @@ static void build_planes(void *arg, int64_t begin, int64_t end) {
     }
 }
 
+/* A task of the rows' jobs: an image's output row and group of output channels. */
+typedef struct stem_task {
+    int64_t img, oy, co, at; /* at: the row's first output of channel co */
+    int n;                   /* channels in the group */
+} stem_task;
+
+/* Task t: image t / (oh * groups), its output row and group of `width` output channels. */
+static stem_task locate(const stem_job *j, int64_t t, int64_t width) {
+    int64_t per_image = j->c->oh * j->groups, r = t % per_image;
+    stem_task k = {.img = t / per_image, .oy = r / j->groups, .co = r % j->groups * width};
+    k.n = (int)(j->cout - k.co < width ? j->cout - k.co : width);
+    k.at = k.img * j->cout * j->os + k.co * j->os + k.oy * j->c->ow;
+    return k;
+}
+
 /* Task t: image t / (oh * groups), its output row and group of COUT output channels. */
 static void run_rows(void *arg, int64_t begin, int64_t end) {
     const stem_job *j = arg;
     const kn_conv2d *c = j->c;
     bool after = !kn_act_in_regs(j->act);
-    int64_t per_image = c->oh * j->groups;
     for (int64_t t = begin; t < end; t++) {
-        int64_t img = t / per_image, r = t % per_image;
-        int64_t oy = r / j->groups, co = r % j->groups * COUT;
-        int n = (int)(j->cout - co < COUT ? j->cout - co : COUT);
-        int64_t at = img * j->cout * j->os + co * j->os + oy * c->ow;
+        stem_task k = locate(j, t, COUT);
+        int64_t img = k.img, oy = k.oy, co = k.co, at = k.at;
+        int n = k.n;
         const float *planes = j->planes + img * j->cin * j->cs;
         for (int64_t p = 0; p < c->ow; p += PIXELS) {
             kn_conv_stem_block b = {.x = planes + oy * j->wq + p,
@@ -177,33 +190,29 @@ static void run_rows_s2(void *arg, int64_t begin, int64_t end) {
     const stem_job *j = arg;
     const kn_conv2d *c = j->c;
     bool after = !kn_act_in_regs(j->act);
-    int64_t per_image = c->oh * j->groups;
     for (int64_t t = begin; t < end; t++) {
-        int64_t img = t / per_image, r = t % per_image;
-        int64_t oy = r / j->groups, co = r % j->groups * j->gw;
-        int n = (int)(j->cout - co < j->gw ? j->cout - co : j->gw);
-        int64_t at = img * j->cout * j->os + co * j->os + oy * c->ow;
-        kn_conv_stem_s2_block b = {.x = j->x + img * j->cin * c->h * c->w,
+        stem_task k = locate(j, t, j->gw);
+        kn_conv_stem_s2_block b = {.x = j->x + k.img * j->cin * c->h * c->w,
                                    .h = c->h,
                                    .w = c->w,
                                    .cin = j->cin,
                                    .kh = c->kh,
                                    .kw = c->kw,
-                                   .iy = 2 * oy - c->ph,
+                                   .iy = 2 * k.oy - c->ph,
                                    .ix = -c->pw,
-                                   .wt = j->packed + co / j->gw * S2_COUT * j->taps,
+                                   .wt = j->packed + k.co / j->gw * S2_COUT * j->taps,
                                    .pixels = (int)c->ow,
-                                   .cout = n,
-                                   .bias = j->bias != NULL ? j->bias + co : NULL,
-                                   .res = j->res != NULL ? j->res + at : NULL,
-                                   .y = j->y + at,
+                                   .cout = k.n,
+                                   .bias = j->bias != NULL ? j->bias + k.co : NULL,
+                                   .res = j->res != NULL ? j->res + k.at : NULL,
+                                   .y = j->y + k.at,
                                    .ld = j->os,
                                    .act = after ? KN_ACT_NONE : j->act,
                                    .lo = j->lo,
                                    .hi = j->hi};
         kn_cpu_conv_stem_s2_row_avx512(&b);
         if (after)
-            kn_act_apply_rows(j->act, j->alpha, j->beta, j->y + at, j->os, n, c->ow);
+            kn_act_apply_rows(j->act, j->alpha, j->beta, j->y + k.at, j->os, k.n, c->ow);
     }
 }
 
